@@ -1,1 +1,44 @@
-"""tile_nb.notebook"""
+"""tile_nb.notebook: the `%%tilekernel` magic and the kernel views.
+
+    %load_ext tile_nb                      # registers %%tilekernel and the short error display
+
+    %%tilekernel --shapes M=256 N=256 K=128
+    @tile_nb.jit
+    def gemm(A, B, C, ...):
+        ...
+
+From Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` returns a `KernelView` (displayed when it is the
+cell's result). This is the only package that imports IPython (and only when the magic is loaded).
+"""
+from __future__ import annotations
+
+__all__ = ["MIME_TYPE", "KernelView", "kernel_view", "load_ipython_extension", "show", "unload_ipython_extension"]
+
+
+def load_ipython_extension(ip) -> None:
+    """Register `%%tilekernel` and the short display of `TileNBError`s in the IPython shell `ip`."""
+    from tile_nb.notebook.magic import TileKernelMagics
+    from tile_nb.notebook.tracebacks import install
+
+    ip.register_magics(TileKernelMagics)
+    install(ip)
+
+
+def unload_ipython_extension(ip) -> None:
+    """Restore IPython's default exception display (the magic stays registered, as IPython has no unregister)."""
+    from tile_nb.notebook.tracebacks import uninstall
+
+    uninstall(ip)
+
+
+def __getattr__(name: str):
+    # Lazy: importing tile_nb.notebook must not import TVM, torch or IPython.
+    if name in ("show", "kernel_view"):
+        from tile_nb.notebook import api
+
+        return getattr(api, name)
+    if name in ("KernelView", "MIME_TYPE"):
+        from tile_nb.notebook import views
+
+        return getattr(views, name)
+    raise AttributeError(f"module 'tile_nb.notebook' has no attribute {name!r}")

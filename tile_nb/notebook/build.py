@@ -1,0 +1,249 @@
+"""Build a `KernelView` from what the JIT already holds: template, specialized PrimFunc, compiled kernel, a run.
+
+Everything here is duck-typed, so the views work on any object of the right shape:
+- a template: `.script()` (TVMScript with symbolic consts), `.stopped` (None or "reason"), optionally `.func`;
+- a specialized function: a TVM `PrimFunc` (`.script()`, `.params`, `.attrs`);
+- a compiled kernel: `.cuda_source`, `.ptx`, `.sass`, `.lowered_ir`, `.resources`, `.timings` (stage -> seconds),
+  any of them missing or None;
+- a jit function: `.template(**compile_kwargs)`, `.specialize(*args, **kwargs)`, `.compile(*args, **kwargs)`.
+The notebook only renders what the kernel objects hold (STYLE.md); nothing here compiles by itself.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from tile_nb.notebook.diff import changed_lines
+from tile_nb.notebook.views import KernelView, Param, Section
+
+__all__ = [
+    "clean_script",
+    "const_values",
+    "func_params",
+    "max_abs_err",
+    "signature_of",
+    "template_func_of",
+    "tensor_device",
+    "view_from_parts",
+]
+
+_HEADER_LINE = re.compile(r"^# from tvm[.\w]* import ")
+
+
+def clean_script(text: str) -> str:
+    """TVMScript as the views show it: without the printer's `# from tvm... import` header and trailing blanks."""
+    lines = text.split("\n")
+    while lines and (_HEADER_LINE.match(lines[0]) or not lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines).rstrip()
+
+
+def _script(obj) -> str:
+    if obj is None:
+        return ""
+    if isinstance(obj, str):
+        return obj
+    script = getattr(obj, "script", None)
+    return script() if callable(script) else str(obj)
+
+
+def _buffer_type(param):
+    """The `tvm.tirx.BufferType` of a PrimFunc param (TIRx buffer params are Vars typed by it), else None."""
+    ty = getattr(param, "ty", None)
+    return ty if ty is not None and type(ty).__name__ == "BufferType" else None
+
+
+def _dim_text(dim) -> str:
+    return str(dim.value) if type(dim).__name__ == "IntImm" else str(dim)
+
+
+def _is_var(dim) -> bool:
+    return type(dim).__name__ == "Var"
+
+
+def _is_int(dim) -> bool:
+    return isinstance(dim, int) or type(dim).__name__ == "IntImm"
+
+
+def func_params(func) -> list[Param]:
+    """Runtime params of a PrimFunc, in order: buffers as "tensor" and scalar Vars as "scalar"."""
+    params = []
+    for p in getattr(func, "params", ()):
+        ty = _buffer_type(p)
+        if ty is not None:
+            dims = ", ".join(_dim_text(d) for d in ty.shape)
+            strides = list(getattr(ty, "strides", None) or [])
+            if strides:
+                annotation = f"T.StridedTensor[[{dims}], [{', '.join(_dim_text(s) for s in strides)}], {ty.dtype}]"
+            else:
+                annotation = f"T.Tensor[[{dims}], {ty.dtype}]"
+            params.append(Param(str(p.name), "tensor", annotation))
+        else:
+            dtype = getattr(getattr(p, "ty", None), "dtype", None) or getattr(p, "dtype", "")
+            params.append(Param(str(p.name), "scalar", f"T.{dtype}"))
+    return params
+
+
+def _shape_pairs(template_func, specialized_func):
+    """(template dim, specialized dim) pairs over the buffers' shapes and strides, params matched by name."""
+    spec_params = {str(p.name): p for p in getattr(specialized_func, "params", ())}
+    for p in getattr(template_func, "params", ()):
+        other = spec_params.get(str(p.name))
+        t_ty, s_ty = _buffer_type(p), _buffer_type(other) if other is not None else None
+        if t_ty is None or s_ty is None:
+            continue
+        yield from zip(list(t_ty.shape), list(s_ty.shape))
+        yield from zip(list(t_ty.strides or []), list(s_ty.strides or []))
+
+
+def const_values(template_func, specialized_func, given: dict | None = None) -> tuple[dict[str, int], list[str]]:
+    """Const values and dynamic dim names, read by comparing the template's and the specialized buffer shapes.
+
+    A symbolic dim of the template that is an integer in the specialized function is a const; one that stays
+    symbolic is a `T.dynamic` dim. `given` (keyword arguments such as `M=1024`) adds consts used only in the grid.
+    """
+    consts: dict[str, int] = {}
+    dynamic: list[str] = []
+    for t_dim, s_dim in _shape_pairs(template_func, specialized_func):
+        if not _is_var(t_dim):
+            continue
+        name = str(t_dim)
+        if _is_int(s_dim):
+            consts.setdefault(name, int(s_dim))
+        elif _is_var(s_dim) and name not in dynamic:
+            dynamic.append(name)
+    for name, value in (given or {}).items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            consts.setdefault(name, value)
+    return consts, dynamic
+
+
+def tensor_device(values) -> str:
+    """The torch device string of the first tensor among `values` ("cpu" when none is a tensor)."""
+    for value in values:
+        device = getattr(value, "device", None)
+        if device is not None and hasattr(value, "data_ptr"):
+            return str(device)
+    return "cpu"
+
+
+def max_abs_err(actual, expected) -> float:
+    """Largest absolute difference between two tensors (or tuples of tensors), computed in float64."""
+    if isinstance(actual, (tuple, list)):
+        return max((max_abs_err(a, e) for a, e in zip(actual, expected)), default=0.0)
+    import torch
+
+    actual = torch.as_tensor(actual).detach().to("cpu", torch.float64)
+    expected = torch.as_tensor(expected).detach().to("cpu", torch.float64)
+    if actual.numel() == 0:
+        return 0.0
+    return float((actual - expected).abs().max())
+
+
+def _resources(obj) -> dict[str, int] | None:
+    if obj is None:
+        return None
+    keys = ("registers", "shared_bytes", "spill_stores", "spill_loads")
+    get = obj.get if isinstance(obj, dict) else (lambda k, d=None: getattr(obj, k, d))
+    return {k: int(get(k, 0) or 0) for k in keys}
+
+
+def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
+    sections = []
+    if lowered and getattr(compiled, "lowered_ir", None) is not None:
+        sections.append(Section("lowered", "Lowered IR", "python", clean_script(_script(compiled.lowered_ir))))
+    if cuda:
+        for attr, sid, title, language in (("cuda_source", "cuda", "CUDA source", "cuda"),
+                                           ("ptx", "ptx", "PTX", "ptx"),
+                                           ("sass", "sass", "SASS", "text")):
+            text = getattr(compiled, attr, None)
+            if text:
+                sections.append(Section(sid, title, language, str(text).rstrip()))
+    return sections
+
+
+_TEMPLATE_FUNC_ATTRS = ("func", "prim_func", "primfunc")
+
+
+def template_func_of(template):
+    """The PrimFunc behind a template object (`.func`, `.prim_func`), the template itself if it is one, or None."""
+    if template is None:
+        return None
+    for attr in _TEMPLATE_FUNC_ATTRS:
+        func = getattr(template, attr, None)
+        if func is not None and hasattr(func, "params"):
+            return func
+    return template if hasattr(template, "params") else None
+
+
+def _stopped_note(stopped) -> str | None:
+    if not stopped:
+        return None
+    return str(stopped)
+
+
+def view_from_parts(name: str, *, template=None, specialized=None, compiled=None, compile_time: dict | None = None,
+                    given_consts: dict | None = None, run: dict | None = None, backend: str | None = None,
+                    lowered: bool = False, cuda: bool = False, notes: list[str] | None = None) -> KernelView:
+    """Assemble a `KernelView`; every part is optional.
+
+    `template`: a phase-1 template object or PrimFunc; `specialized`: the phase-2 PrimFunc; `compiled`: a compiled
+    kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` / `cuda`; its resources and timings always);
+    `compile_time`: the Python compile-time parameters and their values; `given_consts`: consts given as keywords;
+    `run`: {"device": str, "max_abs_err": float | None}; `backend`: "cuda", "cpu-interpreter" or None.
+    """
+    template_func = template_func_of(template)
+    sections: list[Section] = []
+    template_text = clean_script(_script(template)) if template is not None else None
+    specialized_text = clean_script(_script(specialized)) if specialized is not None else None
+    if template_text is not None:
+        sections.append(Section("template", "Phase 1: template", "python", template_text,
+                                note=_stopped_note(getattr(template, "stopped", None))))
+    consts: dict[str, int] = {}
+    dynamic: list[str] = []
+    if specialized_text is not None:
+        note = None
+        changed = None
+        if template_text is not None:
+            changed = tuple(changed_lines(template_text.split("\n"), specialized_text.split("\n")))
+        sections.append(Section("specialized", "Phase 2: specialized", "python", specialized_text,
+                                changed_lines=changed, note=note))
+        consts, dynamic = const_values(template_func, specialized, given_consts)
+    elif given_consts:
+        consts = {k: v for k, v in given_consts.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    params = func_params(template_func if template_func is not None and hasattr(template_func, "params")
+                         else specialized)
+    params += [Param(n, "const", "T.const") for n in consts]
+    params += [Param(n, "dynamic", "T.dynamic") for n in dynamic]
+    params += [Param(n, "compile_time", _value_text(v)) for n, v in (compile_time or {}).items()]
+
+    timings_ms: dict[str, float] = {}
+    resources = None
+    if compiled is not None:
+        sections += _compiled_sections(compiled, lowered=lowered, cuda=cuda)
+        resources = _resources(getattr(compiled, "resources", None))
+        timings_ms = {str(k): float(v) * 1e3 for k, v in (getattr(compiled, "timings", None) or {}).items()}
+    return KernelView(name=name, params=params, consts=consts, backend=backend, sections=sections,
+                      resources=resources, timings_ms=timings_ms, run=run, notes=list(notes or []))
+
+
+def _value_text(value: Any) -> str:
+    """`= 128`, `= float16`: a compile-time value as the view shows it (stable: no addresses)."""
+    text = repr(value)
+    if " at 0x" in text or len(text) > 60:
+        text = getattr(value, "__name__", None) or type(value).__name__
+    return f"= {text}"
+
+
+def signature_of(kernel) -> inspect.Signature | None:
+    """The Python signature behind a jit function (through `__wrapped__` or a `.fn`/`.func` attribute)."""
+    for candidate in (kernel, getattr(kernel, "fn", None), getattr(kernel, "func", None)):
+        if candidate is None or not callable(candidate):
+            continue
+        try:
+            return inspect.signature(candidate)
+        except (TypeError, ValueError):
+            continue
+    return None

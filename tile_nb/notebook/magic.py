@@ -1,0 +1,175 @@
+"""`%%tilekernel`: define a kernel in a cell and show its view.
+
+The cell is executed in the user namespace like an ordinary cell, but compiled through IPython's caching compiler
+with a first line standing for the `%%tilekernel` line, so `linecache` holds the source (the front end needs it for
+in-body annotations) and line numbers in errors are the lines of the cell as the editor shows them.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from tile_nb.notebook.api import kernel_view
+
+__all__ = ["TileKernelMagics"]
+
+
+def _eval(node: ast.expr, namespace: dict, label: str) -> Any:
+    code = compile(ast.Expression(body=node), f"<%%tilekernel {label}>", "eval")
+    return eval(code, namespace)
+
+
+def parse_shapes(items: list[str] | None, namespace: dict) -> dict[str, Any]:
+    """`["M=1024", "dtype=T.float16"]` -> {"M": 1024, "dtype": <value>}; values are Python expressions."""
+    values: dict[str, Any] = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier() or not text:
+            raise UsageError(f"--shapes takes NAME=VALUE pairs such as M=1024; got {item!r}")
+        try:
+            values[name] = _eval(ast.parse(text, mode="eval").body, namespace, "--shapes")
+        except SyntaxError:
+            raise UsageError(f"--shapes {item!r}: {text!r} is not a Python expression") from None
+    return values
+
+
+def parse_call(text: str, namespace: dict) -> tuple[Any, tuple, dict]:
+    """`"gemm(A, B, C)"` -> (gemm, (A, B, C), {}), evaluated in `namespace`."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        tree = None
+    if not isinstance(tree, ast.Call):
+        raise UsageError(f"--call takes a call expression such as \"gemm(A, B, C)\"; got {text!r}")
+    func = _eval(tree.func, namespace, "--call")
+    args: list = []
+    for node in tree.args:
+        if isinstance(node, ast.Starred):
+            args.extend(_eval(node.value, namespace, "--call"))
+        else:
+            args.append(_eval(node, namespace, "--call"))
+    kwargs: dict = {}
+    for kw in tree.keywords:
+        value = _eval(kw.value, namespace, "--call")
+        if kw.arg is None:
+            kwargs.update(value)
+        else:
+            kwargs[kw.arg] = value
+    return func, tuple(args), kwargs
+
+
+def _unquote(text: str | None) -> str | None:
+    if text and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+@magics_class
+class TileKernelMagics(Magics):
+    """The `%%tilekernel` cell magic (registered by `%load_ext tile_nb`)."""
+
+    @cell_magic
+    @magic_arguments()
+    @argument("--shapes", nargs="+", metavar="NAME=VALUE",
+              help="specialize without tensors: values for the consts (and compile-time parameters), "
+                   "e.g. --shapes M=1024 N=1024 K=1024")
+    @argument("--call", metavar="EXPR",
+              help='specialize and run on namespace values, e.g. --call "gemm(A, B, C)"; CPU tensors run on the '
+                   "CPU interpreter, CUDA tensors on the GPU")
+    @argument("--expect", metavar="EXPR",
+              help='with --call: the reference output, e.g. --expect "A.float() @ B.float()"; the view gives the '
+                   "max abs error of the output (the returned value, else the last tensor argument)")
+    @argument("--cuda", action="store_true", help="compile and show the CUDA source, PTX and SASS, resources")
+    @argument("--lowered", action="store_true", help="compile and show the lowered (thread-level) TIRx")
+    @argument("--cpu", action="store_true", help="with --call: run on the CPU interpreter even for CUDA tensors")
+    @argument("--bench", action="store_true", help="with --call: time the kernel with tile_nb.bench")
+    @argument("--name", metavar="NAME",
+              help="the kernel, when the cell defines several functions (default: the last one defined)")
+    def tilekernel(self, line: str, cell: str):
+        """Define a tile kernel in the cell and show its view (template IR beside the specialized IR).
+
+        The cell holds a kernel definition, decorated with `@tile_nb.jit` or not (an undecorated function is
+        decorated by the magic). It runs in the notebook's namespace, so the kernel is usable afterwards.
+
+        With no option the view shows the phase-1 template (consts symbolic). `--shapes` or `--call` add the
+        phase-2 specialized IR beside it, with the lines that specialization changed marked. Examples:
+
+            %%tilekernel --shapes M=256 N=256 K=128
+            %%tilekernel --call "gemm(A, B, C)" --expect "A.float() @ B.float()"
+            %%tilekernel --shapes M=4096 N=4096 K=4096 --cuda --lowered
+
+        The same views from Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`).
+        Errors in the kernel point at the cell's line; `%tb` prints the full traceback.
+        """
+        opts = parse_argstring(self.tilekernel, line)
+        shell = self.shell
+        name = self._define(line, cell, opts.name)
+        kernel = shell.user_ns[name]
+        kwargs = parse_shapes(opts.shapes, shell.user_ns)
+        args: tuple = ()
+        if opts.call:
+            func, args, call_kwargs = parse_call(_unquote(opts.call), shell.user_ns)
+            kernel = func if hasattr(func, "specialize") else kernel
+            kwargs = {**kwargs, **call_kwargs}
+        elif opts.cpu or opts.bench or opts.expect:
+            raise UsageError("--cpu, --bench and --expect need --call \"kernel(args...)\" to run the kernel")
+        expected = None
+        if opts.expect:
+            expect_text = _unquote(opts.expect)
+            expected = lambda: _eval(ast.parse(expect_text, mode="eval").body, shell.user_ns, "--expect")
+        notes = []
+        bench_result = None
+        if opts.bench:
+            bench_result, note = _bench(kernel, args, kwargs)
+            if note:
+                notes.append(note)
+        view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
+                           lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
+                           else None, notes=notes)
+        if bench_result is not None:
+            from IPython.display import display
+
+            display(view)
+            return bench_result
+        return view
+
+    # ------------------------------------------------------------------------------------------------ helpers
+    def _define(self, line: str, cell: str, wanted: str | None) -> str:
+        """Execute the cell in the user namespace; return the kernel's name (decorating it when needed)."""
+        shell = self.shell
+        body = shell.transform_cell(cell)
+        # The first line stands for the magic line, so that line k of the source is line k of the cell.
+        source = f"# %%tilekernel {line}".rstrip() + "\n" + body
+        filename = shell.compile.cache(source, shell.execution_count, raw_code=source)
+        tree = shell.compile.ast_parse(source, filename=filename)
+        defs = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        if not defs:
+            raise UsageError("%%tilekernel: the cell must define a kernel function (def name(...): ...)")
+        if wanted is not None and wanted not in defs:
+            raise UsageError(f"%%tilekernel --name {wanted}: the cell defines {', '.join(defs)}")
+        name = wanted or defs[-1]
+        code = shell.compile(tree, filename, "exec")
+        exec(code, shell.user_ns)  # noqa: S102 - the user's cell, run as IPython would run it
+        kernel = shell.user_ns[name]
+        if not hasattr(kernel, "specialize"):
+            import tile_nb
+
+            kernel = tile_nb.jit(kernel)
+            shell.user_ns[name] = kernel
+        return name
+
+
+def _bench(kernel, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
+    """Time the kernel with tile_nb.bench when it provides a benchmark entry point; else say it is unavailable."""
+    try:
+        from tile_nb import bench
+    except ImportError:
+        bench = None
+    entry = getattr(bench, "bench", None) if bench is not None else None
+    if entry is None:
+        return None, "--bench: tile_nb.bench is not available yet; no timing was taken"
+    return entry(kernel, *args, **kwargs), None

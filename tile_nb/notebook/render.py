@@ -1,0 +1,174 @@
+"""Static HTML for `KernelView`: inline styles, no JavaScript, no ids, deterministic.
+
+Layout: a title line; notes (template stopped early, where the kernel ran); the phase-1 template and the phase-2
+specialized TVMScript side by side in one table (line numbers, a marker column, changed lines tinted); then
+collapsed `<details>` sections for the lowered IR, CUDA, PTX, SASS, resources and compile timings.
+
+JupyterLab and GitHub style `<table>`s (right-aligned cells, zebra rows), so every cell sets its own alignment and
+background. The marker column (`~` changed, `-` template only, `+` specialized only) keeps the diff readable where a
+renderer drops inline styles.
+"""
+from __future__ import annotations
+
+from tile_nb.notebook.diff import align
+from tile_nb.notebook.highlight import escape, highlight_lines
+from tile_nb.notebook.views import KernelView, Section
+
+__all__ = ["render_kernel_view"]
+
+_MONO = "font-family:SFMono-Regular,Menlo,Consolas,'Liberation Mono',monospace;font-size:12px;line-height:1.4"
+_BOX = ("font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;font-size:13px;line-height:1.45;"
+        "color:#1f2328;max-width:100%")
+_TABLE = "border-collapse:collapse;border:1px solid #d0d7de;margin:4px 0"
+_NUM = f"{_MONO};color:#8c959f;text-align:right;padding:0 6px;vertical-align:top;border:none;background:#f6f8fa"
+_CODE = f"{_MONO};white-space:pre;text-align:left;padding:0 8px;vertical-align:top;border:none"
+_MARK = f"{_MONO};color:#9a6700;text-align:center;padding:0 2px;vertical-align:top;border:none;width:1em"
+_HEAD = ("text-align:left;padding:4px 8px;border-bottom:1px solid #d0d7de;background:#f6f8fa;font-weight:600;"
+         "vertical-align:bottom")
+_SUMMARY = "cursor:pointer;font-weight:600;padding:2px 0"
+_NOTE = "margin:4px 0;padding:4px 8px;border-left:3px solid {color};background:{bg}"
+
+# Row tints: (template side, specialized side), by diff tag.
+_TINT = {
+    "equal": ("", ""),
+    "replace": ("background:#fff1e5", "background:#fff8c5"),
+    "delete": ("background:#fff1e5", ""),
+    "insert": ("", "background:#fff8c5"),
+}
+_MARKS = {"equal": "", "replace": "~", "delete": "-", "insert": "+"}
+
+_RESOURCE_LABELS = (
+    ("registers", "registers per thread"),
+    ("shared_bytes", "shared memory per block (bytes)"),
+    ("spill_stores", "spill stores (bytes)"),
+    ("spill_loads", "spill loads (bytes)"),
+)
+
+
+def _td(style: str, content: str = "", extra: str = "") -> str:
+    return f'<td style="{style}{";" + extra if extra else ""}">{content}</td>'
+
+
+def _note(text_html: str, kind: str = "info") -> str:
+    color, bg = {"info": ("#0969da", "#ddf4ff"), "warn": ("#bf8700", "#fff8c5")}[kind]
+    return f'<div style="{_NOTE.format(color=color, bg=bg)}">{text_html}</div>'
+
+
+def _code_table(section: Section) -> str:
+    """A single text with line numbers."""
+    rows = []
+    for no, line in enumerate(highlight_lines(section.text, section.language), start=1):
+        rows.append(f"<tr>{_td(_NUM, str(no))}{_td(_CODE, line)}</tr>")
+    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><tbody>'
+            + "".join(rows) + "</tbody></table></div>")
+
+
+def _side_by_side(template: Section, specialized: Section, consts_label: str) -> str:
+    left_text, right_text = template.text.split("\n"), specialized.text.split("\n")
+    left_html = highlight_lines(template.text, template.language)
+    right_html = highlight_lines(specialized.text, specialized.language)
+    head = (f'<tr><th colspan="2" style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
+            f"(consts symbolic)</span></th>"
+            f'<th style="{_HEAD}"></th>'
+            f'<th colspan="2" style="{_HEAD};border-left:1px solid #d0d7de">Phase 2: specialized '
+            f'<span style="font-weight:400">{escape(consts_label)}</span></th></tr>')
+    rows = []
+    for row in align(left_text, right_text):
+        left_tint, right_tint = _TINT[row.tag]
+        left_no = str(row.left_no) if row.left_no else ""
+        right_no = str(row.right_no) if row.right_no else ""
+        left_code = left_html[row.left_no - 1] if row.left_no else ""
+        right_code = right_html[row.right_no - 1] if row.right_no else ""
+        rows.append(
+            "<tr>"
+            + _td(_NUM, left_no) + _td(_CODE, left_code, left_tint)
+            + _td(_MARK, _MARKS[row.tag])
+            + _td(_NUM, right_no, "border-left:1px solid #d0d7de") + _td(_CODE, right_code, right_tint)
+            + "</tr>")
+    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><thead>{head}</thead><tbody>'
+            + "".join(rows) + "</tbody></table></div>")
+
+
+def _details(summary: str, body: str) -> str:
+    return f'<details style="margin:4px 0"><summary style="{_SUMMARY}">{summary}</summary>{body}</details>'
+
+
+def _kv_table(rows: list[tuple[str, str]]) -> str:
+    cells = "".join(
+        f'<tr>{_td("text-align:left;padding:1px 8px;border:none", escape(k))}'
+        f'{_td(_MONO + ";text-align:right;padding:1px 8px;border:none", escape(v))}</tr>'
+        for k, v in rows)
+    return f'<table style="{_TABLE}"><tbody>{cells}</tbody></table>'
+
+
+def _params_line(view: KernelView) -> str:
+    if not view.params:
+        return ""
+    items = []
+    for p in view.params:
+        ann = f" {escape(p.annotation)}" if p.annotation else ""
+        items.append(f'<code style="{_MONO}">{escape(p.name)}</code>'
+                     f'<span style="color:#57606a"> ({escape(p.kind.replace("_", "-"))}{ann})</span>')
+    return f'<div style="margin:2px 0">params: {", ".join(items)}</div>'
+
+
+def _run_note(view: KernelView) -> str:
+    if view.run is None and view.backend != "cpu-interpreter":
+        return ""
+    device = (view.run or {}).get("device", "cpu")
+    if view.backend == "cpu-interpreter" or device == "cpu":
+        text = "Ran on the <b>CPU interpreter</b> (tile_nb.interp; no GPU launch)."
+    else:
+        text = f"Ran on <b>{escape(str(device))}</b>."
+    err = (view.run or {}).get("max_abs_err")
+    if err is not None:
+        text += f" Max abs error against the reference: <code style=\"{_MONO}\">{float(err):.3g}</code>."
+    return _note(text)
+
+
+def render_kernel_view(view: KernelView) -> str:
+    """Render `view` as a static HTML fragment."""
+    parts = [f'<div style="{_BOX}">']
+    consts = ", ".join(f"{k}={v}" for k, v in view.consts.items())
+    title = f'<span style="font-size:14px;font-weight:600">{escape(view.name)}</span>'
+    if consts:
+        title += f' <span style="color:#57606a">specialized at <code style="{_MONO}">{escape(consts)}</code></span>'
+    parts.append(f'<div style="margin:2px 0">{title}</div>')
+    parts.append(_params_line(view))
+
+    template, specialized = view.section("template"), view.section("specialized")
+    if template is not None and template.note:
+        parts.append(_note(f"The template stopped early: {escape(template.note)}", "warn"))
+    if specialized is not None and specialized.note:
+        parts.append(_note(escape(specialized.note)))
+    parts.append(_run_note(view))
+    parts += [_note(escape(n)) for n in view.notes]
+
+    if template is not None and specialized is not None:
+        parts.append(_side_by_side(template, specialized, f"({consts})" if consts else ""))
+    elif template is not None or specialized is not None:
+        only = template or specialized
+        parts.append(f'<div style="font-weight:600;margin-top:4px">{escape(only.title)}</div>')
+        parts.append(_code_table(only))
+
+    for section in view.sections:
+        if section.id in ("template", "specialized"):
+            continue
+        summary = (f'{escape(section.title)} <span style="font-weight:400;color:#57606a">'
+                   f"({section.line_count} lines)</span>")
+        body = (_note(escape(section.note)) if section.note else "") + _code_table(section)
+        parts.append(_details(summary, body))
+
+    if view.resources is not None:
+        rows = [(label, str(view.resources.get(key, 0))) for key, label in _RESOURCE_LABELS]
+        summary = (f'Resources <span style="font-weight:400;color:#57606a">'
+                   f"({view.resources.get('registers', 0)} registers, "
+                   f"{view.resources.get('shared_bytes', 0)} B shared)</span>")
+        parts.append(_details(summary, _kv_table(rows)))
+    if view.timings_ms:
+        total = sum(view.timings_ms.values())
+        rows = [(stage, f"{ms:.1f} ms") for stage, ms in view.timings_ms.items()] + [("total", f"{total:.1f} ms")]
+        summary = f'Compile timings <span style="font-weight:400;color:#57606a">({total:.0f} ms)</span>'
+        parts.append(_details(summary, _kv_table(rows)))
+    parts.append("</div>")
+    return "".join(p for p in parts if p)
