@@ -1,1 +1,49 @@
-"""tile_nb.language"""
+"""The tile language, imported as `T`: annotations, dtypes and tile operations.
+
+```python
+import tile_nb
+import tile_nb.language as T
+
+@tile_nb.jit
+def add(A, B):
+    N = T.const('N')
+    A: T.Tensor[[N], T.float32]
+    B: T.Tensor[[N], T.float32]
+    with T.Kernel(T.ceildiv(N, 128)) as bx:
+        for i in T.Parallel(128):
+            B[bx * 128 + i] = A[bx * 128 + i] + 1.0
+```
+Everything here builds IR while the front end elaborates a kernel; calling these outside a kernel raises a clear error.
+"""
+from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
+from .compute import (abs, atomic_add, cast, ceildiv, exp, exp2, gemm, if_then_else, infinity, log, log2, max, min,
+                      reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh)
+from .dtypes import ALL_DTYPES, DType, dtype
+from .loops import Kernel, Parallel, Pipelined, serial, unroll
+from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
+
+float16 = ALL_DTYPES["float16"]
+bfloat16 = ALL_DTYPES["bfloat16"]
+float32 = ALL_DTYPES["float32"]
+float64 = ALL_DTYPES["float64"]
+float8_e4m3fn = ALL_DTYPES["float8_e4m3fn"]
+float8_e5m2 = ALL_DTYPES["float8_e5m2"]
+int8 = ALL_DTYPES["int8"]
+int16 = ALL_DTYPES["int16"]
+int32 = ALL_DTYPES["int32"]
+int64 = ALL_DTYPES["int64"]
+uint8 = ALL_DTYPES["uint8"]
+uint16 = ALL_DTYPES["uint16"]
+uint32 = ALL_DTYPES["uint32"]
+uint64 = ALL_DTYPES["uint64"]
+bool = ALL_DTYPES["bool"]  # noqa: A001 - the DSL's name
+
+__all__ = [
+    "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType",
+    "Kernel", "Pipelined", "Parallel", "serial", "unroll",
+    "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
+    "gemm", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+    "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+]

@@ -1,0 +1,414 @@
+"""Phases 1 and 2: run the rewritten kernel body under TVM's IR builder.
+
+Phase 1 (template) runs it with every `T.const` as a `tvm.tirx.Var`; where plain Python needs a concrete value, the
+template stops at that statement and records why. Phase 2 (specialize) runs it again with the consts as Python
+ints. Both return an `Elaboration`: the `PrimFunc` plus what the runtime needs to check and call it.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AnnotationError, DSLError, ReturnError, TileNBError
+from ..language import loops, memory
+from ..language import state as _state
+from ..language.annotations import TensorAnnotation, ptr
+from ..language.dtypes import DType
+from .params import COMPILE_TIME, POINTER, KernelSignature
+
+__all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
+
+
+@dataclass
+class BufferParam:
+    """A runtime tensor parameter (or `T.empty` output) and the annotation it came from."""
+
+    name: str
+    kind: str  # "tensor", "pointer" or "output"
+    annotation: TensorAnnotation  # in this phase's terms (Vars in phase 1, ints in phase 2)
+    buffer: Any
+    lineno: int
+    col: int
+    end_col: int | None
+
+
+@dataclass
+class ScalarParam:
+    name: str
+    dtype: DType
+    var: Any
+    lineno: int
+
+
+@dataclass
+class Stop:
+    """Where and why the template stopped before the end of the body."""
+
+    lineno: int
+    reason: str
+
+
+@dataclass
+class Elaboration:
+    func: Any  # tvm.tirx.PrimFunc
+    symbolic: bool
+    buffers: dict[str, BufferParam] = field(default_factory=dict)
+    scalars: dict[str, ScalarParam] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    consts: list[str] = field(default_factory=list)
+    const_vars: dict[str, Any] = field(default_factory=dict)
+    dynamic: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None
+    stopped: Stop | None = None
+    seconds: float = 0.0
+
+    def script(self) -> str:
+        return self.func.script()
+
+
+class _Placeholder:
+    """Stands for a runtime parameter while the body runs, until its annotation turns it into a buffer or var."""
+
+    def __init__(self, name: str, pointer: bool):
+        self.name = name
+        self.pointer = pointer
+
+    def __repr__(self) -> str:
+        return f"<runtime parameter '{self.name}' (annotate it in the body, e.g. {self.name}: T.Tensor[[N], T.float32])>"
+
+
+_UNSET = object()
+
+
+def _is_expr(x) -> bool:
+    from tvm import ir
+
+    return isinstance(x, ir.PrimExpr)
+
+
+class Hooks:
+    """The `__tnb__` object the rewritten body calls (see `frontend.rewrite`)."""
+
+    UNSET = _UNSET
+
+    def __init__(self, st: _state.State, result: Elaboration, runtime_names: set[str]):
+        self.st = st
+        self.result = result
+        self.runtime_names = runtime_names
+        self.pending_outputs: list[BufferParam] = []
+        self.returned = False
+
+    # -- locations ---------------------------------------------------------------------------------------------
+    def at(self, lineno: int, col: int, end_col: int | None) -> None:
+        self.st.lineno, self.st.col, self.st.end_col = lineno, col, end_col
+
+    # -- parameters --------------------------------------------------------------------------------------------
+    def annotate(self, name: str, annotation, current):
+        st = self.st
+        if not isinstance(current, _Placeholder):
+            where = "is not a parameter of the kernel" if name not in self.runtime_names else "is annotated twice"
+            raise AnnotationError(f"'{name}' {where}; in-body annotations declare runtime parameters",
+                                  **self._where(), hint="annotate each tensor parameter once, at the top of the body")
+        if st.kernel_open:
+            raise AnnotationError(f"the annotation of '{name}' must come before `with T.Kernel(...)`", **self._where())
+        if annotation is ptr:
+            current.pointer = True
+            return current
+        if isinstance(annotation, TensorAnnotation):
+            return self._buffer_param(name, "pointer" if current.pointer else "tensor", annotation)
+        if isinstance(annotation, DType):
+            return self._scalar_param(name, annotation)
+        raise AnnotationError(f"the annotation of '{name}' must be T.Tensor[[dims], dtype], "
+                              f"T.StridedTensor[[dims], [strides], dtype], T.ptr or a dtype such as T.float32; "
+                              f"got {annotation!r}", **self._where())
+
+    def _where(self) -> dict:
+        st = self.st
+        return dict(filename=st.filename, lineno=st.lineno or None, col=st.col, end_col=st.end_col)
+
+    def _buffer_param(self, name: str, kind: str, annotation: TensorAnnotation):
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
+
+        handle = T.arg(name, T.handle())
+        buf = T.match_buffer(handle, list(annotation.shape), str(annotation.dtype),
+                             strides=list(annotation.strides) if annotation.strides is not None else None)
+        IRBuilder.name(name, buf)
+        st = self.st
+        self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col)
+        return buf
+
+    def _scalar_param(self, name: str, dtype: DType):
+        from tvm import tirx
+        from tvm.script.ir_builder import tirx as T
+
+        var = T.arg(name, tirx.Var(name, str(dtype)))
+        self.result.scalars[name] = ScalarParam(name, dtype, var, self.st.lineno)
+        return var
+
+    def make_tensor(self, pointer, shape, dtype):
+        if not isinstance(pointer, _Placeholder) or not pointer.pointer:
+            raise self.st.error(f"T.make_tensor takes a `T.ptr` parameter; got {pointer!r}",
+                                hint="annotate the parameter as `A: T.ptr` in the signature")
+        return self._buffer_param(pointer.name, "pointer", TensorAnnotation(shape, dtype))
+
+    def empty(self, shape, dtype):
+        from tvm.script.ir_builder import tirx as T
+
+        index = len(self.pending_outputs)
+        name = f"out{index}"
+        handle = T.arg(name, T.handle())
+        buf = T.match_buffer(handle, list(shape), str(dtype))
+        st = self.st
+        param = BufferParam(name, "output", TensorAnnotation(tuple(shape), dtype), buf, st.lineno, st.col, st.end_col)
+        self.pending_outputs.append(param)
+        return buf
+
+    # -- statements --------------------------------------------------------------------------------------------
+    def bind(self, name: str, value):
+        """Give IR buffers the user's variable name (`A_shared = T.alloc_shared(...)` prints as `A_shared`)."""
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.tirx import Buffer
+
+        if isinstance(value, Buffer) and value.name in ("buffer", "") or \
+                isinstance(value, Buffer) and any(p.buffer.same_as(value) and p.name.startswith("out")
+                                                  for p in self.pending_outputs):
+            IRBuilder.name(name, value)
+            for p in self.pending_outputs:
+                if p.buffer.same_as(value):
+                    p.name = name
+        return value
+
+    def store(self, target, index, value):
+        from tvm.tirx import Buffer
+
+        if isinstance(target, Buffer):
+            memory.store(target, index, value)
+        else:
+            target[index] = value
+
+    def loop(self, iterable, names):
+        st = self.st
+        if isinstance(iterable, loops.LoopSpec):
+            if not st.kernel_open:
+                raise st.error("kernel loops (T.Pipelined, T.Parallel, T.serial, T.unroll, range) must be inside "
+                               "`with T.Kernel(...)`")
+            return self._ir_loop(iterable, names)
+        return self._python_loop(iterable)
+
+    @contextlib.contextmanager
+    def _ir_loop(self, spec, names):
+        self.st.loops.append("ir")
+        try:
+            with spec.open(names) as loop_vars:
+                yield [loop_vars]
+        finally:
+            self.st.loops.pop()
+
+    @contextlib.contextmanager
+    def _python_loop(self, iterable):
+        self.st.loops.append("python")
+        try:
+            yield iterable
+        finally:
+            self.st.loops.pop()
+
+    def range(self, *args):
+        if self.st.kernel_open:
+            return loops.RangeLoop(*args)
+        return builtins.range(*args)
+
+    def condition(self, cond):
+        return cond
+
+    def is_ir(self, cond) -> bool:
+        if not _is_expr(cond):
+            return False
+        from tvm import tirx
+
+        if isinstance(cond, tirx.IntImm):
+            return False  # a folded constant: plain Python truthiness
+        st = self.st
+        used = [v.name for v in tirx.analysis.undefined_vars(cond) if v.name in st.const_vars
+                and v.same_as(st.const_vars[v.name])]
+        if used:
+            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(sorted(set(used)))}")
+        if not st.kernel_open:
+            raise st.error(f"`if` on a runtime value ({cond}) outside `with T.Kernel(...)`",
+                           hint="branch on runtime values inside the kernel, or on compile-time values anywhere")
+        return True
+
+    def ir_if(self, cond):
+        from tvm.script.ir_builder import tirx as T
+
+        return _state.frame(T.If(cond))
+
+    def ir_then(self):
+        from tvm.script.ir_builder import tirx as T
+
+        return _state.frame(T.Then())
+
+    def ir_else(self):
+        from tvm.script.ir_builder import tirx as T
+
+        return _state.frame(T.Else())
+
+    def enter(self, manager, names):
+        if isinstance(manager, loops.Kernel):
+            manager.with_names(names)
+        return manager
+
+    def jump(self, kind: str) -> None:
+        if self.st.loops and self.st.loops[-1] == "ir":
+            raise self.st.error(f"`{kind}` inside a kernel loop is not supported",
+                                hint="guard the loop body with `if` instead")
+
+    def ret(self, value):
+        from tvm.tirx import Buffer
+
+        st = self.st
+        values = value if isinstance(value, tuple) else (value,)
+        if value is None:
+            values = ()
+        order = []
+        for v in values:
+            match = next((p for p in self.pending_outputs if isinstance(v, Buffer) and p.buffer.same_as(v)), None)
+            if match is None:
+                raise ReturnError(f"a kernel can only return tensors made by T.empty; got {v!r}", **self._where())
+            order.append(match)
+        missing = [p.name for p in self.pending_outputs if p not in order]
+        if missing:
+            raise ReturnError(f"T.empty output(s) {', '.join(missing)} are not returned", **self._where(),
+                              hint="return every T.empty tensor, e.g. `return out`")
+        self.result.outputs = [p.name for p in order]
+        self.returned = True
+        return None
+
+
+def _const_names_in(st) -> list:
+    return list(st.consts_used)
+
+
+def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any],
+              const_values: dict[str, int] | None) -> Elaboration:
+    """Run one phase. `const_values=None` is phase 1 (symbolic consts); a dict of ints is phase 2.
+
+    `kernel` is the factory's product for this elaboration (the rewritten function bound to the current closure).
+    """
+    from tvm import tirx
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    start = time.perf_counter()
+    symbolic = const_values is None
+    st = _state.State(filename=kernel.source.filename, symbolic=symbolic, const_values={})
+    if symbolic:
+        st.const_values = st.const_vars = _SymbolicConsts()
+    else:
+        st.const_values = dict(const_values)
+    result = Elaboration(func=None, symbolic=symbolic)
+    runtime_names = {p.name for p in signature.runtime}
+    hooks = Hooks(st, result, runtime_names)
+    st.on_empty = hooks.empty
+    st.on_make_tensor = hooks.make_tensor
+
+    call_args = []
+    for p in signature.params:
+        if p.kind == COMPILE_TIME:
+            call_args.append(compile_values[p.name])
+        else:
+            call_args.append(_Placeholder(p.name, pointer=p.kind == POINTER))
+    fn = kernel.instantiate(hooks)
+
+    with IRBuilder() as ib, _state.activated(st):
+        prim = T.prim_func()
+        prim.__enter__()
+        try:
+            fn(*call_args)
+        except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
+            if not symbolic or isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise _as_user_error(err, st, kernel) from (err if not isinstance(err, TileNBError) else None)
+            reason = err.reason if isinstance(err, _state.StopTemplate) else _short(err)
+            result.stopped = Stop(st.lineno, reason)
+            if not getattr(err, "_closed_inner", False):
+                T.evaluate(0)
+        else:
+            if hooks.pending_outputs and not hooks.returned:
+                raise ReturnError(f"T.empty output(s) {', '.join(p.name for p in hooks.pending_outputs)} are "
+                                  "never returned", filename=st.filename, lineno=hooks.pending_outputs[0].lineno,
+                                  hint="end the kernel body with `return out`")
+        T.func_name(signature.name)
+        prim.__exit__(None, None, None)
+    func = ib.get()
+
+    outputs = {p.name: p for p in hooks.pending_outputs}
+    result.buffers.update(outputs)
+    if not result.outputs:
+        result.outputs = list(outputs)
+    by_name = {p.name: p for p in func.params}
+    for p in hooks.pending_outputs:  # T.empty params were created as out0, out1, ... before their names were known
+        by_name.setdefault(p.name, by_name.get(f"out{hooks.pending_outputs.index(p)}"))
+    order = [p.name for p in signature.runtime if p.name in result.buffers or p.name in result.scalars]
+    order += result.outputs
+    params = [by_name[name] for name in order if by_name.get(name) is not None]
+    attrs = {
+        "global_symbol": signature.name,
+        "tile_nb.threads": st.threads or 0,
+        "tile_nb.outputs": list(result.outputs),
+        "tile_nb.tile_op_lines": list(st.tile_op_lines),
+    }
+    result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs).with_attrs(attrs)
+    result.consts = _const_names_in(st)
+    if symbolic:
+        result.const_vars = {n: st.const_vars[n] for n in result.consts}
+    result.dynamic = dict(st.dynamic_vars)
+    result.threads = st.threads
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+class _SymbolicConsts(dict):
+    """Phase 1: every const name asked for becomes a fresh int32 Var."""
+
+    def __contains__(self, name) -> bool:
+        return True
+
+    def __missing__(self, name):
+        from tvm import tirx
+
+        var = self[name] = tirx.Var(name, "int32")
+        return var
+
+
+def _short(err: BaseException) -> str:
+    text = err.message if isinstance(err, TileNBError) else str(err)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def _as_user_error(err: BaseException, st: _state.State, kernel) -> BaseException:
+    """Errors from deep inside TVM or the body become a DSLError pointing at the user's statement."""
+    if isinstance(err, TileNBError):
+        if err.lineno is None:
+            err.filename, err.lineno, err.col, err.end_col = st.filename, st.lineno or None, st.col, st.end_col
+        return err
+    lineno = _user_line(err, kernel.source.filename) or st.lineno or None
+    return DSLError(f"{type(err).__name__} while elaborating kernel '{kernel.name}': {str(err).strip()}",
+                    filename=st.filename, lineno=lineno, col=st.col if lineno == st.lineno else None,
+                    end_col=st.end_col if lineno == st.lineno else None)
+
+
+def _user_line(err: BaseException, filename: str) -> int | None:
+    tb, line = err.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+del sys

@@ -1,0 +1,94 @@
+"""The kernel's parameters: which are runtime buffers or scalars and which are compile-time values.
+
+Decided once, at decoration, from the signature and the body's annotations (read from the AST, since in-body
+annotations do not reach the bytecode):
+- a parameter annotated in the body (`A: T.Tensor[...]`, `x: T.float32`) or with `T.ptr` in the signature is a
+  runtime argument;
+- every other parameter is a compile-time value, visible to plain Python in the body and part of the template key.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SignatureError
+from ..language import annotations as ann
+from ..language.dtypes import DType
+from .source import KernelSource
+
+__all__ = ["Param", "KernelSignature", "analyze_signature"]
+
+RUNTIME, POINTER, SCALAR, COMPILE_TIME = "runtime", "pointer", "scalar", "compile_time"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    index: int
+    kind: str  # RUNTIME (annotated in the body), POINTER (T.ptr), SCALAR (signature dtype) or COMPILE_TIME
+    default: Any = inspect.Parameter.empty
+    keyword_only: bool = False
+
+    @property
+    def is_runtime(self) -> bool:
+        return self.kind != COMPILE_TIME
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[Param, ...]
+    signature: inspect.Signature
+
+    @property
+    def runtime(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_runtime)
+
+    @property
+    def compile_time(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.is_runtime)
+
+    def by_name(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+def _body_annotated_names(tree: ast.FunctionDef) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and node.value is None and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _signature_kind(annotation) -> str | None:
+    if annotation is inspect.Parameter.empty:
+        return None
+    if annotation is ann.ptr or annotation in ("T.ptr", "ptr"):
+        return POINTER
+    if isinstance(annotation, DType):
+        return SCALAR
+    return None
+
+
+def analyze_signature(fn, source: KernelSource) -> KernelSignature:
+    sig = inspect.signature(fn)
+    in_body = _body_annotated_names(source.tree)
+    params = []
+    for index, p in enumerate(sig.parameters.values()):
+        where = dict(filename=source.filename, lineno=source.first_line + source.tree.lineno - 1)
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise SignatureError(
+                f"kernel '{fn.__name__}' has positional-only parameter '{p.name}'; kernel parameters must be "
+                "nameable (they are matched to annotations and keyword arguments by name)",
+                hint="remove the `/` from the signature", **where)
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            star = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
+            raise SignatureError(f"kernel '{fn.__name__}' has variadic parameter '{star}{p.name}'; kernels need "
+                                 "a fixed list of parameters", **where)
+        kind = _signature_kind(p.annotation)
+        if kind is None:
+            kind = RUNTIME if p.name in in_body else COMPILE_TIME
+        params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY))
+    return KernelSignature(fn.__name__, tuple(params), sig)

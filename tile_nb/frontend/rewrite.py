@@ -1,0 +1,208 @@
+"""AST rewrite of a kernel body, so that running it builds IR.
+
+Python runs the rewritten body (that is how compile-time parameters stay plain Python); the rewrite routes the few
+constructs whose meaning differs in a kernel through the helper object `__tnb__` (`frontend.elaborate.Hooks`):
+
+    A: T.Tensor[[M, K], T.float16]   ->  A = __tnb__.annotate('A', T.Tensor[[M, K], T.float16], <A>)
+    x = expr                         ->  x = __tnb__.bind('x', expr)          (names IR buffers after the user)
+    buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
+    for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
+    if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
+    with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
+    return v                         ->  return __tnb__.ret(v)
+
+Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
+numbers of the rewritten code are those of the user's file, so Python tracebacks show the user's lines too.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import itertools
+
+from ..errors import UnsupportedSyntaxError
+from .source import KernelSource
+
+__all__ = ["rewrite_kernel", "HOOKS_NAME", "FACTORY_NAME"]
+
+HOOKS_NAME = "__tnb__"
+FACTORY_NAME = "__tnb_factory__"
+
+_UNSUPPORTED = {
+    ast.While: "`while` loops are not supported in kernels; use `for i in T.serial(n)` or `range(n)`",
+    ast.Try: "`try` blocks are not supported in kernels",
+    ast.AsyncFor: "`async for` is not supported in kernels",
+    ast.AsyncWith: "`async with` is not supported in kernels",
+    ast.Global: "`global` is not supported in kernels; read module globals directly",
+    ast.Nonlocal: "`nonlocal` is not supported in kernels",
+    ast.Delete: "`del` is not supported in kernels",
+    ast.FunctionDef: "functions defined inside a kernel are not supported; define helpers outside the kernel",
+    ast.AsyncFunctionDef: "functions defined inside a kernel are not supported",
+    ast.ClassDef: "classes defined inside a kernel are not supported",
+}
+if hasattr(ast, "TryStar"):
+    _UNSUPPORTED[ast.TryStar] = "`try` blocks are not supported in kernels"
+
+
+def _hook(method: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), method, ast.Load()), list(args), [])
+
+
+def _const(value) -> ast.Constant:
+    return ast.Constant(value)
+
+
+def _names_of(target: ast.expr) -> tuple[str, ...]:
+    if isinstance(target, ast.Name):
+        return (target.id,)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return tuple(e.id if isinstance(e, ast.Name) else "" for e in target.elts)
+    return ()
+
+
+class _BodyRewriter(ast.NodeTransformer):
+    def __init__(self, source: KernelSource):
+        self.source = source
+        self.ids = itertools.count()
+
+    def fail(self, node: ast.AST, message: str) -> UnsupportedSyntaxError:
+        return UnsupportedSyntaxError(message, filename=self.source.filename, lineno=node.lineno,
+                                      col=node.col_offset, end_col=getattr(node, "end_col_offset", None))
+
+    def fresh(self, stem: str) -> str:
+        return f"__tnb_{stem}{next(self.ids)}"
+
+    # Statement lists: every statement gets a location marker before it.
+    def rewrite_block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in stmts:
+            for kind, message in _UNSUPPORTED.items():
+                if isinstance(stmt, kind):
+                    raise self.fail(stmt, message)
+            # Markers carry positions in the user's file (the tree is relative to the dedented function text).
+            indent, lines = self.source.indent, self.source.first_line - 1
+            end_col = stmt.end_col_offset + indent if stmt.end_lineno == stmt.lineno else None
+            marker = ast.Expr(_hook("at", _const(stmt.lineno + lines), _const(stmt.col_offset + indent),
+                                    _const(end_col)))
+            out.append(ast.copy_location(marker, stmt))
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new])
+        return out
+
+    def generic_visit(self, node):
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, field, self.rewrite_block(value))
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if not isinstance(node.target, ast.Name):
+            raise self.fail(node, "annotations in a kernel must name a parameter, as in `A: T.Tensor[[M], T.float32]`")
+        name = node.target.id
+        if node.value is not None:
+            return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())],
+                                                _hook("bind", _const(name), node.value)), node)
+        current = ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get", ast.Load()),
+                           [_const(name), ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), "UNSET", ast.Load())], [])
+        call = _hook("annotate", _const(name), node.annotation, current)
+        return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
+
+    def visit_Assign(self, node: ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
+            target = node.targets[0]
+            return ast.copy_location(ast.Expr(_hook("store", target.value, target.slice, node.value)), node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            node.value = _hook("bind", _const(node.targets[0].id), node.value)
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        if isinstance(node.target, ast.Subscript):
+            load = ast.Subscript(copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice), ast.Load())
+            value = ast.BinOp(load, node.op, node.value)
+            return ast.copy_location(ast.Expr(_hook("store", node.target.value, node.target.slice, value)), node)
+        return node
+
+    def visit_For(self, node: ast.For):
+        if node.orelse:
+            raise self.fail(node, "`for ... else` is not supported in kernels")
+        iterable = node.iter
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range":
+            iterable = ast.Call(ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), "range", ast.Load()),
+                                iterable.args, iterable.keywords)
+        it_name = self.fresh("it")
+        names = ast.Tuple([_const(n) for n in _names_of(node.target)], ast.Load())
+        inner = ast.For(node.target, ast.Name(it_name, ast.Load()), self.rewrite_block(node.body), [])
+        with_item = ast.withitem(_hook("loop", iterable, names), ast.Name(it_name, ast.Store()))
+        return ast.copy_location(ast.With([with_item], [ast.copy_location(inner, node)]), node)
+
+    def visit_If(self, node: ast.If):
+        cond_name = self.fresh("cond")
+        body = self.rewrite_block(node.body)
+        orelse = self.rewrite_block(node.orelse) if node.orelse else []
+        assign = ast.Assign([ast.Name(cond_name, ast.Store())], _hook("condition", node.test))
+        ir_body = [ast.With([ast.withitem(_hook("ir_then"))], copy.deepcopy(body))]
+        if orelse:
+            ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
+        ir_branch = ast.With([ast.withitem(_hook("ir_if", ast.Name(cond_name, ast.Load())))], ir_body)
+        py_branch = ast.If(ast.Name(cond_name, ast.Load()), body, orelse)
+        dispatch = ast.If(_hook("is_ir", ast.Name(cond_name, ast.Load())), [ir_branch], [py_branch])
+        return [ast.copy_location(assign, node), ast.copy_location(dispatch, node)]
+
+    def visit_With(self, node: ast.With):
+        for item in node.items:
+            names = ast.Tuple([_const(n) for n in _names_of(item.optional_vars)] if item.optional_vars else [],
+                              ast.Load())
+            item.context_expr = _hook("enter", item.context_expr, names)
+        node.body = self.rewrite_block(node.body)
+        return node
+
+    def visit_Return(self, node: ast.Return):
+        node.value = _hook("ret", node.value if node.value is not None else _const(None))
+        return node
+
+    def visit_Break(self, node):
+        return [ast.copy_location(ast.Expr(_hook("jump", _const("break"))), node), node]
+
+    def visit_Continue(self, node):
+        return [ast.copy_location(ast.Expr(_hook("jump", _const("continue"))), node), node]
+
+
+def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...]):
+    """Compile the rewritten kernel into a factory `__tnb_factory__(__tnb__, *free_vars) -> function`.
+
+    The factory takes the closure's values as parameters, so each elaboration sees their current values.
+    Returns the code object of a module defining the factory.
+    """
+    tree = copy.deepcopy(source.tree)
+    tree.decorator_list = []
+    # Arguments are always passed explicitly, so defaults (already evaluated at `def` time) are not re-evaluated.
+    tree.args.defaults = []
+    tree.args.kw_defaults = [None] * len(tree.args.kwonlyargs)
+    for arg in tree.args.args + tree.args.kwonlyargs:
+        arg.annotation = None
+    tree.returns = None
+    tree.body = _BodyRewriter(source).rewrite_block(tree.body)
+    factory = ast.FunctionDef(
+        name=FACTORY_NAME,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(HOOKS_NAME)] + [ast.arg(v) for v in free_vars],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=[tree, ast.Return(ast.Name(tree.name, ast.Load()))],
+        decorator_list=[], returns=None,
+    )
+    if hasattr(factory, "type_params"):  # Python >= 3.12
+        factory.type_params = []
+    module = ast.Module([factory], type_ignores=[])
+    ast.fix_missing_locations(module)
+    _shift(module, source.first_line - 1, source.indent)
+    return compile(module, source.filename, "exec")
+
+
+def _shift(tree: ast.AST, lines: int, cols: int) -> None:
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno"):
+            node.lineno += lines
+            node.end_lineno = (node.end_lineno or node.lineno - lines) + lines
+            node.col_offset += cols
+            if getattr(node, "end_col_offset", None) is not None:
+                node.end_col_offset += cols

@@ -1,0 +1,126 @@
+"""Parameter annotations and shape symbols: `T.Tensor`, `T.StridedTensor`, `T.ptr`, `T.const`, `T.dynamic`.
+
+Annotations are written in the kernel body (`A: T.Tensor[[M, K], T.float16]`); the front end turns each into a
+runtime buffer parameter. `T.const('M, N')` returns the compile-time dims of the running phase (tvm Vars in the
+template, ints once specialized); `T.dynamic('N')` returns a runtime symbolic dim.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AnnotationError
+from . import state as _state
+from .dtypes import DType, as_dtype
+from .irutil import is_expr
+
+__all__ = ["Tensor", "StridedTensor", "ptr", "const", "dynamic", "TensorAnnotation"]
+
+
+@dataclass(frozen=True)
+class TensorAnnotation:
+    """What `T.Tensor[[dims], dtype]` or `T.StridedTensor[[dims], [strides], dtype]` evaluates to."""
+
+    shape: tuple
+    dtype: DType
+    strides: tuple | None = None
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        if self.strides is None:
+            return f"T.Tensor[[{dims}], {self.dtype!r}]"
+        strides = ", ".join(str(s) for s in self.strides)
+        return f"T.StridedTensor[[{dims}], [{strides}], {self.dtype!r}]"
+
+
+def _dims(value, what: str) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        value = (value,)
+    for dim in value:
+        if isinstance(dim, bool) or not (isinstance(dim, int) or is_expr(dim)):
+            raise AnnotationError(f"{what} entries must be ints, T.const or T.dynamic dims (or expressions of "
+                                  f"them); got {dim!r}")
+    return tuple(value)
+
+
+def _dtype(value) -> DType:
+    try:
+        return as_dtype(value)
+    except ValueError as err:
+        raise AnnotationError(f"tensor annotation dtype: {err}") from None
+
+
+class _TensorType:
+    """`T.Tensor[[M, K], T.float16]`: a contiguous row-major tensor."""
+
+    def __getitem__(self, item) -> TensorAnnotation:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise AnnotationError(f"T.Tensor takes [shape, dtype], as in T.Tensor[[M, K], T.float16]; got {item!r}")
+        return TensorAnnotation(_dims(item[0], "T.Tensor shape"), _dtype(item[1]))
+
+    def __repr__(self) -> str:
+        return "T.Tensor"
+
+
+class _StridedTensorType:
+    """`T.StridedTensor[[M, K], [sM, 1], T.float16]`: a tensor with explicit (maybe symbolic) strides."""
+
+    def __getitem__(self, item) -> TensorAnnotation:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise AnnotationError("T.StridedTensor takes [shape, strides, dtype], as in "
+                                  f"T.StridedTensor[[M, K], [sM, 1], T.float16]; got {item!r}")
+        shape = _dims(item[0], "T.StridedTensor shape")
+        strides = _dims(item[1], "T.StridedTensor strides")
+        if len(shape) != len(strides):
+            raise AnnotationError(f"T.StridedTensor has {len(shape)} dims but {len(strides)} strides")
+        return TensorAnnotation(shape, _dtype(item[2]), strides)
+
+    def __repr__(self) -> str:
+        return "T.StridedTensor"
+
+
+class _PtrType:
+    """`A: T.ptr` in the signature: a raw device pointer (`tensor.data_ptr()`), bound with `T.make_tensor`."""
+
+    def __repr__(self) -> str:
+        return "T.ptr"
+
+
+Tensor = _TensorType()
+StridedTensor = _StridedTensorType()
+ptr = _PtrType()
+
+
+def _names(spec: str) -> list[str]:
+    names = [n.strip() for n in spec.replace(",", " ").split()]
+    bad = [n for n in names if not n.isidentifier()]
+    if not names or bad:
+        raise AnnotationError(f"expected identifiers separated by commas, as in T.const('M, N, K'); got {spec!r}")
+    return names
+
+
+def const(spec: str) -> Any:
+    """`M, N, K = T.const('M, N, K')`: compile-time dims, read from the call's tensors (or `M=...` keywords)."""
+    st = _state.active("T.const")
+    values = []
+    for name in _names(spec):
+        if name not in st.const_values:
+            raise st.error(f"T.const('{name}') has no value in this elaboration")
+        if name not in st.consts_used:
+            st.consts_used.append(name)
+        values.append(st.const_values[name])
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def dynamic(spec: str, dtype: str = "int32") -> Any:
+    """`N = T.dynamic('N')`: a runtime dim; one compiled kernel serves every value."""
+    from tvm import tirx
+
+    st = _state.active("T.dynamic")
+    values = []
+    for name in _names(spec):
+        var = st.dynamic_vars.get(name)
+        if var is None:
+            var = st.dynamic_vars[name] = tirx.Var(name, dtype)
+        values.append(var)
+    return values[0] if len(values) == 1 else tuple(values)

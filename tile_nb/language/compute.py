@@ -1,0 +1,160 @@
+"""Compute in the tile language: `T.gemm`, reductions, atomics and scalar math.
+
+Scalar math works on both Python numbers (compile-time values fold in Python) and TVM expressions.
+"""
+from __future__ import annotations
+
+from . import state as _state
+from .dtypes import as_dtype
+from .irutil import as_expr, is_load
+from .memory import region_of
+
+__all__ = ["gemm", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+           "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity"]
+
+_builtin_max, _builtin_min, _builtin_abs = max, min, abs
+
+
+def _static(x):
+    """The int value of a static extent, or None when symbolic."""
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False):
+    """`T.gemm(A, B, C)`: `C += A @ B` on tiles (`C = A @ B` with `clear_accum=True`). `A` is `[M, K]` (`[K, M]` with
+    `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and accumulates in its dtype."""
+    from tvm.tirx.script import tile as Tx
+
+    st = _state.active("T.gemm")
+    ra, rb, rc = (region_of(x, what="T.gemm") for x in (A, B, C))
+    shapes = [[_static(r.extent) for r in reg.region] for reg in (ra, rb, rc)]
+    if any(len(s) != 2 for s in shapes):
+        raise st.error("T.gemm operands must be 2-d tiles; got shapes "
+                       f"A{tuple(shapes[0])}, B{tuple(shapes[1])}, C{tuple(shapes[2])}")
+    (a0, a1), (b0, b1), (c0, c1) = shapes
+    m, ka = (a1, a0) if transpose_A else (a0, a1)
+    kb, n = (b1, b0) if transpose_B else (b0, b1)
+    for name, want, got in (("K of A and B", ka, kb), ("M of A and C", m, c0), ("N of B and C", n, c1)):
+        if None not in (want, got) and want != got:
+            raise st.error(f"T.gemm: {name} differ ({want} vs {got}); shapes A{tuple(shapes[0])} "
+                           f"B{tuple(shapes[1])} C{tuple(shapes[2])}",
+                           hint="use transpose_A= / transpose_B= when a tile is stored transposed")
+    Tx.gemm(rc, ra, rb, rc, bool(transpose_A), bool(transpose_B), 1.0, 0.0 if clear_accum else 1.0)
+    st.record_tile_op()
+
+
+def _reduce(op_name: str, src, dst, dim: int, clear: bool):
+    from tvm.tirx.script import tile as Tx
+
+    st = _state.active(f"T.reduce_{op_name}")
+    rs, rd = region_of(src, what=f"T.reduce_{op_name}"), region_of(dst, what=f"T.reduce_{op_name}")
+    rank = len(rs.region)
+    axis = dim + rank if dim < 0 else dim
+    if not 0 <= axis < rank:
+        raise st.error(f"T.reduce_{op_name}: dim={dim} is out of range for a {rank}-d source")
+    want = [_static(r.extent) for i, r in enumerate(rs.region) if i != axis]
+    got = [_static(r.extent) for r in rd.region]
+    if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got)):
+        raise st.error(f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
+                       f"gives {want}, but the destination is {got}")
+    {"sum": Tx.sum, "max": Tx.max, "min": Tx.min}[op_name](rd, rs, (axis,), not clear)
+    st.record_tile_op()
+
+
+def reduce_max(src, dst, dim: int = -1, clear: bool = True):
+    """`T.reduce_max(src, dst, dim=1)`: max of `src` over `dim` into `dst` (combined with `dst` if `clear=False`)."""
+    _reduce("max", src, dst, dim, clear)
+
+
+def reduce_sum(src, dst, dim: int = -1, clear: bool = True):
+    """`T.reduce_sum(src, dst, dim=1)`: sum of `src` over `dim` into `dst` (added to `dst` if `clear=False`)."""
+    _reduce("sum", src, dst, dim, clear)
+
+
+def reduce_min(src, dst, dim: int = -1, clear: bool = True):
+    """`T.reduce_min(src, dst, dim=1)`: min of `src` over `dim` into `dst`."""
+    _reduce("min", src, dst, dim, clear)
+
+
+def atomic_add(dst, value):
+    """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs)."""
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    st = _state.active("T.atomic_add")
+    if not is_load(dst):
+        raise st.error(f"T.atomic_add takes an element `C[i, j]` as its destination; got {dst!r}")
+    dtype = dst.source.dtype
+    value = as_expr(value, dtype)
+    call = tirx.call_extern(dtype, "atomicAdd", tirx.address_of(dst), value)
+    T.add_to_parent(tirx.Evaluate(call, st.span()))
+
+
+def if_then_else(cond, then_value, else_value):
+    """`T.if_then_else(c, a, b)`: `a` where `c` holds, else `b` (an expression, both sides evaluated)."""
+    from tvm import tirx
+
+    if isinstance(cond, bool):
+        return then_value if cond else else_value
+    return tirx.if_then_else(cond, then_value, else_value)
+
+
+def ceildiv(a, b):
+    """`T.ceildiv(a, b)`: `(a + b - 1) // b`, folded in Python when both are ints."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return (a + b - 1) // b
+
+
+def max(a, b):  # noqa: A001 - the DSL's name
+    from tvm import tirx
+
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _builtin_max(a, b)
+    return tirx.max(a, b)
+
+
+def min(a, b):  # noqa: A001 - the DSL's name
+    from tvm import tirx
+
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return _builtin_min(a, b)
+    return tirx.min(a, b)
+
+
+def _unary(name: str):
+    def op(x):
+        from tvm import tirx
+
+        return getattr(tirx, name)(x)
+
+    op.__name__ = name
+    op.__doc__ = f"`T.{name}(x)` on a floating-point expression."
+    return op
+
+
+exp, exp2, log, log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
+rsqrt, sqrt, sigmoid, tanh = _unary("rsqrt"), _unary("sqrt"), _unary("sigmoid"), _unary("tanh")
+
+
+def abs(x):  # noqa: A001 - the DSL's name
+    from tvm import tirx
+
+    return _builtin_abs(x) if isinstance(x, (int, float)) else tirx.abs(x)
+
+
+def cast(x, dtype):
+    """`T.cast(x, T.float16)`: convert an expression's dtype."""
+    from tvm import tirx
+
+    return as_expr(x, str(as_dtype(dtype)))
+
+
+def infinity(dtype):
+    """`T.infinity(T.float32)`: +inf of a float dtype (use `-T.infinity(...)` for the identity of max)."""
+    from tvm import tirx
+
+    return tirx.infinity(str(as_dtype(dtype)))

@@ -1,0 +1,85 @@
+"""Data types of the tile language: `T.float16`, `T.int32`, ... and the `T.dtype` parameter annotation.
+
+A `DType` is a `str` subclass holding TVM's name ("float16"), so it is hashable, compares equal to the plain name,
+and can be passed wherever TVM wants a dtype string. Calling it builds a typed constant (`T.float32(0)`); used as a
+parameter annotation (`x: T.float32`) it declares a runtime scalar.
+"""
+from __future__ import annotations
+
+__all__ = ["DType", "dtype", "as_dtype", "torch_dtype", "ALL_DTYPES"]
+
+
+class DType(str):
+    """A tile-language dtype; `DType("float16") == "float16"`."""
+
+    __slots__ = ()
+
+    def __call__(self, value):
+        from tvm import tirx
+
+        return tirx.const(value, str(self))
+
+    def __repr__(self) -> str:
+        return f"T.{str(self)}"
+
+    @property
+    def bits(self) -> int:
+        import tvm
+
+        return tvm.DataType(str(self)).bits
+
+    @property
+    def is_float(self) -> bool:
+        return self.startswith(("float", "bfloat"))
+
+
+class _DTypeAnnotation:
+    """`out_dtype: T.dtype = T.float32` marks a compile-time dtype parameter."""
+
+    def __repr__(self) -> str:
+        return "T.dtype"
+
+    def __call__(self, name: str) -> DType:
+        return as_dtype(name)
+
+
+dtype = _DTypeAnnotation()
+
+_NAMES = [
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+]
+ALL_DTYPES: dict[str, DType] = {name: DType(name) for name in _NAMES}
+
+# Aliases users write, mapped to TVM's names.
+_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "int": "int32", "bf16": "bfloat16",
+            "fp16": "float16", "fp32": "float32"}
+
+
+def as_dtype(value) -> DType:
+    """A DType from a DType, a name, or a torch dtype; ValueError naming the value otherwise."""
+    if isinstance(value, DType):
+        return value
+    name = value if isinstance(value, str) else str(value)
+    if name.startswith("torch."):  # a torch dtype or its name
+        name = name[len("torch."):]
+    elif not isinstance(value, str):
+        raise ValueError(f"expected a dtype (such as T.float16), got {value!r}")
+    name = _ALIASES.get(name, name)
+    if name in ALL_DTYPES:
+        return ALL_DTYPES[name]
+    raise ValueError(f"unknown dtype {value!r}; expected one of {', '.join(ALL_DTYPES)}")
+
+
+_TORCH_CACHE: dict[str, object] = {}
+
+
+def torch_dtype(dt: str):
+    """The torch dtype of a tile-language dtype (imports torch on first use)."""
+    found = _TORCH_CACHE.get(dt)
+    if found is None:
+        import torch
+
+        found = getattr(torch, "bool" if dt == "bool" else str(dt))
+        _TORCH_CACHE[dt] = found
+    return found

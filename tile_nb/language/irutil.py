@@ -1,0 +1,42 @@
+"""Small adapters over TVM 0.27's expression classes (their names moved between releases)."""
+from __future__ import annotations
+
+__all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr"]
+
+
+def is_expr(x) -> bool:
+    from tvm.ir.expr import ExprWithOp
+
+    return isinstance(x, ExprWithOp) and not is_load(x) or is_load(x)
+
+
+def dtype_of(x) -> str:
+    """The dtype name of an expression (`Var`, `IntImm`, `Add`, ...)."""
+    return str(x.ty.dtype)
+
+
+def is_load(x) -> bool:
+    from tvm import ir
+
+    return isinstance(x, ir.TensorLoad)
+
+
+def is_region(x) -> bool:
+    from tvm import ir
+
+    return isinstance(x, ir.TensorRegion)
+
+
+def is_buffer(x) -> bool:
+    from tvm.tirx import Buffer
+
+    return isinstance(x, Buffer)
+
+
+def as_expr(value, dtype: str):
+    """A Python number as a constant of `dtype`; an expression cast to `dtype` when it differs."""
+    from tvm import tirx
+
+    if isinstance(value, (bool, int, float)):
+        return tirx.const(value, dtype)
+    return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)

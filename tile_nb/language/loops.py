@@ -1,0 +1,160 @@
+"""Kernel launch and loops: `T.Kernel`, `T.Pipelined`, `T.Parallel`, `T.serial`, `T.unroll` (and `range`).
+
+Each loop form is a `LoopSpec`; the front end rewrites `for i in <spec>:` so that the spec opens its IR frames,
+binds the loop variables under the user's names, and runs the body once to trace it.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from . import state as _state
+from .irutil import dtype_of, is_expr
+
+__all__ = ["Kernel", "Pipelined", "Parallel", "serial", "unroll", "LoopSpec", "RangeLoop"]
+
+_BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+def _is_intlike(x) -> bool:
+    if isinstance(x, bool):
+        return False
+    return isinstance(x, int) or is_expr(x) and dtype_of(x).startswith(("int", "uint"))
+
+
+class Kernel:
+    """`with T.Kernel(gx, gy, threads=128) as (bx, by):` launches a grid of CTAs of `threads` threads each."""
+
+    def __init__(self, *grid, threads: int = 128):
+        st = _state.active("T.Kernel")
+        if not 1 <= len(grid) <= 3:
+            raise st.error(f"T.Kernel takes 1 to 3 grid extents; got {len(grid)}")
+        for i, extent in enumerate(grid):
+            if not _is_intlike(extent):
+                raise st.error(f"T.Kernel grid extent {i} must be an integer expression; got {extent!r}")
+        if not isinstance(threads, int) or not 1 <= threads <= 1024 or threads % 32:
+            raise st.error(f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {threads!r}")
+        self.grid = grid
+        self.threads = threads
+        self.names = ["bx", "by", "bz"][: len(grid)]
+        self._stack: contextlib.ExitStack | None = None
+
+    def with_names(self, names) -> "Kernel":
+        """Called by the front end with the `as (...)` target names, so the IR uses them."""
+        if names and len(names) == len(self.grid):
+            self.names = list(names)
+        return self
+
+    def __enter__(self):
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
+
+        st = _state.active("T.Kernel")
+        if st.kernel_open:
+            raise st.error("T.Kernel cannot be nested: a kernel body has exactly one T.Kernel")
+        st.kernel_open = True
+        st.threads = self.threads
+        self._stack = contextlib.ExitStack()
+        block_vars = []
+        for tag, extent, name in zip(_BLOCK_TAGS, self.grid, self.names):
+            var = self._stack.enter_context(_state.frame(T.launch_thread(tag, extent)))
+            IRBuilder.name(name, var)
+            block_vars.append(var)
+        tx = self._stack.enter_context(_state.frame(T.launch_thread("threadIdx.x", self.threads)))
+        IRBuilder.name("tx", tx)
+        return block_vars[0] if len(block_vars) == 1 else tuple(block_vars)
+
+    def __exit__(self, exc_type, exc, tb):
+        st = _state.active("T.Kernel")
+        st.kernel_open = False
+        return self._stack.__exit__(exc_type, exc, tb)
+
+
+class LoopSpec:
+    """A loop of the tile language; `open(names)` is a context manager yielding the loop variable(s)."""
+
+    kind = "serial"
+    n_vars = 1
+
+    def __init__(self, *extents, annotations: dict | None = None):
+        self.extents = extents
+        self.annotations = annotations
+
+    def _frame(self, start, stop):
+        from tvm.script.ir_builder import tirx as T
+
+        make = {"serial": T.serial, "unroll": T.unroll, "parallel": T.parallel}[self.kind]
+        return make(start, stop, annotations=self.annotations)
+
+    @contextlib.contextmanager
+    def open(self, names):
+        from tvm.script.ir_builder import IRBuilder
+
+        bounds = [(0, e) if not isinstance(e, tuple) else e for e in self.extents]
+        with contextlib.ExitStack() as stack:
+            loop_vars = []
+            for i, (start, stop) in enumerate(bounds):
+                var = stack.enter_context(_state.frame(self._frame(start, stop)))
+                if names and i < len(names):
+                    IRBuilder.name(names[i], var)
+                loop_vars.append(var)
+            yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+
+
+class _Serial(LoopSpec):
+    def __init__(self, start, stop=None, annotations=None):
+        super().__init__((0, start) if stop is None else (start, stop), annotations=annotations)
+
+
+def serial(start, stop=None) -> LoopSpec:
+    """`for i in T.serial(n)` or `T.serial(start, stop)`: a sequential loop in the kernel."""
+    return _Serial(start, stop)
+
+
+def unroll(start, stop=None) -> LoopSpec:
+    """`for i in T.unroll(n)`: a loop the compiler fully unrolls."""
+    spec = _Serial(start, stop)
+    spec.kind = "unroll"
+    return spec
+
+
+def Pipelined(n, num_stages: int = 2) -> LoopSpec:  # noqa: N802 - the DSL's name
+    """`for k in T.Pipelined(n, num_stages=3)`: a sequential loop whose copies overlap the compute of earlier
+    iterations (a `num_stages`-deep software pipeline on the GPU; iterations run in order on the interpreter)."""
+    st = _state.active("T.Pipelined")
+    if not isinstance(num_stages, int) or num_stages < 1:
+        raise st.error(f"T.Pipelined(num_stages=...) must be a positive int; got {num_stages!r}")
+    return _Serial(n, annotations={"num_stages": num_stages})
+
+
+class _Parallel(LoopSpec):
+    kind = "parallel"
+
+
+def Parallel(*extents) -> LoopSpec:  # noqa: N802 - the DSL's name
+    """`for i, j in T.Parallel(M, N)`: an elementwise loop nest whose iterations the block's threads share."""
+    st = _state.active("T.Parallel")
+    if not extents:
+        raise st.error("T.Parallel needs at least one extent")
+    return _Parallel(*extents)
+
+
+class RangeLoop(_Serial):
+    """Python's `range(...)` inside a kernel: a serial loop (steps other than 1 are scaled from a unit loop)."""
+
+    def __init__(self, *args: Any):
+        st = _state.active("range")
+        if not 1 <= len(args) <= 3:
+            raise st.error(f"range expected 1 to 3 arguments, got {len(args)}")
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        self.step = step
+        self.start = start
+        if isinstance(step, int) and step == 1:
+            super().__init__(start, stop)
+        else:
+            super().__init__(0, (stop - start + step - 1) // step)
+
+    @contextlib.contextmanager
+    def open(self, names):
+        with super().open(names) as var:
+            yield var if isinstance(self.step, int) and self.step == 1 else self.start + var * self.step

@@ -1,0 +1,158 @@
+"""Memory in the tile language: allocations, `T.copy`, `T.clear` / `T.fill`, `T.empty`, `T.make_tensor`.
+
+Copies and fills build TVM tile primitives (`T.tile.copy` / `T.tile.fill`); docs/IR.md gives their meaning.
+"""
+from __future__ import annotations
+
+from . import state as _state
+from .dtypes import as_dtype
+from .irutil import as_expr, is_buffer, is_load, is_region
+
+__all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty",
+           "make_tensor", "region_of"]
+
+
+def _shape(shape) -> tuple:
+    return tuple(shape) if isinstance(shape, (list, tuple)) else (shape,)
+
+
+def _alloc(what: str, shape, dtype, scope: str):
+    from tvm.script.ir_builder import tirx as T
+
+    st = _state.active(what)
+    if not st.kernel_open:
+        raise st.error(f"{what} must be called inside `with T.Kernel(...)`")
+    try:
+        dt = as_dtype(dtype)
+    except ValueError as err:
+        raise st.error(f"{what} dtype: {err}") from None
+    return T.alloc_buffer(_shape(shape), str(dt), scope=scope)
+
+
+def alloc_shared(shape, dtype):
+    """A tile in shared memory, one per CTA: `A_s = T.alloc_shared((128, 32), T.float16)`."""
+    return _alloc("T.alloc_shared", shape, dtype, "shared.dyn")
+
+
+def alloc_fragment(shape, dtype):
+    """A tile held in the registers of the CTA's threads (an accumulator): `T.alloc_fragment((128, 128), T.float32)`."""
+    return _alloc("T.alloc_fragment", shape, dtype, "local.fragment")
+
+
+def alloc_local(shape, dtype):
+    """A small per-thread array in registers."""
+    return _alloc("T.alloc_local", shape, dtype, "local")
+
+
+def alloc_var(dtype, init=None):
+    """A per-thread scalar, read and written as `x[0]`; `init` stores an initial value."""
+    buf = _alloc("T.alloc_var", (1,), dtype, "local.var")
+    if init is not None:
+        store(buf, (0,), init)
+    return buf
+
+
+def region_of(x, extents=None, what: str = "T.copy"):
+    """A `TensorRegion` from a buffer, a slice `A[a:b, c:d]`, or a start corner `A[i, j]` (then `extents` gives its
+    size, aligned to the trailing dims)."""
+    st = _state.active(what)
+    if is_buffer(x):
+        return x[tuple(slice(0, d) for d in x.shape)]
+    if is_region(x):
+        return x
+    if is_load(x):
+        indices = list(x.indices)
+        if extents is None:
+            raise st.error(f"{what}: both operands are start corners (`A[i, j]`); give one as a buffer or a slice "
+                           "so that the size of the copy is known")
+        extents = list(extents)
+        if len(extents) > len(indices):
+            raise st.error(f"{what}: a {len(extents)}-d tile cannot start at a {len(indices)}-d corner of "
+                           f"'{x.source.name}'")
+        lead = [1] * (len(indices) - len(extents))
+        sizes = lead + extents
+        return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes))]
+    raise st.error(f"{what}: expected a buffer, a slice `A[a:b, ...]` or a start corner `A[i, j]`; got {x!r}")
+
+
+def _extents(region) -> list:
+    return [r.extent for r in region.region]
+
+
+def _squeezed(region) -> list:
+    from tvm import tirx
+
+    return [e for e in _extents(region) if not (isinstance(e, (int, tirx.IntImm)) and int(e) == 1)]
+
+
+def copy(src, dst):
+    """`T.copy(src, dst)`: copy a tile between any two of global, shared and fragment memory. Either side may be a
+    start corner `A[i, j]`; rows and columns past the edge of a global tensor are not read (0) nor written."""
+    from tvm.tirx.script import tile as Tx
+
+    st = _state.active("T.copy")
+    src_region = region_of(src) if is_buffer(src) or is_region(src) else None
+    dst_region = region_of(dst) if is_buffer(dst) or is_region(dst) else None
+    if src_region is None and dst_region is None:
+        region_of(src, None)  # raises the two-corners error
+    if src_region is None:
+        src_region = region_of(src, _squeezed(dst_region))
+    if dst_region is None:
+        dst_region = region_of(dst, _squeezed(src_region))
+    try:
+        Tx.copy(dst_region, src_region)
+    except ValueError as err:
+        raise st.error(f"T.copy: the source region {_describe(src_region)} and the destination region "
+                       f"{_describe(dst_region)} have different shapes", hint=str(err).split(";")[0]) from None
+    st.record_tile_op()
+
+
+def _describe(region) -> str:
+    dims = ", ".join(str(e) for e in _extents(region))
+    return f"{region.source.name}[{dims}]"
+
+
+def fill(buffer, value):
+    """`T.fill(buf, value)`: set every element of a tile (or region)."""
+    from tvm.tirx.script import tile as Tx
+
+    st = _state.active("T.fill")
+    region = region_of(buffer, what="T.fill")
+    Tx.fill(region, as_expr(value, region.source.dtype))
+    st.record_tile_op()
+
+
+def clear(buffer):
+    """`T.clear(buf)`: fill with zeros."""
+    fill(buffer, 0)
+
+
+def store(buffer, indices, value):
+    """`buf[i, j] = value` inside a kernel (the front end rewrites subscript assignments to this)."""
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    st = _state.active("a buffer store")
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    if len(indices) != len(buffer.shape):
+        raise st.error(f"'{buffer.name}' has {len(buffer.shape)} dims but is indexed with {len(indices)}")
+    if any(isinstance(i, slice) for i in indices):
+        raise st.error(f"assigning to a slice of '{buffer.name}' is not supported; use T.copy, T.fill, or a "
+                       "T.Parallel loop storing element by element")
+    value = as_expr(value, buffer.dtype)
+    T.add_to_parent(tirx.BufferStore(buffer, value, list(indices), st.span()))
+
+
+def empty(shape, dtype):
+    """`out = T.empty((M, N), dtype)`: an output tensor the call allocates and returns (`return out`)."""
+    st = _state.active("T.empty")
+    if st.kernel_open:
+        raise st.error("T.empty must be called before `with T.Kernel(...)`, at the top of the kernel body")
+    return st.on_empty(_shape(shape), as_dtype(dtype))
+
+
+def make_tensor(pointer, shape, dtype):
+    """`A = T.make_tensor(A, (M, K), T.float16)`: view a `T.ptr` parameter as a row-major tensor."""
+    st = _state.active("T.make_tensor")
+    return st.on_make_tensor(pointer, _shape(shape), as_dtype(dtype))

@@ -1,0 +1,112 @@
+"""The elaboration state the `T.*` builders read: set by `tile_nb.frontend` while it runs a kernel body.
+
+The tile language only builds IR; which phase is running, the values of the consts, and the user's current source
+line live here so that every builder can attach the line to what it emits, and so that IR frames are closed
+cleanly when phase 1 has to stop early.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import DSLError
+
+__all__ = ["State", "active", "frame", "StopTemplate"]
+
+
+class StopTemplate(Exception):
+    """Phase 1 met Python code that needs a concrete const: the template ends at this statement."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class State:
+    """What one elaboration (phase 1 or phase 2) knows while the body runs."""
+
+    filename: str
+    symbolic: bool  # phase 1: consts are tvm Vars
+    const_values: dict[str, Any]  # name -> int (phase 2) or tvm Var (phase 1)
+    const_vars: dict[str, Any] = field(default_factory=dict)  # phase-1 Vars, to tell const-dependent conditions
+    dynamic_vars: dict[str, Any] = field(default_factory=dict)
+    lineno: int = 0
+    col: int = 0
+    end_col: int | None = None
+    kernel_open: bool = False
+    threads: int | None = None
+    loops: list[str] = field(default_factory=list)  # "ir" or "python", innermost last
+    # Hooks the front end installs (runtime buffers, outputs, pointers).
+    on_empty: Callable[..., Any] | None = None
+    on_make_tensor: Callable[..., Any] | None = None
+    consts_used: list[str] = field(default_factory=list)
+    tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
+
+    def record_tile_op(self) -> None:
+        self.tile_op_lines.append(self.lineno)
+
+    def span(self):
+        from tvm import ir
+
+        if not self.lineno:
+            return None
+        end = self.end_col if self.end_col is not None else self.col
+        return ir.Span(ir.SourceName(self.filename), self.lineno, self.lineno, self.col, end)
+
+    def error(self, message: str, hint: str | None = None) -> DSLError:
+        return DSLError(message, filename=self.filename, lineno=self.lineno or None, col=self.col,
+                        end_col=self.end_col, hint=hint)
+
+
+_active: State | None = None
+
+
+def active(what: str = "this T.* call") -> State:
+    if _active is None:
+        raise DSLError(f"{what} can only run inside the body of a @tile_nb.jit kernel while it is elaborated",
+                       hint="call the decorated function (or its .specialize / .template) instead of the body")
+    return _active
+
+
+@contextlib.contextmanager
+def activated(state: State):
+    global _active
+    previous, _active = _active, state
+    try:
+        yield state
+    finally:
+        _active = previous
+
+
+@contextlib.contextmanager
+def frame(builder_frame):
+    """Enter an IR builder frame; on a phase-1 stop, close it anyway so the template keeps what was built.
+
+    TVM's frames are dropped when their `with` block raises; the template must instead show the kernel up to the
+    statement that stopped it, so a `StopTemplate` closes the frames it passes through (the innermost first gets
+    a no-op statement, since a frame cannot be empty).
+    """
+    from tvm.script.ir_builder import tirx as T
+
+    entered = builder_frame.__enter__()
+    try:
+        yield entered
+    except Exception as err:
+        stopping = isinstance(err, StopTemplate) or (_active is not None and _active.symbolic)
+        if stopping:  # phase 1 keeps the IR built so far; phase 2 errors propagate and discard it
+            if not getattr(err, "_closed_inner", False):
+                T.evaluate(0)
+                _mark_closed(err)
+            builder_frame.__exit__(None, None, None)
+        raise
+    else:
+        builder_frame.__exit__(None, None, None)
+
+
+def _mark_closed(err: BaseException) -> None:
+    try:
+        err._closed_inner = True
+    except AttributeError:  # exceptions of C types without a __dict__
+        pass
