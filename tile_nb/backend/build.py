@@ -1,0 +1,182 @@
+"""Thread-level TIRx IRModule -> CUDA source, cubin, resource use and (with a GPU) a loadable TVM module.
+
+`tvm.compile(..., tir_pipeline="tirx")` lowers the module, generates CUDA C++ and, when TVM's CUDA runtime is
+loaded (a GPU driver is present), asks the global `tvm_callback_cuda_compile` for a binary. tile_nb installs its
+own callback so it chooses the compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the step.
+Without a driver TVM never calls the callback and keeps the source only; the cubin is then made here, from the
+same source, so resource use is known on CPU-only machines too (that module cannot launch).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cuda_compile
+from .cuda_compile import CubinResult
+from .resources import Resources
+from .target import resolve_target, target_arch
+
+__all__ = ["BuildOptions", "BuildResult", "build", "cuda_runtime_loaded"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Knobs of the CUDA build. All of them are part of the kernel cache key."""
+
+    compiler: str = "auto"          # "auto" (NVRTC, else nvcc), "nvrtc" or "nvcc"
+    fast_math: bool = True          # TVM's own default; approximate exp/log/division
+    ptxas_options: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any] | None) -> "BuildOptions":
+        options = dict(options or {})
+        known = {"compiler", "fast_math", "ptxas_options"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown build option(s) {unknown}; known options: {sorted(known)}")
+        if "ptxas_options" in options:
+            options["ptxas_options"] = tuple(options["ptxas_options"])
+        if options.get("compiler", "auto") not in ("auto", "nvrtc", "nvcc"):
+            raise ValueError(f"build option compiler must be 'auto', 'nvrtc' or 'nvcc'; got {options['compiler']!r}")
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compiler": self.compiler, "fast_math": self.fast_math, "ptxas_options": list(self.ptxas_options)}
+
+
+@dataclass
+class BuildResult:
+    """Everything one build produced. `module` is None when no GPU runtime is loaded in this process."""
+
+    target: Any
+    arch: str
+    cuda_source: str
+    module: Any = None                    # tvm.runtime.Executable, launchable
+    cubin: bytes | None = None
+    ptx: str | None = None
+    compiler: str | None = None
+    compile_log: str = ""
+    resources: dict[str, Resources] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped: str | None = None            # why no cubin was made, when none was
+
+
+def cuda_runtime_loaded() -> bool:
+    """True when TVM's CUDA runtime is registered (it loads only where a driver, libcuda.so.1, exists)."""
+    import tvm_ffi
+
+    return tvm_ffi.get_global_func("device_api.cuda", allow_missing=True) is not None
+
+
+# ------------------------------------------------------------------------------------------ compile callback
+
+class _Capture:
+    """One build's request to the callback: how to compile, and where the result goes."""
+
+    def __init__(self, arch: str, options: BuildOptions):
+        self.arch, self.options = arch, options
+        self.results: list[tuple[str, CubinResult]] = []
+
+
+_state = threading.local()
+_build_lock = threading.RLock()       # TVM's compile callback is process-global: one build at a time
+_installed = False
+
+
+def _callback(code: str, *_unused) -> bytes:
+    """Registered as `tvm_callback_cuda_compile`. Outside a tile_nb build it defers to TVM's original."""
+    capture: _Capture | None = getattr(_state, "capture", None)
+    if capture is None:
+        from tvm.support import nvcc as tvm_nvcc
+
+        return tvm_nvcc.tvm_callback_cuda_compile(code)
+    opts = capture.options
+    result = cuda_compile.compile_cuda(code, capture.arch, compiler=opts.compiler, fast_math=opts.fast_math,
+                                       ptxas_options=opts.ptxas_options)
+    capture.results.append((code, result))
+    return result.cubin
+
+
+def _install_callback() -> None:
+    global _installed
+    if _installed:
+        return
+    import tvm_ffi
+    import tvm.support.nvcc  # noqa: F401 - registers TVM's callback first, so ours replaces it and not vice versa
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", _callback, override=True)
+    _installed = True
+
+
+@contextlib.contextmanager
+def _capturing(arch: str, options: BuildOptions):
+    _install_callback()
+    capture = _Capture(arch, options)
+    _state.capture = capture
+    try:
+        yield capture
+    finally:
+        _state.capture = None
+
+
+# ------------------------------------------------------------------------------------------ the build
+
+def build(mod, target=None, options: BuildOptions | dict | None = None) -> BuildResult:
+    """Compile a thread-level TIRx IRModule for CUDA.
+
+    Example::
+
+        result = build(tvm.IRModule({"main": func}), "sm_90a")
+        result.cuda_source, result.resources, result.timings   # cubin/resources need NVRTC or nvcc
+
+    Stages timed: `codegen` (TVM's lowering passes and CUDA codegen) and `cubin` (NVRTC/nvcc with ptxas).
+    """
+    import tvm
+
+    if not isinstance(options, BuildOptions):
+        options = BuildOptions.from_dict(options)
+    target = resolve_target(target)
+    arch = target_arch(target)
+    with _build_lock, _capturing(arch, options) as capture, target:
+        start = time.perf_counter()
+        executable = tvm.compile(mod, target=target, tir_pipeline="tirx")
+        total = time.perf_counter() - start
+    compile_seconds = sum(r.seconds for _, r in capture.results)
+    timings = {"codegen": total - compile_seconds}
+
+    if capture.results:
+        # A GPU runtime is loaded: TVM asked us for the binary and holds it in a launchable module.
+        source, compiled = capture.results[-1]
+        module = executable
+    else:
+        source = _source_of(executable)
+        module, compiled = None, None
+    result = BuildResult(target=target, arch=arch, cuda_source=source, module=module, timings=timings)
+
+    if compiled is None:
+        if cuda_compile.available_compiler(options.compiler) is None:
+            result.skipped = f"no CUDA compiler ({options.compiler}) on this machine: CUDA source only"
+        else:
+            compiled = cuda_compile.compile_cuda(source, arch, compiler=options.compiler,
+                                                 fast_math=options.fast_math, ptxas_options=options.ptxas_options)
+    if compiled is not None:
+        timings["cubin"] = compiled.seconds
+        result.cubin, result.ptx, result.compiler = compiled.cubin, compiled.ptx, compiled.compiler
+        result.compile_log, result.resources = compiled.log, compiled.resources
+    return result
+
+
+def _source_of(executable) -> str:
+    """The CUDA text held by the device module of a built executable."""
+    for sub in executable.mod.imports:
+        try:
+            text = sub.inspect_source("cuda")
+        except Exception:  # noqa: BLE001 - a module kind that holds no CUDA text
+            continue
+        if text:
+            return text
+    raise RuntimeError("TVM produced no CUDA module: does the IRModule contain a kernel (T.device_entry / "
+                       "T.launch_thread)?")

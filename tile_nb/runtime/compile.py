@@ -1,0 +1,231 @@
+"""`compile(func, target)`: phase-2 PrimFunc -> CompiledKernel, through a memory cache and a disk cache.
+
+    key  = sha256(specialized IR text, target, build options, tile_nb version + lower/backend sources, TVM version)
+    memory cache hit  -> the same CompiledKernel object
+    disk cache hit    -> module.so loaded with TVM's runtime (no lowering, no nvcc)
+    miss              -> tile_nb.lower.lower -> tile_nb.backend.build -> export -> publish to the disk cache
+
+Timings (`kernel.timings`, seconds spent in this process): key, lower, codegen, cubin, export, cache_store on a
+build; key, cache_load on a disk hit.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..backend.build import BuildOptions, build, cuda_runtime_loaded
+from ..backend.resources import Resources
+from ..backend.target import device_arch, resolve_target, target_arch
+from .cache import DiskCache, cache_enabled, compute_key, key_material
+from .kernel import CompiledKernel
+
+__all__ = ["compile", "clear_memory_cache", "clear_cache"]
+
+_memory: dict[str, CompiledKernel] = {}
+_memory_lock = threading.Lock()
+
+
+def clear_memory_cache() -> None:
+    """Forget kernels held in this process (the disk cache stays)."""
+    with _memory_lock:
+        _memory.clear()
+
+
+def clear_cache() -> None:
+    """Forget kernels in memory and delete the disk cache folder's entries."""
+    clear_memory_cache()
+    DiskCache().clear()
+
+
+def _entry_function(mod):
+    """The PrimFunc of a module that the host calls, and its symbol: the one with a global_symbol, else main."""
+    import tvm
+
+    funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if not funcs:
+        raise ValueError("the IRModule holds no PrimFunc to compile")
+    for gv, f in funcs:
+        if gv.name_hint == "main":
+            return f, str(f.attrs["global_symbol"]) if f.attrs and "global_symbol" in f.attrs else "main"
+    gv, f = funcs[0]
+    return f, str(f.attrs["global_symbol"]) if f.attrs and "global_symbol" in f.attrs else gv.name_hint
+
+
+def _param_names(func) -> tuple[str, ...]:
+    """Parameter names in call order (TIRx names a tensor parameter after its buffer)."""
+    return tuple(str(getattr(p, "name", None) or p.name_hint) for p in func.params)
+
+
+def _lower(func, target):
+    """Thread-level TIRx for tvm.compile: an IRModule is taken as already lowered; a PrimFunc goes through
+    tile_nb.lower."""
+    import tvm
+
+    if isinstance(func, tvm.IRModule):
+        return func
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        raise TypeError(f"compile() takes a tvm PrimFunc (phase-2 IR) or a lowered IRModule; got "
+                        f"{type(func).__name__}")
+    try:
+        from ..lower import lower
+    except ImportError as err:
+        raise RuntimeError("tile_nb.lower.lower is not available in this checkout; pass an already lowered "
+                           "IRModule to compile()") from err
+    return lower(func, target)
+
+
+def _launch_problem(arch: str) -> str | None:
+    """Why a kernel for `arch` cannot launch in this process, or None when it can."""
+    if not cuda_runtime_loaded():
+        return "no CUDA driver in this process (TVM's CUDA runtime is not loaded); source, cubin and resources " \
+               "are available, launching needs a GPU"
+    dev = device_arch()
+    if dev is None:
+        return "torch sees no CUDA device"
+    digits = lambda a: a[3:].rstrip("af")  # noqa: E731 - "sm_90a" -> "90"
+    if digits(dev) != digits(arch):
+        return f"it was built for {arch} but the device is {dev}; compile with target=None to use the device's arch"
+    return None
+
+
+def compile(func, target=None, *, options: dict[str, Any] | None = None) -> CompiledKernel:
+    """Compile a phase-2 PrimFunc (or an already lowered IRModule) for CUDA and return a CompiledKernel.
+
+    `target`: None (the GPU's arch, else sm_90a), "sm_80", "cuda -arch=sm_80", a dict or a tvm Target.
+    `options`: build options (`compiler`: "auto" | "nvrtc" | "nvcc", `fast_math`, `ptxas_options`) and
+    `cache` (default True; `TILE_NB_DISABLE_CACHE=1` turns the disk cache off everywhere).
+
+    Example::
+
+        kernel = compile(func, "sm_90a")
+        kernel(a, b, c)
+        kernel.cuda_source, kernel.resources, kernel.timings
+    """
+    import tvm
+
+    start = time.perf_counter()
+    options = dict(options or {})
+    use_disk = bool(options.pop("cache", True)) and cache_enabled()
+    build_options = BuildOptions.from_dict(options)
+    target = resolve_target(target)
+    arch = target_arch(target)
+    ir_text = func.script()
+    key = compute_key(key_material(ir_text, str(target), build_options.to_dict()))
+    problem = _launch_problem(arch)
+    timings = {"key": time.perf_counter() - start}
+
+    with _memory_lock:
+        kernel = _memory.get(key)
+    if kernel is not None:
+        return kernel
+
+    disk = DiskCache()
+    if use_disk:
+        t = time.perf_counter()
+        entry = disk.load(key, need_module=problem is None)
+        if entry is not None:
+            try:
+                kernel = _kernel_from_entry(entry, target, load_module=problem is None)
+            except Exception:  # noqa: BLE001 - a module that verified but fails to load: rebuild instead
+                kernel = None
+            if kernel is not None:
+                kernel.not_launchable_reason = problem
+                kernel.timings = dict(timings, cache_load=time.perf_counter() - t)
+                return _remember(key, kernel)
+
+    t = time.perf_counter()
+    mod = _lower(func, target)
+    if isinstance(func, tvm.IRModule):
+        entry_func, name = _entry_function(mod)
+    else:
+        entry_func, name = func, _symbol_of(func, mod)
+    lowered_ir = mod.script()
+    if not isinstance(func, tvm.IRModule):
+        timings["lower"] = time.perf_counter() - t
+    result = build(mod, target, build_options)
+    timings.update(result.timings)
+    kernel = CompiledKernel(
+        name=name, target=target, arch=arch, params=_param_names(entry_func), cuda_source=result.cuda_source,
+        lowered_ir=lowered_ir, cubin=result.cubin, compiler=result.compiler,
+        resources_by_kernel=dict(result.resources), key=key, _ptx=result.ptx)
+    if result.module is not None and problem is None:
+        kernel._module = result.module
+        kernel._func = result.module[name]
+    else:
+        kernel.not_launchable_reason = problem or "TVM built no loadable module"
+
+    if use_disk:
+        _publish(disk, key, kernel, result, timings)
+    kernel.timings = timings
+    kernel.build_timings = dict(timings)
+    return _remember(key, kernel)
+
+
+def _symbol_of(func, mod) -> str:
+    if func.attrs is not None and "global_symbol" in func.attrs:
+        return str(func.attrs["global_symbol"])
+    return _entry_function(mod)[1]
+
+
+def _remember(key: str, kernel: CompiledKernel) -> CompiledKernel:
+    with _memory_lock:
+        return _memory.setdefault(key, kernel)
+
+
+# ------------------------------------------------------------------------------------------ disk entries
+
+def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings: dict[str, float]) -> None:
+    """Write the entry. With a launchable module, export it as module.so (TVM links host code + cubin)."""
+    files: dict[str, Any] = {"kernel.cu": kernel.cuda_source, "lowered.py": kernel.lowered_ir}
+    if kernel.cubin is not None:
+        files["kernel.cubin"] = kernel.cubin
+    if kernel._ptx is not None:
+        files["kernel.ptx"] = kernel._ptx
+    with tempfile.TemporaryDirectory(prefix="tile_nb_export_") as tmp:
+        if kernel._module is not None:
+            t = time.perf_counter()
+            so_path = Path(tmp) / "module.so"
+            result.module.export_library(str(so_path))
+            files["module.so"] = so_path
+            timings["export"] = time.perf_counter() - t
+        t = time.perf_counter()
+        meta = {
+            "name": kernel.name, "params": list(kernel.params), "arch": kernel.arch, "target": str(kernel.target),
+            "compiler": kernel.compiler,
+            "resources": {k: r.to_dict() for k, r in kernel.resources_by_kernel.items()},
+            "build_timings": dict(timings),
+        }
+        try:
+            path = disk.store(key, meta, files, replace="module.so" in files)
+        except OSError as err:   # a read-only or full disk must not break compiling
+            import warnings
+
+            warnings.warn(f"tile_nb: could not write the kernel cache ({err}); continuing without it",
+                          stacklevel=3)
+            path = None
+        timings["cache_store"] = time.perf_counter() - t
+    kernel.cache_path = str(path or disk.entry_path(key))
+
+
+def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
+    meta = entry.meta
+    kernel = CompiledKernel(
+        name=meta["name"], target=target, arch=meta["arch"], params=tuple(meta["params"]),
+        cuda_source=entry.text("kernel.cu") or "", lowered_ir=entry.text("lowered.py") or "",
+        cubin=entry.files.get("kernel.cubin"), compiler=meta.get("compiler"),
+        resources_by_kernel={k: Resources.from_dict(v) for k, v in meta.get("resources", {}).items()},
+        build_timings=dict(meta.get("build_timings", {})), key=meta["key"], cache_path=str(entry.path),
+        from_cache=True, _ptx=entry.text("kernel.ptx"),
+        not_launchable_reason="the cached entry holds no loadable module")
+    if load_module and entry.module_path is not None:
+        import tvm
+
+        module = tvm.runtime.load_module(os.fspath(entry.module_path))
+        kernel._module = module
+        kernel._func = module[kernel.name]
+        kernel.not_launchable_reason = None
+    return kernel

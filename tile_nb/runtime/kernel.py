@@ -1,0 +1,107 @@
+"""CompiledKernel: one built kernel, every stage's text, and a launcher for torch CUDA tensors.
+
+Launching goes through the TVM module's host function via `tvm_ffi`: torch tensors pass by DLPack without a copy,
+and tvm_ffi runs the kernel on torch's current stream of the tensors' device (it asks torch for the stream at each
+call), so the kernel is ordered with the surrounding torch work and with CUDA graphs under capture.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backend.resources import Resources
+
+__all__ = ["CompiledKernel", "KernelNotLaunchableError"]
+
+
+class KernelNotLaunchableError(RuntimeError):
+    """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
+
+
+@dataclass(eq=False)
+class CompiledKernel:
+    """A compiled kernel. Build one with `tile_nb.runtime.compile(func, target)`.
+
+    Attributes hold every stage's text so views render without recompiling: `lowered_ir` (TVMScript handed to
+    `tvm.compile`), `cuda_source`, `ptx`, `sass` (made on first access when cuobjdump/nvdisasm exist), `resources`
+    (registers, shared memory, spills, stack of the kernel), `timings` (stage -> seconds spent in this process).
+
+    Example::
+
+        kernel = tile_nb.runtime.compile(func, "sm_90a")
+        kernel(a, b, c)            # torch CUDA tensors, in func.params order
+        print(kernel.resources)    # 12 registers, 0 B shared, 0 B spill stores, ...
+    """
+
+    name: str                                   # the host entry (the PrimFunc's global_symbol)
+    target: Any                                 # tvm.target.Target
+    arch: str
+    params: tuple[str, ...]                     # parameter names, in call order
+    cuda_source: str
+    lowered_ir: str
+    cubin: bytes | None = None
+    compiler: str | None = None
+    resources_by_kernel: dict[str, Resources] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    build_timings: dict[str, float] = field(default_factory=dict)   # what the original build spent
+    key: str | None = None
+    cache_path: str | None = None
+    from_cache: bool = False
+    not_launchable_reason: str | None = None
+    _ptx: str | None = None
+    _sass: str | None = None
+    _module: Any = None                          # TVM runtime module (kept alive while the function is used)
+    _func: Any = None
+
+    # ------------------------------------------------------------------ artifacts
+
+    @property
+    def resources(self) -> Resources | None:
+        """Resource use of the kernel (the largest of each figure if the module holds several kernels)."""
+        from ..backend.resources import combine
+
+        return combine(self.resources_by_kernel)
+
+    @property
+    def ptx(self) -> str | None:
+        """PTX text: kept from the compile, else made with `nvcc -ptx`; None when no tool can make it."""
+        if self._ptx is None:
+            from ..backend.cuda_compile import compile_ptx
+
+            self._ptx = compile_ptx(self.cuda_source, self.arch)
+        return self._ptx
+
+    @property
+    def sass(self) -> str | None:
+        """SASS disassembly of the cubin (cuobjdump or nvdisasm); None without a cubin or without the tools."""
+        if self._sass is None and self.cubin is not None:
+            from ..backend.cuda_compile import disassemble
+
+            self._sass = disassemble(self.cubin)
+        return self._sass
+
+    @property
+    def launchable(self) -> bool:
+        return self._func is not None
+
+    @property
+    def asm(self) -> dict[str, str | None]:
+        """Every stage's text by name (Triton's `kernel.asm`)."""
+        return {"lowered_ir": self.lowered_ir, "cuda": self.cuda_source, "ptx": self.ptx, "sass": self.sass}
+
+    # ------------------------------------------------------------------ launch
+
+    def __call__(self, *args):
+        """Launch on torch CUDA tensors (and Python numbers for scalar parameters), in `params` order."""
+        func = self._func
+        if func is None:
+            raise KernelNotLaunchableError(f"kernel {self.name!r} cannot run here: {self.not_launchable_reason}")
+        if len(args) != len(self.params):
+            raise TypeError(f"kernel {self.name!r} takes {len(self.params)} arguments ({', '.join(self.params)}); "
+                            f"got {len(args)}")
+        return func(*args)
+
+    def __repr__(self) -> str:
+        where = "from cache" if self.from_cache else "built"
+        run = "launchable" if self.launchable else "not launchable"
+        return f"<CompiledKernel {self.name}({', '.join(self.params)}) {self.arch}, {where}, {run}>"
