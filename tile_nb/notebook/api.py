@@ -85,6 +85,18 @@ def _run(kernel, args: tuple, kwargs: dict, cpu: bool):
     return out, "cpu"
 
 
+def source_filename(kernel) -> str | None:
+    """The file (or cell) the kernel was defined in, to quote source lines."""
+    for path in (("definition", "source", "filename"), ("source", "filename"), ("__wrapped__", "__code__", "co_filename"),
+                 ("fn", "__code__", "co_filename"), ("__code__", "co_filename")):
+        obj = kernel
+        for attr in path:
+            obj = getattr(obj, attr, None)
+        if isinstance(obj, str):
+            return obj
+    return None
+
+
 def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, specialize: bool | None = None,
                 lowered: bool = False, cuda: bool = False, run: bool = False, cpu: bool = False,
                 expected: Any = None, name: str | None = None, notes: list[str] | None = None) -> KernelView:
@@ -118,7 +130,8 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
     return view_from_parts(
         name or getattr(kernel, "__name__", None) or "kernel", template=template, specialized=specialized,
         compiled=compiled, compile_time=_compile_time_values(kernel, compile_time, template_func),
-        given_consts=given_consts, run=run_info, backend=backend, lowered=lowered, cuda=cuda, notes=notes)
+        given_consts=given_consts, run=run_info, backend=backend, lowered=lowered, cuda=cuda, notes=notes,
+        source_filename=source_filename(kernel))
 
 
 def show(kernel, *args, **kwargs) -> KernelView:
@@ -128,7 +141,7 @@ def show(kernel, *args, **kwargs) -> KernelView:
     KernelView gemm
       ...
     """
-    if not hasattr(kernel, "specialize"):
+    if not hasattr(kernel, "template"):  # (a TVM PrimFunc has a `specialize` of its own, but no `template`)
         return _view_of_funcs(kernel)
     return kernel_view(kernel, args, kwargs)
 

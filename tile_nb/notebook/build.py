@@ -11,6 +11,7 @@ The notebook only renders what the kernel objects hold (STYLE.md); nothing here 
 from __future__ import annotations
 
 import inspect
+import linecache
 import re
 from typing import Any
 
@@ -177,45 +178,93 @@ def template_func_of(template):
     return template if hasattr(template, "params") else None
 
 
-def _stopped_note(stopped) -> str | None:
+def stop_note(stopped, source_filename: str | None = None) -> str | None:
+    """Where and why the template stopped: `.stopped` is None, a string, or an object with `lineno`/`reason`."""
     if not stopped:
         return None
-    return str(stopped)
+    lineno, reason = getattr(stopped, "lineno", None), getattr(stopped, "reason", None)
+    if reason is None:
+        return str(stopped)
+    text = f"at line {lineno}" if lineno else "before the end of the body"
+    if lineno and source_filename:
+        line = linecache.getline(source_filename, lineno).strip()
+        if line:
+            text += f" (`{line}`)"
+    return f"{text}: {reason}"
+
+
+def _annotated_params(runtime_func, template_func, template, specialized_meta) -> list[Param]:
+    """Runtime params in PrimFunc order, with the annotations as the user wrote them where the front end kept them.
+
+    The template's annotations (symbolic: `T.Tensor[[M, K], T.float16]`) are preferred; a template that stopped
+    early may lack later params, which then come from the specialized function.
+    """
+    outputs = set(getattr(template, "outputs", None) or getattr(specialized_meta, "outputs", None) or ())
+    symbolic = {p.name: p for p in func_params(template_func)} if template_func is not None else {}
+    params = []
+    for p in func_params(runtime_func):
+        p = symbolic.get(p.name, p)
+        meta = None
+        for source in (template, specialized_meta):
+            buffers = getattr(source, "buffers", None) or {}
+            if p.name in buffers and getattr(buffers[p.name], "annotation", None) is not None:
+                meta = buffers[p.name]
+                break
+        if meta is not None:
+            annotation = repr(meta.annotation)
+            kind = getattr(meta, "kind", "tensor")
+            if kind == "output" or p.name in outputs:
+                annotation = f"T.empty -> {annotation}"
+            elif kind == "pointer":
+                annotation = f"T.ptr -> {annotation}"
+            p = Param(p.name, "tensor", annotation)
+        elif p.name in outputs:
+            p = Param(p.name, p.kind, f"T.empty -> {p.annotation}")
+        params.append(p)
+    return params
 
 
 def view_from_parts(name: str, *, template=None, specialized=None, compiled=None, compile_time: dict | None = None,
                     given_consts: dict | None = None, run: dict | None = None, backend: str | None = None,
-                    lowered: bool = False, cuda: bool = False, notes: list[str] | None = None) -> KernelView:
+                    lowered: bool = False, cuda: bool = False, notes: list[str] | None = None,
+                    source_filename: str | None = None) -> KernelView:
     """Assemble a `KernelView`; every part is optional.
 
-    `template`: a phase-1 template object or PrimFunc; `specialized`: the phase-2 PrimFunc; `compiled`: a compiled
-    kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` / `cuda`; its resources and timings always);
-    `compile_time`: the Python compile-time parameters and their values; `given_consts`: consts given as keywords;
-    `run`: {"device": str, "max_abs_err": float | None}; `backend`: "cuda", "cpu-interpreter" or None.
+    `template`: a phase-1 template object (an elaboration with `.func`, `.stopped`, `.buffers`, `.consts`,
+    `.dynamic`, any of them optional) or a PrimFunc; `specialized`: the phase-2 PrimFunc (or an elaboration);
+    `compiled`: a compiled kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` / `cuda`; its resources
+    and timings always); `compile_time`: the Python compile-time parameters and their values; `given_consts`:
+    consts given as keywords; `run`: {"device": str, "max_abs_err": float | None}; `backend`: "cuda",
+    "cpu-interpreter" or None; `source_filename`: the kernel's file or cell, to quote the line a template stopped at.
     """
     template_func = template_func_of(template)
+    specialized_func = template_func_of(specialized)
     sections: list[Section] = []
-    template_text = clean_script(_script(template)) if template is not None else None
-    specialized_text = clean_script(_script(specialized)) if specialized is not None else None
+    template_text = clean_script(_script(template_func or template)) if template is not None else None
+    specialized_text = clean_script(_script(specialized_func or specialized)) if specialized is not None else None
     if template_text is not None:
         sections.append(Section("template", "Phase 1: template", "python", template_text,
-                                note=_stopped_note(getattr(template, "stopped", None))))
+                                note=stop_note(getattr(template, "stopped", None), source_filename)))
     consts: dict[str, int] = {}
-    dynamic: list[str] = []
+    dynamic: list[str] = list(getattr(template, "dynamic", None) or ())
     if specialized_text is not None:
-        note = None
         changed = None
         if template_text is not None:
             changed = tuple(changed_lines(template_text.split("\n"), specialized_text.split("\n")))
         sections.append(Section("specialized", "Phase 2: specialized", "python", specialized_text,
-                                changed_lines=changed, note=note))
-        consts, dynamic = const_values(template_func, specialized, given_consts)
+                                changed_lines=changed))
+        consts, found_dynamic = const_values(template_func, specialized_func, given_consts)
+        dynamic += [n for n in found_dynamic if n not in dynamic]
     elif given_consts:
         consts = {k: v for k, v in given_consts.items() if isinstance(v, int) and not isinstance(v, bool)}
+    # Consts in the order the kernel declares them (`T.const('M, N, K')`), where the template says.
+    order = [str(n) for n in (getattr(template, "consts", None) or ()) if isinstance(n, str)]
+    consts = {**{n: consts[n] for n in order if n in consts}, **consts}
+    const_names = list(consts) + [n for n in order if n not in consts]
 
-    params = func_params(template_func if template_func is not None and hasattr(template_func, "params")
-                         else specialized)
-    params += [Param(n, "const", "T.const") for n in consts]
+    runtime_func = specialized_func if specialized_func is not None else template_func
+    params = _annotated_params(runtime_func, template_func, template, specialized)
+    params += [Param(n, "const", "T.const") for n in const_names]
     params += [Param(n, "dynamic", "T.dynamic") for n in dynamic]
     params += [Param(n, "compile_time", _value_text(v)) for n, v in (compile_time or {}).items()]
 

@@ -113,7 +113,7 @@ class TileKernelMagics(Magics):
         args: tuple = ()
         if opts.call:
             func, args, call_kwargs = parse_call(_unquote(opts.call), shell.user_ns)
-            kernel = func if hasattr(func, "specialize") else kernel
+            kernel = func if hasattr(func, "template") else kernel
             kwargs = {**kwargs, **call_kwargs}
         elif opts.cpu or opts.bench or opts.expect:
             raise UsageError("--cpu, --bench and --expect need --call \"kernel(args...)\" to run the kernel")
@@ -155,7 +155,7 @@ class TileKernelMagics(Magics):
         code = shell.compile(tree, filename, "exec")
         exec(code, shell.user_ns)  # noqa: S102 - the user's cell, run as IPython would run it
         kernel = shell.user_ns[name]
-        if not hasattr(kernel, "specialize"):
+        if not hasattr(kernel, "template"):
             import tile_nb
 
             kernel = tile_nb.jit(kernel)
