@@ -34,6 +34,7 @@ class BufferParam:
     lineno: int
     col: int
     end_col: int | None
+    filename: str | None = None
 
 
 @dataclass
@@ -139,7 +140,8 @@ class Hooks:
                              strides=list(annotation.strides) if annotation.strides is not None else None)
         IRBuilder.name(name, buf)
         st = self.st
-        self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col)
+        self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col,
+                                                st.filename)
         return buf
 
     def _scalar_param(self, name: str, dtype: DType):
@@ -164,7 +166,8 @@ class Hooks:
         handle = T.arg(name, T.handle())
         buf = T.match_buffer(handle, list(shape), str(dtype))
         st = self.st
-        param = BufferParam(name, "output", TensorAnnotation(tuple(shape), dtype), buf, st.lineno, st.col, st.end_col)
+        param = BufferParam(name, "output", TensorAnnotation(tuple(shape), dtype), buf, st.lineno, st.col,
+                            st.end_col, st.filename)
         self.pending_outputs.append(param)
         return buf
 

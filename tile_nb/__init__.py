@@ -1,0 +1,32 @@
+"""tile_nb: write tile-level GPU kernels in Python, in a notebook.
+
+```python
+import tile_nb
+import tile_nb.language as T
+
+@tile_nb.jit
+def gemm(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32):
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    ...
+gemm(A, B, C)                 # compiles on first call (CUDA tensors) or interprets (CPU tensors)
+gemm.template().script()      # phase 1: TVMScript with M, N, K symbolic
+gemm.specialize(M=1024, N=1024, K=1024)   # phase 2: the PrimFunc for those shapes
+```
+Importing tile_nb loads no Jupyter, widget or plotting package; the notebook pieces load on `%load_ext tile_nb`.
+"""
+from .errors import TileNBError
+from .frontend.source import register_source, run_source
+from .jit import JITFunction, jit, lazy_jit
+
+__version__ = "0.1.0"
+
+__all__ = ["jit", "lazy_jit", "JITFunction", "TileNBError", "run_source", "register_source", "__version__",
+           "load_ipython_extension"]
+
+
+def load_ipython_extension(ip):
+    """`%load_ext tile_nb`: registers the `%%tilekernel` cell magic."""
+    from .notebook import load_ipython_extension as load
+
+    load(ip)

@@ -1,0 +1,150 @@
+"""Argument checks for a specialized kernel: what each runtime parameter must be, and the errors when it is not.
+
+`Expectations` is computed once per specialization; `check` is the fast yes/no used on every call, and `explain`
+builds the precise error (name, expected, given, the annotation's line, a hint) when `check` says no.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import (DeviceMismatchError, DtypeMismatchError, NotContiguousError, RankMismatchError,
+                      ShapeMismatchError, ArgumentError)
+from ..language.dtypes import torch_dtype
+from .elaborate import BufferParam, Elaboration
+
+__all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind"]
+
+
+def _static(x) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def describe_dims(template_param: BufferParam | None, values: tuple) -> str:
+    """`(K=512, N)`: the annotation's dims, with the values phase 2 gave them where known."""
+    names = [str(d) for d in template_param.annotation.shape] if template_param else [None] * len(values)
+    parts = []
+    for name, value in zip(names, values):
+        if name is None or name == str(value):
+            parts.append(str(value) if value is not None else "?")
+        elif value is None:
+            parts.append(name)
+        else:
+            parts.append(f"{name}={value}")
+    return "(" + ", ".join(parts) + (",)" if len(parts) == 1 else ")")
+
+
+@dataclass
+class TensorExpectation:
+    name: str
+    index: int  # position among the runtime arguments
+    dtype: Any  # torch dtype
+    shape: tuple  # ints, None for dynamic dims
+    strides: tuple | None  # StridedTensor: ints / None; T.Tensor: None (contiguous required)
+    param: BufferParam  # phase-2 param (for the line)
+    template_param: BufferParam | None
+
+    def matches(self, t) -> bool:
+        if t.dtype is not self.dtype or len(t.shape) != len(self.shape):
+            return False
+        if any(e is not None and e != g for e, g in zip(self.shape, t.shape)):
+            return False
+        if self.strides is None:
+            return t.is_contiguous()
+        return all(e is None or e == g for e, g in zip(self.strides, t.stride()))
+
+
+class Expectations:
+    """Per-specialization expectations of every tensor argument, and the error for a mismatch."""
+
+    def __init__(self, kernel_name: str, spec: Elaboration, template: Elaboration, runtime_names: list[str],
+                 const_sources: dict[str, tuple[str, str, int]]):
+        self.kernel_name = kernel_name
+        self.const_sources = const_sources
+        self.tensors: list[TensorExpectation] = []
+        for index, name in enumerate(runtime_names):
+            param = spec.buffers.get(name)
+            if param is None:
+                continue
+            ann = param.annotation
+            shape = tuple(_static(d) for d in ann.shape)
+            strides = None if ann.strides is None else tuple(_static(s) for s in ann.strides)
+            self.tensors.append(TensorExpectation(name, index, torch_dtype(ann.dtype), shape, strides, param,
+                                                  template.buffers.get(name)))
+
+    def check(self, args) -> bool:
+        return all(e.matches(args[e.index]) for e in self.tensors)
+
+    def explain(self, args) -> ArgumentError | None:
+        """The first mismatch as an error, in the order a user would fix them: rank, dtype, shape, layout."""
+        for e in self.tensors:
+            t = args[e.index]
+            where = self._where(e.param)
+            ann = e.template_param.annotation if e.template_param else e.param.annotation
+            if len(t.shape) != len(e.shape):
+                return RankMismatchError(
+                    f"{self.kernel_name}() argument '{e.name}' must be a {len(e.shape)}-d tensor ({ann!r}); got a "
+                    f"{t.dim()}-d tensor of shape {tuple(t.shape)}", **where)
+            if t.dtype is not e.dtype:
+                return DtypeMismatchError(
+                    f"{self.kernel_name}() argument '{e.name}' must have dtype {e.param.annotation.dtype}; got "
+                    f"{t.dtype}", **where, hint=f"convert it with {e.name}.to({e.dtype})")
+            bad = [i for i, (x, g) in enumerate(zip(e.shape, t.shape)) if x is not None and x != g]
+            if bad:
+                return ShapeMismatchError(
+                    f"{self.kernel_name}() argument '{e.name}' must have shape "
+                    f"{describe_dims(e.template_param, e.shape)}; got {tuple(t.shape)}", **where,
+                    hint=self._hint(e, bad[0], args))
+            if e.strides is None and not t.is_contiguous():
+                return NotContiguousError(
+                    f"{self.kernel_name}() argument '{e.name}' must be contiguous (T.Tensor is row-major); got "
+                    f"strides {tuple(t.stride())} for shape {tuple(t.shape)}", **where,
+                    hint=f"pass {e.name}.contiguous(), or annotate it as T.StridedTensor")
+            if e.strides is not None:
+                bad = [i for i, (x, g) in enumerate(zip(e.strides, t.stride())) if x is not None and x != g]
+                if bad:
+                    return ShapeMismatchError(
+                        f"{self.kernel_name}() argument '{e.name}' must have strides {e.strides}; got "
+                        f"{tuple(t.stride())}", **where)
+        return None
+
+    def _hint(self, e: TensorExpectation, dim: int, args) -> str | None:
+        if e.template_param is None:
+            return None
+        name = str(e.template_param.annotation.shape[dim])
+        source = self.const_sources.get(name)
+        if source is None:
+            return None
+        param, kind, index = source
+        if param == e.name:
+            return None
+        return f"{name} is taken from {param}.{'shape' if kind == 'shape' else 'stride()'}[{index}] = {e.shape[dim]}"
+
+    @staticmethod
+    def _where(param: BufferParam) -> dict:
+        return dict(filename=param.filename, lineno=param.lineno or None, col=param.col, end_col=param.end_col)
+
+
+def check_tensor_kind(kernel_name: str, name: str, value, rank: int, where: dict):
+    """Before reading consts from an argument: it must be a tensor of the annotated rank."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise ArgumentError(f"{kernel_name}() argument '{name}' must be a torch.Tensor; got "
+                            f"{type(value).__name__}", **where)
+    if value.dim() != rank:
+        raise RankMismatchError(f"{kernel_name}() argument '{name}' must be a {rank}-d tensor; got a "
+                                f"{value.dim()}-d tensor of shape {tuple(value.shape)}", **where)
+
+
+def check_devices(kernel_name: str, tensors: dict[str, Any]):
+    devices = {}
+    for name, t in tensors.items():
+        devices.setdefault(t.device, name)
+    if len(devices) > 1:
+        listing = ", ".join(f"'{n}' is on {d}" for d, n in devices.items())
+        raise DeviceMismatchError(f"{kernel_name}() arguments must all be on one device; {listing}",
+                                  hint="move them with .to(device) before the call")

@@ -1,0 +1,462 @@
+"""`@tile_nb.jit`: the decorator that ties the front end, the compiled-kernel runtime and the CPU interpreter.
+
+A call goes: bind arguments -> template (phase 1, cached per compile-time key) -> const values read from the
+tensors -> specialization (phase 2, cached per const values) -> argument checks -> launch (GPU) or interpret (CPU).
+The common case (same compile-time values, shapes seen before) takes a precomputed fast path.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import (ArgumentCountError, ArgumentError, MissingConstError, SourceNotFoundError, TileNBError,
+                     UnhashableArgumentError)
+from .frontend.checks import Expectations, check_devices, check_tensor_kind
+from .frontend.elaborate import Elaboration, elaborate
+from .frontend.kernel import KernelDefinition
+from .frontend.params import COMPILE_TIME, POINTER
+from .language.dtypes import torch_dtype
+
+__all__ = ["jit", "lazy_jit", "JITFunction"]
+
+DEFAULT_TARGET = "cuda -arch=sm_90a"
+
+
+@dataclass
+class Specialization:
+    """Phase 2 for one set of const values: the PrimFunc, its argument checks, and compiled kernels per target."""
+
+    elaboration: Elaboration
+    expectations: Expectations
+    output_shapes: list  # (name, shape with ("dyn", name) entries, torch dtype)
+    compiled: dict = field(default_factory=dict)  # target string -> CompiledKernel
+
+    @property
+    def func(self):
+        return self.elaboration.func
+
+
+@dataclass
+class Template:
+    """Phase 1 for one compile-time key, and where each const's value is read from in a call."""
+
+    elaboration: Elaboration
+    compile_values: dict
+    const_sources: dict  # const name -> (param name, "shape" | "stride", dim)
+    dynamic_sources: dict  # dynamic name -> (param name, dim)
+    specializations: dict = field(default_factory=dict)  # const-value tuple -> Specialization
+
+    @property
+    def consts(self) -> list[str]:
+        return self.elaboration.consts
+
+
+def _key_part(value):
+    """Closure and global values enter cache keys by value when hashable, else by identity."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("<id>", id(value))
+
+
+_SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+
+
+class JITFunction:
+    """A kernel: call it on tensors, or look at its phases with `template`, `specialize` and `compile`."""
+
+    def __init__(self, fn, *, target=None, verbose: bool = False, compile_options: dict | None = None):
+        self.fn = fn
+        self.definition = KernelDefinition.from_function(fn)
+        self.signature = self.definition.signature
+        self.target = target
+        self.verbose = verbose
+        self.compile_options = dict(compile_options or {})
+        self._templates: dict = {}
+        self._runtime_names = [p.name for p in self.signature.runtime]
+        self._global_names = self._read_globals()
+        self._fast = None  # (n args, key, template) of the last all-positional call
+        self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<tile_nb kernel {self.definition.name}{self.signature.signature}>"
+
+    # -- cache keys --------------------------------------------------------------------------------------------
+    def _read_globals(self) -> tuple[str, ...]:
+        """Module globals the body reads that are values (not modules, functions or classes)."""
+        import ast
+
+        names = {n.id for n in ast.walk(self.definition.source.tree) if isinstance(n, ast.Name)}
+        g = self.fn.__globals__
+        return tuple(sorted(n for n in names if n in g and not isinstance(g[n], _SKIP_GLOBAL_TYPES)))
+
+    def _environment_key(self) -> tuple:
+        g = self.fn.__globals__
+        return (tuple(_key_part(g.get(n)) for n in self._global_names),
+                tuple(_key_part(v) for v in self.definition.closure_values()))
+
+    # -- binding -----------------------------------------------------------------------------------------------
+    def _bind(self, args, kwargs):
+        """Split a call into runtime values, compile-time values, and extra keywords (const values)."""
+        name = self.definition.name
+        positional = [p for p in self.signature.params if not p.keyword_only]
+        if len(args) > len(positional):
+            raise ArgumentCountError(f"{name}() takes {len(positional)} positional arguments but {len(args)} were "
+                                     "given", **self._def_where())
+        values = {p.name: a for p, a in zip(positional, args)}
+        extra = {}
+        for key, value in kwargs.items():
+            if self.signature.by_name(key) is None:
+                extra[key] = value
+            elif key in values:
+                raise ArgumentCountError(f"{name}() got multiple values for argument '{key}'", **self._def_where())
+            else:
+                values[key] = value
+        runtime, compile_values = {}, {}
+        for p in self.signature.params:
+            if p.name in values:
+                (compile_values if p.kind == COMPILE_TIME else runtime)[p.name] = values[p.name]
+            elif p.default is not _EMPTY:
+                (compile_values if p.kind == COMPILE_TIME else runtime)[p.name] = p.default
+            elif p.kind == COMPILE_TIME:
+                raise ArgumentCountError(f"{name}() missing compile-time argument '{p.name}'", **self._def_where())
+            else:
+                missing = [q.name for q in self.signature.runtime if q.name not in values]
+                raise ArgumentCountError(f"{name}() missing {len(missing)} runtime argument(s): "
+                                         f"{', '.join(repr(m) for m in missing)}", **self._def_where())
+        for key, value in compile_values.items():
+            try:
+                hash(value)
+            except TypeError:
+                raise UnhashableArgumentError(
+                    f"{name}() compile-time argument '{key}' must be hashable (it keys the kernel cache); got "
+                    f"{type(value).__name__}", **self._def_where(),
+                    hint="pass a tuple instead of a list, or annotate it in the body if it is a runtime tensor") from None
+            if _is_tensor(value):
+                raise ArgumentError(
+                    f"{name}() argument '{key}' is a tensor but has no annotation in the kernel body, so it is "
+                    "treated as a compile-time value", **self._def_where(),
+                    hint=f"declare it, e.g. `{key}: T.Tensor[[M, N], T.float16]`, at the top of the body")
+        return runtime, compile_values, extra
+
+    def _def_where(self) -> dict:
+        src = self.definition.source
+        return dict(filename=src.filename, lineno=src.first_line + src.tree.lineno - 1)
+
+    # -- phases ------------------------------------------------------------------------------------------------
+    def _template_for(self, compile_values: dict) -> tuple[tuple, Template]:
+        key = (tuple(compile_values[p.name] for p in self.signature.compile_time), self._environment_key())
+        template = self._templates.get(key)
+        if template is None:
+            elab = elaborate(self.definition, self.signature, compile_values, None)
+            template = Template(elab, dict(compile_values), *self._sources(elab))
+            self._templates[key] = template
+            self.stats["templates"] += 1
+        return key, template
+
+    def _sources(self, elab: Elaboration):
+        """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it."""
+        consts, dynamics = {}, {}
+        const_vars = {id(v): n for n, v in elab.const_vars.items()}
+        for name in self._runtime_names:
+            param = elab.buffers.get(name)
+            if param is None:
+                continue
+            for dim, expr in enumerate(param.annotation.shape):
+                hit = _bare_var(expr, elab)
+                if hit in elab.consts:
+                    consts.setdefault(hit, (name, "shape", dim))
+                elif hit in elab.dynamic:
+                    dynamics.setdefault(hit, (name, dim))
+            for dim, expr in enumerate(param.annotation.strides or ()):
+                hit = _bare_var(expr, elab)
+                if hit in elab.consts:
+                    consts.setdefault(hit, (name, "stride", dim))
+        del const_vars
+        return consts, dynamics
+
+    def _const_values(self, template: Template, runtime: dict, extra: dict) -> dict:
+        name = self.definition.name
+        values = {}
+        unknown = [k for k in extra if k not in template.consts]
+        if unknown:
+            raise ArgumentCountError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}",
+                                     **self._def_where(),
+                                     hint=f"parameters are {', '.join(p.name for p in self.signature.params)}; "
+                                          f"consts are {', '.join(template.consts) or 'none'}")
+        for const in template.consts:
+            if const in extra:
+                values[const] = _as_int(extra[const], const, name)
+                continue
+            source = template.const_sources.get(const)
+            if source is None:
+                raise MissingConstError(
+                    f"{name}() needs a value for const '{const}': no tensor dim is exactly {const}",
+                    **self._def_where(), hint=f"pass it as a keyword, e.g. {name}(..., {const}=1024)")
+            param, kind, dim = source
+            if param not in runtime:
+                raise MissingConstError(f"{name}() needs a value for const '{const}' (from '{param}'), but "
+                                        f"'{param}' was not given", **self._def_where(),
+                                        hint=f"pass '{param}' or {const}=... as a keyword")
+            tensor = runtime[param]
+            bp = template.elaboration.buffers[param]
+            check_tensor_kind(name, param, tensor, len(bp.annotation.shape),
+                              dict(filename=bp.filename, lineno=bp.lineno, col=bp.col, end_col=bp.end_col))
+            values[const] = int(tensor.shape[dim] if kind == "shape" else tensor.stride(dim))
+        return values
+
+    def _specialization(self, template: Template, const_values: dict) -> Specialization:
+        key = tuple(const_values[c] for c in template.consts)
+        spec = template.specializations.get(key)
+        if spec is None:
+            elab = elaborate(self.definition, self.signature, template.compile_values, const_values)
+            expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
+                                        template.const_sources)
+            outputs = []
+            for out in elab.outputs:
+                shape = [int(d) if _static(d) is not None else ("dyn", str(d)) for d in elab.buffers[out].annotation.shape]
+                outputs.append((out, shape, torch_dtype(elab.buffers[out].annotation.dtype)))
+            spec = Specialization(elab, expectations, outputs)
+            template.specializations[key] = spec
+            self.stats["specializations"] += 1
+        return spec
+
+    # -- public API --------------------------------------------------------------------------------------------
+    def template(self, **compile_kwargs) -> Elaboration:
+        """Phase 1: the template for these compile-time arguments (`.script()` prints it with consts symbolic;
+        `.stopped` says where and why it ended early, if it did)."""
+        _, compile_values, extra = self._bind_compile_only(compile_kwargs)
+        return self._template_for(compile_values)[1].elaboration
+
+    def _bind_compile_only(self, kwargs):
+        placeholders = {p.name: _Missing for p in self.signature.runtime if p.name not in kwargs}
+        runtime, compile_values, extra = self._bind((), {**placeholders, **kwargs})
+        return runtime, compile_values, extra
+
+    def specialize(self, *args, **kwargs):
+        """Phase 2: the `PrimFunc` specialized to these arguments; consts can be given as keywords (`M=1024`), so
+        no tensors are needed."""
+        return self._specialize(args, kwargs)[1].func
+
+    def _specialize(self, args, kwargs):
+        named = dict(kwargs)
+        positional = [p for p in self.signature.params if not p.keyword_only]
+        given = {p.name for p in positional[: len(args)]} | set(named)
+        for p in self.signature.runtime:
+            if p.name not in given:
+                named[p.name] = _Missing
+        runtime, compile_values, extra = self._bind(args, named)
+        runtime = {k: v for k, v in runtime.items() if v is not _Missing}
+        _, template = self._template_for(compile_values)
+        const_values = self._const_values(template, runtime, extra)
+        return template, self._specialization(template, const_values), runtime
+
+    def compile(self, *args, target=None, **kwargs):
+        """Specialize and compile (no GPU needed): the kernel holds `.cuda_source`, `.ptx`, `.sass`, `.resources`,
+        `.lowered_ir` and `.timings`."""
+        start = time.perf_counter()
+        template, spec, _ = self._specialize(args, kwargs)
+        elaborate_s = time.perf_counter() - start
+        return self._compiled(spec, target, elaborate_s)
+
+    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0):
+        from . import runtime as rt
+
+        target = resolve_target(target or self.target)
+        kernel = spec.compiled.get(str(target))
+        if kernel is None:
+            kernel = rt.compile(spec.func, target, options=self.compile_options or None)
+            kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
+            spec.compiled[str(target)] = kernel
+            self.stats["compilations"] += 1
+        return kernel
+
+    def __call__(self, *args, backend: str | None = None, **kwargs):
+        fast = self._fast
+        if fast is not None and backend is None and not kwargs and len(args) == fast[0]:
+            result = self._call_fast(fast, args)
+            if result is not _MISS:
+                return result
+        return self._call_slow(args, kwargs, backend)
+
+    def _call_fast(self, fast, args):
+        _, env_key, template, plan = fast
+        try:
+            if self._environment_key() != env_key:
+                return _MISS
+            key = tuple(args[i].shape[d] if kind == "shape" else args[i].stride(d) for i, kind, d in plan)
+            spec = template.specializations.get(key)
+            if spec is None or not spec.expectations.check(args):
+                return _MISS
+            device = args[spec.expectations.tensors[0].index].device if spec.expectations.tensors else None
+            if any(args[e.index].device != device for e in spec.expectations.tensors):
+                return _MISS
+        except (AttributeError, IndexError, TypeError):
+            return _MISS
+        return self._launch(spec, list(args), device, None)
+
+    def _call_slow(self, args, kwargs, backend):
+        runtime, compile_values, extra = self._bind(args, kwargs)
+        tkey, template = self._template_for(compile_values)
+        const_values = self._const_values(template, runtime, extra)
+        spec = self._specialization(template, const_values)
+        ordered = [runtime.get(n) for n in self._runtime_names]
+        ordered = self._resolve_pointers(spec, ordered)
+        error = self._check(spec, ordered)
+        if error is not None:
+            raise error
+        tensors = {e.name: ordered[e.index] for e in spec.expectations.tensors}
+        check_devices(self.definition.name, tensors)
+        device = next(iter(tensors.values())).device if tensors else None
+        if not kwargs and len(args) == len(self._runtime_names) and not self.signature.compile_time \
+                and not any(p.kind == POINTER for p in self.signature.runtime):
+            plan = [(self._runtime_names.index(template.const_sources[c][0]), template.const_sources[c][1],
+                     template.const_sources[c][2]) for c in template.consts]
+            self._fast = (len(args), self._environment_key(), template, plan)
+        return self._launch(spec, ordered, device, backend)
+
+    def _check(self, spec: Specialization, ordered):
+        for e in spec.expectations.tensors:
+            value = ordered[e.index]
+            if not _is_tensor(value):
+                return ArgumentError(f"{self.definition.name}() argument '{e.name}' must be a torch.Tensor; got "
+                                     f"{type(value).__name__}", **spec.expectations._where(e.param))
+        if spec.expectations.check(ordered):
+            return None
+        return spec.expectations.explain(ordered)
+
+    def _resolve_pointers(self, spec: Specialization, ordered):
+        from ._pointers import tensor_from_pointer
+
+        out = list(ordered)
+        tensors = [v for v in ordered if _is_tensor(v)]
+        device = tensors[0].device if tensors else None
+        for i, name in enumerate(self._runtime_names):
+            param = spec.elaboration.buffers.get(name)
+            if param is not None and param.kind == "pointer" and isinstance(out[i], int):
+                ann = param.annotation
+                out[i] = tensor_from_pointer(out[i], [int(d) for d in ann.shape], torch_dtype(ann.dtype), device)
+        return out
+
+    def _launch(self, spec: Specialization, ordered, device, backend):
+        import torch
+
+        outputs = []
+        for name, shape, dtype in spec.output_shapes:
+            dims = [d if isinstance(d, int) else self._dynamic_value(spec, d[1], ordered) for d in shape]
+            outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
+        call_args = [a for a in ordered if a is not None] + outputs
+        use_cpu = backend == "cpu" or device is None or device.type == "cpu"
+        if backend not in (None, "cpu", "cuda"):
+            raise ArgumentError(f"backend must be 'cpu' (the interpreter) or 'cuda'; got {backend!r}")
+        if use_cpu:
+            self._interpret(spec, call_args)
+        else:
+            self._compiled(spec, None)(*call_args)
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _interpret(self, spec: Specialization, call_args):
+        from . import interp
+
+        on_cpu = [a.cpu() if _is_tensor(a) else a for a in call_args]
+        interp.run(spec.func, on_cpu)
+        for original, result in zip(call_args, on_cpu):
+            if _is_tensor(original) and original is not result:
+                original.copy_(result)
+
+    def _dynamic_value(self, spec: Specialization, name: str, ordered) -> int:
+        template = next(t for t in self._templates.values() if spec in t.specializations.values())
+        param, dim = template.dynamic_sources[name]
+        return int(ordered[self._runtime_names.index(param)].shape[dim])
+
+    def show(self, *args, **kwargs):
+        """The notebook view of this kernel (phase 1 and 2 side by side, CUDA, resources, timings)."""
+        from .notebook import show
+
+        return show(self, *args, **kwargs)
+
+
+_EMPTY = __import__("inspect").Parameter.empty
+
+
+class _MissingType:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_Missing = _MissingType()
+_MISS = object()
+
+
+def _is_tensor(x) -> bool:
+    return type(x).__name__ in ("Tensor", "Parameter") and hasattr(x, "data_ptr")
+
+
+def _static(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _bare_var(expr, elab: Elaboration) -> str | None:
+    """The name of `expr` if it is exactly a const or dynamic Var of this elaboration."""
+    for name, var in list(elab.const_vars.items()) + list(elab.dynamic.items()):
+        if hasattr(expr, "same_as") and expr.same_as(var):
+            return name
+    return None
+
+
+def _as_int(value, const: str, kernel: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"{kernel}() const '{const}' must be an int; got {value!r}")
+    return value
+
+
+def resolve_target(target):
+    """A TVM target: given, else the current CUDA device's arch, else sm_90a."""
+    from tvm.target import Target
+
+    if target is None:
+        target = _device_target()
+    if isinstance(target, str):
+        if target.startswith("cuda") and "-arch=" in target:
+            arch = target.split("-arch=")[1].split()[0]
+            return Target({"kind": "cuda", "arch": arch})
+        return Target(target)
+    return target
+
+
+@functools.lru_cache(maxsize=1)
+def _device_target() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"cuda -arch=sm_{major}{minor}{'a' if major == 9 else ''}"
+    except Exception:  # noqa: BLE001 - no usable CUDA: fall back to the default target
+        pass
+    return DEFAULT_TARGET
+
+
+def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None):
+    """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
+    `verbose=`, `compile_options=` (a dict passed to the compiler, e.g. {"num_warps": 4} where supported)."""
+    if fn is None:
+        return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options)
+    if isinstance(fn, JITFunction):
+        return fn
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"tile_nb.jit decorates a Python function; got {type(fn).__name__}")
+    return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options)
+
+
+lazy_jit = jit
