@@ -1,0 +1,164 @@
+"""Layouts chosen by the lowering: shared tiles (swizzled or plain) and tensor-core register fragments.
+
+The tile IR leaves layouts open: a `shared.dyn` buffer is just a tile, a `local.fragment` buffer is a tile spread
+over the CTA's registers "somehow". Lowering decides:
+
+- `SharedTile`: where element (i, j) of a shared tile lives in the CTA's one dynamic shared-memory pool.
+  Tiles read by `T.gemm` through ldmatrix get an XOR swizzle on 16-byte chunks, so the 8 row addresses of an
+  ldmatrix (and the 16-byte cp.async writes) hit 8 different bank groups. Tiles written by a pipelined copy get
+  one copy per stage (`stages`).
+- `MmaAccLayout`: the accumulator of `T.gemm` as mma.sync m16n8 fragments. The CTA tile is cut into a grid of
+  warps; each warp owns a `WM x WN` block, and lane l holds rows l//4 (+8) and columns 2*(l%4) (+1) of each
+  16x8 atom (PTX ISA, "Matrix Fragments for mma.m16n8k16").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tvm import tirx
+
+__all__ = ["SharedTile", "MmaAccLayout", "choose_warp_grid"]
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+@dataclass
+class SharedTile:
+    """A shared tile as a 2-D (rows x cols) view inside the pool; leading dims fold into rows."""
+
+    buffer: tirx.Buffer  # the tile IR's buffer
+    shape: tuple
+    dtype: str
+    swizzle: bool = False
+    stages: int = 1
+    view: tirx.Buffer | None = None  # flat 1-D view in the pool (set when the pool is laid out)
+    byte_offset: int = 0
+
+    @property
+    def cols(self) -> int:
+        return int(self.shape[-1])
+
+    @property
+    def rows(self) -> int:
+        return _prod(self.shape[:-1]) if len(self.shape) > 1 else 1
+
+    @property
+    def elems(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def nbytes(self) -> int:
+        return self.elems * self.stages * tirx_bits(self.dtype) // 8
+
+    def can_swizzle(self) -> bool:
+        # 16-byte chunks of 2-byte elements: 8 per chunk.
+        return tirx_bits(self.dtype) == 16 and self.cols % 8 == 0
+
+    def offset2(self, row, col, stage=None):
+        """Element offset of (row, col) in the flat view."""
+        if self.swizzle:
+            chunks = self.cols // 8
+            # Rows per 128-byte bank line; consecutive rows of one line share a phase.
+            rows_per_line = max(1, 8 // chunks)
+            phase = tirx.floormod(tirx.floordiv(row, rows_per_line), min(chunks, 8))
+            chunk = tirx.bitwise_xor(tirx.floordiv(col, 8), phase)
+            off = row * self.cols + chunk * 8 + tirx.floormod(col, 8)
+        else:
+            off = row * self.cols + col
+        if self.stages > 1 and stage is not None:
+            off = off + stage * self.elems
+        return off
+
+    def offset(self, indices, stage=None):
+        """Element offset of a full index tuple of the tile IR's buffer."""
+        indices = list(indices)
+        row = 0
+        for dim, idx in zip(self.shape[:-1], indices[:-1]):
+            row = row * int(dim) + idx
+        return self.offset2(row, indices[-1], stage)
+
+
+def tirx_bits(dtype) -> int:
+    import tvm
+
+    return tvm.DataType(str(dtype)).bits
+
+
+def choose_warp_grid(bm: int, bn: int, warps: int) -> tuple[int, int]:
+    """Pick (warps along M, warps along N): warp tiles multiples of 16x16, as square as possible.
+
+    Square warp tiles minimise ldmatrix traffic per mma (a WMxWN warp tile loads WM+WN rows per k-step).
+    Ties go to more warps along N, so a warp's A rows are shared by fewer warps.
+    """
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if bm % (16 * wm) or bn % (16 * wn):
+            continue
+        tm, tn = bm // wm, bn // wn
+        score = (abs(tm - tn), -wn)
+        if best is None or score < best[0]:
+            best = (score, (wm, wn))
+    if best is None:
+        raise NotImplementedError(
+            f"T.gemm: a {bm}x{bn} accumulator cannot be split over {warps} warps in 16x16 warp tiles; "
+            f"use block sizes that are multiples of 16 per warp (e.g. 128x128 with 128 threads)"
+        )
+    return best[1]
+
+
+@dataclass
+class MmaAccLayout:
+    """Register layout of a [BM, BN] accumulator over `warps` warps of m16n8 atoms."""
+
+    bm: int
+    bn: int
+    warps: int
+    wm: int = 0
+    wn: int = 0
+    local: tirx.Buffer | None = field(default=None, repr=False)  # per-thread registers
+
+    def __post_init__(self):
+        if not self.wm:
+            self.wm, self.wn = choose_warp_grid(self.bm, self.bn, self.warps)
+
+    @property
+    def warp_m(self) -> int:
+        return self.bm // self.wm
+
+    @property
+    def warp_n(self) -> int:
+        return self.bn // self.wn
+
+    @property
+    def mi(self) -> int:
+        return self.warp_m // 16
+
+    @property
+    def ni(self) -> int:
+        return self.warp_n // 8
+
+    @property
+    def regs(self) -> int:
+        return self.mi * self.ni * 4
+
+    def warp_coords(self, tx):
+        warp = tirx.floordiv(tx, 32)
+        return tirx.floordiv(warp, self.wn), tirx.floormod(warp, self.wn)
+
+    def element(self, tx, r: int):
+        """(row, col) of register `r` (a Python int) of thread `tx`."""
+        wy, wx = self.warp_coords(tx)
+        lane = tirx.floormod(tx, 32)
+        fd, fm = tirx.floordiv, tirx.floormod
+        mi, ni, h, e = fd(r, self.ni * 4), fm(fd(r, 4), self.ni), fm(fd(r, 2), 2), fm(r, 2)
+        row = wy * self.warp_m + mi * 16 + h * 8 + tirx.floordiv(lane, 4)
+        col = wx * self.warp_n + ni * 8 + tirx.floormod(lane, 4) * 2 + e
+        return row, col

@@ -1,0 +1,337 @@
+"""The lowering driver: phase-2 tile IR (docs/IR.md) -> thread-level TIRx for `tvm.compile(..., "tirx")`.
+
+Passes, in order (each reads the result of the one before):
+1. `analyze`: find every buffer's role and choose layouts (layout inference):
+   - the C operand of `T.gemm` -> `MmaAccLayout` registers; its A/B shared tiles -> swizzled `SharedTile`s;
+   - shared tiles written by copies inside `T.Pipelined(num_stages=s)` -> `s` stages;
+   - other `local.fragment` buffers -> backed by shared memory (correct for any access pattern; see elementwise.py);
+   - every shared tile -> a byte range in the CTA's single dynamic shared-memory pool (TVM allows one
+     `shared.dyn` allocation per kernel; the runtime raises the 48 KB limit from the launch parameter).
+2. `emit`: re-emit the body through TVM's IR builder, replacing each tile op by thread-level code (op lowerings
+   live in copy.py, gemm.py, elementwise.py; the pipelined loop in pipeline.py) and inserting CTA barriers
+   between statements that touch shared memory (`needs_sync`).
+"""
+from __future__ import annotations
+
+import tvm
+import tvm.sym
+import tvm_ffi
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+from tvm.tirx.script.builder import ir as _ir
+
+from . import intrin
+from .exprs import rewrite
+from .layout import MmaAccLayout, SharedTile, tirx_bits
+
+__all__ = ["Lowerer", "LoweringError", "TILE_OPS", "register_tile_op"]
+
+# op name (as `T.tile.<name>` prints) -> lowering function(lowerer, call)
+TILE_OPS: dict = {}
+
+
+def register_tile_op(name: str):
+    def deco(fn):
+        TILE_OPS["tirx.tile." + name] = fn
+        return fn
+
+    return deco
+
+
+class LoweringError(NotImplementedError):
+    """A construct of the tile IR that this lowering does not handle (names the op and operands)."""
+
+
+def region_of(r):
+    """(buffer, [(min, extent), ...]) of a TensorRegion."""
+    return r.source, [(x.min, x.extent) for x in r.region]
+
+
+def scope_of(buf) -> str:
+    return buf.scope()
+
+
+def iter_stmts(stmt):
+    """All statements under `stmt`, pre-order."""
+    yield stmt
+    if isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from iter_stmts(s)
+    elif isinstance(stmt, tirx.IfThenElse):
+        yield from iter_stmts(stmt.then_case)
+        if stmt.else_case is not None:
+            yield from iter_stmts(stmt.else_case)
+    elif hasattr(stmt, "body") and isinstance(getattr(stmt, "body"), tirx.Stmt):
+        yield from iter_stmts(stmt.body)
+
+
+def seq_items(stmt):
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
+def buffers_touched(stmt):
+    """(read buffers, written buffers) of a statement subtree (tile ops, stores and loads)."""
+    from .exprs import walk_loads
+
+    reads, writes = [], []
+
+    def loads_of(e):
+        walk_loads(e, lambda ld: reads.append(ld.source))
+
+    for s in iter_stmts(stmt):
+        if isinstance(s, tirx.TilePrimitiveCall):
+            regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
+            name = s.op.name
+            if name == "tirx.tile.gemm":
+                writes.append(regions[0].source)
+                reads.extend(r.source for r in regions[1:])
+            elif regions:
+                writes.append(regions[0].source)
+                reads.extend(r.source for r in regions[1:])
+            for a in s.args:
+                if isinstance(a, tvm.ir.Expr) and not isinstance(a, tvm.ir.expr.TensorRegion):
+                    loads_of(a)
+        elif isinstance(s, tirx.BufferStore):
+            writes.append(s.buffer)
+            loads_of(s.value)
+            for i in s.indices:
+                loads_of(i)
+        elif isinstance(s, tirx.Evaluate):
+            loads_of(s.value)
+        elif isinstance(s, tirx.For):
+            loads_of(s.extent)
+        elif isinstance(s, tirx.IfThenElse):
+            loads_of(s.condition)
+        elif isinstance(s, tirx.Bind):
+            loads_of(s.value)
+    return reads, writes
+
+
+class Lowerer:
+    """State of one lowering: layouts, the shared pool, variable maps; `run()` returns the new PrimFunc."""
+
+    def __init__(self, func: tirx.PrimFunc, target):
+        self.func = func
+        self.target = target
+        self.threads = None
+        attrs = func.attrs or {}
+        if "tile_nb.threads" in attrs:
+            self.threads = int(attrs["tile_nb.threads"])
+        self.tx = None
+        self.shared: dict = {}  # tile IR buffer -> SharedTile (shared.dyn and shared-backed fragments)
+        self.frags: dict = {}  # tile IR buffer -> MmaAccLayout (register fragments)
+        self.locals: dict = {}  # tile IR local/local.var buffer -> emitted buffer
+        self.var_map: dict = {}  # tile IR var -> expression in the emitted code
+        self.stage: dict = {}  # shared buffer -> stage index expression (inside a pipelined loop)
+        self.frag_reg: dict = {}  # fragment -> (indices, register index) inside a fragment-driven loop
+        self.pool = None
+        self.pool_bytes = 0
+        self.analyzer = tvm.sym.Analyzer()
+        self.gemm_operands: set = set()
+        self.pipelined_stages: dict = {}
+        self.in_thread_code = False  # inside per-thread code (parallel bodies): no barriers
+
+    # ---- pass 1: layout inference and pool layout -------------------------------------------------
+    def analyze(self):
+        allocs = {}
+        for s in iter_stmts(self.func.body):
+            if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
+                if s.node.thread_tag == "threadIdx.x" and self.threads is None:
+                    self.threads = int(s.value)
+            if isinstance(s, tirx.AllocBuffer):
+                allocs[s.buffer] = s.buffer
+            if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
+                c, a, b = (region_of(s.args[i])[0] for i in range(3))
+                if scope_of(c) != "local.fragment":
+                    raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), "
+                                        f"got scope {scope_of(c)}")
+                if c not in self.frags:
+                    self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
+                for op in (a, b):
+                    if scope_of(op) != "shared.dyn":
+                        raise LoweringError(
+                            f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported yet; "
+                            f"A and B must be shared tiles (alloc_shared)")
+                    self.gemm_operands.add(op)
+            if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}):
+                stages = int(s.annotations["num_stages"])
+                for inner in seq_items(s.body):
+                    if self.is_async_copy(inner):
+                        dst = region_of(inner.args[0])[0]
+                        self.pipelined_stages[dst] = max(stages, 1)
+        for buf in allocs:
+            scope = scope_of(buf)
+            if scope == "shared.dyn" or scope == "shared" or (scope == "local.fragment" and buf not in self.frags):
+                tile = SharedTile(buf, tuple(int(x) for x in buf.shape), str(buf.dtype))
+                tile.swizzle = buf in self.gemm_operands and tile.can_swizzle()
+                tile.stages = self.pipelined_stages.get(buf, 1)
+                self.shared[buf] = tile
+
+    def is_async_copy(self, s) -> bool:
+        if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.copy"):
+            return False
+        dst, src = region_of(s.args[0])[0], region_of(s.args[1])[0]
+        return scope_of(dst) == "shared.dyn" and scope_of(src) == "global"
+
+    def emit_pool(self):
+        """One uint8 `shared.dyn` allocation; each shared tile is a DeclBuffer view at a 128-byte aligned offset."""
+        offset = 0
+        for tile in self.shared.values():
+            offset = (offset + 127) // 128 * 128
+            tile.byte_offset = offset
+            offset += tile.nbytes
+        self.pool_bytes = offset
+        if not self.shared:
+            return
+        self.pool = T.alloc_buffer((offset,), "uint8", scope="shared.dyn")
+        IRBuilder.name("smem_pool", self.pool)
+        for tile in self.shared.values():
+            view = T.decl_buffer((tile.elems * tile.stages,), tile.dtype, data=self.pool.data,
+                                 byte_offset=tile.byte_offset, scope="shared.dyn")
+            IRBuilder.name(tile.buffer.name, view)
+            tile.view = view
+
+    # ---- buffer access --------------------------------------------------------------------------
+    def load(self, buf, indices):
+        if buf in self.shared:
+            tile = self.shared[buf]
+            return tirx.BufferLoad(tile.view, [tile.offset(indices, self.stage.get(buf))])
+        if buf in self.frags:
+            return tirx.BufferLoad(self.frags[buf].local, [self.frag_index(buf, indices)])
+        if buf in self.locals:
+            return tirx.BufferLoad(self.locals[buf], list(indices))
+        return tirx.BufferLoad(buf, list(indices))
+
+    def store(self, buf, indices, value):
+        if buf in self.shared:
+            tile = self.shared[buf]
+            T.buffer_store(tile.view, value, [tile.offset(indices, self.stage.get(buf))])
+        elif buf in self.frags:
+            T.buffer_store(self.frags[buf].local, value, [self.frag_index(buf, indices)])
+        elif buf in self.locals:
+            T.buffer_store(self.locals[buf], value, list(indices))
+        else:
+            T.buffer_store(buf, value, list(indices))
+
+    def frag_index(self, buf, indices):
+        """Register index of a fragment element; valid only where a loop runs over this fragment's registers."""
+        if buf in self.frag_reg:
+            expect, reg = self.frag_reg[buf]
+            if all(tvm_ffi.structural_equal(a, b) for a, b in zip(expect, indices)):
+                return reg
+        raise LoweringError(
+            f"fragment {buf.name} (a T.gemm accumulator, held in registers) is accessed at "
+            f"[{', '.join(str(i) for i in indices)}]; inside T.Parallel it must be indexed by the loop "
+            f"variables in order")
+
+    def expr(self, e):
+        """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
+        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx))
+
+    def prove(self, cond) -> bool:
+        return bool(self.analyzer.can_prove(cond))
+
+    def bind_range(self, var, extent):
+        self.analyzer.bind(var, tvm.ir.Range(0, extent))
+
+    # ---- pass 2: emission -------------------------------------------------------------------------
+    def run(self) -> tirx.PrimFunc:
+        self.analyze()
+        if self.threads is None:
+            raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
+        with IRBuilder() as ib:
+            with T.prim_func():
+                T.func_name("tile_nb_lowered")
+                self.emit(self.func.body)
+        body = ib.get().body
+        return self.func.with_body(body)
+
+    def emit(self, stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            self.emit_seq(list(stmt.seq))
+        elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+            self.bind_range(stmt.node.var, stmt.value)
+            with T.attr(stmt.node, "thread_extent", stmt.value):
+                if stmt.node.thread_tag == "threadIdx.x":
+                    self.tx = stmt.node.var
+                    self.emit_pool()
+                self.emit(stmt.body)
+        elif isinstance(stmt, tirx.AttrStmt):
+            with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
+                self.emit(stmt.body)
+        elif isinstance(stmt, tirx.AllocBuffer):
+            self.emit_alloc(stmt.buffer)
+        elif isinstance(stmt, tirx.TilePrimitiveCall):
+            fn = TILE_OPS.get(stmt.op.name)
+            if fn is None:
+                raise LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet")
+            fn(self, stmt)
+        elif isinstance(stmt, tirx.For):
+            from .loops import emit_for
+
+            emit_for(self, stmt)
+        elif isinstance(stmt, tirx.BufferStore):
+            self.store(stmt.buffer, [self.expr(i) for i in stmt.indices], self.expr(stmt.value))
+        elif isinstance(stmt, tirx.Evaluate):
+            T.evaluate(self.expr(stmt.value))
+        elif isinstance(stmt, tirx.IfThenElse):
+            with T.If(self.expr(stmt.condition)):
+                with T.Then():
+                    self.emit(stmt.then_case)
+                if stmt.else_case is not None:
+                    with T.Else():
+                        self.emit(stmt.else_case)
+        elif isinstance(stmt, tirx.Bind):
+            self.var_map[stmt.var] = T.Bind(self.expr(stmt.value))
+        elif isinstance(stmt, tirx.DeclBuffer):
+            _ir.add_to_parent(stmt)
+        else:
+            raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
+
+    def emit_alloc(self, buf):
+        scope = scope_of(buf)
+        if buf in self.shared:
+            return  # a view in the pool, declared at kernel entry
+        if buf in self.frags:
+            lay = self.frags[buf]
+            lay.local = T.alloc_buffer((lay.regs,), str(buf.dtype), scope="local")
+            IRBuilder.name(buf.name, lay.local)
+            return
+        if scope in ("local", "local.var"):
+            new = T.alloc_buffer(tuple(buf.shape), str(buf.dtype), scope="local")
+            IRBuilder.name(buf.name, new)
+            self.locals[buf] = new
+            return
+        raise LoweringError(f"buffer {buf.name} in scope {scope} is not supported")
+
+    def touches_shared(self, stmt):
+        reads, writes = buffers_touched(stmt)
+        return any(b in self.shared for b in reads), any(b in self.shared for b in writes)
+
+    def emit_seq(self, stmts):
+        """Emit statements in order, with a CTA barrier wherever shared memory written (or read) by one
+        statement is read (or written) by a later one."""
+        if self.in_thread_code:
+            for s in stmts:
+                self.emit(s)
+            return
+        pending_write = pending_read = False
+        for s in stmts:
+            if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
+                self.emit(s)
+                continue
+            r, w = self.touches_shared(s)
+            if (pending_write and (r or w)) or (pending_read and w):
+                self.sync()
+                pending_write = pending_read = False
+            self.emit(s)
+            pending_write |= w
+            pending_read |= r
+
+    def sync(self):
+        T.evaluate(intrin.cta_sync())
+
+
+def dtype_bits(dtype) -> int:
+    return tirx_bits(dtype)
