@@ -1,0 +1,221 @@
+"""tile_nb.backend on the CPU: CUDA source from TVM, cubins from NVRTC/nvcc, ptxas resource reports.
+
+Tests that need a CUDA compiler skip with the reason when the machine has none."""
+import pickle
+
+import pytest
+
+from tile_nb.backend import (CudaCompileError, Resources, available_compiler, build, compile_cuda, disassemble,
+                             parse_ptxas_log, resolve_target, toolchain)
+from tile_nb.backend.cuda_compile import slim_source_for_nvrtc
+
+COMPILERS = [c for c in ("nvrtc", "nvcc") if available_compiler(c) == c]
+needs_compiler = pytest.mark.skipif(not COMPILERS, reason="neither NVRTC (cuda-bindings) nor nvcc is installed")
+
+
+def add_module(n_threads=128, dtype="float32"):
+    """Thread-level TIRx elementwise add with a runtime length n (what tile_nb.lower hands to the backend)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def add(a: T.handle, b: T.handle, c: T.handle, n: T.int32):
+        A = T.match_buffer(a, (n,), dtype)
+        B = T.match_buffer(b, (n,), dtype)
+        C = T.match_buffer(c, (n,), dtype)
+        T.device_entry()
+        bx = T.cta_id([T.ceildiv(n, n_threads)])
+        tx = T.thread_id([n_threads])
+        i = bx * n_threads + tx
+        if i < n:
+            C[i] = A[i] + B[i]
+
+    return tvm.IRModule({"main": add.with_attr("global_symbol", "add")})
+
+
+def rowsum_module(rows=64, cols=256):
+    """One CTA per row, the row staged in shared memory: a kernel with static shared memory and a barrier."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def rowsum(a: T.handle, b: T.handle):
+        A = T.match_buffer(a, (rows, cols), "float32")
+        B = T.match_buffer(b, (rows,), "float32")
+        T.device_entry()
+        bx = T.cta_id([rows])
+        tx = T.thread_id([cols])
+        S = T.alloc_shared((cols,), "float32")
+        S[tx] = A[bx, tx]
+        T.evaluate(T.cuda.cta_sync())
+        if tx == 0:
+            acc = T.alloc_local((1,), "float32")
+            acc[0] = T.float32(0)
+            for i in range(cols):
+                acc[0] = acc[0] + S[i]
+            B[bx] = acc[0]
+
+    return tvm.IRModule({"main": rowsum.with_attr("global_symbol", "rowsum")})
+
+
+# ------------------------------------------------------------------------------------------ ptxas reports
+
+NVCC_LOG = """\
+kernel.cu(74): warning #177-D: variable "bx" was declared but never referenced
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'rowsum_kernel' for 'sm_90a'
+ptxas info    : Function properties for rowsum_kernel
+    8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads
+ptxas info    : Used 22 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compiling entry function 'other_kernel' for 'sm_90a'
+ptxas info    : Function properties for helper
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Function properties for other_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, 384 bytes cmem[0]
+ptxas info    : Compile time = 17.4 ms
+"""
+
+NVRTC_LOG = """\
+ptxas info    : 45 bytes gmem
+ptxas info    : Compiling entry function 'add_kernel' for 'sm_80'
+ptxas info    : Function properties for add_kernel
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers, 360 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas_log_nvcc_form_with_two_entries_and_a_device_function():
+    res = parse_ptxas_log(NVCC_LOG)
+    assert set(res) == {"rowsum_kernel", "other_kernel"}          # `helper` is no entry
+    assert res["rowsum_kernel"] == Resources(registers=22, shared_bytes=1024, spill_stores=12, spill_loads=16,
+                                             stack_bytes=8, barriers=1)
+    assert res["other_kernel"].registers == 168 and res["other_kernel"].shared_bytes == 0
+
+
+def test_parse_ptxas_log_nvrtc_form():
+    assert parse_ptxas_log(NVRTC_LOG) == {"add_kernel": Resources(registers=12)}
+
+
+def test_parse_ptxas_log_without_report_is_empty():
+    assert parse_ptxas_log("") == {}
+
+
+def test_resources_round_trip_through_json_dict():
+    r = Resources(registers=40, shared_bytes=2048, spill_stores=4, dynamic_shared_bytes=49152)
+    assert Resources.from_dict(r.to_dict()) == r
+    assert r.total_shared_bytes == 2048 + 49152
+    assert "40 registers" in str(r)
+
+
+# ------------------------------------------------------------------------------------------ targets
+
+@pytest.mark.parametrize("spec, arch", [
+    ("sm_80", "sm_80"),
+    ("cuda -arch=sm_86", "sm_86"),
+    ({"kind": "cuda", "arch": "sm_90a"}, "sm_90a"),
+])
+def test_resolve_target_spellings(spec, arch):
+    assert str(resolve_target(spec).attrs["arch"]) == arch
+
+
+def test_resolve_target_default_uses_device_or_sm90a(monkeypatch):
+    from tile_nb.backend import target as target_mod
+
+    monkeypatch.setattr(target_mod, "device_arch", lambda: None)
+    assert str(resolve_target(None).attrs["arch"]) == "sm_90a"
+    assert str(resolve_target("cuda").attrs["arch"]) == "sm_90a"
+    monkeypatch.setattr(target_mod, "device_arch", lambda: "sm_80")
+    assert str(resolve_target(None).attrs["arch"]) == "sm_80"
+
+
+@pytest.mark.parametrize("bad", ["llvm", "cuda -mcpu=x", "sm_9x", {"kind": "llvm"}])
+def test_resolve_target_rejects_other_kinds_with_a_message(bad):
+    with pytest.raises(ValueError, match="unsupported"):
+        resolve_target(bad)
+
+
+def test_arch_for_capability():
+    from tile_nb.backend.target import arch_for_capability
+
+    assert arch_for_capability(9, 0) == "sm_90a"
+    assert arch_for_capability(8, 6) == "sm_86"
+
+
+# ------------------------------------------------------------------------------------------ NVRTC source
+
+def test_slim_source_drops_unused_type_traits_only():
+    header = ("#ifdef __CUDACC_RTC__\n  #include <cuda/std/cstdint>\n  #include <cuda/std/type_traits>\n"
+              "  namespace std {\n    using cuda::std::is_same;\n    using cuda::std::is_same_v;\n  }\n#endif\n")
+    unused = header + "extern \"C\" __global__ void k(float* x) { x[0] = 1; }\n"
+    used = header + "template <class T> __device__ void f() { if constexpr (std::is_same_v<T, float>) {} }\n"
+    assert "type_traits" not in slim_source_for_nvrtc(unused)
+    assert "cstdint" in slim_source_for_nvrtc(unused)
+    assert slim_source_for_nvrtc(used) == used
+
+
+# ------------------------------------------------------------------------------------------ builds
+
+def test_build_produces_cuda_source_without_any_compiler(monkeypatch):
+    from tile_nb.backend import cuda_compile
+
+    monkeypatch.setattr(cuda_compile, "available_compiler", lambda preference="auto": None)
+    result = build(add_module(), "sm_90a")
+    assert 'extern "C" __global__' in result.cuda_source and "add_kernel" in result.cuda_source
+    assert result.cubin is None and result.skipped and "CUDA source only" in result.skipped
+    assert result.timings["codegen"] > 0 and "cubin" not in result.timings
+
+
+@needs_compiler
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_build_elementwise_cubin_and_resources(compiler, arch):
+    result = build(add_module(), arch, {"compiler": compiler})
+    assert result.arch == arch
+    assert result.cubin and result.cubin[:4] == b"\x7fELF"         # a cubin is an ELF image
+    assert result.compiler.startswith(compiler)
+    assert result.ptx and f".target {arch}" in result.ptx
+    res = result.resources["add_kernel"]
+    assert 0 < res.registers < 64 and res.spill_stores == res.spill_loads == 0 and res.stack_bytes == 0
+    assert set(result.timings) == {"codegen", "cubin"} and result.timings["cubin"] > 0
+
+
+@needs_compiler
+def test_build_reports_static_shared_memory_and_barriers():
+    result = build(rowsum_module(cols=256), "sm_90a")
+    res = result.resources["rowsum_kernel"]
+    assert res.shared_bytes == 256 * 4 and res.barriers == 1
+
+
+def test_build_options_are_checked():
+    with pytest.raises(ValueError, match="unknown build option"):
+        build(add_module(), "sm_90a", {"fastmath": True})
+    with pytest.raises(ValueError, match="compiler must be"):
+        build(add_module(), "sm_90a", {"compiler": "clang"})
+
+
+@needs_compiler
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_compile_error_carries_the_log_and_pickles(compiler):
+    with pytest.raises(CudaCompileError) as info:
+        compile_cuda('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }', "sm_90a",
+                     compiler=compiler)
+    err = info.value
+    assert "undefined_name" in err.log and "undefined_name" in str(err)
+    again = pickle.loads(pickle.dumps(err))
+    assert again.log == err.log and again.arch == "sm_90a"
+
+
+@needs_compiler
+def test_disassemble_when_a_disassembler_exists():
+    result = build(add_module(), "sm_90a")
+    if not (toolchain.find_tool("cuobjdump") or toolchain.find_tool("nvdisasm")):
+        assert disassemble(result.cubin) is None          # a missing tool is skipped, not an error
+        pytest.skip("no cuobjdump/nvdisasm on this machine")
+    sass = disassemble(result.cubin)
+    assert "add_kernel" in sass and ("LDG" in sass or "ld.global" in sass.lower())
+
+
+def test_toolchain_describe_never_raises():
+    info = toolchain.describe()
+    assert set(info) >= {"nvcc", "nvrtc", "cuobjdump", "nvdisasm"}
