@@ -6,6 +6,7 @@ source and lowered IR, run the kernel (on the CPU interpreter for CPU tensors), 
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -73,10 +74,20 @@ def _call_template(kernel, compile_time: dict):
         return kernel.template(**keep)
 
 
+def _accepts_backend(kernel) -> bool:
+    try:
+        return "backend" in inspect.signature(type(kernel).__call__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _run(kernel, args: tuple, kwargs: dict, cpu: bool):
-    """Call the kernel; with `cpu`, on CPU copies of the tensors (copied back afterwards)."""
-    if not cpu or tensor_device(args) == "cpu":
-        return kernel(*args, **kwargs), tensor_device(args)
+    """Call the kernel; with `cpu`, on the CPU interpreter even for CUDA tensors. Returns (output, device)."""
+    device = tensor_device(args)
+    if not cpu or device == "cpu":
+        return kernel(*args, **kwargs), device
+    if _accepts_backend(kernel):
+        return kernel(*args, backend="cpu", **kwargs), "cpu"
     cpu_args = tuple(a.cpu() if _is_tensor(a) else a for a in args)
     out = kernel(*cpu_args, **kwargs)
     for original, copy in zip(args, cpu_args):

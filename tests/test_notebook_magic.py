@@ -1,0 +1,176 @@
+"""`%%tilekernel` and the short error display, in-process in IPython's test shell (as anywidget tests its magic)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("IPython")
+
+from tile_nb.notebook.views import MIME_TYPE, KernelView  # noqa: E402
+
+GEMM_BODY = '''\
+def gemm(A, B, C, block_M: int = 32, block_N: int = 32, block_K: int = 16):
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), A.dtype)
+        B_shared = T.alloc_shared((block_K, block_N), B.dtype)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C[bx * block_M, by * block_N])
+'''
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "tile_nb.notebook")
+    result = shell.run_cell(
+        "import torch\nimport tile_nb\nimport tile_nb.language as T\n"
+        "torch.manual_seed(0)\n"
+        "A = torch.randn(64, 32).half(); B = torch.randn(32, 64).half(); C = torch.zeros(64, 64)\n")
+    result.raise_error()
+    yield shell
+    from tile_nb.notebook.tracebacks import uninstall
+
+    uninstall(shell)
+
+
+def run_cell(ip, text: str):
+    result = ip.run_cell(text)
+    return result
+
+
+def test_magic_is_registered_and_documented(ip):
+    magic = ip.find_cell_magic("tilekernel")
+    assert magic is not None
+    doc = magic.__doc__
+    for option in ("--shapes", "--call", "--cuda", "--lowered", "--cpu", "--bench", "--name", "--expect"):
+        assert option in doc
+    assert "tile_nb.notebook.show" in doc
+
+
+def test_undecorated_cell_defines_the_kernel_and_shows_the_template(ip):
+    result = run_cell(ip, "%%tilekernel\n" + GEMM_BODY)
+    result.raise_error()
+    view = result.result
+    assert isinstance(view, KernelView)
+    assert type(ip.user_ns["gemm"]).__name__ == "JITFunction"  # decorated by the magic
+    assert [s.id for s in view.sections] == ["template"]
+    text = view.section("template").text
+    assert "T.int32()" in text  # consts symbolic
+    assert any('"blockIdx.x"' in line and "M" in line for line in text.splitlines())
+
+
+def test_shapes_specialize_without_tensors(ip):
+    result = run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32\n" + GEMM_BODY)
+    result.raise_error()
+    view = result.result
+    assert view.consts == {"M": 64, "N": 64, "K": 32}
+    assert [s.id for s in view.sections] == ["template", "specialized"]
+    assert view.section("specialized").changed_lines
+    assert view.run is None and view.backend is None
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "text/html", MIME_TYPE}
+    assert "consts: M=64, N=64, K=32" in bundle["text/plain"]
+    # Stable: the same cell run again gives the same renderings.
+    again = run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32\n" + GEMM_BODY).result._repr_mimebundle_()
+    assert again == bundle
+
+
+def test_call_runs_on_the_cpu_interpreter_and_compares(ip):
+    result = run_cell(ip, '%%tilekernel --call "gemm(A, B, C)" --expect "A.float() @ B.float()"\n'
+                          "@tile_nb.jit\n" + GEMM_BODY)
+    result.raise_error()
+    view = result.result
+    assert view.backend == "cpu-interpreter"
+    assert view.run["device"] == "cpu" and view.run["max_abs_err"] < 1e-3
+    assert "ran on the CPU interpreter" in view.to_text()
+    assert "CPU interpreter" in view.to_html()
+
+
+def test_name_picks_one_of_several_functions(ip):
+    cell = "%%tilekernel --name gemm --shapes M=32 N=32 K=16\n" + GEMM_BODY + "\ndef helper():\n    return 1\n"
+    result = run_cell(ip, cell)
+    result.raise_error()
+    assert result.result.name == "gemm" and callable(ip.user_ns["helper"])
+
+
+def test_cuda_and_lowered_sections_from_the_compiled_kernel(ip):
+    from test_notebook_fakes import FakeGemm
+
+    ip.user_ns["fake"] = FakeGemm()
+    result = run_cell(ip, '%%tilekernel --call "fake(A, B, C)" --cuda --lowered --cpu\n' + GEMM_BODY)
+    result.raise_error()
+    view = result.result
+    assert [s.id for s in view.sections] == ["template", "specialized", "lowered", "cuda", "ptx"]
+    assert view.resources["registers"] == 40
+    assert set(view.timings_ms) == {"lower", "codegen", "nvcc"}
+    assert view.backend == "cpu-interpreter"
+
+
+def test_bench_without_a_benchmark_module_says_so(ip):
+    result = run_cell(ip, '%%tilekernel --call "gemm(A, B, C)" --bench\n' + GEMM_BODY)
+    result.raise_error()
+    view = result.result
+    if isinstance(view, KernelView):
+        assert any("tile_nb.bench" in n for n in view.notes)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("%%tilekernel --shapes M\n", "NAME=VALUE"),
+    ("%%tilekernel --call gemm\n", "call expression"),
+    ("%%tilekernel --cpu\n", "need --call"),
+    ("%%tilekernel --name nope\n", "defines gemm"),
+])
+def test_usage_errors(ip, capsys, line, message):
+    run_cell(ip, line + GEMM_BODY)
+    assert message in capsys.readouterr().err
+
+
+def test_cell_without_a_function(ip, capsys):
+    run_cell(ip, "%%tilekernel\nx = 1\n")
+    assert "must define a kernel function" in capsys.readouterr().err
+
+
+BAD_ANNOTATION = GEMM_BODY.replace("B: T.Tensor[[K, N], T.float16]", "B: T.Tensor[[K, N], 'float17']")
+
+
+def test_error_shows_the_cell_line_with_a_caret(ip, capsys, monkeypatch):
+    monkeypatch.delenv("TILE_NB_TRACEBACK", raising=False)
+    result = run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32\n" + BAD_ANNOTATION)
+    from tile_nb.errors import TileNBError
+
+    assert isinstance(result.error_in_exec, TileNBError)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    # Line 5 of the cell as the editor numbers it (the %%tilekernel line is line 1).
+    source = next(i for i, line in enumerate(lines) if "'float17']" in line and "|" in line)
+    assert lines[source].lstrip().startswith("5 |")
+    assert "^" in lines[source + 1]
+    assert "line 5" in out and "%tb" in out
+    assert "tile_nb/frontend" not in out and "Traceback" not in out
+    import sys
+
+    assert sys.last_value is result.error_in_exec  # %tb finds the full traceback
+
+
+def test_full_traceback_on_request(ip, capsys, monkeypatch):
+    monkeypatch.setenv("TILE_NB_TRACEBACK", "1")
+    run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32\n" + BAD_ANNOTATION)
+    out = capsys.readouterr().out
+    assert "Traceback" in out or "tile_nb" in out
+    assert len(out.splitlines()) > 10
+
+
+def test_errors_outside_the_magic_are_short_too(ip, capsys):
+    run_cell(ip, "gemm(A, B)\n")
+    out = capsys.readouterr().out
+    assert "ArgumentCountError" in out and "%tb" in out
