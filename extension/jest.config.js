@@ -1,0 +1,9 @@
+/** Jest: unit tests of the pure parts (payload parsing, diff, highlighting, DOM view) in jsdom. */
+module.exports = {
+  testEnvironment: 'jsdom',
+  roots: ['<rootDir>/tests'],
+  testMatch: ['**/*.test.ts'],
+  transform: {
+    '^.+\\.tsx?$': ['ts-jest', { tsconfig: 'tsconfig.test.json' }]
+  }
+};
