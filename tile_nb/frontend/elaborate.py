@@ -18,7 +18,8 @@ from ..language import loops, memory
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
-from .params import COMPILE_TIME, POINTER, KernelSignature
+from ..language.irutil import is_expr
+from .params import COMPILE_TIME, POINTER, SCALAR, KernelSignature
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
 
@@ -86,9 +87,7 @@ _UNSET = object()
 
 
 def _is_expr(x) -> bool:
-    from tvm import ir
-
-    return isinstance(x, ir.PrimExpr)
+    return is_expr(x)
 
 
 class Hooks:
@@ -319,19 +318,25 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     st.on_empty = hooks.empty
     st.on_make_tensor = hooks.make_tensor
 
-    call_args = []
-    for p in signature.params:
-        if p.kind == COMPILE_TIME:
-            call_args.append(compile_values[p.name])
-        else:
-            call_args.append(_Placeholder(p.name, pointer=p.kind == POINTER))
     fn = kernel.instantiate(hooks)
 
     with IRBuilder() as ib, _state.activated(st):
         prim = T.prim_func()
         prim.__enter__()
+        call_args, call_kwargs = [], {}
+        for p in signature.params:
+            if p.kind == COMPILE_TIME:
+                value = compile_values[p.name]
+            elif p.kind == SCALAR:  # `x: T.float32` in the signature
+                value = hooks._scalar_param(p.name, kernel.fn.__annotations__[p.name])
+            else:
+                value = _Placeholder(p.name, pointer=p.kind == POINTER)
+            if p.keyword_only:
+                call_kwargs[p.name] = value
+            else:
+                call_args.append(value)
         try:
-            fn(*call_args)
+            fn(*call_args, **call_kwargs)
         except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
             if not symbolic or isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise _as_user_error(err, st, kernel) from (err if not isinstance(err, TileNBError) else None)

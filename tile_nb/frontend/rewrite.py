@@ -66,8 +66,10 @@ class _BodyRewriter(ast.NodeTransformer):
         self.ids = itertools.count()
 
     def fail(self, node: ast.AST, message: str) -> UnsupportedSyntaxError:
-        return UnsupportedSyntaxError(message, filename=self.source.filename, lineno=node.lineno,
-                                      col=node.col_offset, end_col=getattr(node, "end_col_offset", None))
+        indent, lines = self.source.indent, self.source.first_line - 1
+        end_col = getattr(node, "end_col_offset", None) if getattr(node, "end_lineno", None) == node.lineno else None
+        return UnsupportedSyntaxError(message, filename=self.source.filename, lineno=node.lineno + lines,
+                                      col=node.col_offset + indent, end_col=end_col + indent if end_col else None)
 
     def fresh(self, stem: str) -> str:
         return f"__tnb_{stem}{next(self.ids)}"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install, then run the unit tests (without the nbval plugin, which costs ~2 s per run) and the tutorial
+# notebooks under nbval. GPU tests are skipped, with the reason, where no CUDA device is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bash scripts/install.sh
+echo "install: $(( $(date +%s) - start )) s"
+python3 -m pytest -p no:nbval -q tests
+shopt -s nullglob
+notebooks=(notebooks/*.ipynb)
+if (( ${#notebooks[@]} )); then
+  python3 -m pytest -q -p no:cacheprovider --nbval "${notebooks[@]}" --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+fi
+echo "tests total: $(( $(date +%s) - start )) s"

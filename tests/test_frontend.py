@@ -1,0 +1,431 @@
+"""The lazy JIT front end: parameter forms, two-phase elaboration, caching, source capture and argument errors."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb import errors
+
+from kernels.seed import gemm, gemm_ptr
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+# -- golden IR, written by hand from the IR the seed GEMM must elaborate to (docs/IR.md) ---------------------------
+
+EXPECTED_TEMPLATE_BODY = """\
+    bx = T.launch_thread("blockIdx.x", (M + 128 - 1) // 128)
+    by = T.launch_thread("blockIdx.y", (N + 128 - 1) // 128)
+    tx = T.launch_thread("threadIdx.x", 128)
+    A_shared = T.alloc_buffer((128, 32), "float16", scope="shared.dyn")
+    B_shared = T.alloc_buffer((32, 128), "float16", scope="shared.dyn")
+    C_local = T.alloc_buffer((128, 128), scope="local.fragment")
+    T.tile.fill(C_local[0:128, 0:128], T.float32(0.0))
+    for k in T.serial((K + 31) // 32, annotations={"num_stages": 3}):
+        T.tile.copy(A_shared[0:128, 0:32], A[bx * 128:bx * 128 + 128, k * 32:k * 32 + 32])
+        T.tile.copy(B_shared[0:32, 0:128], B[k * 32:k * 32 + 32, by * 128:by * 128 + 128])
+        T.tile.gemm(C_local[0:128, 0:128], A_shared[0:128, 0:32], B_shared[0:32, 0:128], C_local[0:128, 0:128], False, False, T.float32(1.0), T.float32(1.0))
+    T.tile.copy(C[bx * 128:bx * 128 + 128, by * 128:by * 128 + 128], C_local[0:128, 0:128])"""
+
+EXPECTED_SPECIALIZED_BODY = """\
+    bx = T.launch_thread("blockIdx.x", 8)
+    by = T.launch_thread("blockIdx.y", 4)
+    tx = T.launch_thread("threadIdx.x", 128)
+    A_shared = T.alloc_buffer((128, 32), "float16", scope="shared.dyn")
+    B_shared = T.alloc_buffer((32, 128), "float16", scope="shared.dyn")
+    C_local = T.alloc_buffer((128, 128), scope="local.fragment")
+    T.tile.fill(C_local[0:128, 0:128], T.float32(0.0))
+    for k in T.serial(16, annotations={"num_stages": 3}):
+        T.tile.copy(A_shared[0:128, 0:32], A[bx * 128:bx * 128 + 128, k * 32:k * 32 + 32])
+        T.tile.copy(B_shared[0:32, 0:128], B[k * 32:k * 32 + 32, by * 128:by * 128 + 128])
+        T.tile.gemm(C_local[0:128, 0:128], A_shared[0:128, 0:32], B_shared[0:32, 0:128], C_local[0:128, 0:128], False, False, T.float32(1.0), T.float32(1.0))
+    T.tile.copy(C[bx * 128:bx * 128 + 128, by * 128:by * 128 + 128], C_local[0:128, 0:128])"""
+
+
+def _body(script: str) -> str:
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if "T.launch_thread" in line)
+    return "\n".join(lines[start:])
+
+
+def test_template_golden():
+    template = gemm.template()
+    assert template.stopped is None
+    script = template.script()
+    assert 'def gemm(A: T.Buffer(("M", "K"), "float16"), B: T.Buffer((K, "N"), "float16"), ' \
+           'C: T.Buffer((M, N), "float32")):' in script
+    assert _body(script) == EXPECTED_TEMPLATE_BODY
+
+
+def test_specialized_golden_from_keywords():
+    func = gemm.specialize(M=1000, N=500, K=512)
+    script = func.script()
+    assert 'def gemm(A: T.Buffer((1000, 512), "float16"), B: T.Buffer((512, 500), "float16"), ' \
+           'C: T.Buffer((1000, 500), "float32")):' in script
+    assert _body(script) == EXPECTED_SPECIALIZED_BODY
+
+
+def test_specialize_from_tensors_matches_keywords():
+    A, B, C = rand(1000, 512, dtype=torch.float16), rand(512, 500, dtype=torch.float16), rand(1000, 500)
+    assert gemm.specialize(A, B, C).script() == gemm.specialize(M=1000, N=500, K=512).script()
+
+
+def test_compile_time_args_change_the_template():
+    script = gemm.template(block_M=64, out_dtype=T.float16).script()
+    assert "(M + 64 - 1) // 64" in script and 'C: T.Buffer((M, N), "float16")' in script
+
+
+# -- running on the interpreter ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(256, 128, 64), (200, 130, 70)])
+def test_seed_gemm_runs(shape):
+    m, n, k = shape
+    A, B = rand(m, k, dtype=torch.float16), rand(k, n, dtype=torch.float16)
+    C = torch.full((m, n), float("nan"))
+    gemm(A, B, C, block_M=64, block_N=64)
+    ref = A.double() @ B.double()
+    assert torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref) < 1e-5
+
+
+def test_seed_gemm_with_pointers():
+    A, B = rand(64, 32, dtype=torch.float16), rand(32, 64, dtype=torch.float16)
+    C = torch.full((64, 64), float("nan"))
+    gemm_ptr(A.data_ptr(), B.data_ptr(), C.data_ptr(), M=64, N=64, K=32, block_M=32, block_N=32)
+    assert torch.allclose(C, A.float() @ B.float(), rtol=1e-4, atol=1e-3)
+
+
+@tile_nb.jit
+def scale_rows(X, Y, alpha: T.float32, block: int = 64):
+    N = T.dynamic('N')
+    D = T.const('D')
+    X: T.Tensor[[N, D], T.float32]
+    Y: T.Tensor[[N, D], T.float32]
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i, j in T.Parallel(block, D):
+            if bx * block + i < N:
+                Y[bx * block + i, j] = X[bx * block + i, j] * alpha
+
+
+def test_dynamic_dim_serves_every_value_with_one_specialization():
+    before = scale_rows.stats["specializations"]
+    for n in (10, 64, 100):
+        X = rand(n, 8)
+        Y = torch.zeros(n, 8)
+        scale_rows(X, Y, 2.5)
+        assert torch.allclose(Y, X * 2.5)
+    assert scale_rows.stats["specializations"] - before == 1
+    assert "N = T.int32()" in scale_rows.specialize(D=8).script()
+
+
+@tile_nb.jit
+def add_one(X, *, block: int = 32):
+    M = T.const('M')
+    X: T.Tensor[[M], T.float32]
+    out = T.empty((M,), T.float32)
+    with T.Kernel(T.ceildiv(M, block)) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < M:
+                out[bx * block + i] = X[bx * block + i] + 1.0
+    return out
+
+
+def test_empty_output_is_allocated_and_returned():
+    X = rand(50)
+    out = add_one(X)
+    assert out.shape == (50,) and torch.allclose(out, X + 1)
+    assert add_one(X, block=16).shape == (50,)  # keyword-only compile-time parameter
+
+
+def test_shape_arithmetic_is_a_pure_expression():
+    @tile_nb.jit
+    def pad(A, B):
+        N = T.dynamic('N')
+        M = N * 2 + 1
+        A: T.Tensor[[N], T.float32]
+        B: T.Tensor[[M], T.float32]
+        with T.Kernel(1) as bx:
+            for i in T.serial(N):
+                B[i * 2 + 1] = A[i]
+
+    script = pad.specialize().script()
+    assert "T.Buffer((N * 2 + 1,)" in script and "LetStmt" not in script and "T.bind" not in script
+
+
+def test_const_used_only_in_grid_comes_from_keyword():
+    @tile_nb.jit
+    def fill_rows(Y):
+        R = T.const('R')
+        Y: T.Tensor[[64], T.float32]
+        with T.Kernel(R) as bx:
+            Y[bx] = 1.0
+
+    func = fill_rows.specialize(R=3)
+    assert 'T.launch_thread("blockIdx.x", 3)' in func.script()
+    with pytest.raises(errors.MissingConstError, match=r"needs a value for const 'R'.*fill_rows\(\.\.\., R=1024\)|R=1024"):
+        fill_rows(torch.zeros(64))
+
+
+# -- caching --------------------------------------------------------------------------------------------------
+
+def test_cache_hits_and_misses_are_counted():
+    @tile_nb.jit
+    def copy1d(A, B):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        B: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            T.copy(A, B)
+
+    for n in (8, 8, 16, 8):
+        copy1d(rand(n), torch.zeros(n))
+    assert copy1d.stats == {"templates": 1, "specializations": 2, "compilations": 0}
+
+
+def test_closure_value_is_part_of_the_key():
+    def make(scale):
+        @tile_nb.jit
+        def k(A):
+            A: T.Tensor[[4], T.float32]
+            with T.Kernel(1):
+                for i in T.Parallel(4):
+                    A[i] = A[i] * scale
+        return k
+
+    k = make(3.0)
+    A = torch.ones(4)
+    k(A)
+    assert torch.equal(A, torch.full((4,), 3.0))
+
+
+FACTOR = 2.0
+
+
+@tile_nb.jit
+def times_factor(A):
+    A: T.Tensor[[4], T.float32]
+    with T.Kernel(1):
+        for i in T.Parallel(4):
+            A[i] = A[i] * FACTOR
+
+
+def test_global_value_is_part_of_the_key():
+    global FACTOR
+    A = torch.ones(4)
+    times_factor(A)
+    assert torch.equal(A, torch.full((4,), 2.0))
+    FACTOR = 5.0
+    try:
+        times_factor(A)
+        assert torch.equal(A, torch.full((4,), 10.0))
+        assert times_factor.stats["templates"] == 2
+        times_factor(A)
+        assert times_factor.stats["templates"] == 2
+    finally:
+        FACTOR = 2.0
+
+
+# -- source capture ---------------------------------------------------------------------------------------------
+
+KERNEL_SOURCE = textwrap.dedent("""
+    import tile_nb
+    import tile_nb.language as T
+
+    def outer(block):
+        @tile_nb.jit
+        def inc(A, step: int = block):
+            N = T.const('N')
+            A: T.Tensor[[N], T.float32]
+            with T.Kernel(T.ceildiv(N, step)) as bx:
+                for i in T.Parallel(step):
+                    if bx * step + i < N:
+                        A[bx * step + i] = A[bx * step + i] + 1.0
+        return inc
+""")
+
+
+def test_exec_with_run_source_and_closure_default():
+    ns = tile_nb.run_source(KERNEL_SOURCE)
+    inc = ns["outer"](16)  # parameter default from the enclosing scope
+    A = torch.zeros(40)
+    inc(A)
+    assert torch.equal(A, torch.ones(40))
+
+
+def test_exec_without_registered_source_says_how_to_fix():
+    ns = {}
+    with pytest.raises(errors.SourceNotFoundError) as info:
+        exec(compile(KERNEL_SOURCE, "<not-registered>", "exec"), ns)
+        ns["outer"](16)
+    message = str(info.value)
+    assert "cannot find the source of kernel" in message and "run_source" in message
+
+
+def test_source_from_a_py_file(tmp_path, monkeypatch):
+    (tmp_path / "mykernels.py").write_text(KERNEL_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mykernels
+
+    A = torch.zeros(5)
+    mykernels.outer(4)(A)
+    assert torch.equal(A, torch.ones(5))
+
+
+# -- errors: each names the kernel and parameter, says expected vs given, and points at the annotation line ----
+
+def _raise(fn, *args, **kwargs):
+    with pytest.raises(errors.TileNBError) as info:
+        fn(*args, **kwargs)
+    return info.value
+
+
+def test_error_lower_and_higher_rank():
+    B, C = rand(64, 64, dtype=torch.float16), rand(64, 64)
+    for A in (rand(64, dtype=torch.float16), rand(2, 64, 64, dtype=torch.float16)):
+        err = _raise(gemm, A, B, C)
+        assert isinstance(err, errors.RankMismatchError)
+        assert "gemm() argument 'A' must be a 2-d tensor" in str(err)
+        assert "A: T.Tensor[[M, K], T.float16]" in str(err) and "^^^" in str(err)
+
+
+def test_error_dtype():
+    err = _raise(gemm, rand(64, 64), rand(64, 64, dtype=torch.float16), rand(64, 64))
+    assert isinstance(err, errors.DtypeMismatchError)
+    assert "'A' must have dtype float16; got torch.float32" in str(err)
+
+
+def test_error_shared_const_disagrees():
+    err = _raise(gemm, rand(64, 32, dtype=torch.float16), rand(48, 64, dtype=torch.float16), rand(64, 64))
+    assert isinstance(err, errors.ShapeMismatchError)
+    assert "'B' must have shape (K=32, N=64); got (48, 64)" in str(err)
+    assert "K is taken from A.shape[1] = 32" in str(err)
+    assert "B: T.Tensor[[K, N], T.float16]" in str(err)
+
+
+def test_error_literal_dim():
+    err = _raise(times_factor, torch.ones(5))
+    assert "'A' must have shape (4,); got (5,)" in str(err)
+
+
+def test_error_non_contiguous_and_strided_allowed():
+    A = rand(64, 64, dtype=torch.float16).t()
+    err = _raise(gemm, A, rand(64, 64, dtype=torch.float16), rand(64, 64))
+    assert isinstance(err, errors.NotContiguousError) and "T.StridedTensor" in str(err)
+
+    @tile_nb.jit
+    def col_copy(A, B):
+        N, S = T.const('N, S')
+        A: T.StridedTensor[[N], [S], T.float32]
+        B: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            for i in T.serial(N):
+                B[i] = A[i]
+
+    X = rand(6, 3)
+    out = torch.zeros(6)
+    col_copy(X[:, 1], out)
+    assert torch.equal(out, X[:, 1])
+
+
+def test_error_device_mix():
+    err = _raise(gemm, rand(64, 64, dtype=torch.float16), rand(64, 64, dtype=torch.float16).to("meta"),
+                 rand(64, 64))
+    assert isinstance(err, errors.DeviceMismatchError) and "'B' is on meta" in str(err)
+
+
+def test_error_argument_count_and_unknown_keyword():
+    assert "missing 1 runtime argument(s): 'C'" in str(_raise(gemm, rand(4, 4), rand(4, 4)))
+    assert "takes 7 positional arguments but 8 were given" in str(_raise(gemm, *([1] * 8)))
+    err = _raise(gemm, rand(64, 64, dtype=torch.float16), rand(64, 64, dtype=torch.float16), rand(64, 64), Q=3)
+    assert "unexpected keyword argument(s) 'Q'" in str(err)
+
+
+def test_error_unhashable_compile_time_argument():
+    err = _raise(gemm, rand(4, 4), rand(4, 4), rand(4, 4), block_M=[64])
+    assert isinstance(err, errors.UnhashableArgumentError) and "'block_M' must be hashable" in str(err)
+
+
+def test_error_positional_only_at_decoration():
+    with pytest.raises(errors.SignatureError, match="positional-only parameter 'A'"):
+        @tile_nb.jit
+        def bad(A, /, B):
+            A: T.Tensor[[4], T.float32]
+
+
+def test_error_tensor_without_annotation():
+    @tile_nb.jit
+    def forgot(A, D):
+        A: T.Tensor[[4], T.float32]
+        with T.Kernel(1):
+            A[0] = 1.0
+
+    err = _raise(forgot, torch.zeros(4), torch.zeros(4))
+    assert "argument 'D' is a tensor but has no annotation" in str(err) and "D: T.Tensor" in str(err)
+
+
+def test_error_empty_not_returned():
+    @tile_nb.jit
+    def no_return(A):
+        A: T.Tensor[[4], T.float32]
+        out = T.empty((4,), T.float32)
+        with T.Kernel(1):
+            out[0] = A[0]
+
+    err = _raise(no_return, torch.zeros(4))
+    assert isinstance(err, errors.ReturnError) and "never returned" in str(err)
+    err = _raise(no_return, torch.zeros(4))  # the failed elaboration left no cache entry behind
+    assert no_return.stats["specializations"] == 0
+
+
+def test_error_unsupported_construct_names_it():
+    with pytest.raises(errors.UnsupportedSyntaxError) as info:
+        @tile_nb.jit
+        def loops(A):
+            A: T.Tensor[[4], T.float32]
+            while True:
+                pass
+    assert "`while` loops are not supported" in str(info.value) and "while True:" in str(info.value)
+
+
+def test_dsl_misuse_points_at_the_users_line():
+    @tile_nb.jit
+    def bad_gemm(A):
+        A: T.Tensor[[16, 16], T.float16]
+        with T.Kernel(1):
+            X = T.alloc_shared((16, 8), T.float16)
+            Y = T.alloc_fragment((16, 16), T.float32)
+            T.gemm(A, X, Y)
+
+    err = _raise(bad_gemm, torch.zeros(16, 16, dtype=torch.float16))
+    assert "T.gemm: K of A and B differ (16 vs 16)" not in str(err)
+    assert "T.gemm" in str(err) and "T.gemm(A, X, Y)" in str(err)
+
+
+def test_template_stops_where_python_needs_a_const():
+    @tile_nb.jit
+    def branchy(A):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            A[0] = 1.0
+            if N > 16:
+                A[1] = 2.0
+
+    template = branchy.template()
+    assert template.stopped is not None and "needs the value of N" in template.stopped.reason
+    assert "A[0] = T.float32(1.0)" in template.script()
+    A = torch.zeros(32)
+    branchy(A)
+    assert A[:2].tolist() == [1.0, 2.0]
+
+
+def test_import_is_light():
+    code = "import sys, tile_nb; bad = [m for m in ('IPython', 'ipywidgets', 'matplotlib', 'jupyter_client') " \
+           "if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
