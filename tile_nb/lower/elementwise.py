@@ -22,6 +22,8 @@ def lower_fill(lw, call):
         lay = lw.frags[buf]
         if ext != [lay.bm, lay.bn]:
             raise LoweringError(f"T.fill of register fragment {buf.name}: fill the whole fragment")
+        if str(value.ty) != "float32":
+            value = tirx.Cast("float32", value)
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(lay.local, value, [r])
         return

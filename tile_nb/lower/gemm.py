@@ -37,9 +37,9 @@ def lower_gemm(lw, call):
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
         raise LoweringError(f"T.gemm: inputs {a_buf.name}:{a_buf.dtype}, {b_buf.name}:{b_buf.dtype}; "
                             f"tensor-core lowering supports float16 or bfloat16 A and B of one dtype")
-    if str(c_buf.dtype) != "float32":
-        raise LoweringError(f"T.gemm: accumulator {c_buf.name} is {c_buf.dtype}; use a float32 fragment "
-                            f"(cast when copying out)")
+    if str(c_buf.dtype) not in ("float32", "float16", "bfloat16"):
+        raise LoweringError(f"T.gemm: accumulator {c_buf.name} is {c_buf.dtype}; use float32 (or float16/bfloat16, "
+                            f"which accumulate in float32 registers)")
     if alpha != 1.0:
         raise LoweringError("T.gemm: alpha != 1 is not supported")
     a_ext = [int(e) for _, e in a_rng]

@@ -198,7 +198,10 @@ class Lowerer:
             tile = self.shared[buf]
             return tirx.BufferLoad(tile.view, [tile.offset(indices, self.stage.get(buf))])
         if buf in self.frags:
-            return tirx.BufferLoad(self.frags[buf].local, [self.frag_index(buf, indices)])
+            # Accumulators are held in float32 whatever the declared dtype (a fp16 `C_local` accumulates in
+            # fp32 registers: more accurate, and what mma.sync f32 gives); reads see the declared dtype.
+            value = tirx.BufferLoad(self.frags[buf].local, [self.frag_index(buf, indices)])
+            return value if str(buf.dtype) == "float32" else tirx.Cast(str(buf.dtype), value)
         if buf in self.locals:
             return tirx.BufferLoad(self.locals[buf], list(indices))
         return tirx.BufferLoad(buf, list(indices))
@@ -208,6 +211,8 @@ class Lowerer:
             tile = self.shared[buf]
             T.buffer_store(tile.view, value, [tile.offset(indices, self.stage.get(buf))])
         elif buf in self.frags:
+            if str(value.ty) != "float32":
+                value = tirx.Cast("float32", value)
             T.buffer_store(self.frags[buf].local, value, [self.frag_index(buf, indices)])
         elif buf in self.locals:
             T.buffer_store(self.locals[buf], value, list(indices))
@@ -295,7 +300,7 @@ class Lowerer:
             return  # a view in the pool, declared at kernel entry
         if buf in self.frags:
             lay = self.frags[buf]
-            lay.local = T.alloc_buffer((lay.regs,), str(buf.dtype), scope="local")
+            lay.local = T.alloc_buffer((lay.regs,), "float32", scope="local")
             IRBuilder.name(buf.name, lay.local)
             return
         if scope in ("local", "local.var"):

@@ -1,0 +1,97 @@
+"""GEMM throughput: tile_nb (the seed kernel through tile_nb.lower + TVM) vs torch.matmul (cuBLAS), same run.
+
+    python benchmarks/gemm.py [--sizes 1024 2048 4096 8192] [--out results.json]
+
+Timing: CUDA events around each launch, L2 flushed (a 512 MiB write) before every timed launch, warm-up first,
+median of the repeats. TFLOP/s = 2 M N K / time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+import tile_nb  # noqa: E402
+import tile_nb.language as T  # noqa: E402
+
+
+@tile_nb.jit
+def gemm(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32, threads: int = 128, stages: int = 3):
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float16]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+CONFIGS = {
+    "seed 128x128x32 t128 s3": dict(block_M=128, block_N=128, block_K=32, threads=128, stages=3),
+    "128x256x64 t256 s3": dict(block_M=128, block_N=256, block_K=64, threads=256, stages=3),
+}
+
+
+def bench(fn, reps=30, warmup=5):
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3)
+    return statistics.median(times), min(times), max(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}")
+    for n in args.sizes:
+        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+        flop = 2.0 * n * n * n
+        t_ref = bench(lambda: torch.matmul(a, b, out=c))
+        ref = torch.matmul(a.float(), b.float())
+        for name, cfg in CONFIGS.items():
+            t0 = time.perf_counter()
+            gemm(a, b, c, **cfg)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            t = bench(lambda: gemm(a, b, c, **cfg))
+            row = dict(size=n, config=name, tflops=flop / t[0] / 1e12, torch_tflops=flop / t_ref[0] / 1e12,
+                       ms=t[0] * 1e3, ms_min=t[1] * 1e3, ms_max=t[2] * 1e3, rel_err=err, first_call_s=first)
+            row["ratio"] = row["tflops"] / row["torch_tflops"]
+            rows.append(row)
+            print(f"{n:5d} {name:26s} {row['tflops']:7.1f} TFLOP/s  torch {row['torch_tflops']:7.1f}  "
+                  f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms [{row['ms_min']:.3f}, {row['ms_max']:.3f}])  "
+                  f"err {err:.1e}  first call {first:.2f}s")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
