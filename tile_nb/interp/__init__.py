@@ -1,1 +1,23 @@
-"""tile_nb.interp"""
+"""tile_nb.interp: the CPU interpreter of the phase-2 tile IR (docs/IR.md).
+
+`run(func, args)` executes a specialized `tvm.tirx.PrimFunc` on CPU torch tensors, in place, with the same
+results as the CUDA path: block by block over the grid, each block's body once with whole-tile torch
+operations (`T.parallel` loops are vectorized over the tile, not iterated per element).
+
+Example::
+
+    import torch, tile_nb.interp
+    A = torch.randn(1000, 999).half(); B = torch.randn(999, 1030).half(); C = torch.empty(1000, 1030)
+    tile_nb.interp.run(gemm_func, [A, B, C])       # gemm_func: the PrimFunc of a tile GEMM
+
+Debugging mode: an access that the GPU would silently perform out of bounds raises `OutOfBoundsError`, which
+names the buffer, the index and the user's source line.
+
+Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rules), `memory.py` (loads, stores,
+atomics, regions, bounds checks), `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile
+primitives), `runner.py` (arguments and the entry point).
+"""
+from .errors import InterpreterError, OutOfBoundsError, SourceLocation
+from .runner import compile_func, run
+
+__all__ = ["run", "compile_func", "OutOfBoundsError", "InterpreterError", "SourceLocation"]

@@ -1,0 +1,232 @@
+"""Expression rules: each TIR expression node becomes a closure `fn(frame) -> value`.
+
+Values are Python numbers, 0-d tensors, or tensors broadcast over the enclosing `T.parallel` loops
+(see `values.py`); the same closure serves block-level and vectorized code.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from tvm import ir, tirx
+
+from . import values as V
+from .compiler import CALL_RULES, Compiler, call_rule, expr_rule, op_short_name
+
+__all__: list[str] = []
+
+
+# ---- leaves -------------------------------------------------------------------------------------------------
+
+@expr_rule(tirx.IntImm)
+def _int_imm(comp: Compiler, node):
+    value = bool(node.value) if str(node.ty.dtype) == "bool" else int(node.value)
+    return lambda f: value
+
+
+@expr_rule(tirx.FloatImm)
+def _float_imm(comp: Compiler, node):
+    value = float(node.value)
+    return lambda f: value
+
+
+@expr_rule(ir.Var)
+def _var(comp: Compiler, node):
+    slot = comp.slot(node)
+    name = node.name
+
+    def var(f):
+        value = f.vals[slot]
+        if value is None:
+            raise NameError(f"variable '{name}' is used before it has a value")
+        return value
+    return var
+
+
+@expr_rule(tirx.Let)
+def _let(comp: Compiler, node):
+    slot, value, body = comp.slot(node.var), comp.expr(node.value), comp.expr(node.body)
+
+    def let(f):
+        f.vals[slot] = value(f)
+        return body(f)
+    return let
+
+
+@expr_rule(tirx.Cast)
+def _cast(comp: Compiler, node):
+    value, dtype = comp.expr(node.value), str(node.ty.dtype)
+    return lambda f: V.cast(value(f), dtype)
+
+
+# ---- arithmetic and logic -----------------------------------------------------------------------------------
+
+def _binary(fn):
+    def rule(comp: Compiler, node):
+        a, b = comp.expr(node.a), comp.expr(node.b)
+        return lambda f: fn(a(f), b(f))
+    return rule
+
+
+def _div(a, b):
+    return V.truncdiv(a, b)
+
+
+def _and(a, b):
+    if V.is_tensor(a) or V.is_tensor(b):
+        return _as_bool(a) & _as_bool(b)
+    return a and b
+
+
+def _or(a, b):
+    if V.is_tensor(a) or V.is_tensor(b):
+        return _as_bool(a) | _as_bool(b)
+    return a or b
+
+
+def _as_bool(x):
+    return x.to(torch.bool) if V.is_tensor(x) else bool(x)
+
+
+for _node_type, _fn in [
+    (tirx.Add, operator.add), (tirx.Sub, operator.sub), (tirx.Mul, operator.mul), (tirx.Div, _div),
+    (tirx.Mod, V.truncmod), (tirx.FloorDiv, V.floordiv), (tirx.FloorMod, V.floormod),
+    (tirx.Min, V.vmin), (tirx.Max, V.vmax),
+    (tirx.EQ, operator.eq), (tirx.NE, operator.ne), (tirx.LT, operator.lt), (tirx.LE, operator.le),
+    (tirx.GT, operator.gt), (tirx.GE, operator.ge), (tirx.And, _and), (tirx.Or, _or),
+    (tirx.BitwiseAnd, operator.and_), (tirx.BitwiseOr, operator.or_), (tirx.BitwiseXor, operator.xor),
+    (tirx.LShift, operator.lshift), (tirx.RShift, operator.rshift),
+]:
+    expr_rule(_node_type)(_binary(_fn))
+
+
+@expr_rule(tirx.Not)
+def _not(comp: Compiler, node):
+    a = comp.expr(node.a)
+    return lambda f: V.logical_not(a(f))
+
+
+@expr_rule(tirx.BitwiseNot)
+def _bitwise_not(comp: Compiler, node):
+    a = comp.expr(node.a)
+    is_bool = str(node.ty.dtype) == "bool"
+
+    def bitwise_not(f):
+        x = a(f)
+        if is_bool:
+            return V.logical_not(x)
+        return ~x
+    return bitwise_not
+
+
+@expr_rule(tirx.Select)
+def _select(comp: Compiler, node):
+    return _guarded_select(comp, node.condition, node.true_value, node.false_value)
+
+
+def _guarded_select(comp: Compiler, cond_node, true_node, false_node):
+    """`if_then_else`: only the taken side is evaluated (it guards loads), so under parallel loops each side
+    runs with the iterations that take it as the active mask; bounds errors are checked on those only."""
+    cond, on_true, on_false = comp.expr(cond_node), comp.expr(true_node), comp.expr(false_node)
+
+    def select(f):
+        c = cond(f)
+        if not V.is_tensor(c) or c.dim() == 0:
+            return on_true(f) if bool(c) else on_false(f)
+        saved = f.mask
+        c = c.to(torch.bool)
+        try:
+            f.mask = c if saved is None else saved & c
+            a = on_true(f)
+            f.mask = ~c if saved is None else saved & ~c
+            b = on_false(f)
+        finally:
+            f.mask = saved
+        return V.where(c, a, b)
+    return select
+
+
+# ---- calls --------------------------------------------------------------------------------------------------
+
+@expr_rule(ir.Call)
+def _call(comp: Compiler, node):
+    name = op_short_name(node.op)
+    rule = CALL_RULES.get(name)
+    if rule is None:
+        raise NotImplementedError(f"the CPU interpreter has no rule for the call '{node.op.name}': {node}")
+    return rule(comp, node)
+
+
+def _unary_math(torch_fn, math_fn=None):
+    def rule(comp: Compiler, node):
+        (arg,) = comp.exprs(node.args)
+        dtype = str(node.ty.dtype)
+
+        def unary(f):
+            x = arg(f)
+            if V.is_tensor(x):
+                if not x.dtype.is_floating_point:
+                    x = x.to(V.torch_dtype(dtype))
+                return torch_fn(x)
+            if math_fn is not None:
+                try:
+                    return math_fn(float(x))
+                except (OverflowError, ValueError):
+                    pass  # inf / nan: let torch produce the IEEE result
+            return torch_fn(torch.tensor(float(x), dtype=torch.float64)).item()
+        return unary
+    return rule
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+for _names, _torch_fn, _math_fn in [
+    (("exp",), torch.exp, math.exp), (("exp2",), torch.exp2, lambda x: 2.0 ** x),
+    (("log",), torch.log, math.log), (("log2",), torch.log2, math.log2), (("log10",), torch.log10, math.log10),
+    (("sqrt",), torch.sqrt, math.sqrt), (("rsqrt",), torch.rsqrt, lambda x: 1.0 / math.sqrt(x)),
+    (("sigmoid",), torch.sigmoid, _sigmoid), (("tanh",), torch.tanh, math.tanh),
+    (("fabs", "abs"), torch.abs, abs), (("floor",), torch.floor, math.floor), (("ceil",), torch.ceil, math.ceil),
+    (("round", "nearbyint"), torch.round, round), (("trunc",), torch.trunc, math.trunc),
+    (("erf",), torch.erf, math.erf), (("sin",), torch.sin, math.sin), (("cos",), torch.cos, math.cos),
+]:
+    call_rule(*_names)(_unary_math(_torch_fn, _math_fn))
+
+
+@call_rule("pow")
+def _pow(comp: Compiler, node):
+    a, b = comp.exprs(node.args)
+    return lambda f: a(f) ** b(f)
+
+
+@call_rule("if_then_else")
+def _if_then_else(comp: Compiler, node):
+    return _guarded_select(comp, *node.args)
+
+
+@call_rule("likely")
+def _likely(comp: Compiler, node):
+    return comp.expr(node.args[0])
+
+
+@call_rule("isnan", "isinf", "isfinite")
+def _float_class(comp: Compiler, node):
+    (arg,) = comp.exprs(node.args)
+    name = op_short_name(node.op)
+    torch_fn = getattr(torch, name)
+
+    def classify(f):
+        x = arg(f)
+        if V.is_tensor(x):
+            return torch_fn(x)
+        return bool(torch_fn(torch.tensor(float(x))))
+    return classify
+
+
+@call_rule("call_extern", "call_pure_extern")
+def _call_extern(comp: Compiler, node):
+    # Imported here: memory.py registers the atomic rule and imports this module's helpers.
+    from .memory import compile_extern
+    return compile_extern(comp, node)

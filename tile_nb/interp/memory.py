@@ -1,0 +1,269 @@
+"""Buffer accesses: loads, stores, atomics and tile regions, with the bounds checks of the debugging mode.
+
+Every element access is checked against the buffer's shape; an index past the buffer (which the GPU would
+perform silently) raises `OutOfBoundsError` naming the buffer, the index and the user's line. Inside parallel
+loops only the active iterations (the mask of enclosing `if`s) are checked, and masked-off iterations read a
+clamped index instead of faulting. Tile regions of *global* buffers are guarded by contract: elements past the
+edge read as 0 and are not written.
+"""
+from __future__ import annotations
+
+import torch
+from tvm import ir, tirx
+from tvm.tirx.buffer import is_buffer_var
+
+from . import values as V
+from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
+from .errors import InterpreterError, OutOfBoundsError
+
+__all__ = ["compile_extern", "compile_region", "Region"]
+
+_LOCAL_SCOPES = ("local", "local.var")
+
+
+def _is_int_dtype(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
+
+
+def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, location):
+    """Raise OutOfBoundsError for the first active out-of-range index; returns idx with tensor parts clamped."""
+    if len(idx) != t.dim():
+        raise InterpreterError(f"buffer '{comp.buffers[slot].name}' of rank {t.dim()} indexed with "
+                               f"{len(idx)} indices\n{location.describe()}")
+    bad = None
+    for k, n in zip(idx, t.shape):
+        if V.is_tensor(k):
+            out = (k < 0) | (k >= n)
+            bad = out if bad is None else bad | out
+        elif not 0 <= k < n:
+            bad = True if bad is None else bad | True
+    if bad is None or bad is False:
+        return idx
+    if bad is True and f.mask is None:
+        _raise_oob(comp, f, slot, t, idx, None, location)
+    if not V.is_tensor(bad):
+        bad = torch.tensor(bad)
+    if f.mask is not None:
+        bad = bad & f.mask
+    if bool(bad.any()):
+        _raise_oob(comp, f, slot, t, idx, bad, location)
+    # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
+    return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape))
+
+
+def _raise_oob(comp, f, slot, t, idx, bad, location):
+    if bad is not None and V.is_tensor(bad) and bad.dim() > 0:
+        first = [int(c) for c in torch.nonzero(bad)[0]]
+        full = torch.broadcast_shapes(bad.shape, *[k.shape for k in idx if V.is_tensor(k)])
+        first = [0] * (len(full) - len(first)) + first
+        point = []
+        for k in idx:
+            if V.is_tensor(k):
+                k = k.expand(full) if k.dim() else k
+                point.append(int(k[tuple(first)]) if k.dim() else int(k))
+            else:
+                point.append(int(k))
+    else:
+        point = [int(k) for k in idx]
+    raise OutOfBoundsError(comp.buffers[slot].name, tuple(point), tuple(t.shape), location, f.block_ids())
+
+
+# ---- loads and stores ---------------------------------------------------------------------------------------
+
+@expr_rule(ir.TensorLoad)
+def _buffer_load(comp: Compiler, node):
+    buf = node.source  # a buffer Var (TVM 0.27 spells BufferLoad as an ir.TensorLoad of a buffer var)
+    if not is_buffer_var(buf):
+        raise NotImplementedError(f"the CPU interpreter only loads from buffers, not from {buf}")
+    slot = comp.buffer_slot(buf)
+    index = comp.exprs(node.indices)
+    location = comp.location
+    local = buf.scope() in _LOCAL_SCOPES
+
+    def load(f):
+        t = f.vals[slot]
+        idx = tuple(i(f) for i in index)
+        if local and f.overlays and slot in f.overlays and not any(V.is_tensor(k) for k in idx):
+            _check_index(comp, f, slot, t, idx, location)
+            return f.overlays[slot][idx]
+        idx = _check_index(comp, f, slot, t, idx, location)
+        value = t[idx]
+        if value.dim() == 0 and _is_int_dtype(value.dtype) or value.dtype == torch.bool and value.dim() == 0:
+            return value.item()  # integer scalars stay Python ints: they become indices and loop bounds
+        return value
+    return load
+
+
+@stmt_rule(tirx.BufferStore)
+def _buffer_store(comp: Compiler, node):
+    slot = comp.buffer_slot(node.buffer)
+    index = comp.exprs(node.indices)
+    value_fn = comp.expr(node.value)
+    location = comp.location
+    local = node.buffer.scope() in _LOCAL_SCOPES
+
+    def store(f):
+        t = f.vals[slot]
+        idx = tuple(i(f) for i in index)
+        value = value_fn(f)
+        if not f.par_shape:
+            _check_index(comp, f, slot, t, idx, location)
+            t[idx] = value
+            return
+        if local and not any(V.is_tensor(k) for k in idx):
+            _check_index(comp, f, slot, t, idx, location)
+            _store_overlay(f, slot, t, idx, value)
+            return
+        idx = _check_index(comp, f, slot, t, idx, location)
+        _scatter(t, idx, value, f.mask, accumulate=False)
+    return store
+
+
+def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool):
+    """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space."""
+    parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
+    val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
+    shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape,
+                                   *(() if mask is None else (mask.shape,)))
+    parts = [p.expand(shape) for p in parts]
+    val = val.to(t.dtype).expand(shape)
+    if mask is not None:
+        m = mask.expand(shape)
+        parts = [p[m] for p in parts]
+        val = val[m]
+    t.index_put_(tuple(p.long() for p in parts), val, accumulate=accumulate)
+
+
+def _store_overlay(f, slot: int, t: torch.Tensor, idx: tuple, value):
+    """A per-thread buffer written inside parallel loops: keep one copy per iteration (an overlay)."""
+    overlay = f.overlays.get(slot)
+    if overlay is None or overlay.dim() - t.dim() < len(f.par_shape):
+        base = t if overlay is None else overlay
+        extra = len(f.par_shape) - (base.dim() - t.dim())
+        base = base.reshape(t.shape + (1,) * extra + base.shape[t.dim():])
+        overlay = base.expand(t.shape + f.par_shape).clone()
+        f.overlays[slot] = overlay
+    value = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
+    if f.mask is not None:
+        value = torch.where(f.mask, value.to(t.dtype), overlay[idx])
+    overlay[idx] = value
+
+
+def write_back_overlays(f, comp: Compiler):
+    """After the outermost parallel loop: a per-thread buffer keeps the value of the last iteration."""
+    for slot, overlay in f.overlays.items():
+        t = f.vals[slot]
+        t.copy_(overlay[(...,) + (-1,) * (overlay.dim() - t.dim())])
+
+
+# ---- extern calls: atomics ----------------------------------------------------------------------------------
+
+def compile_extern(comp: Compiler, node):
+    name = str(node.args[0].value)
+    if name in ("atomicAdd", "AtomicAdd", "atomic_add"):
+        return _compile_atomic_add(comp, node)
+    if name in ("__syncthreads", "__syncwarp"):
+        return lambda f: 0  # block-level code runs as one sequential program: barriers are no-ops
+    raise NotImplementedError(f"the CPU interpreter has no rule for call_extern '{name}': {node}")
+
+
+def _compile_atomic_add(comp: Compiler, node):
+    ptr = node.args[1]
+    if isinstance(ptr, ir.Call) and op_short_name(ptr.op) == "address_of":
+        ptr = ptr.args[0]
+    if not isinstance(ptr, ir.TensorLoad):
+        raise NotImplementedError(f"atomicAdd needs T.address_of(buffer[...]) as its address, got {ptr}")
+    slot = comp.buffer_slot(ptr.source)
+    index = comp.exprs(ptr.indices)
+    value_fn = comp.expr(node.args[2])
+    location = comp.location
+
+    def atomic_add(f):
+        t = f.vals[slot]
+        idx = tuple(i(f) for i in index)
+        value = value_fn(f)
+        idx = _check_index(comp, f, slot, t, idx, location)
+        if not f.par_shape and not any(V.is_tensor(k) for k in idx) and not (
+                V.is_tensor(value) and value.dim() > 0):
+            t[idx] += value
+        else:
+            _scatter(t, idx, value, f.mask, accumulate=True)
+        return 0
+    return atomic_add
+
+
+# ---- tile regions -------------------------------------------------------------------------------------------
+
+class Region:
+    """A compiled `TensorRegion`: `resolve(f)` gives the tensor, start and extent per dim."""
+
+    def __init__(self, comp: Compiler, region, location):
+        self.buffer = region.source
+        self.slot = comp.buffer_slot(self.buffer)
+        self.name = self.buffer.name
+        self.guarded = self.buffer.scope() == "global"
+        self.dtype = V.torch_dtype(self.buffer.dtype)
+        self._mins = comp.exprs([r.min for r in region.region])
+        self._exts = comp.exprs([r.extent for r in region.region])
+        self._static = all(isinstance(r.min, tirx.IntImm) and isinstance(r.extent, tirx.IntImm)
+                           for r in region.region)
+        self.location = location
+        self.comp = comp
+
+    def resolve(self, f):
+        starts = [int(m(f)) for m in self._mins]
+        exts = [int(e(f)) for e in self._exts]
+        return f.vals[self.slot], starts, exts
+
+    def _inside(self, t, starts, exts) -> bool:
+        return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape))
+
+    def _oob(self, f, t, starts, exts):
+        index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts))
+        raise OutOfBoundsError(self.name, index, tuple(t.shape), self.location, f.block_ids(), what="region")
+
+    def read(self, f) -> torch.Tensor:
+        """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge)."""
+        t, starts, exts = self.resolve(f)
+        if self._inside(t, starts, exts):
+            return t[tuple(slice(s, s + e) for s, e in zip(starts, exts))]
+        if not self.guarded:
+            self._oob(f, t, starts, exts)
+        out = torch.zeros(exts, dtype=t.dtype)
+        src, dst = _clip(t.shape, starts, exts)
+        if src is not None:
+            out[dst] = t[src]
+        return out
+
+    def write(self, f, value) -> None:
+        """Store `value` (broadcastable to the extents) into the region; only the in-range part of a global one."""
+        t, starts, exts = self.resolve(f)
+        if self._inside(t, starts, exts):
+            t[tuple(slice(s, s + e) for s, e in zip(starts, exts))] = value
+            return
+        if not self.guarded:
+            self._oob(f, t, starts, exts)
+        src, dst = _clip(t.shape, starts, exts)
+        if src is None:
+            return
+        if V.is_tensor(value) and value.dim() > 0:
+            value = value.expand(exts)[dst]
+        t[src] = value
+
+
+def _clip(shape, starts, exts):
+    """Slices of the in-range part: (in the buffer, in the region), or (None, None) when nothing is in range."""
+    src, dst = [], []
+    for s, e, n in zip(starts, exts, shape):
+        lo, hi = max(s, 0), min(s + e, n)
+        if lo >= hi:
+            return None, None
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - s, hi - s))
+    return tuple(src), tuple(dst)
+
+
+def compile_region(comp: Compiler, region) -> Region:
+    if not (hasattr(region, "source") and hasattr(region, "region")):
+        raise NotImplementedError(f"expected a buffer region, got {type(region).__name__}: {region}")
+    return Region(comp, region, comp.location)

@@ -1,0 +1,161 @@
+"""`run(func, args)`: bind the arguments of a phase-2 PrimFunc to CPU tensors and execute it.
+
+Parameters are buffer vars (bound by `T.match_buffer`: their shape and strides may hold `T.dynamic` vars, read
+here from the tensors) or scalar vars (Python numbers). The body is compiled to closures once per PrimFunc
+(cached by object identity, so a kernel the JIT keeps is compiled once) and run on a fresh `Frame`.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from tvm import ir, tirx
+from tvm.tirx.buffer import is_buffer_var
+
+from . import exprs, memory, stmts, tileops  # noqa: F401 - importing registers the rules
+from . import values as V
+from .compiler import Compiler, Frame
+from .errors import InterpreterError
+
+__all__ = ["run", "Program", "compile_func"]
+
+_CACHE_SIZE = 64
+_cache: OrderedDict[int, tuple] = OrderedDict()
+
+
+class Program:
+    """A PrimFunc translated to closures: parameter bindings, slot count and the body."""
+
+    def __init__(self, func: tirx.PrimFunc):
+        self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
+        comp = Compiler()
+        self.params = []
+        for p in func.params:
+            if is_buffer_var(p):
+                self.params.append(_BufferParam(comp, p))
+            else:
+                self.params.append(_ScalarParam(comp, p))
+        self.body = comp.stmt(func.body)
+        self.nslots = comp.nslots
+
+    def __call__(self, args) -> None:
+        if len(args) != len(self.params):
+            raise InterpreterError(f"{self.name}() takes {len(self.params)} arguments "
+                                   f"({', '.join(p.name for p in self.params)}); got {len(args)}")
+        f = Frame(self.nslots)
+        for p, a in zip(self.params, args):
+            p.bind(f, a, self.name)
+        for p in self.params:
+            p.check(f, self.name)
+        self.body(f)
+
+
+class _ScalarParam:
+    def __init__(self, comp: Compiler, var):
+        self.name = var.name
+        self.slot = comp.slot(var)
+        self.dtype = str(var.ty.dtype) if hasattr(var.ty, "dtype") else None
+
+    def bind(self, f: Frame, value, fname: str):
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise InterpreterError(f"{fname}() argument '{self.name}' is a scalar ({self.dtype}); got a "
+                                       f"tensor of shape {tuple(value.shape)}")
+            value = value.item()
+        f.vals[self.slot] = V.cast(value, self.dtype) if self.dtype in ("int32", "int64", "bool") else value
+
+    def check(self, f: Frame, fname: str):
+        pass
+
+
+class _BufferParam:
+    """A tensor parameter: dtype and rank are checked, symbolic dims and strides bound, static ones compared."""
+
+    def __init__(self, comp: Compiler, buf):
+        self.name = buf.name
+        self.slot = comp.buffer_slot(buf)
+        self.dtype = V.torch_dtype(buf.dtype)
+        self.shape = list(buf.shape)
+        self.strides = list(buf.strides) if buf.strides else []
+        self.comp = comp
+        self._shape_fns = comp.exprs(self.shape)
+        self._stride_fns = comp.exprs(self.strides)
+        # dims that are plain vars bind them; anything else (ints, expressions) is checked after binding
+        self._binders = [(i, comp.slot(d)) for i, d in enumerate(self.shape) if isinstance(d, ir.Var)]
+        self._stride_binders = [(i, comp.slot(s)) for i, s in enumerate(self.strides) if isinstance(s, ir.Var)]
+
+    def bind(self, f: Frame, t, fname: str):
+        if not isinstance(t, torch.Tensor):
+            raise InterpreterError(f"{fname}() argument '{self.name}' must be a torch tensor; got "
+                                   f"{type(t).__name__}")
+        if t.device.type != "cpu":
+            raise InterpreterError(f"{fname}() argument '{self.name}' is on {t.device}; the CPU interpreter "
+                                   f"needs CPU tensors")
+        if t.dtype != self.dtype:
+            raise InterpreterError(f"{fname}() argument '{self.name}' must have dtype {self.dtype}; got {t.dtype}")
+        if t.dim() != len(self.shape):
+            raise InterpreterError(f"{fname}() argument '{self.name}' must have rank {len(self.shape)}; got "
+                                   f"shape {tuple(t.shape)}")
+        for i, slot in self._binders:
+            if f.vals[slot] is None:
+                f.vals[slot] = int(t.shape[i])
+        for i, slot in self._stride_binders:
+            if f.vals[slot] is None:
+                f.vals[slot] = int(t.stride(i))
+        f.vals[self.slot] = t
+
+    def check(self, f: Frame, fname: str):
+        t = f.vals[self.slot]
+        expected = tuple(int(fn(f)) for fn in self._shape_fns)
+        if tuple(t.shape) != expected:
+            raise InterpreterError(f"{fname}() argument '{self.name}' must have shape {expected}; got "
+                                   f"{tuple(t.shape)}")
+        if self._stride_fns:
+            strides = tuple(int(fn(f)) for fn in self._stride_fns)
+            if tuple(t.stride()) != strides and t.numel() > 1:
+                raise InterpreterError(f"{fname}() argument '{self.name}' must have strides {strides}; got "
+                                       f"{tuple(t.stride())}")
+
+
+def compile_func(func: tirx.PrimFunc) -> Program:
+    """The closures of `func`, from the cache when this PrimFunc object was run before."""
+    key = func.__chandle__()
+    hit = _cache.get(key)
+    if hit is not None and hit[0].same_as(func):
+        _cache.move_to_end(key)
+        return hit[1]
+    program = Program(func)
+    _cache[key] = (func, program)  # holding func keeps its handle from being reused by another object
+    if len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
+    return program
+
+
+def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
+    """Execute the phase-2 tile IR `func` on CPU torch tensors, in place.
+
+    `args` follow `func.params`: tensors for buffer parameters (outputs included, already allocated), Python
+    numbers for scalar parameters. `T.dynamic` dims and symbolic strides are read from the tensors.
+
+    Example::
+
+        C = torch.zeros(M, N)
+        tile_nb.interp.run(gemm_func, [A, B, C])   # C now holds A @ B
+
+    Raises `OutOfBoundsError` for an access the GPU would perform out of bounds, `InterpreterError` for
+    arguments that do not match the function, `NotImplementedError` for IR without an interpreter rule.
+
+    `threads`: torch intra-op threads while the kernel runs (restored afterwards; None keeps torch's setting).
+    Tile-sized ops gain nothing from more threads, and on a busy machine OpenMP's waiting between thousands of
+    small ops made a 1024^3 GEMM 20x slower with 2 threads than with 1 (benchmarks/results/interp.md).
+    """
+    program = compile_func(func)
+    saved = torch.get_num_threads()
+    if threads is None or threads == saved:
+        program(list(args))
+        return
+    torch.set_num_threads(threads)
+    try:
+        program(list(args))
+    finally:
+        torch.set_num_threads(saved)

@@ -1,0 +1,274 @@
+"""Statement rules: control flow, allocation, the grid, and `T.parallel` loops vectorized over the tile.
+
+Block-level code (everything inside `T.Kernel`) runs once per CTA. The grid (`launch_thread("blockIdx.*")`)
+becomes nested Python loops; `threadIdx.x` is bound to 0 because block-level code describes the whole CTA.
+A `T.parallel` loop is not iterated: its loop var becomes an index tensor (`arange`) and the body runs once,
+every expression a tensor over the iteration space; `if` on a loop var turns into a mask of active iterations.
+Serial loops inside parallel loops stay Python loops (they are genuinely sequential).
+"""
+from __future__ import annotations
+
+import torch
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from . import values as V
+from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
+from .errors import InterpreterError
+from .memory import write_back_overlays
+
+__all__: list[str] = []
+
+
+@stmt_rule(tirx.SeqStmt)
+def _seq(comp: Compiler, node):
+    body = [comp.stmt(s) for s in node.seq]
+
+    def seq(f):
+        for s in body:
+            s(f)
+    return seq
+
+
+@stmt_rule(tirx.Evaluate)
+def _evaluate(comp: Compiler, node):
+    if isinstance(node.value, (tirx.IntImm, tirx.FloatImm)):
+        return lambda f: None
+    value = comp.expr(node.value)
+
+    def evaluate(f):
+        value(f)
+    return evaluate
+
+
+@stmt_rule(tirx.Bind)
+def _bind(comp: Compiler, node):
+    slot, value = comp.slot(node.var), comp.expr(node.value)
+
+    def bind(f):
+        f.vals[slot] = value(f)
+    return bind
+
+
+@stmt_rule(tirx.AssertStmt)
+def _assert(comp: Compiler, node):
+    cond = comp.expr(node.condition)
+    message = "".join(str(getattr(p, "value", p)) for p in node.message_parts)
+    location = comp.location
+
+    def check(f):
+        c = cond(f)
+        ok = bool(c.all()) if V.is_tensor(c) else bool(c)
+        if not ok:
+            raise InterpreterError(f"assertion failed: {message}\n{location.describe()}")
+    return check
+
+
+# ---- buffers ------------------------------------------------------------------------------------------------
+
+@stmt_rule(tirx.AllocBuffer)
+def _alloc(comp: Compiler, node):
+    buf = node.buffer
+    slot = comp.buffer_slot(buf)
+    shape = comp.exprs(buf.shape)
+    dtype = V.torch_dtype(buf.dtype)
+
+    def alloc(f):
+        # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held).
+        f.vals[slot] = torch.zeros([int(s(f)) for s in shape], dtype=dtype)
+    return alloc
+
+
+@stmt_rule(tirx.DeclBuffer)
+def _decl(comp: Compiler, node):
+    buf = node.buffer
+    slot = comp.buffer_slot(buf)
+    data = node.data
+    if data is None or not hasattr(data, "__chandle__") or data.__chandle__() not in comp._slots:
+        raise NotImplementedError(f"DeclBuffer over {data!r}: only views of a buffer already in scope are "
+                                  f"supported by the CPU interpreter")
+    source = comp.slot(data)
+    shape = comp.exprs(buf.shape)
+    dtype = V.torch_dtype(buf.dtype)
+
+    def decl(f):
+        base = f.vals[source]
+        if base.dtype != dtype:
+            raise InterpreterError(f"DeclBuffer '{buf.name}' reinterprets {base.dtype} as {dtype}: unsupported")
+        f.vals[slot] = base.reshape(-1)[: _numel(shape, f)].view([int(s(f)) for s in shape])
+    return decl
+
+
+def _numel(shape, f) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s(f))
+    return n
+
+
+# ---- launch: the grid ---------------------------------------------------------------------------------------
+
+@stmt_rule(tirx.AttrStmt)
+def _attr(comp: Compiler, node):
+    body = comp.stmt(node.body)
+    if node.attr_key != "thread_extent":
+        return body  # pragmas and hints do not change the result
+    iv = node.node
+    tag = str(iv.thread_tag)
+    slot = comp.slot(iv.var)
+    extent = comp.expr(node.value)
+    if tag.startswith("blockIdx"):
+        axis = tag[-1]
+
+        def grid(f):
+            for b in range(int(extent(f))):
+                f.vals[slot] = b
+                f.block[axis] = b
+                body(f)
+            f.block.pop(axis, None)
+        return grid
+
+    def thread(f):
+        f.vals[slot] = 0  # block-level code is written for the whole CTA, not per thread
+        body(f)
+    return thread
+
+
+# ---- loops --------------------------------------------------------------------------------------------------
+
+@stmt_rule(tirx.For)
+def _for(comp: Compiler, node):
+    kind = int(node.kind)
+    if kind in (int(tirx.ForKind.PARALLEL), int(tirx.ForKind.VECTORIZED), int(tirx.ForKind.THREAD_BINDING)):
+        return _parallel_for(comp, node)
+    return _serial_for(comp, node)
+
+
+def _serial_for(comp: Compiler, node):
+    slot = comp.slot(node.loop_var)
+    start, extent = comp.expr(node.min), comp.expr(node.extent)
+    step = comp.expr(node.step) if node.step is not None else None
+    body = comp.stmt(node.body)
+
+    def serial(f):
+        lo, n = start(f), extent(f)
+        inc = 1 if step is None else int(step(f))
+        if V.is_tensor(n) and n.dim() > 0:
+            return _ragged_serial(f, slot, lo, n, inc, body)
+        lo = int(lo)
+        vals = f.vals
+        for i in range(lo, lo + int(n), inc):
+            vals[slot] = i
+            body(f)
+    return serial
+
+
+def _ragged_serial(f, slot, lo, n, inc, body):
+    """A serial loop whose trip count depends on a parallel loop var: run the longest, mask the rest."""
+    saved = f.mask
+    try:
+        for i in range(int(lo), int(lo) + int(n.max()), inc):
+            active = (i < lo + n)
+            f.mask = active if saved is None else saved & active
+            if bool(f.mask.any()):
+                f.vals[slot] = i
+                body(f)
+    finally:
+        f.mask = saved
+
+
+def _parallel_for(comp: Compiler, node):
+    slot = comp.slot(node.loop_var)
+    start, extent = comp.expr(node.min), comp.expr(node.extent)
+    step = comp.expr(node.step) if node.step is not None else None
+    body = comp.stmt(node.body)
+
+    def parallel(f):
+        lo, n = int(start(f)), int(extent(f))
+        inc = 1 if step is None else int(step(f))
+        index = torch.arange(lo, lo + n, inc)
+        if index.numel() == 0:
+            return
+        saved_shape, outermost = f.par_shape, not f.par_shape
+        f.vals[slot] = index.view((index.numel(),) + (1,) * len(saved_shape))
+        f.par_shape = (index.numel(),) + saved_shape
+        if outermost:
+            f.overlays = {}
+        try:
+            body(f)
+        finally:
+            f.par_shape = saved_shape
+        if outermost:
+            write_back_overlays(f, comp)
+            f.overlays = None
+    return parallel
+
+
+@stmt_rule(tirx.While)
+def _while(comp: Compiler, node):
+    cond, body = comp.expr(node.condition), comp.stmt(node.body)
+
+    def while_(f):
+        while True:
+            c = cond(f)
+            if V.is_tensor(c) and c.dim() > 0:
+                raise InterpreterError("a while loop whose condition depends on a parallel loop var is not "
+                                       "supported by the CPU interpreter")
+            if not c:
+                return
+            body(f)
+    return while_
+
+
+# ---- branches -----------------------------------------------------------------------------------------------
+
+@stmt_rule(tirx.IfThenElse)
+def _if(comp: Compiler, node):
+    cond = comp.expr(node.condition)
+    then = comp.stmt(node.then_case)
+    orelse = comp.stmt(node.else_case) if node.else_case is not None else None
+
+    def if_(f):
+        c = cond(f)
+        if not V.is_tensor(c) or c.dim() == 0:
+            if c:
+                then(f)
+            elif orelse is not None:
+                orelse(f)
+            return
+        # The condition varies over parallel iterations: run each branch on the iterations that take it.
+        c = c.to(torch.bool)
+        saved = f.mask
+        try:
+            active = c if saved is None else saved & c
+            if bool(active.any()):
+                f.mask = active
+                then(f)
+            if orelse is not None:
+                active = ~c if saved is None else saved & ~c
+                if bool(active.any()):
+                    f.mask = active
+                    orelse(f)
+        finally:
+            f.mask = saved
+    return if_
+
+
+# ---- tile primitives ----------------------------------------------------------------------------------------
+
+@stmt_rule(TilePrimitiveCall)
+def _tile_call(comp: Compiler, node):
+    name = op_short_name(node.op)
+    rule = TILE_RULES.get(name)
+    if rule is None:
+        raise NotImplementedError(f"the CPU interpreter has no rule for tile primitive T.tile.{name}\n"
+                                  f"{comp.location.describe()}")
+    run = rule(comp, node)
+    location = comp.location
+
+    def tile_call(f):
+        if f.par_shape:
+            raise InterpreterError(f"T.tile.{name} inside a T.Parallel loop is not supported\n"
+                                   f"{location.describe()}")
+        run(f)
+    return tile_call

@@ -1,0 +1,148 @@
+"""Tile primitive rules (`T.tile.copy / fill / gemm / sum / max / min`): whole-tile torch operations.
+
+Argument order follows TVM's tile primitive classes (`tvm/tirx/operator/tile_primitive/ops.py`):
+copy(dst, src), fill(dst, value), gemm(D, A, B, C, transpose_A, transpose_B, alpha, beta),
+sum/max/min(dst, src, axes, accum).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import values as V
+from .compiler import Compiler, tile_rule
+from .errors import InterpreterError
+from .memory import compile_region
+
+__all__: list[str] = []
+
+
+def _const(node, what: str):
+    if isinstance(node, (bool, int, float)):
+        return node  # plain Python values survive in TilePrimitiveCall args
+    value = getattr(node, "value", None)
+    if value is None:
+        raise NotImplementedError(f"{what} must be a constant, got {node}")
+    return value
+
+
+def _core(exts) -> list[int]:
+    """Extents without unit dims: what must agree between the two sides of a copy."""
+    return [e for e in exts if e != 1]
+
+
+@tile_rule("copy", "copy_async")
+def _copy(comp: Compiler, node):
+    dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
+    location = comp.location
+
+    def copy(f):
+        tile = src.read(f)
+        _, _, dst_exts = dst.resolve(f)
+        if _core(tile.shape) != _core(dst_exts):
+            raise InterpreterError(
+                f"T.copy between regions of different shapes: {src.name}{list(tile.shape)} -> "
+                f"{dst.name}{dst_exts}\n{location.describe()}")
+        dst.write(f, tile.reshape(dst_exts).to(dst.dtype))
+    return copy
+
+
+@tile_rule("fill", "memset")
+def _fill(comp: Compiler, node):
+    dst = compile_region(comp, node.args[0])
+    value = comp.expr(node.args[1])
+
+    def fill(f):
+        v = value(f)
+        dst.write(f, v.item() if V.is_tensor(v) else v)
+    return fill
+
+
+@tile_rule("zero")
+def _zero(comp: Compiler, node):
+    dst = compile_region(comp, node.args[0])
+    return lambda f: dst.write(f, 0)
+
+
+def _matrix(tile: torch.Tensor, name: str, location) -> torch.Tensor:
+    """A gemm operand region as a 2-D matrix: leading unit dims (a stage of a 3-D shared buffer) dropped."""
+    if tile.dim() == 2:
+        return tile
+    if tile.dim() > 2 and all(e == 1 for e in tile.shape[:-2]):
+        return tile.reshape(tile.shape[-2:])
+    raise InterpreterError(f"T.gemm operand {name} must be a 2-D tile, got shape {list(tile.shape)}\n"
+                           f"{location.describe()}")
+
+
+@tile_rule("gemm")
+def _gemm(comp: Compiler, node):
+    d_reg, a_reg, b_reg, c_reg = (compile_region(comp, node.args[i]) for i in range(4))
+    trans_a, trans_b = bool(_const(node.args[4], "transpose_A")), bool(_const(node.args[5], "transpose_B"))
+    alpha = float(_const(node.args[6], "alpha")) if len(node.args) > 6 else 1.0
+    beta = float(_const(node.args[7], "beta")) if len(node.args) > 7 else 1.0
+    acc = V.accum_dtype(d_reg.dtype)
+    location = comp.location
+
+    def gemm(f):
+        a = _matrix(a_reg.read(f), a_reg.name, location).to(acc)
+        b = _matrix(b_reg.read(f), b_reg.name, location).to(acc)
+        if trans_a:
+            a = a.T
+        if trans_b:
+            b = b.T
+        if a.shape[1] != b.shape[0]:
+            raise InterpreterError(f"T.gemm: {a_reg.name} is {list(a.shape)} and {b_reg.name} is "
+                                   f"{list(b.shape)} (after transposes); inner dims differ\n"
+                                   f"{location.describe()}")
+        out = a @ b
+        if alpha != 1.0:
+            out *= alpha
+        if beta != 0.0:
+            c = c_reg.read(f)
+            out += beta * c.reshape(out.shape).to(acc) if beta != 1.0 else c.reshape(out.shape).to(acc)
+        _, _, d_exts = d_reg.resolve(f)
+        if _core(out.shape) != _core(d_exts):
+            raise InterpreterError(f"T.gemm: result {list(out.shape)} does not fit {d_reg.name}{d_exts}\n"
+                                   f"{location.describe()}")
+        if not d_reg.dtype.is_floating_point:
+            out = out.round()
+        d_reg.write(f, out.reshape(d_exts).to(d_reg.dtype))
+    return gemm
+
+
+_REDUCERS = {
+    "sum": (lambda x, dims: x.sum(dim=dims), torch.add),
+    "max": (lambda x, dims: x.amax(dim=dims), torch.maximum),
+    "min": (lambda x, dims: x.amin(dim=dims), torch.minimum),
+}
+
+
+def _reduce_rule(kind: str):
+    reduce, combine = _REDUCERS[kind]
+
+    def rule(comp: Compiler, node):
+        dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
+        axes = [int(_const(a, "reduce axis")) for a in node.args[2]]
+        accum = bool(_const(node.args[3], "accum")) if len(node.args) > 3 else False
+        acc = V.accum_dtype(dst.dtype) if kind == "sum" else dst.dtype
+        location = comp.location
+
+        def reduction(f):
+            tile = src.read(f)
+            dims = [a % tile.dim() for a in axes]
+            out = reduce(tile.to(acc), dims)
+            _, _, d_exts = dst.resolve(f)
+            if _core(out.shape) != _core(d_exts):
+                raise InterpreterError(
+                    f"T.reduce_{kind}: reducing {src.name}{list(tile.shape)} over dims {dims} gives "
+                    f"{list(out.shape)}, which does not fit {dst.name}{d_exts}\n{location.describe()}")
+            out = out.reshape(d_exts)
+            if accum:
+                out = combine(out, dst.read(f).to(acc))
+            dst.write(f, out.to(dst.dtype))
+        return reduction
+    return rule
+
+
+for _kind in _REDUCERS:
+    tile_rule(_kind)(_reduce_rule(_kind))
+
