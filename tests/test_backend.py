@@ -219,3 +219,14 @@ def test_disassemble_when_a_disassembler_exists():
 def test_toolchain_describe_never_raises():
     info = toolchain.describe()
     assert set(info) >= {"nvcc", "nvrtc", "cuobjdump", "nvdisasm"}
+
+
+def test_dynamic_shared_memory_read_from_the_lowered_script():
+    from tile_nb.backend.resources import dynamic_shared_from_script
+
+    script = ('smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")\n'
+              'A_shared = T.decl_buffer((12288,), "float16", data=smem_pool.data, scope="shared.dyn")\n'
+              'extra = T.alloc_buffer((4, 8), "float16x2", scope="shared.dyn")\n')
+    assert dynamic_shared_from_script(script) == 49152 + 4 * 8 * 4
+    assert dynamic_shared_from_script('T.alloc_buffer((n,), "float16", scope="shared.dyn")') is None
+    assert dynamic_shared_from_script('S = T.alloc_buffer((256,), "float32", scope="shared")') is None

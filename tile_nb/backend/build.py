@@ -9,6 +9,7 @@ same source, so resource use is known on CPU-only machines too (that module cann
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 
 from . import cuda_compile
 from .cuda_compile import CubinResult
-from .resources import Resources
+from .resources import Resources, dynamic_shared_from_script
 from .target import resolve_target, target_arch
 
 __all__ = ["BuildOptions", "BuildResult", "build", "cuda_runtime_loaded"]
@@ -124,7 +125,8 @@ def _capturing(arch: str, options: BuildOptions):
 
 # ------------------------------------------------------------------------------------------ the build
 
-def build(mod, target=None, options: BuildOptions | dict | None = None) -> BuildResult:
+def build(mod, target=None, options: BuildOptions | dict | None = None, *,
+          script: str | None = None) -> BuildResult:
     """Compile a thread-level TIRx IRModule for CUDA.
 
     Example::
@@ -133,6 +135,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None) -> Build
         result.cuda_source, result.resources, result.timings   # cubin/resources need NVRTC or nvcc
 
     Stages timed: `codegen` (TVM's lowering passes and CUDA codegen) and `cubin` (NVRTC/nvcc with ptxas).
+    `script` is `mod.script()` when the caller has it already (it is read for the dynamic shared memory size).
     """
     import tvm
 
@@ -166,6 +169,10 @@ def build(mod, target=None, options: BuildOptions | dict | None = None) -> Build
         timings["cubin"] = compiled.seconds
         result.cubin, result.ptx, result.compiler = compiled.cubin, compiled.ptx, compiled.compiler
         result.compile_log, result.resources = compiled.log, compiled.resources
+        dynamic = dynamic_shared_from_script(script if script is not None else mod.script())
+        if dynamic:
+            result.resources = {k: dataclasses.replace(r, dynamic_shared_bytes=dynamic)
+                                for k, r in result.resources.items()}
     return result
 
 

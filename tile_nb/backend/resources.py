@@ -16,7 +16,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-__all__ = ["Resources", "parse_ptxas_log", "combine"]
+__all__ = ["Resources", "parse_ptxas_log", "combine", "dynamic_shared_from_script"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,25 @@ def combine(per_kernel: dict[str, Resources]) -> Resources | None:
         barriers=max(r.barriers for r in values),
         dynamic_shared_bytes=max(dyn) if dyn else None,
     )
+
+
+# `smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")` in TVMScript; `T.decl_buffer(..., data=...)`
+# views into the pool are not allocations and are not counted.
+_DYN_ALLOC = re.compile(r'T\.alloc_buffer\(\(([^()]*)\),\s*"(\w+)"[^\n]*?scope="shared\.dyn"')
+_DTYPE_BITS = re.compile(r"^[a-z]+?(\d+)(?:x(\d+))?$")
+
+
+def dynamic_shared_from_script(script: str) -> int | None:
+    """Bytes of dynamic shared memory allocated in a lowered module's TVMScript, or None when there is none or a
+    size is not a constant."""
+    total = 0
+    for dims_text, dtype in _DYN_ALLOC.findall(script):
+        dims = [d.strip() for d in dims_text.split(",") if d.strip()]
+        bits = _DTYPE_BITS.match(dtype)
+        if not dims or not all(d.isdigit() for d in dims) or not bits:
+            return None
+        count = 1
+        for d in dims:
+            count *= int(d)
+        total += count * int(bits.group(1)) * int(bits.group(2) or 1) // 8
+    return total or None

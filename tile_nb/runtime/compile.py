@@ -146,7 +146,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     lowered_ir = mod.script()
     if not isinstance(func, tvm.IRModule):
         timings["lower"] = time.perf_counter() - t
-    result = build(mod, target, build_options)
+    result = build(mod, target, build_options, script=lowered_ir)
     timings.update(result.timings)
     kernel = CompiledKernel(
         name=name, target=target, arch=arch, params=_param_names(entry_func), cuda_source=result.cuda_source,

@@ -1,0 +1,50 @@
+"""The seed GEMM through the whole CPU path (front end -> tile_nb.lower -> backend -> runtime): CUDA for sm_80 and
+sm_90a with no spills, tensor-core instructions in the PTX, and the dynamic shared memory of the pipeline."""
+import pytest
+
+from tile_nb.backend import available_compiler
+
+pytestmark = pytest.mark.skipif(available_compiler() is None, reason="neither NVRTC nor nvcc is installed")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def seed_gemm():
+    tile_nb = pytest.importorskip("tile_nb")
+    T = pytest.importorskip("tile_nb.language")
+    if not hasattr(tile_nb, "jit"):
+        pytest.skip("tile_nb.jit is not in this checkout")
+
+    @tile_nb.jit
+    def gemm(A, B, C, out_dtype: T.dtype = T.float32, block_M: int = 128, block_N: int = 128, block_K: int = 32):
+        M, N, K = T.const('M, N, K')
+        A: T.Tensor[[M, K], T.float16]
+        B: T.Tensor[[K, N], T.float16]
+        C: T.Tensor[[M, N], out_dtype]
+        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), A.dtype)
+            B_shared = T.alloc_shared((block_K, block_N), B.dtype)
+            C_local = T.alloc_fragment((block_M, block_N), out_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, by * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[bx * block_M, by * block_N])
+
+    return gemm
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_seed_gemm_compiles_without_spills(arch):
+    kernel = seed_gemm().compile(M=1024, N=1024, K=1024, target={"kind": "cuda", "arch": arch})
+    res = kernel.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+    assert res.registers <= 255
+    assert res.dynamic_shared_bytes == 3 * (128 * 32 + 32 * 128) * 2      # 3 stages of fp16 A and B tiles
+    assert "mma.sync.aligned.m16n8k16" in kernel.ptx
+    assert "cp.async" in kernel.ptx and "ldmatrix" in kernel.ptx
+    assert {"lower", "codegen", "cubin"} <= set(kernel.timings)
