@@ -285,20 +285,18 @@ class JITFunction:
         return self._call_slow(args, kwargs, backend)
 
     def _call_fast(self, fast, args):
-        _, env_key, template, plan = fast
+        _, env_key, template, read_key = fast
         try:
-            if self._environment_key() != env_key:
-                return _MISS
-            key = tuple(args[i].shape[d] if kind == "shape" else args[i].stride(d) for i, kind, d in plan)
-            spec = template.specializations.get(key)
+            if self._global_names or self.fn.__closure__:
+                if self._environment_key() != env_key:
+                    return _MISS
+            spec = template.specializations.get(read_key(args))
             if spec is None or not spec.expectations.check(args):
-                return _MISS
-            device = args[spec.expectations.tensors[0].index].device if spec.expectations.tensors else None
-            if any(args[e.index].device != device for e in spec.expectations.tensors):
                 return _MISS
         except (AttributeError, IndexError, TypeError):
             return _MISS
-        return self._launch(spec, list(args), device, None)
+        tensors = spec.expectations.tensors
+        return self._launch(spec, list(args), args[tensors[0].index].device if tensors else None, None)
 
     def _call_slow(self, args, kwargs, backend):
         runtime, compile_values, extra = self._bind(args, kwargs)
@@ -313,12 +311,24 @@ class JITFunction:
         tensors = {e.name: ordered[e.index] for e in spec.expectations.tensors}
         check_devices(self.definition.name, tensors)
         device = next(iter(tensors.values())).device if tensors else None
-        if not kwargs and len(args) == len(self._runtime_names) and not self.signature.compile_time \
+        leading = [p.name for p in self.signature.params[: len(args)]]
+        if not kwargs and backend is None and leading == self._runtime_names \
                 and not any(p.kind == POINTER for p in self.signature.runtime):
-            plan = [(self._runtime_names.index(template.const_sources[c][0]), template.const_sources[c][1],
-                     template.const_sources[c][2]) for c in template.consts]
-            self._fast = (len(args), self._environment_key(), template, plan)
+            # Only runtime arguments, positionally, compile-time ones at their defaults: later calls like this
+            # one can skip binding and go straight to the shape-keyed specialization table.
+            self._fast = (len(args), self._environment_key(), template, self._key_reader(template))
         return self._launch(spec, ordered, device, backend)
+
+    def _key_reader(self, template: Template):
+        """`read_key(args)`: the const values from positional tensors, generated as one tuple expression."""
+        parts = []
+        for c in template.consts:
+            param, kind, dim = template.const_sources[c]
+            a = f"args[{self._runtime_names.index(param)}]"
+            parts.append(f"{a}.shape[{dim}]" if kind == "shape" else f"{a}.stride({dim})")
+        env: dict = {}
+        exec(f"def read_key(args):\n    return ({', '.join(parts)}{',' if len(parts) == 1 else ''})\n", env)  # noqa: S102
+        return env["read_key"]
 
     def _check(self, spec: Specialization, ordered):
         for e in spec.expectations.tensors:
