@@ -62,6 +62,11 @@ def parse_call(text: str, namespace: dict) -> tuple[Any, tuple, dict]:
     return func, tuple(args), kwargs
 
 
+def _has_code(cell: str) -> bool:
+    """Whether the cell has more than blank lines and comments (such a cell shows a kernel defined before)."""
+    return any(line.strip() and not line.strip().startswith("#") for line in cell.splitlines())
+
+
 def _unquote(text: str | None) -> str | None:
     if text and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
@@ -94,6 +99,7 @@ class TileKernelMagics(Magics):
 
         The cell holds a kernel definition, decorated with `@tile_nb.jit` or not (an undecorated function is
         decorated by the magic). It runs in the notebook's namespace, so the kernel is usable afterwards.
+        With an empty cell (or only comments), the magic shows a kernel defined before: the one `--name` or `--call` names.
 
         With no option the view shows the phase-1 template (consts symbolic). `--shapes` or `--call` add the
         phase-2 specialized IR beside it, with the lines that specialization changed marked. Examples:
@@ -107,7 +113,10 @@ class TileKernelMagics(Magics):
         """
         opts = parse_argstring(self.tilekernel, line)
         shell = self.shell
-        name = self._define(line, cell, opts.name)
+        if _has_code(cell):
+            name = self._define(line, cell, opts.name)
+        else:
+            name = self._existing(opts)
         kernel = shell.user_ns[name]
         kwargs = parse_shapes(opts.shapes, shell.user_ns)
         args: tuple = ()
@@ -138,6 +147,23 @@ class TileKernelMagics(Magics):
         return view
 
     # ------------------------------------------------------------------------------------------------ helpers
+    def _existing(self, opts) -> str:
+        """An empty cell: the kernel named by --name, or called by --call, from the namespace."""
+        name = opts.name
+        if name is None and opts.call:
+            try:
+                func = ast.parse(_unquote(opts.call).strip(), mode="eval").body
+            except SyntaxError:
+                func = None
+            name = func.func.id if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) else None
+        if name is None:
+            raise UsageError("%%tilekernel: the cell is empty; define a kernel in it, or name one defined before "
+                             "with --name NAME or --call \"NAME(args...)\"")
+        kernel = self.shell.user_ns.get(name)
+        if kernel is None or not hasattr(kernel, "template"):
+            raise UsageError(f"%%tilekernel: '{name}' is not a tile_nb kernel in the namespace")
+        return name
+
     def _define(self, line: str, cell: str, wanted: str | None) -> str:
         """Execute the cell in the user namespace; return the kernel's name (decorating it when needed)."""
         shell = self.shell

@@ -5,7 +5,9 @@ specialized TVMScript side by side in one table (line numbers, a marker column, 
 collapsed `<details>` sections for the lowered IR, CUDA, PTX, SASS, resources and compile timings.
 
 JupyterLab and GitHub style `<table>`s (right-aligned cells, zebra rows), so every cell sets its own alignment and
-background. The marker column (`~` changed, `-` template only, `+` specialized only) keeps the diff readable where a
+background. A code table has one row: each column (line numbers, code, markers) is one `<pre>` holding a `<div>`
+per line, which keeps the output small (styles are written once per column, not once per line) while a changed
+line can still be tinted. The marker column (`~` changed, `-` template only, `+` specialized only) keeps the diff readable where a
 renderer drops inline styles.
 """
 from __future__ import annotations
@@ -20,9 +22,11 @@ _MONO = "font-family:SFMono-Regular,Menlo,Consolas,'Liberation Mono',monospace;f
 _BOX = ("font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;font-size:13px;line-height:1.45;"
         "color:#1f2328;max-width:100%")
 _TABLE = "border-collapse:collapse;border:1px solid #d0d7de;margin:4px 0"
-_NUM = f"{_MONO};color:#8c959f;text-align:right;padding:0 6px;vertical-align:top;border:none;background:#f6f8fa"
-_CODE = f"{_MONO};white-space:pre;text-align:left;padding:0 8px;vertical-align:top;border:none"
-_MARK = f"{_MONO};color:#9a6700;text-align:center;padding:0 2px;vertical-align:top;border:none;width:1em"
+_PRE = f"{_MONO};margin:0;padding:0;border:none;background:none;white-space:pre;overflow:visible"
+_NUM = "color:#8c959f;text-align:right;padding:0 6px;vertical-align:top;border:none;background:#f6f8fa"
+_CODE = "text-align:left;padding:0 8px;vertical-align:top;border:none;background:#ffffff"
+_MARK = "color:#9a6700;text-align:center;padding:0 2px;vertical-align:top;border:none;background:#ffffff"
+_HIGHLIGHT_MAX_LINES = 400
 _HEAD = ("text-align:left;padding:4px 8px;border-bottom:1px solid #d0d7de;background:#f6f8fa;font-weight:600;"
          "vertical-align:bottom")
 _SUMMARY = "cursor:pointer;font-weight:600;padding:2px 0"
@@ -54,39 +58,54 @@ def _note(text_html: str, kind: str = "info") -> str:
     return f'<div style="{_NOTE.format(color=color, bg=bg)}">{text_html}</div>'
 
 
+def _pre(lines: list[str], tints: list[str] | None = None) -> str:
+    """One column of a code table: a `<pre>` with a `<div>` per line (so a line can be tinted)."""
+    if tints is None:
+        tints = [""] * len(lines)
+    body = "".join(f'<div style="{tint}">{line or " "}</div>' if tint else f"<div>{line or ' '}</div>"
+                   for line, tint in zip(lines, tints))
+    return f'<pre style="{_PRE}">{body}</pre>'
+
+
 def _code_table(section: Section) -> str:
-    """A single text with line numbers."""
-    rows = []
-    for no, line in enumerate(highlight_lines(section.text, section.language), start=1):
-        rows.append(f"<tr>{_td(_NUM, str(no))}{_td(_CODE, line)}</tr>")
-    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><tbody>'
-            + "".join(rows) + "</tbody></table></div>")
+    """A single text with line numbers: one row, a column of numbers and a column of code."""
+    lines = _highlighted(section)
+    numbers = [str(n) for n in range(1, len(lines) + 1)]
+    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><tbody><tr>'
+            f"{_td(_NUM, _pre(numbers))}{_td(_CODE, _pre(lines))}</tr></tbody></table></div>")
+
+
+def _highlighted(section: Section) -> list[str]:
+    if section.line_count > _HIGHLIGHT_MAX_LINES:  # long listings (PTX, SASS) stay plain: output size matters
+        return highlight_lines(section.text, "text")
+    return highlight_lines(section.text, section.language)
 
 
 def _side_by_side(template: Section, specialized: Section, consts_label: str) -> str:
-    left_text, right_text = template.text.split("\n"), specialized.text.split("\n")
-    left_html = highlight_lines(template.text, template.language)
-    right_html = highlight_lines(specialized.text, specialized.language)
+    left_html, right_html = _highlighted(template), _highlighted(specialized)
+    rows = align(template.text.split("\n"), specialized.text.split("\n"))
+    columns: dict[str, list[str]] = {"ln": [], "lc": [], "mark": [], "rn": [], "rc": []}
+    tints: dict[str, list[str]] = {"lc": [], "rc": []}
+    for row in rows:
+        left_tint, right_tint = _TINT[row.tag]
+        columns["ln"].append(str(row.left_no) if row.left_no else "")
+        columns["lc"].append(left_html[row.left_no - 1] if row.left_no else "")
+        columns["mark"].append(_MARKS[row.tag])
+        columns["rn"].append(str(row.right_no) if row.right_no else "")
+        columns["rc"].append(right_html[row.right_no - 1] if row.right_no else "")
+        tints["lc"].append(left_tint)
+        tints["rc"].append(right_tint)
     head = (f'<tr><th colspan="2" style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
             f"(consts symbolic)</span></th>"
             f'<th style="{_HEAD}"></th>'
             f'<th colspan="2" style="{_HEAD};border-left:1px solid #d0d7de">Phase 2: specialized '
             f'<span style="font-weight:400">{escape(consts_label)}</span></th></tr>')
-    rows = []
-    for row in align(left_text, right_text):
-        left_tint, right_tint = _TINT[row.tag]
-        left_no = str(row.left_no) if row.left_no else ""
-        right_no = str(row.right_no) if row.right_no else ""
-        left_code = left_html[row.left_no - 1] if row.left_no else ""
-        right_code = right_html[row.right_no - 1] if row.right_no else ""
-        rows.append(
-            "<tr>"
-            + _td(_NUM, left_no) + _td(_CODE, left_code, left_tint)
-            + _td(_MARK, _MARKS[row.tag])
-            + _td(_NUM, right_no, "border-left:1px solid #d0d7de") + _td(_CODE, right_code, right_tint)
-            + "</tr>")
-    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><thead>{head}</thead><tbody>'
-            + "".join(rows) + "</tbody></table></div>")
+    body = (_td(_NUM, _pre(columns["ln"])) + _td(_CODE, _pre(columns["lc"], tints["lc"]))
+            + _td(_MARK, _pre(columns["mark"]))
+            + _td(_NUM, _pre(columns["rn"]), "border-left:1px solid #d0d7de")
+            + _td(_CODE, _pre(columns["rc"], tints["rc"])))
+    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><thead>{head}</thead><tbody><tr>{body}</tr>'
+            "</tbody></table></div>")
 
 
 def _details(summary: str, body: str) -> str:
