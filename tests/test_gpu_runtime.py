@@ -1,0 +1,145 @@
+"""Launching compiled kernels on a CUDA GPU: results against torch on random inputs, torch's current stream,
+a kernel with >= 48 KB of dynamic shared memory, the disk cache across processes, and CUDA-event timing."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tile_nb.runtime as rt  # noqa: E402
+from test_backend import add_module, rowsum_module  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path / "cache"))
+    rt.clear_memory_cache()
+    yield tmp_path / "cache"
+    rt.clear_memory_cache()
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return float((out - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_elementwise_add_matches_torch(dtype, compiler):
+    from tile_nb.backend import available_compiler
+
+    if available_compiler(compiler) != compiler:
+        pytest.skip(f"{compiler} is not available")
+    kernel = rt.compile(add_module(dtype=dtype), None, options={"compiler": compiler})
+    assert kernel.launchable, kernel.not_launchable_reason
+    tdtype = getattr(torch, dtype)
+    for n in (1, 1000, 1 << 20):                      # not multiples of the block: the guard must hold
+        a = torch.randn(n, device="cuda", dtype=tdtype)
+        b = torch.randn(n, device="cuda", dtype=tdtype)
+        c = torch.full((n,), float("nan"), device="cuda", dtype=tdtype)   # poisoned: every element must be written
+        kernel(a, b, c, n)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any()
+        assert rel_err(c, a.double() + b.double()) < (1e-6 if dtype == "float32" else 1e-3)
+
+
+def test_shared_memory_kernel_matches_torch():
+    kernel = rt.compile(rowsum_module(rows=64, cols=256), None)
+    a = torch.randn(64, 256, device="cuda", dtype=torch.float32)
+    b = torch.full((64,), float("nan"), device="cuda")
+    kernel(a, b)
+    torch.cuda.synchronize()
+    assert rel_err(b, a.double().sum(1)) < 1e-5
+
+
+def test_runs_on_torchs_current_stream():
+    """Queue a long sleep and then new inputs on a side stream: a kernel launched on that stream sees them; one on
+    another stream would run first and read the old inputs."""
+    kernel = rt.compile(add_module(), None)
+    n = 1 << 22
+    a = torch.zeros(n, device="cuda")
+    b = torch.ones(n, device="cuda")
+    c = torch.empty(n, device="cuda")
+    new_a = torch.full((n,), 2.0, device="cuda")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)            # ~0.1 s of GPU time on the side stream
+        a.copy_(new_a)
+        kernel(a, b, c, n)
+    side.synchronize()
+    assert torch.equal(c, torch.full_like(c, 3.0))
+
+
+def test_wrong_arguments_raise_instead_of_launching():
+    kernel = rt.compile(add_module(), None)
+    a = torch.randn(128, device="cuda")
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        kernel(a, a, a)
+    with pytest.raises(Exception):                # TVM's host-side checks: dtype mismatch
+        kernel(a.half(), a, a, 128)
+
+
+def test_seed_gemm_through_the_runtime():
+    """The front end + tile_nb.lower path; 49152 B of dynamic shared memory (the >= 48 KB attribute path)."""
+    from test_runtime_gemm import seed_gemm
+
+    gemm = seed_gemm()
+    M, N, K = 512, 384, 256
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    kernel = gemm.compile(A, B, C)
+    assert kernel.launchable and kernel.resources.dynamic_shared_bytes == 49152
+    kernel(A, B, C)
+    torch.cuda.synchronize()
+    assert rel_err(C, A.double() @ B.double()) < 1e-3
+    assert kernel.sass is None or "HMMA" in kernel.sass
+
+
+def test_disk_cache_hit_in_a_new_process_launches(own_cache):
+    first = rt.compile(add_module(), None)
+    assert "module.so" in os.listdir(first.cache_path)
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        sys.path[:0] = [{str(ROOT)!r}, {str(TESTS)!r}]
+        import torch, tvm
+        import tile_nb.runtime as rt
+        from test_backend import add_module
+        mod = add_module()
+        t = time.perf_counter()
+        k = rt.compile(mod, None)
+        seconds = time.perf_counter() - t
+        n = 5000
+        a = torch.randn(n, device="cuda"); b = torch.randn(n, device="cuda"); c = torch.empty(n, device="cuda")
+        k(a, b, c, n); torch.cuda.synchronize()
+        print(json.dumps({{"from_cache": k.from_cache, "seconds": seconds, "ok": bool(torch.allclose(c, a + b)),
+                           "timings": k.timings}}))
+    """)
+    env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["from_cache"] and out["ok"]
+    assert set(out["timings"]) == {"key", "cache_load"}
+    assert out["seconds"] < 0.5, out              # the target (50 ms) is measured in benchmarks/compile.py
+
+
+def test_do_bench_with_events_and_l2_flush():
+    from tile_nb.bench import do_bench, gemm_flops, l2_flush_bytes, tflops
+
+    props = torch.cuda.get_device_properties(0)
+    assert l2_flush_bytes() > getattr(props, "L2_cache_size", 0)
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    t = do_bench(lambda: a @ a, rep_ms=50)
+    assert t.device == "cuda" and t.n >= 10 and 0 < t.p20 <= t.median_ms <= t.p80
+    assert 1 < tflops(gemm_flops(2048, 2048, 2048), t) < 2000
