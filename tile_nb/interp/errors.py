@@ -6,6 +6,7 @@ and their message names the buffer, the index and the user's line, read from the
 from __future__ import annotations
 
 import linecache
+import re
 
 __all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "location_of"]
 
@@ -70,8 +71,14 @@ def _describe(stmt) -> str:
         lines = [line.strip() for line in stmt.script().strip().splitlines()]
     except Exception:  # noqa: BLE001 - printing is best effort
         return type(stmt).__name__
-    lines = [line for line in lines if line and not line.startswith("#")]
+    # the printer declares the free buffers and vars of a lone statement first: skip those lines
+    lines = [line for line in lines if line and not line.startswith("#") and not _DECL.match(line)]
+    if not lines:
+        return type(stmt).__name__
     return lines[0] if len(lines) == 1 else " ".join(lines[:2]) + " ..."
+
+
+_DECL = re.compile(r"^[\w.]+ = T\.(Buffer\(|\w+\(\)$)")
 
 
 class InterpreterError(RuntimeError):
