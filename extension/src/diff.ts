@@ -233,30 +233,76 @@ export function wordTokens(line: string): string[] {
 }
 
 /**
- * Character ranges `[start, end)` of `line` whose words do not appear (in order)
- * in `other`. Used to emphasize `1024` in a specialized line whose template had `M`.
- * Adjacent ranges are merged.
+ * Character ranges `[start, end)` of `line` whose words are not in `other`: used to
+ * emphasize `1024` in a specialized line whose template had `M`.
+ *
+ * The common leading and trailing words are trimmed first. When what remains is
+ * mostly different (a whole expression replaced: `(K + 31) // 32` -> `32`), it is
+ * one range; otherwise the words not on the longest common subsequence are, with
+ * neighbours separated only by spaces merged.
  */
 export function changedRanges(other: string, line: string): Array<[number, number]> {
   const mine = wordTokens(line);
   const theirs = wordTokens(other);
-  if (mine.length * theirs.length > 250_000) {
-    return line.length ? [[0, line.length]] : [];
+  let head = 0;
+  while (head < mine.length && head < theirs.length && mine[head] === theirs[head]) {
+    head++;
   }
-  const kept = new Set(lcsPairs(mine, theirs).map(([i]) => i));
-  const ranges: Array<[number, number]> = [];
-  let offset = 0;
-  mine.forEach((token, index) => {
-    const end = offset + token.length;
-    if (!kept.has(index) && token.trim().length > 0) {
-      const last = ranges[ranges.length - 1];
-      if (last && /^\s*$/.test(line.slice(last[1], offset))) {
-        last[1] = end;
-      } else {
-        ranges.push([offset, end]);
-      }
+  let tail = 0;
+  while (
+    tail < mine.length - head &&
+    tail < theirs.length - head &&
+    mine[mine.length - 1 - tail] === theirs[theirs.length - 1 - tail]
+  ) {
+    tail++;
+  }
+  // A pure insertion or deletion leaves one middle without words (`(K + 31) // 32` -> `32`
+  // trims to `(K + 31) // ` -> ``): give back trimmed words until both middles have one, so
+  // the new line marks `32` and the old one the whole replaced expression.
+  const hasWord = (tokens: string[], from: number, to: number) =>
+    tokens.slice(from, to).some(token => token.trim().length > 0);
+  while (
+    (head > 0 || tail > 0) &&
+    (!hasWord(mine, head, mine.length - tail) || !hasWord(theirs, head, theirs.length - tail))
+  ) {
+    if (tail > 0) {
+      tail--;
+    } else {
+      head--;
     }
-    offset = end;
+  }
+  const middle = mine.slice(head, mine.length - tail);
+  const otherMiddle = theirs.slice(head, theirs.length - tail);
+  const offsets: number[] = [];
+  let offset = 0;
+  for (const token of mine) {
+    offsets.push(offset);
+    offset += token.length;
+  }
+  const startOf = (index: number) => offsets[head + index];
+  const endOf = (index: number) => offsets[head + index] + middle[index].length;
+  const solid = (token: string) => token.trim().length > 0;
+
+  let kept = new Set<number>();
+  const wholeMiddle =
+    middle.length * otherMiddle.length > 250_000 ||
+    lineSimilarity(middle.join(''), otherMiddle.join('')) < 0.5;
+  if (!wholeMiddle) {
+    kept = new Set(lcsPairs(middle, otherMiddle).map(([i]) => i));
+  }
+  const ranges: Array<[number, number]> = [];
+  middle.forEach((token, index) => {
+    if (kept.has(index) || !solid(token)) {
+      return;
+    }
+    const last = ranges[ranges.length - 1];
+    const gap = last ? line.slice(last[1], startOf(index)) : '';
+    // In a wholly replaced middle, everything joins into one range.
+    if (last && (wholeMiddle || /^\s*$/.test(gap))) {
+      last[1] = endOf(index);
+    } else {
+      ranges.push([startOf(index), endOf(index)]);
+    }
   });
   return ranges;
 }

@@ -80,10 +80,29 @@ describe('changedRanges', () => {
   it('finds the substituted words', () => {
     const line = 'A = T.match_buffer(A_handle, (1024, 1024), "float16")';
     const old = 'A = T.match_buffer(A_handle, (M, K), "float16")';
-    const ranges = changedRanges(old, line);
-    // The comma between the two numbers is common to both lines, so it is not highlighted.
-    expect(ranges.map(([s, e]) => line.slice(s, e))).toEqual(['1024', '1024']);
-    expect(changedRanges(line, old).map(([s, e]) => old.slice(s, e))).toEqual(['M', 'K']);
+    const slices = (text: string, ranges: Array<[number, number]>) => ranges.map(([s, e]) => text.slice(s, e));
+    expect(slices(line, changedRanges(old, line))).toEqual(['1024, 1024']);
+    expect(slices(old, changedRanges(line, old))).toEqual(['M, K']);
+  });
+
+  it('marks a replaced expression as one range, not its accidental common words', () => {
+    const old = 'for k in T.serial((K + 31) // 32, annotations={"num_stages": 3}):';
+    const line = 'for k in T.serial(32, annotations={"num_stages": 3}):';
+    const slices = (text: string, ranges: Array<[number, number]>) => ranges.map(([s, e]) => text.slice(s, e));
+    expect(slices(line, changedRanges(old, line))).toEqual(['32']);
+    expect(slices(old, changedRanges(line, old))).toEqual(['(K + 31) // 32']);
+  });
+
+  it('marks an insertion on the new side only', () => {
+    const slices = (text: string, ranges: Array<[number, number]>) => ranges.map(([s, e]) => text.slice(s, e));
+    expect(slices('f(a, b)', changedRanges('f(a)', 'f(a, b)'))).toEqual([', b']);
+    expect(changedRanges('f(a, b)', 'f(a)')).toEqual([]);
+  });
+
+  it('keeps separate small changes apart in a mostly equal middle', () => {
+    const old = 'f(a, M, b, c, d, e, N)';
+    const line = 'f(a, 8, b, c, d, e, 16)';
+    expect(changedRanges(old, line).map(([s, e]) => line.slice(s, e))).toEqual(['8', '16']);
   });
 
   it('is empty for identical lines', () => {

@@ -175,8 +175,6 @@ def notebook(data: dict) -> dict:
     source_lines = KERNEL_SOURCE.splitlines(keepends=True)
     return {
         "cells": [
-            {"cell_type": "markdown", "id": "intro", "metadata": {},
-             "source": ["# tile_nb kernel view\n", "Fixture for the JupyterLab extension's browser test."]},
             {"cell_type": "code", "execution_count": 1, "id": "gemm-cell", "metadata": {},
              "source": source_lines,
              "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},

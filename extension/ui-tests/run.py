@@ -1,0 +1,114 @@
+"""Browser test of the extension: start JupyterLab headless, open the fixture notebook, check and screenshot it.
+
+Usage (from extension/): `npm run ui-test` or `python ui-tests/run.py [--no-docs]`.
+Needs: JupyterLab 4.6 with this extension installed in this Python (`pip install ./extension`),
+Debian's Chromium at /usr/bin/chromium (or CHROMIUM=/path), `npm ci` done (playwright-core), Pillow.
+Writes ui-tests/output/*.png and, unless --no-docs, docs/jupyterlab-view.png (cropped, < 200 KB).
+"""
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXTENSION = HERE.parent
+REPO = EXTENSION.parent
+OUTPUT = HERE / "output"
+DOCS_PNG = REPO / "docs" / "jupyterlab-view.png"
+MAX_DOCS_BYTES = 200_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_server(url: str, process: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited early with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"JupyterLab did not answer {url} within {timeout:.0f} s")
+
+
+def save_docs_png(source: Path, target: Path) -> None:
+    """Store the screenshot small: 256 colors, which UI text survives well.
+
+    Resampling blurs text and makes the PNG larger (about 70 KiB at the native 1364 px against
+    185 KiB scaled to 1200 px), so only a screenshot wider than 1440 px is scaled down.
+    """
+    from PIL import Image
+
+    image = Image.open(source).convert("RGB")
+    if image.width > 1440:
+        image = image.resize((1440, round(image.height * 1440 / image.width)), Image.LANCZOS)
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        target, optimize=True
+    )
+    size = target.stat().st_size
+    if size > MAX_DOCS_BYTES:
+        raise RuntimeError(f"{target} is {size} bytes, over {MAX_DOCS_BYTES}")
+    print(f"wrote {target.relative_to(REPO)} ({image.width}x{image.height}, {size // 1024} KiB)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-docs", action="store_true", help="do not update docs/jupyterlab-view.png")
+    args = parser.parse_args()
+
+    OUTPUT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tnb-ui-") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        shutil.copy(HERE / "fixtures" / "kernel_view.ipynb", root / "kernel_view.ipynb")
+        port, token = free_port(), secrets.token_hex(16)
+        command = [
+            sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+            f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+            f"--LabApp.workspaces_dir={Path(tmp) / 'workspaces'}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--allow-root")
+        log = (OUTPUT / "jupyterlab.log").open("w")
+        started = time.monotonic()
+        lab = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_for_server(f"{base}/api/status?token={token}", lab)
+            print(f"JupyterLab up in {time.monotonic() - started:.1f} s at {base}")
+            env = dict(os.environ, TNB_LAB_URL=base, TNB_LAB_TOKEN=token, TNB_OUTPUT=str(OUTPUT))
+            result = subprocess.run(["node", str(HERE / "screenshot.mjs")], cwd=EXTENSION, env=env)
+        finally:
+            lab.terminate()
+            try:
+                lab.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                lab.kill()
+            log.close()
+    if result.returncode != 0:
+        print(f"browser test FAILED (see {OUTPUT.relative_to(REPO)}/)", file=sys.stderr)
+        return result.returncode
+    if not args.no_docs:
+        save_docs_png(OUTPUT / "notebook.png", DOCS_PNG)
+    print("browser test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

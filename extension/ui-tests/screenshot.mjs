@@ -1,0 +1,138 @@
+// Browser test of tile-nb-labextension in a running JupyterLab (started by run.py).
+//
+// Opens ui-tests/fixtures/kernel_view.ipynb, checks that the kernel view renders (side-by-side IR,
+// changed lines, tabs, synchronized scrolling) and that the %%tilekernel cell is marked and highlighted
+// as Python, and writes screenshots to $TNB_OUTPUT. Exits non-zero on the first failed check.
+// Uses Debian's Chromium through playwright-core; never downloads a browser.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const base = process.env.TNB_LAB_URL;
+const token = process.env.TNB_LAB_TOKEN;
+const output = process.env.TNB_OUTPUT ?? 'ui-tests/output';
+const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+if (!base || !token) {
+  console.error('TNB_LAB_URL and TNB_LAB_TOKEN must be set (run ui-tests/run.py)');
+  process.exit(2);
+}
+
+const checks = [];
+function check(ok, message) {
+  checks.push(message);
+  if (!ok) {
+    throw new Error(`check failed: ${message}`);
+  }
+  console.log(`ok - ${message}`);
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--no-first-run'
+  ]
+});
+let page;
+try {
+  const context = await browser.newContext({ viewport: { width: 1440, height: 1040 }, deviceScaleFactor: 1 });
+  page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', error => errors.push(String(error)));
+  page.on('console', message => {
+    if (message.type() === 'error' && /tile|tnb/i.test(message.text())) {
+      errors.push(message.text());
+    }
+  });
+
+  await page.goto(`${base}/lab/tree/kernel_view.ipynb?reset&token=${token}`);
+  const view = page.locator('.jp-TileNbKernelRenderer .tnb-kernel-view');
+  await view.waitFor({ state: 'visible', timeout: 90_000 });
+  // Hide toasts (news, kernel messages) and collapse the file browser so the notebook fills the page.
+  await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
+  const leftTab = page.locator('.jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current');
+  if (await leftTab.count()) {
+    await leftTab.first().click();
+  }
+
+  // Kernel view: summary, side-by-side panes, changed lines.
+  check((await view.locator('.tnb-name').textContent()) === 'gemm', 'kernel view shows the kernel name');
+  check((await view.locator('.tnb-warnings').count()) === 0, 'sample payload renders without warnings');
+  const template = view.locator('.tnb-pane-template .tnb-code');
+  const specialized = view.locator('.tnb-pane-specialized .tnb-code');
+  const left = await template.boundingBox();
+  const right = await specialized.boundingBox();
+  check(left && right && left.x + left.width <= right.x && Math.abs(left.y - right.y) < 2, 'template and specialized side by side');
+  const changed = await view.locator('.tnb-pane-specialized .tnb-line.tnb-changed').evaluateAll(rows =>
+    rows.map(row => Number(row.dataset.line))
+  );
+  check(JSON.stringify(changed) === '[6,7,8,10,11,17]', `specialized changed lines highlighted (${changed})`);
+  const bg = await view
+    .locator('.tnb-pane-specialized .tnb-line.tnb-changed')
+    .first()
+    .evaluate(row => getComputedStyle(row).backgroundColor);
+  check(bg !== 'rgba(0, 0, 0, 0)' && bg !== 'transparent', `changed line has a background (${bg})`);
+
+  // %%tilekernel cell: marker, badge, Python highlighting; the ordinary cell has none of it.
+  const tileCell = page.locator('.jp-CodeCell.tnb-tilekernel-cell');
+  check((await tileCell.count()) === 1, 'exactly one cell is marked as a %%tilekernel cell');
+  check((await tileCell.locator('.cm-line.tnb-tilekernel-line').count()) === 1, 'the magic line is decorated');
+  check(await tileCell.locator('.tnb-tilekernel-badge').isVisible(), 'the "tile kernel" badge is visible');
+  const language = await tileCell.locator('.cm-content').getAttribute('data-language');
+  check(language === 'python', `the %%tilekernel cell editor language is python (${language})`);
+  const colors = await tileCell.locator('.cm-content').evaluate(content => {
+    const spans = Array.from(content.querySelectorAll('span'));
+    const def = spans.find(s => s.textContent === 'def');
+    const plain = content.querySelectorAll('.cm-line')[2];
+    return { def: def ? getComputedStyle(def).color : null, plain: plain ? getComputedStyle(plain).color : null };
+  });
+  check(colors.def !== null && colors.def !== colors.plain, `"def" is highlighted (${colors.def} vs ${colors.plain})`);
+  const plainCell = page.locator('.jp-CodeCell:not(.tnb-tilekernel-cell)');
+  check((await plainCell.locator('.tnb-tilekernel-badge').count()) === 0, 'an ordinary cell has no marker');
+
+  // Screenshots: the notebook (for docs/) and the kernel view alone.
+  await page.mouse.move(0, 0);
+  await page.waitForTimeout(500);
+  const notebook = page.locator('.jp-NotebookPanel:visible').first();
+  await notebook.screenshot({ path: path.join(output, 'notebook.png') });
+  await view.screenshot({ path: path.join(output, 'kernel-view.png') });
+
+  // Tabs.
+  const tabs = await view.locator('.tnb-tab').allTextContents();
+  check(JSON.stringify(tabs) === JSON.stringify(['Template ↔ Specialized', 'Lowered TIR', 'CUDA', 'PTX', 'SASS']), `tabs: ${tabs}`);
+  await view.locator('.tnb-tab[data-tab="cuda"]').click();
+  check(await view.locator('.tnb-panel[data-tab="cuda"]').isVisible(), 'CUDA tab shows its panel');
+  check(!(await view.locator('.tnb-panel[data-tab="ir"]').isVisible()), 'the IR panel is hidden meanwhile');
+  await view.screenshot({ path: path.join(output, 'cuda-tab.png') });
+  await view.locator('.tnb-tab[data-tab="ir"]').click();
+
+  // Synchronized scrolling: make the panes short enough to scroll, scroll the template, the other follows.
+  await page.addStyleTag({ content: '.jp-TileNbKernelRenderer { --tnb-code-max-height: 120px; }' });
+  await template.evaluate(node => {
+    const lineHeight = node.querySelector('.tnb-line').getBoundingClientRect().height;
+    node.scrollTop = 11 * lineHeight; // template line 12 is specialized line 11 (one line was dropped)
+  });
+  await page.waitForTimeout(300);
+  const tops = await page.evaluate(() => {
+    const [l, r] = document.querySelectorAll('.jp-TileNbKernelRenderer .tnb-code');
+    const h = l.querySelector('.tnb-line').getBoundingClientRect().height;
+    return { left: l.scrollTop / h, right: r.scrollTop / h };
+  });
+  check(Math.abs(tops.left - 11) < 0.1 && Math.abs(tops.right - 10) < 0.1, `scrolling is synchronized by line (${JSON.stringify(tops)})`);
+  await view.screenshot({ path: path.join(output, 'scrolled.png') });
+
+  check(errors.length === 0, `no page errors from the extension (${errors.join(' | ')})`);
+  console.log(`${checks.length} checks passed`);
+} catch (error) {
+  console.error(String(error));
+  if (page) {
+    await page.screenshot({ path: path.join(output, 'failure.png') }).catch(() => undefined);
+  }
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
