@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +190,12 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
         if kernel._module is not None:
             t = time.perf_counter()
             so_path = Path(tmp) / "module.so"
-            result.module.export_library(str(so_path))
-            files["module.so"] = so_path
+            try:   # links the host code with the system C++ compiler; without one, cache the artifacts only
+                result.module.export_library(str(so_path))
+                files["module.so"] = so_path
+            except Exception as err:  # noqa: BLE001
+                warnings.warn(f"tile_nb: could not export the kernel module for the disk cache ({err}); a new "
+                              f"process will rebuild it", stacklevel=3)
             timings["export"] = time.perf_counter() - t
         t = time.perf_counter()
         meta = {
@@ -202,8 +207,6 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
         try:
             path = disk.store(key, meta, files, replace="module.so" in files)
         except OSError as err:   # a read-only or full disk must not break compiling
-            import warnings
-
             warnings.warn(f"tile_nb: could not write the kernel cache ({err}); continuing without it",
                           stacklevel=3)
             path = None
