@@ -316,7 +316,9 @@ function renderSummary(doc: Doc, view: IKernelView): HTMLElement {
       chip.title = param.kind;
       chip.appendChild(el(doc, 'span', 'tnb-param-name', param.name));
       if (param.annotation) {
-        chip.appendChild(el(doc, 'span', 'tnb-param-annotation', `: ${param.annotation}`));
+        // `int = 128` reads `block_M: int = 128`; a bare default `= 128` reads `block_M = 128`.
+        const separator = param.annotation.startsWith('=') ? ' ' : ': ';
+        chip.appendChild(el(doc, 'span', 'tnb-param-annotation', `${separator}${param.annotation}`));
       }
       params.appendChild(chip);
     }

@@ -153,6 +153,19 @@ describe('renderKernelView with unexpected payloads', () => {
     expect(root.querySelector('.tnb-tabbar')).toBeNull();
   });
 
+  it('writes a bare default without a colon', () => {
+    const root = renderKernelView({
+      version: 1,
+      name: 'k',
+      params: [
+        { name: 'block_M', kind: 'compile_time', annotation: '= 128' },
+        { name: 'M', kind: 'const', annotation: 'T.const' }
+      ],
+      sections: []
+    });
+    expect(texts(root, '.tnb-param')).toEqual(['block_M = 128', 'M: T.const']);
+  });
+
   it('shows the run result', () => {
     const root = renderKernelView({ ...sample, run: { device: 'cpu-interpreter', max_abs_err: 0.0000019 } });
     expect(root.querySelector('.tnb-facts')!.textContent).toMatch(/ran on cpu-interpreter, max \|err\| 1.9e-6$/);

@@ -1,13 +1,17 @@
 """Browser test of the extension: start JupyterLab headless, open the fixture notebook, check and screenshot it.
 
-Usage (from extension/): `npm run ui-test` or `python ui-tests/run.py [--no-docs]`.
+Usage (from extension/): `npm run ui-test` or `python ui-tests/run.py [--no-docs] [--notebook PATH ...]`.
+`--notebook` also opens other notebooks with stored outputs (e.g. ../notebooks/01_quickstart.ipynb) and checks
+that each kernel view in them renders without warnings and each `%%tilekernel` cell is marked.
 Needs: JupyterLab 4.6 with this extension installed in this Python (`pip install ./extension`),
 Debian's Chromium at /usr/bin/chromium (or CHROMIUM=/path), `npm ci` done (playwright-core), Pillow.
 Writes ui-tests/output/*.png and, unless --no-docs, docs/jupyterlab-view.png (cropped, < 200 KB).
 """
 
 import argparse
+import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -46,6 +50,22 @@ def wait_for_server(url: str, process: subprocess.Popen, timeout: float = 90.0) 
     raise TimeoutError(f"JupyterLab did not answer {url} within {timeout:.0f} s")
 
 
+MIME = "application/vnd.tile-nb.kernel+json"
+
+
+def expectations(notebook: Path) -> dict:
+    """How many kernel views and %%tilekernel cells the browser should find in a notebook."""
+    cells = json.loads(notebook.read_text())["cells"]
+    views = sum(
+        MIME in output.get("data", {}) for cell in cells for output in cell.get("outputs", [])
+    )
+    magic = re.compile(r"^(\s*\n)*%%tilekernel(\s|$)")
+    tile_cells = sum(
+        cell["cell_type"] == "code" and bool(magic.match("".join(cell["source"]))) for cell in cells
+    )
+    return {"name": notebook.name, "views": views, "tileCells": tile_cells}
+
+
 def save_docs_png(source: Path, target: Path) -> None:
     """Store the screenshot small: 256 colors, which UI text survives well.
 
@@ -69,6 +89,8 @@ def save_docs_png(source: Path, target: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-docs", action="store_true", help="do not update docs/jupyterlab-view.png")
+    parser.add_argument("--notebook", action="append", default=[], type=Path,
+                        help="another notebook with stored kernel views to check (repeatable)")
     args = parser.parse_args()
 
     OUTPUT.mkdir(exist_ok=True)
@@ -76,6 +98,10 @@ def main() -> int:
         root = Path(tmp) / "root"
         root.mkdir()
         shutil.copy(HERE / "fixtures" / "kernel_view.ipynb", root / "kernel_view.ipynb")
+        extra = []
+        for notebook in args.notebook:
+            shutil.copy(notebook, root / notebook.name)
+            extra.append(expectations(notebook))
         port, token = free_port(), secrets.token_hex(16)
         command = [
             sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
@@ -92,7 +118,8 @@ def main() -> int:
             base = f"http://127.0.0.1:{port}"
             wait_for_server(f"{base}/api/status?token={token}", lab)
             print(f"JupyterLab up in {time.monotonic() - started:.1f} s at {base}")
-            env = dict(os.environ, TNB_LAB_URL=base, TNB_LAB_TOKEN=token, TNB_OUTPUT=str(OUTPUT))
+            env = dict(os.environ, TNB_LAB_URL=base, TNB_LAB_TOKEN=token, TNB_OUTPUT=str(OUTPUT),
+                       TNB_EXTRA_NOTEBOOKS=json.dumps(extra))
             result = subprocess.run(["node", str(HERE / "screenshot.mjs")], cwd=EXTENSION, env=env)
         finally:
             lab.terminate()

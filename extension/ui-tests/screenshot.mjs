@@ -125,6 +125,31 @@ try {
   check(Math.abs(tops.left - 11) < 0.1 && Math.abs(tops.right - 10) < 0.1, `scrolling is synchronized by line (${JSON.stringify(tops)})`);
   await view.screenshot({ path: path.join(output, 'scrolled.png') });
 
+  // Other notebooks with stored outputs (run.py --notebook): every view renders cleanly, every magic cell is marked.
+  for (const extra of JSON.parse(process.env.TNB_EXTRA_NOTEBOOKS ?? '[]')) {
+    await page.goto(`${base}/lab/tree/${encodeURIComponent(extra.name)}?token=${token}`);
+    const panel = page.locator('.jp-NotebookPanel:visible').first();
+    await panel.locator('.jp-Cell').first().waitFor({ state: 'visible', timeout: 60_000 });
+    await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
+    if (extra.views > 0) {
+      await panel.locator('.tnb-kernel-view').first().waitFor({ state: 'attached', timeout: 60_000 });
+    }
+    // Windowed notebooks attach cells lazily: scroll through so that every cell is rendered.
+    const scroller = panel.locator('.jp-WindowedPanel-outer');
+    for (let i = 0; i < 40; i++) {
+      await scroller.evaluate(node => node.scrollBy(0, node.clientHeight));
+      await page.waitForTimeout(100);
+    }
+    const views = await panel.locator('.tnb-kernel-view').count();
+    check(views === extra.views, `${extra.name}: ${views} of ${extra.views} kernel views rendered`);
+    const warned = await panel.locator('.tnb-kernel-view .tnb-warnings').allTextContents();
+    check(warned.length === 0, `${extra.name}: no payload warnings (${warned.join(' | ')})`);
+    const marked = await panel.locator('.jp-CodeCell.tnb-tilekernel-cell').count();
+    check(marked === extra.tileCells, `${extra.name}: ${marked} of ${extra.tileCells} %%tilekernel cells marked`);
+    await panel.locator('.tnb-kernel-view').first().scrollIntoViewIfNeeded();
+    await panel.screenshot({ path: path.join(output, `${extra.name.replace(/\W+/g, '_')}.png`) });
+  }
+
   check(errors.length === 0, `no page errors from the extension (${errors.join(' | ')})`);
   console.log(`${checks.length} checks passed`);
 } catch (error) {
