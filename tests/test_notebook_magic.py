@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from tile_nb.notebook.views import MIME_TYPE, KernelView  # noqa: E402
+from tile_nb.notebook.views import MIME_TYPE, KernelView
 
 GEMM_BODY = '''\
 def gemm(A, B, C, block_M: int = 32, block_N: int = 32, block_K: int = 16):

@@ -62,21 +62,21 @@ def test_align_identical_and_empty():
 
 
 def _view(**overrides) -> KernelView:
-    fields = dict(
-        name="gemm",
-        params=[Param("A", "tensor", "T.Tensor[[M, K], T.float16]"), Param("M", "const", "T.const"),
+    fields = {
+        'name': "gemm",
+        'params': [Param("A", "tensor", "T.Tensor[[M, K], T.float16]"), Param("M", "const", "T.const"),
                 Param("block_M", "compile_time", "= 64")],
-        consts={"M": 256},
-        sections=[Section("template", "Phase 1: template", "python", "def gemm(A):\n    x = M\n    y = 1",
+        'consts': {"M": 256},
+        'sections': [Section("template", "Phase 1: template", "python", "def gemm(A):\n    x = M\n    y = 1",
                           note="at line 9 (`if M > 128:`): needs a concrete M"),
                   Section("specialized", "Phase 2: specialized", "python", "def gemm(A):\n    x = 256\n    y = 1",
                           changed_lines=(2,)),
                   Section("cuda", "CUDA source", "cuda", '__global__ void k() {}\n// <b>not html</b>')],
-        resources={"registers": 40, "shared_bytes": 4096, "spill_stores": 0, "spill_loads": 0},
-        timings_ms={"lower": 12.5, "nvcc": 800.0},
-        run={"device": "cpu", "max_abs_err": 0.0},
-        backend="cpu-interpreter",
-    )
+        'resources': {"registers": 40, "shared_bytes": 4096, "spill_stores": 0, "spill_loads": 0},
+        'timings_ms': {"lower": 12.5, "nvcc": 800.0},
+        'run': {"device": "cpu", "max_abs_err": 0.0},
+        'backend': "cpu-interpreter",
+    }
     fields.update(overrides)
     return KernelView(**fields)
 
