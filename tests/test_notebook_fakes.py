@@ -24,20 +24,20 @@ def build_gemm(M, N, K, block_M=64, block_N=64, block_K=32):
         C = T.match_buffer(handles[2], (M, N), "float32")
         for n, b in zip("ABC", (A, B, C)):
             IRBuilder.name(n, b)
-        with T.launch_thread("blockIdx.x", cdiv(M, block_M)) as bx:
-            with T.launch_thread("blockIdx.y", cdiv(N, block_N)) as by:
-                with T.launch_thread("threadIdx.x", 128) as tx:
-                    IRBuilder.name("bx", bx)
-                    IRBuilder.name("by", by)
-                    IRBuilder.name("tx", tx)
-                    A_s = T.alloc_buffer((block_M, block_K), "float16", scope="shared.dyn")
-                    C_l = T.alloc_buffer((block_M, block_N), "float32", scope="local.fragment")
-                    IRBuilder.name("A_shared", A_s)
-                    IRBuilder.name("C_local", C_l)
-                    with T.serial(cdiv(K, block_K), annotations={"num_stages": 3}) as k:
-                        IRBuilder.name("k", k)
-                        T.tile.copy(A_s[0:block_M, 0:block_K],
-                                    A[bx * block_M:bx * block_M + block_M, k * block_K:k * block_K + block_K])
+        with T.launch_thread("blockIdx.x", cdiv(M, block_M)) as bx, \
+                T.launch_thread("blockIdx.y", cdiv(N, block_N)) as by, \
+                T.launch_thread("threadIdx.x", 128) as tx:
+            IRBuilder.name("bx", bx)
+            IRBuilder.name("by", by)
+            IRBuilder.name("tx", tx)
+            A_s = T.alloc_buffer((block_M, block_K), "float16", scope="shared.dyn")
+            C_l = T.alloc_buffer((block_M, block_N), "float32", scope="local.fragment")
+            IRBuilder.name("A_shared", A_s)
+            IRBuilder.name("C_local", C_l)
+            with T.serial(cdiv(K, block_K), annotations={"num_stages": 3}) as k:
+                IRBuilder.name("k", k)
+                T.tile.copy(A_s[0:block_M, 0:block_K],
+                            A[bx * block_M:bx * block_M + block_M, k * block_K:k * block_K + block_K])
     return ib.get()
 
 

@@ -174,3 +174,46 @@ def test_errors_outside_the_magic_are_short_too(ip, capsys):
     run_cell(ip, "gemm(A, B)\n")
     out = capsys.readouterr().out
     assert "ArgumentCountError" in out and "%tb" in out
+
+
+def test_compiler_failure_is_short(ip, capsys, monkeypatch):
+    from test_notebook_fakes import FakeGemm
+
+    from tile_nb.backend.cuda_compile import CudaCompileError
+
+    monkeypatch.delenv("TILE_NB_TRACEBACK", raising=False)
+
+    class Failing(FakeGemm):
+        def compile(self, *args, **kwargs):
+            raise CudaCompileError("nvcc", "sm_90a", "kernel.cu(12): error: identifier \"foo\" is undefined\n"
+                                   "1 error detected in the compilation of \"kernel.cu\".")
+
+    ip.user_ns["failing"] = Failing()
+    result = run_cell(ip, '%%tilekernel --call "failing(A, B, C)" --cuda\n# the kernel defined before')
+    assert isinstance(result.error_in_exec, CudaCompileError)
+    out = capsys.readouterr().out
+    assert out.startswith("CudaCompileError: nvcc could not compile")
+    assert 'identifier "foo" is undefined' in out and "%tb" in out
+    assert "Traceback" not in out and "get_ipython()" not in out
+
+
+OOB_KERNEL = '''\
+def shift(X, Y, block: int = 32):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float32]
+    Y: T.Tensor[[N], T.float32]
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            Y[bx * block + i] = X[bx * block + i + 1]
+'''
+
+
+def test_interpreter_out_of_bounds_points_at_the_kernel_line(ip, capsys, monkeypatch):
+    monkeypatch.delenv("TILE_NB_TRACEBACK", raising=False)
+    run_cell(ip, "X = torch.zeros(64); Y = torch.zeros(64)")
+    result = run_cell(ip, '%%tilekernel --call "shift(X, Y)"\n' + OOB_KERNEL)
+    assert result.error_in_exec is not None
+    out = capsys.readouterr().out
+    assert "%tb" in out, out
+    source = next(line for line in out.splitlines() if "X[bx * block + i + 1]" in line)
+    assert source.lstrip().startswith("8 |")  # line 8 of the cell, counting the %%tilekernel line

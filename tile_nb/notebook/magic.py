@@ -14,6 +14,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from tile_nb.notebook.api import kernel_view
+from tile_nb.notebook.tracebacks import refresh
 
 __all__ = ["TileKernelMagics"]
 
@@ -78,7 +79,7 @@ class TileKernelMagics(Magics):
     """The `%%tilekernel` cell magic (registered by `%load_ext tile_nb`)."""
 
     @cell_magic
-    @magic_arguments()
+    @magic_arguments("%tilekernel")  # usage reads "%%tilekernel" (IPython adds one %)
     @argument("--shapes", nargs="+", metavar="NAME=VALUE",
               help="specialize without tensors: values for the consts (and compile-time parameters), "
                    "e.g. --shapes M=1024 N=1024 K=1024")
@@ -136,9 +137,12 @@ class TileKernelMagics(Magics):
             bench_result, note = _bench(kernel, args, kwargs)
             if note:
                 notes.append(note)
-        view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
-                           lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
-                           else None, notes=notes)
+        try:
+            view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
+                               lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
+                               else None, notes=notes)
+        finally:
+            refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
         if bench_result is not None:
             from IPython.display import display
 
