@@ -37,3 +37,80 @@ def lower_fill(lw, call):
         _serial(ext, body)
     else:
         distribute(lw, ext, body)
+
+
+_INIT = {"sum": lambda dt: tirx.const(0, dt), "max": lambda dt: tirx.min_value(dt), "min": lambda dt: tirx.max_value(dt)}
+_COMBINE = {"sum": lambda a, b: a + b, "max": tirx.max, "min": tirx.min}
+
+
+def _lower_reduce(lw, call, kind):
+    """dst = reduce(src over `axes`) (combined with dst's old values when accum).
+
+    Correctness first: each thread reduces whole output elements serially (outputs split over the threads).
+    A register-fragment source is first written to its shared scratch tile (reserved in `analyze`).
+    """
+    dst, drng = region_of(call.args[0])
+    src, srng = region_of(call.args[1])
+    axes = sorted(int(a) % len(srng) for a in call.args[2])
+    accum = bool(call.args[3])
+    smins = [lw.expr(m) for m, _ in srng]
+    sext = [int(e) for _, e in srng]
+    dmins = [lw.expr(m) for m, _ in drng]
+    out_dims = [d for d in range(len(sext)) if d not in axes]
+    out_ext = [sext[d] for d in out_dims]
+    red_ext = [sext[d] for d in axes]
+    dtype = str(dst.dtype)
+    read_src = lambda idx: lw.load(src, idx)  # noqa: E731
+    if src in lw.frags:
+        scratch = lw.scratch[call]
+        lay = lw.frags[src]
+        with T.unroll(0, lay.regs) as r:
+            row, col = lay.element(lw.tx, r)
+            T.buffer_store(scratch.view, tirx.BufferLoad(lay.local, [r]), [scratch.offset2(row, col)])
+        lw.sync()
+        read_src = lambda idx: scratch_load(scratch, [i - m for i, m in zip(idx, smins)])  # noqa: E731
+        if str(src.dtype) != "float32":
+            inner = read_src
+            read_src = lambda idx: tirx.Cast(str(src.dtype), inner(idx))  # noqa: E731
+
+    def body(out_idx):
+        # The running value lives in dst itself: a per-thread scalar array would be placed on the stack
+        # by nvcc (TVM declares local arrays alignas(64)), which ptxas reports as spills.
+        full_dst = [m + i for m, i in zip(dmins, out_idx)] if len(dmins) == len(out_idx) else list(dmins)
+        if not accum:
+            lw.store(dst, full_dst, _INIT[kind](dtype))
+
+        def rec(k, red_idx):
+            if k == len(red_ext):
+                idx = [None] * len(sext)
+                for d, i in zip(out_dims, out_idx):
+                    idx[d] = i
+                for d, i in zip(axes, red_idx):
+                    idx[d] = i
+                v = read_src([m + i for m, i in zip(smins, idx)])
+                if str(v.ty) != dtype:
+                    v = tirx.Cast(dtype, v)
+                lw.store(dst, full_dst, _COMBINE[kind](lw.load(dst, full_dst), v))
+                return
+            with T.serial(0, red_ext[k]) as i:
+                rec(k + 1, red_idx + [i])
+
+        rec(0, [])
+
+    if dst in lw.frags:
+        raise LoweringError(f"T.reduce into register fragment {dst.name} is not supported; "
+                            f"reduce into a fragment that is not a T.gemm accumulator")
+    if scope_of(dst) in ("local", "local.var") or lw.in_thread_code:
+        from .copy import _serial
+
+        _serial(out_ext or [1], lambda idx: body(idx if out_ext else []))
+    else:
+        distribute(lw, out_ext or [1], lambda idx: body(idx if out_ext else []))
+
+
+def scratch_load(tile, idx):
+    return tirx.BufferLoad(tile.view, [tile.offset2(idx[0], idx[1])])
+
+
+for _kind in ("sum", "max", "min"):
+    register_tile_op(_kind)(lambda lw, call, _k=_kind: _lower_reduce(lw, call, _k))

@@ -129,6 +129,7 @@ class Lowerer:
         self.pool_bytes = 0
         self.analyzer = tvm.sym.Analyzer()
         self.gemm_operands: set = set()
+        self.scratch: dict = {}  # reduce call on a register fragment -> SharedTile scratch
         self.pipelined_stages: dict = {}
         self.in_thread_code = False  # inside per-thread code (parallel bodies): no barriers
 
@@ -160,6 +161,13 @@ class Lowerer:
                     if self.is_async_copy(inner):
                         dst = region_of(inner.args[0])[0]
                         self.pipelined_stages[dst] = max(stages, 1)
+        for s in iter_stmts(self.func.body):
+            if isinstance(s, tirx.TilePrimitiveCall) and s.op.name in ("tirx.tile.sum", "tirx.tile.max",
+                                                                       "tirx.tile.min"):
+                src = region_of(s.args[1])[0]
+                if src in self.frags:
+                    lay = self.frags[src]
+                    self.scratch[s] = SharedTile(src, (lay.bm, lay.bn), "float32")
         for buf in allocs:
             scope = scope_of(buf)
             if scope == "shared.dyn" or scope == "shared" or (scope == "local.fragment" and buf not in self.frags):
@@ -177,16 +185,16 @@ class Lowerer:
     def emit_pool(self):
         """One uint8 `shared.dyn` allocation; each shared tile is a DeclBuffer view at a 128-byte aligned offset."""
         offset = 0
-        for tile in self.shared.values():
+        for tile in list(self.shared.values()) + list(self.scratch.values()):
             offset = (offset + 127) // 128 * 128
             tile.byte_offset = offset
             offset += tile.nbytes
         self.pool_bytes = offset
-        if not self.shared:
+        if not self.shared and not self.scratch:
             return
         self.pool = T.alloc_buffer((offset,), "uint8", scope="shared.dyn")
         IRBuilder.name("smem_pool", self.pool)
-        for tile in self.shared.values():
+        for tile in list(self.shared.values()) + list(self.scratch.values()):
             view = T.decl_buffer((tile.elems * tile.stages,), tile.dtype, data=self.pool.data,
                                  byte_offset=tile.byte_offset, scope="shared.dyn")
             IRBuilder.name(tile.buffer.name, view)

@@ -77,7 +77,9 @@ def emit_pipelined(lw, loop, stages: int):
             nxt = k + (stages - 1)
             with T.If(nxt < n):
                 with T.Then():
-                    _issue(lw, copies, loop.loop_var, start + nxt, stages)
+                    # Under this guard the analyzer may drop the copies' own K-bound checks.
+                    with lw.analyzer.constraint_scope(nxt < n):
+                        _issue(lw, copies, loop.loop_var, start + nxt, stages)
             commit()
         else:
             _issue(lw, copies, loop.loop_var, it, 1)
