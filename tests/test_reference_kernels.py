@@ -1,0 +1,83 @@
+"""Reference kernels (tests/kernels/reference.py) against torch, on the CPU interpreter and (marked gpu) on CUDA,
+at shapes that are not multiples of the tiles, on random inputs."""
+import math
+
+import pytest
+import torch
+
+from kernels import reference as ref
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def rel_err(out, expected) -> float:
+    out, expected = out.double().cpu(), expected.double().cpu()
+    assert not torch.isnan(out).any(), "output has NaNs (unwritten or wrong)"
+    return (torch.linalg.norm(out - expected) / torch.linalg.norm(expected)).item()
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gelu(backend):
+    X = torch.randn(1000, generator=_gen(0)).half().to(backend)
+    Y = torch.full_like(X, float("nan"))
+    ref.gelu_tanh(X, Y)
+    assert rel_err(Y, torch.nn.functional.gelu(X.float(), approximate="tanh")) < 2e-3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(10, 64), (37, 100)])
+def test_softmax(backend, shape):
+    X = (torch.randn(*shape, generator=_gen(1)) * 3).to(backend)
+    Y = torch.full_like(X, float("nan"))
+    ref.softmax(X, Y)
+    assert rel_err(Y, torch.softmax(X.double(), dim=1)) < 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rms_norm(backend):
+    X = torch.randn(30, 96, generator=_gen(2)).half().to(backend)
+    W = torch.randn(96, generator=_gen(3)).half().to(backend)
+    Y = torch.full_like(X, float("nan"))
+    ref.rms_norm(X, W, Y)
+    x = X.double()
+    expected = x * torch.rsqrt((x * x).mean(dim=1, keepdim=True) + 1e-6) * W.double()
+    assert rel_err(Y, expected) < 2e-3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention(backend, causal):
+    b, h, s, d = 1, 2, 100, 64
+    Q, K, V = (torch.randn(b, h, s, d, generator=_gen(4 + i)).half().to(backend) for i in range(3))
+    O = torch.full_like(Q, float("nan"))
+    ref.flash_attention(Q, K, V, O, causal=causal)
+    q, k, v = Q.double(), K.double(), V.double()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=scores.device).triu(1), float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ v
+    assert rel_err(O, expected) < 5e-3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dequant_gemm(backend):
+    m, n, k = 100, 70, 90
+    A = torch.randn(m, k, generator=_gen(8)).half().to(backend)
+    Bq = torch.randint(-128, 127, (k, n), generator=_gen(9), dtype=torch.int8).to(backend)
+    S = (torch.rand(n, generator=_gen(10)) * 0.02 + 0.01).half().to(backend)
+    C = torch.full((m, n), float("nan"), device=backend)
+    ref.dequant_gemm(A, Bq, S, C)
+    expected = A.double() @ (Bq.double() * S.double()[None, :])
+    assert rel_err(C, expected) < 2e-3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_column_sums_with_atomics(backend):
+    X = torch.randn(70, 48, generator=_gen(11)).to(backend)
+    out = torch.zeros(48, device=backend)
+    ref.column_sums(X, out)
+    assert rel_err(out, X.double().sum(dim=0)) < 1e-5
