@@ -116,12 +116,14 @@ def test_cuda_and_lowered_sections_from_the_compiled_kernel(ip):
     assert view.backend == "cpu-interpreter"
 
 
-def test_bench_without_a_benchmark_module_says_so(ip):
+def test_bench_times_the_call_after_the_view(ip):
+    pytest.importorskip("tile_nb.bench")
     result = run_cell(ip, '%%tilekernel --call "gemm(A, B, C)" --bench\n' + GEMM_BODY)
     result.raise_error()
-    view = result.result
-    if isinstance(view, KernelView):
-        assert any("tile_nb.bench" in n for n in view.notes)
+    timing = result.result
+    assert type(timing).__name__ == "TimingView"
+    assert timing.where == "the CPU interpreter" and timing.timing.median_ms > 0
+    assert "median" in repr(timing) and "<script" not in timing._repr_html_()
 
 
 @pytest.mark.parametrize("line, message", [

@@ -92,7 +92,9 @@ class TileKernelMagics(Magics):
     @argument("--cuda", action="store_true", help="compile and show the CUDA source, PTX and SASS, resources")
     @argument("--lowered", action="store_true", help="compile and show the lowered (thread-level) TIRx")
     @argument("--cpu", action="store_true", help="with --call: run on the CPU interpreter even for CUDA tensors")
-    @argument("--bench", action="store_true", help="with --call: time the kernel with tile_nb.bench")
+    @argument("--bench", action="store_true",
+              help="with --call: time the kernel with tile_nb.bench (shown after the view: mark the cell "
+                   "# NBVAL_IGNORE_OUTPUT under nbval, since timings vary)")
     @argument("--name", metavar="NAME",
               help="the kernel, when the cell defines several functions (default: the last one defined)")
     def tilekernel(self, line: str, cell: str):
@@ -132,22 +134,21 @@ class TileKernelMagics(Magics):
             expect_text = _unquote(opts.expect)
             expected = lambda: _eval(ast.parse(expect_text, mode="eval").body, shell.user_ns, "--expect")
         notes = []
-        bench_result = None
-        if opts.bench:
-            bench_result, note = _bench(kernel, args, kwargs)
-            if note:
-                notes.append(note)
         try:
             view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
                                lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
                                else None, notes=notes)
         finally:
             refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
-        if bench_result is not None:
-            from IPython.display import display
+        if opts.bench:
+            timing, note = _bench(kernel, args, kwargs, opts.cpu)
+            if timing is None:
+                view.notes.append(note)
+            else:
+                from IPython.display import display
 
-            display(view)
-            return bench_result
+                display(view)
+                return timing  # shown after the view; its numbers vary from run to run
         return view
 
     # ------------------------------------------------------------------------------------------------ helpers
@@ -193,13 +194,20 @@ class TileKernelMagics(Magics):
         return name
 
 
-def _bench(kernel, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
-    """Time the kernel with tile_nb.bench when it provides a benchmark entry point; else say it is unavailable."""
+def _bench(kernel, args: tuple, kwargs: dict, cpu: bool) -> tuple[Any, str | None]:
+    """Time the kernel with `tile_nb.bench.do_bench` (CUDA events on a GPU, the host clock on the CPU interpreter).
+
+    Returns (a display object, None), or (None, a note saying why no timing was taken).
+    """
     try:
-        from tile_nb import bench
+        from tile_nb.bench import do_bench
     except ImportError:
-        bench = None
-    entry = getattr(bench, "bench", None) if bench is not None else None
-    if entry is None:
-        return None, "--bench: tile_nb.bench is not available yet; no timing was taken"
-    return entry(kernel, *args, **kwargs), None
+        return None, "--bench: tile_nb.bench is not available; no timing was taken"
+    from tile_nb.notebook.api import tensor_device
+    from tile_nb.notebook.views import TimingView
+
+    device = "cpu" if cpu or tensor_device(args) == "cpu" else "cuda"
+    call_kwargs = {**kwargs, "backend": "cpu"} if cpu and device == "cpu" and tensor_device(args) != "cpu" else kwargs
+    timing = do_bench(lambda: kernel(*args, **call_kwargs), device=device)
+    where = "the CPU interpreter" if device == "cpu" else "the GPU"
+    return TimingView(getattr(kernel, "__name__", "kernel"), where, timing), None
