@@ -10,10 +10,8 @@ import functools
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any
 
-from .errors import (ArgumentCountError, ArgumentError, MissingConstError, SourceNotFoundError, TileNBError,
-                     UnhashableArgumentError)
+from .errors import ArgumentCountError, ArgumentError, MissingConstError, UnhashableArgumentError
 from .frontend.checks import Expectations, check_devices, check_tensor_kind
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.kernel import KernelDefinition
@@ -32,6 +30,7 @@ class Specialization:
     elaboration: Elaboration
     expectations: Expectations
     output_shapes: list  # (name, shape with ("dyn", name) entries, torch dtype)
+    dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
     compiled: dict = field(default_factory=dict)  # target string -> CompiledKernel
 
     @property
@@ -162,7 +161,6 @@ class JITFunction:
     def _sources(self, elab: Elaboration):
         """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it."""
         consts, dynamics = {}, {}
-        const_vars = {id(v): n for n, v in elab.const_vars.items()}
         for name in self._runtime_names:
             param = elab.buffers.get(name)
             if param is None:
@@ -177,7 +175,6 @@ class JITFunction:
                 hit = _bare_var(expr, elab)
                 if hit in elab.consts:
                     consts.setdefault(hit, (name, "stride", dim))
-        del const_vars
         return consts, dynamics
 
     def _const_values(self, template: Template, runtime: dict, extra: dict) -> dict:
@@ -221,7 +218,8 @@ class JITFunction:
             for out in elab.outputs:
                 shape = [int(d) if _static(d) is not None else ("dyn", str(d)) for d in elab.buffers[out].annotation.shape]
                 outputs.append((out, shape, torch_dtype(elab.buffers[out].annotation.dtype)))
-            spec = Specialization(elab, expectations, outputs)
+            dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
+            spec = Specialization(elab, expectations, outputs, dynamic)
             template.specializations[key] = spec
             self.stats["specializations"] += 1
         return spec
@@ -358,7 +356,8 @@ class JITFunction:
 
         outputs = []
         for name, shape, dtype in spec.output_shapes:
-            dims = [d if isinstance(d, int) else self._dynamic_value(spec, d[1], ordered) for d in shape]
+            dims = [d if isinstance(d, int) else int(ordered[spec.dynamic_sources[d[1]][0]].shape[spec.dynamic_sources[d[1]][1]])
+                    for d in shape]
             outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
         call_args = [a for a in ordered if a is not None] + outputs
         use_cpu = backend == "cpu" or device is None or device.type == "cpu"
@@ -380,11 +379,6 @@ class JITFunction:
         for original, result in zip(call_args, on_cpu):
             if _is_tensor(original) and original is not result:
                 original.copy_(result)
-
-    def _dynamic_value(self, spec: Specialization, name: str, ordered) -> int:
-        template = next(t for t in self._templates.values() if spec in t.specializations.values())
-        param, dim = template.dynamic_sources[name]
-        return int(ordered[self._runtime_names.index(param)].shape[dim])
 
     def show(self, *args, **kwargs):
         """The notebook view of this kernel (phase 1 and 2 side by side, CUDA, resources, timings)."""

@@ -97,7 +97,7 @@ class Expectations:
                 terms += [f"{a}.stride({i}) == {s}" for i, s in enumerate(e.strides) if s is not None]
         if len(self.tensors) > 1:  # one device for all
             first = f"args[{self.tensors[0].index}].device"
-            terms.append(f"{first} == " + f" == ".join(f"args[{e.index}].device" for e in self.tensors[1:]))
+            terms.append(f"{first} == " + " == ".join(f"args[{e.index}].device" for e in self.tensors[1:]))
         source = "def check(args):\n    return " + (" and ".join(terms) or "True") + "\n"
         exec(source, env)  # noqa: S102 - generated from our own expectations only
         return env["check"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,13 +175,14 @@ class Hooks:
         from tvm.script.ir_builder import IRBuilder
         from tvm.tirx import Buffer
 
-        if isinstance(value, Buffer) and value.name in ("buffer", "") or \
-                isinstance(value, Buffer) and any(p.buffer.same_as(value) and p.name.startswith("out")
-                                                  for p in self.pending_outputs):
+        if not isinstance(value, Buffer):
+            return value
+        output = next((p for p in self.pending_outputs if p.buffer.same_as(value)), None)
+        if output is not None and output.name.startswith("out"):  # T.empty made it as out0, out1, ...
+            output.name = name
             IRBuilder.name(name, value)
-            for p in self.pending_outputs:
-                if p.buffer.same_as(value):
-                    p.name = name
+        elif value.name in ("buffer", ""):  # a fresh allocation
+            IRBuilder.name(name, value)
         return value
 
     def store(self, target, index, value):
@@ -272,7 +272,6 @@ class Hooks:
     def ret(self, value):
         from tvm.tirx import Buffer
 
-        st = self.st
         values = value if isinstance(value, tuple) else (value,)
         if value is None:
             values = ()
@@ -289,10 +288,6 @@ class Hooks:
         self.result.outputs = [p.name for p in order]
         self.returned = True
         return None
-
-
-def _const_names_in(st) -> list:
-    return list(st.consts_used)
 
 
 def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any],
@@ -370,7 +365,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         "tile_nb.tile_op_lines": list(st.tile_op_lines),
     }
     result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs).with_attrs(attrs)
-    result.consts = _const_names_in(st)
+    result.consts = list(st.consts_used)
     if symbolic:
         result.const_vars = {n: st.const_vars[n] for n in result.consts}
     result.dynamic = dict(st.dynamic_vars)
@@ -418,5 +413,3 @@ def _user_line(err: BaseException, filename: str) -> int | None:
         tb = tb.tb_next
     return line
 
-
-del sys

@@ -148,7 +148,6 @@ def abs(x):  # noqa: A001 - the DSL's name
 
 def cast(x, dtype):
     """`T.cast(x, T.float16)`: convert an expression's dtype."""
-    from tvm import tirx
 
     return as_expr(x, str(as_dtype(dtype)))
 
