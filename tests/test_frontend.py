@@ -429,3 +429,17 @@ def test_import_is_light():
            "if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_verbose_reports_phases(caplog):
+    @tile_nb.jit(verbose=True)
+    def noisy(A):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            A[0] = 1.0
+
+    with caplog.at_level("INFO", logger="tile_nb"):
+        noisy.specialize(N=8)
+    text = caplog.text
+    assert "noisy: template" in text and "noisy: specialized {'N': 8}" in text

@@ -7,6 +7,7 @@ The common case (same compile-time values, shapes seen before) takes a precomput
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import types
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from .language.dtypes import torch_dtype
 __all__ = ["jit", "lazy_jit", "JITFunction"]
 
 DEFAULT_TARGET = "cuda -arch=sm_90a"
+log = logging.getLogger("tile_nb")
 
 
 @dataclass
@@ -143,6 +145,14 @@ class JITFunction:
                     hint=f"declare it, e.g. `{key}: T.Tensor[[M, N], T.float16]`, at the top of the body")
         return runtime, compile_values, extra
 
+    def _log(self, message: str, *args) -> None:
+        """`verbose=True` reports each template, specialization and compilation (logger 'tile_nb')."""
+        if self.verbose:
+            if not log.handlers:
+                log.addHandler(logging.StreamHandler())
+                log.setLevel(logging.INFO)
+            log.info(f"[tile_nb] {self.definition.name}: " + message, *args)
+
     def _def_where(self) -> dict:
         src = self.definition.source
         return dict(filename=src.filename, lineno=src.first_line + src.tree.lineno - 1)
@@ -156,6 +166,8 @@ class JITFunction:
             template = Template(elab, dict(compile_values), *self._sources(elab))
             self._templates[key] = template
             self.stats["templates"] += 1
+            self._log("template %s: %.2f ms%s", compile_values, elab.seconds * 1e3,
+                      f" (stopped at line {elab.stopped.lineno}: {elab.stopped.reason})" if elab.stopped else "")
         return key, template
 
     def _sources(self, elab: Elaboration):
@@ -222,6 +234,7 @@ class JITFunction:
             spec = Specialization(elab, expectations, outputs, dynamic)
             template.specializations[key] = spec
             self.stats["specializations"] += 1
+            self._log("specialized %s: %.2f ms", const_values, elab.seconds * 1e3)
         return spec
 
     # -- public API --------------------------------------------------------------------------------------------
@@ -272,6 +285,7 @@ class JITFunction:
             kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
             spec.compiled[str(target)] = kernel
             self.stats["compilations"] += 1
+            self._log("compiled for %s: %s", target, ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in kernel.timings.items()))
         return kernel
 
     def __call__(self, *args, backend: str | None = None, **kwargs):
