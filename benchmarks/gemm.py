@@ -38,10 +38,30 @@ def gemm(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32, thr
         T.copy(C_local, C[bx * block_M, by * block_N])
 
 
+SEED = dict(block_M=128, block_N=128, block_K=32, threads=128, stages=3)
+BIG = dict(block_M=128, block_N=256, block_K=64, threads=256, stages=3)
+# name -> (kernel config, lowering attributes)
 CONFIGS = {
-    "seed 128x128x32 t128 s3": dict(block_M=128, block_N=128, block_K=32, threads=128, stages=3),
-    "128x256x64 t256 s3": dict(block_M=128, block_N=256, block_K=64, threads=256, stages=3),
+    "seed 128x128x32 t128 s3": (SEED, {}),
+    "128x256x64 t256 s3": (BIG, {}),
 }
+VARIANTS = {  # --variants: what each lowering choice is worth
+    "seed, no raster": (SEED, {"tile_nb.raster_group": 1}),
+    "seed s4": (dict(SEED, stages=4), {}),
+    "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
+    "big s4": (dict(BIG, stages=4), {}),
+    "big raster16": (BIG, {"tile_nb.raster_group": 16}),
+}
+
+
+def build(n, cfg, attrs):
+    """Compile through tile_nb.runtime (lower + build), with extra lowering attributes on the PrimFunc."""
+    from tile_nb.runtime import compile as rt_compile
+
+    func = gemm.specialize(M=n, N=n, K=n, **cfg)
+    for k, v in attrs.items():
+        func = func.with_attr(k, v)
+    return rt_compile(func, None)
 
 
 def bench(fn, reps=30, warmup=5):
@@ -64,6 +84,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
     args = ap.parse_args()
     rows = []
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}")
@@ -74,14 +95,17 @@ def main():
         flop = 2.0 * n * n * n
         t_ref = bench(lambda: torch.matmul(a, b, out=c))
         ref = torch.matmul(a.float(), b.float())
-        for name, cfg in CONFIGS.items():
+        configs = dict(CONFIGS, **(VARIANTS if args.variants and n >= 4096 else {}))
+        for name, (cfg, attrs) in configs.items():
             t0 = time.perf_counter()
-            gemm(a, b, c, **cfg)
+            kern = build(n, cfg, attrs)
+            c.fill_(float("nan"))
+            kern(a, b, c)
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
             err = ((c.float() - ref).norm() / ref.norm()).item()
-            t = bench(lambda: gemm(a, b, c, **cfg))
-            row = dict(size=n, config=name, tflops=flop / t[0] / 1e12, torch_tflops=flop / t_ref[0] / 1e12,
+            t = bench(lambda: kern(a, b, c))
+            row = dict(size=n, config=name, registers=str(getattr(kern, "resources", "")), tflops=flop / t[0] / 1e12, torch_tflops=flop / t_ref[0] / 1e12,
                        ms=t[0] * 1e3, ms_min=t[1] * 1e3, ms_max=t[2] * 1e3, rel_err=err, first_call_s=first)
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)

@@ -81,6 +81,11 @@ def test_stages(stages):
     assert run_case(640, 768, 1024, stages=stages) < 1e-3
 
 
+def test_rasterized_grid():
+    """16 x 5 CTAs: the grouped CTA order (groups of 8 along x) is active."""
+    assert run_case(2048, 640, 256) < 1e-3
+
+
 def test_big_tile_256_threads():
     assert run_case(1024, 1280, 512, block_N=256, block_K=64, threads=256) < 1e-3
     assert run_case(1000, 1030, 999, block_N=256, block_K=64, threads=256) < 1e-3

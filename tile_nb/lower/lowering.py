@@ -129,6 +129,7 @@ class Lowerer:
         self.pool_bytes = 0
         self.analyzer = tvm.sym.Analyzer()
         self.gemm_operands: set = set()
+        self.block_vars: dict = {}  # "blockIdx.x" -> (var, extent)
         self.scratch: dict = {}  # reduce call on a register fragment -> SharedTile scratch
         self.pipelined_stages: dict = {}
         self.in_thread_code = False  # inside per-thread code (parallel bodies): no barriers
@@ -140,6 +141,8 @@ class Lowerer:
             if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
                 if s.node.thread_tag == "threadIdx.x" and self.threads is None:
                     self.threads = int(s.value)
+                if s.node.thread_tag.startswith("blockIdx."):
+                    self.block_vars[s.node.thread_tag] = (s.node.var, s.value)
             if isinstance(s, tirx.AllocBuffer):
                 allocs[s.buffer] = s.buffer
             if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
@@ -199,6 +202,36 @@ class Lowerer:
                                  byte_offset=tile.byte_offset, scope="shared.dyn")
             IRBuilder.name(tile.buffer.name, view)
             tile.view = view
+
+    def emit_raster(self):
+        """Grouped CTA order for GEMM kernels (L2 reuse): consecutive CTAs walk `group` tiles down x before
+        moving along y, so the CTAs resident at once share A row-tiles and B column-tiles.
+
+        Legal because CTAs of one launch are independent: only which CTA computes which (bx, by) changes.
+        Off with `TILE_NB_RASTER=0` or the function attribute `tile_nb.raster_group = 0`.
+        """
+        import os
+
+        group = int((self.func.attrs or {}).get("tile_nb.raster_group", os.environ.get("TILE_NB_RASTER", 8)))
+        if group <= 1 or not self.frags or set(self.block_vars) != {"blockIdx.x", "blockIdx.y"}:
+            return
+        (bx, gx), (by, gy) = self.block_vars["blockIdx.x"], self.block_vars["blockIdx.y"]
+        if not (isinstance(gx, tvm.ir.prim.expr.IntImm) and isinstance(gy, tvm.ir.prim.expr.IntImm)):
+            return
+        gx, gy = int(gx), int(gy)
+        group = min(group, gx)
+        if gx % group or gy < 2:
+            return  # keep the index math a few shifts: only whole groups
+        lin = by * gx + bx
+        per_group = group * gy
+        gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
+        new_bx = T.Bind(gid * group + tirx.floormod(rem, group))
+        IRBuilder.name("bx_raster", new_bx)
+        new_by = T.Bind(tirx.floordiv(rem, group))
+        IRBuilder.name("by_raster", new_by)
+        self.var_map[bx], self.var_map[by] = new_bx, new_by
+        self.analyzer.bind(new_bx, tvm.ir.Range(0, gx))
+        self.analyzer.bind(new_by, tvm.ir.Range(0, gy))
 
     # ---- buffer access --------------------------------------------------------------------------
     def load(self, buf, indices):
@@ -269,6 +302,7 @@ class Lowerer:
                 if stmt.node.thread_tag == "threadIdx.x":
                     self.tx = stmt.node.var
                     self.emit_pool()
+                    self.emit_raster()
                 self.emit(stmt.body)
         elif isinstance(stmt, tirx.AttrStmt):
             with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
