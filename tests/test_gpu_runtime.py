@@ -11,12 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import tile_nb.runtime as rt  # noqa: E402
-from test_backend import add_module, rowsum_module  # noqa: E402
+from test_backend import add_module, rowsum_module
+
+import tile_nb.runtime as rt
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
+PYPATH = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])   # keep e.g. the GPU kit's TVM
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +87,7 @@ def test_wrong_arguments_raise_instead_of_launching():
     a = torch.randn(128, device="cuda")
     with pytest.raises(TypeError, match="takes 4 arguments"):
         kernel(a, a, a)
-    with pytest.raises(Exception):                # TVM's host-side checks: dtype mismatch
+    with pytest.raises((ValueError, TypeError, RuntimeError)):   # TVM's host-side checks: dtype
         kernel(a.half(), a, a, 128)
 
 
@@ -125,8 +127,8 @@ def test_disk_cache_hit_in_a_new_process_launches(own_cache):
         print(json.dumps({{"from_cache": k.from_cache, "seconds": seconds, "ok": bool(torch.allclose(c, a + b)),
                            "timings": k.timings}}))
     """)
-    env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=PYPATH)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["from_cache"] and out["ok"]

@@ -3,8 +3,18 @@ import math
 
 import pytest
 
-from tile_nb.bench import (Timing, do_bench, dtype_bytes, gbps, gemm_bytes, gemm_flops, quantile, roofline_ms,
-                           sweep, tflops)
+from tile_nb.bench import (
+    Timing,
+    do_bench,
+    dtype_bytes,
+    gbps,
+    gemm_bytes,
+    gemm_flops,
+    quantile,
+    roofline_ms,
+    sweep,
+    tflops,
+)
 
 
 def test_quantile_matches_linear_interpolation():

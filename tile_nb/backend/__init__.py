@@ -6,18 +6,38 @@
 
 TVM is imported inside the functions that need it, so `import tile_nb.backend` stays light.
 """
+from . import toolchain
 from .build import BuildOptions, BuildResult, build, cuda_runtime_loaded
-from .cuda_compile import (CubinResult, CudaCompileError, ToolMissingError, available_compiler, compile_cuda,
-                           compile_ptx, disassemble)
+from .cuda_compile import (
+                           CubinResult,
+                           CudaCompileError,
+                           ToolMissingError,
+                           available_compiler,
+                           compile_cuda,
+                           compile_ptx,
+                           disassemble,
+)
 from .resources import Resources, combine, parse_ptxas_log
 from .target import DEFAULT_ARCH, device_arch, resolve_target, target_arch
-from . import toolchain
 
 __all__ = [
-    "BuildOptions", "BuildResult", "build", "cuda_runtime_loaded",
-    "CubinResult", "CudaCompileError", "ToolMissingError", "available_compiler", "compile_cuda", "compile_ptx",
-    "disassemble",
-    "Resources", "combine", "parse_ptxas_log",
-    "DEFAULT_ARCH", "device_arch", "resolve_target", "target_arch",
-    "toolchain",
+                           "DEFAULT_ARCH",
+                           "BuildOptions",
+                           "BuildResult",
+                           "CubinResult",
+                           "CudaCompileError",
+                           "Resources",
+                           "ToolMissingError",
+                           "available_compiler",
+                           "build",
+                           "combine",
+                           "compile_cuda",
+                           "compile_ptx",
+                           "cuda_runtime_loaded",
+                           "device_arch",
+                           "disassemble",
+                           "parse_ptxas_log",
+                           "resolve_target",
+                           "target_arch",
+                           "toolchain",
 ]

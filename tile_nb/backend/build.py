@@ -32,7 +32,7 @@ class BuildOptions:
     ptxas_options: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, options: dict[str, Any] | None) -> "BuildOptions":
+    def from_dict(cls, options: dict[str, Any] | None) -> BuildOptions:
         options = dict(options or {})
         known = {"compiler", "fast_math", "ptxas_options"}
         unknown = sorted(set(options) - known)
@@ -105,8 +105,8 @@ def _install_callback() -> None:
     global _installed
     if _installed:
         return
-    import tvm_ffi
     import tvm.support.nvcc  # noqa: F401 - registers TVM's callback first, so ours replaces it and not vice versa
+    import tvm_ffi
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", _callback, override=True)
     _installed = True

@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from . import toolchain
 from .resources import Resources, parse_ptxas_log
 
-__all__ = ["CubinResult", "CudaCompileError", "ToolMissingError", "compile_cuda", "compile_ptx", "disassemble",
-           "available_compiler"]
+__all__ = [
+    "CubinResult",
+    "CudaCompileError",
+    "ToolMissingError",
+    "available_compiler",
+    "compile_cuda",
+    "compile_ptx",
+    "disassemble",
+]
 
 # Same macro set TVM's own callback uses: the generated code relies on half/bfloat16 operators.
 _COMMON_FLAGS = (
@@ -91,7 +98,7 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
 # header costs NVRTC over a second (measured: 1.3 s of a 1.4 s compile of a small kernel), so when the kernel uses
 # none of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
 _TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n",
-                           re.S)
+                           re.DOTALL)
 
 
 def slim_source_for_nvrtc(source: str) -> str:
@@ -149,14 +156,36 @@ def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple
                 ptx = ptx_buf.rstrip(b"\x00").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    resources = parse_ptxas_log(log)
+    if not resources and ptx:
+        # NVRTC 13.0 (seen on the H200 machine, 2026-12-02) leaves the ptxas -v report out of the program log,
+        # while 13.5 includes it. Then run ptxas on the PTX for the report (the cubin stays NVRTC's).
+        report = _ptxas_report(ptx, arch, ptxas_options)
+        if report:
+            log += "\n" + report
+            resources = parse_ptxas_log(report)
     return CubinResult(cubin=bytes(cubin), arch=arch, compiler=version, seconds=time.perf_counter() - start,
-                       log=log, ptx=ptx, resources=parse_ptxas_log(log))
+                       log=log, ptx=ptx, resources=resources)
+
+
+def _ptxas_report(ptx: str, arch: str, ptxas_options: tuple[str, ...]) -> str | None:
+    """`ptxas -v` output for a PTX text, or None without ptxas or when it fails."""
+    ptxas = toolchain.find_tool("ptxas")
+    if not ptxas:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tile_nb_ptxas_") as tmp:
+        path = os.path.join(tmp, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        code, out = _run([ptxas, "-v", f"--gpu-name={arch}", *ptxas_options, "-o", os.path.join(tmp, "k.cubin"),
+                          path], tmp)
+    return out if code == 0 else None
 
 
 # ---------------------------------------------------------------------------------------------------- nvcc
 
 def _run(cmd: list[str], cwd: str) -> tuple[int, str]:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, check=False)
     return proc.returncode, proc.stdout.decode(errors="replace")
 
 

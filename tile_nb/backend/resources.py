@@ -16,7 +16,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-__all__ = ["Resources", "parse_ptxas_log", "combine", "dynamic_shared_from_script"]
+__all__ = ["Resources", "combine", "dynamic_shared_from_script", "parse_ptxas_log"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Resources:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Resources":
+    def from_dict(cls, data: dict) -> Resources:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 

@@ -10,7 +10,7 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["DEFAULT_ARCH", "device_arch", "resolve_target", "target_arch", "arch_for_capability"]
+__all__ = ["DEFAULT_ARCH", "arch_for_capability", "device_arch", "resolve_target", "target_arch"]
 
 DEFAULT_ARCH = "sm_90a"
 
@@ -23,7 +23,7 @@ def arch_for_capability(major: int, minor: int) -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_arch() -> str | None:
     """The arch of torch's current CUDA device, or None when there is no usable GPU. Never raises."""
     try:

@@ -11,10 +11,10 @@ import re
 import shutil
 import subprocess
 
-__all__ = ["cuda_home", "find_tool", "nvrtc_version", "nvcc_version", "cuda_include_dirs", "describe"]
+__all__ = ["cuda_home", "cuda_include_dirs", "describe", "find_tool", "nvcc_version", "nvrtc_version"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_home() -> str | None:
     """The CUDA toolkit root: $CUDA_HOME / $CUDA_PATH, else the folder above `nvcc`, else /usr/local/cuda."""
     def is_toolkit(root: str | None) -> bool:
@@ -33,7 +33,7 @@ def cuda_home() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_tool(name: str) -> str | None:
     """Path of a CUDA command-line tool, looked up on PATH and then in the toolkit's bin folder."""
     found = shutil.which(name)
@@ -47,21 +47,21 @@ def find_tool(name: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvcc_version() -> str | None:
     """'13.0' from `nvcc --version`, or None without nvcc."""
     nvcc = find_tool("nvcc")
     if not nvcc:
         return None
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"release (\d+\.\d+)", out)
     return m.group(1) if m else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvrtc_version() -> str | None:
     """'13.5' when `cuda.bindings.nvrtc` imports and its library loads, else None."""
     if os.environ.get("TILE_NB_NO_NVRTC"):
@@ -77,7 +77,7 @@ def nvrtc_version() -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_include_dirs() -> tuple[str, ...]:
     """Header folders NVRTC needs (it has no default include path): the toolkit's include, the per-platform
     `targets/<triple>/include` and its `cccl` subfolder (`<cuda/std/...>`), and the headers pip wheels ship."""

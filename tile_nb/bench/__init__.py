@@ -11,6 +11,19 @@ from .counts import dtype_bytes, elementwise_bytes, gbps, gemm_bytes, gemm_flops
 from .sweep import SweepResult, SweepRow, sweep
 from .timing import Timing, do_bench, l2_flush_bytes, quantile
 
-__all__ = ["Timing", "do_bench", "l2_flush_bytes", "quantile",
-           "dtype_bytes", "elementwise_bytes", "gbps", "gemm_bytes", "gemm_flops", "roofline_ms", "tflops",
-           "SweepResult", "SweepRow", "sweep"]
+__all__ = [
+           "SweepResult",
+           "SweepRow",
+           "Timing",
+           "do_bench",
+           "dtype_bytes",
+           "elementwise_bytes",
+           "gbps",
+           "gemm_bytes",
+           "gemm_flops",
+           "l2_flush_bytes",
+           "quantile",
+           "roofline_ms",
+           "sweep",
+           "tflops",
+]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dtype_bytes", "gemm_flops", "gemm_bytes", "elementwise_bytes", "tflops", "gbps", "roofline_ms"]
+__all__ = ["dtype_bytes", "elementwise_bytes", "gbps", "gemm_bytes", "gemm_flops", "roofline_ms", "tflops"]
 
 _SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
           "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}

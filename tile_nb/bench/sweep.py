@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .counts import gbps, tflops
 from .timing import Timing, do_bench
 
-__all__ = ["SweepRow", "SweepResult", "sweep"]
+__all__ = ["SweepResult", "SweepRow", "sweep"]
 
 
 @dataclass
@@ -60,7 +61,7 @@ class SweepResult:
                       (r.error or "").splitlines()[0][:60] if r.error else ""]
             lines.append(cells)
         widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(headers)]
-        fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
         return "\n".join([fmt(headers), fmt(["-" * w for w in widths]), *(fmt(c) for c in lines)])
 
     def __str__(self) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["Timing", "do_bench", "l2_flush_bytes", "quantile"]
 
@@ -65,7 +65,7 @@ def _summary(times_ms: list[float], device: str) -> Timing:
                   min_ms=s[0], max_ms=s[-1], device=device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def l2_flush_bytes(device_index: int = 0) -> int:
     """Twice the device's L2 size (at least 64 MiB): big enough that nothing of the inputs survives in L2."""
     import torch

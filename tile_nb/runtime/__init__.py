@@ -12,5 +12,13 @@ from .cache import DiskCache, cache_dir
 from .compile import clear_cache, clear_memory_cache, compile
 from .kernel import CompiledKernel, KernelNotLaunchableError
 
-__all__ = ["compile", "CompiledKernel", "KernelNotLaunchableError", "Resources", "DiskCache", "cache_dir",
-           "clear_cache", "clear_memory_cache"]
+__all__ = [
+           "CompiledKernel",
+           "DiskCache",
+           "KernelNotLaunchableError",
+           "Resources",
+           "cache_dir",
+           "clear_cache",
+           "clear_memory_cache",
+           "compile",
+]

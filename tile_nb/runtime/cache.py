@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT", "cache_dir", "cache_enabled", "compute_key", "source_fingerprint", "CacheEntry", "DiskCache"]
+__all__ = ["FORMAT", "CacheEntry", "DiskCache", "cache_dir", "cache_enabled", "compute_key", "source_fingerprint"]
 
 FORMAT = "tile_nb-kernel-v1"
 
@@ -44,7 +44,7 @@ def cache_enabled() -> bool:
     return os.environ.get("TILE_NB_DISABLE_CACHE", "").lower() not in ("1", "true", "yes")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tile_nb_version() -> str:
     try:
         from importlib.metadata import version
@@ -54,7 +54,7 @@ def _tile_nb_version() -> str:
         return "0+source"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source_fingerprint() -> str:
     """sha256 over the Python sources that decide what a kernel compiles to: tile_nb/lower and tile_nb/backend
     (and this cache's own format). Editing a lowering rule therefore invalidates every cached kernel."""
@@ -72,7 +72,7 @@ def source_fingerprint() -> str:
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tvm_version() -> str:
     import tvm
 

@@ -24,7 +24,7 @@ from ..backend.target import device_arch, resolve_target, target_arch
 from .cache import DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
-__all__ = ["compile", "clear_memory_cache", "clear_cache"]
+__all__ = ["clear_cache", "clear_memory_cache", "compile"]
 
 _memory: dict[str, CompiledKernel] = {}
 _memory_lock = threading.Lock()
@@ -87,7 +87,7 @@ def _launch_problem(arch: str) -> str | None:
     dev = device_arch()
     if dev is None:
         return "torch sees no CUDA device"
-    digits = lambda a: a[3:].rstrip("af")  # noqa: E731 - "sm_90a" -> "90"
+    digits = lambda a: a[3:].rstrip("af")
     if digits(dev) != digits(arch):
         return f"it was built for {arch} but the device is {dev}; compile with target=None to use the device's arch"
     return None
