@@ -46,14 +46,23 @@ def split_arguments(kernel, args: tuple, kwargs: dict) -> tuple[dict[str, Any], 
 
 
 def _compile_time_values(kernel, compile_time: dict, template_func) -> dict[str, Any]:
-    """Every compile-time parameter with its value (given or default), for the params list of the view."""
+    """Every compile-time parameter with its value (given or default), for the params list of the view.
+
+    The kernel's own parameter analysis says which parameters are compile-time (`kernel.signature.compile_time`,
+    as `tile_nb.jit` has it); otherwise, every Python parameter that is not a runtime param of the template.
+    """
     sig = signature_of(kernel)
     if sig is None:
         return dict(compile_time)
-    runtime = {p.name for p in func_params(template_func)} if template_func is not None else set()
+    declared = getattr(getattr(kernel, "signature", None), "compile_time", None)
+    if declared is not None:
+        names = {getattr(p, "name", p) for p in declared}
+    else:
+        runtime = {p.name for p in func_params(template_func)} if template_func is not None else set()
+        names = set(sig.parameters) - runtime
     values = {}
     for name, param in sig.parameters.items():
-        if name in runtime:
+        if name not in names:
             continue
         if name in compile_time:
             values[name] = compile_time[name]
@@ -63,15 +72,8 @@ def _compile_time_values(kernel, compile_time: dict, template_func) -> dict[str,
 
 
 def _call_template(kernel, compile_time: dict):
-    """`kernel.template(...)` with the compile-time values; runtime scalars given by value are left out."""
-    try:
-        return kernel.template(**compile_time)
-    except TypeError:
-        # A runtime scalar passed by value is not a template argument: keep only the signature's defaults' names.
-        sig = signature_of(kernel)
-        keep = {k: v for k, v in compile_time.items()
-                if sig is not None and k in sig.parameters and sig.parameters[k].default is not sig.parameters[k].empty}
-        return kernel.template(**keep)
+    """`kernel.template(...)` with the compile-time values (a runtime value given by keyword is bound, not used)."""
+    return kernel.template(**compile_time)
 
 
 def _accepts_backend(kernel) -> bool:
