@@ -125,6 +125,19 @@ try {
   check(Math.abs(tops.left - 11) < 0.1 && Math.abs(tops.right - 10) < 0.1, `scrolling is synchronized by line (${JSON.stringify(tops)})`);
   await view.screenshot({ path: path.join(output, 'scrolled.png') });
 
+  // Typing the magic into an ordinary cell marks it; removing it unmarks it.
+  const plainEditor = plainCell.locator('.cm-content');
+  await plainEditor.click();
+  await page.keyboard.press('Control+Home');
+  await page.keyboard.type('%%tilekernel --cpu\n');
+  await page.locator('.jp-CodeCell.tnb-tilekernel-cell').nth(1).waitFor({ timeout: 10_000 });
+  check((await page.locator('.jp-CodeCell.tnb-tilekernel-cell .tnb-tilekernel-badge').count()) === 2, 'typing %%tilekernel marks a cell');
+  await page.keyboard.press('Control+a');
+  await page.keyboard.type('x = 1  # an ordinary cell: no tile kernel marker');
+  await page.waitForTimeout(300);
+  check((await page.locator('.jp-CodeCell.tnb-tilekernel-cell').count()) === 1, 'removing the magic unmarks the cell');
+  await page.keyboard.press('Escape');
+
   // Other notebooks with stored outputs (run.py --notebook): every view renders cleanly, every magic cell is marked.
   for (const extra of JSON.parse(process.env.TNB_EXTRA_NOTEBOOKS ?? '[]')) {
     await page.goto(`${base}/lab/tree/${encodeURIComponent(extra.name)}?token=${token}`);
