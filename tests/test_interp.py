@@ -323,3 +323,68 @@ def test_copy_reads_zeros_past_the_edge_and_casts():
 def test_program_is_cached_per_primfunc():
     func = elementwise_kernel(8, 8)
     assert interp.compile_func(func) is interp.compile_func(func)
+
+
+# ---- parallel loops: slice accesses (`var + offset`) agree with the gather path ------------------------------
+
+def test_parallel_slice_and_gather_accesses_agree():
+    """Transposed, offset, reversed and strided-step indices; the in-place transpose reads before it writes."""
+    n = 8
+    with kernel("access", [("X", (n, n), "float32"), ("Y", (5, n, n), "float32")], 1) as (k, _):
+        X, Y = k["X"], k["Y"]
+        S = alloc("S", (n, n), "float32", "shared.dyn")
+        Tx.copy(S[0:n, 0:n], X[0:n, 0:n])
+        with T.parallel(0, n) as i:
+            with T.parallel(0, n) as j:
+                store(S, S[j, i], (i, j))                                     # in-place transpose
+        Tx.copy(Y[0, 0:n, 0:n], S[0:n, 0:n])
+        with T.parallel(0, n) as i:
+            with T.parallel(0, n) as j:
+                store(Y, X[n - 1 - i, j] + X[i, tirx.min(j + 1, n - 1)], (1, i, j))   # gather path
+                store(Y, X[i, j] * f32(2), (2, j, i))                               # transposed store
+        with T.parallel(0, n // 2) as i:
+            with T.parallel(0, n) as j:
+                store(Y, X[i * 2, j], (3, i + 2, j))                                # offset store, strided read
+        with T.parallel(0, n) as i:
+            store(Y, X[i, i], (4, 0, i))                                            # diagonal: same var twice
+    X = randn(n, n, seed=30)
+    Y = torch.zeros(5, n, n)
+    interp.run(k.func, [X, Y])
+    ref = torch.zeros(5, n, n)
+    ref[0] = X.T
+    ref[1] = X.flip(0) + X[:, torch.clamp(torch.arange(n) + 1, max=n - 1)]
+    ref[2] = (X * 2).T
+    ref[3, 2:2 + n // 2] = X[0::2]
+    ref[4, 0] = torch.diagonal(X)
+    torch.testing.assert_close(Y, ref)
+
+
+def test_guarded_edge_block_uses_masks_and_interior_blocks_use_slices():
+    N, block = 100, 32
+    with kernel("axpy", [("X", (N,), "float32"), ("Y", (N,), "float32")], ceildiv(N, block)) as (k, (bx,)):
+        X, Y = k["X"], k["Y"]
+        with T.parallel(0, block) as i:
+            with T.If(bx * block + i < N):
+                with T.Then():
+                    store(Y, X[bx * block + i] * f32(3) + Y[bx * block + i], [bx * block + i])
+    X, Y = randn(N, seed=31), randn(N, seed=32)
+    ref = X * 3 + Y
+    interp.run(k.func, [X, Y])
+    torch.testing.assert_close(Y, ref)
+
+
+def test_loops_with_a_step():
+    n = 12
+    with kernel("steps", [("X", (n,), "float32"), ("Y", (2, n), "float32")], 1) as (k, _):
+        X, Y = k["X"], k["Y"]
+        with T.serial(1, n, step=3) as s:
+            store(Y, X[s], (0, s))
+        with T.parallel(2, n, step=4) as p:
+            store(Y, X[p] * f32(2), (1, p))
+    X = randn(n, seed=33)
+    Y = torch.zeros(2, n)
+    interp.run(k.func, [X, Y])
+    ref = torch.zeros(2, n)
+    ref[0, 1::3] = X[1::3]
+    ref[1, 2::4] = X[2::4] * 2
+    torch.testing.assert_close(Y, ref)

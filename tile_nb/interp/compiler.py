@@ -67,7 +67,7 @@ class Frame:
     block: the blockIdx values of the running CTA, for error messages.
     """
 
-    __slots__ = ("vals", "par_shape", "mask", "overlays", "block")
+    __slots__ = ("vals", "par_shape", "mask", "overlays", "block", "ranges")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots
@@ -75,6 +75,7 @@ class Frame:
         self.mask: torch.Tensor | None = None
         self.overlays: dict | None = None
         self.block: dict = {}
+        self.ranges: dict = {}  # parallel loop var slot -> (start, extent, step), for slice accesses
 
     def block_ids(self) -> tuple | None:
         if not self.block:
@@ -89,6 +90,7 @@ class Compiler:
         self._slots: dict[int, int] = {}
         self.buffers: dict[int, Any] = {}   # slot -> buffer Var, for names, scopes and dtypes
         self.location = SourceLocation()     # of the statement being compiled, for error messages
+        self.par_vars: dict[int, tuple[int, int]] = {}  # enclosing parallel loop vars: key -> (slot, depth)
 
     @property
     def nslots(self) -> int:

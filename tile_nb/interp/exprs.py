@@ -49,7 +49,8 @@ def _let(comp: Compiler, node):
     slot, value, body = comp.slot(node.var), comp.expr(node.value), comp.expr(node.body)
 
     def let(f):
-        f.vals[slot] = value(f)
+        v = value(f)
+        f.vals[slot] = v.clone() if V.is_tensor(v) and v._base is not None else v
         return body(f)
     return let
 

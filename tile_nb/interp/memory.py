@@ -13,6 +13,7 @@ from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
 
 from . import values as V
+from .affine import compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
 from .errors import InterpreterError, OutOfBoundsError
 
@@ -79,9 +80,14 @@ def _buffer_load(comp: Compiler, node):
     index = comp.exprs(node.indices)
     location = comp.location
     local = buf.scope() in _LOCAL_SCOPES
+    sliced = compile_slice_access(comp, node.indices)
 
     def load(f):
         t = f.vals[slot]
+        if sliced is not None and not (f.overlays and slot in f.overlays):
+            view = sliced.view(f, t)
+            if view is not None:
+                return view
         idx = tuple(i(f) for i in index)
         if local and f.overlays and slot in f.overlays and not any(V.is_tensor(k) for k in idx):
             _check_index(comp, f, slot, t, idx, location)
@@ -101,11 +107,16 @@ def _buffer_store(comp: Compiler, node):
     value_fn = comp.expr(node.value)
     location = comp.location
     local = node.buffer.scope() in _LOCAL_SCOPES
+    sliced = compile_slice_access(comp, node.indices)
 
     def store(f):
         t = f.vals[slot]
-        idx = tuple(i(f) for i in index)
         value = value_fn(f)
+        if sliced is not None and not (f.overlays and slot in f.overlays):
+            view = sliced.view(f, t)
+            if view is not None and store_into(view, value, f.mask):
+                return
+        idx = tuple(i(f) for i in index)
         if not f.par_shape:
             _check_index(comp, f, slot, t, idx, location)
             t[idx] = value
@@ -205,15 +216,35 @@ class Region:
         self.dtype = V.torch_dtype(self.buffer.dtype)
         self._mins = comp.exprs([r.min for r in region.region])
         self._exts = comp.exprs([r.extent for r in region.region])
-        self._static = all(isinstance(r.min, tirx.IntImm) and isinstance(r.extent, tirx.IntImm)
-                           for r in region.region)
         self.location = location
         self.comp = comp
+        # A constant region of a fixed-shape buffer (the shared/fragment side of most tile ops) is resolved once:
+        # its view is a fixed slice, or the whole tensor, and its bounds are checked once per call, not per dim.
+        self._fixed = None
+        ints = [r.min for r in region.region] + [r.extent for r in region.region] + list(self.buffer.shape)
+        if all(isinstance(x, tirx.IntImm) for x in ints):
+            rank = len(region.region)
+            starts = [int(r.min.value) for r in region.region]
+            exts = [int(r.extent.value) for r in region.region]
+            shape = [int(d.value) for d in self.buffer.shape]
+            if len(shape) == rank and all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, shape)):
+                whole = starts == [0] * rank and exts == shape
+                self._fixed = (starts, exts, None if whole else tuple(slice(s, s + e) for s, e in zip(starts, exts)))
 
     def resolve(self, f):
+        if self._fixed is not None:
+            return f.vals[self.slot], self._fixed[0], self._fixed[1]
         starts = [int(m(f)) for m in self._mins]
         exts = [int(e(f)) for e in self._exts]
         return f.vals[self.slot], starts, exts
+
+    def view(self, f):
+        """The region as a view of the buffer when it is a fixed in-bounds region, else None."""
+        if self._fixed is None:
+            return None
+        index = self._fixed[2]
+        t = f.vals[self.slot]
+        return t if index is None else t[index]
 
     def _inside(self, t, starts, exts) -> bool:
         return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape))
@@ -224,6 +255,8 @@ class Region:
 
     def read(self, f) -> torch.Tensor:
         """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge)."""
+        if self._fixed is not None:
+            return self.view(f)
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
             return t[tuple(slice(s, s + e) for s, e in zip(starts, exts))]
@@ -237,6 +270,13 @@ class Region:
 
     def write(self, f, value) -> None:
         """Store `value` (broadcastable to the extents) into the region; only the in-range part of a global one."""
+        if self._fixed is not None:
+            target = self.view(f)
+            if V.is_tensor(value):
+                target.copy_(value)
+            else:
+                target.fill_(value)
+            return
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
             t[tuple(slice(s, s + e) for s, e in zip(starts, exts))] = value

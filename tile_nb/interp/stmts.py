@@ -46,7 +46,10 @@ def _bind(comp: Compiler, node):
     slot, value = comp.slot(node.var), comp.expr(node.value)
 
     def bind(f):
-        f.vals[slot] = value(f)
+        v = value(f)
+        if V.is_tensor(v) and v._base is not None:
+            v = v.clone()  # a load may be a view of its buffer: the binding keeps the value read now
+        f.vals[slot] = v
     return bind
 
 
@@ -181,7 +184,12 @@ def _parallel_for(comp: Compiler, node):
     slot = comp.slot(node.loop_var)
     start, extent = comp.expr(node.min), comp.expr(node.extent)
     step = comp.expr(node.step) if node.step is not None else None
-    body = comp.stmt(node.body)
+    key = node.loop_var.__chandle__()
+    comp.par_vars[key] = (slot, len(comp.par_vars))
+    try:
+        body = comp.stmt(node.body)
+    finally:
+        del comp.par_vars[key]
 
     def parallel(f):
         lo, n = int(start(f)), int(extent(f))
@@ -191,6 +199,7 @@ def _parallel_for(comp: Compiler, node):
             return
         saved_shape, outermost = f.par_shape, not f.par_shape
         f.vals[slot] = index.view((index.numel(),) + (1,) * len(saved_shape))
+        f.ranges[slot] = (lo, index.numel(), inc)
         f.par_shape = (index.numel(),) + saved_shape
         if outermost:
             f.overlays = {}

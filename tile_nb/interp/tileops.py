@@ -7,6 +7,7 @@ sum/max/min(dst, src, axes, accum).
 from __future__ import annotations
 
 import torch
+import tvm
 
 from . import values as V
 from .compiler import Compiler, tile_rule
@@ -81,6 +82,9 @@ def _gemm(comp: Compiler, node):
     beta = float(_const(node.args[7], "beta")) if len(node.args) > 7 else 1.0
     acc = V.accum_dtype(d_reg.dtype)
     location = comp.location
+    # The usual `C_frag += A_s @ B_s`: accumulate in place in the accumulator (no temporary, no copy back).
+    in_place = (d_reg.dtype == acc and alpha == 1.0 and beta in (0.0, 1.0)
+                and _same_region(node.args[0], node.args[3]))
 
     def gemm(f):
         a = _matrix(a_reg.read(f), a_reg.name, location).to(acc)
@@ -93,6 +97,14 @@ def _gemm(comp: Compiler, node):
             raise InterpreterError(f"T.gemm: {a_reg.name} is {list(a.shape)} and {b_reg.name} is "
                                    f"{list(b.shape)} (after transposes); inner dims differ\n"
                                    f"{location.describe()}")
+        if in_place:
+            d = d_reg.view(f)
+            if d is not None and d.shape == (a.shape[0], b.shape[1]):
+                if beta == 1.0:
+                    d.addmm_(a, b)
+                else:
+                    torch.mm(a, b, out=d)
+                return
         out = a @ b
         if alpha != 1.0:
             out *= alpha
@@ -107,6 +119,14 @@ def _gemm(comp: Compiler, node):
             out = out.round()
         d_reg.write(f, out.reshape(d_exts).to(d_reg.dtype))
     return gemm
+
+
+def _same_region(r1, r2) -> bool:
+    try:
+        tvm.ir.assert_structural_equal(r1, r2, map_free_vars=False)
+    except (ValueError, AssertionError, RuntimeError):
+        return False
+    return True
 
 
 _REDUCERS = {

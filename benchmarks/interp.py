@@ -1,0 +1,139 @@
+"""CPU interpreter speed: the seed GEMM (128x128x32 tiles, 3 stages) and a few tile kernels on CPU tensors.
+
+    python benchmarks/interp.py [--sizes 1024 2048] [--reps 5] [--threads 1 2] [--out results.json]
+
+For each case: the first call through `tile_nb.jit` (elaboration + interpretation), then the median / min / max
+of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc, per torch thread count (the
+interpreter sets torch's intra-op threads while it runs; `--threads` compares settings).
+Goal (issue 4): the seed GEMM at 1024^3 in <= 2 s on a 2-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = __file__.rsplit("/benchmarks/", 1)[0]
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import tile_nb  # noqa: E402
+import tile_nb.language as T  # noqa: E402
+from tile_nb import interp  # noqa: E402
+from kernels.seed import gemm  # noqa: E402  the seed GEMM exactly as the feature discussion writes it
+
+
+@tile_nb.jit
+def softmax(X, block_M: int = 4, block_N: int = 1024):
+    M, N = T.const('M, N')
+    X: T.Tensor[[M, N], T.float32]
+    out = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block_M)) as bx:
+        S = T.alloc_fragment((block_M, block_N), T.float32)
+        row_max = T.alloc_fragment((block_M,), T.float32)
+        row_sum = T.alloc_fragment((block_M,), T.float32)
+        T.copy(X[bx * block_M, 0], S)
+        T.reduce_max(S, row_max, dim=1)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = T.exp(S[i, j] - row_max[i])
+        T.reduce_sum(S, row_sum, dim=1)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = S[i, j] / row_sum[i]
+        T.copy(S, out[bx * block_M, 0])
+    return out
+
+
+@tile_nb.jit
+def add(X, Y, block: int = 1024):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float32]
+    Y: T.Tensor[[N], T.float32]
+    out = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                out[bx * block + i] = X[bx * block + i] + Y[bx * block + i]
+    return out
+
+
+def timed(fn, reps: int):
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), min(times), max(times)
+
+
+def cases(sizes):
+    for n in sizes:
+        A = torch.randn(n, n).half()
+        B = torch.randn(n, n).half()
+        C = torch.zeros(n, n)
+        yield f"seed gemm {n}^3 fp16->fp32", gemm, [A, B, C], {}, (n // 128) ** 2
+    X = torch.randn(4096, 1024)
+    yield "softmax 4096x1024 (1024 CTAs)", softmax, [X], {}, 1024
+    Y = torch.randn(1 << 20)
+    yield "add 2^20 (1024 CTAs)", add, [Y, Y.clone()], {}, 1024
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    info = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.node(), "cpu": _cpu_model(),
+            "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "loadavg_before": os.getloadavg()}
+    print(json.dumps(info))
+    rows = []
+    for name, kernel, call_args, kwargs, ctas in cases(args.sizes):
+        t = time.perf_counter()
+        kernel(*call_args, **kwargs)          # first call: template + specialization + interpretation
+        first = time.perf_counter() - t
+        spec_func = kernel.specialize(*call_args, **kwargs)
+        run_args = call_args + _outputs(kernel, call_args)
+        for threads in args.threads:
+            med, lo, hi = timed(lambda: interp.run(spec_func, run_args, threads=threads), args.reps)
+            row = dict(case=name, ctas=ctas, threads=threads, first_call_s=round(first, 3), median_s=round(med, 3),
+                       min_s=round(lo, 3), max_s=round(hi, 3))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    info["loadavg_after"] = os.getloadavg()
+    print(json.dumps({"loadavg_after": info["loadavg_after"]}))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"info": info, "rows": rows}, f, indent=1)
+
+
+def _outputs(kernel, call_args):
+    """`T.empty` outputs: the specialized PrimFunc takes them as trailing parameters."""
+    func = kernel.specialize(*call_args)
+    names = [str(n) for n in func.attrs["tile_nb.outputs"]] if "tile_nb.outputs" in func.attrs else []
+    outs = []
+    for p in func.params[len(call_args):]:
+        assert p.name in names
+        outs.append(torch.empty([int(d) for d in p.shape], dtype=interp.values.torch_dtype(p.dtype)))
+    return outs
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()

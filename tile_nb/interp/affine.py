@@ -1,0 +1,137 @@
+"""Fast path for loads and stores in `T.parallel` loops whose indices are `loop_var + offset`.
+
+The general path gathers and scatters with index tensors and checks every index. But most accesses in parallel
+loops (`S[i, j]`, `X[bx * 128 + i]`, `row_max[i]`) index each dim by at most one parallel loop var plus a
+block-level offset: such an access is a strided *slice* of the buffer. The slice is taken as a view, its bounds
+checked once per dim, and its dims permuted into the parallel iteration layout (`Frame.par_shape`: the var at
+depth d on dim -(d + 1)). When anything does not fit (an index out of range, a mask that does not broadcast,
+a racy store), the caller falls back to the general path, which also produces the error messages.
+"""
+from __future__ import annotations
+
+import torch
+from tvm import ir, tirx
+from tvm.tirx.analysis import undefined_vars
+
+from . import values as V
+from .compiler import Compiler
+
+__all__ = ["compile_slice_access"]
+
+
+def _affine(expr, par: dict):
+    """`expr` as (parallel var key or None, [(sign, offset expr)]), or None when not `var + offset` form."""
+    if isinstance(expr, ir.Var) and expr.__chandle__() in par:
+        return expr.__chandle__(), []
+    if not any(v.__chandle__() in par for v in undefined_vars(expr)):
+        return None, [(1, expr)]
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = _affine(expr.a, par), _affine(expr.b, par)
+        if a is None or b is None or (a[0] is not None and b[0] is not None):
+            return None
+        if isinstance(expr, tirx.Sub):
+            if b[0] is not None:
+                return None  # `offset - var` runs backwards: leave it to the general path
+            b = (None, [(-s, e) for s, e in b[1]])
+        return (a[0] if a[0] is not None else b[0]), a[1] + b[1]
+    return None
+
+
+class SliceAccess:
+    """The compiled plan of one access: per dim, a parallel var (by slot and depth) or a block-level index."""
+
+    def __init__(self, comp: Compiler, dims):
+        self.dims = []   # (slot or None, offset closures with signs)
+        depths = []
+        for key, offsets in dims:
+            closures = [(s, comp.expr(e)) for s, e in offsets]
+            if key is None:
+                self.dims.append((None, closures))
+            else:
+                slot, depth = comp.par_vars[key]
+                self.dims.append((slot, closures))
+                depths.append(depth)
+        # the sliced view keeps the parallel dims in buffer order: order them by decreasing depth, then place
+        # each on dim -(depth + 1) of a tensor with one dim per enclosing parallel loop (unit where unused)
+        self.order = sorted(range(len(depths)), key=lambda k: -depths[k])
+        self.permute = self.order != list(range(len(depths)))
+        ndim = len(comp.par_vars)
+        used = {ndim - 1 - d for d in depths}
+        self.unit_dims = [pos for pos in range(ndim) if pos not in used]
+
+    def view(self, f, t: torch.Tensor):
+        """The accessed elements as a view in parallel layout, or None if some index is out of range."""
+        index = []
+        for (slot, offsets), size in zip(self.dims, t.shape):
+            off = 0
+            for sign, fn in offsets:
+                v = fn(f)
+                if V.is_tensor(v):
+                    if v.dim() > 0:
+                        return None
+                    v = int(v)
+                off = off + v if sign > 0 else off - v
+            if slot is None:
+                if not 0 <= off < size:
+                    return None
+                index.append(off)
+                continue
+            lo, n, inc = f.ranges[slot]
+            start = lo + off
+            last = start + (n - 1) * inc
+            if start < 0 or last >= size:
+                return None
+            index.append(slice(start, last + 1, inc))
+        v = t[tuple(index)]
+        if self.permute:
+            v = v.permute(self.order)
+        for pos in self.unit_dims:  # parallel depths this access does not use: unit dims, no copy
+            v = v.unsqueeze(pos)
+        return v
+
+
+def compile_slice_access(comp: Compiler, indices) -> SliceAccess | None:
+    """A slice plan for these indices inside the current parallel loops, or None if they are not all of the
+    form `var + offset` with each parallel var used at most once (and at least one used)."""
+    if not comp.par_vars:
+        return None
+    dims, used = [], set()
+    for e in indices:
+        a = _affine(e, comp.par_vars)
+        if a is None:
+            return None
+        if a[0] is not None:
+            if a[0] in used:
+                return None
+            used.add(a[0])
+        dims.append(a)
+    if not used:
+        return None
+    return SliceAccess(comp, dims)
+
+
+def store_into(view: torch.Tensor, value, mask) -> bool:
+    """Write `value` through the view (under `mask`); False when shapes do not fit (the caller falls back)."""
+    shape = view.shape
+    try:
+        vshape = value.shape if V.is_tensor(value) else ()
+        if torch.broadcast_shapes(vshape, shape) != shape:
+            return False
+        if mask is not None and torch.broadcast_shapes(mask.shape, shape) != shape:
+            return False
+    except RuntimeError:
+        return False
+    if mask is not None:
+        value = torch.where(mask, value if V.is_tensor(value) else torch.tensor(value, dtype=view.dtype), view)
+    elif V.is_tensor(value) and value.dim() > 0 and _overlaps(value, view):
+        value = value.clone()  # `S[i, j] = S[j, i]`: read everything before writing, as the gather path does
+    if V.is_tensor(value):
+        view.copy_(value)
+    else:
+        view.fill_(value)
+    return True
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
