@@ -66,6 +66,17 @@ def expectations(notebook: Path) -> dict:
     return {"name": notebook.name, "views": views, "tileCells": tile_cells}
 
 
+def set_theme(base: str, token: str, theme: str) -> None:
+    """Store the theme in the (temporary) user settings before the page loads."""
+    body = json.dumps({"raw": json.dumps({"theme": theme})}).encode()
+    request = urllib.request.Request(
+        f"{base}/lab/api/settings/@jupyterlab/apputils-extension:themes", data=body, method="PUT",
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
 def save_docs_png(source: Path, target: Path) -> None:
     """Store the screenshot small: 256 colors, which UI text survives well.
 
@@ -89,6 +100,8 @@ def save_docs_png(source: Path, target: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-docs", action="store_true", help="do not update docs/jupyterlab-view.png")
+    parser.add_argument("--dark", action="store_true",
+                        help="use the JupyterLab Dark theme (implies --no-docs; the docs screenshot is light)")
     parser.add_argument("--notebook", action="append", default=[], type=Path,
                         help="another notebook with stored kernel views to check (repeatable)")
     args = parser.parse_args()
@@ -107,6 +120,8 @@ def main() -> int:
             sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
             f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
             f"--LabApp.workspaces_dir={Path(tmp) / 'workspaces'}",
+            # Keep settings (e.g. --dark's theme) out of the user's own ~/.jupyter.
+            f"--LabApp.user_settings_dir={Path(tmp) / 'user-settings'}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -118,6 +133,8 @@ def main() -> int:
             base = f"http://127.0.0.1:{port}"
             wait_for_server(f"{base}/api/status?token={token}", lab)
             print(f"JupyterLab up in {time.monotonic() - started:.1f} s at {base}")
+            if args.dark:
+                set_theme(base, token, "JupyterLab Dark")
             env = dict(os.environ, TNB_LAB_URL=base, TNB_LAB_TOKEN=token, TNB_OUTPUT=str(OUTPUT),
                        TNB_EXTRA_NOTEBOOKS=json.dumps(extra))
             result = subprocess.run(["node", str(HERE / "screenshot.mjs")], cwd=EXTENSION, env=env)
@@ -131,7 +148,7 @@ def main() -> int:
     if result.returncode != 0:
         print(f"browser test FAILED (see {OUTPUT.relative_to(REPO)}/)", file=sys.stderr)
         return result.returncode
-    if not args.no_docs:
+    if not (args.no_docs or args.dark):
         save_docs_png(OUTPUT / "notebook.png", DOCS_PNG)
     print("browser test passed")
     return 0
