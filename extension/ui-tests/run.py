@@ -56,9 +56,7 @@ MIME = "application/vnd.tile-nb.kernel+json"
 def expectations(notebook: Path) -> dict:
     """How many kernel views and %%tilekernel cells the browser should find in a notebook."""
     cells = json.loads(notebook.read_text())["cells"]
-    views = sum(
-        MIME in output.get("data", {}) for cell in cells for output in cell.get("outputs", [])
-    )
+    views = sum(MIME in output.get("data", {}) for cell in cells for output in cell.get("outputs", []))
     magic = re.compile(r"^(\s*\n)*%%tilekernel(\s|$)")
     tile_cells = sum(
         cell["cell_type"] == "code" and bool(magic.match("".join(cell["source"]))) for cell in cells
@@ -70,7 +68,9 @@ def set_theme(base: str, token: str, theme: str) -> None:
     """Store the theme in the (temporary) user settings before the page loads."""
     body = json.dumps({"raw": json.dumps({"theme": theme})}).encode()
     request = urllib.request.Request(
-        f"{base}/lab/api/settings/@jupyterlab/apputils-extension:themes", data=body, method="PUT",
+        f"{base}/lab/api/settings/@jupyterlab/apputils-extension:themes",
+        data=body,
+        method="PUT",
         headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10):
@@ -100,10 +100,18 @@ def save_docs_png(source: Path, target: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-docs", action="store_true", help="do not update docs/jupyterlab-view.png")
-    parser.add_argument("--dark", action="store_true",
-                        help="use the JupyterLab Dark theme (implies --no-docs; the docs screenshot is light)")
-    parser.add_argument("--notebook", action="append", default=[], type=Path,
-                        help="another notebook with stored kernel views to check (repeatable)")
+    parser.add_argument(
+        "--dark",
+        action="store_true",
+        help="use the JupyterLab Dark theme (implies --no-docs; the docs screenshot is light)",
+    )
+    parser.add_argument(
+        "--notebook",
+        action="append",
+        default=[],
+        type=Path,
+        help="another notebook with stored kernel views to check (repeatable)",
+    )
     args = parser.parse_args()
 
     OUTPUT.mkdir(exist_ok=True)
@@ -117,8 +125,15 @@ def main() -> int:
             extra.append(expectations(notebook))
         port, token = free_port(), secrets.token_hex(16)
         command = [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-            f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--ServerApp.token={token}",
+            f"--ServerApp.root_dir={root}",
             f"--LabApp.workspaces_dir={Path(tmp) / 'workspaces'}",
             # Keep settings (e.g. --dark's theme) out of the user's own ~/.jupyter.
             f"--LabApp.user_settings_dir={Path(tmp) / 'user-settings'}",
@@ -135,9 +150,16 @@ def main() -> int:
             print(f"JupyterLab up in {time.monotonic() - started:.1f} s at {base}")
             if args.dark:
                 set_theme(base, token, "JupyterLab Dark")
-            env = dict(os.environ, TNB_LAB_URL=base, TNB_LAB_TOKEN=token, TNB_OUTPUT=str(OUTPUT),
-                       TNB_EXTRA_NOTEBOOKS=json.dumps(extra))
-            result = subprocess.run(["node", str(HERE / "screenshot.mjs")], cwd=EXTENSION, env=env)
+            env = dict(
+                os.environ,
+                TNB_LAB_URL=base,
+                TNB_LAB_TOKEN=token,
+                TNB_OUTPUT=str(OUTPUT),
+                TNB_EXTRA_NOTEBOOKS=json.dumps(extra),
+            )
+            result = subprocess.run(
+                ["node", str(HERE / "screenshot.mjs")], check=False, cwd=EXTENSION, env=env
+            )
         finally:
             lab.terminate()
             try:
