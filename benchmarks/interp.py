@@ -3,7 +3,8 @@
     python benchmarks/interp.py [--sizes 1024 2048] [--reps 5] [--threads 1 2] [--out results.json]
 
 For each case: the first call through `tile_nb.jit` (elaboration + interpretation), then the median / min / max
-of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc, per torch thread count (the
+of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc (wall clock, and the process's CPU
+time), per torch thread count (the
 interpreter sets torch's intra-op threads while it runs; `--threads` compares settings).
 Goal (issue 4): the seed GEMM at 1024^3 in <= 2 s on a 2-core machine.
 """
@@ -62,12 +63,14 @@ def add(X, Y, block: int = 1024):
 
 
 def timed(fn, reps: int):
-    times = []
+    """Wall-clock median / min / max, and the median CPU time of this process (steadier on a shared machine)."""
+    times, cpu = [], []
     for _ in range(reps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), min(times), max(times)
+        cpu.append(time.process_time() - c)
+    return statistics.median(times), min(times), max(times), statistics.median(cpu)
 
 
 def cases(sizes):
@@ -101,9 +104,9 @@ def main():
         spec_func = kernel.specialize(*call_args, **kwargs)
         run_args = call_args + _outputs(kernel, call_args)
         for threads in args.threads:
-            med, lo, hi = timed(lambda: interp.run(spec_func, run_args, threads=threads), args.reps)
+            med, lo, hi, cpu = timed(lambda: interp.run(spec_func, run_args, threads=threads), args.reps)
             row = dict(case=name, ctas=ctas, threads=threads, first_call_s=round(first, 3), median_s=round(med, 3),
-                       min_s=round(lo, 3), max_s=round(hi, 3))
+                       min_s=round(lo, 3), max_s=round(hi, 3), cpu_median_s=round(cpu, 3))
             rows.append(row)
             print(json.dumps(row), flush=True)
     info["loadavg_after"] = os.getloadavg()
