@@ -7,8 +7,14 @@
     def gemm(A, B, C, ...):
         ...
 
-From Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` returns a `KernelView` (displayed when it is the
-cell's result). This is the only package that imports IPython (and only when the magic is loaded).
+From Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`) returns a `KernelView`
+(displayed when it is the cell's result); `kernel_view(gemm, args, kwargs, cuda=True, run=True, ...)` has every
+option of the magic; `explore(gemm, M=[256, 512], block_M=[64, 128])` puts sliders over a kernel's view.
+
+Modules: `views` (KernelView and its plain-text and JSON forms), `render` (static HTML), `highlight`, `diff`
+(template/specialized line alignment), `build` (views from kernel objects), `api` (show, kernel_view), `magic`
+(%%tilekernel), `tracebacks` (short errors), `widgets` (explore). This is the only package that imports IPython,
+ipywidgets or matplotlib, and only when the magic is loaded or a widget is made.
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ def __getattr__(name: str):
         from tile_nb.notebook import api
 
         return getattr(api, name)
+    if name == "explore":
+        from tile_nb.notebook.widgets import explore
+
+        return explore
     if name in ("KernelView", "MIME_TYPE"):
         from tile_nb.notebook import views
 

@@ -1,0 +1,40 @@
+"""`explore`: sliders re-render the kernel view."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+
+def test_explore_rerenders_on_change():
+    from test_notebook_fakes import FakeGemm
+
+    from tile_nb.notebook.widgets import explore
+
+    ex = explore(FakeGemm(), M=[64, 128], N=[64], K=32, block_M=[32, 64])
+    assert set(ex.controls) == {"M", "N", "block_M"}
+    assert ex.view.consts == {"M": 64, "K": 32, "N": 64}
+    ex.controls["M"].value = 128
+    assert ex.view.consts["M"] == 128
+    ex.controls["block_M"].value = 64
+    assert any(p.name == "block_M" and p.annotation == "= 64" for p in ex.view.params)
+    assert repr(ex) == "Explorer(gemm: M, N, block_M)"
+    assert "application/vnd.jupyter.widget-view+json" in ex._repr_mimebundle_()
+
+
+def test_explore_shows_errors_in_place():
+    from test_notebook_fakes import FakeGemm
+
+    from tile_nb.notebook.widgets import explore
+
+    ex = explore(FakeGemm(), M=[64], N=[64])  # no K: the fake cannot specialize
+    assert ex.view is None
+
+
+def test_explore_needs_values():
+    from test_notebook_fakes import FakeGemm
+
+    from tile_nb.notebook.widgets import explore
+
+    with pytest.raises(ValueError, match="no values"):
+        explore(FakeGemm(), M=[])

@@ -1,0 +1,79 @@
+"""`explore`: sliders for a kernel's consts and compile-time parameters, re-rendering its view on each change.
+
+    from tile_nb.notebook.widgets import explore
+    explore(gemm, M=[256, 512, 1024], N=[256, 512], K=[128, 256], block_M=[64, 128])
+
+Each keyword with a list (or range) of values becomes a selection slider; a single value is passed as is. The view
+below the sliders is the `KernelView` of `kernel_view(kernel, kwargs=current values)`, so it shows the template
+and the specialized IR side by side, with the lines that the current choice changes marked. ipywidgets is imported
+only here, when `explore` is called.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tile_nb.notebook.api import kernel_view
+
+__all__ = ["Explorer", "explore"]
+
+
+class Explorer:
+    """The widget `explore` returns: `.controls` (name -> slider), `.output`, `.widget` (what is displayed)."""
+
+    def __init__(self, kernel, choices: dict[str, list], fixed: dict[str, Any], **view_options):
+        import ipywidgets as widgets
+
+        self.kernel = kernel
+        self.fixed = fixed
+        self.view_options = view_options
+        self.controls = {
+            name: widgets.SelectionSlider(options=[(str(v), v) for v in values], value=values[0],
+                                          description=name, continuous_update=False)
+            for name, values in choices.items()}
+        self.output = widgets.Output()
+        for control in self.controls.values():
+            control.observe(self._changed, names="value")
+        self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.output])
+        self.view = None
+        self.render()
+
+    def values(self) -> dict[str, Any]:
+        """The keyword arguments of the current choice (fixed values included)."""
+        return {**self.fixed, **{name: c.value for name, c in self.controls.items()}}
+
+    def render(self) -> None:
+        """Rebuild the view for the current values; an error is shown in place of the view."""
+        from IPython.display import display
+
+        self.output.clear_output(wait=True)
+        with self.output:
+            try:
+                self.view = kernel_view(self.kernel, (), self.values(), **self.view_options)
+            except Exception as err:  # noqa: BLE001 - a bad combination must not break the widget
+                self.view = None
+                print(f"{type(err).__name__}: {getattr(err, 'message', None) or err}")
+            else:
+                display(self.view)
+
+    def _changed(self, _change) -> None:
+        self.render()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+    def __repr__(self) -> str:
+        name = getattr(self.kernel, "__name__", "kernel")
+        return f"Explorer({name}: {', '.join(self.controls)})"
+
+
+def explore(kernel, *, cuda: bool = False, lowered: bool = False, **choices) -> Explorer:
+    """Sliders over `choices` (name -> list of values, or one value) and the kernel's view for the current choice.
+
+    `cuda` / `lowered` compile every choice and add those sections (slower: one compile per new combination).
+    """
+    sliders = {k: list(v) for k, v in choices.items() if isinstance(v, (list, tuple, range))}
+    for name, values in sliders.items():
+        if not values:
+            raise ValueError(f"explore(): '{name}' has no values to choose from")
+    fixed = {k: v for k, v in choices.items() if k not in sliders}
+    return Explorer(kernel, sliders, fixed, cuda=cuda, lowered=lowered)
