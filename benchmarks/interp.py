@@ -25,8 +25,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import tile_nb  # noqa: E402
 import tile_nb.language as T  # noqa: E402
-from tile_nb import interp  # noqa: E402
 from kernels.seed import gemm  # noqa: E402  the seed GEMM exactly as the feature discussion writes it
+from tile_nb import interp  # noqa: E402
 
 
 @tile_nb.jit
@@ -104,7 +104,10 @@ def main():
         spec_func = kernel.specialize(*call_args, **kwargs)
         run_args = call_args + _outputs(kernel, call_args)
         for threads in args.threads:
-            med, lo, hi, cpu = timed(lambda: interp.run(spec_func, run_args, threads=threads), args.reps)
+            def call(f=spec_func, a=run_args, t=threads):
+                interp.run(f, a, threads=t)
+
+            med, lo, hi, cpu = timed(call, args.reps)
             row = dict(case=name, ctas=ctas, threads=threads, first_call_s=round(first, 3), median_s=round(med, 3),
                        min_s=round(lo, 3), max_s=round(hi, 3), cpu_median_s=round(cpu, 3))
             rows.append(row)

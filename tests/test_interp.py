@@ -1,8 +1,20 @@
 """CPU interpreter: every construct of the tile IR against a float64 torch reference, on random inputs."""
 import pytest
 import torch
-from test_interp_kernels import (alloc, atomic_sum_kernel, ceildiv, elementwise_kernel, f32, gemm_kernel, kernel,
-                                 randn, reduce_kernel, rmsnorm_kernel, softmax_kernel, store)
+from test_interp_kernels import (
+    alloc,
+    atomic_sum_kernel,
+    ceildiv,
+    elementwise_kernel,
+    f32,
+    gemm_kernel,
+    kernel,
+    randn,
+    reduce_kernel,
+    rmsnorm_kernel,
+    softmax_kernel,
+    store,
+)
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script import tile as Tx

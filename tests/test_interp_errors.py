@@ -63,7 +63,7 @@ def _load_past_global(a: TS.handle, b: TS.handle):
     A = TS.match_buffer(a, (10,), "float32")
     B = TS.match_buffer(b, (4,), "float32")
     bx = TS.launch_thread("blockIdx.x", 4)
-    tx = TS.launch_thread("threadIdx.x", 128)
+    tx = TS.launch_thread("threadIdx.x", 128)  # noqa: F841 - the launch is the statement
     B[bx] = A[bx * 3 + 1]
 
 
@@ -78,8 +78,8 @@ def test_block_level_load_past_global_buffer_with_tvmscript_span():
 @TS.prim_func
 def _copy_past_shared(a: TS.handle):
     A = TS.match_buffer(a, (64, 8), "float32")
-    bx = TS.launch_thread("blockIdx.x", 1)
-    tx = TS.launch_thread("threadIdx.x", 128)
+    bx = TS.launch_thread("blockIdx.x", 1)  # noqa: F841 - the launch is the statement
+    tx = TS.launch_thread("threadIdx.x", 128)  # noqa: F841
     S = TS.alloc_buffer((16, 8), "float32", scope="shared.dyn")
     TS.tile.copy(S[8:24, 0:8], A[0:16, 0:8])
 

@@ -14,8 +14,18 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script import tile as Tx
 
-__all__ = ["kernel", "alloc", "store", "ceildiv", "gemm_kernel", "elementwise_kernel", "softmax_kernel",
-           "rmsnorm_kernel", "reduce_kernel", "atomic_sum_kernel"]
+__all__ = [
+    "alloc",
+    "atomic_sum_kernel",
+    "ceildiv",
+    "elementwise_kernel",
+    "gemm_kernel",
+    "kernel",
+    "reduce_kernel",
+    "rmsnorm_kernel",
+    "softmax_kernel",
+    "store",
+]
 
 
 def ceildiv(a, b):

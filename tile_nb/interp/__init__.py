@@ -20,4 +20,4 @@ primitives), `runner.py` (arguments and the entry point).
 from .errors import InterpreterError, OutOfBoundsError, SourceLocation
 from .runner import compile_func, run
 
-__all__ = ["run", "compile_func", "OutOfBoundsError", "InterpreterError", "SourceLocation"]
+__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "compile_func", "run"]

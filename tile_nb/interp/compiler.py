@@ -7,15 +7,27 @@ A node without a rule raises `NotImplementedError` naming the node, so unsupport
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from tvm import tirx
 
 from .errors import SourceLocation, location_of
 
-__all__ = ["Frame", "Compiler", "expr_rule", "call_rule", "stmt_rule", "tile_rule",
-           "EXPR_RULES", "CALL_RULES", "STMT_RULES", "TILE_RULES", "op_short_name"]
+__all__ = [
+    "CALL_RULES",
+    "EXPR_RULES",
+    "STMT_RULES",
+    "TILE_RULES",
+    "Compiler",
+    "Frame",
+    "call_rule",
+    "expr_rule",
+    "op_short_name",
+    "stmt_rule",
+    "tile_rule",
+]
 
 Closure = Callable[["Frame"], Any]
 
@@ -67,7 +79,7 @@ class Frame:
     block: the blockIdx values of the running CTA, for error messages.
     """
 
-    __slots__ = ("vals", "par_shape", "mask", "overlays", "block", "ranges")
+    __slots__ = ("block", "mask", "overlays", "par_shape", "ranges", "vals")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots

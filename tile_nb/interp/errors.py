@@ -61,7 +61,7 @@ def location_of(stmt) -> SourceLocation:
     if span is not None:
         try:
             return SourceLocation(str(span.source_name.name), int(span.line))
-        except Exception:  # noqa: BLE001 - a malformed span only costs us the location
+        except Exception:  # noqa: BLE001, S110 - a malformed span only costs us the location
             pass
     return SourceLocation(node=stmt)
 

@@ -17,7 +17,7 @@ from .affine import compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
 from .errors import InterpreterError, OutOfBoundsError
 
-__all__ = ["compile_extern", "compile_region", "Region"]
+__all__ = ["Region", "compile_extern", "compile_region"]
 
 _LOCAL_SCOPES = ("local", "local.var")
 

@@ -17,7 +17,7 @@ from . import values as V
 from .compiler import Compiler, Frame
 from .errors import InterpreterError
 
-__all__ = ["run", "Program", "compile_func"]
+__all__ = ["Program", "compile_func", "run"]
 
 _CACHE_SIZE = 64
 _cache: OrderedDict[int, tuple] = OrderedDict()

@@ -10,8 +10,20 @@ import math
 
 import torch
 
-__all__ = ["torch_dtype", "is_tensor", "cast", "vmin", "vmax", "where", "truncdiv", "truncmod", "floordiv",
-           "floormod", "logical_not", "accum_dtype"]
+__all__ = [
+    "accum_dtype",
+    "cast",
+    "floordiv",
+    "floormod",
+    "is_tensor",
+    "logical_not",
+    "torch_dtype",
+    "truncdiv",
+    "truncmod",
+    "vmax",
+    "vmin",
+    "where",
+]
 
 _DTYPES = {
     "float16": torch.float16,
