@@ -23,6 +23,10 @@ _BOX = ("font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;font-si
         "color:#1f2328;max-width:100%")
 _TABLE = "border-collapse:collapse;border:1px solid #d0d7de;margin:4px 0"
 _PRE = f"{_MONO};margin:0;padding:0;border:none;background:none;white-space:pre;overflow:visible"
+# In the side-by-side table each half scrolls on its own; the pre grows to its longest line so tints span it.
+_SIDE_TABLE = f"{_TABLE};table-layout:fixed;width:100%"
+_SIDE_PRE = f"{_PRE};display:inline-block;min-width:100%"
+_SCROLL = "overflow-x:auto"
 _NUM = "color:#8c959f;text-align:right;padding:0 6px;vertical-align:top;border:none;background:#f6f8fa"
 _CODE = "text-align:left;padding:0 8px;vertical-align:top;border:none;background:#ffffff"
 _MARK = "color:#9a6700;text-align:center;padding:0 2px;vertical-align:top;border:none;background:#ffffff"
@@ -58,13 +62,13 @@ def _note(text_html: str, kind: str = "info") -> str:
     return f'<div style="{_NOTE.format(color=color, bg=bg)}">{text_html}</div>'
 
 
-def _pre(lines: list[str], tints: list[str] | None = None) -> str:
+def _pre(lines: list[str], tints: list[str] | None = None, style: str = _PRE) -> str:
     """One column of a code table: a `<pre>` with a `<div>` per line (so a line can be tinted)."""
     if tints is None:
         tints = [""] * len(lines)
     body = "".join(f'<div style="{tint}">{line or " "}</div>' if tint else f"<div>{line or ' '}</div>"
                    for line, tint in zip(lines, tints))
-    return f'<pre style="{_PRE}">{body}</pre>'
+    return f'<pre style="{style}">{body}</pre>'
 
 
 def _code_table(section: Section) -> str:
@@ -100,12 +104,17 @@ def _side_by_side(template: Section, specialized: Section, consts_label: str) ->
             f'<th style="{_HEAD}"></th>'
             f'<th colspan="2" style="{_HEAD};border-left:1px solid #d0d7de">Phase 2: specialized '
             f'<span style="font-weight:400">{escape(consts_label)}</span></th></tr>')
-    body = (_td(_NUM, _pre(columns["ln"])) + _td(_CODE, _pre(columns["lc"], tints["lc"]))
+    left_code = f'<div style="{_SCROLL}">{_pre(columns["lc"], tints["lc"], _SIDE_PRE)}</div>'
+    right_code = f'<div style="{_SCROLL}">{_pre(columns["rc"], tints["rc"], _SIDE_PRE)}</div>'
+    body = (_td(_NUM, _pre(columns["ln"])) + _td(_CODE, left_code)
             + _td(_MARK, _pre(columns["mark"]))
             + _td(_NUM, _pre(columns["rn"]), "border-left:1px solid #d0d7de")
-            + _td(_CODE, _pre(columns["rc"], tints["rc"])))
-    return (f'<div style="overflow-x:auto"><table style="{_TABLE}"><thead>{head}</thead><tbody><tr>{body}</tr>'
-            "</tbody></table></div>")
+            + _td(_CODE, right_code))
+    digits = len(str(max(len(left_html), len(right_html))))
+    width = f"{max(digits, 2) + 2}ch"
+    cols = (f'<colgroup><col style="width:{width}"><col><col style="width:2ch"><col style="width:{width}"><col>'
+            "</colgroup>")
+    return (f'<table style="{_SIDE_TABLE}">{cols}<thead>{head}</thead><tbody><tr>{body}</tr></tbody></table>')
 
 
 def _details(summary: str, body: str) -> str:
