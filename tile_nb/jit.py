@@ -467,7 +467,8 @@ def _device_target() -> str:
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None):
     """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
-    `verbose=`, `compile_options=` (a dict passed to the compiler, e.g. {"num_warps": 4} where supported)."""
+    `verbose=` (log each template, specialization and compilation), `compile_options=` (a dict for the backend:
+    `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the list)."""
     if fn is None:
         return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options)
     if isinstance(fn, JITFunction):
