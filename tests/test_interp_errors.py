@@ -40,7 +40,9 @@ def test_parallel_store_past_shared_buffer_names_buffer_index_and_line():
     assert err.block == (0,)
     text = str(err)
     assert "buffer 'S' of shape (32,)" in text and "[32]" in text
-    assert f"{cell}:4" in text and "S[i + 1] = S[i] * 2" in text
+    assert f"{cell}, line 4" in text and "S[i + 1] = S[i] * 2" in text and "^^^" in text
+    assert err.loop == {"v": 31} and "v = 31" in text   # the IR builder names the loop var `v`
+    assert "hint: the GPU would access this element silently" in text
 
 
 def test_without_span_the_statement_is_described():
@@ -90,6 +92,7 @@ def test_tile_copy_into_shared_region_past_its_end():
     err = info.value
     assert err.buffer == "S" and err.index == ("8:24", "0:8") and err.shape == (16, 8)
     assert "region [8:24, 0:8]" in str(err) and "tile.copy(S[8:24, 0:8], A[0:16, 0:8])" in str(err)
+    assert "only global tensors are guarded" in str(err)
 
 
 def test_guarded_accesses_are_not_errors():

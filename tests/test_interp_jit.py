@@ -219,7 +219,9 @@ def test_dsl_out_of_bounds_store_names_buffer_index_and_line():
     assert err.filename == __file__
     message = str(err)
     assert "'S'" in message and "[32]" in message
-    assert "S[i + 1] = S[i] * 2.0" in message and f":{err.line}" in message
+    assert "S[i + 1] = S[i] * 2.0" in message and f"line {err.line}" in message
+    assert err.loop == {"i": 31} and "i = 31" in message
+    assert isinstance(err, tile_nb.TileNBError)
 
 
 # ---- GPU: the interpreter and the compiled kernel agree -----------------------------------------------------

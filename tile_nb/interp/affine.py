@@ -48,7 +48,7 @@ class SliceAccess:
             if key is None:
                 self.dims.append((None, closures))
             else:
-                slot, depth = comp.par_vars[key]
+                slot, depth, _ = comp.par_vars[key]
                 self.dims.append((slot, closures))
                 depths.append(depth)
         # the sliced view keeps the parallel dims in buffer order: order them by decreasing depth, then place

@@ -102,7 +102,7 @@ class Compiler:
         self._slots: dict[int, int] = {}
         self.buffers: dict[int, Any] = {}   # slot -> buffer Var, for names, scopes and dtypes
         self.location = SourceLocation()     # of the statement being compiled, for error messages
-        self.par_vars: dict[int, tuple[int, int]] = {}  # enclosing parallel loop vars: key -> (slot, depth)
+        self.par_vars: dict[int, tuple] = {}  # enclosing parallel loop vars: key -> (slot, depth, name)
 
     @property
     def nslots(self) -> int:

@@ -1,27 +1,39 @@
 """Errors raised by the CPU interpreter, and how they point at the user's source.
 
-Exceptions keep structured fields and pickle cleanly (autotuning may run kernels in worker processes),
-and their message names the buffer, the index and the user's line, read from the statement's `span`.
+They are `tile_nb.errors.TileNBError`s, so they print as the user's line with a caret (the frontend's format)
+and pickle cleanly; an out-of-bounds error also keeps its structured fields (buffer, index, shape, block, loop
+values). The line comes from the statement's `span`; IR built by hand has none, and then the message quotes the
+statement itself.
+
+    OutOfBoundsError: index [32] is out of bounds for buffer 'S' of shape (32,) (block (0,), i = 31)
+      --> kernels.py, line 12, col 9
+       |
+    12 |         S[i + 1] = S[i] * 2.0
+       |         ^^^^^^^^^^^^^^^^^^^^^
+    hint: the GPU would access this element silently; guard the access (`if ...:` or T.if_then_else) ...
 """
 from __future__ import annotations
 
-import linecache
 import re
+
+from ..errors import TileNBError
 
 __all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "location_of"]
 
 
 class SourceLocation:
-    """Where a statement comes from: a file (or notebook cell) and line, or a description of the statement.
+    """Where a statement comes from: a file (or notebook cell), line and columns, or a description of it.
 
     For IR built by hand (no span) the statement is printed only when an error needs it: printing TVMScript for
     every statement at compile time would cost more than running small kernels.
     """
 
     def __init__(self, filename: str | None = None, line: int | None = None, statement: str | None = None,
-                 node=None):
+                 node=None, col: int | None = None, end_col: int | None = None):
         self.filename = filename
         self.line = line
+        self.col = col
+        self.end_col = end_col
         self._statement = statement
         self._node = node
 
@@ -32,14 +44,14 @@ class SourceLocation:
             self._node = None
         return self._statement
 
+    def fields(self) -> dict:
+        """Keyword arguments of `TileNBError` (filename, lineno, col, end_col)."""
+        return {"filename": self.filename, "lineno": self.line, "col": self.col, "end_col": self.end_col}
+
     def describe(self) -> str:
-        """`file:line` plus the source line when known, else the statement text."""
+        """`--> file:line` (the caret display is TileNBError's), or the statement when there is no span."""
         if self.filename is not None and self.line is not None:
-            text = linecache.getline(self.filename, self.line).rstrip()
-            where = f"  --> {self.filename}:{self.line}"
-            if text:
-                where += f"\n   {self.line:>4} | {text.strip()}"
-            return where
+            return f"  --> {self.filename}:{self.line}"
         if self.statement:
             return f"  --> in statement (no source location): {self.statement}"
         return "  --> (no source location)"
@@ -52,7 +64,7 @@ class SourceLocation:
         return f"SourceLocation({self.filename!r}, {self.line!r}, {self.statement!r})"
 
     def __reduce__(self):
-        return (SourceLocation, (self.filename, self.line, self.statement))
+        return (SourceLocation, (self.filename, self.line, self.statement, None, self.col, self.end_col))
 
 
 def location_of(stmt) -> SourceLocation:
@@ -60,7 +72,9 @@ def location_of(stmt) -> SourceLocation:
     span = getattr(stmt, "span", None)
     if span is not None:
         try:
-            return SourceLocation(str(span.source_name.name), int(span.line))
+            col, end = int(span.column), int(span.end_column)
+            return SourceLocation(str(span.source_name.name), int(span.line), col=col,
+                                  end_col=end if end > col else None)
         except Exception:  # noqa: BLE001, S110 - a malformed span only costs us the location
             pass
     return SourceLocation(node=stmt)
@@ -81,42 +95,66 @@ def _describe(stmt) -> str:
 _DECL = re.compile(r"^[\w.]+ = T\.(Buffer\(|\w+\(\)$)")
 
 
-class InterpreterError(RuntimeError):
-    """An IR construct or argument the interpreter cannot execute."""
+def _with_statement(message: str, location: SourceLocation) -> str:
+    if location.line is None and location.statement:
+        return f"{message}\n  in statement (no source location): {location.statement}"
+    return message
 
 
-class OutOfBoundsError(IndexError):
+class InterpreterError(TileNBError, RuntimeError):
+    """An IR construct, region or argument the interpreter cannot execute."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None, hint: str | None = None, **fields):
+        if location is not None:
+            message = _with_statement(message, location)
+            fields = {**location.fields(), **fields}
+        super().__init__(message, hint=hint, **fields)
+
+    def __reduce__(self):
+        return (_rebuild_interp, (type(self), self.message, self.filename, self.lineno, self.col, self.end_col,
+                                  self.hint))
+
+
+def _rebuild_interp(cls, message, filename, lineno, col, end_col, hint):
+    return cls(message, None, hint, filename=filename, lineno=lineno, col=col, end_col=end_col)
+
+
+_HINTS = {
+    "index": "the GPU would access this element silently; guard the access (`if ...:` or T.if_then_else) or "
+             "fix the index",
+    "region": "a tile copy into or out of shared/fragment/local memory must fit that buffer (only global tensors "
+              "are guarded at their edges)",
+}
+
+
+class OutOfBoundsError(TileNBError, IndexError):
     """An access that the GPU would perform silently out of bounds.
 
-    Fields: `buffer` (name), `index` (the offending index, a tuple of ints, or of `start:stop` strings for a tile
-    region), `shape` (the buffer's shape), `location` (a `SourceLocation`), `block` (blockIdx values or None).
+    Fields: `buffer` (name), `index` (the offending index: a tuple of ints, or of `start:stop` strings for a tile
+    region), `shape` (the buffer's shape), `block` (blockIdx values or None), `loop` (values of the enclosing
+    parallel loop vars at the first bad iteration, name -> int), `source` (a `SourceLocation`); `filename`,
+    `lineno` (also `line`), `col` point at the user's statement.
     """
 
     def __init__(self, buffer: str, index: tuple, shape: tuple, location: SourceLocation | None = None,
-                 block: tuple | None = None, what: str = "index"):
+                 block: tuple | None = None, what: str = "index", loop: dict | None = None):
         self.buffer = buffer
         self.index = tuple(index)
         self.shape = tuple(shape)
-        self.location = location or SourceLocation()
+        self.source = location or SourceLocation()
         self.block = block
         self.what = what
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        index = ", ".join(str(i) for i in self.index)
-        msg = (f"{self.what} [{index}] is out of bounds for buffer '{self.buffer}' of shape "
-               f"{tuple(self.shape)}")
-        if self.block is not None:
-            msg += f" (in block {self.block})"
-        return msg + "\n" + self.location.describe()
-
-    @property
-    def filename(self) -> str | None:
-        return self.location.filename
+        self.loop = dict(loop or {})
+        text = ", ".join(str(i) for i in self.index)
+        message = f"{what} [{text}] is out of bounds for buffer '{buffer}' of shape {self.shape}"
+        context = ([f"block {block}"] if block is not None else []) + [f"{k} = {v}" for k, v in self.loop.items()]
+        if context:
+            message += f" ({', '.join(context)})"
+        super().__init__(_with_statement(message, self.source), hint=_HINTS.get(what), **self.source.fields())
 
     @property
     def line(self) -> int | None:
-        return self.location.line
+        return self.lineno
 
     def __reduce__(self):
-        return (type(self), (self.buffer, self.index, self.shape, self.location, self.block, self.what))
+        return (type(self), (self.buffer, self.index, self.shape, self.source, self.block, self.what, self.loop))

@@ -26,11 +26,11 @@ def _is_int_dtype(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and dtype != torch.bool
 
 
-def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, location):
+def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, location, loops=()):
     """Raise OutOfBoundsError for the first active out-of-range index; returns idx with tensor parts clamped."""
     if len(idx) != t.dim():
         raise InterpreterError(f"buffer '{comp.buffers[slot].name}' of rank {t.dim()} indexed with "
-                               f"{len(idx)} indices\n{location.describe()}")
+                               f"{len(idx)} indices", location)
     bad = None
     for k, n in zip(idx, t.shape):
         if V.is_tensor(k):
@@ -41,22 +41,24 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
     if bad is None or bad is False:
         return idx
     if bad is True and f.mask is None:
-        _raise_oob(comp, f, slot, t, idx, None, location)
+        _raise_oob(comp, f, slot, t, idx, None, location, loops)
     if not V.is_tensor(bad):
         bad = torch.tensor(bad)
     if f.mask is not None:
         bad = bad & f.mask
     if bool(bad.any()):
-        _raise_oob(comp, f, slot, t, idx, bad, location)
+        _raise_oob(comp, f, slot, t, idx, bad, location, loops)
     # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
     return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape))
 
 
-def _raise_oob(comp, f, slot, t, idx, bad, location):
+def _raise_oob(comp, f, slot, t, idx, bad, location, loops):
+    loop = {}
     if bad is not None and V.is_tensor(bad) and bad.dim() > 0:
         first = [int(c) for c in torch.nonzero(bad)[0]]
         full = torch.broadcast_shapes(bad.shape, *[k.shape for k in idx if V.is_tensor(k)])
         first = [0] * (len(full) - len(first)) + first
+        loop = _loop_values(f, loops, full, first)
         point = []
         for k in idx:
             if V.is_tensor(k):
@@ -66,7 +68,19 @@ def _raise_oob(comp, f, slot, t, idx, bad, location):
                 point.append(int(k))
     else:
         point = [int(k) for k in idx]
-    raise OutOfBoundsError(comp.buffers[slot].name, tuple(point), tuple(t.shape), location, f.block_ids())
+    raise OutOfBoundsError(comp.buffers[slot].name, tuple(point), tuple(t.shape), location, f.block_ids(),
+                           loop=loop)
+
+
+def _loop_values(f, loops, full, first) -> dict:
+    """Values of the parallel loop vars at the first bad iteration (those the offending index varies with)."""
+    values = {}
+    for slot, depth, name in sorted(loops, key=lambda v: v[1]):
+        dim = len(full) - 1 - depth
+        if 0 <= dim < len(full) and full[dim] > 1 and slot in f.ranges:
+            lo, _, inc = f.ranges[slot]
+            values[name] = lo + first[dim] * inc
+    return values
 
 
 # ---- loads and stores ---------------------------------------------------------------------------------------
@@ -79,6 +93,7 @@ def _buffer_load(comp: Compiler, node):
     slot = comp.buffer_slot(buf)
     index = comp.exprs(node.indices)
     location = comp.location
+    loops = tuple(comp.par_vars.values())
     local = buf.scope() in _LOCAL_SCOPES
     sliced = compile_slice_access(comp, node.indices)
 
@@ -90,9 +105,9 @@ def _buffer_load(comp: Compiler, node):
                 return view
         idx = tuple(i(f) for i in index)
         if local and f.overlays and slot in f.overlays and not any(V.is_tensor(k) for k in idx):
-            _check_index(comp, f, slot, t, idx, location)
+            _check_index(comp, f, slot, t, idx, location, loops)
             return f.overlays[slot][idx]
-        idx = _check_index(comp, f, slot, t, idx, location)
+        idx = _check_index(comp, f, slot, t, idx, location, loops)
         value = t[idx]
         if value.dim() == 0 and _is_int_dtype(value.dtype) or value.dtype == torch.bool and value.dim() == 0:
             return value.item()  # integer scalars stay Python ints: they become indices and loop bounds
@@ -106,6 +121,7 @@ def _buffer_store(comp: Compiler, node):
     index = comp.exprs(node.indices)
     value_fn = comp.expr(node.value)
     location = comp.location
+    loops = tuple(comp.par_vars.values())
     local = node.buffer.scope() in _LOCAL_SCOPES
     sliced = compile_slice_access(comp, node.indices)
 
@@ -118,14 +134,14 @@ def _buffer_store(comp: Compiler, node):
                 return
         idx = tuple(i(f) for i in index)
         if not f.par_shape:
-            _check_index(comp, f, slot, t, idx, location)
+            _check_index(comp, f, slot, t, idx, location, loops)
             t[idx] = value
             return
         if local and not any(V.is_tensor(k) for k in idx):
-            _check_index(comp, f, slot, t, idx, location)
+            _check_index(comp, f, slot, t, idx, location, loops)
             _store_overlay(f, slot, t, idx, value)
             return
-        idx = _check_index(comp, f, slot, t, idx, location)
+        idx = _check_index(comp, f, slot, t, idx, location, loops)
         _scatter(t, idx, value, f.mask, accumulate=False)
     return store
 
@@ -188,12 +204,13 @@ def _compile_atomic_add(comp: Compiler, node):
     index = comp.exprs(ptr.indices)
     value_fn = comp.expr(node.args[2])
     location = comp.location
+    loops = tuple(comp.par_vars.values())
 
     def atomic_add(f):
         t = f.vals[slot]
         idx = tuple(i(f) for i in index)
         value = value_fn(f)
-        idx = _check_index(comp, f, slot, t, idx, location)
+        idx = _check_index(comp, f, slot, t, idx, location, loops)
         if not f.par_shape and not any(V.is_tensor(k) for k in idx) and not (
                 V.is_tensor(value) and value.dim() > 0):
             t[idx] += value

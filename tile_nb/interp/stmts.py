@@ -63,7 +63,7 @@ def _assert(comp: Compiler, node):
         c = cond(f)
         ok = bool(c.all()) if V.is_tensor(c) else bool(c)
         if not ok:
-            raise InterpreterError(f"assertion failed: {message}\n{location.describe()}")
+            raise InterpreterError(f"assertion failed: {message}", location)
     return check
 
 
@@ -185,7 +185,7 @@ def _parallel_for(comp: Compiler, node):
     start, extent = comp.expr(node.min), comp.expr(node.extent)
     step = comp.expr(node.step) if node.step is not None else None
     key = node.loop_var.__chandle__()
-    comp.par_vars[key] = (slot, len(comp.par_vars))
+    comp.par_vars[key] = (slot, len(comp.par_vars), node.loop_var.name)
     try:
         body = comp.stmt(node.body)
     finally:
@@ -277,7 +277,7 @@ def _tile_call(comp: Compiler, node):
 
     def tile_call(f):
         if f.par_shape:
-            raise InterpreterError(f"T.tile.{name} inside a T.Parallel loop is not supported\n"
-                                   f"{location.describe()}")
+            raise InterpreterError(f"T.tile.{name} inside a T.Parallel loop is not supported",
+                                   location)
         run(f)
     return tile_call

@@ -42,7 +42,7 @@ def _copy(comp: Compiler, node):
         if _core(tile.shape) != _core(dst_exts):
             raise InterpreterError(
                 f"T.copy between regions of different shapes: {src.name}{list(tile.shape)} -> "
-                f"{dst.name}{dst_exts}\n{location.describe()}")
+                f"{dst.name}{dst_exts}", location)
         dst.write(f, tile.reshape(dst_exts).to(dst.dtype))
     return copy
 
@@ -70,8 +70,8 @@ def _matrix(tile: torch.Tensor, name: str, location) -> torch.Tensor:
         return tile
     if tile.dim() > 2 and all(e == 1 for e in tile.shape[:-2]):
         return tile.reshape(tile.shape[-2:])
-    raise InterpreterError(f"T.gemm operand {name} must be a 2-D tile, got shape {list(tile.shape)}\n"
-                           f"{location.describe()}")
+    raise InterpreterError(f"T.gemm operand {name} must be a 2-D tile, got shape {list(tile.shape)}",
+                           location)
 
 
 @tile_rule("gemm")
@@ -95,8 +95,8 @@ def _gemm(comp: Compiler, node):
             b = b.T
         if a.shape[1] != b.shape[0]:
             raise InterpreterError(f"T.gemm: {a_reg.name} is {list(a.shape)} and {b_reg.name} is "
-                                   f"{list(b.shape)} (after transposes); inner dims differ\n"
-                                   f"{location.describe()}")
+                                   f"{list(b.shape)} (after transposes); inner dims differ",
+                                   location)
         if in_place:
             d = d_reg.view(f)
             if d is not None and d.shape == (a.shape[0], b.shape[1]):
@@ -113,8 +113,8 @@ def _gemm(comp: Compiler, node):
             out += beta * c.reshape(out.shape).to(acc) if beta != 1.0 else c.reshape(out.shape).to(acc)
         _, _, d_exts = d_reg.resolve(f)
         if _core(out.shape) != _core(d_exts):
-            raise InterpreterError(f"T.gemm: result {list(out.shape)} does not fit {d_reg.name}{d_exts}\n"
-                                   f"{location.describe()}")
+            raise InterpreterError(f"T.gemm: result {list(out.shape)} does not fit {d_reg.name}{d_exts}",
+                                   location)
         if not d_reg.dtype.is_floating_point:
             out = out.round()
         d_reg.write(f, out.reshape(d_exts).to(d_reg.dtype))
@@ -154,7 +154,7 @@ def _reduce_rule(kind: str):
             if _core(out.shape) != _core(d_exts):
                 raise InterpreterError(
                     f"T.reduce_{kind}: reducing {src.name}{list(tile.shape)} over dims {dims} gives "
-                    f"{list(out.shape)}, which does not fit {dst.name}{d_exts}\n{location.describe()}")
+                    f"{list(out.shape)}, which does not fit {dst.name}{d_exts}", location)
             out = out.reshape(d_exts)
             if accum:
                 out = combine(out, dst.read(f).to(acc))
