@@ -162,6 +162,9 @@ def test_error_shows_the_cell_line_with_a_caret(ip, capsys, monkeypatch):
     import sys
 
     assert sys.last_value is result.error_in_exec  # %tb finds the full traceback
+    ip.run_line_magic("tb", "")
+    full = capsys.readouterr().out
+    assert "Traceback" in full and "AnnotationError" in full and len(full.splitlines()) > 10
 
 
 def test_full_traceback_on_request(ip, capsys, monkeypatch):

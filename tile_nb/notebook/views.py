@@ -119,7 +119,7 @@ class KernelView:
                 "title": s.title,
                 "language": s.language,
                 "text": s.text,
-                "changed_lines": list(s.changed_lines) if s.changed_lines is not None else None,
+                "changed_lines": list(s.changed_lines or ()),  # [] when there is no template to compare with
                 "note": s.note,
             })
             if s.id != "specialized":
