@@ -46,11 +46,12 @@ CONFIGS = {
     "128x256x64 t256 s3": (BIG, {}),
 }
 VARIANTS = {  # --variants: what each lowering choice is worth
-    "seed, no raster": (SEED, {"tile_nb.raster_group": 1}),
+    "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
     "seed s4": (dict(SEED, stages=4), {}),
-    "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
+    "seed s4, mma.sync": (dict(SEED, stages=4), {"tile_nb.wgmma": 0}),
+    "big, mma.sync": (BIG, {"tile_nb.wgmma": 0}),
     "big s4": (dict(BIG, stages=4), {}),
-    "big raster16": (BIG, {"tile_nb.raster_group": 16}),
+    "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
 }
 
 
@@ -85,8 +86,22 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     ap.add_argument("--out", default=None)
     ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
+    ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
     args = ap.parse_args()
     rows = []
+    if args.probe:
+        a = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
+        ref = a.float() @ b.float()
+        for cfg in (SEED, BIG):
+            for swap in (0, 1):
+                c = torch.full((512, 512), float("nan"), device="cuda", dtype=torch.float16)
+                try:
+                    build(512, cfg, {"tile_nb.wgmma_swap_lbo_sbo": swap})(a, b, c)
+                    torch.cuda.synchronize()
+                    print("probe", cfg["block_N"], "swap", swap, "err", ((c.float() - ref).norm() / ref.norm()).item())
+                except Exception as exc:  # noqa: BLE001
+                    print("probe", cfg["block_N"], "swap", swap, "failed:", str(exc)[:300])
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}")
     for n in args.sizes:
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)

@@ -44,13 +44,20 @@ def gemm(A, B, C, in_dtype: T.dtype = T.float16, out_dtype: T.dtype = T.float32,
 _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, **cfg):
+def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
+             **cfg):
+    """path: "auto" (wgmma where eligible on sm_90a), "mma" (mma.sync forced) -- via a lowering attribute."""
+    from tile_nb.runtime import compile as rt_compile
+
     dev = "cuda"
     a = torch.randn((K, M) if trans_A else (M, K), device=dev).to(_DT[in_dtype])
     b = torch.randn((N, K) if trans_B else (K, N), device=dev).to(_DT[in_dtype])
     c = torch.full((M, N), float("nan"), device=dev, dtype=_DT[out_dtype])  # poison: every element written
-    gemm(a, b, c, in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype), trans_A=trans_A,
-         trans_B=trans_B, **cfg)
+    func = gemm.specialize(a, b, c, in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype),
+                           trans_A=trans_A, trans_B=trans_B, **cfg)
+    if path == "mma":
+        func = func.with_attr("tile_nb.wgmma", 0)
+    rt_compile(func, None)(a, b, c)
     torch.cuda.synchronize()
     a64 = a.double().T if trans_A else a.double()
     b64 = b.double().T if trans_B else b.double()
@@ -59,10 +66,11 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
     return ((c.double() - ref).norm() / ref.norm()).item()
 
 
+@pytest.mark.parametrize("path", ["auto", "mma"])
 @pytest.mark.parametrize("trans_A", [False, True])
 @pytest.mark.parametrize("trans_B", [False, True])
-def test_transposes(trans_A, trans_B):
-    assert run_case(512, 384, 256, trans_A=trans_A, trans_B=trans_B) < 1e-3
+def test_transposes(trans_A, trans_B, path):
+    assert run_case(512, 384, 256, trans_A=trans_A, trans_B=trans_B, path=path) < 1e-3
 
 
 @pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float32", 1e-3), ("float16", "float16", 2e-3),
@@ -71,9 +79,10 @@ def test_dtypes(in_dtype, out_dtype, tol):
     assert run_case(512, 512, 512, in_dtype=in_dtype, out_dtype=out_dtype) < tol
 
 
+@pytest.mark.parametrize("path", ["auto", "mma"])
 @pytest.mark.parametrize("trans_A,trans_B", [(False, False), (True, True), (False, True)])
-def test_edges(trans_A, trans_B):
-    assert run_case(1000, 1030, 999, trans_A=trans_A, trans_B=trans_B) < 1e-3
+def test_edges(trans_A, trans_B, path):
+    assert run_case(1000, 1030, 999, trans_A=trans_A, trans_B=trans_B, path=path) < 1e-3
 
 
 @pytest.mark.parametrize("stages", [1, 2, 4])
@@ -86,6 +95,9 @@ def test_rasterized_grid():
     assert run_case(2048, 640, 256) < 1e-3
 
 
-def test_big_tile_256_threads():
-    assert run_case(1024, 1280, 512, block_N=256, block_K=64, threads=256) < 1e-3
-    assert run_case(1000, 1030, 999, block_N=256, block_K=64, threads=256) < 1e-3
+@pytest.mark.parametrize("path", ["auto", "mma"])
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_big_tile_256_threads(path, trans_B):
+    cfg = dict(block_N=256, block_K=64, threads=256, trans_B=trans_B, path=path)
+    assert run_case(1024, 1280, 512, **cfg) < 1e-3
+    assert run_case(1000, 1030, 999, **cfg) < 1e-3

@@ -32,6 +32,11 @@ def lower_gemm(lw, call):
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     alpha, beta = _float(call.args[6]), _float(call.args[7])
     lay = lw.frags[c_buf]
+    from .wgmma import WgmmaAccLayout, lower_gemm_wgmma
+
+    if isinstance(lay, WgmmaAccLayout):
+        lower_gemm_wgmma(lw, call)
+        return
     a_tile, b_tile = lw.shared[a_buf], lw.shared[b_buf]
     in_dtype = str(a_buf.dtype)
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:

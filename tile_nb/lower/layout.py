@@ -36,6 +36,7 @@ class SharedTile:
     dtype: str
     swizzle: bool = False
     stages: int = 1
+    panel: bool = False  # 64-column panels, each a [rows, 64] 128-byte-swizzled tile (wgmma MN-major operand)
     view: tirx.Buffer | None = None  # flat 1-D view in the pool (set when the pool is laid out)
     byte_offset: int = 0
 
@@ -61,7 +62,13 @@ class SharedTile:
 
     def offset2(self, row, col, stage=None):
         """Element offset of (row, col) in the flat view."""
-        if self.swizzle:
+        if self.panel:
+            # [cols/64][rows][64]: the canonical 128B-swizzle layout wgmma reads for an MN-major operand
+            # (8 rows of 128 bytes per 1024-byte atom, 16-byte chunk index XOR row % 8).
+            fd, fm = tirx.floordiv, tirx.floormod
+            chunk = tirx.bitwise_xor(fd(fm(col, 64), 8), fm(row, 8))
+            off = fd(col, 64) * (self.rows * 64) + row * 64 + chunk * 8 + fm(col, 8)
+        elif self.swizzle:
             chunks = self.cols // 8
             # Rows per 128-byte bank line; consecutive rows of one line share a phase.
             rows_per_line = max(1, 8 // chunks)

@@ -24,6 +24,7 @@ from tvm.tirx.script.builder import ir as _ir
 from . import intrin
 from .exprs import rewrite
 from .layout import MmaAccLayout, SharedTile, tirx_bits
+from .wgmma import WgmmaAccLayout, fence_proxy_async, wgmma_eligible
 
 __all__ = ["Lowerer", "LoweringError", "TILE_OPS", "register_tile_op"]
 
@@ -129,6 +130,7 @@ class Lowerer:
         self.pool_bytes = 0
         self.analyzer = tvm.sym.Analyzer()
         self.gemm_operands: set = set()
+        self.panel_operands: set = set()  # wgmma B operands stored [K, N]
         self.block_vars: dict = {}  # "blockIdx.x" -> (var, extent)
         self.scratch: dict = {}  # reduce call on a register fragment -> SharedTile scratch
         self.pipelined_stages: dict = {}
@@ -151,7 +153,12 @@ class Lowerer:
                     raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), "
                                         f"got scope {scope_of(c)}")
                 if c not in self.frags:
-                    self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
+                    if self.wgmma_enabled() and wgmma_eligible(self.target, s, self.threads):
+                        self.frags[c] = WgmmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 128)
+                        if not bool(s.args[5]):
+                            self.panel_operands.add(b)
+                    else:
+                        self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
                 for op in (a, b):
                     if scope_of(op) != "shared.dyn":
                         raise LoweringError(
@@ -176,8 +183,27 @@ class Lowerer:
             if scope == "shared.dyn" or scope == "shared" or (scope == "local.fragment" and buf not in self.frags):
                 tile = SharedTile(buf, tuple(int(x) for x in buf.shape), str(buf.dtype))
                 tile.swizzle = buf in self.gemm_operands and tile.can_swizzle()
+                tile.panel = buf in self.panel_operands
                 tile.stages = self.pipelined_stages.get(buf, 1)
                 self.shared[buf] = tile
+
+    def wgmma_enabled(self) -> bool:
+        import os
+
+        attr = (self.func.attrs or {}).get("tile_nb.wgmma", None)
+        if attr is not None:
+            return bool(int(attr))
+        return os.environ.get("TILE_NB_WGMMA", "1") != "0"
+
+    @property
+    def uses_wgmma(self) -> bool:
+        return any(isinstance(l, WgmmaAccLayout) for l in self.frags.values())
+
+    def async_copies_landed(self, pending: int):
+        """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy."""
+        T.evaluate(intrin.cp_async_wait(pending))
+        if self.uses_wgmma:
+            T.evaluate(fence_proxy_async())
 
     def is_async_copy(self, s) -> bool:
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.copy"):
@@ -189,7 +215,7 @@ class Lowerer:
         """One uint8 `shared.dyn` allocation; each shared tile is a DeclBuffer view at a 128-byte aligned offset."""
         offset = 0
         for tile in list(self.shared.values()) + list(self.scratch.values()):
-            offset = (offset + 127) // 128 * 128
+            offset = (offset + 1023) // 1024 * 1024  # swizzle atoms (and wgmma descriptors) need 1 KiB
             tile.byte_offset = offset
             offset += tile.nbytes
         self.pool_bytes = offset

@@ -72,7 +72,7 @@ def emit_pipelined(lw, loop, stages: int):
         lw.bind_range(k, n)
         it = start + k
         if stages > 1:
-            T.evaluate(intrin.cp_async_wait(stages - 2))
+            lw.async_copies_landed(stages - 2)
             lw.sync()
             nxt = k + (stages - 1)
             with T.If(nxt < n):
@@ -84,7 +84,7 @@ def emit_pipelined(lw, loop, stages: int):
         else:
             _issue(lw, copies, loop.loop_var, it, 1)
             commit()
-            T.evaluate(intrin.cp_async_wait(0))
+            lw.async_copies_landed(0)
             lw.sync()
         lw.var_map[loop.loop_var] = it
         saved_stage = dict(lw.stage)
