@@ -12,4 +12,10 @@ notebooks=(notebooks/*.ipynb)
 if (( ${#notebooks[@]} )); then
   python3 -m pytest -q -p no:cacheprovider --nbval "${notebooks[@]}" --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 fi
+# The JupyterLab extension's unit tests (Jest), where Node is installed.
+if command -v npm >/dev/null 2>&1; then
+  (cd extension && npm ci --no-audit --no-fund --loglevel=error && npm test -- --silent)
+else
+  echo "SKIPPED extension unit tests: npm is not installed"
+fi
 echo "tests total: $(( $(date +%s) - start )) s"
