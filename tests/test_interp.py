@@ -400,3 +400,21 @@ def test_loops_with_a_step():
     ref[0, 1::3] = X[1::3]
     ref[1, 2::4] = X[2::4] * 2
     torch.testing.assert_close(Y, ref)
+
+
+def test_in_place_reverse_reads_before_it_writes():
+    n = 10
+    with kernel("reverse", [("X", (n,), "float32")], 1) as (k, _):
+        X = k["X"]
+        with T.parallel(0, n) as i:
+            store(X, X[i], [n - 1 - i])    # a slice (view) read, scattered into the same buffer
+    X = randn(n, seed=34)
+    ref = X.flip(0).clone()
+    interp.run(k.func, [X])
+    torch.testing.assert_close(X, ref)
+
+
+def test_every_tile_op_of_the_language_has_an_interpreter_rule():
+    from tile_nb.interp.compiler import TILE_RULES
+    for op in ("copy", "fill", "gemm", "sum", "max", "min"):   # what tile_nb.language emits (docs/IR.md)
+        assert op in TILE_RULES, op

@@ -150,6 +150,8 @@ def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool):
     """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space."""
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
+    if val.dim() > 0 and val.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+        val = val.clone()  # `S[n - 1 - i] = S[i]`: a view of the target is read in full before the scatter
     shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape,
                                    *(() if mask is None else (mask.shape,)))
     parts = [p.expand(shape) for p in parts]
