@@ -222,3 +222,20 @@ def test_interpreter_out_of_bounds_points_at_the_kernel_line(ip, capsys, monkeyp
     assert "%tb" in out, out
     source = next(line for line in out.splitlines() if "X[bx * block + i + 1]" in line)
     assert source.lstrip().startswith("8 |")  # line 8 of the cell, counting the %%tilekernel line
+
+
+def test_cuda_view_of_the_real_compile(ip):
+    """No GPU needed: compiling gives the lowered IR, the CUDA source and (with NVRTC or nvcc) PTX and resources."""
+    result = run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32 --cuda --lowered\n" + GEMM_BODY)
+    if result.error_in_exec is not None and type(result.error_in_exec).__name__ == "ToolMissingError":
+        pytest.skip("no CUDA compiler (NVRTC or nvcc) on this machine")
+    result.raise_error()
+    view = result.result
+    ids = [s.id for s in view.sections]
+    assert ids[:4] == ["template", "specialized", "lowered", "cuda"]
+    assert "__global__" in view.section("cuda").text
+    assert view.timings_ms and all(ms >= 0 for ms in view.timings_ms.values())
+    data = view.to_json()
+    assert data["backend"] == "cuda" and set(data["resources"]) == {"registers", "shared_bytes", "spill_stores",
+                                                                    "spill_loads"}
+    assert " ms" not in view.to_text()  # timings stay out of the plain text

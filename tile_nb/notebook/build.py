@@ -147,18 +147,30 @@ def _resources(obj) -> dict[str, int] | None:
         return None
     keys = ("registers", "shared_bytes", "spill_stores", "spill_loads")
     get = obj.get if isinstance(obj, dict) else (lambda k, d=None: getattr(obj, k, d))
-    return {k: int(get(k, 0) or 0) for k in keys}
+    values = {k: int(get(k, 0) or 0) for k in keys}
+    # Shared memory per block: static `__shared__` plus dynamic (tile_nb's Resources keeps them apart).
+    values["shared_bytes"] += int(get("dynamic_shared_bytes", 0) or 0)
+    return values
+
+
+def _text_attr(obj, attr: str):
+    """A compiled kernel's text attribute; some are made on first access (SASS needs cuobjdump), so never raise."""
+    try:
+        return getattr(obj, attr, None)
+    except Exception:  # noqa: BLE001 - a missing disassembler only costs that section
+        return None
 
 
 def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
     sections = []
-    if lowered and getattr(compiled, "lowered_ir", None) is not None:
-        sections.append(Section("lowered", "Lowered IR", "python", clean_script(_script(compiled.lowered_ir))))
+    lowered_ir = _text_attr(compiled, "lowered_ir") if lowered else None
+    if lowered_ir is not None:
+        sections.append(Section("lowered", "Lowered IR", "python", clean_script(_script(lowered_ir))))
     if cuda:
         for attr, sid, title, language in (("cuda_source", "cuda", "CUDA source", "cuda"),
                                            ("ptx", "ptx", "PTX", "ptx"),
                                            ("sass", "sass", "SASS", "text")):
-            text = getattr(compiled, attr, None)
+            text = _text_attr(compiled, attr)
             if text:
                 sections.append(Section(sid, title, language, str(text).rstrip()))
     return sections

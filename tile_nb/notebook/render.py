@@ -47,7 +47,7 @@ _MARKS = {"equal": "", "replace": "~", "delete": "-", "insert": "+"}
 
 _RESOURCE_LABELS = (
     ("registers", "registers per thread"),
-    ("shared_bytes", "shared memory per block (bytes)"),
+    ("shared_bytes", "shared memory per block, static + dynamic (bytes)"),
     ("spill_stores", "spill stores (bytes)"),
     ("spill_loads", "spill loads (bytes)"),
 )
