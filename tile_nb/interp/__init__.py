@@ -11,11 +11,18 @@ Example::
     tile_nb.interp.run(gemm_func, [A, B, C])       # gemm_func: the PrimFunc of a tile GEMM
 
 Debugging mode: an access that the GPU would silently perform out of bounds raises `OutOfBoundsError`, which
-names the buffer, the index and the user's source line.
+names the buffer, the index, the block and parallel-loop values, and the user's source line (with a caret).
+Global-memory regions of `T.copy` past a tensor's edge are not errors: they are guarded by contract.
+
+Semantics worth knowing: CTAs run one after another (x fastest); `threadIdx.x` is 0 in block-level code;
+buffers start zeroed; `local`/`local.var` buffers written inside `T.Parallel` are private per iteration;
+`T.gemm` computes in float32 (float64 for float64/integer accumulators) and rounds to C's dtype once per call;
+torch runs with one intra-op thread while a kernel runs (`run(..., threads=None)` keeps torch's setting).
 
 Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rules), `memory.py` (loads, stores,
-atomics, regions, bounds checks), `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile
-primitives), `runner.py` (arguments and the entry point).
+atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parallel loops as strided views),
+`stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile primitives), `runner.py` (arguments and the
+entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `errors.py`.
 """
 from .errors import InterpreterError, OutOfBoundsError, SourceLocation
 from .runner import compile_func, run
