@@ -418,3 +418,54 @@ def test_every_tile_op_of_the_language_has_an_interpreter_rule():
     from tile_nb.interp.compiler import TILE_RULES
     for op in ("copy", "fill", "gemm", "sum", "max", "min"):   # what tile_nb.language emits (docs/IR.md)
         assert op in TILE_RULES, op
+
+
+def test_gemm_with_alpha_beta_into_another_buffer():
+    """D = 2 * A @ B + 0.5 * C with D distinct from C (the general, out-of-place path)."""
+    M, N, K = 16, 24, 8
+    with kernel("axpby", [("A", (M, K), "float32"), ("B", (K, N), "float32"), ("C", (M, N), "float32"),
+                          ("D", (M, N), "float16")], 1) as (k, _):
+        Tx.gemm(k["D"], k["A"], k["B"], k["C"], False, False, 2.0, 0.5)
+    A, B, C = randn(M, K, seed=35), randn(K, N, seed=36), randn(M, N, seed=37)
+    D = torch.zeros(M, N, dtype=torch.float16)
+    interp.run(k.func, [A, B, C, D])
+    close(D, 2 * A.double() @ B.double() + 0.5 * C.double(), dtype=torch.float16, scale=4)
+
+
+def test_copy_from_a_negative_start_reads_zeros_and_fill_takes_a_runtime_scalar():
+    n = 8
+    with kernel("shifted", [("X", (n,), "float32"), ("Y", (n,), "float32"), ("s", "float32")], 1) as (k, _):
+        F = alloc("F", (n,), "float32", "local.fragment")
+        Tx.fill(F, k["s"])
+        Tx.copy(F[0:n], k["X"][-3:n - 3])        # the first 3 elements are before the tensor: read as 0
+        Tx.copy(k["Y"][0:n], F[0:n])
+    X = randn(n, seed=38)
+    Y = torch.zeros(n)
+    interp.run(k.func, [X, Y, 7.0])
+    assert torch.equal(Y, torch.cat([torch.zeros(3), X[:n - 3]]))
+
+
+def test_bind_inside_parallel_loop_keeps_the_value_read():
+    n = 6
+    with kernel("swap", [("X", (n,), "float32"), ("Y", (n,), "float32")], 1) as (k, _):
+        X, Y = k["X"], k["Y"]
+        with T.parallel(0, n) as i:
+            old = tirx.Var("old", "float32")
+            T.add_to_parent(tirx.Bind(old, X[i]))
+            store(X, f32(0), [i])
+            store(Y, old + X[i], [i])   # X[i] is 0 now; `old` must still be the value read before
+    X = randn(n, seed=39)
+    ref = X.clone()
+    Y = torch.zeros(n)
+    interp.run(k.func, [X, Y])
+    assert torch.equal(Y, ref) and torch.equal(X, torch.zeros(n))
+
+
+def test_if_then_else_of_two_constants_under_a_parallel_mask():
+    n = 10
+    with kernel("mask", [("Y", (n,), "float32")], 1) as (k, _):
+        with T.parallel(0, n) as i:
+            store(k["Y"], tirx.if_then_else(i < 4, -tirx.infinity("float32"), f32(0)), [i])
+    Y = torch.ones(n)
+    interp.run(k.func, [Y])
+    assert torch.equal(Y, torch.tensor([float("-inf")] * 4 + [0.0] * 6))
