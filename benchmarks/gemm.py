@@ -52,6 +52,9 @@ VARIANTS = {  # --variants: what each lowering choice is worth
     "big, mma.sync": (BIG, {"tile_nb.wgmma": 0}),
     "big s4": (dict(BIG, stages=4), {}),
     "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
+    "big, wgmma overlap": (BIG, {"tile_nb.wgmma_overlap": 1}),
+    "big s4, wgmma overlap": (dict(BIG, stages=4), {"tile_nb.wgmma_overlap": 1}),
+    "seed s4, wgmma overlap": (dict(SEED, stages=4), {"tile_nb.wgmma_overlap": 1}),
 }
 
 

@@ -134,7 +134,9 @@ class Lowerer:
         self.block_vars: dict = {}  # "blockIdx.x" -> (var, extent)
         self.scratch: dict = {}  # reduce call on a register fragment -> SharedTile scratch
         self.pipelined_stages: dict = {}
-        self.in_thread_code = False  # inside per-thread code (parallel bodies): no barriers
+        self.in_thread_code = False
+        self.after_pipeline: list = []  # callbacks emitted right after a pipelined loop
+        self.in_pipeline_stages = 0  # num_stages of the pipelined loop being emitted (0: none)  # inside per-thread code (parallel bodies): no barriers
 
     # ---- pass 1: layout inference and pool layout -------------------------------------------------
     def analyze(self):
@@ -194,6 +196,10 @@ class Lowerer:
         if attr is not None:
             return bool(int(attr))
         return os.environ.get("TILE_NB_WGMMA", "1") != "0"
+
+    def wgmma_overlap(self) -> bool:
+        """Keep one wgmma group in flight across k-tiles (attribute `tile_nb.wgmma_overlap`)."""
+        return self.uses_wgmma and bool(int((self.func.attrs or {}).get("tile_nb.wgmma_overlap", 0)))
 
     @property
     def uses_wgmma(self) -> bool:

@@ -53,9 +53,13 @@ def emit_pipelined(lw, loop, stages: int):
         stages = 1
     const_n = int(n) if isinstance(n, tirx.IntImm if hasattr(tirx, "IntImm") else int) else None
     commit = lambda: T.evaluate(intrin.cp_async_commit())  # noqa: E731
+    # Copies run `ahead` iterations ahead. With wgmma overlap (one MMA group left in flight across iterations,
+    # wgmma.py) the stage read by that group must not be refilled yet, so the copies run one step less ahead.
+    ahead = stages - 1 - (1 if stages >= 3 and lw.wgmma_overlap() else 0)
+    lw.after_pipeline = []
 
     if stages > 1:
-        for i in range(stages - 1):
+        for i in range(ahead):
             if const_n is not None and i >= const_n:
                 commit()
                 continue
@@ -67,14 +71,15 @@ def emit_pipelined(lw, loop, stages: int):
                 _issue(lw, copies, loop.loop_var, start + i, stages)
             commit()
 
+    lw.in_pipeline_stages = stages
     with T.serial(0, n) as k:
         IRBuilder.name(loop.loop_var.name, k)
         lw.bind_range(k, n)
         it = start + k
         if stages > 1:
-            lw.async_copies_landed(stages - 2)
+            lw.async_copies_landed(ahead - 1)
             lw.sync()
-            nxt = k + (stages - 1)
+            nxt = k + ahead
             with T.If(nxt < n):
                 with T.Then():
                     # Under this guard the analyzer may drop the copies' own K-bound checks.
@@ -94,6 +99,10 @@ def emit_pipelined(lw, loop, stages: int):
         lw.stage = saved_stage
         if stages == 1:
             lw.sync()
+    lw.in_pipeline_stages = 0
+    for fn in lw.after_pipeline:  # e.g. drain the last wgmma group
+        fn()
+    lw.after_pipeline = []
     if stages > 1:
         T.evaluate(intrin.cp_async_wait(0))
         lw.sync()

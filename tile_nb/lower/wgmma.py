@@ -121,12 +121,12 @@ __forceinline__ __device__ void {name}(float* d, void* a, int albo, int asbo, in
     return cuda_func_call(name, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
 
 
-def _wait_with_regs(regs, acc_ptr):
-    name = f"tnb_wgmma_wait0_r{regs}"
+def _wait_with_regs(regs, acc_ptr, pending=0):
+    name = f"tnb_wgmma_wait{pending}_r{regs}"
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     src = f"""
 __forceinline__ __device__ void {name}(float* d) {{
-  asm volatile("wgmma.wait_group.sync.aligned 0;\\n" : {cons} :: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned {pending};\\n" : {cons} :: "memory");
 }}
 """
     return cuda_func_call(name, acc_ptr, source_code=src)
@@ -183,8 +183,16 @@ def lower_gemm_wgmma(lw, call):
                                    a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
     T.evaluate(_simple("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
     # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
-    with T.unroll(0, lay.mblocks) as mb:
-        T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)])))
+    def wait(pending):
+        with T.unroll(0, lay.mblocks) as mb:
+            T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
+
+    if lw.in_pipeline_stages >= 3 and lw.wgmma_overlap():
+        wait(1)  # the previous k-tile's group is done; this one overlaps the next iteration's copies
+        if not lw.after_pipeline:
+            lw.after_pipeline.append(lambda: wait(0))
+    else:
+        wait(0)
 
 
 def _stage_off(lw, tile, buf):
