@@ -113,13 +113,9 @@ def compile_slice_access(comp: Compiler, indices) -> SliceAccess | None:
 def store_into(view: torch.Tensor, value, mask) -> bool:
     """Write `value` through the view (under `mask`); False when shapes do not fit (the caller falls back)."""
     shape = view.shape
-    try:
-        vshape = value.shape if V.is_tensor(value) else ()
-        if torch.broadcast_shapes(vshape, shape) != shape:
-            return False
-        if mask is not None and torch.broadcast_shapes(mask.shape, shape) != shape:
-            return False
-    except RuntimeError:
+    if V.is_tensor(value) and not _fits(value.shape, shape):
+        return False
+    if mask is not None and not _fits(mask.shape, shape):
         return False
     if mask is not None:
         value = torch.where(mask, value if V.is_tensor(value) else torch.tensor(value, dtype=view.dtype), view)
@@ -130,6 +126,13 @@ def store_into(view: torch.Tensor, value, mask) -> bool:
     else:
         view.fill_(value)
     return True
+
+
+def _fits(small, shape) -> bool:
+    """Whether `small` broadcasts to exactly `shape` (torch.broadcast_shapes is slow for this hot path)."""
+    if len(small) > len(shape):
+        return False
+    return all(a == 1 or a == b for a, b in zip(reversed(small), reversed(shape)))
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

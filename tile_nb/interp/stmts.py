@@ -194,11 +194,11 @@ def _parallel_for(comp: Compiler, node):
     def parallel(f):
         lo, n = int(start(f)), int(extent(f))
         inc = 1 if step is None else int(step(f))
-        index = torch.arange(lo, lo + n, inc)
+        saved_shape, outermost = f.par_shape, not f.par_shape
+        index = _index_tensor(lo, n, inc, len(saved_shape))
         if index.numel() == 0:
             return
-        saved_shape, outermost = f.par_shape, not f.par_shape
-        f.vals[slot] = index.view((index.numel(),) + (1,) * len(saved_shape))
+        f.vals[slot] = index
         f.ranges[slot] = (lo, index.numel(), inc)
         f.par_shape = (index.numel(),) + saved_shape
         if outermost:
@@ -211,6 +211,23 @@ def _parallel_for(comp: Compiler, node):
             write_back_overlays(f, comp)
             f.overlays = None
     return parallel
+
+
+_INDEX_CACHE: dict = {}
+
+
+def _index_tensor(lo: int, n: int, inc: int, depth: int) -> torch.Tensor:
+    """The values of a parallel loop var, shaped (extent,) + (1,) * depth; cached, as every CTA asks for the
+    same ones (they are never written in place)."""
+    key = (lo, n, inc, depth)
+    index = _INDEX_CACHE.get(key)
+    if index is None:
+        index = torch.arange(lo, lo + n, inc)
+        index = index.view((index.numel(),) + (1,) * depth)
+        if len(_INDEX_CACHE) > 4096:
+            _INDEX_CACHE.clear()
+        _INDEX_CACHE[key] = index
+    return index
 
 
 @stmt_rule(tirx.While)
