@@ -13,6 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ..errors import TileNBError
 from . import toolchain
 from .resources import Resources, parse_ptxas_log
 
@@ -37,19 +38,23 @@ _COMMON_FLAGS = (
 )
 
 
-class CudaCompileError(RuntimeError):
+class CudaCompileError(TileNBError, RuntimeError):
     """The CUDA compiler rejected the generated source. `log` holds its full output."""
 
     def __init__(self, compiler: str, arch: str, log: str):
-        super().__init__(compiler, arch, log)   # args as given, so the error pickles across processes
         self.compiler, self.arch, self.log = compiler, arch, log
+        TileNBError.__init__(self, str(self))
+        self.args = (compiler, arch, log)
+
+    def __reduce__(self):  # rebuilt from its own arguments, so it pickles across processes
+        return (CudaCompileError, (self.compiler, self.arch, self.log))
 
     def __str__(self) -> str:
         tail = "\n".join(self.log.strip().splitlines()[-40:])
         return f"{self.compiler} could not compile the generated CUDA for {self.arch}:\n{tail}"
 
 
-class ToolMissingError(RuntimeError):
+class ToolMissingError(TileNBError, RuntimeError):
     """Neither NVRTC nor nvcc is available, so no cubin can be made here."""
 
 

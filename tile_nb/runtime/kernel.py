@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend.resources import Resources
+from ..errors import TileNBError
 
 __all__ = ["CompiledKernel", "KernelNotLaunchableError"]
 
 
-class KernelNotLaunchableError(RuntimeError):
+class KernelNotLaunchableError(TileNBError, RuntimeError):
     """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
 
 
