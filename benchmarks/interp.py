@@ -25,6 +25,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import tile_nb  # noqa: E402
 import tile_nb.language as T  # noqa: E402
+from kernels import reference  # noqa: E402  FlashAttention forward and friends, as tests/kernels has them
 from kernels.seed import gemm  # noqa: E402  the seed GEMM exactly as the feature discussion writes it
 from tile_nb import interp  # noqa: E402
 
@@ -83,6 +84,9 @@ def cases(sizes):
     yield "softmax 4096x1024 (1024 CTAs)", softmax, [X], {}, 1024
     Y = torch.randn(1 << 20)
     yield "add 2^20 (1024 CTAs)", add, [Y, Y.clone()], {}, 1024
+    Q, K, V = (torch.randn(1, 8, 1024, 64).half() for _ in range(3))
+    yield "flash attention fwd b1 h8 s1024 d64 (64x64 tiles)", reference.flash_attention, [Q, K, V,
+                                                                                        torch.empty_like(Q)], {}, 128
 
 
 def main():
