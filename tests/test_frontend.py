@@ -443,3 +443,40 @@ def test_verbose_reports_phases(caplog):
         noisy.specialize(N=8)
     text = caplog.text
     assert "noisy: template" in text and "noisy: specialized {'N': 8}" in text
+
+
+def test_assert_is_checked_once_consts_are_known_and_does_not_stop_the_template():
+    @tile_nb.jit
+    def tiled(A, block: int = 16):
+        N = T.const('N')
+        assert N % block == 0, "N must be a multiple of the block"
+        A: T.Tensor[[N], T.float32]
+        with T.Kernel(N // block) as bx:
+            for i in T.Parallel(block):
+                A[bx * block + i] = 1.0
+
+    template = tiled.template()
+    assert template.stopped is None and template.assumptions == [(template.assumptions[0][0], "N % block == 0")]
+    A = torch.zeros(32)
+    tiled(A)
+    assert torch.equal(A, torch.ones(32))
+    err = _raise(tiled, torch.zeros(40))
+    assert "kernel assertion failed: `N % block == 0`: N must be a multiple of the block" in str(err)
+    assert 'assert N % block == 0, "N must be a multiple of the block"' in str(err)
+
+
+def test_equality_on_a_const_stops_the_template_instead_of_picking_a_branch():
+    @tile_nb.jit
+    def eq(A):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            if N == 4:
+                A[0] = 4.0
+            else:
+                A[0] = -1.0
+
+    assert "needs the value of N" in eq.template().stopped.reason
+    A = torch.zeros(4)
+    eq(A)
+    assert A[0] == 4.0

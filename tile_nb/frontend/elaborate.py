@@ -17,7 +17,7 @@ from ..language import loops, memory
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
-from ..language.irutil import is_expr
+from ..language.irutil import is_expr, unwrap_comparison
 from .params import COMPILE_TIME, POINTER, SCALAR, KernelSignature
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
@@ -65,6 +65,7 @@ class Elaboration:
     dynamic: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None
     stopped: Stop | None = None
+    assumptions: list = field(default_factory=list)  # (line, text) of asserts the template could not check
     seconds: float = 0.0
 
     def script(self) -> str:
@@ -225,7 +226,7 @@ class Hooks:
         return builtins.range(*args)
 
     def condition(self, cond):
-        return cond
+        return unwrap_comparison(cond)
 
     def is_ir(self, cond) -> bool:
         if not _is_expr(cond):
@@ -235,14 +236,39 @@ class Hooks:
         if isinstance(cond, tirx.IntImm):
             return False  # a folded constant: plain Python truthiness
         st = self.st
-        used = [v.name for v in tirx.analysis.undefined_vars(cond) if v.name in st.const_vars
-                and v.same_as(st.const_vars[v.name])]
-        if used:
-            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(sorted(set(used)))}")
+        if st.symbolic and self._uses_consts(cond):
+            used = sorted({v.name for v in tirx.analysis.undefined_vars(cond) if v.name in st.const_vars})
+            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(used)}")
         if not st.kernel_open:
             raise st.error(f"`if` on a runtime value ({cond}) outside `with T.Kernel(...)`",
                            hint="branch on runtime values inside the kernel, or on compile-time values anywhere")
         return True
+
+    def check(self, cond, message, text: str) -> None:
+        """`assert` in a kernel body: checked in Python once its values are known. The template (consts symbolic)
+        notes it and goes on, so a guard such as `assert K % block_K == 0` does not end the template."""
+        st = self.st
+        cond = unwrap_comparison(cond)
+        if _is_expr(cond):
+            from tvm import tirx
+
+            if isinstance(cond, tirx.IntImm):
+                cond = bool(int(cond))
+            elif st.symbolic and self._uses_consts(cond):
+                self.result.assumptions.append((st.lineno, text))
+                return
+            else:
+                raise st.error(f"`assert {text}` depends on runtime values, which Python cannot check while the "
+                               "kernel is built", hint="guard the code with `if` or T.if_then_else instead")
+        if not cond:
+            detail = f": {message}" if message is not None else ""
+            raise st.error(f"kernel assertion failed: `{text}`{detail}")
+
+    def _uses_consts(self, expr) -> bool:
+        from tvm import tirx
+
+        return any(v.name in self.st.const_vars and v.same_as(self.st.const_vars[v.name])
+                   for v in tirx.analysis.undefined_vars(expr))
 
     def ir_if(self, cond):
         from tvm.script.ir_builder import tirx as T

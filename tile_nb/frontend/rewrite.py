@@ -10,6 +10,7 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
     with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
     return v                         ->  return __tnb__.ret(v)
+    assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
 
 Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
 numbers of the rewritten code are those of the user's file, so Python tracebacks show the user's lines too.
@@ -162,6 +163,11 @@ class _BodyRewriter(ast.NodeTransformer):
     def visit_Return(self, node: ast.Return):
         node.value = _hook("ret", node.value if node.value is not None else _const(None))
         return node
+
+    def visit_Assert(self, node: ast.Assert):
+        text = ast.unparse(node.test)
+        call = _hook("check", node.test, node.msg if node.msg is not None else _const(None), _const(text))
+        return ast.copy_location(ast.Expr(call), node)
 
     def visit_Break(self, node):
         return [ast.copy_location(ast.Expr(_hook("jump", _const("break"))), node), node]

@@ -1,7 +1,15 @@
 """Small adapters over TVM 0.27's expression classes (their names moved between releases)."""
 from __future__ import annotations
 
-__all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr"]
+__all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr", "unwrap_comparison"]
+
+
+def unwrap_comparison(x):
+    """`a == b` / `a != b` on TVM expressions give EqualOp / NotEqualOp wrappers whose `bool()` is a structural
+    comparison; the condition a user meant is the wrapped expression."""
+    if hasattr(x, "asobject") and type(x).__name__ in ("EqualOp", "NotEqualOp"):
+        return x.asobject()
+    return x
 
 
 def is_expr(x) -> bool:
