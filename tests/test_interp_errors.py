@@ -166,3 +166,16 @@ def test_copy_shape_mismatch_is_reported():
         T.add_to_parent(tirx.TilePrimitiveCall(S[0:4, 0:8], k["X"][0:8, 0:4], op=ir.Op.get("tirx.tile.copy")))
     with pytest.raises(InterpreterError, match="different shapes"):
         interp.run(k.func, [randn(8, 8)])
+
+
+def test_traceback_hides_the_interpreters_frames(monkeypatch):
+    import traceback
+    monkeypatch.delenv("TILE_NB_DEBUG", raising=False)
+    with pytest.raises(OutOfBoundsError) as info:
+        interp.run(_shift_kernel(), [randn(32)])
+    frames = "".join(traceback.format_tb(info.value.__traceback__))
+    assert "memory.py" not in frames and "stmts.py" not in frames
+    monkeypatch.setenv("TILE_NB_DEBUG", "1")
+    with pytest.raises(OutOfBoundsError) as info:
+        interp.run(_shift_kernel(), [randn(32)])
+    assert "memory.py" in "".join(traceback.format_tb(info.value.__traceback__))

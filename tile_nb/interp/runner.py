@@ -6,6 +6,7 @@ here from the tensors) or scalar vars (Python numbers). The body is compiled to 
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 
 import torch
@@ -15,6 +16,7 @@ from tvm.tirx.buffer import is_buffer_var
 from . import exprs, memory, stmts, tileops  # noqa: F401 - importing registers the rules
 from . import values as V
 from .compiler import Compiler, Frame
+from ..errors import TileNBError
 from .errors import InterpreterError
 
 __all__ = ["Program", "compile_func", "run"]
@@ -145,17 +147,23 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
     Raises `OutOfBoundsError` for an access the GPU would perform out of bounds, `InterpreterError` for
     arguments that do not match the function, `NotImplementedError` for IR without an interpreter rule.
 
+    Errors are raised without the interpreter's own frames (set `TILE_NB_DEBUG=1` to keep them).
+
     `threads`: torch intra-op threads while the kernel runs (restored afterwards; None keeps torch's setting).
     Tile-sized ops gain nothing from more threads, and on a busy machine OpenMP's waiting between thousands of
     small ops made a 1024^3 GEMM 20x slower with 2 threads than with 1 (benchmarks/results/interp.md).
     """
     program = compile_func(func)
     saved = torch.get_num_threads()
-    if threads is None or threads == saved:
-        program(list(args))
-        return
-    torch.set_num_threads(threads)
+    if threads is not None and threads != saved:
+        torch.set_num_threads(threads)
     try:
         program(list(args))
+    except TileNBError as err:
+        if os.environ.get("TILE_NB_DEBUG"):
+            raise
+        # The message already points at the user's line; the interpreter's closures are noise in a traceback.
+        raise err.with_traceback(None) from None
     finally:
-        torch.set_num_threads(saved)
+        if threads is not None and threads != saved:
+            torch.set_num_threads(saved)
