@@ -22,10 +22,6 @@ __all__ = ["Region", "compile_extern", "compile_region"]
 _LOCAL_SCOPES = ("local", "local.var")
 
 
-def _is_int_dtype(dtype: torch.dtype) -> bool:
-    return not dtype.is_floating_point and dtype != torch.bool
-
-
 def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, location, loops=()):
     """Raise OutOfBoundsError for the first active out-of-range index; returns idx with tensor parts clamped."""
     if len(idx) != t.dim():
@@ -38,7 +34,7 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
             bad = out if bad is None else bad | out
         elif not 0 <= k < n:
             bad = True if bad is None else bad | True
-    if bad is None or bad is False:
+    if bad is None:
         return idx
     if bad is True and f.mask is None:
         _raise_oob(comp, f, slot, t, idx, None, location, loops)
@@ -109,8 +105,8 @@ def _buffer_load(comp: Compiler, node):
             return f.overlays[slot][idx]
         idx = _check_index(comp, f, slot, t, idx, location, loops)
         value = t[idx]
-        if value.dim() == 0 and _is_int_dtype(value.dtype) or value.dtype == torch.bool and value.dim() == 0:
-            return value.item()  # integer scalars stay Python ints: they become indices and loop bounds
+        if value.dim() == 0 and not value.dtype.is_floating_point:
+            return value.item()  # integer and bool scalars stay Python values: they become indices and bounds
         return value
     return load
 
