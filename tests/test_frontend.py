@@ -480,3 +480,22 @@ def test_equality_on_a_const_stops_the_template_instead_of_picking_a_branch():
     A = torch.zeros(4)
     eq(A)
     assert A[0] == 4.0
+
+
+def test_template_stopped_before_annotations_still_reads_consts_from_tensors():
+    @tile_nb.jit
+    def early(A, B):
+        M, N = T.const('M, N')
+        block = 64 if M > 1000 else 16
+        A: T.Tensor[[M, N], T.float32]
+        B: T.Tensor[[M, N], T.float32]
+        with T.Kernel(T.ceildiv(M, block)) as bx:
+            for i, j in T.Parallel(block, N):
+                if bx * block + i < M:
+                    B[bx * block + i, j] = A[bx * block + i, j] * 2.0
+
+    assert early.template().stopped is not None
+    A = torch.randn(20, 3)
+    B = torch.zeros(20, 3)
+    early(A, B)
+    assert torch.allclose(B, A * 2)

@@ -12,11 +12,12 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from .errors import ArgumentCountError, ArgumentError, MissingConstError, UnhashableArgumentError
+from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankMismatchError,
+                     UnhashableArgumentError)
 from .frontend.checks import Expectations, check_devices, check_tensor_kind
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.kernel import KernelDefinition
-from .frontend.params import COMPILE_TIME, POINTER
+from .frontend.params import COMPILE_TIME, POINTER, static_const_sources
 from .language.dtypes import torch_dtype
 
 __all__ = ["jit", "lazy_jit", "JITFunction"]
@@ -187,6 +188,12 @@ class JITFunction:
                 hit = _bare_var(expr, elab)
                 if hit in elab.consts:
                     consts.setdefault(hit, (name, "stride", dim))
+        if elab.stopped is not None:  # the annotations may not have run: read them from the source
+            static = static_const_sources(self.definition.source.tree, set(self._runtime_names))
+            for name, source in static.items():
+                consts.setdefault(name, source)
+                if name not in elab.consts:
+                    elab.consts.append(name)
         return consts, dynamics
 
     def _const_values(self, template: Template, runtime: dict, extra: dict) -> dict:
@@ -213,9 +220,15 @@ class JITFunction:
                                         f"'{param}' was not given", **self._def_where(),
                                         hint=f"pass '{param}' or {const}=... as a keyword")
             tensor = runtime[param]
-            bp = template.elaboration.buffers[param]
-            check_tensor_kind(name, param, tensor, len(bp.annotation.shape),
-                              dict(filename=bp.filename, lineno=bp.lineno, col=bp.col, end_col=bp.end_col))
+            bp = template.elaboration.buffers.get(param)
+            if bp is not None:
+                check_tensor_kind(name, param, tensor, len(bp.annotation.shape),
+                                  dict(filename=bp.filename, lineno=bp.lineno, col=bp.col, end_col=bp.end_col))
+            else:  # the template stopped before this annotation; phase 2 checks the rest
+                check_tensor_kind(name, param, tensor, None, self._def_where())
+            if dim >= tensor.dim():
+                raise RankMismatchError(f"{name}() argument '{param}' has {tensor.dim()} dims, but const '{const}' "
+                                        f"is its dim {dim}", **self._def_where())
             values[const] = int(tensor.shape[dim] if kind == "shape" else tensor.stride(dim))
         return values
 

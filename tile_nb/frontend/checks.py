@@ -152,14 +152,14 @@ class Expectations:
         return dict(filename=param.filename, lineno=param.lineno or None, col=param.col, end_col=param.end_col)
 
 
-def check_tensor_kind(kernel_name: str, name: str, value, rank: int, where: dict):
-    """Before reading consts from an argument: it must be a tensor of the annotated rank."""
+def check_tensor_kind(kernel_name: str, name: str, value, rank: int | None, where: dict):
+    """Before reading consts from an argument: it must be a tensor of the annotated rank (when known)."""
     import torch
 
     if not isinstance(value, torch.Tensor):
         raise ArgumentError(f"{kernel_name}() argument '{name}' must be a torch.Tensor; got "
                             f"{type(value).__name__}", **where)
-    if value.dim() != rank:
+    if rank is not None and value.dim() != rank:
         raise RankMismatchError(f"{kernel_name}() argument '{name}' must be a {rank}-d tensor; got a "
                                 f"{value.dim()}-d tensor of shape {tuple(value.shape)}", **where)
 

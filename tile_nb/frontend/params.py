@@ -18,7 +18,7 @@ from ..language import annotations as ann
 from ..language.dtypes import DType
 from .source import KernelSource
 
-__all__ = ["Param", "KernelSignature", "analyze_signature"]
+__all__ = ["Param", "KernelSignature", "analyze_signature", "static_const_sources"]
 
 RUNTIME, POINTER, SCALAR, COMPILE_TIME = "runtime", "pointer", "scalar", "compile_time"
 
@@ -92,3 +92,31 @@ def analyze_signature(fn, source: KernelSource) -> KernelSignature:
             kind = RUNTIME if p.name in in_body else COMPILE_TIME
         params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY))
     return KernelSignature(fn.__name__, tuple(params), sig)
+
+
+def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, tuple[str, str, int]]:
+    """Where consts come from, read from the source alone: `M, K = T.const('M, K')` and `A: T.Tensor[[M, K], ...]`.
+
+    Used when the template stopped before the annotations ran (a Python `if` on a const at the top, say), so that
+    calls can still read the consts from the tensors.
+    """
+    consts: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "const" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            consts.update(n.strip() for n in node.args[0].value.replace(",", " ").split())
+    sources: dict[str, tuple[str, str, int]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in runtime
+                and isinstance(node.annotation, ast.Subscript)):
+            continue
+        kind = getattr(node.annotation.value, "attr", getattr(node.annotation.value, "id", None))
+        parts = node.annotation.slice.elts if isinstance(node.annotation.slice, ast.Tuple) else []
+        if kind not in ("Tensor", "StridedTensor") or not parts:
+            continue
+        lists = [("shape", parts[0])] + ([("stride", parts[1])] if kind == "StridedTensor" and len(parts) > 2 else [])
+        for what, dims in lists:
+            for dim, expr in enumerate(getattr(dims, "elts", [])):
+                if isinstance(expr, ast.Name) and expr.id in consts:
+                    sources.setdefault(expr.id, (node.target.id, what, dim))
+    return sources
