@@ -87,10 +87,23 @@ def _rebuild(cls, message, filename, lineno, col, end_col, hint):
 
 
 def display_filename(filename: str) -> str:
-    """IPython names cells '<ipython-input-3-...>' (older) or a temp path (newer); show them as cells."""
+    """IPython names cells '<ipython-input-3-...>' (older) or a temp path (ipykernel); show them as cells."""
     if filename.startswith("<ipython-input-"):
         return f"cell [{filename.split('-')[2]}]"
-    return filename
+    number = _ipython_cell_number(filename)
+    return f"cell In[{number}]" if number is not None else filename
+
+
+def _ipython_cell_number(filename: str) -> int | None:
+    import sys
+
+    if "IPython" not in sys.modules:  # never import IPython from here
+        return None
+    try:
+        shell = sys.modules["IPython"].get_ipython()
+        return shell.compile._filename_map.get(filename) if shell is not None else None
+    except AttributeError:
+        return None
 
 
 class ArgumentError(TileNBError, TypeError):
