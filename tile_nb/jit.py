@@ -413,6 +413,20 @@ class JITFunction:
 
         return show(self, *args, **kwargs)
 
+    def bench(self, *args, **kwargs):
+        """Time a call: `gemm.bench(A, B, C, flops=..., baseline=lambda: torch.matmul(A, B))` (see
+        `tile_nb.notebook.bench.bench`); returns a display object with median/p20/p80, throughput and the ratio."""
+        from .notebook.bench import bench
+
+        return bench(self, *args, **kwargs)
+
+    def sweep(self, params: dict, make_args=None, **kwargs):
+        """Time every combination of `params` (`{"block_M": [64, 128]}`), recording failures; shows progress,
+        can persist to JSON (`results=`) and plots latency and throughput (see `tile_nb.notebook.bench.sweep`)."""
+        from .notebook.bench import sweep
+
+        return sweep(self, params, make_args, **kwargs)
+
 
 _EMPTY = __import__("inspect").Parameter.empty
 

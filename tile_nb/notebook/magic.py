@@ -95,6 +95,18 @@ class TileKernelMagics(Magics):
     @argument("--bench", action="store_true",
               help="with --call: time the kernel with tile_nb.bench (shown after the view: mark the cell "
                    "# NBVAL_IGNORE_OUTPUT under nbval, since timings vary)")
+    @argument("--sweep", metavar="SPEC",
+              help='time every combination, e.g. --sweep "block_M=64,128 block_N=64,128" (compile-time '
+                   "parameters and/or consts; values are Python expressions); failures are recorded, not raised")
+    @argument("--flops", metavar="EXPR", help='with --bench/--sweep: FLOPs of one call, e.g. --flops "2*M*N*K" '
+                                             "(evaluated per configuration, with its values as names)")
+    @argument("--bytes", metavar="EXPR", help="with --bench/--sweep: bytes one call moves (default: the tensor "
+                                             "arguments and outputs, once each)")
+    @argument("--baseline", metavar="EXPR", help='with --bench/--sweep: a reference to time and compare with, '
+                                                'e.g. --baseline "torch.matmul(A, B)" (the kernel\'s tensors by '
+                                                "parameter name)")
+    @argument("--results", metavar="PATH", help="with --sweep: write the results to this JSON file (after every "
+                                               "configuration)")
     @argument("--name", metavar="NAME",
               help="the kernel, when the cell defines several functions (default: the last one defined)")
     def tilekernel(self, line: str, cell: str):
@@ -111,7 +123,21 @@ class TileKernelMagics(Magics):
             %%tilekernel --call "gemm(A, B, C)" --expect "A.float() @ B.float()"
             %%tilekernel --shapes M=4096 N=4096 K=4096 --cuda --lowered
 
-        The same views from Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`).
+        Benchmarks (timings vary: mark such cells `# NBVAL_IGNORE_OUTPUT` under nbval). `--bench` times the call
+        with `tile_nb.bench.do_bench` (GPU: warm-up, L2 flush, CUDA events; CPU tensors: the interpreter with the
+        host clock, and it says so); alone it prints one line, with `--flops`, `--bytes` or `--baseline` it shows
+        a table with TFLOP/s, GB/s and the ratio to the baseline. With `--shapes` instead of `--call`, random
+        inputs are made from the kernel's annotations. `--sweep` times every combination of the listed values,
+        shows progress, records failing configurations with their error, writes `--results` JSON, and shows a
+        table and a plot of latency and throughput against the swept parameter:
+
+            %%tilekernel --call "gemm(A, B, C)" --bench --flops "2*M*N*K" --baseline "A @ B"
+            %%tilekernel --call "gemm(A, B, C)" --sweep "block_M=64,128 block_N=64,128" --results gemm.json
+            %%tilekernel --shapes K=256 --sweep "M=256,512,1024 N=256,512,1024" --baseline "torch.matmul(A, B)"
+
+        The same views from Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`),
+        `gemm.bench(A, B, C, flops=..., baseline=lambda: A @ B)` and `gemm.sweep({"block_M": [64, 128]}, args=(A, B,
+        C), results="gemm.json")`.
         Errors in the kernel point at the cell's line; `%tb` prints the full traceback.
         """
         opts = parse_argstring(self.tilekernel, line)
@@ -127,8 +153,9 @@ class TileKernelMagics(Magics):
             func, args, call_kwargs = parse_call(_unquote(opts.call), shell.user_ns)
             kernel = func if hasattr(func, "template") else kernel
             kwargs = {**kwargs, **call_kwargs}
-        elif opts.cpu or opts.bench or opts.expect:
-            raise UsageError("--cpu, --bench and --expect need --call \"kernel(args...)\" to run the kernel")
+        elif opts.cpu or opts.expect or (opts.bench and not opts.shapes):
+            raise UsageError("--cpu, --bench and --expect need --call \"kernel(args...)\" to run the kernel "
+                             "(--bench also works with --shapes, on random inputs)")
         expected = None
         if opts.expect:
             expect_text = _unquote(opts.expect)
@@ -140,6 +167,16 @@ class TileKernelMagics(Magics):
                                else None, notes=notes)
         finally:
             refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
+        if opts.sweep or (opts.bench and (opts.flops or opts.bytes or opts.baseline or not opts.call)):
+            from IPython.display import display
+
+            from tile_nb.notebook.magic_bench import bench_from_magic, sweep_from_magic
+
+            run = sweep_from_magic if opts.sweep else bench_from_magic
+            result = run(kernel, opts, args if opts.call else None, kwargs, shell.user_ns,
+                         consts=dict(view.consts or {}))  # M, N, K ... as names for --flops / --bytes
+            display(view)
+            return result  # shown after the view; its numbers vary from run to run
         if opts.bench:
             timing, note = _bench(kernel, args, kwargs, opts.cpu)
             if timing is None:

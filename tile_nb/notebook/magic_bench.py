@@ -1,0 +1,92 @@
+"""The `--bench` (with `--flops`, `--bytes`, `--baseline`, or on `--shapes`) and `--sweep` options of `%%tilekernel`.
+
+They turn the magic line's expressions into the arguments of `tile_nb.notebook.bench.bench` and `.sweep`:
+`--flops "2*M*N*K"` is evaluated per configuration with the configuration's values (and the fixed `--shapes`) as
+names; `--baseline "torch.matmul(A, B)"` is evaluated on each call with the kernel's tensors bound to its parameter
+names, so it times the same inputs as the kernel.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from tile_nb.notebook.bench import bench, make_inputs, parse_sweep, sweep
+
+__all__ = ["bench_from_magic", "sweep_from_magic"]
+
+
+def _unquote(text: str | None) -> str | None:
+    if text and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _code(text: str | None, option: str):
+    text = _unquote(text)
+    if not text:
+        return None, None
+    try:
+        return compile(text, f"<%%tilekernel {option}>", "eval"), text
+    except SyntaxError:
+        raise UsageError(f"{option} takes a Python expression; got {text!r}") from None
+
+
+def _input_names(kernel) -> list[str]:
+    return [p.name for p in getattr(getattr(kernel, "signature", None), "runtime", ())]
+
+
+def _work(code, namespace: dict, values: dict):
+    if code is None:
+        return None
+    return lambda config=None: eval(code, namespace, {**values, **(config or {})})
+
+
+def _baseline(code, namespace: dict, names: list[str]):
+    """A baseline taking the kernel's arguments, evaluating the expression with them bound to the parameter names."""
+    if code is None:
+        return None
+
+    def baseline(*args):
+        return eval(code, namespace, dict(zip(names, args)))
+
+    return baseline
+
+
+def bench_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: dict,
+                     consts: dict | None = None):
+    """`--bench` with --flops/--bytes/--baseline, or with --shapes (random inputs): a `BenchView`."""
+    flops_code, _ = _code(opts.flops, "--flops")
+    bytes_code, _ = _code(opts.bytes, "--bytes")
+    base_code, base_text = _code(opts.baseline, "--baseline")
+    call_kwargs = dict(kwargs)
+    if args is None:
+        args = make_inputs(kernel, **kwargs)
+    names = _input_names(kernel)
+    values = {**(consts or {}), **dict(zip(names, args)), **kwargs}
+    flops = _work(flops_code, namespace, values)
+    nbytes = _work(bytes_code, namespace, values)
+    baseline = _baseline(base_code, namespace, names)
+    return bench(kernel, *args, flops=flops() if flops else None, bytes=nbytes() if nbytes else None,
+                 baseline=baseline, baseline_name=base_text, backend="cpu" if opts.cpu else None, **call_kwargs)
+
+
+def sweep_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: dict,
+                     consts: dict | None = None) -> Any:
+    """`--sweep SPEC`: a `SweepView` (with `--call`, over its fixed arguments; else on random inputs)."""
+    try:
+        params = parse_sweep(_unquote(opts.sweep), namespace)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    flops_code, _ = _code(opts.flops, "--flops")
+    bytes_code, _ = _code(opts.bytes, "--bytes")
+    base_code, base_text = _code(opts.baseline, "--baseline")
+    fixed = dict(kwargs)
+    options: dict[str, Any] = dict(
+        flops=_work(flops_code, namespace, {**(consts or {}), **fixed}),
+        bytes=_work(bytes_code, namespace, {**(consts or {}), **fixed}),
+        baseline=_baseline(base_code, namespace, _input_names(kernel)), baseline_name=base_text,
+        results=_unquote(opts.results), backend="cpu" if opts.cpu else None)
+    if args is not None:
+        return sweep(kernel, params, args=args, kwargs=fixed, **options)
+    return sweep(kernel, params, make_args=fixed, **options)
