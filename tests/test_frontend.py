@@ -499,3 +499,21 @@ def test_template_stopped_before_annotations_still_reads_consts_from_tensors():
     B = torch.zeros(20, 3)
     early(A, B)
     assert torch.allclose(B, A * 2)
+
+
+def test_edge_guards_mixing_consts_and_loop_vars_stay_in_the_template():
+    @tile_nb.jit
+    def guarded(X, Y, block: int = 128):
+        N = T.const('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, block)) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Y[bx * block + i] = X[bx * block + i]
+                if N > 64:
+                    Y[0] = 1.0
+
+    template = guarded.template()
+    assert "if bx * 128 + i < N:" in template.script()
+    assert template.stopped.reason == "this `if` needs the value of N"

@@ -236,9 +236,9 @@ class Hooks:
         if isinstance(cond, tirx.IntImm):
             return False  # a folded constant: plain Python truthiness
         st = self.st
-        if st.symbolic and self._uses_consts(cond):
-            used = sorted({v.name for v in tirx.analysis.undefined_vars(cond) if v.name in st.const_vars})
-            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(used)}")
+        consts = self._consts_in(cond) if st.symbolic else None
+        if consts is not None:  # only consts: Python must pick the branch, which needs their values
+            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(consts)}")
         if not st.kernel_open:
             raise st.error(f"`if` on a runtime value ({cond}) outside `with T.Kernel(...)`",
                            hint="branch on runtime values inside the kernel, or on compile-time values anywhere")
@@ -254,7 +254,7 @@ class Hooks:
 
             if isinstance(cond, tirx.IntImm):
                 cond = bool(int(cond))
-            elif st.symbolic and self._uses_consts(cond):
+            elif st.symbolic and self._consts_in(cond) is not None:
                 self.result.assumptions.append((st.lineno, text))
                 return
             else:
@@ -264,11 +264,19 @@ class Hooks:
             detail = f": {message}" if message is not None else ""
             raise st.error(f"kernel assertion failed: `{text}`{detail}")
 
-    def _uses_consts(self, expr) -> bool:
+    def _consts_in(self, expr) -> list[str] | None:
+        """The const names of a phase-1 condition made of consts alone (with compile-time values), else None: a
+        condition that also reads loop variables, block ids, dynamic dims or buffers is a runtime (IR) condition."""
         from tvm import tirx
 
-        return any(v.name in self.st.const_vars and v.same_as(self.st.const_vars[v.name])
-                   for v in tirx.analysis.undefined_vars(expr))
+        const_vars = self.st.const_vars
+        names, runtime = set(), False
+        for v in tirx.analysis.undefined_vars(expr):
+            if v.name in dict.keys(const_vars) and v.same_as(const_vars[v.name]):
+                names.add(v.name)
+            else:
+                runtime = True
+        return sorted(names) if names and not runtime else None
 
     def ir_if(self, cond):
         from tvm.script.ir_builder import tirx as T
