@@ -120,10 +120,11 @@ def test_bench_times_the_call_after_the_view(ip):
     pytest.importorskip("tile_nb.bench")
     result = run_cell(ip, '%%tilekernel --call "gemm(A, B, C)" --bench\n' + GEMM_BODY)
     result.raise_error()
-    timing = result.result
-    assert type(timing).__name__ == "TimingView"
-    assert timing.where == "the CPU interpreter" and timing.timing.median_ms > 0
-    assert "median" in repr(timing) and "<script" not in timing._repr_html_()
+    bench = result.result
+    assert type(bench).__name__ == "BenchView"
+    assert bench.where == "the CPU interpreter" and bench.timing.median_ms > 0
+    html = bench._repr_mimebundle_()["text/html"]
+    assert "median" in html and "<script" not in html
 
 
 @pytest.mark.parametrize("line, message", [

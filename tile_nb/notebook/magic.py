@@ -167,7 +167,7 @@ class TileKernelMagics(Magics):
                                else None, notes=notes)
         finally:
             refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
-        if opts.sweep or (opts.bench and (opts.flops or opts.bytes or opts.baseline or not opts.call)):
+        if opts.sweep or opts.bench:
             from IPython.display import display
 
             from tile_nb.notebook.magic_bench import bench_from_magic, sweep_from_magic
@@ -177,15 +177,6 @@ class TileKernelMagics(Magics):
                          consts=dict(view.consts or {}))  # M, N, K ... as names for --flops / --bytes
             display(view)
             return result  # shown after the view; its numbers vary from run to run
-        if opts.bench:
-            timing, note = _bench(kernel, args, kwargs, opts.cpu)
-            if timing is None:
-                view.notes.append(note)
-            else:
-                from IPython.display import display
-
-                display(view)
-                return timing  # shown after the view; its numbers vary from run to run
         return view
 
     # ------------------------------------------------------------------------------------------------ helpers
@@ -231,20 +222,3 @@ class TileKernelMagics(Magics):
         return name
 
 
-def _bench(kernel, args: tuple, kwargs: dict, cpu: bool) -> tuple[Any, str | None]:
-    """Time the kernel with `tile_nb.bench.do_bench` (CUDA events on a GPU, the host clock on the CPU interpreter).
-
-    Returns (a display object, None), or (None, a note saying why no timing was taken).
-    """
-    try:
-        from tile_nb.bench import do_bench
-    except ImportError:
-        return None, "--bench: tile_nb.bench is not available; no timing was taken"
-    from tile_nb.notebook.api import tensor_device
-    from tile_nb.notebook.views import TimingView
-
-    device = "cpu" if cpu or tensor_device(args) == "cpu" else "cuda"
-    call_kwargs = {**kwargs, "backend": "cpu"} if cpu and device == "cpu" and tensor_device(args) != "cpu" else kwargs
-    timing = do_bench(lambda: kernel(*args, **call_kwargs), device=device)
-    where = "the CPU interpreter" if device == "cpu" else "the GPU"
-    return TimingView(getattr(kernel, "__name__", "kernel"), where, timing), None

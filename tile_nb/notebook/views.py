@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MIME_TYPE", "PARAM_KINDS", "SECTION_IDS", "KernelView", "Param", "Section", "TimingView"]
+__all__ = ["MIME_TYPE", "PARAM_KINDS", "SECTION_IDS", "KernelView", "Param", "Section"]
 
 MIME_TYPE = "application/vnd.tile-nb.kernel+json"
 JSON_VERSION = 1
@@ -157,33 +157,3 @@ class KernelView:
     def _repr_pretty_(self, printer, cycle):
         printer.text(self.to_text())
 
-
-@dataclass
-class TimingView:
-    """The result of `%%tilekernel --bench`: a `tile_nb.bench.Timing` of one kernel call, with where it ran.
-
-    Its numbers vary from run to run (notebooks under nbval mark such cells `# NBVAL_IGNORE_OUTPUT`).
-    """
-
-    name: str
-    where: str  # "the GPU" or "the CPU interpreter"
-    timing: object  # tile_nb.bench.Timing: median_ms, p20, p80, n
-
-    def to_text(self) -> str:
-        t = self.timing
-        return (f"{self.name} on {self.where}: median {t.median_ms:.4f} ms "
-                f"(p20 {t.p20:.4f}, p80 {t.p80:.4f}, n={t.n})")
-
-    def __repr__(self) -> str:
-        return self.to_text()
-
-    def _repr_pretty_(self, printer, cycle):
-        printer.text(self.to_text())
-
-    def _repr_html_(self) -> str:
-        from tile_nb.notebook.highlight import escape
-
-        t = self.timing
-        return (f'<div style="font-family:-apple-system,\'Segoe UI\',Helvetica,Arial,sans-serif;font-size:13px">'
-                f"<b>{escape(self.name)}</b> on {escape(self.where)}: median <b>{t.median_ms:.4f} ms</b> "
-                f'<span style="color:#57606a">(p20 {t.p20:.4f}, p80 {t.p80:.4f}, n={t.n})</span></div>')
