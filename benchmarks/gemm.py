@@ -16,8 +16,8 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-import tile_nb  # noqa: E402
-import tile_nb.language as T  # noqa: E402
+import tile_nb
+import tile_nb.language as T
 
 
 @tile_nb.jit

@@ -3,8 +3,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import tile_nb  # noqa: E402
-import tile_nb.language as T  # noqa: E402
+import tile_nb
+import tile_nb.language as T
 
 pytestmark = pytest.mark.gpu
 

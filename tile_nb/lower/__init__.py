@@ -5,6 +5,9 @@
         exe = tvm.compile(mod, target=target, tir_pipeline="tirx")
 
 The passes are listed in order in `lowering.py`; op lowerings register themselves in `TILE_OPS`.
+`T.gemm` uses Hopper wgmma on sm_90a where the tile fits, mma.sync m16n8k16 otherwise. Lowering choices can be
+set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
+default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from . import elementwise as _elementwise  # noqa: F401  (fill, reductions)
 from . import gemm as _gemm  # noqa: F401  (registers T.tile.gemm)
 from .lowering import TILE_OPS, Lowerer, LoweringError
 
-__all__ = ["lower", "LoweringError", "TILE_OPS"]
+__all__ = ["TILE_OPS", "LoweringError", "lower"]
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

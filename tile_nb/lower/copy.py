@@ -16,9 +16,9 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .loops import distribute
-from .lowering import LoweringError, region_of, register_tile_op, scope_of, dtype_bits
+from .lowering import LoweringError, dtype_bits, region_of, register_tile_op, scope_of
 
-__all__ = ["lower_copy", "issue_async_copy", "can_async"]
+__all__ = ["can_async", "issue_async_copy", "lower_copy"]
 
 
 def _nonunit(extents):
@@ -137,9 +137,8 @@ def _copy_elementwise(lw, dst, src, space):
         if cond is None:
             lw.store(dst.buf, didx, value)
         else:
-            with T.If(cond):
-                with T.Then():
-                    lw.store(dst.buf, didx, value)
+            with T.If(cond), T.Then():
+                lw.store(dst.buf, didx, value)
 
     if dst.buf in lw.frags or src.buf in lw.frags:
         _copy_fragment(lw, dst, src, space, body)

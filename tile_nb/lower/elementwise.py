@@ -60,7 +60,7 @@ def _lower_reduce(lw, call, kind):
     out_ext = [sext[d] for d in out_dims]
     red_ext = [sext[d] for d in axes]
     dtype = str(dst.dtype)
-    read_src = lambda idx: lw.load(src, idx)  # noqa: E731
+    read_src = lambda idx: lw.load(src, idx)
     if src in lw.frags:
         scratch = lw.scratch[call]
         lay = lw.frags[src]
@@ -68,10 +68,10 @@ def _lower_reduce(lw, call, kind):
             row, col = lay.element(lw.tx, r)
             T.buffer_store(scratch.view, tirx.BufferLoad(lay.local, [r]), [scratch.offset2(row, col)])
         lw.sync()
-        read_src = lambda idx: scratch_load(scratch, [i - m for i, m in zip(idx, smins)])  # noqa: E731
+        read_src = lambda idx: scratch_load(scratch, [i - m for i, m in zip(idx, smins)])
         if str(src.dtype) != "float32":
             inner = read_src
-            read_src = lambda idx: tirx.Cast(str(src.dtype), inner(idx))  # noqa: E731
+            read_src = lambda idx: tirx.Cast(str(src.dtype), inner(idx))
 
     def body(out_idx):
         # The running value lives in dst itself: a per-thread scalar array would be placed on the stack

@@ -5,13 +5,13 @@
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 from tvm import tirx
 from tvm.ir import prim
 
-__all__ = ["rewrite", "walk_loads", "is_const_int"]
+__all__ = ["is_const_int", "rewrite", "walk_loads"]
 
 _BINARY = tuple(
     getattr(prim.expr, name)

@@ -99,11 +99,10 @@ def lower_gemm(lw, call):
             else:
                 ptr = smem_ptr(b_tile, b_buf, b0, k_off + li, n_off)
             T.evaluate(intrin.ldmatrix_x4(intrin.address_of(b_frag, [nj * 4]), ptr, trans=not trans_b))
-        with T.unroll(0, mi_n) as mi:
-            with T.unroll(0, ni_n) as ni:
-                T.evaluate(intrin.mma_m16n8k16(
-                    intrin.address_of(acc, [(mi * ni_n + ni) * 4]),
-                    intrin.address_of(a_frag, [mi * 4]),
-                    intrin.address_of(b_frag, [ni * 2]),
-                    in_dtype,
-                ))
+        with T.unroll(0, mi_n) as mi, T.unroll(0, ni_n) as ni:
+            T.evaluate(intrin.mma_m16n8k16(
+                intrin.address_of(acc, [(mi * ni_n + ni) * 4]),
+                intrin.address_of(a_frag, [mi * 4]),
+                intrin.address_of(b_frag, [ni * 2]),
+                in_dtype,
+            ))

@@ -19,9 +19,9 @@ __all__ = [
     "cp_async",
     "cp_async_commit",
     "cp_async_wait",
+    "cta_sync",
     "ldmatrix_x4",
     "mma_m16n8k16",
-    "cta_sync",
 ]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tvm import tirx
 
-__all__ = ["SharedTile", "MmaAccLayout", "choose_warp_grid"]
+__all__ = ["MmaAccLayout", "SharedTile", "choose_warp_grid"]
 
 
 def _prod(xs):

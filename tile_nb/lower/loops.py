@@ -14,9 +14,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .lowering import LoweringError, buffers_touched, seq_items
+from .lowering import LoweringError, buffers_touched
 
-__all__ = ["emit_for", "distribute"]
+__all__ = ["distribute", "emit_for"]
 
 
 def _is_parallel(loop) -> bool:
@@ -38,11 +38,12 @@ def emit_for(lw, loop):
     with maker(start, start + extent) as v:
         IRBuilder.name(loop.loop_var.name, v)
         lw.var_map[loop.loop_var] = v
-        lw.bind_range(v, extent) if isinstance(extent, tvm.ir.prim.expr.IntImm) else None
+        if isinstance(extent, tvm.ir.prim.expr.IntImm):
+            lw.bind_range(v, extent)
         lw.emit(loop.body)
         # A later iteration may overwrite what this one read (or read what it wrote) in shared memory.
-        r, w = lw.touches_shared(loop.body)
-        if w and lw.tx is not None and not lw.in_thread_code:
+        _, writes_shared = lw.touches_shared(loop.body)
+        if writes_shared and lw.tx is not None and not lw.in_thread_code:
             lw.sync()
 
 
@@ -61,9 +62,8 @@ def distribute(lw, extents, body_fn):
             rest = tirx.floordiv(rest, int(e))
         idx.reverse()
         if total % threads:
-            with T.If(flat < total):
-                with T.Then():
-                    body_fn(idx)
+            with T.If(flat < total), T.Then():
+                body_fn(idx)
         else:
             body_fn(idx)
 

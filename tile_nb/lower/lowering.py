@@ -2,7 +2,9 @@
 
 Passes, in order (each reads the result of the one before):
 1. `analyze`: find every buffer's role and choose layouts (layout inference):
-   - the C operand of `T.gemm` -> `MmaAccLayout` registers; its A/B shared tiles -> swizzled `SharedTile`s;
+   - the C operand of `T.gemm` -> registers: `WgmmaAccLayout` (Hopper wgmma, sm_90a, when the tile fits;
+     wgmma.py) or `MmaAccLayout` (mma.sync m16n8k16, gemm.py); its A/B shared tiles -> swizzled `SharedTile`s
+     (wgmma's B stored [K, N]: 64-column panels);
    - shared tiles written by copies inside `T.Pipelined(num_stages=s)` -> `s` stages;
    - other `local.fragment` buffers -> backed by shared memory (correct for any access pattern; see elementwise.py);
    - every shared tile -> a byte range in the CTA's single dynamic shared-memory pool (TVM allows one
@@ -26,7 +28,7 @@ from .exprs import rewrite
 from .layout import MmaAccLayout, SharedTile, tirx_bits
 from .wgmma import WgmmaAccLayout, fence_proxy_async, wgmma_eligible
 
-__all__ = ["Lowerer", "LoweringError", "TILE_OPS", "register_tile_op"]
+__all__ = ["TILE_OPS", "Lowerer", "LoweringError", "register_tile_op"]
 
 # op name (as `T.tile.<name>` prints) -> lowering function(lowerer, call)
 TILE_OPS: dict = {}
@@ -63,7 +65,7 @@ def iter_stmts(stmt):
         yield from iter_stmts(stmt.then_case)
         if stmt.else_case is not None:
             yield from iter_stmts(stmt.else_case)
-    elif hasattr(stmt, "body") and isinstance(getattr(stmt, "body"), tirx.Stmt):
+    elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
         yield from iter_stmts(stmt.body)
 
 
@@ -84,10 +86,7 @@ def buffers_touched(stmt):
         if isinstance(s, tirx.TilePrimitiveCall):
             regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
             name = s.op.name
-            if name == "tirx.tile.gemm":
-                writes.append(regions[0].source)
-                reads.extend(r.source for r in regions[1:])
-            elif regions:
+            if name == "tirx.tile.gemm" or regions:
                 writes.append(regions[0].source)
                 reads.extend(r.source for r in regions[1:])
             for a in s.args:
@@ -244,7 +243,7 @@ class Lowerer:
         """
         import os
 
-        group = int((self.func.attrs or {}).get("tile_nb.raster_group", os.environ.get("TILE_NB_RASTER", 8)))
+        group = int((self.func.attrs or {}).get("tile_nb.raster_group", os.environ.get("TILE_NB_RASTER", "8")))
         if group <= 1 or not self.frags or set(self.block_vars) != {"blockIdx.x", "blockIdx.y"}:
             return
         (bx, gx), (by, gy) = self.block_vars["blockIdx.x"], self.block_vars["blockIdx.y"]
@@ -318,10 +317,9 @@ class Lowerer:
         self.analyze()
         if self.threads is None:
             raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
-        with IRBuilder() as ib:
-            with T.prim_func():
-                T.func_name("tile_nb_lowered")
-                self.emit(self.func.body)
+        with IRBuilder() as ib, T.prim_func():
+            T.func_name("tile_nb_lowered")
+            self.emit(self.func.body)
         body = ib.get().body
         return self.func.with_body(body)
 

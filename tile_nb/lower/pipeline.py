@@ -52,7 +52,7 @@ def emit_pipelined(lw, loop, stages: int):
     if not copies:  # nothing to overlap: a plain serial loop
         stages = 1
     const_n = int(n) if isinstance(n, tirx.IntImm if hasattr(tirx, "IntImm") else int) else None
-    commit = lambda: T.evaluate(intrin.cp_async_commit())  # noqa: E731
+    commit = lambda: T.evaluate(intrin.cp_async_commit())
     # Copies run `ahead` iterations ahead. With wgmma overlap (one MMA group left in flight across iterations,
     # wgmma.py) the stage read by that group must not be refilled yet, so the copies run one step less ahead.
     ahead = stages - 1 - (1 if stages >= 3 and lw.wgmma_overlap() else 0)
@@ -64,9 +64,8 @@ def emit_pipelined(lw, loop, stages: int):
                 commit()
                 continue
             if const_n is None:
-                with T.If(i < n):
-                    with T.Then():
-                        _issue(lw, copies, loop.loop_var, start + i, stages)
+                with T.If(i < n), T.Then():
+                    _issue(lw, copies, loop.loop_var, start + i, stages)
             else:
                 _issue(lw, copies, loop.loop_var, start + i, stages)
             commit()
@@ -80,11 +79,10 @@ def emit_pipelined(lw, loop, stages: int):
             lw.async_copies_landed(ahead - 1)
             lw.sync()
             nxt = k + ahead
-            with T.If(nxt < n):
-                with T.Then():
-                    # Under this guard the analyzer may drop the copies' own K-bound checks.
-                    with lw.analyzer.constraint_scope(nxt < n):
-                        _issue(lw, copies, loop.loop_var, start + nxt, stages)
+            with T.If(nxt < n), T.Then():
+                # Under this guard the analyzer may drop the copies' own K-bound checks.
+                with lw.analyzer.constraint_scope(nxt < n):
+                    _issue(lw, copies, loop.loop_var, start + nxt, stages)
             commit()
         else:
             _issue(lw, copies, loop.loop_var, it, 1)

@@ -27,7 +27,7 @@ from . import intrin
 def region_of(r):
     return r.source, [(x.min, x.extent) for x in r.region]
 
-__all__ = ["WgmmaAccLayout", "wgmma_eligible", "lower_gemm_wgmma", "fence_proxy_async"]
+__all__ = ["WgmmaAccLayout", "fence_proxy_async", "lower_gemm_wgmma", "wgmma_eligible"]
 
 
 @dataclass
@@ -168,19 +168,18 @@ def lower_gemm_wgmma(lw, call):
     g = tirx.floordiv(tx, 128)
 
     T.evaluate(_simple("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
-    with T.unroll(0, bk // 16) as kk:
-        with T.unroll(0, lay.mblocks) as mb:
-            # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
-            # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = 16 kk, row 64 m).
-            m0 = (g * lay.mblocks + mb) * 64
-            a_off = m0 * bk + kk * 16
-            a_ptr = intrin.address_of(a_tile.view, [a_off + _stage_off(lw, a_tile, a_buf)])
-            if trans_b:
-                b_ptr = intrin.address_of(b_tile.view, [kk * 16 + _stage_off(lw, b_tile, b_buf)])
-            else:
-                b_ptr = intrin.address_of(b_tile.view, [kk * 16 * 64 + _stage_off(lw, b_tile, b_buf)])
-            T.evaluate(_wgmma_call(lay.bn, in_dtype, intrin.address_of(acc, [mb * (lay.bn // 2)]),
-                                   a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
+    with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
+        # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
+        # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = 16 kk, row 64 m).
+        m0 = (g * lay.mblocks + mb) * 64
+        a_off = m0 * bk + kk * 16
+        a_ptr = intrin.address_of(a_tile.view, [a_off + _stage_off(lw, a_tile, a_buf)])
+        if trans_b:
+            b_ptr = intrin.address_of(b_tile.view, [kk * 16 + _stage_off(lw, b_tile, b_buf)])
+        else:
+            b_ptr = intrin.address_of(b_tile.view, [kk * 16 * 64 + _stage_off(lw, b_tile, b_buf)])
+        T.evaluate(_wgmma_call(lay.bn, in_dtype, intrin.address_of(acc, [mb * (lay.bn // 2)]),
+                               a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
     T.evaluate(_simple("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
     # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
     def wait(pending):
