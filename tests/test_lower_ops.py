@@ -129,3 +129,25 @@ def test_unsupported_gemm_dtype_names_the_op():
 
     with pytest.raises(LoweringError, match="T.gemm"):
         lower(gemm_ir(256, 256, 256, in_dtype="float32"), SM90)
+
+
+def test_reference_kernels_lower_and_compile():
+    """Every kernel of tests/kernels/reference.py lowers and compiles to CUDA (FlashAttention: a fragment as
+    the A operand of T.gemm, bitwise masks in T.Parallel, a pipelined loop with a CTA-dependent trip count)."""
+    import torch
+    from kernels import reference as ref
+
+    half = torch.float16
+    specs = [
+        ref.gelu_tanh.specialize(torch.zeros(1000, dtype=half), torch.zeros(1000, dtype=half)),
+        ref.softmax.specialize(torch.zeros(37, 100), torch.zeros(37, 100)),
+        ref.rms_norm.specialize(torch.zeros(30, 96, dtype=half), torch.zeros(96, dtype=half),
+                                torch.zeros(30, 96, dtype=half)),
+        ref.dequant_gemm.specialize(M=256, N=256, K=256),
+        ref.column_sums.specialize(M=100, N=64),
+    ]
+    for causal in (False, True):
+        qkvo = [torch.zeros(1, 2, 100, 64, dtype=half) for _ in range(4)]
+        specs.append(ref.flash_attention.specialize(*qkvo, causal=causal))
+    for func in specs:
+        assert "__global__" in cuda_of(func)

@@ -16,7 +16,7 @@ __all__ = ["is_const_int", "rewrite", "walk_loads"]
 _BINARY = tuple(
     getattr(prim.expr, name)
     for name in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE",
-                 "LT", "LE", "GT", "GE", "And", "Or")
+                 "LT", "LE", "GT", "GE", "And", "Or", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LShift", "RShift")
     if hasattr(prim.expr, name)
 )
 _LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
@@ -37,6 +37,8 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
             return type(e)(go(e.a), go(e.b))
         if isinstance(e, prim.expr.Not):
             return prim.expr.Not(go(e.a))
+        if isinstance(e, prim.expr.BitwiseNot):
+            return prim.expr.BitwiseNot(go(e.a))
         if isinstance(e, prim.expr.Cast):
             return prim.expr.Cast(e.ty, go(e.value))
         if isinstance(e, prim.expr.Select):
@@ -50,6 +52,8 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
         if isinstance(e, tvm.ir.expr.Call):
             args = [go(a) for a in e.args]
             return tvm.ir.expr.Call(e.op, args, attrs=e.attrs, ret_ty=e.ty)
+        if isinstance(e, (prim.expr.Shuffle,)):
+            raise NotImplementedError(f"tile_nb.lower: expression {type(e).__name__} is not supported: {e}")
         return e  # StringImm and other leaves
 
     return go(expr)

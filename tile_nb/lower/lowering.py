@@ -160,11 +160,13 @@ class Lowerer:
                             self.panel_operands.add(b)
                     else:
                         self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
+                # A fragment operand (e.g. FlashAttention's probabilities) is fine as long as it is not itself
+                # a register accumulator: other fragments are backed by shared memory (checked below).
                 for op in (a, b):
-                    if scope_of(op) != "shared.dyn":
+                    if scope_of(op) not in ("shared.dyn", "local.fragment"):
                         raise LoweringError(
-                            f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported yet; "
-                            f"A and B must be shared tiles (alloc_shared)")
+                            f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; "
+                            f"A and B must be shared tiles (alloc_shared) or fragments")
                     self.gemm_operands.add(op)
             if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}):
                 stages = int(s.annotations["num_stages"])
@@ -179,6 +181,11 @@ class Lowerer:
                 if src in self.frags:
                     lay = self.frags[src]
                     self.scratch[s] = SharedTile(src, (lay.bm, lay.bn), "float32")
+        for op in self.gemm_operands:
+            if op in self.frags:
+                raise LoweringError(
+                    f"T.gemm: operand {op.name} is itself a T.gemm accumulator (held in registers); copy it to "
+                    f"another fragment or shared tile (T.copy) before using it as A or B")
         for buf in allocs:
             scope = scope_of(buf)
             if scope == "shared.dyn" or scope == "shared" or (scope == "local.fragment" and buf not in self.frags):
