@@ -1,197 +1,80 @@
-"""Write the sample kernel-view payload and the fixture notebook used by the tests.
+"""Write the sample kernel-view payload and the fixture notebook used by the tests, from tile_nb itself.
 
-The payload is made by hand in the shape `tile_nb/notebook` produces (DESIGN.md section 4):
-a GEMM whose template keeps M, N, K symbolic and whose specialization fixes them to 1024.
-Run from anywhere: `python extension/ui-tests/make_fixture.py`; it rewrites
-fixtures/gemm_payload.json and fixtures/kernel_view.ipynb next to this file.
+The payload is what `tile_nb.notebook` really produces for the seed GEMM of notebooks/01_quickstart.ipynb,
+shown as `%%tilekernel --shapes M=256 N=256 K=128 --cuda --lowered` would show it: `kernel_view(..., cuda=True,
+lowered=True)`, then the `application/vnd.tile-nb.kernel+json`, `text/plain` and `text/html` entries of its
+`_repr_mimebundle_()`. Nothing in them is edited, so timings, register counts and the compiler's output are those
+of the machine that ran this (the sections are those its tools allow: no SASS without cuobjdump/nvdisasm).
+
+Needs the Python that has tile_nb (`pip install -e .` at the repository root) and nvcc (found on PATH or in
+/usr/local/cuda/bin; compiling for sm_90a needs no GPU). Takes about 30 s on a cold compile cache.
+Run from anywhere: `python extension/ui-tests/make_fixture.py`; it rewrites fixtures/gemm_payload.json and
+fixtures/kernel_view.ipynb next to this file.
 """
 
-import difflib
-import html
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 MIME = "application/vnd.tile-nb.kernel+json"
 
-KERNEL_SOURCE = """\
-%%tilekernel --shapes M=1024 N=1024 K=1024
+# The fixture cell: the quickstart's seed GEMM, with the options that add the compiled sections.
+MAGIC_OPTIONS = "--shapes M=256 N=256 K=128 --cuda --lowered"
+SHAPES = {"M": 256, "N": 256, "K": 128}
+KERNEL_BODY = """\
 @tile_nb.jit
-def gemm(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32):
-    M, N, K = T.const('M, N, K')
-    A: T.Tensor[[M, K], T.float16]
+def gemm(A, B, C, out_dtype: T.dtype = T.float32, block_M: int = 128, block_N: int = 128, block_K: int = 32):
+    M, N, K = T.const('M, N, K')          # compile-time dims, read from the tensors at call time
+    A: T.Tensor[[M, K], T.float16]         # in-body annotations: no annotation in the signature
     B: T.Tensor[[K, N], T.float16]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
+    C: T.Tensor[[M, N], out_dtype]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):   # threads defaults to 128
         A_shared = T.alloc_shared((block_M, block_K), A.dtype)
         B_shared = T.alloc_shared((block_K, block_N), B.dtype)
-        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        C_local = T.alloc_fragment((block_M, block_N), out_dtype)
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
             T.copy(A[bx * block_M, k * block_K], A_shared)
             T.copy(B[k * block_K, by * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local)
-        T.copy(C_local, C[bx * block_M, by * block_N])"""
-
-TEMPLATE = """\
-# from tvm.script import tirx as T
-
-@T.prim_func
-def gemm(A_handle: T.handle, B_handle: T.handle, C_handle: T.handle):
-    T.func_attr({"global_symbol": "gemm", "tile_nb.threads": 128})
-    M, N, K = T.int32(), T.int32(), T.int32()
-    A = T.match_buffer(A_handle, (M, K), "float16")
-    B = T.match_buffer(B_handle, (K, N), "float16")
-    C = T.match_buffer(C_handle, (M, N))
-    # with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
-    bx = T.launch_thread("blockIdx.x", (M + 127) // 128)
-    by = T.launch_thread("blockIdx.y", (N + 127) // 128)
-    tx = T.launch_thread("threadIdx.x", 128)
-    A_shared = T.alloc_buffer((128, 32), "float16", scope="shared.dyn")
-    B_shared = T.alloc_buffer((32, 128), "float16", scope="shared.dyn")
-    C_local = T.alloc_buffer((128, 128), scope="local.fragment")
-    T.tile.fill(C_local, T.float32(0.0))
-    for k in T.serial((K + 31) // 32, annotations={"num_stages": 3}):
-        T.tile.copy(A_shared, A[bx * 128:bx * 128 + 128, k * 32:k * 32 + 32])
-        T.tile.copy(B_shared, B[k * 32:k * 32 + 32, by * 128:by * 128 + 128])
-        T.tile.gemm(C_local, A_shared, B_shared, C_local, T.bool(False), T.bool(False), T.float32(1.0), T.float32(1.0))
-    T.tile.copy(C[bx * 128:bx * 128 + 128, by * 128:by * 128 + 128], C_local)"""
-
-SPECIALIZED = (
-    TEMPLATE.replace("    M, N, K = T.int32(), T.int32(), T.int32()\n", "")
-    .replace("(M, K)", "(1024, 1024)")
-    .replace("(K, N)", "(1024, 1024)")
-    .replace("(M, N)", "(1024, 1024)")
-    .replace("(M + 127) // 128", "8")
-    .replace("(N + 127) // 128", "8")
-    .replace("(K + 31) // 32", "32")
-)
-
-LOWERED = """\
-# from tvm.script import tirx as T
-
-@T.prim_func
-def gemm(A: T.Buffer((1024, 1024), "float16"), B: T.Buffer((1024, 1024), "float16"), C: T.Buffer((1024, 1024), "float32")):
-    T.func_attr({"global_symbol": "gemm", "target": T.target("cuda"), "tir.noalias": True})
-    bx = T.launch_thread("blockIdx.x", 8)
-    by = T.launch_thread("blockIdx.y", 8)
-    tx = T.launch_thread("threadIdx.x", 128)
-    buf_dyn_shmem = T.allocate([24576], "uint8", "shared.dyn")
-    C_local = T.allocate([128], "float32", "local")
-    for i in T.unroll(128):
-        C_local[i] = T.float32(0.0)
-    for k in range(32):
-        for v in T.unroll(4):
-            A_shared[tx // 4 * 8 + v * 32 + tx % 4 * 8] = A[bx * 128 + v * 32 + tx // 4, k * 32 + tx % 4 * 8]
-        T.tvm_storage_sync("shared")
-        # ... mma.sync fragments elided in this sample ...
-        T.tvm_storage_sync("shared")"""
-
-CUDA = """\
-#include <cuda_fp16.h>
-
-extern "C" __global__ void __launch_bounds__(128) gemm_kernel(half* __restrict__ A, half* __restrict__ B, float* __restrict__ C) {
-  extern __shared__ __align__(16) unsigned char buf_dyn_shmem[];
-  float C_local[128];
-  #pragma unroll
-  for (int i = 0; i < 128; ++i) {
-    C_local[i] = 0.000000e+00f;
-  }
-  for (int k = 0; k < 32; ++k) {
-    // stage the A and B tiles through shared memory, then mma.sync m16n8k16
-    __syncthreads();
-  }
-  // write C_local back to C, guarded for edge tiles
-}"""
-
-PTX = """\
-//
-// Generated by NVIDIA NVVM Compiler
-//
-.version 8.5
-.target sm_90a
-.address_size 64
-
-.visible .entry gemm_kernel(
-	.param .u64 gemm_kernel_param_0,
-	.param .u64 gemm_kernel_param_1,
-	.param .u64 gemm_kernel_param_2
-)
-.maxntid 128, 1, 1
-{
-	.reg .pred 	%p<4>;
-	.reg .f32 	%f<129>;
-	ld.param.u64 	%rd1, [gemm_kernel_param_0];
-	mov.u32 	%r1, %ctaid.x;
-	mov.f32 	%f1, 0f00000000;
-	bar.sync 	0;
-	ret;
-}"""
+        T.copy(C_local, C[bx * block_M, by * block_N])
+"""
+CELL_SOURCE = f"%%tilekernel {MAGIC_OPTIONS}\n{KERNEL_BODY}".rstrip("\n")
 
 
-def changed_lines(old: str, new: str) -> list[int]:
-    """1-based lines of `new` that are not identical lines of `old` (what tile_nb/notebook computes)."""
-    matcher = difflib.SequenceMatcher(a=old.splitlines(), b=new.splitlines(), autojunk=False)
-    lines: list[int] = []
-    for tag, _, _, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            lines.extend(range(j1 + 1, j2 + 1))
-    return lines
+def mime_bundle() -> dict:
+    """The real bundle of the GEMM's kernel view (what the `%%tilekernel` cell above displays)."""
+    sys.path.insert(0, str(REPO))
+    cuda_bin = Path("/usr/local/cuda/bin")
+    if shutil.which("nvcc") is None and (cuda_bin / "nvcc").exists():
+        os.environ["PATH"] = f"{cuda_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    import tile_nb
+    import tile_nb.language as T
+    from tile_nb.notebook import kernel_view
+
+    # As the magic does: line 1 stands for the magic line, so line k of the source is line k of the cell.
+    source = f"# %%tilekernel {MAGIC_OPTIONS}\n{KERNEL_BODY}"
+    namespace = tile_nb.run_source(source, {"tile_nb": tile_nb, "T": T}, filename="<kernel_view.ipynb cell 1>")
+    view = kernel_view(namespace["gemm"], (), dict(SHAPES), cuda=True, lowered=True, name="gemm")
+    bundle = view._repr_mimebundle_()
+    missing = {MIME, "text/plain", "text/html"} - set(bundle)
+    if missing:
+        raise RuntimeError(f"the kernel view's bundle lacks {sorted(missing)}")
+    # A JSON round trip gives exactly what a notebook stores (and fails here if anything is not JSON).
+    return json.loads(json.dumps(bundle))
 
 
-def payload() -> dict:
-    return {
-        "version": 1,
-        "name": "gemm",
-        "params": [
-            {"name": "A", "kind": "tensor", "annotation": "T.Tensor[[M, K], T.float16]"},
-            {"name": "B", "kind": "tensor", "annotation": "T.Tensor[[K, N], T.float16]"},
-            {"name": "C", "kind": "tensor", "annotation": "T.Tensor[[M, N], T.float32]"},
-            {"name": "block_M", "kind": "compile_time", "annotation": "int = 128"},
-            {"name": "block_N", "kind": "compile_time", "annotation": "int = 128"},
-            {"name": "block_K", "kind": "compile_time", "annotation": "int = 32"},
-        ],
-        "consts": {"M": 1024, "N": 1024, "K": 1024},
-        "backend": "cuda",
-        "sections": [
-            {
-                "id": "template",
-                "title": "Template (phase 1)",
-                "language": "python",
-                "text": TEMPLATE,
-                "changed_lines": [],
-                "note": "M, N, K symbolic",
-            },
-            {
-                "id": "specialized",
-                "title": "Specialized (phase 2)",
-                "language": "python",
-                "text": SPECIALIZED,
-                "changed_lines": changed_lines(TEMPLATE, SPECIALIZED),
-                "note": "M=1024, N=1024, K=1024",
-            },
-            {"id": "lowered", "title": "Lowered TIR", "language": "python", "text": LOWERED, "note": None},
-            {"id": "cuda", "title": "CUDA", "language": "cuda", "text": CUDA, "note": None},
-            {"id": "ptx", "title": "PTX", "language": "ptx", "text": PTX, "note": "sm_90a"},
-            {
-                "id": "sass",
-                "title": "SASS",
-                "language": "text",
-                "text": "",
-                "note": "cuobjdump not found; SASS not available",
-            },
-        ],
-        "resources": {"registers": 168, "shared_bytes": 24576, "spill_stores": 0, "spill_loads": 0},
-        "timings_ms": {"template": 4.1, "specialize": 2.3, "lower": 38.5, "codegen": 12.9, "nvcc": 911.0},
-        "run": None,
-    }
+def _lines(text: str) -> list[str]:
+    """A multi-line string as nbformat stores it: a list of lines, each but the last with its newline."""
+    return text.splitlines(keepends=True)
 
 
-def notebook(data: dict) -> dict:
-    plain = (
-        f"<tile_nb kernel view: gemm M=1024 N=1024 K=1024, backend cuda, {len(data['sections'])} sections>"
-    )
-    source_lines = KERNEL_SOURCE.splitlines(keepends=True)
+def notebook(bundle: dict) -> dict:
     return {
         "cells": [
             {
@@ -199,16 +82,16 @@ def notebook(data: dict) -> dict:
                 "execution_count": 1,
                 "id": "gemm-cell",
                 "metadata": {},
-                "source": source_lines,
+                "source": _lines(CELL_SOURCE),
                 "outputs": [
                     {
                         "output_type": "execute_result",
                         "execution_count": 1,
                         "metadata": {},
                         "data": {
-                            MIME: data,
-                            "text/plain": [plain],
-                            "text/html": [f"<pre>{html.escape(plain)}</pre>"],
+                            MIME: bundle[MIME],
+                            "text/html": _lines(bundle["text/html"]),
+                            "text/plain": _lines(bundle["text/plain"]),
                         },
                     }
                 ],
@@ -239,11 +122,13 @@ def notebook(data: dict) -> dict:
 
 
 def main() -> None:
-    data = payload()
+    bundle = mime_bundle()
     fixtures = HERE / "fixtures"
     fixtures.mkdir(exist_ok=True)
-    (fixtures / "gemm_payload.json").write_text(json.dumps(data, indent=1) + "\n")
-    (fixtures / "kernel_view.ipynb").write_text(json.dumps(notebook(data), indent=1) + "\n")
+    (fixtures / "gemm_payload.json").write_text(json.dumps(bundle[MIME], indent=1) + "\n")
+    (fixtures / "kernel_view.ipynb").write_text(json.dumps(notebook(bundle), indent=1) + "\n")
+    sections = ", ".join(s["id"] for s in bundle[MIME]["sections"])
+    print(f"wrote fixtures/gemm_payload.json and fixtures/kernel_view.ipynb (sections: {sections})")
 
 
 if __name__ == "__main__":
