@@ -87,7 +87,10 @@ __forceinline__ __device__ void tnb_fence_proxy_async() {
 
 
 def _desc_source():
+    # Shared by every wgmma helper of a kernel: guarded, since each helper carries its own copy of the source.
     return """
+#ifndef TNB_SMEM_DESC_DEFINED
+#define TNB_SMEM_DESC_DEFINED
 __forceinline__ __device__ unsigned long long tnb_smem_desc(void* ptr, int lbo, int sbo, int mode) {
   unsigned addr = (unsigned)__cvta_generic_to_shared(ptr);
   unsigned long long d = 0;
@@ -97,6 +100,7 @@ __forceinline__ __device__ unsigned long long tnb_smem_desc(void* ptr, int lbo, 
   d |= (unsigned long long)mode << 62;
   return d;
 }
+#endif
 """
 
 
