@@ -51,7 +51,8 @@ def _lexer(language: str):
         from pygments.lexers import get_lexer_by_name
     except ImportError:  # Pygments comes with IPython; plain text is the graceful fallback
         return None
-    return get_lexer_by_name(lexer_name, stripnl=False, ensurenl=False, tabsize=4)
+    # ensurenl: a last line without "\n" must still end its line comment (newer Pygments match `//.*\n`).
+    return get_lexer_by_name(lexer_name, stripnl=False, ensurenl=True, tabsize=4)
 
 
 def highlight_lines(text: str, language: str = "text") -> list[str]:

@@ -140,7 +140,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     else:
-        color = getattr(shell, "colors", "NoColor") != "NoColor"
+        # IPython 8 names the scheme "NoColor", IPython 9 "nocolor".
+        color = str(getattr(shell, "colors", "NoColor")).lower() != "nocolor"
         footer = (f"(short form by tile_nb: %tb shows the full traceback; "
                   f"{TRACEBACK_ENV}=1 always shows it)")
         stb = [format_short(value, shell, color=color, tb=tb), footer]
