@@ -517,3 +517,27 @@ def test_edge_guards_mixing_consts_and_loop_vars_stay_in_the_template():
     template = guarded.template()
     assert "if bx * 128 + i < N:" in template.script()
     assert template.stopped.reason == "this `if` needs the value of N"
+
+
+def test_fast_path_still_checks_dtype_layout_and_device():
+    @tile_nb.jit
+    def double(A, B):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        B: T.Tensor[[N], T.float32]
+        with T.Kernel(1):
+            for i in T.Parallel(N):
+                B[i] = A[i] * 2.0
+
+    A, B = torch.randn(8), torch.zeros(8)
+    double(A, B)
+    double(A, B)  # cached: the fast path
+    assert double.stats["specializations"] == 1 and double._fast is not None
+    with pytest.raises(errors.DtypeMismatchError):
+        double(A.double(), B)
+    with pytest.raises(errors.NotContiguousError):
+        double(torch.randn(16)[::2], B)
+    with pytest.raises(errors.DeviceMismatchError):
+        double(A, B.to("meta"))
+    double(torch.randn(4), torch.zeros(4))
+    assert double.stats["specializations"] == 2
