@@ -11,7 +11,7 @@ import pytest
 import tvm
 
 from tile_nb.lower import lower
-from tile_nb.lower.examples import gemm_ir
+from kernels.seed import gemm_ir
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if shutil.os.path.exists("/usr/local/cuda/bin/nvcc")
                                 else None)

@@ -125,7 +125,7 @@ def test_gemm_epilogue_structure():
 
 
 def test_unsupported_gemm_dtype_names_the_op():
-    from tile_nb.lower.examples import gemm_ir
+    from kernels.seed import gemm_ir
 
     with pytest.raises(LoweringError, match="T.gemm"):
         lower(gemm_ir(256, 256, 256, in_dtype="float32"), SM90)

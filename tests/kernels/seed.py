@@ -47,3 +47,37 @@ def gemm_ptr(
             T.copy(B[k * block_K, by * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local)
         T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32, threads: int = 128,
+                 num_stages: int = 3, in_dtype: T.dtype = T.float16, out_dtype: T.dtype = T.float32,
+                 trans_A: bool = False, trans_B: bool = False, clear_accum: bool = False):
+    """The seed GEMM with its storage order, dtypes and launch shape as compile-time parameters (A is [K, M] when
+    trans_A, B is [N, K] when trans_B); the accumulator is float32 and is cast on the copy out."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[K, M] if trans_A else [M, K], in_dtype]
+    B: T.Tensor[[N, K] if trans_B else [K, N], in_dtype]
+    C: T.Tensor[[M, N], out_dtype]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), in_dtype)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), in_dtype)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        if not clear_accum:
+            T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            if trans_A:
+                T.copy(A[k * block_K, bx * block_M], A_shared)
+            else:
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+            if trans_B:
+                T.copy(B[by * block_N, k * block_K], B_shared)
+            else:
+                T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B, clear_accum=clear_accum)
+        T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+def gemm_ir(M: int, N: int, K: int, **compile_args):
+    """The phase-2 IR of `gemm_variant` for these shapes (what the lowering tests compile)."""
+    return gemm_variant.specialize(M=M, N=N, K=K, **compile_args)
