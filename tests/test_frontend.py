@@ -541,3 +541,15 @@ def test_fast_path_still_checks_dtype_layout_and_device():
         double(A, B.to("meta"))
     double(torch.randn(4), torch.zeros(4))
     assert double.stats["specializations"] == 2
+
+
+def test_compile_time_values_equal_in_python_but_of_other_types_get_their_own_template():
+    @tile_nb.jit
+    def fill(A, value):
+        A: T.Tensor[[2], T.float32]
+        with T.Kernel(1):
+            A[0] = value
+
+    assert "A[0] = T.float32(1.0)" in fill.specialize(value=1.0).script()
+    fill.specialize(value=1)
+    assert fill.stats["templates"] == 2

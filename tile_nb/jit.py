@@ -60,10 +60,11 @@ class Template:
 
 
 def _key_part(value):
-    """Closure and global values enter cache keys by value when hashable, else by identity."""
+    """Closure and global values enter cache keys by type and value when hashable (1, 1.0 and True are equal in
+    Python but build different IR), else by identity."""
     try:
         hash(value)
-        return value
+        return (type(value), value)
     except TypeError:
         return ("<id>", id(value))
 
@@ -164,7 +165,7 @@ class JITFunction:
 
     # -- phases ------------------------------------------------------------------------------------------------
     def _template_for(self, compile_values: dict) -> tuple[tuple, Template]:
-        key = (tuple(compile_values[p.name] for p in self.signature.compile_time), self._environment_key())
+        key = (tuple(_key_part(compile_values[p.name]) for p in self.signature.compile_time), self._environment_key())
         template = self._templates.get(key)
         if template is None:
             elab = elaborate(self.definition, self.signature, compile_values, None)
