@@ -28,27 +28,13 @@ SHAPE = dict(M=1024, N=1024, K=1024)
 
 
 def make_gemm(compile_options=None):
+    """A fresh kernel object (empty memory cache) of the seed GEMM in tests/kernels/seed.py."""
     import tile_nb
-    import tile_nb.language as T
 
-    @tile_nb.jit(compile_options=compile_options)
-    def gemm(A, B, C, out_dtype: T.dtype = T.float32, block_M: int = 128, block_N: int = 128, block_K: int = 32):
-        M, N, K = T.const('M, N, K')
-        A: T.Tensor[[M, K], T.float16]
-        B: T.Tensor[[K, N], T.float16]
-        C: T.Tensor[[M, N], out_dtype]
-        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), A.dtype)
-            B_shared = T.alloc_shared((block_K, block_N), B.dtype)
-            C_local = T.alloc_fragment((block_M, block_N), out_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
-                T.copy(A[bx * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, by * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[bx * block_M, by * block_N])
+    sys.path.insert(0, str(ROOT / "tests"))
+    from kernels.seed import gemm
 
-    return gemm
+    return tile_nb.jit(gemm.fn, compile_options=compile_options)
 
 
 def child(mode: str, compiler: str) -> dict:
