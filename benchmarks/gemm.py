@@ -45,16 +45,15 @@ CONFIGS = {
     "seed 128x128x32 t128 s3": (SEED, {}),
     "128x256x64 t256 s3": (BIG, {}),
 }
-VARIANTS = {  # --variants: what each lowering choice is worth
-    "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
+VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp)
+    "seed, cp.async": (SEED, {"tile_nb.tma": 0}),
     "seed s4": (dict(SEED, stages=4), {}),
-    "seed s4, mma.sync": (dict(SEED, stages=4), {"tile_nb.wgmma": 0}),
-    "big, mma.sync": (BIG, {"tile_nb.wgmma": 0}),
+    "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
+    "big, cp.async": (BIG, {"tile_nb.tma": 0}),
     "big s4": (dict(BIG, stages=4), {}),
+    "big s2": (dict(BIG, stages=2), {}),
     "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
-    "big, wgmma overlap": (BIG, {"tile_nb.wgmma_overlap": 1}),
-    "big s4, wgmma overlap": (dict(BIG, stages=4), {"tile_nb.wgmma_overlap": 1}),
-    "seed s4, wgmma overlap": (dict(SEED, stages=4), {"tile_nb.wgmma_overlap": 1}),
+    "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
 }
 
 

@@ -45,8 +45,10 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 
 
 def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
-             **cfg):
-    """path: "auto" (wgmma where eligible on sm_90a), "mma" (mma.sync forced) -- via a lowering attribute."""
+             expect_pipeline=None, **cfg):
+    """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "cp.async" (wgmma
+    with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
+    substring of the lowered function's `tile_nb.pipeline` note (which pipeline was built)."""
     from tile_nb.runtime import compile as rt_compile
 
     dev = "cuda"
@@ -57,7 +59,12 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
                            trans_A=trans_A, trans_B=trans_B, **cfg)
     if path == "mma":
         func = func.with_attr("tile_nb.wgmma", 0)
-    rt_compile(func, None)(a, b, c)
+    elif path == "cp.async":
+        func = func.with_attr("tile_nb.tma", 0)
+    kernel = rt_compile(func, None)
+    if expect_pipeline is not None:
+        assert f'"tile_nb.pipeline": "{expect_pipeline}' in kernel.lowered_ir
+    kernel(a, b, c)
     torch.cuda.synchronize()
     a64 = a.double().T if trans_A else a.double()
     b64 = b.double().T if trans_B else b.double()
@@ -101,3 +108,50 @@ def test_big_tile_256_threads(path, trans_B):
     cfg = dict(block_N=256, block_K=64, threads=256, trans_B=trans_B, path=path)
     assert run_case(1024, 1280, 512, **cfg) < 1e-3
     assert run_case(1000, 1030, 999, **cfg) < 1e-3
+
+
+# ---- the TMA + producer-warp pipeline (sm_90a default where eligible; tile_nb/lower/tma.py) ---------------
+TMA = "TMA + mbarriers"
+needs_hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="TMA path needs sm_90")
+
+
+@needs_hopper
+@pytest.mark.parametrize("trans_B", [False, True])
+@pytest.mark.parametrize("big", [False, True])
+def test_tma_edges_not_multiples_of_the_tile(big, trans_B):
+    """1000 x 1032 x 1000: 16-byte row strides (TMA's rule) but M, N, K cut every tile: TMA zero-fills the
+    boxes past the tensor's end, the copy-out is guarded."""
+    cfg = dict(block_N=256, block_K=64, threads=256) if big else {}
+    assert run_case(1000, 1032, 1000, trans_B=trans_B, expect_pipeline=TMA, **cfg) < 1e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float16", 2e-3), ("bfloat16", "float32", 1e-3),
+                                                    ("bfloat16", "bfloat16", 1e-2)])
+def test_tma_dtypes_big_tile(in_dtype, out_dtype, tol):
+    cfg = dict(block_N=256, block_K=64, threads=256)
+    assert run_case(768, 1024, 1536, in_dtype=in_dtype, out_dtype=out_dtype, expect_pipeline=TMA, **cfg) < tol
+
+
+@needs_hopper
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("K", [32, 64, 96, 4096])
+def test_tma_stage_counts_and_short_loops(stages, K):
+    """Loops shorter than, equal to and much longer than the stage ring (mbarrier parities wrap many times)."""
+    assert run_case(256, 384, K, stages=stages, expect_pipeline=TMA) < 1e-3
+
+
+@needs_hopper
+def test_tma_and_cp_async_paths_agree():
+    """Same inputs through both pipelines: both within tolerance of float64 (the two paths differ only in how
+    tiles reach shared memory, so the fp32 sums are the same up to MMA ordering)."""
+    for path, note in (("auto", TMA), ("cp.async", "cp.async (TMA turned off")):
+        assert run_case(1024, 1280, 512, block_N=256, block_K=64, threads=256, path=path,
+                        expect_pipeline=note) < 1e-3
+
+
+@needs_hopper
+def test_ineligible_shapes_fall_back_to_cp_async_with_the_reason():
+    """K = 999: A's rows are 1998 bytes, not a multiple of 16, so TMA cannot describe A; cp.async runs."""
+    assert run_case(512, 512, 999, expect_pipeline="cp.async (A") < 1e-3

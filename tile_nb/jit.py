@@ -23,7 +23,6 @@ from .language.dtypes import torch_dtype
 
 __all__ = ["jit", "lazy_jit", "JITFunction"]
 
-DEFAULT_TARGET = "cuda -arch=sm_90a"
 log = logging.getLogger("tile_nb")
 
 
@@ -297,6 +296,8 @@ class JITFunction:
     def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0):
         from . import runtime as rt
 
+        from .backend.target import resolve_target
+
         target = resolve_target(target or self.target)
         kernel = spec.compiled.get(str(target))
         if kernel is None:
@@ -464,33 +465,6 @@ def _as_int(value, const: str, kernel: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentError(f"{kernel}() const '{const}' must be an int; got {value!r}")
     return value
-
-
-def resolve_target(target):
-    """A TVM target: given, else the current CUDA device's arch, else sm_90a."""
-    from tvm.target import Target
-
-    if target is None:
-        target = _device_target()
-    if isinstance(target, str):
-        if target.startswith("cuda") and "-arch=" in target:
-            arch = target.split("-arch=")[1].split()[0]
-            return Target({"kind": "cuda", "arch": arch})
-        return Target(target)
-    return target
-
-
-@functools.lru_cache(maxsize=1)
-def _device_target() -> str:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return f"cuda -arch=sm_{major}{minor}{'a' if major == 9 else ''}"
-    except Exception:  # noqa: BLE001 - no usable CUDA: fall back to the default target
-        pass
-    return DEFAULT_TARGET
 
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None):

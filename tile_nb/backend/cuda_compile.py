@@ -106,8 +106,19 @@ _TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namesp
                            re.DOTALL)
 
 
+# NVRTC has no <cuda.h>, so TVM's `const __grid_constant__ CUtensorMap` kernel parameters (TMA) name an unknown
+# type there. The driver API defines it as 16 opaque 64-bit words aligned to 64 bytes (CU_TENSOR_MAP_NUM_QWORDS).
+_TENSOR_MAP_TYPE = """
+#if defined(__CUDACC_RTC__) && !defined(CUDA_VERSION)
+typedef struct CUtensorMap_st { alignas(64) unsigned long long opaque[16]; } CUtensorMap;
+#endif
+"""
+
+
 def slim_source_for_nvrtc(source: str) -> str:
-    """Drop the type-traits include when nothing after it uses the names it brings in."""
+    """Drop the type-traits include when nothing after it uses the names it brings in; define CUtensorMap."""
+    if "CUtensorMap" in source and "CUtensorMap_st" not in source:
+        source = _TENSOR_MAP_TYPE + source
     m = _TRAITS_BLOCK.search(source)
     if not m:
         return source

@@ -7,7 +7,9 @@
 The passes are listed in order in `lowering.py`; op lowerings register themselves in `TILE_OPS`.
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits, mma.sync m16n8k16 otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
-default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default).
+default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
+`tile_nb.tma` (0: cp.async pipelines instead of TMA + a producer warp on sm_90a; tma.py). The environment
+variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).
 """
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ from . import elementwise as _elementwise  # noqa: F401  (fill, reductions)
 from . import gemm as _gemm  # noqa: F401  (registers T.tile.gemm)
 from .lowering import TILE_OPS, Lowerer, LoweringError
 
-__all__ = ["TILE_OPS", "LoweringError", "lower"]
+__all__ = ["ENV_SWITCHES", "TILE_OPS", "LoweringError", "lower"]
+
+# Environment variables read by the lowering (process-wide defaults of the attributes above).
+ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

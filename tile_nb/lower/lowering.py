@@ -135,7 +135,12 @@ class Lowerer:
         self.pipelined_stages: dict = {}
         self.in_thread_code = False
         self.after_pipeline: list = []  # callbacks emitted right after a pipelined loop
-        self.in_pipeline_stages = 0  # num_stages of the pipelined loop being emitted (0: none)  # inside per-thread code (parallel bodies): no barriers
+        self.in_pipeline_stages = 0  # num_stages of the pipelined loop being emitted (0: none)
+        # Warp-specialized TMA pipeline (tma.py): the plan, or None and the reason in `pipeline_note`.
+        self.tma = None
+        self.pipeline_note = ""
+        self.in_consumer = False  # emitting code that only the consumer threads run
+        self.ws_loop_active = False  # inside the consumer loop of the TMA pipeline
 
     # ---- pass 1: layout inference and pool layout -------------------------------------------------
     def analyze(self):
@@ -194,6 +199,10 @@ class Lowerer:
                 tile.panel = buf in self.panel_operands
                 tile.stages = self.pipelined_stages.get(buf, 1)
                 self.shared[buf] = tile
+        if self.pipelined_stages:
+            from .tma import plan_tma
+
+            self.tma, self.pipeline_note = plan_tma(self)
 
     def wgmma_enabled(self) -> bool:
         import os
@@ -230,6 +239,10 @@ class Lowerer:
             offset = (offset + 1023) // 1024 * 1024  # swizzle atoms (and wgmma descriptors) need 1 KiB
             tile.byte_offset = offset
             offset += tile.nbytes
+        if self.tma is not None:
+            offset = (offset + 7) // 8 * 8
+            self.tma.barrier_offset = offset
+            offset += 16 * self.tma.stages  # full[s] and empty[s], 8 bytes each
         self.pool_bytes = offset
         if not self.shared and not self.scratch:
             return
@@ -328,19 +341,42 @@ class Lowerer:
             T.func_name("tile_nb_lowered")
             self.emit(self.func.body)
         body = ib.get().body
-        return self.func.with_body(body)
+        func = self.func.with_body(body)
+        if self.pipeline_note:
+            func = func.with_attr("tile_nb.pipeline", self.pipeline_note)
+        return func
 
     def emit(self, stmt):
+        if self.needs_consumer_guard(stmt):
+            # Warp-specialized kernels: the producer warp runs only its loads (tma.py).
+            self.in_consumer = True
+            with T.If(self.tx < self.threads), T.Then():
+                self.emit(stmt)
+            self.in_consumer = False
+            return
         if isinstance(stmt, tirx.SeqStmt):
             self.emit_seq(list(stmt.seq))
         elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
-            self.bind_range(stmt.node.var, stmt.value)
-            with T.attr(stmt.node, "thread_extent", stmt.value):
+            from . import tma
+
+            extent = stmt.value
+            if self.tma is not None and stmt.node.thread_tag == "threadIdx.x":
+                extent = extent + tma.PRODUCER_THREADS
+            if self.tma is not None and self.tma.copies[0].tensor_map is None:
+                tma.emit_tensor_maps(self.tma)  # host code: before the first launch dimension
+            self.bind_range(stmt.node.var, extent)
+            with T.attr(stmt.node, "thread_extent", extent):
                 if stmt.node.thread_tag == "threadIdx.x":
                     self.tx = stmt.node.var
                     self.emit_pool()
                     self.emit_raster()
+                    if self.tma is not None:
+                        tma.emit_barrier_init(self, self.tma)
                 self.emit(stmt.body)
+        elif self.tma is not None and stmt.same_as(self.tma.loop):
+            from .tma import emit_ws_loop
+
+            emit_ws_loop(self, self.tma)
         elif isinstance(stmt, tirx.AttrStmt):
             with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
                 self.emit(stmt.body)
@@ -413,8 +449,24 @@ class Lowerer:
             pending_write |= w
             pending_read |= r
 
+    def needs_consumer_guard(self, stmt) -> bool:
+        if self.tma is None or self.in_consumer or self.tx is None:
+            return False
+        if isinstance(stmt, (tirx.SeqStmt, tirx.AttrStmt, tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
+            return False
+        return not stmt.same_as(self.tma.loop)
+
     def sync(self):
-        T.evaluate(intrin.cta_sync())
+        if self.tma is None:
+            T.evaluate(intrin.cta_sync())
+            return
+        from .tma import named_barrier
+
+        if self.in_consumer:
+            T.evaluate(named_barrier(self.threads))
+        else:
+            with T.If(self.tx < self.threads), T.Then():
+                T.evaluate(named_barrier(self.threads))
 
 
 def dtype_bits(dtype) -> int:

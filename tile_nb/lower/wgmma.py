@@ -190,7 +190,11 @@ def lower_gemm_wgmma(lw, call):
         with T.unroll(0, lay.mblocks) as mb:
             T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
 
-    if lw.in_pipeline_stages >= 3 and lw.wgmma_overlap():
+    if lw.ws_loop_active:  # TMA pipeline (tma.py): k-1's stage is released once its group is done
+        wait(1)
+        if not lw.after_pipeline:
+            lw.after_pipeline.append(lambda: wait(0))
+    elif lw.in_pipeline_stages >= 3 and lw.wgmma_overlap():
         wait(1)  # the previous k-tile's group is done; this one overlaps the next iteration's copies
         if not lw.after_pipeline:
             lw.after_pipeline.append(lambda: wait(0))

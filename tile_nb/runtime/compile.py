@@ -79,6 +79,17 @@ def _lower(func, target):
     return lower(func, target)
 
 
+def _lowering_switches(func) -> dict[str, str]:
+    """Environment switches that change the lowering (e.g. TILE_NB_TMA=0): part of the cache key when set."""
+    import tvm
+
+    if isinstance(func, tvm.IRModule):
+        return {}
+    from ..lower import ENV_SWITCHES
+
+    return {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ}
+
+
 def _launch_problem(arch: str) -> str | None:
     """Why a kernel for `arch` cannot launch in this process, or None when it can."""
     if not cuda_runtime_loaded():
@@ -115,7 +126,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     target = resolve_target(target)
     arch = target_arch(target)
     ir_text = func.script()
-    key = compute_key(key_material(ir_text, str(target), build_options.to_dict()))
+    key = compute_key(key_material(ir_text, str(target), dict(build_options.to_dict(), **_lowering_switches(func))))
     problem = _launch_problem(arch)
     timings = {"key": time.perf_counter() - start}
 

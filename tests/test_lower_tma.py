@@ -1,0 +1,103 @@
+"""The sm_90a TMA pipeline (tile_nb/lower/tma.py): when it is chosen, what it emits, and that it builds.
+
+CPU only: lowered IR and CUDA source through TVM, cubins through nvcc and NVRTC with ptxas resource use.
+The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).
+"""
+import re
+
+import pytest
+import tvm
+
+from kernels.seed import gemm_ir
+from tile_nb.lower import lower
+from test_lower_gemm import cuda_source, ptxas_report, target
+
+BIG = dict(block_N=256, block_K=64, threads=256)
+
+
+def pipeline_note(func, arch="sm_90a"):
+    return str(lower(func, target(arch)).functions.values().__iter__().__next__().attrs["tile_nb.pipeline"])
+
+
+@pytest.mark.parametrize("cfg", [{}, BIG, dict(BIG, trans_B=True)], ids=["seed", "big", "big_trans_B"])
+def test_gemm_kernels_get_the_tma_pipeline(cfg):
+    assert pipeline_note(gemm_ir(1024, 1024, 1024, **cfg)).startswith("TMA + mbarriers, producer warp")
+
+
+def test_cuda_source_of_the_warp_specialized_kernel():
+    src = cuda_source(gemm_ir(1024, 1024, 1024, **BIG), "sm_90a")
+    # the kernel gets one extra warp and two tensor maps, encoded on the host for each call
+    assert "__launch_bounds__(288)" in src
+    signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]  # the declaration
+    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["A_tensormap", "B_tensormap"]
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in src
+    assert "mbarrier.try_wait.parity" in src and "mbarrier.arrive.expect_tx" in src
+    # no thread issues cp.async, and consumers synchronise through mbarriers, not __syncthreads, in the loop
+    assert "cp.async.cg" not in src and "cp.async.wait_group" not in src
+    loop = src[src.index("for (int k = 0;"):]
+    loop = loop[:loop.index("tnb_wgmma_wait0")]
+    assert "tnb_cta_sync" not in loop and "tnb_wgmma_wait1" in loop
+    # one A box (128 x 64) and four 64-column B panels (64 x 64) per k-tile: 48 KiB expected per stage
+    assert "tnb_mbarrier_arrive_expect_tx(" in src and ", 49152);" in src
+    assert len(re.findall(r"tnb_tma_load_2d\(", src)) == 5 + 1  # 5 calls + the helper's definition
+
+
+def test_host_encodes_swizzled_tensor_maps():
+    """A [M, K] with 64-element (128-byte) rows: SWIZZLE_128B; the seed's 32-element rows: SWIZZLE_64B."""
+    big = lower(gemm_ir(1024, 2048, 512, **BIG), target("sm_90a")).script()
+    # dims innermost first, byte strides, box (inner first), element strides
+    assert "T.tensormap_encode_tiled(A_tensormap, A.data, 512, 1024, 1024, 64, 128, 1, 1" in big
+    assert "T.tensormap_encode_tiled(B_tensormap, B.data, 2048, 512, 4096, 64, 64, 1, 1" in big
+    assert big.count("swizzle=3") == 2
+    seed = lower(gemm_ir(1024, 1024, 1024), target("sm_90a")).script()
+    assert "A.data, 1024, 1024, 2048, 32, 128, 1, 1" in seed and "swizzle=2" in seed
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+@pytest.mark.parametrize("cfg", [{}, BIG, dict(BIG, trans_B=True), dict(BIG, num_stages=4)],
+                         ids=["seed", "big", "big_trans_B", "big_s4"])
+def test_tma_kernels_build_without_spills(cfg, compiler):
+    """Both compilers (NVRTC has no <cuda.h>: the backend supplies the CUtensorMap type)."""
+    from tile_nb.backend.cuda_compile import available_compiler
+    from tile_nb.runtime import compile as rt_compile
+
+    if available_compiler(compiler) != compiler:
+        pytest.skip(f"{compiler} is not installed here")
+    kernel = rt_compile(gemm_ir(1000, 1032, 1000, **cfg), "sm_90a",
+                        options={"compiler": compiler, "cache": False})
+    res = kernel.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+    # 65536 registers / (threads + the producer warp), rounded down to ptxas's granularity of 8
+    threads = cfg.get("threads", 128) + 32
+    assert res.registers <= min(255, 65536 // threads // 8 * 8)
+    assert "cp.async.bulk.tensor" in kernel.ptx
+
+
+@pytest.mark.parametrize("func,why", [
+    (lambda: gemm_ir(512, 512, 999), "A's rows are not a multiple of 16 bytes"),
+    (lambda: gemm_ir(512, 1030, 512), "B's rows are not a multiple of 16 bytes"),
+    (lambda: gemm_ir(512, 512, 512, clear_accum=True), "clear_accum=True"),
+    (lambda: gemm_ir(512, 512, 512, num_stages=1), "num_stages < 2"),
+    (lambda: gemm_ir(512, 512, 512).with_attr("tile_nb.tma", 0), "TMA turned off"),
+    (lambda: gemm_ir(512, 512, 512, trans_A=True), "no wgmma T.gemm"),
+])
+def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
+    note = pipeline_note(func())
+    assert note.startswith("cp.async (") and why in note, note
+
+
+def test_sm80_has_no_tma():
+    assert "no wgmma" in pipeline_note(gemm_ir(1024, 1024, 1024), "sm_80")
+    src = cuda_source(gemm_ir(1024, 1024, 1024), "sm_80")
+    assert "CUtensorMap" not in src and "__launch_bounds__(128)" in src
+
+
+def test_env_switch_is_part_of_the_compile_cache_key(monkeypatch):
+    from tile_nb.runtime import compile as rt_compile
+
+    func = gemm_ir(256, 256, 256)
+    tma = rt_compile(func, "sm_90a", options={"cache": False})
+    monkeypatch.setenv("TILE_NB_TMA", "0")
+    plain = rt_compile(func, "sm_90a", options={"cache": False})
+    assert tma.key != plain.key
+    assert "cp.async.bulk.tensor" in tma.cuda_source and "cp.async.bulk.tensor" not in plain.cuda_source

@@ -1,0 +1,365 @@
+"""`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma GEMM loops.
+
+Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm` runs on wgmma (wgmma.py) and every copy
+in the loop body is a whole global tile into one of that gemm's shared operands. Otherwise pipeline.py's
+cp.async schedule runs; the reason is kept in the lowered function's `tile_nb.pipeline` attribute.
+
+Why: with cp.async every thread issues its share of each tile's 16-byte copies and all threads meet at a CTA
+barrier every k-tile, so the tensor cores idle while the barrier drains. Here one thread of an extra warp
+issues a few `cp.async.bulk.tensor` per k-tile (the TMA unit does the addressing, swizzle and out-of-bounds
+zero fill), and stages are handed over through mbarriers, so consumers never wait for each other.
+
+    producer warp (threads [T, T+32), its first lane):
+        for k in [0, n): s = k % S
+            wait empty[s]  (parity ((k / S) & 1) ^ 1: passes at once on the first round)
+            arrive full[s] expecting the bytes of every box, then one TMA per box into stage s
+    consumers (the kernel's own T threads):
+        for k in [0, n): s = k % S
+            wait full[s]  (parity (k / S) & 1)
+            the gemm on stage s (wgmma fence, MMAs, commit, wait_group 1: the group of k-1 has finished)
+            lane 0 of each warp: arrive empty[(k - 1) % S]   (k > 0)
+        wait_group 0
+
+Everything outside the loop runs on the consumer threads only (`Lowerer.emit` guards it; CTA barriers become
+the named barrier 1 over the T consumer threads). Shared layouts are unchanged: the swizzled tiles of wgmma.py
+are exactly what TMA writes with its 64B/128B swizzle modes (tile bases are 1 KiB aligned in the pool), and a
+[K, N] B operand in 64-column panels is loaded one panel (box of 64 columns) at a time.
+Tensor maps are encoded on the host for each call (`runtime.cuTensorMapEncodeTiled`) and passed to the kernel
+as `const __grid_constant__ CUtensorMap` parameters by TVM's codegen.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import tirx
+from tvm.backend.cuda.op import cuda_func_call
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from . import intrin
+from .lowering import region_of, scope_of, seq_items
+from .wgmma import WgmmaAccLayout
+
+__all__ = ["TmaPlan", "emit_ws_loop", "plan_tma"]
+
+PRODUCER_THREADS = 32
+_SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
+_L2_PROMOTION_256B = 3
+
+
+@dataclass
+class Box:
+    """One TMA load per k-tile: a box of the global tensor into `elem_offset` of the tile's stage."""
+
+    dims: tuple  # box extents, innermost first
+    elem_offset: int  # within one stage of the shared tile
+    coord_shift: tuple  # added to the region's start coordinates (innermost first)
+
+
+@dataclass
+class TmaCopy:
+    call: tirx.Stmt
+    tile: object  # SharedTile
+    global_buf: tirx.Buffer
+    swizzle: int
+    boxes: list
+    tensor_map: tirx.Var | None = None
+
+
+@dataclass
+class TmaPlan:
+    loop: tirx.For
+    stages: int
+    copies: list
+    rest: list  # the loop body without the copies: the gemm
+    barrier_offset: int = 0  # bytes into the pool (set by emit_pool)
+    barriers: tirx.Buffer | None = field(default=None, repr=False)
+
+    @property
+    def bytes_per_stage(self) -> int:
+        total = 0
+        for c in self.copies:
+            elem = tvm.DataType(str(c.global_buf.dtype)).bits // 8
+            for b in c.boxes:
+                n = elem
+                for d in b.dims:
+                    n *= d
+                total += n
+        return total
+
+    def full(self, s):
+        return intrin.address_of(self.barriers, [s])
+
+    def empty(self, s):
+        return intrin.address_of(self.barriers, [self.stages + s])
+
+
+def _int(e):
+    if isinstance(e, int):
+        return e
+    if isinstance(e, tvm.ir.prim.expr.IntImm):
+        return int(e)
+    return None
+
+
+def plan_tma(lw) -> tuple[TmaPlan | None, str]:
+    """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not)."""
+    attr = (lw.func.attrs or {}).get("tile_nb.tma", None)
+    enabled = bool(int(attr)) if attr is not None else os.environ.get("TILE_NB_TMA", "1") != "0"
+    if not enabled:
+        return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
+    if not lw.uses_wgmma:
+        return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
+    if lw.threads % 128 or lw.threads + PRODUCER_THREADS > 1024:
+        return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
+    loops = [s for s in _top_level(lw.func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
+    nested = [s for s in _all_pipelined(lw.func.body) if not any(s.same_as(t) for t in loops)]
+    if len(loops) != 1 or nested:
+        return None, "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)"
+    loop = loops[0]
+    stages = int(loop.annotations["num_stages"])
+    if stages < 2:
+        return None, "cp.async (num_stages < 2)"
+    body = seq_items(loop.body)
+    copies = [s for s in body if lw.is_async_copy(s)]
+    rest = [s for s in body if not lw.is_async_copy(s)]
+    gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
+    if len(rest) != 1 or len(gemms) != 1:
+        return None, "cp.async (the pipelined loop body must be its copies and one T.gemm)"
+    gemm = gemms[0]
+    if not isinstance(lw.frags.get(region_of(gemm.args[0])[0]), WgmmaAccLayout):
+        return None, "cp.async (the loop's T.gemm is not on wgmma)"
+    if float(gemm.args[7].value) == 0.0:
+        return None, "cp.async (clear_accum=True: the accumulator is rewritten every k-tile)"
+    operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
+    planned = []
+    for c in copies:
+        tc, why = _plan_copy(lw, c, operands)
+        if tc is None:
+            return None, f"cp.async ({why})"
+        planned.append(tc)
+    if not planned:
+        return None, "cp.async (no global->shared copies in the loop)"
+    return TmaPlan(loop, stages, planned, rest), "TMA + mbarriers, producer warp (warp-specialized)"
+
+
+def _top_level(stmt):
+    """Statements reached from the kernel body through sequences and attributes only (not loops or ifs)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from _top_level(s)
+    elif isinstance(stmt, tirx.AttrStmt):
+        yield from _top_level(stmt.body)
+    else:
+        yield stmt
+
+
+def _all_pipelined(stmt):
+    from .lowering import iter_stmts
+
+    return [s for s in iter_stmts(stmt) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
+
+
+def _plan_copy(lw, call, operands):
+    dst, drng = region_of(call.args[0])
+    src, srng = region_of(call.args[1])
+    if dst not in operands:
+        return None, f"the copy into {dst.name} does not feed the loop's T.gemm"
+    tile = lw.shared[dst]
+    if str(src.dtype) != str(dst.dtype) or tvm.DataType(str(src.dtype)).bits != 16:
+        return None, f"the copy {src.name} -> {dst.name} is not a 16-bit copy without conversion"
+    if len(tile.shape) != 2 or [_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
+        return None, f"the copy into {dst.name} does not write the whole 2-D tile"
+    if list(src.strides) or _int(src.elem_offset) != 0 or scope_of(src) != "global":
+        return None, f"{src.name} is not a contiguous global tensor"
+    rank = len(src.shape)
+    if rank > 5:
+        return None, f"{src.name} has rank {rank} (TMA handles up to 5)"
+    ext = [_int(e) for _, e in srng]
+    if ext[:-2] != [1] * (rank - 2) or ext[-2:] != [int(x) for x in tile.shape]:
+        return None, f"the copy from {src.name} must take a [rows, cols] tile from its last two dimensions"
+    inner = _int(src.shape[-1])
+    if inner is None or inner * 2 % 16:
+        return None, f"{src.name}'s rows are not a multiple of 16 bytes (TMA needs 16-byte strides)"
+    rows, cols = (int(x) for x in tile.shape)
+    if tile.panel:
+        if cols % 64 or rows > 256:
+            return None, f"{dst.name} is not made of 64-column panels of at most 256 rows"
+        boxes = [Box((64, rows) + (1,) * (rank - 2), p * rows * 64, (64 * p,) + (0,) * (rank - 1))
+                 for p in range(cols // 64)]
+        return TmaCopy(call, tile, src, _SWIZZLE_KIND[128], boxes), ""
+    if not tile.swizzle or cols * 2 not in _SWIZZLE_KIND or rows > 256:
+        return None, f"{dst.name} is not a 64- or 128-byte-row swizzled tile of at most 256 rows"
+    box = Box((cols, rows) + (1,) * (rank - 2), 0, (0,) * rank)
+    return TmaCopy(call, tile, src, _SWIZZLE_KIND[cols * 2], [box]), ""
+
+
+# ---- host side: one tensor map per (tensor, box, swizzle) --------------------------------------------------
+
+def emit_tensor_maps(plan: TmaPlan):
+    """Bind and encode the tensor maps (host code, before the kernel launch)."""
+    seen = {}
+    for c in plan.copies:
+        key = (c.global_buf, c.boxes[0].dims, c.swizzle)
+        if key in seen:
+            c.tensor_map = seen[key]
+            continue
+        buf = c.global_buf
+        rank = len(buf.shape)
+        dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
+        elem = tvm.DataType(str(buf.dtype)).bits // 8
+        strides, acc = [], elem
+        for d in dims[:-1]:
+            acc = acc * d
+            strides.append(acc)  # bytes to step dims 1.. (dim 0 is contiguous)
+        tmap = T.Bind(tirx.tvm_stack_alloca("tensormap", 1), T.handle("tensormap"))
+        IRBuilder.name(f"{buf.name}_tensormap", tmap)
+        T.evaluate(tirx.tensormap_encode_tiled(
+            tmap, buf.data, *dims, *strides, *c.boxes[0].dims, *([1] * rank),
+            descriptor_dtype=str(buf.dtype), rank=rank, swizzle=c.swizzle, l2_promotion=_L2_PROMOTION_256B))
+        seen[key] = c.tensor_map = tmap
+
+
+# ---- device helpers -----------------------------------------------------------------------------------
+
+def _helper(name, params, body, *args):
+    src = f"""
+__forceinline__ __device__ void {name}({params}) {{
+{body}
+}}
+"""
+    return cuda_func_call(name, *args, source_code=src)
+
+
+def mbarrier_init(bar, count):
+    return _helper("tnb_mbarrier_init", "void* bar, int count",
+                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
+                   '  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(b), "r"(count) : "memory");',
+                   bar, count)
+
+
+def fence_mbarrier_init():
+    # Makes the initialised barriers visible to the async proxy (the TMA unit) before first use.
+    return _helper("tnb_fence_mbarrier_init", "",
+                   '  asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
+
+
+def mbarrier_wait(bar, parity):
+    return _helper("tnb_mbarrier_wait", "void* bar, int parity",
+                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
+                   '  asm volatile("{\\n.reg .pred done;\\nWAIT_%=:\\n"\n'
+                   '               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"\n'
+                   '               "@!done bra WAIT_%=;\\n}\\n" :: "r"(b), "r"(parity) : "memory");',
+                   bar, parity)
+
+
+def mbarrier_arrive(bar):
+    return _helper("tnb_mbarrier_arrive", "void* bar",
+                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
+                   '  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(b) : "memory");',
+                   bar)
+
+
+def mbarrier_expect_tx(bar, nbytes):
+    return _helper("tnb_mbarrier_arrive_expect_tx", "void* bar, int nbytes",
+                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
+                   '  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n"'
+                   ' :: "r"(b), "r"(nbytes) : "memory");',
+                   bar, nbytes)
+
+
+def tma_load(rank, dst, tmap, bar, coords):
+    names = ", ".join(f"int c{i}" for i in range(rank))
+    ops = ", ".join(f"%{3 + i}" for i in range(rank))
+    cons = "".join(f', "r"(c{i})' for i in range(rank))
+    body = ('  unsigned d = (unsigned)__cvta_generic_to_shared(dst);\n'
+            '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
+            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"\n'
+            f'               " [%0], [%1, {{{ops}}}], [%2];\\n"\n'
+            f'               :: "r"(d), "l"(tmap), "r"(b){cons} : "memory");')
+    # The tensor map is a __grid_constant__ kernel parameter; TVM passes its address as an integer.
+    return _helper(f"tnb_tma_load_{rank}d", f"void* dst, unsigned long long tmap, void* bar, {names}", body,
+                   dst, tirx.address_of(tmap), bar, *coords)
+
+
+def named_barrier(threads):
+    """`bar.sync 1, threads`: a CTA barrier over the consumer threads only (id 0 is __syncthreads)."""
+    return _helper(f"tnb_bar_sync_1_{threads}", "",
+                   f'  asm volatile("bar.sync 1, {threads};\\n" ::: "memory");')
+
+
+# ---- device side ------------------------------------------------------------------------------------
+
+def emit_barrier_init(lw, plan: TmaPlan):
+    """Thread 0 initialises the stage barriers; every thread (producer included) waits for that."""
+    view = T.decl_buffer((2 * plan.stages,), "uint64", data=lw.pool.data, byte_offset=plan.barrier_offset,
+                         scope="shared.dyn")
+    IRBuilder.name("stage_barriers", view)
+    plan.barriers = view
+    with T.If(lw.tx == 0), T.Then():
+        for s in range(plan.stages):
+            T.evaluate(mbarrier_init(plan.full(s), 1))  # the producer's expect_tx arrival (+ the bytes)
+            T.evaluate(mbarrier_init(plan.empty(s), lw.threads // 32))  # one arrival per consumer warp
+        T.evaluate(fence_mbarrier_init())
+    T.evaluate(intrin.cta_sync())
+
+
+def emit_ws_loop(lw, plan: TmaPlan):
+    loop = plan.loop
+    start, n = lw.expr(loop.min), lw.expr(loop.extent)
+    stages = plan.stages
+    fd, fm = tirx.floordiv, tirx.floormod
+    with T.If(lw.tx >= lw.threads):
+        with T.Then():
+            with T.If(lw.tx == lw.threads), T.Then():
+                _emit_producer(lw, plan, start, n)
+        with T.Else():
+            prev = lw.in_consumer
+            lw.in_consumer = True
+            lw.after_pipeline = []
+            lw.ws_loop_active = True
+            with T.serial(0, n) as k:
+                IRBuilder.name(loop.loop_var.name, k)
+                lw.bind_range(k, n)
+                s = fm(k, stages)
+                T.evaluate(mbarrier_wait(plan.full(s), fm(fd(k, stages), 2)))
+                lw.var_map[loop.loop_var] = start + k
+                saved = dict(lw.stage)
+                for c in plan.copies:
+                    lw.stage[c.tile.buffer] = s
+                lw.emit_seq(plan.rest)
+                lw.stage = saved
+                # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
+                with T.If(tirx.And(k > 0, fm(lw.tx, 32) == 0)), T.Then():
+                    T.evaluate(mbarrier_arrive(plan.empty(fm(k + stages - 1, stages))))
+            lw.ws_loop_active = False
+            for fn in lw.after_pipeline:
+                fn()
+            lw.after_pipeline = []
+            lw.in_consumer = prev
+
+
+def _emit_producer(lw, plan: TmaPlan, start, n):
+    from .copy import Operand
+
+    stages = plan.stages
+    fd, fm = tirx.floordiv, tirx.floormod
+    loop = plan.loop
+    with T.serial(0, n) as k:
+        IRBuilder.name(loop.loop_var.name + "_load", k)
+        lw.bind_range(k, n)
+        s = fm(k, stages)
+        T.evaluate(mbarrier_wait(plan.empty(s), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
+        T.evaluate(mbarrier_expect_tx(plan.full(s), plan.bytes_per_stage))
+        lw.var_map[loop.loop_var] = start + k
+        for c in plan.copies:
+            src = Operand(lw, c.call.args[1])
+            rank = len(c.global_buf.shape)
+            start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
+            for box in c.boxes:
+                dst = intrin.address_of(c.tile.view, [s * c.tile.elems + box.elem_offset])
+                coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
+                          for x, d in zip(start_coords, box.coord_shift)]
+                T.evaluate(tma_load(rank, dst, c.tensor_map, plan.full(s), coords))
