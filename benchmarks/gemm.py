@@ -46,7 +46,7 @@ CONFIGS = {
     "128x256x64 t256 s3": (BIG, {}),
 }
 VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp)
-    "seed, cp.async": (SEED, {"tile_nb.tma": 0}),
+    "seed, TMA forced": (SEED, {"tile_nb.tma": 1}),
     "seed s4": (dict(SEED, stages=4), {}),
     "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
     "big, cp.async": (BIG, {"tile_nb.tma": 0}),

@@ -46,8 +46,8 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 
 def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
              expect_pipeline=None, **cfg):
-    """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "cp.async" (wgmma
-    with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
+    """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "tma" (TMA also for
+    one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
     substring of the lowered function's `tile_nb.pipeline` note (which pipeline was built)."""
     from tile_nb.runtime import compile as rt_compile
 
@@ -59,8 +59,8 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
                            trans_A=trans_A, trans_B=trans_B, **cfg)
     if path == "mma":
         func = func.with_attr("tile_nb.wgmma", 0)
-    elif path == "cp.async":
-        func = func.with_attr("tile_nb.tma", 0)
+    elif path in ("cp.async", "tma"):
+        func = func.with_attr("tile_nb.tma", int(path == "tma"))
     kernel = rt_compile(func, None)
     if expect_pipeline is not None:
         assert f'"tile_nb.pipeline": "{expect_pipeline}' in kernel.lowered_ir
@@ -122,7 +122,7 @@ needs_hopper = pytest.mark.skipif(
 def test_tma_edges_not_multiples_of_the_tile(big, trans_B):
     """1000 x 1032 x 1000: 16-byte row strides (TMA's rule) but M, N, K cut every tile: TMA zero-fills the
     boxes past the tensor's end, the copy-out is guarded."""
-    cfg = dict(block_N=256, block_K=64, threads=256) if big else {}
+    cfg = dict(block_N=256, block_K=64, threads=256) if big else dict(path="tma")
     assert run_case(1000, 1032, 1000, trans_B=trans_B, expect_pipeline=TMA, **cfg) < 1e-3
 
 
@@ -139,7 +139,14 @@ def test_tma_dtypes_big_tile(in_dtype, out_dtype, tol):
 @pytest.mark.parametrize("K", [32, 64, 96, 4096])
 def test_tma_stage_counts_and_short_loops(stages, K):
     """Loops shorter than, equal to and much longer than the stage ring (mbarrier parities wrap many times)."""
-    assert run_case(256, 384, K, stages=stages, expect_pipeline=TMA) < 1e-3
+    assert run_case(256, 384, K, stages=stages, path="tma", expect_pipeline=TMA) < 1e-3
+
+
+@needs_hopper
+def test_tma_four_consumer_warpgroups():
+    """256 x 128 tile over 512 threads: 4 consumer warpgroups release each stage (16 warp arrivals)."""
+    cfg = dict(block_M=256, block_N=128, block_K=64, threads=512)
+    assert run_case(1000, 1032, 1000, expect_pipeline=TMA, **cfg) < 1e-3
 
 
 @needs_hopper
@@ -154,4 +161,4 @@ def test_tma_and_cp_async_paths_agree():
 @needs_hopper
 def test_ineligible_shapes_fall_back_to_cp_async_with_the_reason():
     """K = 999: A's rows are 1998 bytes, not a multiple of 16, so TMA cannot describe A; cp.async runs."""
-    assert run_case(512, 512, 999, expect_pipeline="cp.async (A") < 1e-3
+    assert run_case(512, 512, 999, path="tma", expect_pipeline="cp.async (A") < 1e-3

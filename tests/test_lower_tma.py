@@ -15,13 +15,24 @@ from test_lower_gemm import cuda_source, ptxas_report, target
 BIG = dict(block_N=256, block_K=64, threads=256)
 
 
+def seed_tma(M=1024, N=1024, K=1024, **cfg):
+    """The seed GEMM (one consumer warpgroup) with TMA forced: by default it keeps cp.async (measured faster)."""
+    return gemm_ir(M, N, K, **cfg).with_attr("tile_nb.tma", 1)
+
+
 def pipeline_note(func, arch="sm_90a"):
     return str(lower(func, target(arch)).functions.values().__iter__().__next__().attrs["tile_nb.pipeline"])
 
 
-@pytest.mark.parametrize("cfg", [{}, BIG, dict(BIG, trans_B=True)], ids=["seed", "big", "big_trans_B"])
+@pytest.mark.parametrize("cfg", [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],
+                         ids=["big", "big_trans_B", "4_warpgroups"])
 def test_gemm_kernels_get_the_tma_pipeline(cfg):
     assert pipeline_note(gemm_ir(1024, 1024, 1024, **cfg)).startswith("TMA + mbarriers, producer warp")
+
+
+def test_one_warpgroup_keeps_cp_async_unless_forced():
+    assert "one consumer warpgroup" in pipeline_note(gemm_ir(1024, 1024, 1024))
+    assert pipeline_note(seed_tma()).startswith("TMA + mbarriers")
 
 
 def test_cuda_source_of_the_warp_specialized_kernel():
@@ -49,12 +60,12 @@ def test_host_encodes_swizzled_tensor_maps():
     assert "T.tensormap_encode_tiled(A_tensormap, A.data, 512, 1024, 1024, 64, 128, 1, 1" in big
     assert "T.tensormap_encode_tiled(B_tensormap, B.data, 2048, 512, 4096, 64, 64, 1, 1" in big
     assert big.count("swizzle=3") == 2
-    seed = lower(gemm_ir(1024, 1024, 1024), target("sm_90a")).script()
+    seed = lower(seed_tma(), target("sm_90a")).script()
     assert "A.data, 1024, 1024, 2048, 32, 128, 1, 1" in seed and "swizzle=2" in seed
 
 
 @pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
-@pytest.mark.parametrize("cfg", [{}, BIG, dict(BIG, trans_B=True), dict(BIG, num_stages=4)],
+@pytest.mark.parametrize("cfg", [{"tma": 1}, BIG, dict(BIG, trans_B=True), dict(BIG, num_stages=4)],
                          ids=["seed", "big", "big_trans_B", "big_s4"])
 def test_tma_kernels_build_without_spills(cfg, compiler):
     """Both compilers (NVRTC has no <cuda.h>: the backend supplies the CUtensorMap type)."""
@@ -63,23 +74,25 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
 
     if available_compiler(compiler) != compiler:
         pytest.skip(f"{compiler} is not installed here")
-    kernel = rt_compile(gemm_ir(1000, 1032, 1000, **cfg), "sm_90a",
-                        options={"compiler": compiler, "cache": False})
+    cfg = dict(cfg)
+    func = gemm_ir(1000, 1032, 1000, **cfg) if not cfg.pop("tma", 0) else seed_tma(1000, 1032, 1000)
+    kernel = rt_compile(func, "sm_90a", options={"compiler": compiler, "cache": False})
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     # 65536 registers / (threads + the producer warp), rounded down to ptxas's granularity of 8
-    threads = cfg.get("threads", 128) + 32
+    threads = BIG["threads"] + 32 if cfg else 128 + 32
     assert res.registers <= min(255, 65536 // threads // 8 * 8)
     assert "cp.async.bulk.tensor" in kernel.ptx
 
 
 @pytest.mark.parametrize("func,why", [
-    (lambda: gemm_ir(512, 512, 999), "A's rows are not a multiple of 16 bytes"),
-    (lambda: gemm_ir(512, 1030, 512), "B's rows are not a multiple of 16 bytes"),
-    (lambda: gemm_ir(512, 512, 512, clear_accum=True), "clear_accum=True"),
-    (lambda: gemm_ir(512, 512, 512, num_stages=1), "num_stages < 2"),
-    (lambda: gemm_ir(512, 512, 512).with_attr("tile_nb.tma", 0), "TMA turned off"),
-    (lambda: gemm_ir(512, 512, 512, trans_A=True), "no wgmma T.gemm"),
+    (lambda: gemm_ir(512, 512, 999, **BIG), "A's rows are not a multiple of 16 bytes"),
+    (lambda: gemm_ir(512, 1030, 512, **BIG), "B's rows are not a multiple of 16 bytes"),
+    (lambda: gemm_ir(512, 512, 512, clear_accum=True, **BIG), "clear_accum=True"),
+    (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
+    (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
+    (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
+    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)), "the accumulator alone takes 128"),
 ])
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
@@ -95,7 +108,7 @@ def test_sm80_has_no_tma():
 def test_env_switch_is_part_of_the_compile_cache_key(monkeypatch):
     from tile_nb.runtime import compile as rt_compile
 
-    func = gemm_ir(256, 256, 256)
+    func = gemm_ir(256, 256, 256, **BIG)
     tma = rt_compile(func, "sm_90a", options={"cache": False})
     monkeypatch.setenv("TILE_NB_TMA", "0")
     plain = rt_compile(func, "sm_90a", options={"cache": False})

@@ -8,7 +8,8 @@ The passes are listed in order in `lowering.py`; op lowerings register themselve
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits, mma.sync m16n8k16 otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
-`tile_nb.tma` (0: cp.async pipelines instead of TMA + a producer warp on sm_90a; tma.py). The environment
+`tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
+>= 2 consumer warpgroups). The environment
 variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).
 """
 from __future__ import annotations

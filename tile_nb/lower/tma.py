@@ -1,8 +1,10 @@
 """`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma GEMM loops.
 
-Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm` runs on wgmma (wgmma.py) and every copy
-in the loop body is a whole global tile into one of that gemm's shared operands. Otherwise pipeline.py's
-cp.async schedule runs; the reason is kept in the lowered function's `tile_nb.pipeline` attribute.
+Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm` runs on wgmma (wgmma.py) over at least two
+consumer warpgroups (one warpgroup runs faster with cp.async, see below) and every copy in the loop body is a
+whole global tile into one of that gemm's shared operands. Otherwise pipeline.py's cp.async schedule runs; the
+reason is kept in the lowered function's `tile_nb.pipeline` attribute. `tile_nb.tma` = 0 / 1 (or the
+environment variable TILE_NB_TMA) turns it off / on wherever it is legal.
 
 Why: with cp.async every thread issues its share of each tile's 16-byte copies and all threads meet at a CTA
 barrier every k-tile, so the tensor cores idle while the barrier drains. Here one thread of an extra warp
@@ -47,6 +49,9 @@ __all__ = ["TmaPlan", "emit_ws_loop", "plan_tma"]
 PRODUCER_THREADS = 32
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
+# Registers a consumer needs besides its accumulator (addresses, descriptors, loop state): the 128x256x64
+# kernel uses 154 for 128 accumulator registers.
+_REGISTER_HEADROOM = 32
 
 
 @dataclass
@@ -107,13 +112,18 @@ def _int(e):
 def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not)."""
     attr = (lw.func.attrs or {}).get("tile_nb.tma", None)
-    enabled = bool(int(attr)) if attr is not None else os.environ.get("TILE_NB_TMA", "1") != "0"
-    if not enabled:
+    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_TMA", "auto")
+    if mode == "0":
         return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
     if not lw.uses_wgmma:
         return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
     if lw.threads % 128 or lw.threads + PRODUCER_THREADS > 1024:
         return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
+    if mode != "1" and lw.threads < 256:
+        # Measured on the H200 (benchmarks/results/gemm.md): with one consumer warpgroup, 3 CTAs per SM
+        # already hide each other's barriers; the producer warp's registers leave room for only 2.
+        return None, ("cp.async (one consumer warpgroup: measured faster than TMA + a producer warp; "
+                      "tile_nb.tma = 1 forces TMA)")
     loops = [s for s in _top_level(lw.func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
     nested = [s for s in _all_pipelined(lw.func.body) if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
@@ -129,8 +139,13 @@ def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     if len(rest) != 1 or len(gemms) != 1:
         return None, "cp.async (the pipelined loop body must be its copies and one T.gemm)"
     gemm = gemms[0]
-    if not isinstance(lw.frags.get(region_of(gemm.args[0])[0]), WgmmaAccLayout):
+    acc = lw.frags.get(region_of(gemm.args[0])[0])
+    if not isinstance(acc, WgmmaAccLayout):
         return None, "cp.async (the loop's T.gemm is not on wgmma)"
+    budget = 65536 // (lw.threads + PRODUCER_THREADS)
+    if budget < acc.regs + _REGISTER_HEADROOM:
+        return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
+                      f"alone takes {acc.regs})")
     if float(gemm.args[7].value) == 0.0:
         return None, "cp.async (clear_accum=True: the accumulator is rewritten every k-tile)"
     operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
