@@ -1,13 +1,15 @@
 """GEMM throughput: tile_nb (the seed kernel through tile_nb.lower + TVM) vs torch.matmul (cuBLAS), same run.
 
-    python benchmarks/gemm.py [--sizes 1024 2048 4096 8192] [--out results.json]
+    python benchmarks/gemm.py [--sizes 1024 2048 4096 8192] [--variants] [--rounds 5] [--out results.json]
 
 Timing: CUDA events around each launch, L2 flushed (a 512 MiB write) before every timed launch, warm-up first,
-median of the repeats. TFLOP/s = 2 M N K / time.
+median of 30 launches per round; rounds interleave all configs and torch; the median over rounds is reported.
+TFLOP/s = 2 M N K / time.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -88,6 +90,7 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     ap.add_argument("--out", default=None)
     ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
+    ap.add_argument("--rounds", type=int, default=5, help="timing rounds, configs interleaved in each")
     ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
     args = ap.parse_args()
     rows = []
@@ -104,31 +107,42 @@ def main():
                     print("probe", cfg["block_N"], "swap", swap, "err", ((c.float() - ref).norm() / ref.norm()).item())
                 except Exception as exc:  # noqa: BLE001
                     print("probe", cfg["block_N"], "swap", swap, "failed:", str(exc)[:300])
-    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}")
+    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}  rounds: {args.rounds}")
     for n in args.sizes:
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)
         b = torch.randn(n, n, device="cuda", dtype=torch.float16)
         c = torch.empty(n, n, device="cuda", dtype=torch.float16)
         flop = 2.0 * n * n * n
-        t_ref = bench(lambda: torch.matmul(a, b, out=c))
         ref = torch.matmul(a.float(), b.float())
         configs = dict(CONFIGS, **(VARIANTS if args.variants and n >= 4096 else {}))
+        kernels, firsts, errs = {"torch.matmul": functools.partial(torch.matmul, a, b, out=c)}, {}, {}
         for name, (cfg, attrs) in configs.items():
             t0 = time.perf_counter()
             kern = build(n, cfg, attrs)
             c.fill_(float("nan"))
             kern(a, b, c)
             torch.cuda.synchronize()
-            first = time.perf_counter() - t0
-            err = ((c.float() - ref).norm() / ref.norm()).item()
-            t = bench(lambda: kern(a, b, c))
-            row = dict(size=n, config=name, registers=str(getattr(kern, "resources", "")), tflops=flop / t[0] / 1e12, torch_tflops=flop / t_ref[0] / 1e12,
-                       ms=t[0] * 1e3, ms_min=t[1] * 1e3, ms_max=t[2] * 1e3, rel_err=err, first_call_s=first)
+            firsts[name] = time.perf_counter() - t0
+            errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
+            kernels[name] = functools.partial(kern, a, b, c)
+        # Round-robin: every config (torch included) is timed once per round, so clock and thermal drift
+        # over the run hit all of them alike; the reported time is the median of the round medians.
+        per_round = {name: [] for name in kernels}
+        for _ in range(args.rounds):
+            for name, fn in kernels.items():
+                per_round[name].append(bench(fn)[0])
+        t_ref = statistics.median(per_round["torch.matmul"])
+        for name in configs:
+            t = statistics.median(per_round[name])
+            lo, hi = min(per_round[name]), max(per_round[name])
+            row = dict(size=n, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12,
+                       ms=t * 1e3, round_ms_min=lo * 1e3, round_ms_max=hi * 1e3, rel_err=errs[name],
+                       first_call_s=firsts[name], rounds=args.rounds)
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
             print(f"{n:5d} {name:26s} {row['tflops']:7.1f} TFLOP/s  torch {row['torch_tflops']:7.1f}  "
-                  f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms [{row['ms_min']:.3f}, {row['ms_max']:.3f}])  "
-                  f"err {err:.1e}  first call {first:.2f}s")
+                  f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms; rounds {lo * 1e3:.3f}..{hi * 1e3:.3f})  "
+                  f"err {errs[name]:.1e}  first call {firsts[name]:.2f}s")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)

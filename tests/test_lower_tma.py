@@ -6,11 +6,10 @@ The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).
 import re
 
 import pytest
-import tvm
-
 from kernels.seed import gemm_ir
+from test_lower_gemm import cuda_source, target
+
 from tile_nb.lower import lower
-from test_lower_gemm import cuda_source, ptxas_report, target
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 

@@ -327,9 +327,8 @@ def emit_ws_loop(lw, plan: TmaPlan):
     stages = plan.stages
     fd, fm = tirx.floordiv, tirx.floormod
     with T.If(lw.tx >= lw.threads):
-        with T.Then():
-            with T.If(lw.tx == lw.threads), T.Then():
-                _emit_producer(lw, plan, start, n)
+        with T.Then(), T.If(lw.tx == lw.threads), T.Then():
+            _emit_producer(lw, plan, start, n)
         with T.Else():
             prev = lw.in_consumer
             lw.in_consumer = True
