@@ -162,3 +162,17 @@ def test_tma_and_cp_async_paths_agree():
 def test_ineligible_shapes_fall_back_to_cp_async_with_the_reason():
     """K = 999: A's rows are 1998 bytes, not a multiple of 16, so TMA cannot describe A; cp.async runs."""
     assert run_case(512, 512, 999, path="tma", expect_pipeline="cp.async (A") < 1e-3
+
+
+@needs_hopper
+def test_tma_kernel_with_a_shared_memory_epilogue():
+    """Consumer-only barriers (bar.sync 1, 256) around the C tile staged in shared memory."""
+    from kernels.seed import gemm_smem_epilogue
+
+    a = torch.randn(1000, 1000, device="cuda").half()
+    b = torch.randn(1000, 1032, device="cuda").half()
+    c = torch.full((1000, 1032), float("nan"), device="cuda", dtype=torch.float16)
+    assert '"tile_nb.pipeline": "TMA' in gemm_smem_epilogue.compile(a, b, c).lowered_ir
+    gemm_smem_epilogue(a, b, c)
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from kernels.seed import gemm_ir
-from test_lower_gemm import cuda_source, target
+from test_lower_gemm import cuda_source, ptxas_report, target
 
 from tile_nb.lower import lower
 
@@ -113,3 +113,18 @@ def test_env_switch_is_part_of_the_compile_cache_key(monkeypatch):
     plain = rt_compile(func, "sm_90a", options={"cache": False})
     assert tma.key != plain.key
     assert "cp.async.bulk.tensor" in tma.cuda_source and "cp.async.bulk.tensor" not in plain.cuda_source
+
+
+def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
+    """C staged through shared memory needs a barrier between the two copies; with a producer warp that
+    barrier is `bar.sync 1, 256` over the consumers (a __syncthreads would wait for the producer forever)."""
+    from kernels.seed import gemm_smem_epilogue
+
+    func = gemm_smem_epilogue.specialize(M=1000, N=1032, K=1000)
+    assert pipeline_note(func).startswith("TMA + mbarriers")
+    src = cuda_source(func, "sm_90a")
+    after_loop = src[src.rindex("tnb_wgmma_wait0_r128(("):]  # the drain after the consumer loop
+    assert "bar.sync 1, 256;" in src and "tnb_bar_sync_1_256();" in after_loop
+    assert "tnb_cta_sync();" not in after_loop
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert "0 bytes spill stores" in report

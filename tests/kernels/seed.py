@@ -81,3 +81,25 @@ def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int =
 def gemm_ir(M: int, N: int, K: int, **compile_args):
     """The phase-2 IR of `gemm_variant` for these shapes (what the lowering tests compile)."""
     return gemm_variant.specialize(M=M, N=N, K=K, **compile_args)
+
+
+@tile_nb.jit
+def gemm_smem_epilogue(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64, threads: int = 256):
+    """The GEMM with its result staged through shared memory (fp16) before the store: the epilogue needs CTA
+    barriers, which in a warp-specialized kernel must leave the producer warp out."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float16]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        C_shared = T.alloc_shared((block_M, block_N), T.float16)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C_shared)
+        T.copy(C_shared, C[bx * block_M, by * block_N])

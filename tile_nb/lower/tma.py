@@ -196,7 +196,9 @@ def _plan_copy(lw, call, operands):
     if ext[:-2] != [1] * (rank - 2) or ext[-2:] != [int(x) for x in tile.shape]:
         return None, f"the copy from {src.name} must take a [rows, cols] tile from its last two dimensions"
     inner = _int(src.shape[-1])
-    if inner is None or inner * 2 % 16:
+    if inner is None:
+        return None, f"{src.name}'s last dimension is not a compile-time constant (TMA needs 16-byte row strides)"
+    if inner * 2 % 16:
         return None, f"{src.name}'s rows are not a multiple of 16 bytes (TMA needs 16-byte strides)"
     rows, cols = (int(x) for x in tile.shape)
     if tile.panel:
