@@ -137,6 +137,35 @@ def test_disk_cache_hit_in_a_new_process_launches(own_cache):
     assert out["seconds"] < 0.5, out              # the target (50 ms) is measured in benchmarks/compile.py
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="TMA kernels need sm_90")
+def test_tma_gemm_from_the_disk_cache_in_a_new_process(own_cache):
+    """The exported module of a TMA kernel carries the host code that encodes its tensor maps per call."""
+    from kernels.seed import gemm_ir
+
+    first = rt.compile(gemm_ir(1000, 1032, 1000, block_N=256, block_K=64, threads=256), None)
+    assert "cp.async.bulk.tensor" in first.cuda_source and "module.so" in os.listdir(first.cache_path)
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(ROOT)!r}, {str(TESTS)!r}]
+        import torch
+        import tile_nb.runtime as rt
+        from kernels.seed import gemm_ir
+        k = rt.compile(gemm_ir(1000, 1032, 1000, block_N=256, block_K=64, threads=256), None)
+        a = torch.randn(1000, 1000, device="cuda").half(); b = torch.randn(1000, 1032, device="cuda").half()
+        c = torch.full((1000, 1032), float("nan"), device="cuda")
+        k(a, b, c); torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        print(json.dumps({{"from_cache": k.from_cache, "err": float((c.double() - ref).norm() / ref.norm())}}))
+    """)
+    env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=PYPATH)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["from_cache"] and out["err"] < 1e-3, out
+
+
 def test_do_bench_with_events_and_l2_flush():
     from tile_nb.bench import do_bench, gemm_flops, l2_flush_bytes, tflops
 
