@@ -240,3 +240,5 @@ def test_cuda_view_of_the_real_compile(ip):
     assert data["backend"] == "cuda" and set(data["resources"]) == {"registers", "shared_bytes", "spill_stores",
                                                                     "spill_loads"}
     assert " ms" not in view.to_text()  # timings stay out of the plain text
+    # which pipeline the lowering built for T.Pipelined, and why (32x32 tiles on 128 threads: no wgmma)
+    assert "note: pipeline: cp.async (no wgmma T.gemm" in view.to_text()

@@ -122,7 +122,7 @@ def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     if mode != "1" and lw.threads < 256:
         # Measured on the H200 (benchmarks/results/gemm.md): with one consumer warpgroup, 3 CTAs per SM
         # already hide each other's barriers; the producer warp's registers leave room for only 2.
-        return None, ("cp.async (one consumer warpgroup: measured faster than TMA + a producer warp; "
+        return None, ("cp.async (one consumer warpgroup: TMA + a producer warp measured no faster; "
                       "tile_nb.tma = 1 forces TMA)")
     loops = [s for s in _top_level(lw.func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
     nested = [s for s in _all_pipelined(lw.func.body) if not any(s.same_as(t) for t in loops)]

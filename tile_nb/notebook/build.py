@@ -285,6 +285,9 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
     if compiled is not None:
         sections += _compiled_sections(compiled, lowered=lowered, cuda=cuda)
         resources = _resources(getattr(compiled, "resources", None))
+        pipeline = getattr(compiled, "pipeline", None)
+        if pipeline:
+            notes = [*(notes or []), f"pipeline: {pipeline}"]
         timings_ms = {str(k): float(v) * 1e3 for k, v in (getattr(compiled, "timings", None) or {}).items()}
     return KernelView(name=name, params=params, consts=consts, backend=backend, sections=sections,
                       resources=resources, timings_ms=timings_ms, run=run, notes=list(notes or []))

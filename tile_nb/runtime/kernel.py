@@ -6,6 +6,7 @@ call), so the kernel is ordered with the surrounding torch work and with CUDA gr
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,8 @@ from ..backend.resources import Resources
 from ..errors import TileNBError
 
 __all__ = ["CompiledKernel", "KernelNotLaunchableError"]
+
+_PIPELINE_ATTR = re.compile(r'"tile_nb\.pipeline": "([^"]*)"')
 
 
 class KernelNotLaunchableError(TileNBError, RuntimeError):
@@ -55,6 +58,13 @@ class CompiledKernel:
     _func: Any = None
 
     # ------------------------------------------------------------------ artifacts
+
+    @property
+    def pipeline(self) -> str | None:
+        """How the lowering built the kernel's `T.Pipelined` loop, and why (e.g. "TMA + mbarriers, producer warp
+        (warp-specialized)" or "cp.async (...)"); None when the kernel has no pipelined loop."""
+        m = _PIPELINE_ATTR.search(self.lowered_ir or "")
+        return m.group(1) if m else None
 
     @property
     def resources(self) -> Resources | None:
