@@ -41,7 +41,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .lowering import region_of, scope_of, seq_items
+from .lowering import dtype_bits, region_of, scope_of, seq_items
 from .wgmma import WgmmaAccLayout
 
 __all__ = ["TmaPlan", "emit_ws_loop", "plan_tma"]
@@ -86,7 +86,7 @@ class TmaPlan:
     def bytes_per_stage(self) -> int:
         total = 0
         for c in self.copies:
-            elem = tvm.DataType(str(c.global_buf.dtype)).bits // 8
+            elem = dtype_bits(c.global_buf.dtype) // 8
             for b in c.boxes:
                 n = elem
                 for d in b.dims:
@@ -183,7 +183,7 @@ def _plan_copy(lw, call, operands):
     if dst not in operands:
         return None, f"the copy into {dst.name} does not feed the loop's T.gemm"
     tile = lw.shared[dst]
-    if str(src.dtype) != str(dst.dtype) or tvm.DataType(str(src.dtype)).bits != 16:
+    if str(src.dtype) != str(dst.dtype) or dtype_bits(src.dtype) != 16:
         return None, f"the copy {src.name} -> {dst.name} is not a 16-bit copy without conversion"
     if len(tile.shape) != 2 or [_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
         return None, f"the copy into {dst.name} does not write the whole 2-D tile"
@@ -226,7 +226,7 @@ def emit_tensor_maps(plan: TmaPlan):
         buf = c.global_buf
         rank = len(buf.shape)
         dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
-        elem = tvm.DataType(str(buf.dtype)).bits // 8
+        elem = dtype_bits(buf.dtype) // 8
         strides, acc = [], elem
         for d in dims[:-1]:
             acc = acc * d

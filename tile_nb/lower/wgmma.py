@@ -190,12 +190,10 @@ def lower_gemm_wgmma(lw, call):
         with T.unroll(0, lay.mblocks) as mb:
             T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
 
-    if lw.ws_loop_active:  # TMA pipeline (tma.py): k-1's stage is released once its group is done
+    # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of
+    # tma.py then releases, or the overlap variant's copies refill); the loop drains with wait 0 after it.
+    if lw.ws_loop_active or (lw.in_pipeline_stages >= 3 and lw.wgmma_overlap()):
         wait(1)
-        if not lw.after_pipeline:
-            lw.after_pipeline.append(lambda: wait(0))
-    elif lw.in_pipeline_stages >= 3 and lw.wgmma_overlap():
-        wait(1)  # the previous k-tile's group is done; this one overlaps the next iteration's copies
         if not lw.after_pipeline:
             lw.after_pipeline.append(lambda: wait(0))
     else:
