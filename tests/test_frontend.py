@@ -346,8 +346,25 @@ def test_error_argument_count_and_unknown_keyword():
 
 
 def test_error_unhashable_compile_time_argument():
+    @tile_nb.jit
+    def scaled(X, factors=(1, 2)):
+        N = T.const('N')
+        X: T.Tensor[[N], T.float32]
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(N):
+                X[i] = X[i] * factors[0]
+
+    err = _raise(scaled, rand(4), factors=[1, 2])
+    assert isinstance(err, errors.UnhashableArgumentError) and "'factors' must be hashable" in str(err)
+
+
+def test_error_compile_time_argument_against_its_annotation():
     err = _raise(gemm, rand(4, 4), rand(4, 4), rand(4, 4), block_M=[64])
-    assert isinstance(err, errors.UnhashableArgumentError) and "'block_M' must be hashable" in str(err)
+    assert isinstance(err, errors.ArgumentError)
+    assert "compile-time argument 'block_M' must be an int; got list [64]" in str(err)
+    err = _raise(gemm, rand(4, 4), rand(4, 4), rand(4, 4), block_M=64.0)
+    assert "'block_M' must be an int; got float 64.0" in str(err) and "block_M: int" in str(err)
+    assert err.lineno is not None  # the kernel's def line
 
 
 def test_error_positional_only_at_decoration():

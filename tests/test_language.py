@@ -106,7 +106,9 @@ def test_gemm_transposes():
     for ta in (False, True):
         for tb in (False, True):
             C = torch.full((16, 24), float("nan"))
-            mm(a.t().contiguous() if ta else a, b.t().contiguous() if tb else b, C, ta, tb)
+            # 16x24 does not split over 4 warps in 16x16 tiles: the interpreter runs it and says the GPU won't.
+            with pytest.warns(tile_nb.NotLowerableWarning, match="cannot be split over 4 warps"):
+                mm(a.t().contiguous() if ta else a, b.t().contiguous() if tb else b, C, ta, tb)
             assert torch.allclose(C, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
 
 

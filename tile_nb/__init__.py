@@ -17,12 +17,12 @@ Importing tile_nb loads no Jupyter, widget or plotting package; the notebook pie
 """
 from .errors import TileNBError
 from .frontend.source import register_source, run_source
-from .jit import JITFunction, jit, lazy_jit
+from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
 
 __version__ = "0.1.0"
 
-__all__ = ["jit", "lazy_jit", "JITFunction", "TileNBError", "run_source", "register_source", "__version__",
-           "load_ipython_extension"]
+__all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning", "TileNBError", "run_source", "register_source",
+           "__version__", "load_ipython_extension"]
 
 
 def load_ipython_extension(ip):

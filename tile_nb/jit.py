@@ -18,10 +18,14 @@ from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankM
 from .frontend.checks import Expectations, check_devices, check_tensor_kind
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.kernel import KernelDefinition
-from .frontend.params import COMPILE_TIME, POINTER, static_const_sources
+from .frontend.params import COMPILE_TIME, POINTER, check_compile_value, static_const_sources
 from .language.dtypes import torch_dtype
 
-__all__ = ["jit", "lazy_jit", "JITFunction"]
+__all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning"]
+
+
+class NotLowerableWarning(UserWarning):
+    """The CPU interpreter ran a kernel that the GPU lowering refuses."""
 
 log = logging.getLogger("tile_nb")
 
@@ -36,11 +40,18 @@ class Specialization:
     dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
     check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
     device_arg: int | None  # a tensor argument whose device is the call's device
-    compiled: dict = field(default_factory=dict)  # target string -> CompiledKernel
+    compiled: dict = field(default_factory=dict)  # (target string, unaligned tensor names) -> CompiledKernel
+    lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
 
     @property
     def func(self):
         return self.elaboration.func
+
+    @functools.cached_property
+    def buffer_args(self) -> list[tuple[int, str]]:
+        """(position among the call's arguments, name) of every tensor parameter, outputs included."""
+        buffers = self.func.buffer_map
+        return [(i, buffers[p].name) for i, p in enumerate(self.func.params) if p in buffers]
 
 
 @dataclass
@@ -59,13 +70,21 @@ class Template:
 
 
 def _key_part(value):
-    """Closure and global values enter cache keys by type and value when hashable (1, 1.0 and True are equal in
-    Python but build different IR), else by identity."""
+    """Closure and global values enter cache keys by type and value: 1, 1.0 and True are equal in Python but build
+    different IR, and a dict or list the body reads is keyed by its current contents (a change must rebuild)."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        items = sorted(value.items(), key=repr) if isinstance(value, dict) else \
+            sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return (type(value), tuple(_key_part(v) for v in items))
     try:
         hash(value)
-        return (type(value), value)
     except TypeError:
+        # Another mutable object: its attributes are its value when it has plain ones (a config object).
+        state = getattr(value, "__dict__", None)
+        if isinstance(state, dict):
+            return (type(value), _key_part(state))
         return ("<id>", id(value))
+    return (type(value), value)
 
 
 _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
@@ -135,6 +154,16 @@ class JITFunction:
                 missing = [q.name for q in self.signature.runtime if q.name not in values]
                 raise ArgumentCountError(f"{name}() missing {len(missing)} runtime argument(s): "
                                          f"{', '.join(repr(m) for m in missing)}", **self._def_where())
+        for p in self.signature.compile_time:
+            value = compile_values[p.name]
+            if _is_tensor(value):
+                continue  # reported below, with the hint for a missing annotation
+            try:
+                compile_values[p.name] = check_compile_value(p, value)
+            except TypeError as err:
+                raise ArgumentError(f"{name}() compile-time argument '{p.name}' {err}", **self._def_where(),
+                                    hint=f"the signature declares `{p.name}: {_annotation_text(p.annotation)}`"
+                                    ) from None
         for key, value in compile_values.items():
             try:
                 hash(value)
@@ -144,6 +173,17 @@ class JITFunction:
                     f"{type(value).__name__}", **self._def_where(),
                     hint="pass a tuple instead of a list, or annotate it in the body if it is a runtime tensor") from None
             if _is_tensor(value):
+                tensors = [p.name for p in self.signature.runtime]
+                index, param = next((i, p) for i, p in enumerate(self.signature.params) if p.name == key)
+                # A tensor landing on a compile-time parameter that has a default: an extra positional argument.
+                if index < len(args) and param.default is not _EMPTY and \
+                        all(p.is_runtime for p in self.signature.params[:len(tensors)]):
+                    raise ArgumentCountError(
+                        f"{name}() got a tensor as positional argument {index + 1}, which is the compile-time "
+                        f"parameter '{key}'; the kernel takes {len(tensors)} runtime argument(s): "
+                        f"{', '.join(tensors)}", **self._def_where(),
+                        hint=f"if '{key}' is meant to be a tensor, annotate it in the body, e.g. "
+                             f"`{key}: T.Tensor[[M, N], T.float16]`")
                 raise ArgumentError(
                     f"{name}() argument '{key}' is a tensor but has no annotation in the kernel body, so it is "
                     "treated as a compile-time value", **self._def_where(),
@@ -293,17 +333,22 @@ class JITFunction:
         elaborate_s = time.perf_counter() - start
         return self._compiled(spec, target, elaborate_s)
 
-    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0):
+    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, unaligned: tuple = ()):
+        """The compiled kernel for `target`. `unaligned` names the tensor arguments whose data pointers are not
+        16-byte aligned in this call: the lowering gives them scalar accesses instead of vectors, cp.async or TMA
+        (a separate kernel, as Triton specializes on pointer divisibility)."""
         from . import runtime as rt
 
         from .backend.target import resolve_target
 
         target = resolve_target(target or self.target)
-        kernel = spec.compiled.get(str(target))
+        key = (str(target), unaligned)
+        kernel = spec.compiled.get(key)
         if kernel is None:
-            kernel = rt.compile(spec.func, target, options=self.compile_options or None)
+            func = spec.func.with_attr("tile_nb.unaligned", list(unaligned)) if unaligned else spec.func
+            kernel = rt.compile(func, target, options=self.compile_options or None)
             kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
-            spec.compiled[str(target)] = kernel
+            spec.compiled[key] = kernel
             self.stats["compilations"] += 1
             self._log("compiled for %s: %s", target, ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in kernel.timings.items()))
         return kernel
@@ -365,7 +410,10 @@ class JITFunction:
                                      f"{type(value).__name__}", **spec.expectations._where(e.param))
         if spec.expectations.check(ordered):
             return None
-        return spec.expectations.explain(ordered)
+        error = spec.expectations.explain(ordered)
+        if error is not None and error.lineno is None:  # a parameter declared in the signature
+            error.filename, error.lineno = self._def_where()["filename"], self._def_where()["lineno"]
+        return error
 
     def _resolve_pointers(self, spec: Specialization, ordered):
         from ._pointers import tensor_from_pointer
@@ -389,13 +437,20 @@ class JITFunction:
                     for d in shape]
             outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
         call_args = [a for a in ordered if a is not None] + outputs
-        use_cpu = backend == "cpu" or device is None or device.type == "cpu"
         if backend not in (None, "cpu", "cuda"):
-            raise ArgumentError(f"backend must be 'cpu' (the interpreter) or 'cuda'; got {backend!r}")
+            raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
+                                f"{backend!r}", **self._def_where())
+        use_cpu = backend == "cpu" or (backend is None and (device is None or device.type == "cpu"))
+        if backend == "cuda" and (device is None or device.type != "cuda"):
+            where = "no tensor arguments" if device is None else f"tensors on {device}"
+            raise ArgumentError(f"{self.definition.name}() was called with backend='cuda' but with {where}; the "
+                                "compiled kernel runs on CUDA tensors", **self._def_where(),
+                                hint="move the tensors with .cuda(), or drop backend= to run the CPU interpreter")
         if use_cpu:
             self._interpret(spec, call_args)
         else:
-            self._compiled(spec, None)(*call_args)
+            unaligned = tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16)
+            self._compiled(spec, None, unaligned=unaligned)(*call_args)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -403,11 +458,34 @@ class JITFunction:
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
 
+        if not spec.lowering_checked:
+            spec.lowering_checked = True
+            self._warn_if_not_lowerable(spec)
         on_cpu = [a.cpu() if _is_tensor(a) else a for a in call_args]
         interp.run(spec.func, on_cpu)
         for original, result in zip(call_args, on_cpu):
             if _is_tensor(original) and original is not result:
                 original.copy_(result)
+
+    def _warn_if_not_lowerable(self, spec: Specialization) -> None:
+        """A kernel must never work on the CPU and then fail on the GPU by surprise: the first interpreted call of
+        each specialization also lowers it for the GPU target (no CUDA compile) and warns when that fails."""
+        import warnings
+
+        from .backend.target import resolve_target
+        from .lower import LoweringError, lower
+
+        target = resolve_target(self.target)
+        try:
+            lower(spec.func, target)
+        except LoweringError as err:
+            warnings.warn(NotLowerableWarning(
+                f"{self.definition.name}() runs on the CPU interpreter, but the CUDA lowering for "
+                f"{target.attrs['arch']} refuses it, so it would fail on the GPU:\n{err}"), stacklevel=_user_stacklevel())
+        except Exception as err:  # noqa: BLE001 - an internal lowering failure is a GPU failure too
+            warnings.warn(NotLowerableWarning(
+                f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
+                f"failed ({type(err).__name__}: {err}); please report this"), stacklevel=_user_stacklevel())
 
     def show(self, *args, **kwargs):
         """The notebook view of this kernel (phase 1 and 2 side by side, CUDA, resources, timings)."""
@@ -444,6 +522,22 @@ _FAST_TABLE_SIZE = 256  # shape tuples remembered for the fast path (a T.dynamic
 
 def _is_tensor(x) -> bool:
     return type(x).__name__ in ("Tensor", "Parameter") and hasattr(x, "data_ptr")
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of a warning raised from inside tile_nb that points at the first frame outside it."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _annotation_text(annotation) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
 
 
 def _static(x):

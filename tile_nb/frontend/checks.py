@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import (DeviceMismatchError, DtypeMismatchError, NotContiguousError, RankMismatchError,
                       ShapeMismatchError, ArgumentError)
 from ..language.dtypes import torch_dtype
-from .elaborate import BufferParam, Elaboration
+from .elaborate import BufferParam, Elaboration, ScalarParam
 
 __all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind"]
 
@@ -57,12 +57,101 @@ class TensorExpectation:
         return all(e is None or e == g for e, g in zip(self.strides, t.stride()))
 
 
+_SCALAR_TYPES = {"float": ((float, int), "a float or an int"), "int": ((int,), "an int"),
+                 "bool": ((bool,), "a bool")}
+
+
+@dataclass
+class ScalarExpectation:
+    """A runtime scalar parameter (`alpha: T.float32`): a Python number of the right kind, never None."""
+
+    name: str
+    index: int
+    param: ScalarParam
+
+    @property
+    def kind(self) -> str:
+        dtype = str(self.param.dtype)
+        return "bool" if dtype == "bool" else "float" if dtype.startswith(("float", "bfloat")) else "int"
+
+    @property
+    def python_types(self) -> tuple:
+        return _SCALAR_TYPES[self.kind][0]
+
+    @property
+    def expected(self) -> str:
+        return _SCALAR_TYPES[self.kind][1]
+
+
+@dataclass
+class DerivedDim:
+    """A tensor dim given by T.dynamic dims (`B: T.Tensor[[N * 2 + 1]]`, or `N` again after another tensor gave
+    it): Python expressions over the call's `args` for the size given and the size expected."""
+
+    tensor: TensorExpectation
+    dim: int
+    given: str
+    expected: str
+    text: str  # the annotation's expression, e.g. "N * 2 + 1"
+    hint: str
+
+
+def _derived_dims(tensors: list[TensorExpectation], dynamic: dict) -> list[DerivedDim]:
+    """Every dynamic tensor dim except the first occurrence of each bare T.dynamic var, which defines it."""
+    from tvm import tirx
+
+    sources: dict = {}  # dynamic Var -> (tensor, dim) that gives its value
+    pending = []
+    for e in tensors:
+        for dim, expr in enumerate(e.param.annotation.shape):
+            if e.shape[dim] is not None:
+                continue
+            var = next((v for v in dynamic.values() if expr.same_as(v)), None)
+            if var is not None and var not in sources:
+                sources[var] = (e, dim)
+            else:
+                pending.append((e, dim, expr))
+    out = []
+    for e, dim, expr in pending:
+        python = _python_of(expr, {v: f"args[{t.index}].shape[{d}]" for v, (t, d) in sources.items()}, tirx)
+        if python is None:
+            continue  # not plain integer arithmetic over the dims: TVM's own launch check covers it
+        names = ", ".join(f"{v.name} from {t.name}.shape[{d}]" for v, (t, d) in sources.items()
+                          if _uses(expr, v, tirx))
+        out.append(DerivedDim(e, dim, f"args[{e.index}].shape[{dim}]", python, str(expr),
+                              f"the T.dynamic dims are read from the first tensor using them: {names}"))
+    return out
+
+
+def _uses(expr, var, tirx) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _python_of(expr, names: dict, tirx) -> str | None:
+    """Python source computing an integer TIR expression from `names` (Var -> source text), or None."""
+    ops = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//", tirx.FloorMod: "%"}
+    if isinstance(expr, tirx.IntImm):
+        return str(int(expr))
+    if isinstance(expr, tirx.Var):
+        return next((text for v, text in names.items() if v.same_as(expr)), None)
+    for cls, op in ops.items():
+        if isinstance(expr, cls):
+            a, b = _python_of(expr.a, names, tirx), _python_of(expr.b, names, tirx)
+            return None if a is None or b is None else f"({a} {op} {b})"
+    if isinstance(expr, (tirx.Min, tirx.Max)):
+        a, b = _python_of(expr.a, names, tirx), _python_of(expr.b, names, tirx)
+        fn = "min" if isinstance(expr, tirx.Min) else "max"
+        return None if a is None or b is None else f"{fn}({a}, {b})"
+    return None
+
+
 class Expectations:
     """Per-specialization expectations of every tensor argument, and the error for a mismatch."""
 
     def __init__(self, kernel_name: str, spec: Elaboration, template: Elaboration, runtime_names: list[str],
                  const_sources: dict[str, tuple[str, str, int]]):
         self.kernel_name = kernel_name
+        self.filename = next(iter(spec.buffers.values())).filename if spec.buffers else None
         self.const_sources = const_sources
         self.tensors: list[TensorExpectation] = []
         for index, name in enumerate(runtime_names):
@@ -75,6 +164,10 @@ class Expectations:
             self.tensors.append(TensorExpectation(name, index, torch_dtype(ann.dtype), shape, strides, param,
                                                   template.buffers.get(name)))
 
+        self.scalars: list[ScalarExpectation] = [
+            ScalarExpectation(name, index, spec.scalars[name]) for index, name in enumerate(runtime_names)
+            if name in spec.scalars]
+        self.derived_dims = _derived_dims(self.tensors, spec.dynamic)
         self.check = self._compile_check(shapes=True)
         self.check_layout = self._compile_check(shapes=False)  # for callers that matched the shapes already
 
@@ -98,6 +191,13 @@ class Expectations:
                 terms.append(f"{a}.is_contiguous()")
             else:
                 terms += [f"{a}.stride({i}) == {s}" for i, s in enumerate(e.strides) if s is not None]
+        for k, sc in enumerate(self.scalars):
+            env[f"P{k}"] = sc.python_types
+            terms.append(f"isinstance(args[{sc.index}], P{k})")
+            if sc.kind != "bool":
+                terms.append(f"type(args[{sc.index}]) is not bool")
+        if shapes:
+            terms += [f"({d.given}) == ({d.expected})" for d in self.derived_dims]
         if len(self.tensors) > 1:  # one device for all
             first = f"args[{self.tensors[0].index}].device"
             terms.append(f"{first} == " + " == ".join(f"args[{e.index}].device" for e in self.tensors[1:]))
@@ -107,6 +207,13 @@ class Expectations:
 
     def explain(self, args) -> ArgumentError | None:
         """The first mismatch as an error, in the order a user would fix them: rank, dtype, shape, layout."""
+        for sc in self.scalars:
+            value = args[sc.index]
+            if not isinstance(value, sc.python_types) or (sc.kind != "bool" and isinstance(value, bool)):
+                return ArgumentError(
+                    f"{self.kernel_name}() argument '{sc.name}' is a runtime scalar of dtype {sc.param.dtype}: it "
+                    f"must be {sc.expected}; got {type(value).__name__} {value!r}",
+                    filename=self.filename, lineno=sc.param.lineno or None)
         for e in self.tensors:
             t = args[e.index]
             where = self._where(e.param)
@@ -136,6 +243,14 @@ class Expectations:
                     return ShapeMismatchError(
                         f"{self.kernel_name}() argument '{e.name}' must have strides {e.strides}; got "
                         f"{tuple(t.stride())}", **where)
+        for d in self.derived_dims:
+            if not eval(d.given, {"args": args}) == eval(d.expected, {"args": args}):  # noqa: S307 - our own text
+                e = d.tensor
+                t = args[e.index]
+                return ShapeMismatchError(
+                    f"{self.kernel_name}() argument '{e.name}' must have {d.text} = "
+                    f"{eval(d.expected, {'args': args})} in dim {d.dim}; got shape {tuple(t.shape)}",  # noqa: S307
+                    **self._where(e.param), hint=d.hint)
         return None
 
     def _hint(self, e: TensorExpectation, dim: int, args) -> str | None:

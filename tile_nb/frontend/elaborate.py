@@ -330,7 +330,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
 
     `kernel` is the factory's product for this elaboration (the rewritten function bound to the current closure).
     """
-    from tvm import tirx
+    from tvm import ir, tirx
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
@@ -397,8 +397,11 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         "tile_nb.threads": st.threads or 0,
         "tile_nb.outputs": list(result.outputs),
         "tile_nb.tile_op_lines": list(st.tile_op_lines),
+        "tile_nb.alloc_lines": [[buf.name, line] for buf, line in st.allocations],
     }
-    result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs).with_attrs(attrs)
+    # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
+    span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
+    result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs, span=span).with_attrs(attrs)
     result.consts = list(st.consts_used)
     if symbolic:
         result.const_vars = {n: st.const_vars[n] for n in result.consts}

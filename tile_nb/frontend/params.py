@@ -18,7 +18,7 @@ from ..language import annotations as ann
 from ..language.dtypes import DType
 from .source import KernelSource
 
-__all__ = ["Param", "KernelSignature", "analyze_signature", "static_const_sources"]
+__all__ = ["Param", "KernelSignature", "analyze_signature", "check_compile_value", "static_const_sources"]
 
 RUNTIME, POINTER, SCALAR, COMPILE_TIME = "runtime", "pointer", "scalar", "compile_time"
 
@@ -30,6 +30,7 @@ class Param:
     kind: str  # RUNTIME (annotated in the body), POINTER (T.ptr), SCALAR (signature dtype) or COMPILE_TIME
     default: Any = inspect.Parameter.empty
     keyword_only: bool = False
+    annotation: Any = inspect.Parameter.empty  # the signature's annotation (compile-time values are checked by it)
 
     @property
     def is_runtime(self) -> bool:
@@ -90,7 +91,7 @@ def analyze_signature(fn, source: KernelSource) -> KernelSignature:
         kind = _signature_kind(p.annotation)
         if kind is None:
             kind = RUNTIME if p.name in in_body else COMPILE_TIME
-        params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY))
+        params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY, p.annotation))
     return KernelSignature(fn.__name__, tuple(params), sig)
 
 
@@ -120,3 +121,35 @@ def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, 
                 if isinstance(expr, ast.Name) and expr.id in consts:
                     sources.setdefault(expr.id, (node.target.id, what, dim))
     return sources
+
+
+_PLAIN_TYPES = {int: "an int", float: "a float (or int)", bool: "a bool", str: "a str"}
+_TYPE_NAMES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def check_compile_value(param: Param, value):
+    """`value` for the compile-time parameter `param`, checked against its signature annotation (int, float, bool,
+    str or T.dtype) and normalized (an int for a float becomes a float, a dtype name a DType).
+
+    Raises TypeError with what was expected; the caller adds the kernel's name and line.
+    """
+    from ..language.dtypes import _DTypeAnnotation, as_dtype, dtype
+
+    annotation = param.annotation
+    if isinstance(annotation, str):  # `from __future__ import annotations` in the user's module
+        annotation = _TYPE_NAMES.get(annotation, dtype if annotation in ("T.dtype", "dtype") else annotation)
+    if value is None and param.default is None:
+        return value
+    if isinstance(annotation, _DTypeAnnotation):
+        try:
+            return as_dtype(value)
+        except ValueError as err:
+            raise TypeError(f"must be a dtype such as T.float16; got {value!r} ({err})") from None
+    if annotation not in _PLAIN_TYPES:
+        return value
+    ok = isinstance(value, annotation) and not (annotation is not bool and isinstance(value, bool))
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise TypeError(f"must be {_PLAIN_TYPES[annotation]}; got {type(value).__name__} {value!r}")
+    return value

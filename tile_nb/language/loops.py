@@ -139,6 +139,17 @@ def Parallel(*extents) -> LoopSpec:  # noqa: N802 - the DSL's name
     return _Parallel(*extents)
 
 
+def _trip_count(start, stop, step: int):
+    """len(range(start, stop, step)) for a nonzero int step; start and stop may be IR expressions."""
+    span, stride = (stop - start, step) if step > 0 else (start - stop, -step)
+    count = (span + stride - 1) // stride
+    if isinstance(count, int):
+        return max(count, 0)
+    from tvm import tirx
+
+    return tirx.max(count, 0)
+
+
 class RangeLoop(_Serial):
     """Python's `range(...)` inside a kernel: a serial loop (steps other than 1 are scaled from a unit loop)."""
 
@@ -147,14 +158,17 @@ class RangeLoop(_Serial):
         if not 1 <= len(args) <= 3:
             raise st.error(f"range expected 1 to 3 arguments, got {len(args)}")
         start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if isinstance(step, bool) or not isinstance(step, int) or step == 0:
+            raise st.error(f"range() step must be a nonzero compile-time int (its sign decides the trip count); "
+                           f"got {step!r}")
         self.step = step
         self.start = start
-        if isinstance(step, int) and step == 1:
+        if step == 1:
             super().__init__(start, stop)
         else:
-            super().__init__(0, (stop - start + step - 1) // step)
+            super().__init__(0, _trip_count(start, stop, step))
 
     @contextlib.contextmanager
     def open(self, names):
         with super().open(names) as var:
-            yield var if isinstance(self.step, int) and self.step == 1 else self.start + var * self.step
+            yield var if self.step == 1 else self.start + var * self.step

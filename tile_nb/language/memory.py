@@ -26,7 +26,9 @@ def _alloc(what: str, shape, dtype, scope: str):
         dt = as_dtype(dtype)
     except ValueError as err:
         raise st.error(f"{what} dtype: {err}") from None
-    return T.alloc_buffer(_shape(shape), str(dt), scope=scope)
+    buf = T.alloc_buffer(_shape(shape), str(dt), scope=scope)
+    st.record_alloc(buf)
+    return buf
 
 
 def alloc_shared(shape, dtype):
@@ -65,24 +67,35 @@ def region_of(x, extents=None, what: str = "T.copy"):
         if extents is None:
             raise st.error(f"{what}: both operands are start corners (`A[i, j]`); give one as a buffer or a slice "
                            "so that the size of the copy is known")
-        extents = list(extents)
-        if len(extents) > len(indices):
-            raise st.error(f"{what}: a {len(extents)}-d tile cannot start at a {len(indices)}-d corner of "
-                           f"'{x.source.name}'")
-        lead = [1] * (len(indices) - len(extents))
-        sizes = lead + extents
+        sizes = _align_extents(list(extents), len(indices))
+        if sizes is None:
+            raise st.error(f"{what}: a tile of shape {list(extents)} cannot start at a {len(indices)}-d corner of "
+                           f"'{x.source.name}'", hint="give the region as a slice, e.g. A[i:i + m, j:j + n]")
         return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes))]
     raise st.error(f"{what}: expected a buffer, a slice `A[a:b, ...]` or a start corner `A[i, j]`; got {x!r}")
 
 
-def _extents(region) -> list:
-    return [r.extent for r in region.region]
-
-
-def _squeezed(region) -> list:
+def _is_one(e) -> bool:
     from tvm import tirx
 
-    return [e for e in _extents(region) if not (isinstance(e, (int, tirx.IntImm)) and int(e) == 1)]
+    return isinstance(e, (int, tirx.IntImm)) and int(e) == 1
+
+
+def _align_extents(extents: list, rank: int) -> list | None:
+    """The tile's extents placed on a `rank`-d corner: the same dims when the ranks agree (a `(block_M, 1)` tile
+    is a column, never a row); a lower-rank tile covers the trailing dims (leading dims of extent 1); a
+    higher-rank tile first drops unit dims, leading ones first. None when the tile cannot fit."""
+    extents = list(extents)
+    while len(extents) > rank:
+        unit = next((k for k, e in enumerate(extents) if _is_one(e)), None)
+        if unit is None:
+            return None
+        del extents[unit]
+    return [1] * (rank - len(extents)) + extents
+
+
+def _extents(region) -> list:
+    return [r.extent for r in region.region]
 
 
 def copy(src, dst):
@@ -96,9 +109,9 @@ def copy(src, dst):
     if src_region is None and dst_region is None:
         region_of(src, None)  # raises the two-corners error
     if src_region is None:
-        src_region = region_of(src, _squeezed(dst_region))
+        src_region = region_of(src, _extents(dst_region))
     if dst_region is None:
-        dst_region = region_of(dst, _squeezed(src_region))
+        dst_region = region_of(dst, _extents(src_region))
     try:
         Tx.copy(dst_region, src_region)
     except ValueError as err:

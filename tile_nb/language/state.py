@@ -43,9 +43,13 @@ class State:
     on_make_tensor: Callable[..., Any] | None = None
     consts_used: list[str] = field(default_factory=list)
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
+    allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
 
     def record_tile_op(self) -> None:
         self.tile_op_lines.append(self.lineno)
+
+    def record_alloc(self, buffer) -> None:
+        self.allocations.append((buffer, self.lineno))
 
     def span(self):
         from tvm import ir

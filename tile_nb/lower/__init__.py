@@ -19,9 +19,11 @@ import tvm
 from . import copy as _copy  # noqa: F401  (registers T.tile.copy)
 from . import elementwise as _elementwise  # noqa: F401  (fill, reductions)
 from . import gemm as _gemm  # noqa: F401  (registers T.tile.gemm)
-from .lowering import TILE_OPS, Lowerer, LoweringError
+from .diagnostics import LINE_ATTRS
+from .errors import LoweringError
+from .lowering import TILE_OPS, Lowerer
 
-__all__ = ["ENV_SWITCHES", "TILE_OPS", "LoweringError", "lower"]
+__all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "LoweringError", "lower"]
 
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
 ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA")

@@ -44,12 +44,13 @@ class Operand:
         return idx
 
     def in_bounds(self, idx):
-        """Condition that idx lies inside a global buffer (None when provably true)."""
+        """Condition that idx lies inside a global buffer (None when provably true): both ends of every dim, so a
+        region starting before the tensor (`X[bx * 128 - 1]`) reads zeros there, as docs/IR.md says."""
         conds = []
         for d, i in enumerate(idx):
-            c = i < self.buf.shape[d]
-            if not self.lw.prove(c):
-                conds.append(c)
+            for c in (i >= 0, i < self.buf.shape[d]):
+                if not self.lw.prove(c):
+                    conds.append(c)
         if not conds:
             return None
         out = conds[0]
@@ -67,11 +68,30 @@ def _space(dst, src):
     return de
 
 
+def global_strides(buf) -> list:
+    """Element strides of a global buffer: its declared strides (T.StridedTensor), else row-major from its shape."""
+    if list(buf.strides):
+        return list(buf.strides)
+    strides, acc = [], tirx.const(1, "int32")
+    for d in reversed(list(buf.shape)):
+        strides.append(acc)
+        acc = acc * d
+    return strides[::-1]
+
+
 def _vector_elems(lw, dst, src, space) -> int:
-    """Widest cp.async vector (elements) legal for this global->shared copy, or 0."""
+    """Widest cp.async vector (elements) legal for this global->shared copy, or 0.
+
+    A vector of v elements needs v contiguous source elements (the last dim's stride is 1) at a v-aligned
+    address: the tensor's data pointer 16-byte aligned (checked at each call, `tile_nb.unaligned`), every other
+    stride and the start of the region multiples of v, and whole vectors on both sides.
+    """
     if not space or dst.dims[-1] != len(dst.buf.shape) - 1 or src.dims[-1] != len(src.buf.shape) - 1:
         return 0
-    if not all(isinstance(x, (int, tvm.ir.prim.expr.IntImm)) for x in src.buf.shape):
+    if not lw.aligned(src.buf):
+        return 0
+    strides = global_strides(src.buf)
+    if not lw.prove(strides[-1] == 1):
         return 0
     bits = dtype_bits(src.buf.dtype)
     if bits != dtype_bits(dst.buf.dtype) or str(src.buf.dtype) != str(dst.buf.dtype):
@@ -80,7 +100,9 @@ def _vector_elems(lw, dst, src, space) -> int:
         v = nbytes * 8 // bits
         if v < 1:
             continue
-        ok = space[-1] % v == 0 and int(src.buf.shape[-1]) % v == 0 and int(dst.buf.shape[-1]) % v == 0
+        ok = space[-1] % v == 0 and int(dst.buf.shape[-1]) % v == 0
+        ok = ok and all(lw.prove(tirx.floormod(st, v) == 0) for st in strides[:-1])
+        ok = ok and lw.prove(tirx.floormod(src.buf.shape[-1], v) == 0)  # a vector is wholly in or out of range
         ok = ok and lw.prove(tirx.floormod(src.mins[-1], v) == 0) and lw.prove(
             tirx.floormod(dst.mins[-1], v) == 0)
         if ok:

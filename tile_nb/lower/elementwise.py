@@ -73,12 +73,24 @@ def _lower_reduce(lw, call, kind):
             inner = read_src
             read_src = lambda idx: tirx.Cast(str(src.dtype), inner(idx))
 
+    # docs/IR.md: sums of 16-bit floats accumulate in float32 and are rounded once, into dst.
+    acc_dtype = "float32" if kind == "sum" and dtype in ("float16", "bfloat16") else dtype
+
     def body(out_idx):
-        # The running value lives in dst itself: a per-thread scalar array would be placed on the stack
-        # by nvcc (TVM declares local arrays alignas(64)), which ptxas reports as spills.
+        # The running value lives in dst itself when dst has the accumulation dtype: a per-thread scalar array
+        # would be placed on the stack by nvcc (TVM declares local arrays alignas(64)).
         full_dst = [m + i for m, i in zip(dmins, out_idx)] if len(dmins) == len(out_idx) else list(dmins)
-        if not accum:
-            lw.store(dst, full_dst, _INIT[kind](dtype))
+        if acc_dtype != dtype:
+            running = T.alloc_buffer((1,), acc_dtype, scope="local")
+            start = tirx.Cast(acc_dtype, lw.load(dst, full_dst)) if accum else _INIT[kind](acc_dtype)
+            T.buffer_store(running, start, [0])
+            read_acc = lambda: tirx.BufferLoad(running, [0])  # noqa: E731
+            write_acc = lambda v: T.buffer_store(running, v, [0])  # noqa: E731
+        else:
+            read_acc = lambda: lw.load(dst, full_dst)  # noqa: E731
+            write_acc = lambda v: lw.store(dst, full_dst, v)  # noqa: E731
+            if not accum:
+                lw.store(dst, full_dst, _INIT[kind](dtype))
 
         def rec(k, red_idx):
             if k == len(red_ext):
@@ -88,14 +100,16 @@ def _lower_reduce(lw, call, kind):
                 for d, i in zip(axes, red_idx):
                     idx[d] = i
                 v = read_src([m + i for m, i in zip(smins, idx)])
-                if str(v.ty) != dtype:
-                    v = tirx.Cast(dtype, v)
-                lw.store(dst, full_dst, _COMBINE[kind](lw.load(dst, full_dst), v))
+                if str(v.ty) != acc_dtype:
+                    v = tirx.Cast(acc_dtype, v)
+                write_acc(_COMBINE[kind](read_acc(), v))
                 return
             with T.serial(0, red_ext[k]) as i:
                 rec(k + 1, red_idx + [i])
 
         rec(0, [])
+        if acc_dtype != dtype:
+            lw.store(dst, full_dst, tirx.Cast(dtype, read_acc()))
 
     if dst in lw.frags:
         raise LoweringError(f"T.reduce into register fragment {dst.name} is not supported; "

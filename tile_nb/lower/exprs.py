@@ -11,6 +11,8 @@ import tvm
 from tvm import tirx
 from tvm.ir import prim
 
+from .errors import LoweringError
+
 __all__ = ["is_const_int", "rewrite", "walk_loads"]
 
 _BINARY = tuple(
@@ -53,7 +55,7 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
             args = [go(a) for a in e.args]
             return tvm.ir.expr.Call(e.op, args, attrs=e.attrs, ret_ty=e.ty)
         if isinstance(e, (prim.expr.Shuffle,)):
-            raise NotImplementedError(f"tile_nb.lower: expression {type(e).__name__} is not supported: {e}")
+            raise LoweringError(f"the expression {e} ({type(e).__name__}) is not supported by the CUDA lowering")
         return e  # StringImm and other leaves
 
     return go(expr)

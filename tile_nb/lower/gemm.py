@@ -106,3 +106,4 @@ def lower_gemm(lw, call):
                 intrin.address_of(b_frag, [ni * 2]),
                 in_dtype,
             ))
+    lw.round_accumulator(c_buf)

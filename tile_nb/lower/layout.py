@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from tvm import tirx
 
+from .errors import LoweringError
+
 __all__ = ["MmaAccLayout", "SharedTile", "choose_warp_grid"]
 
 
@@ -55,6 +57,10 @@ class SharedTile:
     @property
     def nbytes(self) -> int:
         return self.elems * self.stages * tirx_bits(self.dtype) // 8
+
+    def describe(self) -> str:
+        stages = f" x {self.stages} stages" if self.stages > 1 else ""
+        return f"{self.buffer.scope()} {tuple(int(x) for x in self.shape)} {self.dtype}{stages}"
 
     def can_swizzle(self) -> bool:
         # 16-byte chunks of 2-byte elements: 8 per chunk.
@@ -114,7 +120,7 @@ def choose_warp_grid(bm: int, bn: int, warps: int) -> tuple[int, int]:
         if best is None or score < best[0]:
             best = (score, (wm, wn))
     if best is None:
-        raise NotImplementedError(
+        raise LoweringError(
             f"T.gemm: a {bm}x{bn} accumulator cannot be split over {warps} warps in 16x16 warp tiles; "
             f"use block sizes that are multiples of 16 per warp (e.g. 128x128 with 128 threads)"
         )

@@ -24,8 +24,13 @@ from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
 from . import intrin
+from .budget import check_registers, check_shared, layout_pool
+from .diagnostics import SourceLines
+from .errors import LoweringError
 from .exprs import rewrite
+from .irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items  # noqa: F401 (re-exported)
 from .layout import MmaAccLayout, SharedTile, tirx_bits
+from .schedule import schedule_pipeline
 from .wgmma import WgmmaAccLayout, fence_proxy_async, wgmma_eligible
 
 __all__ = ["TILE_OPS", "Lowerer", "LoweringError", "register_tile_op"]
@@ -42,78 +47,13 @@ def register_tile_op(name: str):
     return deco
 
 
-class LoweringError(NotImplementedError):
-    """A construct of the tile IR that this lowering does not handle (names the op and operands)."""
-
-
-def region_of(r):
-    """(buffer, [(min, extent), ...]) of a TensorRegion."""
-    return r.source, [(x.min, x.extent) for x in r.region]
-
-
-def scope_of(buf) -> str:
-    return buf.scope()
-
-
-def iter_stmts(stmt):
-    """All statements under `stmt`, pre-order."""
-    yield stmt
-    if isinstance(stmt, tirx.SeqStmt):
-        for s in stmt.seq:
-            yield from iter_stmts(s)
-    elif isinstance(stmt, tirx.IfThenElse):
-        yield from iter_stmts(stmt.then_case)
-        if stmt.else_case is not None:
-            yield from iter_stmts(stmt.else_case)
-    elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
-        yield from iter_stmts(stmt.body)
-
-
-def seq_items(stmt):
-    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
-
-
-def buffers_touched(stmt):
-    """(read buffers, written buffers) of a statement subtree (tile ops, stores and loads)."""
-    from .exprs import walk_loads
-
-    reads, writes = [], []
-
-    def loads_of(e):
-        walk_loads(e, lambda ld: reads.append(ld.source))
-
-    for s in iter_stmts(stmt):
-        if isinstance(s, tirx.TilePrimitiveCall):
-            regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
-            name = s.op.name
-            if name == "tirx.tile.gemm" or regions:
-                writes.append(regions[0].source)
-                reads.extend(r.source for r in regions[1:])
-            for a in s.args:
-                if isinstance(a, tvm.ir.Expr) and not isinstance(a, tvm.ir.expr.TensorRegion):
-                    loads_of(a)
-        elif isinstance(s, tirx.BufferStore):
-            writes.append(s.buffer)
-            loads_of(s.value)
-            for i in s.indices:
-                loads_of(i)
-        elif isinstance(s, tirx.Evaluate):
-            loads_of(s.value)
-        elif isinstance(s, tirx.For):
-            loads_of(s.extent)
-        elif isinstance(s, tirx.IfThenElse):
-            loads_of(s.condition)
-        elif isinstance(s, tirx.Bind):
-            loads_of(s.value)
-    return reads, writes
-
-
 class Lowerer:
     """State of one lowering: layouts, the shared pool, variable maps; `run()` returns the new PrimFunc."""
 
     def __init__(self, func: tirx.PrimFunc, target):
         self.func = func
         self.target = target
+        self.lines = SourceLines(func)
         self.threads = None
         attrs = func.attrs or {}
         if "tile_nb.threads" in attrs:
@@ -132,7 +72,8 @@ class Lowerer:
         self.panel_operands: set = set()  # wgmma B operands stored [K, N]
         self.block_vars: dict = {}  # "blockIdx.x" -> (var, extent)
         self.scratch: dict = {}  # reduce call on a register fragment -> SharedTile scratch
-        self.pipelined_stages: dict = {}
+        self.pipelined_stages: dict = {}  # shared tile -> stages of the pipeline prefetching into it
+        self.schedules: dict = {}  # T.Pipelined loop -> PipelineSchedule (schedule.py)
         self.in_thread_code = False
         self.after_pipeline: list = []  # callbacks emitted right after a pipelined loop
         self.in_pipeline_stages = 0  # num_stages of the pipelined loop being emitted (0: none)
@@ -146,39 +87,46 @@ class Lowerer:
     def analyze(self):
         allocs = {}
         for s in iter_stmts(self.func.body):
-            if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
-                if s.node.thread_tag == "threadIdx.x" and self.threads is None:
-                    self.threads = int(s.value)
-                if s.node.thread_tag.startswith("blockIdx."):
-                    self.block_vars[s.node.thread_tag] = (s.node.var, s.value)
-            if isinstance(s, tirx.AllocBuffer):
-                allocs[s.buffer] = s.buffer
-            if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
-                c, a, b = (region_of(s.args[i])[0] for i in range(3))
-                if scope_of(c) != "local.fragment":
-                    raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), "
-                                        f"got scope {scope_of(c)}")
-                if c not in self.frags:
-                    if self.wgmma_enabled() and wgmma_eligible(self.target, s, self.threads):
-                        self.frags[c] = WgmmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 128)
-                        if not bool(s.args[5]):
-                            self.panel_operands.add(b)
-                    else:
-                        self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
-                # A fragment operand (e.g. FlashAttention's probabilities) is fine as long as it is not itself
-                # a register accumulator: other fragments are backed by shared memory (checked below).
-                for op in (a, b):
-                    if scope_of(op) not in ("shared.dyn", "local.fragment"):
-                        raise LoweringError(
-                            f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; "
-                            f"A and B must be shared tiles (alloc_shared) or fragments")
-                    self.gemm_operands.add(op)
-            if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}):
-                stages = int(s.annotations["num_stages"])
-                for inner in seq_items(s.body):
-                    if self.is_async_copy(inner):
-                        dst = region_of(inner.args[0])[0]
-                        self.pipelined_stages[dst] = max(stages, 1)
+            try:
+                self._analyze_stmt(s, allocs)
+            except LoweringError as err:
+                raise self.lines.locate(err, s) from None
+        self._analyze_buffers(allocs)
+
+    def _analyze_stmt(self, s, allocs):
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
+            if s.node.thread_tag == "threadIdx.x" and self.threads is None:
+                self.threads = int(s.value)
+            if s.node.thread_tag.startswith("blockIdx."):
+                self.block_vars[s.node.thread_tag] = (s.node.var, s.value)
+        if isinstance(s, tirx.AllocBuffer):
+            allocs[s.buffer] = s.buffer
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
+            c, a, b = (region_of(s.args[i])[0] for i in range(3))
+            if scope_of(c) != "local.fragment":
+                raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), "
+                                    f"got scope {scope_of(c)}")
+            if c not in self.frags:
+                if self.wgmma_enabled() and wgmma_eligible(self.target, s, self.threads):
+                    self.frags[c] = WgmmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 128)
+                    if not bool(s.args[5]):
+                        self.panel_operands.add(b)
+                else:
+                    self.frags[c] = MmaAccLayout(int(c.shape[0]), int(c.shape[1]), self.threads // 32)
+            # A fragment operand (e.g. FlashAttention's probabilities) is fine as long as it is not itself
+            # a register accumulator: other fragments are backed by shared memory (checked below).
+            for op in (a, b):
+                if scope_of(op) not in ("shared.dyn", "local.fragment"):
+                    raise LoweringError(
+                        f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; "
+                        f"A and B must be shared tiles (alloc_shared) or fragments")
+                self.gemm_operands.add(op)
+        if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}):
+            schedule = self.schedules[s] = schedule_pipeline(s)
+            for copy in schedule.prefetched:
+                self.pipelined_stages[region_of(copy.args[0])[0]] = schedule.stages
+
+    def _analyze_buffers(self, allocs):
         for s in iter_stmts(self.func.body):
             if isinstance(s, tirx.TilePrimitiveCall) and s.op.name in ("tirx.tile.sum", "tirx.tile.max",
                                                                        "tirx.tile.min"):
@@ -203,6 +151,16 @@ class Lowerer:
             from .tma import plan_tma
 
             self.tma, self.pipeline_note = plan_tma(self)
+        self.layout_pool()
+        kept = [note for sched in self.schedules.values() for note in sched.notes]
+        if kept and self.tma is None:
+            self.pipeline_note = "; ".join(([self.pipeline_note] if self.pipeline_note else []) + kept)
+
+    def aligned(self, buf) -> bool:
+        """Whether a global tensor's data pointer is 16-byte aligned: true unless the call said otherwise
+        (`tile_nb.unaligned`, set per call by the JIT; such calls get their own kernel)."""
+        unaligned = (self.func.attrs or {}).get("tile_nb.unaligned", None)
+        return unaligned is None or buf.name not in [str(n) for n in unaligned]
 
     def wgmma_enabled(self) -> bool:
         import os
@@ -214,7 +172,17 @@ class Lowerer:
 
     def wgmma_overlap(self) -> bool:
         """Keep one wgmma group in flight across k-tiles (attribute `tile_nb.wgmma_overlap`)."""
-        return self.uses_wgmma and bool(int((self.func.attrs or {}).get("tile_nb.wgmma_overlap", 0)))
+        return (self.uses_wgmma and bool(int((self.func.attrs or {}).get("tile_nb.wgmma_overlap", 0)))
+                and all(str(buf.dtype) == "float32" for buf in self.frags))
+
+    def round_accumulator(self, buf):
+        """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the
+        accumulator's dtype, as the interpreter does: a float16 C holds float16 values between T.gemm calls."""
+        if str(buf.dtype) == "float32":
+            return
+        acc = self.frags[buf].local
+        with T.unroll(0, self.frags[buf].regs) as r:
+            T.buffer_store(acc, tirx.Cast("float32", tirx.Cast(str(buf.dtype), tirx.BufferLoad(acc, [r]))), [r])
 
     @property
     def uses_wgmma(self) -> bool:
@@ -226,27 +194,25 @@ class Lowerer:
         if self.uses_wgmma:
             T.evaluate(fence_proxy_async())
 
-    def is_async_copy(self, s) -> bool:
-        if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.copy"):
-            return False
-        dst, src = region_of(s.args[0])[0], region_of(s.args[1])[0]
-        return scope_of(dst) == "shared.dyn" and scope_of(src) == "global"
 
-    def emit_pool(self):
-        """One uint8 `shared.dyn` allocation; each shared tile is a DeclBuffer view at a 128-byte aligned offset."""
-        offset = 0
-        for tile in list(self.shared.values()) + list(self.scratch.values()):
-            offset = (offset + 1023) // 1024 * 1024  # swizzle atoms (and wgmma descriptors) need 1 KiB
-            tile.byte_offset = offset
-            offset += tile.nbytes
+    def layout_pool(self):
+        """Offsets of the shared tiles (and the TMA barriers) in the pool; checks the block's budgets."""
+        tiles = list(self.shared.values()) + list(self.scratch.values())
+        offset = layout_pool(tiles)
         if self.tma is not None:
             offset = (offset + 7) // 8 * 8
             self.tma.barrier_offset = offset
             offset += 16 * self.tma.stages  # full[s] and empty[s], 8 bytes each
         self.pool_bytes = offset
+        arch = str(self.target.attrs.get("arch", "sm_90a")) if self.target is not None else "sm_90a"
+        check_shared(tiles, offset, arch, self.lines)
+        check_registers(self.frags, self.lines)
+
+    def emit_pool(self):
+        """One uint8 `shared.dyn` allocation; each shared tile is a DeclBuffer view at its offset."""
         if not self.shared and not self.scratch:
             return
-        self.pool = T.alloc_buffer((offset,), "uint8", scope="shared.dyn")
+        self.pool = T.alloc_buffer((self.pool_bytes,), "uint8", scope="shared.dyn")
         IRBuilder.name("smem_pool", self.pool)
         for tile in list(self.shared.values()) + list(self.scratch.values()):
             view = T.decl_buffer((tile.elems * tile.stages,), tile.dtype, data=self.pool.data,
@@ -386,7 +352,10 @@ class Lowerer:
             fn = TILE_OPS.get(stmt.op.name)
             if fn is None:
                 raise LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet")
-            fn(self, stmt)
+            try:
+                fn(self, stmt)
+            except LoweringError as err:
+                raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.For):
             from .loops import emit_for
 

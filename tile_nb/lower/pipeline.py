@@ -45,8 +45,9 @@ def _issue(lw, copies, loop_var, iteration, stages):
 
 def emit_pipelined(lw, loop, stages: int):
     body = seq_items(loop.body)
-    copies = [s for s in body if lw.is_async_copy(s)]
-    rest = [s for s in body if not lw.is_async_copy(s)]
+    schedule = lw.schedules[loop]
+    copies = list(schedule.prefetched)
+    rest = [s for s in body if not schedule.is_prefetched(s)]
     start, n = lw.expr(loop.min), lw.expr(loop.extent)
     stages = max(1, stages)
     if not copies:  # nothing to overlap: a plain serial loop

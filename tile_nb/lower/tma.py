@@ -133,8 +133,11 @@ def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     if stages < 2:
         return None, "cp.async (num_stages < 2)"
     body = seq_items(loop.body)
-    copies = [s for s in body if lw.is_async_copy(s)]
-    rest = [s for s in body if not lw.is_async_copy(s)]
+    schedule = lw.schedules[loop]
+    if schedule.kept_in_order:
+        return None, "cp.async (a copy of the loop cannot be issued ahead)"
+    copies = list(schedule.prefetched)
+    rest = [s for s in body if not schedule.is_prefetched(s)]
     gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
     if len(rest) != 1 or len(gemms) != 1:
         return None, "cp.async (the pipelined loop body must be its copies and one T.gemm)"
@@ -146,6 +149,10 @@ def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     if budget < acc.regs + _REGISTER_HEADROOM:
         return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
                       f"alone takes {acc.regs})")
+    c_buf = region_of(gemm.args[0])[0]
+    if str(c_buf.dtype) != "float32":
+        return None, (f"cp.async (the accumulator {c_buf.name} is {c_buf.dtype}: it is rounded after every T.gemm, "
+                      "so no MMA group can stay in flight)")
     if float(gemm.args[7].value) == 0.0:
         return None, "cp.async (clear_accum=True: the accumulator is rewritten every k-tile)"
     operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
@@ -189,6 +196,8 @@ def _plan_copy(lw, call, operands):
         return None, f"the copy into {dst.name} does not write the whole 2-D tile"
     if list(src.strides) or _int(src.elem_offset) != 0 or scope_of(src) != "global":
         return None, f"{src.name} is not a contiguous global tensor"
+    if not lw.aligned(src):
+        return None, f"{src.name}'s data pointer is not 16-byte aligned in this call"
     rank = len(src.shape)
     if rank > 5:
         return None, f"{src.name} has rank {rank} (TMA handles up to 5)"

@@ -198,6 +198,7 @@ def lower_gemm_wgmma(lw, call):
             lw.after_pipeline.append(lambda: wait(0))
     else:
         wait(0)
+        lw.round_accumulator(c_buf)
 
 
 def _stage_off(lw, tile, buf):

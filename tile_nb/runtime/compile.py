@@ -90,6 +90,19 @@ def _lowering_switches(func) -> dict[str, str]:
     return {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ}
 
 
+def _keyed_script(func) -> str:
+    """The IR text that keys the caches: without the source-line attributes, so moving a kernel down a few lines
+    in its file or cell finds the kernel already built."""
+    import tvm
+
+    if isinstance(func, tvm.tirx.PrimFunc):
+        from ..lower import LINE_ATTRS
+
+        for name in LINE_ATTRS:
+            func = func.without_attr(name)
+    return func.script()
+
+
 def _launch_problem(arch: str) -> str | None:
     """Why a kernel for `arch` cannot launch in this process, or None when it can."""
     if not cuda_runtime_loaded():
@@ -125,7 +138,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     build_options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    ir_text = func.script()
+    ir_text = _keyed_script(func)
     key = compute_key(key_material(ir_text, str(target), dict(build_options.to_dict(), **_lowering_switches(func))))
     problem = _launch_problem(arch)
     timings = {"key": time.perf_counter() - start}

@@ -1,0 +1,99 @@
+"""Reading the tile IR: regions, scopes, statement walks and which buffers a statement reads and writes.
+
+Pure functions over TVM IR, shared by the analyses and the emitters (so neither imports the driver).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from .exprs import walk_loads
+
+__all__ = ["buffers_touched", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
+
+
+def region_of(r):
+    """(buffer, [(min, extent), ...]) of a TensorRegion."""
+    return r.source, [(x.min, x.extent) for x in r.region]
+
+
+def scope_of(buf) -> str:
+    return buf.scope()
+
+
+def iter_stmts(stmt):
+    """All statements under `stmt`, pre-order."""
+    yield stmt
+    if isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from iter_stmts(s)
+    elif isinstance(stmt, tirx.IfThenElse):
+        yield from iter_stmts(stmt.then_case)
+        if stmt.else_case is not None:
+            yield from iter_stmts(stmt.else_case)
+    elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
+        yield from iter_stmts(stmt.body)
+
+
+def seq_items(stmt):
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
+def tile_calls(stmt):
+    """The tile-op calls under `stmt`, in program order."""
+    return [s for s in iter_stmts(stmt) if isinstance(s, tirx.TilePrimitiveCall)]
+
+
+def vars_bound_in(stmt) -> list:
+    """Variables a statement subtree defines: loop variables and `Bind`s."""
+    out = []
+    for s in iter_stmts(stmt):
+        if isinstance(s, tirx.For):
+            out.append(s.loop_var)
+        elif isinstance(s, tirx.Bind):
+            out.append(s.var)
+    return out
+
+
+def buffers_touched(stmt):
+    """(read buffers, written buffers) of a statement subtree (tile ops, stores and loads)."""
+    reads, writes = [], []
+
+    def loads_of(e):
+        walk_loads(e, lambda ld: reads.append(ld.source))
+
+    for s in iter_stmts(stmt):
+        if isinstance(s, tirx.TilePrimitiveCall):
+            regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
+            if regions:
+                writes.append(regions[0].source)
+                reads.extend(r.source for r in regions[1:])
+                if s.op.name == "tirx.tile.gemm" or _accumulates(s):
+                    reads.append(regions[0].source)
+            for a in s.args:
+                if isinstance(a, tvm.ir.expr.TensorRegion):
+                    for r in a.region:
+                        loads_of(r.min)
+                elif isinstance(a, tvm.ir.Expr):
+                    loads_of(a)
+        elif isinstance(s, tirx.BufferStore):
+            writes.append(s.buffer)
+            loads_of(s.value)
+            for i in s.indices:
+                loads_of(i)
+        elif isinstance(s, tirx.Evaluate):
+            loads_of(s.value)
+        elif isinstance(s, tirx.For):
+            loads_of(s.min)
+            loads_of(s.extent)
+        elif isinstance(s, tirx.IfThenElse):
+            loads_of(s.condition)
+        elif isinstance(s, tirx.Bind):
+            loads_of(s.value)
+    return reads, writes
+
+
+def _accumulates(call) -> bool:
+    """A reduction with `clear=False` reads its destination."""
+    name = call.op.name
+    return name in ("tirx.tile.sum", "tirx.tile.max", "tirx.tile.min") and bool(call.args[3])
