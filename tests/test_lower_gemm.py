@@ -118,5 +118,5 @@ def test_warp_layout_128x256_over_8_warps():
 
     assert choose_warp_grid(128, 128, 4) == (2, 2)
     assert choose_warp_grid(128, 256, 8) == (2, 4)
-    lay = MmaAccLayout(128, 128, 4)
+    lay = MmaAccLayout.choose(128, 128, 4)
     assert lay.regs == 128  # 128*128 floats over 128 threads

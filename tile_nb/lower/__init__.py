@@ -4,26 +4,26 @@
     with target:
         exe = tvm.compile(mod, target=target, tir_pipeline="tirx")
 
-The passes are listed in order in `lowering.py`; op lowerings register themselves in `TILE_OPS`.
+`lowering.py` lists the steps: the analyses make one frozen `KernelPlan` (plan.py), the emitter follows it.
+Fragments live in registers with inferred layouts (fragments.py, infer.py) unless the plan says why not;
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits, mma.sync m16n8k16 otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
->= 2 consumer warpgroups). The environment
-variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).
+>= 2 consumer warpgroups). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
+(they are part of compile-cache keys).
 """
 from __future__ import annotations
 
 import tvm
 
-from . import copy as _copy  # noqa: F401  (registers T.tile.copy)
-from . import elementwise as _elementwise  # noqa: F401  (fill, reductions)
-from . import gemm as _gemm  # noqa: F401  (registers T.tile.gemm)
 from .diagnostics import LINE_ATTRS
+from .emitter import TILE_OPS
 from .errors import LoweringError
-from .lowering import TILE_OPS, Lowerer
+from .lowering import lower_with_plan
+from .plan import KernelPlan
 
-__all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "LoweringError", "lower"]
+__all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "lower", "lower_with_plan"]
 
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
 ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA")
@@ -32,9 +32,10 @@ ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA")
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:
     """Lower a phase-2 tile-IR PrimFunc (docs/IR.md) to an IRModule of thread-level TIRx.
 
-    Raises `LoweringError` (a NotImplementedError) naming the op and operands it cannot lower.
+    Raises `LoweringError` (a TileNBError and NotImplementedError) naming the op and operands it cannot lower,
+    at the user's line.
     """
     name = str((func.attrs or {}).get("global_symbol", "main"))
-    lowered = Lowerer(func, target).run()
+    lowered, _ = lower_with_plan(func, target)
     lowered = lowered.with_attr("global_symbol", name)
     return tvm.IRModule({name: lowered})

@@ -5,6 +5,8 @@ allowed dynamic shared memory size") or as silent spills.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .errors import LoweringError
 
 __all__ = ["MAX_REGISTERS_PER_THREAD", "check_registers", "check_shared", "layout_pool", "max_shared_bytes"]
@@ -24,16 +26,17 @@ def max_shared_bytes(arch: str) -> int:
     return _SHARED_PER_BLOCK[max(known)] if known else 48 * 1024
 
 
-def layout_pool(tiles, extra_bytes: int = 0) -> int:
-    """Give each tile a byte offset in the block's one shared pool; returns the pool size. Tiles read by the
-    tensor cores through swizzled descriptors need 1 KiB alignment, the others 128 bytes."""
-    offset = 0
+def layout_pool(tiles) -> tuple[list, int]:
+    """Place the tiles one after another in the block's one shared pool: (the tiles with their byte offsets, the
+    end of the last). Tiles read by the tensor cores through swizzled descriptors need 1 KiB alignment, the
+    others 128 bytes."""
+    offset, placed = 0, []
     for tile in tiles:
         align = 1024 if tile.swizzle or tile.panel else 128
         offset = (offset + align - 1) // align * align
-        tile.byte_offset = offset
+        placed.append(replace(tile, byte_offset=offset))
         offset += tile.nbytes
-    return offset + extra_bytes
+    return placed, offset
 
 
 def _kib(n: int) -> str:
@@ -46,11 +49,11 @@ def check_shared(tiles, total: int, arch: str, lines, what: str = "shared memory
     if total <= limit:
         return
     tiles = sorted(tiles, key=lambda t: -t.nbytes)
-    listing = "\n".join(f"  {t.buffer.name}: {t.describe()} = {_kib(t.nbytes)}" for t in tiles)
+    listing = "\n".join(f"  {t.name or t.buffer.name}: {t.describe()} = {_kib(t.nbytes)}" for t in tiles)
     err = LoweringError(
         f"the kernel needs {_kib(total)} of {what} per block; {arch} allows {_kib(limit)}:\n{listing}",
-        hint="use smaller tiles (block sizes) or fewer pipeline stages; fragments that are not T.gemm accumulators "
-             "live in shared memory in this lowering")
+        hint="use smaller tiles (block sizes) or fewer pipeline stages; the kernel's plan says why a fragment is in "
+             "shared memory rather than registers")
     raise lines.locate(err, buffer_name=tiles[0].buffer.name)
 
 

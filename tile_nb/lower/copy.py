@@ -4,7 +4,11 @@
   elements outside the global buffer are zero-filled by passing a source size of 0 (the address is clamped to
   a valid one). Inside `T.Pipelined` the pipeline issues these copies and manages commit/wait itself; elsewhere
   the copy is followed by commit + wait_group 0.
-- register fragment <-> global/shared: each thread moves the elements it owns (unrolled over registers).
+- register fragment <-> global / shared: each thread moves the registers it holds (the fragment's layout, plan),
+  a vector group of registers at a time (up to 16 bytes, converted between dtypes in registers) where the other
+  side is contiguous and aligned, else element by element; rows and columns outside a global tensor read as 0 and
+  are not written; only the first of a fragment's replicas writes.
+- register fragment <-> register fragment (one layout, as inference makes it): register by register.
 - any other pair: the element space is split over the threads; global accesses out of range are skipped
   (stores) or read as 0 (loads). `local` buffers are per-thread: copied by each thread alone.
 """
@@ -15,10 +19,13 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .loops import distribute
-from .lowering import LoweringError, dtype_bits, region_of, register_tile_op, scope_of
+from .emitter import register_tile_op
+from .errors import LoweringError
+from .irwalk import region_of, scope_of
+from .layout import tirx_bits
+from .loops import distribute, serial_nest
 
-__all__ = ["can_async", "issue_async_copy", "lower_copy"]
+__all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy"]
 
 
 def _nonunit(extents):
@@ -29,10 +36,10 @@ def _nonunit(extents):
 class Operand:
     """One side of a copy: a buffer, the region's mins and which dims carry the iteration space."""
 
-    def __init__(self, lw, region):
-        self.lw = lw
+    def __init__(self, em, region):
+        self.em = em
         self.buf, rng = region_of(region)
-        self.mins = [lw.expr(m) for m, _ in rng]
+        self.mins = [em.expr(m) for m, _ in rng]
         self.extents = [e for _, e in rng]
         self.dims = _nonunit(rng)
         self.scope = scope_of(self.buf)
@@ -49,14 +56,18 @@ class Operand:
         conds = []
         for d, i in enumerate(idx):
             for c in (i >= 0, i < self.buf.shape[d]):
-                if not self.lw.prove(c):
+                if not self.em.prove(c):
                     conds.append(c)
-        if not conds:
-            return None
-        out = conds[0]
-        for c in conds[1:]:
-            out = tirx.And(out, c)
-        return out
+        return _all(conds)
+
+
+def _all(conds):
+    out = None
+    for c in conds:
+        if c is None or c is True:
+            continue
+        out = c if out is None else tirx.And(out, c)
+    return out
 
 
 def _space(dst, src):
@@ -79,58 +90,57 @@ def global_strides(buf) -> list:
     return strides[::-1]
 
 
-def _vector_elems(lw, dst, src, space) -> int:
-    """Widest cp.async vector (elements) legal for this global->shared copy, or 0.
+def _global_vector_ok(em, op: Operand, v: int) -> bool:
+    """Whether `v` consecutive elements along the last dim of a global region can move as one aligned access:
+    the tensor's data pointer 16-byte aligned (checked at each call, `tile_nb.unaligned`), the last dim
+    contiguous, every other stride and the region's start multiples of v, and the last dim a multiple of v (a
+    vector is wholly inside or outside the tensor)."""
+    strides = global_strides(op.buf)
+    return (em.plan.aligned(op.buf) and em.prove(strides[-1] == 1)
+            and all(em.prove(tirx.floormod(st, v) == 0) for st in strides[:-1])
+            and em.prove(tirx.floormod(op.buf.shape[-1], v) == 0)
+            and em.prove(tirx.floormod(op.mins[-1], v) == 0))
 
-    A vector of v elements needs v contiguous source elements (the last dim's stride is 1) at a v-aligned
-    address: the tensor's data pointer 16-byte aligned (checked at each call, `tile_nb.unaligned`), every other
-    stride and the start of the region multiples of v, and whole vectors on both sides.
-    """
+
+def _vector_elems(em, dst, src, space) -> int:
+    """Widest cp.async vector (elements) legal for this global->shared copy, or 0."""
     if not space or dst.dims[-1] != len(dst.buf.shape) - 1 or src.dims[-1] != len(src.buf.shape) - 1:
         return 0
-    if not lw.aligned(src.buf):
-        return 0
-    strides = global_strides(src.buf)
-    if not lw.prove(strides[-1] == 1):
-        return 0
-    bits = dtype_bits(src.buf.dtype)
-    if bits != dtype_bits(dst.buf.dtype) or str(src.buf.dtype) != str(dst.buf.dtype):
+    bits = tirx_bits(src.buf.dtype)
+    if str(src.buf.dtype) != str(dst.buf.dtype):
         return 0
     for nbytes in (16, 8, 4):
         v = nbytes * 8 // bits
         if v < 1:
             continue
         ok = space[-1] % v == 0 and int(dst.buf.shape[-1]) % v == 0
-        ok = ok and all(lw.prove(tirx.floormod(st, v) == 0) for st in strides[:-1])
-        ok = ok and lw.prove(tirx.floormod(src.buf.shape[-1], v) == 0)  # a vector is wholly in or out of range
-        ok = ok and lw.prove(tirx.floormod(src.mins[-1], v) == 0) and lw.prove(
-            tirx.floormod(dst.mins[-1], v) == 0)
+        ok = ok and _global_vector_ok(em, src, v) and em.prove(tirx.floormod(dst.mins[-1], v) == 0)
         if ok:
             return v
     return 0
 
 
-def can_async(lw, call) -> bool:
-    dst, src = Operand(lw, call.args[0]), Operand(lw, call.args[1])
-    return _vector_elems(lw, dst, src, _space(dst, src)) > 0
+def can_async(em, call) -> bool:
+    dst, src = Operand(em, call.args[0]), Operand(em, call.args[1])
+    return _vector_elems(em, dst, src, _space(dst, src)) > 0
 
 
-def issue_async_copy(lw, call):
+def issue_async_copy(em, call):
     """Issue the cp.async instructions of a global->shared copy (no commit); plain loads if not vectorizable."""
-    dst, src = Operand(lw, call.args[0]), Operand(lw, call.args[1])
+    dst, src = Operand(em, call.args[0]), Operand(em, call.args[1])
     space = _space(dst, src)
-    v = _vector_elems(lw, dst, src, space)
+    v = _vector_elems(em, dst, src, space)
     if v == 0:
-        _copy_elementwise(lw, dst, src, space)
+        _copy_elementwise(em, dst, src, space)
         return
-    nbytes = v * dtype_bits(src.buf.dtype) // 8
+    nbytes = v * tirx_bits(src.buf.dtype) // 8
     vspace = space[:-1] + [space[-1] // v]
 
     def body(it):
         it = list(it[:-1]) + [it[-1] * v]
         sidx, didx = src.indices(it), dst.indices(it)
         cond = src.in_bounds(sidx)
-        dptr = _address(lw, dst.buf, didx)
+        dptr = intrin.address_of(em.view(dst.buf), [em.shared_offset(dst.buf, didx)])
         if cond is None:
             T.evaluate(intrin.cp_async(dptr, intrin.address_of(src.buf, sidx), nbytes, nbytes))
         else:
@@ -138,62 +148,142 @@ def issue_async_copy(lw, call):
             size = tirx.Select(cond, tirx.const(nbytes, "int32"), tirx.const(0, "int32"))
             T.evaluate(intrin.cp_async(dptr, intrin.address_of(src.buf, safe), nbytes, size))
 
-    distribute(lw, vspace, body)
+    distribute(em, vspace, body)
 
 
-def _address(lw, buf, idx):
-    tile = lw.shared[buf]
-    return intrin.address_of(tile.view, [tile.offset(idx, lw.stage.get(buf))])
+# ---- copies that involve a register fragment ------------------------------------------------------------------
+
+def _memory_vector(em, frag: Operand, other: Operand, layout) -> int:
+    """Registers moved per access between a register fragment and `other` (global or shared memory): the
+    fragment's vector groups, narrowed to what `other` allows (16 bytes at most, aligned, contiguous)."""
+    width = layout.vector()
+    last_frag, last_other = len(frag.buf.shape) - 1, len(other.buf.shape) - 1
+    if width == 1 or not frag.dims or frag.dims[-1] != last_frag or not other.dims or other.dims[-1] != last_other:
+        return 1
+    bits = max(tirx_bits(other.buf.dtype), 8)
+    while width > 1:
+        ok = intrin.vector_bytes_ok(width, other.buf.dtype) and str(frag.buf.dtype) in intrin.C_TYPES \
+            and width * bits <= 128
+        if ok and other.scope == "global":
+            ok = _global_vector_ok(em, other, width)
+        elif ok and other.buf in em.plan.shared:
+            tile = em.tile(other.buf)
+            ok = tile.cols % width == 0 and em.prove(tirx.floormod(other.mins[-1], width) == 0) and (
+                not (tile.swizzle or tile.panel) or bits == 16)
+        elif ok:
+            ok = False  # per-thread local arrays: element by element
+        if ok:
+            return width
+        width //= 2
+    return 1
 
 
-def _copy_elementwise(lw, dst, src, space):
+def _register_pointer(em, buf, r):
+    return intrin.address_of(em.registers[buf], [r])
+
+
+def _memory_pointer(em, op: Operand, idx):
+    if op.buf in em.plan.shared:
+        return intrin.address_of(em.view(op.buf), [em.shared_offset(op.buf, idx)])
+    return intrin.address_of(op.buf, idx)
+
+
+def _copy_registers(em, dst: Operand, src: Operand, space):
+    regs_side = dst if dst.buf in em.registers else src
+    other = src if regs_side is dst else dst
+    layout = em.plan.layout(regs_side.buf)
+    if [int(regs_side.extents[d]) for d in regs_side.dims] != [layout.shape[d] for d in regs_side.dims]:
+        raise LoweringError(f"T.copy of register fragment {regs_side.buf.name}: the region must be the whole "
+                            f"fragment {list(layout.shape)}")
+    if other.buf in em.registers:  # inference gives both one layout
+        dst_regs, src_regs = em.registers[dst.buf], em.registers[src.buf]
+        with T.unroll(0, layout.regs) as r:
+            value = tirx.BufferLoad(src_regs, [r])
+            T.buffer_store(dst_regs, _cast(value, dst_regs.dtype), [r])
+        return
+    tx = em.tx
+    width = _memory_vector(em, regs_side, other, layout)
+    loading = regs_side is dst
+    regs = em.registers[regs_side.buf]
+    with T.unroll(0, layout.regs // width) as g:
+        r0 = g * width
+        coords = layout.element(tx, r0)
+        oidx = other.indices([coords[d] for d in regs_side.dims])
+        inside = other.in_bounds(oidx) if other.scope == "global" else None
+        valid = layout.valid(tx, r0)
+        if loading:
+            _load_group(em, regs, r0, width, other, oidx, _all([valid, inside]), inside)
+        else:
+            guard = _all([valid, inside, layout.replica_zero(tx)])
+            with _maybe_if(guard):
+                if width > 1:
+                    T.evaluate(intrin.vector_store(_memory_pointer(em, other, oidx), _register_pointer(
+                        em, regs_side.buf, r0), width, regs.dtype, other.buf.dtype))
+                else:
+                    em.store(other.buf, oidx, _cast(tirx.BufferLoad(regs, [r0]), other.buf.dtype))
+
+
+def _load_group(em, regs, r0, width, other, oidx, guard, inside):
+    """Registers r0 .. r0 + width - 1 from memory at `oidx` (zeros outside a global tensor)."""
+    dtype = str(regs.dtype)
+    if width == 1:
+        value = _cast(em.load(other.buf, oidx), dtype)
+        if inside is not None:
+            safe = [tirx.Select(inside, i, tirx.const(0, "int32")) for i in oidx]
+            value = tirx.Select(inside, _cast(em.load(other.buf, safe), dtype), tirx.const(0, dtype))
+        T.buffer_store(regs, value, [r0])
+        return
+    load = intrin.vector_load(intrin.address_of(regs, [r0]), _memory_pointer(em, other, oidx), width,
+                              other.buf.dtype, dtype)
+    if guard is None:
+        T.evaluate(load)
+        return
+    with T.If(guard):
+        with T.Then():
+            T.evaluate(load)
+        with T.Else():
+            for e in range(width):
+                T.buffer_store(regs, tirx.const(0, dtype), [r0 + e])
+
+
+class _maybe_if:
+    """`with T.If(cond), T.Then():` when there is a condition, nothing otherwise."""
+
+    def __init__(self, cond):
+        self.cond = cond
+        self.frames = []
+
+    def __enter__(self):
+        if self.cond is not None:
+            self.frames = [T.If(self.cond), T.Then()]
+            for f in self.frames:
+                f.__enter__()
+
+    def __exit__(self, *exc):
+        for f in reversed(self.frames):
+            f.__exit__(*exc)
+
+
+# ---- everything else: element by element ----------------------------------------------------------------------
+
+def _copy_elementwise(em, dst, src, space):
     def body(it):
         sidx, didx = src.indices(it), dst.indices(it)
-        value = lw.load(src.buf, sidx)
+        value = em.load(src.buf, sidx)
         if src.scope == "global":
             cond = src.in_bounds(sidx)
             if cond is not None:
-                value = tirx.Select(cond, value, tirx.const(0, str(src.buf.dtype)))
+                safe = [tirx.Select(cond, i, tirx.const(0, "int32")) for i in sidx]
+                value = tirx.Select(cond, em.load(src.buf, safe), tirx.const(0, str(src.buf.dtype)))
         value = _cast(value, dst.buf.dtype)
         cond = dst.in_bounds(didx) if dst.scope == "global" else None
-        if cond is None:
-            lw.store(dst.buf, didx, value)
-        else:
-            with T.If(cond), T.Then():
-                lw.store(dst.buf, didx, value)
+        with _maybe_if(cond):
+            em.store(dst.buf, didx, value)
 
-    if dst.buf in lw.frags or src.buf in lw.frags:
-        _copy_fragment(lw, dst, src, space, body)
-    elif dst.scope in ("local", "local.var") or src.scope in ("local", "local.var") or lw.in_thread_code:
-        _serial(space, body)
+    if dst.scope in ("local", "local.var") or src.scope in ("local", "local.var") or em.scope.thread_code:
+        serial_nest(space, body)
     else:
-        distribute(lw, space, body)
-
-
-def _serial(space, body):
-    def rec(k, it):
-        if k == len(space):
-            body(it)
-            return
-        with T.serial(0, space[k]) as i:
-            rec(k + 1, it + [i])
-
-    rec(0, [])
-
-
-def _copy_fragment(lw, dst, src, space, body):
-    frag = dst.buf if dst.buf in lw.frags else src.buf
-    lay = lw.frags[frag]
-    if space != [lay.bm, lay.bn]:
-        raise LoweringError(f"T.copy of register fragment {frag.name}: the region must be the whole "
-                            f"[{lay.bm}, {lay.bn}] fragment, got {space}")
-    with T.unroll(0, lay.regs) as r:
-        row, col = lay.element(lw.tx, r)
-        saved = dict(lw.frag_reg)
-        op = dst if frag.same_as(dst.buf) else src
-        lw.frag_reg[frag] = (op.indices([row, col]), r)
-        body([row, col])
-        lw.frag_reg = saved
+        distribute(em, space, body)
 
 
 def _cast(value, dtype):
@@ -204,12 +294,16 @@ def _cast(value, dtype):
 
 
 @register_tile_op("copy")
-def lower_copy(lw, call):
-    dst, src = Operand(lw, call.args[0]), Operand(lw, call.args[1])
-    if dst.buf in lw.shared and src.scope == "global" and not lw.in_thread_code:
-        issue_async_copy(lw, call)
-        if can_async(lw, call):
+def lower_copy(em, call):
+    dst, src = Operand(em, call.args[0]), Operand(em, call.args[1])
+    if dst.buf in em.plan.shared and src.scope == "global" and not em.scope.thread_code:
+        issue_async_copy(em, call)
+        if can_async(em, call):
             T.evaluate(intrin.cp_async_commit())
-            lw.async_copies_landed(0)
+            em.async_copies_landed(0)
         return
-    _copy_elementwise(lw, dst, src, _space(dst, src))
+    space = _space(dst, src)
+    if dst.buf in em.registers or src.buf in em.registers:
+        _copy_registers(em, dst, src, space)
+        return
+    _copy_elementwise(em, dst, src, space)

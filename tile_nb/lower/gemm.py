@@ -17,7 +17,10 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .lowering import LoweringError, region_of, register_tile_op
+from .emitter import register_tile_op
+from .errors import LoweringError
+from .irwalk import region_of
+from .layout import WgmmaAccLayout
 
 __all__ = ["lower_gemm"]
 
@@ -27,17 +30,17 @@ def _float(x) -> float:
 
 
 @register_tile_op("gemm")
-def lower_gemm(lw, call):
+def lower_gemm(em, call):
     (c_buf, c_rng), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     alpha, beta = _float(call.args[6]), _float(call.args[7])
-    lay = lw.frags[c_buf]
-    from .wgmma import WgmmaAccLayout, lower_gemm_wgmma
-
+    lay = em.plan.accumulators[c_buf]
     if isinstance(lay, WgmmaAccLayout):
-        lower_gemm_wgmma(lw, call)
+        from .wgmma import lower_gemm_wgmma
+
+        lower_gemm_wgmma(em, call)
         return
-    a_tile, b_tile = lw.shared[a_buf], lw.shared[b_buf]
+    a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
         raise LoweringError(f"T.gemm: inputs {a_buf.name}:{a_buf.dtype}, {b_buf.name}:{b_buf.dtype}; "
@@ -58,15 +61,15 @@ def lower_gemm(lw, call):
         raise LoweringError(f"T.gemm: K = {k} must be a multiple of 16 for mma.m16n8k16")
     if not (a_tile.swizzle and b_tile.swizzle):
         raise LoweringError("T.gemm: A and B shared tiles need a last dim that is a multiple of 8 elements")
-    a0 = [lw.expr(mn) for mn, _ in a_rng]
-    b0 = [lw.expr(mn) for mn, _ in b_rng]
-    acc = lay.local
+    a0 = [em.expr(mn) for mn, _ in a_rng]
+    b0 = [em.expr(mn) for mn, _ in b_rng]
+    acc = em.registers[c_buf]
 
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, "float32"), [r])
 
-    tx = lw.tx
+    tx = em.tx
     lane = tirx.floormod(tx, 32)
     q, li = tirx.floordiv(lane, 8), tirx.floormod(lane, 8)
     wy, wx = lay.warp_coords(tx)
@@ -80,7 +83,7 @@ def lower_gemm(lw, call):
         idx = list(base)
         idx[-2] = idx[-2] + row
         idx[-1] = idx[-1] + col
-        return intrin.address_of(tile.view, [tile.offset(idx, lw.stage.get(buf))])
+        return intrin.address_of(em.view(buf), [tile.offset(idx, em.stage.get(buf))])
 
     with T.unroll(0, k // 16) as kk:
         with T.unroll(0, mi_n) as mi:
@@ -106,4 +109,4 @@ def lower_gemm(lw, call):
                 intrin.address_of(b_frag, [ni * 2]),
                 in_dtype,
             ))
-    lw.round_accumulator(c_buf)
+    em.round_accumulator(c_buf)

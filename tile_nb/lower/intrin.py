@@ -115,3 +115,87 @@ __forceinline__ __device__ void tnb_cta_sync() {
 
 def cta_sync() -> tirx.Expr:
     return cuda_func_call("tnb_cta_sync", source_code=_SYNC)
+
+
+# ---- vector moves between memory and registers, with dtype conversion -------------------------------------------
+
+# C types of TVM's CUDA code for each dtype (how it declares buffers of that dtype).
+C_TYPES = {"float16": "half", "bfloat16": "nv_bfloat16", "float32": "float", "float64": "double",
+           "int8": "signed char", "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
+           "int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+_RAW = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
+_TO_FLOAT = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
+_FROM_FLOAT = {"float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"}
+
+
+def convert(value: str, src: str, dst: str) -> str:
+    """C++ text converting `value` of dtype `src` to `dst`, rounding as TVM's casts (and torch) do."""
+    if src == dst:
+        return value
+    if src in _TO_FLOAT:
+        value, src = _TO_FLOAT[src].format(value), "float32"
+        if dst == "float32":
+            return value
+    if dst in _FROM_FLOAT:
+        return _FROM_FLOAT[dst].format(value if src in ("float32", "float64") else f"(float)({value})")
+    return f"({C_TYPES[dst]})({value})"
+
+
+def vector_bytes_ok(n: int, dtype: str) -> bool:
+    return str(dtype) in C_TYPES and n * tvm_bits(dtype) // 8 in _RAW
+
+
+def tvm_bits(dtype) -> int:
+    import tvm
+
+    return tvm.DataType(str(dtype)).bits
+
+
+def vector_load(dst_ptr, src_ptr, n: int, src_dtype: str, dst_dtype: str) -> tirx.Expr:
+    """Load `n` consecutive elements of `src_dtype` at `src_ptr` (one aligned access of n * size bytes) into the
+    registers at `dst_ptr`, converted to `dst_dtype`."""
+    src_dtype, dst_dtype = str(src_dtype), str(dst_dtype)
+    nbytes = n * tvm_bits(src_dtype) // 8
+    name = f"tnb_vld_{src_dtype}x{n}_{dst_dtype}"
+    code = f"""
+__forceinline__ __device__ void {name}(void* dst, const void* src) {{
+  {_RAW[nbytes]} raw = *(const {_RAW[nbytes]}*)src;
+  const {C_TYPES[src_dtype]}* s = (const {C_TYPES[src_dtype]}*)&raw;
+  {C_TYPES[dst_dtype]}* d = ({C_TYPES[dst_dtype]}*)dst;
+#pragma unroll
+  for (int i = 0; i < {n}; ++i) d[i] = {convert("s[i]", src_dtype, dst_dtype)};
+}}
+"""
+    return cuda_func_call(name, dst_ptr, src_ptr, source_code=code)
+
+
+def vector_store(dst_ptr, src_ptr, n: int, src_dtype: str, dst_dtype: str) -> tirx.Expr:
+    """Store `n` registers of `src_dtype` at `src_ptr`, converted to `dst_dtype`, as one aligned access at
+    `dst_ptr`."""
+    src_dtype, dst_dtype = str(src_dtype), str(dst_dtype)
+    nbytes = n * tvm_bits(dst_dtype) // 8
+    name = f"tnb_vst_{src_dtype}x{n}_{dst_dtype}"
+    code = f"""
+__forceinline__ __device__ void {name}(void* dst, const void* src) {{
+  {_RAW[nbytes]} raw;
+  {C_TYPES[dst_dtype]}* d = ({C_TYPES[dst_dtype]}*)&raw;
+  const {C_TYPES[src_dtype]}* s = (const {C_TYPES[src_dtype]}*)src;
+#pragma unroll
+  for (int i = 0; i < {n}; ++i) d[i] = {convert("s[i]", src_dtype, dst_dtype)};
+  *({_RAW[nbytes]}*)dst = raw;
+}}
+"""
+    return cuda_func_call(name, dst_ptr, src_ptr, source_code=code)
+
+
+def shfl_xor(value, mask: int, dtype: str) -> tirx.Expr:
+    """`__shfl_xor_sync(0xffffffff, value, mask)`: the value of lane (lane ^ mask). Every lane of the warp must
+    execute it."""
+    dtype = str(dtype)
+    name = f"tnb_shfl_xor_{dtype}"
+    code = f"""
+__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask) {{
+  return __shfl_xor_sync(0xffffffffu, v, mask, 32);
+}}
+"""
+    return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)

@@ -13,13 +13,13 @@ over the CTA's registers "somehow". Lowering decides:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tvm import tirx
 
 from .errors import LoweringError
 
-__all__ = ["MmaAccLayout", "SharedTile", "choose_warp_grid"]
+__all__ = ["MmaAccLayout", "SharedTile", "WgmmaAccLayout", "choose_warp_grid"]
 
 
 def _prod(xs):
@@ -29,18 +29,18 @@ def _prod(xs):
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class SharedTile:
     """A shared tile as a 2-D (rows x cols) view inside the pool; leading dims fold into rows."""
 
-    buffer: tirx.Buffer  # the tile IR's buffer
+    buffer: tirx.Buffer  # the tile IR's buffer (or, for a reduction's workspace, the reduction's source)
     shape: tuple
     dtype: str
     swizzle: bool = False
     stages: int = 1
     panel: bool = False  # 64-column panels, each a [rows, 64] 128-byte-swizzled tile (wgmma MN-major operand)
-    view: tirx.Buffer | None = None  # flat 1-D view in the pool (set when the pool is laid out)
-    byte_offset: int = 0
+    byte_offset: int = 0  # in the pool (budget.layout_pool)
+    name: str = ""  # of the pool view; the buffer's name when empty
 
     @property
     def cols(self) -> int:
@@ -60,7 +60,8 @@ class SharedTile:
 
     def describe(self) -> str:
         stages = f" x {self.stages} stages" if self.stages > 1 else ""
-        return f"{self.buffer.scope()} {tuple(int(x) for x in self.shape)} {self.dtype}{stages}"
+        what = "reduction workspace" if self.name else self.buffer.scope()
+        return f"{what} {tuple(int(x) for x in self.shape)} {self.dtype}{stages}"
 
     def can_swizzle(self) -> bool:
         # 16-byte chunks of 2-byte elements: 8 per chunk.
@@ -127,20 +128,31 @@ def choose_warp_grid(bm: int, bn: int, warps: int) -> tuple[int, int]:
     return best[1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class MmaAccLayout:
-    """Register layout of a [BM, BN] accumulator over `warps` warps of m16n8 atoms."""
+    """Register layout of a [BM, BN] accumulator over a wm x wn grid of warps of m16n8 atoms."""
 
     bm: int
     bn: int
-    warps: int
-    wm: int = 0
-    wn: int = 0
-    local: tirx.Buffer | None = field(default=None, repr=False)  # per-thread registers
+    wm: int
+    wn: int
 
-    def __post_init__(self):
-        if not self.wm:
-            self.wm, self.wn = choose_warp_grid(self.bm, self.bn, self.warps)
+    @staticmethod
+    def choose(bm: int, bn: int, warps: int, rows_per_warp: bool = False) -> MmaAccLayout:
+        """The grid of `choose_warp_grid`; with `rows_per_warp` (a row-wise reduction or row statistic uses the
+        accumulator) all warps along M when the rows allow, so a row never spans two warps."""
+        if rows_per_warp and bm % (16 * warps) == 0 and bn % 16 == 0:
+            return MmaAccLayout(bm, bn, warps, 1)
+        return MmaAccLayout(bm, bn, *choose_warp_grid(bm, bn, warps))
+
+    @property
+    def warps(self) -> int:
+        return self.wm * self.wn
+
+    def linear(self):
+        from .fragments import mma_accumulator
+
+        return mma_accumulator(self.bm, self.bn, self.wm, self.wn)
 
     @property
     def warp_m(self) -> int:
@@ -175,3 +187,35 @@ class MmaAccLayout:
         row = wy * self.warp_m + mi * 16 + h * 8 + tirx.floordiv(lane, 4)
         col = wx * self.warp_n + ni * 8 + tirx.floormod(lane, 4) * 2 + e
         return row, col
+
+
+@dataclass(frozen=True)
+class WgmmaAccLayout:
+    """The accumulator of a Hopper wgmma `T.gemm` (wgmma.py): warpgroup g owns m-blocks of 64 rows; per n8 block i,
+    registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1), warp w of the group rows 16w..16w+15."""
+
+    bm: int
+    bn: int
+    warpgroups: int
+
+    @property
+    def mblocks(self) -> int:  # m64 blocks per warpgroup
+        return self.bm // 64 // self.warpgroups
+
+    @property
+    def regs(self) -> int:
+        return self.mblocks * self.bn // 2
+
+    def element(self, tx, r):
+        fd, fm = tirx.floordiv, tirx.floormod
+        per = self.bn // 2
+        mb, rr = fd(r, per), fm(r, per)
+        g, w, lane = fd(tx, 128), fm(fd(tx, 32), 4), fm(tx, 32)
+        row = (g * self.mblocks + mb) * 64 + w * 16 + fd(lane, 4) + fm(fd(rr, 2), 2) * 8
+        col = fd(rr, 4) * 8 + fm(lane, 4) * 2 + fm(rr, 2)
+        return row, col
+
+    def linear(self):
+        from .fragments import wgmma_accumulator
+
+        return wgmma_accumulator(self.bm, self.bn, self.warpgroups)

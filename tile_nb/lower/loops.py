@@ -2,8 +2,10 @@
 `T.Pipelined` (a serial loop annotated `num_stages`) handed to pipeline.py.
 
 `T.Parallel(e0, e1, ...)` (nested parallel loops, elementwise body) is distributed in one of two ways:
-- when the body touches a register fragment (a `T.gemm` accumulator), each thread runs over the registers it
-  owns, and the loop variables become that register's (row, col) (`MmaAccLayout.element`);
+- when the plan gives the nest a driving register layout (a fragment it indexes by all its loop variables, see
+  infer.py), each thread runs over the registers it holds: the loop variables become that register's coordinates,
+  fragments of the same layout are that register, row and column fragments the register of their slice; padding
+  registers are skipped, and stores to memory run on the first replica only;
 - otherwise the flattened iteration space is split round-robin over the threads (consecutive threads take
   consecutive iterations, so row-major global accesses coalesce).
 """
@@ -14,48 +16,61 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .lowering import LoweringError, buffers_touched
+from .errors import LoweringError
 
-__all__ = ["distribute", "emit_for"]
+__all__ = ["distribute", "emit_for", "serial_nest"]
 
 
 def _is_parallel(loop) -> bool:
     return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
 
 
-def emit_for(lw, loop):
+def emit_for(em, loop):
     ann = loop.annotations or {}
     if "num_stages" in ann:
         from .pipeline import emit_pipelined
 
-        emit_pipelined(lw, loop, int(ann["num_stages"]))
+        emit_pipelined(em, loop)
         return
     if _is_parallel(loop):
-        emit_parallel(lw, loop)
+        emit_parallel(em, loop)
         return
-    start, extent = lw.expr(loop.min), lw.expr(loop.extent)
+    start, extent = em.expr(loop.min), em.expr(loop.extent)
     maker = T.unroll if loop.kind == tirx.ForKind.UNROLLED else T.serial
     with maker(start, start + extent) as v:
         IRBuilder.name(loop.loop_var.name, v)
-        lw.var_map[loop.loop_var] = v
+        em.var_map[loop.loop_var] = v
         if isinstance(extent, tvm.ir.prim.expr.IntImm):
-            lw.bind_range(v, extent)
-        lw.emit(loop.body)
+            em.bind_range(v, extent)
+        with em.scoped(loop_depth=em.scope.loop_depth + 1):
+            em.emit(loop.body)
         # A later iteration may overwrite what this one read (or read what it wrote) in shared memory.
-        _, writes_shared = lw.touches_shared(loop.body)
-        if writes_shared and lw.tx is not None and not lw.in_thread_code:
-            lw.sync()
+        _, writes_shared = em.touches_shared(loop.body)
+        if writes_shared and em.tx is not None and not em.scope.thread_code:
+            em.sync()
 
 
-def distribute(lw, extents, body_fn):
+def serial_nest(extents, body_fn):
+    """Run `body_fn(indices)` over every point of `extents` in one thread (nested serial loops)."""
+    def rec(k, it):
+        if k == len(extents):
+            body_fn(it)
+            return
+        with T.serial(0, extents[k]) as i:
+            rec(k + 1, it + [i])
+
+    rec(0, [])
+
+
+def distribute(em, extents, body_fn):
     """Run `body_fn(indices)` for every point of `extents`, split over the threads round-robin."""
     total = 1
     for e in extents:
         total *= int(e)
-    threads = lw.threads
+    threads = em.threads
     steps = (total + threads - 1) // threads
     with T.serial(0, steps) as it:
-        flat = it * threads + lw.tx
+        flat = it * threads + em.tx
         idx, rest = [], flat
         for e in reversed(extents):
             idx.append(tirx.floormod(rest, int(e)))
@@ -68,43 +83,50 @@ def distribute(lw, extents, body_fn):
             body_fn(idx)
 
 
-def emit_parallel(lw, loop):
+def emit_parallel(em, loop):
     loops = [loop]
     while _is_parallel(loops[-1].body):
         loops.append(loops[-1].body)
     body = loops[-1].body
-    extents = [lw.expr(l.extent) for l in loops]
+    extents = [em.expr(l.extent) for l in loops]
     if not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
         raise LoweringError("T.Parallel extents must be compile-time constants after specialization")
-    reads, writes = buffers_touched(body)
-    frags = [b for b in reads + writes if b in lw.frags]
-    prev = lw.in_thread_code
-    lw.in_thread_code = True
-    if frags:
-        lay = lw.frags[frags[0]]
-        if len(loops) != 2 or (int(extents[0]), int(extents[1])) != (lay.bm, lay.bn):
-            raise LoweringError(
-                f"T.Parallel over {[int(e) for e in extents]} touches the register fragment {frags[0].name} "
-                f"of shape [{lay.bm}, {lay.bn}]; the loop must cover the fragment exactly")
-        others = [b for b in frags if lw.frags[b] is not lay and (lw.frags[b].bm, lw.frags[b].bn, lw.frags[b].wm)
-                  != (lay.bm, lay.bn, lay.wm)]
-        if others:
-            raise LoweringError(f"T.Parallel mixes register fragments with different layouts: "
-                                f"{frags[0].name} and {others[0].name}")
-        # Unrolled: registers are indexed by compile-time constants once nvcc unrolls the loop.
-        with T.unroll(0, lay.regs) as r:
-            row, col = lay.element(lw.tx, r)
-            saved = dict(lw.frag_reg)
-            for b in set(frags):
-                lw.frag_reg[b] = ([row, col], r)
-            emit_parallel_body(lw, loops, body, [row, col])
-            lw.frag_reg = saved
-    else:
-        distribute(lw, [int(e) for e in extents], lambda idx: emit_parallel_body(lw, loops, body, idx))
-    lw.in_thread_code = prev
+    layout = em.plan.fragments.loop_layouts.get(loop)
+    with em.scoped(thread_code=True):
+        if layout is None:
+            distribute(em, [int(e) for e in extents],
+                       lambda idx: _emit_body(em, loops, body, idx))
+        else:
+            _emit_over_registers(em, loops, body, layout)
 
 
-def emit_parallel_body(lw, loops, body, idx):
-    for l, i in zip(loops, idx):
-        lw.var_map[l.loop_var] = i
-    lw.emit(body)
+def _emit_body(em, loops, body, idx):
+    with em.bound("var_map", {l.loop_var: i for l, i in zip(loops, idx)}):
+        em.emit(body)
+
+
+def _emit_over_registers(em, loops, body, layout):
+    """Each thread runs the body once per register of `layout` it holds (unrolled: registers are indexed by
+    compile-time constants once nvcc unrolls the loop)."""
+    tx = em.tx
+    rank = len(layout.shape)
+    related = {}  # fragment -> (indices it must be accessed at, register), from the loop's point of view
+    with T.unroll(0, layout.regs) as r:
+        coords = layout.element(tx, r)
+        loop_vars = [l.loop_var for l in loops]
+        for buf in em.registers:
+            other = em.plan.layout(buf)
+            if other == layout:
+                related[buf] = (coords, r)
+            elif rank == 2 and other == layout.slice(1):
+                related[buf] = (coords[:1], layout.slice_register(1, r))
+            elif rank == 2 and other == layout.slice(0):
+                related[buf] = (coords[1:], layout.slice_register(0, r))
+        valid = layout.valid(tx, r)
+        with em.bound("var_map", dict(zip(loop_vars, coords))), em.bound("loop_registers", related), \
+                em.scoped(replica_guard=layout.replica_zero(tx)):
+            if valid is None:
+                em.emit(body)
+            else:
+                with T.If(valid), T.Then():
+                    em.emit(body)

@@ -32,7 +32,7 @@ as `const __grid_constant__ CUtensorMap` parameters by TVM's codegen.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
@@ -41,10 +41,11 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .lowering import dtype_bits, region_of, scope_of, seq_items
-from .wgmma import WgmmaAccLayout
+from .irwalk import region_of, scope_of, seq_items
+from .layout import WgmmaAccLayout, tirx_bits
 
-__all__ = ["TmaPlan", "emit_ws_loop", "plan_tma"]
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "named_barrier",
+           "plan_tma"]
 
 PRODUCER_THREADS = 32
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
@@ -54,7 +55,7 @@ _L2_PROMOTION_256B = 3
 _REGISTER_HEADROOM = 32
 
 
-@dataclass
+@dataclass(frozen=True)
 class Box:
     """One TMA load per k-tile: a box of the global tensor into `elem_offset` of the tile's stage."""
 
@@ -63,42 +64,34 @@ class Box:
     coord_shift: tuple  # added to the region's start coordinates (innermost first)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TmaCopy:
     call: tirx.Stmt
-    tile: object  # SharedTile
+    tile_buffer: tirx.Buffer  # the shared tile it fills
+    tile_elems: int  # elements of one stage of that tile
     global_buf: tirx.Buffer
     swizzle: int
-    boxes: list
-    tensor_map: tirx.Var | None = None
+    boxes: tuple
 
 
-@dataclass
+@dataclass(frozen=True)
 class TmaPlan:
     loop: tirx.For
     stages: int
-    copies: list
-    rest: list  # the loop body without the copies: the gemm
-    barrier_offset: int = 0  # bytes into the pool (set by emit_pool)
-    barriers: tirx.Buffer | None = field(default=None, repr=False)
+    copies: tuple
+    rest: tuple  # the loop body without the copies: the gemm
 
     @property
     def bytes_per_stage(self) -> int:
         total = 0
         for c in self.copies:
-            elem = dtype_bits(c.global_buf.dtype) // 8
+            elem = tirx_bits(c.global_buf.dtype) // 8
             for b in c.boxes:
                 n = elem
                 for d in b.dims:
                     n *= d
                 total += n
         return total
-
-    def full(self, s):
-        return intrin.address_of(self.barriers, [s])
-
-    def empty(self, s):
-        return intrin.address_of(self.barriers, [self.stages + s])
 
 
 def _int(e):
@@ -109,47 +102,49 @@ def _int(e):
     return None
 
 
-def plan_tma(lw) -> tuple[TmaPlan | None, str]:
-    """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not)."""
-    attr = (lw.func.attrs or {}).get("tile_nb.tma", None)
+def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
+    """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not). `plan` is the kernel's
+    plan so far (plan.py: accumulators, shared tiles, pipeline schedules)."""
+    attr = (func.attrs or {}).get("tile_nb.tma", None)
     mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_TMA", "auto")
+    threads = plan.threads
     if mode == "0":
         return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
-    if not lw.uses_wgmma:
+    if not plan.uses_wgmma:
         return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
-    if lw.threads % 128 or lw.threads + PRODUCER_THREADS > 1024:
+    if threads % 128 or threads + PRODUCER_THREADS > 1024:
         return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
-    if mode != "1" and lw.threads < 256:
+    if mode != "1" and threads < 256:
         # Measured on the H200 (benchmarks/results/gemm.md): with one consumer warpgroup, 3 CTAs per SM
         # already hide each other's barriers; the producer warp's registers leave room for only 2.
         return None, ("cp.async (one consumer warpgroup: TMA + a producer warp measured no faster; "
                       "tile_nb.tma = 1 forces TMA)")
-    loops = [s for s in _top_level(lw.func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
-    nested = [s for s in _all_pipelined(lw.func.body) if not any(s.same_as(t) for t in loops)]
+    loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
+    nested = [s for s in _all_pipelined(func.body) if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
         return None, "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)"
     loop = loops[0]
     stages = int(loop.annotations["num_stages"])
     if stages < 2:
         return None, "cp.async (num_stages < 2)"
-    body = seq_items(loop.body)
-    schedule = lw.schedules[loop]
+    schedule = plan.pipelines[loop]
     if schedule.kept_in_order:
         return None, "cp.async (a copy of the loop cannot be issued ahead)"
+    body = seq_items(loop.body)
     copies = list(schedule.prefetched)
     rest = [s for s in body if not schedule.is_prefetched(s)]
     gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
     if len(rest) != 1 or len(gemms) != 1:
         return None, "cp.async (the pipelined loop body must be its copies and one T.gemm)"
     gemm = gemms[0]
-    acc = lw.frags.get(region_of(gemm.args[0])[0])
+    c_buf = region_of(gemm.args[0])[0]
+    acc = plan.accumulators.get(c_buf)
     if not isinstance(acc, WgmmaAccLayout):
         return None, "cp.async (the loop's T.gemm is not on wgmma)"
-    budget = 65536 // (lw.threads + PRODUCER_THREADS)
+    budget = 65536 // (threads + PRODUCER_THREADS)
     if budget < acc.regs + _REGISTER_HEADROOM:
         return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
                       f"alone takes {acc.regs})")
-    c_buf = region_of(gemm.args[0])[0]
     if str(c_buf.dtype) != "float32":
         return None, (f"cp.async (the accumulator {c_buf.name} is {c_buf.dtype}: it is rounded after every T.gemm, "
                       "so no MMA group can stay in flight)")
@@ -158,13 +153,13 @@ def plan_tma(lw) -> tuple[TmaPlan | None, str]:
     operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
     planned = []
     for c in copies:
-        tc, why = _plan_copy(lw, c, operands)
+        tc, why = _plan_copy(plan, c, operands)
         if tc is None:
             return None, f"cp.async ({why})"
         planned.append(tc)
     if not planned:
         return None, "cp.async (no global->shared copies in the loop)"
-    return TmaPlan(loop, stages, planned, rest), "TMA + mbarriers, producer warp (warp-specialized)"
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest)), "TMA + mbarriers, producer warp (warp-specialized)"
 
 
 def _top_level(stmt):
@@ -179,24 +174,24 @@ def _top_level(stmt):
 
 
 def _all_pipelined(stmt):
-    from .lowering import iter_stmts
+    from .irwalk import iter_stmts
 
     return [s for s in iter_stmts(stmt) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
 
 
-def _plan_copy(lw, call, operands):
+def _plan_copy(plan, call, operands):
     dst, drng = region_of(call.args[0])
     src, srng = region_of(call.args[1])
     if dst not in operands:
         return None, f"the copy into {dst.name} does not feed the loop's T.gemm"
-    tile = lw.shared[dst]
-    if str(src.dtype) != str(dst.dtype) or dtype_bits(src.dtype) != 16:
+    tile = plan.shared[dst]
+    if str(src.dtype) != str(dst.dtype) or tirx_bits(src.dtype) != 16:
         return None, f"the copy {src.name} -> {dst.name} is not a 16-bit copy without conversion"
     if len(tile.shape) != 2 or [_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
         return None, f"the copy into {dst.name} does not write the whole 2-D tile"
     if list(src.strides) or _int(src.elem_offset) != 0 or scope_of(src) != "global":
         return None, f"{src.name} is not a contiguous global tensor"
-    if not lw.aligned(src):
+    if not plan.aligned(src):
         return None, f"{src.name}'s data pointer is not 16-byte aligned in this call"
     rank = len(src.shape)
     if rank > 5:
@@ -213,29 +208,29 @@ def _plan_copy(lw, call, operands):
     if tile.panel:
         if cols % 64 or rows > 256:
             return None, f"{dst.name} is not made of 64-column panels of at most 256 rows"
-        boxes = [Box((64, rows) + (1,) * (rank - 2), p * rows * 64, (64 * p,) + (0,) * (rank - 1))
-                 for p in range(cols // 64)]
-        return TmaCopy(call, tile, src, _SWIZZLE_KIND[128], boxes), ""
+        boxes = tuple(Box((64, rows) + (1,) * (rank - 2), p * rows * 64, (64 * p,) + (0,) * (rank - 1))
+                      for p in range(cols // 64))
+        return TmaCopy(call, dst, tile.elems, src, _SWIZZLE_KIND[128], boxes), ""
     if not tile.swizzle or cols * 2 not in _SWIZZLE_KIND or rows > 256:
         return None, f"{dst.name} is not a 64- or 128-byte-row swizzled tile of at most 256 rows"
     box = Box((cols, rows) + (1,) * (rank - 2), 0, (0,) * rank)
-    return TmaCopy(call, tile, src, _SWIZZLE_KIND[cols * 2], [box]), ""
+    return TmaCopy(call, dst, tile.elems, src, _SWIZZLE_KIND[cols * 2], (box,)), ""
 
 
 # ---- host side: one tensor map per (tensor, box, swizzle) --------------------------------------------------
 
-def emit_tensor_maps(plan: TmaPlan):
-    """Bind and encode the tensor maps (host code, before the kernel launch)."""
+def emit_tensor_maps(em, plan: TmaPlan):
+    """Bind and encode the tensor maps (host code, before the kernel launch): `em.tensor_maps[copy]`."""
     seen = {}
     for c in plan.copies:
         key = (c.global_buf, c.boxes[0].dims, c.swizzle)
         if key in seen:
-            c.tensor_map = seen[key]
+            em.tensor_maps[c] = seen[key]
             continue
         buf = c.global_buf
         rank = len(buf.shape)
         dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
-        elem = dtype_bits(buf.dtype) // 8
+        elem = tirx_bits(buf.dtype) // 8
         strides, acc = [], elem
         for d in dims[:-1]:
             acc = acc * d
@@ -245,7 +240,7 @@ def emit_tensor_maps(plan: TmaPlan):
         T.evaluate(tirx.tensormap_encode_tiled(
             tmap, buf.data, *dims, *strides, *c.boxes[0].dims, *([1] * rank),
             descriptor_dtype=str(buf.dtype), rank=rank, swizzle=c.swizzle, l2_promotion=_L2_PROMOTION_256B))
-        seen[key] = c.tensor_map = tmap
+        seen[key] = em.tensor_maps[c] = tmap
 
 
 # ---- device helpers -----------------------------------------------------------------------------------
@@ -318,55 +313,55 @@ def named_barrier(threads):
 
 # ---- device side ------------------------------------------------------------------------------------
 
-def emit_barrier_init(lw, plan: TmaPlan):
+def _full(em, s):
+    return intrin.address_of(em.barriers, [s])
+
+
+def _empty(em, plan: TmaPlan, s):
+    return intrin.address_of(em.barriers, [plan.stages + s])
+
+
+def emit_barrier_init(em, plan: TmaPlan):
     """Thread 0 initialises the stage barriers; every thread (producer included) waits for that."""
-    view = T.decl_buffer((2 * plan.stages,), "uint64", data=lw.pool.data, byte_offset=plan.barrier_offset,
+    view = T.decl_buffer((2 * plan.stages,), "uint64", data=em.pool.data, byte_offset=em.plan.barrier_offset,
                          scope="shared.dyn")
     IRBuilder.name("stage_barriers", view)
-    plan.barriers = view
-    with T.If(lw.tx == 0), T.Then():
+    em.barriers = view
+    with T.If(em.tx == 0), T.Then():
         for s in range(plan.stages):
-            T.evaluate(mbarrier_init(plan.full(s), 1))  # the producer's expect_tx arrival (+ the bytes)
-            T.evaluate(mbarrier_init(plan.empty(s), lw.threads // 32))  # one arrival per consumer warp
+            T.evaluate(mbarrier_init(_full(em, s), 1))  # the producer's expect_tx arrival (+ the bytes)
+            T.evaluate(mbarrier_init(_empty(em, plan, s), em.threads // 32))  # one arrival per consumer warp
         T.evaluate(fence_mbarrier_init())
     T.evaluate(intrin.cta_sync())
 
 
-def emit_ws_loop(lw, plan: TmaPlan):
+def emit_ws_loop(em, plan: TmaPlan):
+    from .wgmma import drain_accumulators
+
     loop = plan.loop
-    start, n = lw.expr(loop.min), lw.expr(loop.extent)
+    start, n = em.expr(loop.min), em.expr(loop.extent)
     stages = plan.stages
     fd, fm = tirx.floordiv, tirx.floormod
-    with T.If(lw.tx >= lw.threads):
-        with T.Then(), T.If(lw.tx == lw.threads), T.Then():
-            _emit_producer(lw, plan, start, n)
-        with T.Else():
-            prev = lw.in_consumer
-            lw.in_consumer = True
-            lw.after_pipeline = []
-            lw.ws_loop_active = True
+    with T.If(em.tx >= em.threads):
+        with T.Then(), T.If(em.tx == em.threads), T.Then():
+            _emit_producer(em, plan, start, n)
+        with T.Else(), em.scoped(consumer=True):
             with T.serial(0, n) as k:
                 IRBuilder.name(loop.loop_var.name, k)
-                lw.bind_range(k, n)
+                em.bind_range(k, n)
                 s = fm(k, stages)
-                T.evaluate(mbarrier_wait(plan.full(s), fm(fd(k, stages), 2)))
-                lw.var_map[loop.loop_var] = start + k
-                saved = dict(lw.stage)
-                for c in plan.copies:
-                    lw.stage[c.tile.buffer] = s
-                lw.emit_seq(plan.rest)
-                lw.stage = saved
+                T.evaluate(mbarrier_wait(_full(em, s), fm(fd(k, stages), 2)))
+                stage = {c.tile_buffer: s for c in plan.copies}
+                with em.bound("var_map", {loop.loop_var: start + k}), em.bound("stage", stage), \
+                        em.scoped(mma_in_flight=True, loop_depth=em.scope.loop_depth + 1):
+                    em.emit_seq(list(plan.rest))
                 # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
-                with T.If(tirx.And(k > 0, fm(lw.tx, 32) == 0)), T.Then():
-                    T.evaluate(mbarrier_arrive(plan.empty(fm(k + stages - 1, stages))))
-            lw.ws_loop_active = False
-            for fn in lw.after_pipeline:
-                fn()
-            lw.after_pipeline = []
-            lw.in_consumer = prev
+                with T.If(tirx.And(k > 0, fm(em.tx, 32) == 0)), T.Then():
+                    T.evaluate(mbarrier_arrive(_empty(em, plan, fm(k + stages - 1, stages))))
+            drain_accumulators(em, plan.rest)
 
 
-def _emit_producer(lw, plan: TmaPlan, start, n):
+def _emit_producer(em, plan: TmaPlan, start, n):
     from .copy import Operand
 
     stages = plan.stages
@@ -374,17 +369,17 @@ def _emit_producer(lw, plan: TmaPlan, start, n):
     loop = plan.loop
     with T.serial(0, n) as k:
         IRBuilder.name(loop.loop_var.name + "_load", k)
-        lw.bind_range(k, n)
+        em.bind_range(k, n)
         s = fm(k, stages)
-        T.evaluate(mbarrier_wait(plan.empty(s), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
-        T.evaluate(mbarrier_expect_tx(plan.full(s), plan.bytes_per_stage))
-        lw.var_map[loop.loop_var] = start + k
-        for c in plan.copies:
-            src = Operand(lw, c.call.args[1])
-            rank = len(c.global_buf.shape)
-            start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
-            for box in c.boxes:
-                dst = intrin.address_of(c.tile.view, [s * c.tile.elems + box.elem_offset])
-                coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
-                          for x, d in zip(start_coords, box.coord_shift)]
-                T.evaluate(tma_load(rank, dst, c.tensor_map, plan.full(s), coords))
+        T.evaluate(mbarrier_wait(_empty(em, plan, s), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
+        T.evaluate(mbarrier_expect_tx(_full(em, s), plan.bytes_per_stage))
+        with em.bound("var_map", {loop.loop_var: start + k}):
+            for c in plan.copies:
+                src = Operand(em, c.call.args[1])
+                rank = len(c.global_buf.shape)
+                start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
+                for box in c.boxes:
+                    dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
+                    coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
+                              for x, d in zip(start_coords, box.coord_shift)]
+                    T.evaluate(tma_load(rank, dst, em.tensor_maps[c], _full(em, s), coords))

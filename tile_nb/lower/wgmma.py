@@ -15,45 +15,15 @@ after waiting for them and before the barrier (pipeline.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from tvm import tirx
 from tvm.backend.cuda.op import cuda_func_call
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
+from .irwalk import region_of
+from .layout import WgmmaAccLayout
 
-
-def region_of(r):
-    return r.source, [(x.min, x.extent) for x in r.region]
-
-__all__ = ["WgmmaAccLayout", "fence_proxy_async", "lower_gemm_wgmma", "wgmma_eligible"]
-
-
-@dataclass
-class WgmmaAccLayout:
-    bm: int
-    bn: int
-    warpgroups: int
-    local: tirx.Buffer | None = field(default=None, repr=False)
-    wm: int = -1  # marks "not an mma.sync grid" for layout-compatibility checks
-
-    @property
-    def mblocks(self) -> int:  # m64 blocks per warpgroup
-        return self.bm // 64 // self.warpgroups
-
-    @property
-    def regs(self) -> int:
-        return self.mblocks * self.bn // 2
-
-    def element(self, tx, r):
-        fd, fm = tirx.floordiv, tirx.floormod
-        per = self.bn // 2
-        mb, rr = fd(r, per), fm(r, per)
-        g, w, lane = fd(tx, 128), fm(fd(tx, 32), 4), fm(tx, 32)
-        row = (g * self.mblocks + mb) * 64 + w * 16 + fd(lane, 4) + fm(fd(rr, 2), 2) * 8
-        col = fd(rr, 4) * 8 + fm(lane, 4) * 2 + fm(rr, 2)
-        return row, col
+__all__ = ["drain_accumulators", "fence_proxy_async", "lower_gemm_wgmma", "wgmma_eligible"]
 
 
 def wgmma_eligible(target, call, threads) -> bool:
@@ -145,15 +115,16 @@ __forceinline__ __device__ void {name}() {{
     return cuda_func_call(name, source_code=src)
 
 
-def lower_gemm_wgmma(lw, call):
+def lower_gemm_wgmma(em, call):
     (c_buf, _), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_b = bool(call.args[5])
     beta = float(call.args[7].value)
-    lay = lw.frags[c_buf]
-    a_tile, b_tile = lw.shared[a_buf], lw.shared[b_buf]
+    lay = em.plan.accumulators[c_buf]
+    a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
+    a_view, b_view = em.view(a_buf), em.view(b_buf)
     in_dtype = str(a_buf.dtype)
     bk = int(a_rng[-1][1])
-    acc = lay.local
+    acc = em.registers[c_buf]
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, "float32"), [r])
@@ -164,12 +135,11 @@ def lower_gemm_wgmma(lw, call):
         b_lbo, b_sbo, b_mode = 16, 8 * a_row_bytes, a_mode
     else:  # [K, N] in 64-column panels; LBO = panel stride, SBO = 8 K-rows of 128 bytes
         lbo_sbo = (b_tile.rows * 128, 1024)
-        if (lw.func.attrs or {}).get("tile_nb.wgmma_swap_lbo_sbo", 0):
+        if (em.func.attrs or {}).get("tile_nb.wgmma_swap_lbo_sbo", 0):
             lbo_sbo = lbo_sbo[::-1]
         b_lbo, b_sbo = lbo_sbo
         b_mode = 1
-    tx = lw.tx
-    g = tirx.floordiv(tx, 128)
+    g = tirx.floordiv(em.tx, 128)
 
     T.evaluate(_simple("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
@@ -177,32 +147,45 @@ def lower_gemm_wgmma(lw, call):
         # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = 16 kk, row 64 m).
         m0 = (g * lay.mblocks + mb) * 64
         a_off = m0 * bk + kk * 16
-        a_ptr = intrin.address_of(a_tile.view, [a_off + _stage_off(lw, a_tile, a_buf)])
+        a_ptr = intrin.address_of(a_view, [a_off + _stage_off(em, a_tile, a_buf)])
         if trans_b:
-            b_ptr = intrin.address_of(b_tile.view, [kk * 16 + _stage_off(lw, b_tile, b_buf)])
+            b_ptr = intrin.address_of(b_view, [kk * 16 + _stage_off(em, b_tile, b_buf)])
         else:
-            b_ptr = intrin.address_of(b_tile.view, [kk * 16 * 64 + _stage_off(lw, b_tile, b_buf)])
+            b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
         T.evaluate(_wgmma_call(lay.bn, in_dtype, intrin.address_of(acc, [mb * (lay.bn // 2)]),
                                a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
     T.evaluate(_simple("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
-    # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
-    def wait(pending):
-        with T.unroll(0, lay.mblocks) as mb:
-            T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
-
     # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of
     # tma.py then releases, or the overlap variant's copies refill); the loop drains with wait 0 after it.
-    if lw.ws_loop_active or (lw.in_pipeline_stages >= 3 and lw.wgmma_overlap()):
-        wait(1)
-        if not lw.after_pipeline:
-            lw.after_pipeline.append(lambda: wait(0))
+    if em.scope.mma_in_flight:
+        _wait(acc, lay, 1)
     else:
-        wait(0)
-        lw.round_accumulator(c_buf)
+        _wait(acc, lay, 0)
+        em.round_accumulator(c_buf)
 
 
-def _stage_off(lw, tile, buf):
-    st = lw.stage.get(buf)
+def _wait(acc, lay, pending):
+    # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
+    with T.unroll(0, lay.mblocks) as mb:
+        T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
+
+
+def drain_accumulators(em, stmts):
+    """After a loop whose T.gemm left a wgmma group in flight: wait for it (naming each accumulator's registers)."""
+    from .irwalk import tile_calls
+
+    drained = []
+    for stmt in stmts:
+        for call in tile_calls(stmt):
+            c_buf = region_of(call.args[0])[0] if call.op.name == "tirx.tile.gemm" else None
+            lay = em.plan.accumulators.get(c_buf) if c_buf is not None else None
+            if isinstance(lay, WgmmaAccLayout) and not any(c_buf.same_as(b) for b in drained):
+                _wait(em.registers[c_buf], lay, 0)
+                drained.append(c_buf)
+
+
+def _stage_off(em, tile, buf):
+    st = em.stage.get(buf)
     if tile.stages > 1 and st is not None:
         return st * tile.elems
     return 0

@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = ["FORMAT", "CacheEntry", "DiskCache", "cache_dir", "cache_enabled", "compute_key", "source_fingerprint"]
 
-FORMAT = "tile_nb-kernel-v1"
+FORMAT = "tile_nb-kernel-v2"  # bumped when meta.json changes (v2: the lowering plan)
 
 
 def cache_dir() -> Path:

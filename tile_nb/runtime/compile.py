@@ -62,21 +62,20 @@ def _param_names(func) -> tuple[str, ...]:
 
 
 def _lower(func, target):
-    """Thread-level TIRx for tvm.compile: an IRModule is taken as already lowered; a PrimFunc goes through
-    tile_nb.lower."""
+    """Thread-level TIRx for tvm.compile and the lowering plan's summary: an IRModule is taken as already lowered
+    (no plan); a PrimFunc goes through tile_nb.lower."""
     import tvm
 
     if isinstance(func, tvm.IRModule):
-        return func
+        return func, None
     if not isinstance(func, tvm.tirx.PrimFunc):
         raise TypeError(f"compile() takes a tvm PrimFunc (phase-2 IR) or a lowered IRModule; got "
                         f"{type(func).__name__}")
-    try:
-        from ..lower import lower
-    except ImportError as err:
-        raise RuntimeError("tile_nb.lower.lower is not available in this checkout; pass an already lowered "
-                           "IRModule to compile()") from err
-    return lower(func, target)
+    from ..lower import lower_with_plan
+
+    name = str((func.attrs or {}).get("global_symbol", "main"))
+    lowered, plan = lower_with_plan(func, target)
+    return tvm.IRModule({name: lowered.with_attr("global_symbol", name)}), plan.summary()
 
 
 def _lowering_switches(func) -> dict[str, str]:
@@ -163,7 +162,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
                 return _remember(key, kernel)
 
     t = time.perf_counter()
-    mod = _lower(func, target)
+    mod, plan = _lower(func, target)
     if isinstance(func, tvm.IRModule):
         entry_func, name = _entry_function(mod)
     else:
@@ -176,7 +175,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     kernel = CompiledKernel(
         name=name, target=target, arch=arch, params=_param_names(entry_func), cuda_source=result.cuda_source,
         lowered_ir=lowered_ir, cubin=result.cubin, compiler=result.compiler,
-        resources_by_kernel=dict(result.resources), key=key, _ptx=result.ptx)
+        resources_by_kernel=dict(result.resources), key=key, plan=plan, _ptx=result.ptx)
     if result.module is not None and problem is None:
         kernel._module = result.module
         kernel._func = result.module[name]
@@ -226,6 +225,7 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
             "name": kernel.name, "params": list(kernel.params), "arch": kernel.arch, "target": str(kernel.target),
             "compiler": kernel.compiler,
             "resources": {k: r.to_dict() for k, r in kernel.resources_by_kernel.items()},
+            "plan": kernel.plan,
             "build_timings": dict(timings),
         }
         try:
@@ -246,7 +246,7 @@ def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
         cubin=entry.files.get("kernel.cubin"), compiler=meta.get("compiler"),
         resources_by_kernel={k: Resources.from_dict(v) for k, v in meta.get("resources", {}).items()},
         build_timings=dict(meta.get("build_timings", {})), key=meta["key"], cache_path=str(entry.path),
-        from_cache=True, _ptx=entry.text("kernel.ptx"),
+        from_cache=True, plan=meta.get("plan"), _ptx=entry.text("kernel.ptx"),
         not_launchable_reason="the cached entry holds no loadable module")
     if load_module and entry.module_path is not None:
         import tvm

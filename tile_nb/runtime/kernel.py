@@ -6,7 +6,6 @@ call), so the kernel is ordered with the surrounding torch work and with CUDA gr
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +13,6 @@ from ..backend.resources import Resources
 from ..errors import TileNBError
 
 __all__ = ["CompiledKernel", "KernelNotLaunchableError"]
-
-_PIPELINE_ATTR = re.compile(r'"tile_nb\.pipeline": "([^"]*)"')
-
 
 class KernelNotLaunchableError(TileNBError, RuntimeError):
     """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
@@ -52,6 +48,7 @@ class CompiledKernel:
     cache_path: str | None = None
     from_cache: bool = False
     not_launchable_reason: str | None = None
+    plan: dict | None = None                     # the lowering's decisions (tile_nb.lower.KernelPlan.summary())
     _ptx: str | None = None
     _sass: str | None = None
     _module: Any = None                          # TVM runtime module (kept alive while the function is used)
@@ -63,8 +60,7 @@ class CompiledKernel:
     def pipeline(self) -> str | None:
         """How the lowering built the kernel's `T.Pipelined` loop, and why (e.g. "TMA + mbarriers, producer warp
         (warp-specialized)" or "cp.async (...)"); None when the kernel has no pipelined loop."""
-        m = _PIPELINE_ATTR.search(self.lowered_ir or "")
-        return m.group(1) if m else None
+        return (self.plan or {}).get("pipeline") or None
 
     @property
     def resources(self) -> Resources | None:

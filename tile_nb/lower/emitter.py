@@ -1,0 +1,366 @@
+"""The emitter: re-emits the tile IR through TVM's IR builder as thread-level TIRx, following a `KernelPlan`.
+
+It walks the body statement by statement: tile ops go to the rule registered for them (`register_tile_op`, one
+module per op family: copy.py, elementwise.py, reduce.py, gemm.py), loops to loops.py / pipeline.py / tma.py,
+and CTA barriers are inserted wherever shared memory written by one statement is read (or rewritten) by a later
+one. The plan is never changed here; what the emitter keeps is what emission itself creates (the pool views,
+the register arrays, the TMA tensor maps) and what holds while one construct is emitted (`Scope`, the variable
+map, the pipeline stage of each tile, the registers of the fragments a loop runs over).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+import tvm
+import tvm.sym
+import tvm_ffi
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+from tvm.tirx.script.builder import ir as _ir
+
+from . import intrin
+from .diagnostics import SourceLines
+from .errors import LoweringError
+from .exprs import rewrite
+from .irwalk import buffers_touched, scope_of
+
+__all__ = ["TILE_OPS", "Emitter", "Scope", "register_tile_op"]
+
+# op name (as `T.tile.<name>` prints) -> emit function(emitter, call)
+TILE_OPS: dict = {}
+
+
+def register_tile_op(*names: str):
+    def deco(fn):
+        for name in names:
+            TILE_OPS["tirx.tile." + name] = fn
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What holds for the code being emitted right now."""
+
+    thread_code: bool = False  # inside a T.Parallel body: per-thread code, no CTA-wide ops or barriers
+    consumer: bool = False  # in a warp-specialized kernel, code only the consumer threads run
+    mma_in_flight: bool = False  # the T.gemm being emitted leaves its wgmma group in flight (wait_group 1)
+    pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
+    loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
+    replica_guard: object = None  # in a loop over a replicated layout: the condition "first replica", which
+    #                               stores to memory and atomics run under (registers are written by every replica)
+
+
+class Emitter:
+    def __init__(self, func: tirx.PrimFunc, plan, target):
+        self.func = func
+        self.plan = plan
+        self.target = target
+        self.threads = plan.threads
+        self.lines = SourceLines(func)
+        self.scope = Scope()
+        self.tx = None
+        self.pool = None
+        self.views: dict = {}  # shared tile buffer (or reduction call) -> its view in the pool
+        self.registers: dict = {}  # register fragment -> its per-thread register array
+        self.locals: dict = {}  # local / local.var buffer -> emitted buffer
+        self.var_map: dict = {}  # tile IR var -> expression in the emitted code
+        self.stage: dict = {}  # shared tile -> stage index expression (inside a pipelined loop)
+        self.loop_registers: dict = {}  # fragment -> (indices, register index) inside a fragment-driven loop
+        self.tensor_maps: dict = {}  # TmaCopy -> tensor map handle (host code)
+        self.barriers = None  # the TMA stage barriers' view
+        self.analyzer = tvm.sym.Analyzer()
+
+    # ---- scoped state ---------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scoped(self, **changes):
+        saved = self.scope
+        self.scope = dataclasses.replace(saved, **changes)
+        try:
+            yield
+        finally:
+            self.scope = saved
+
+    @contextlib.contextmanager
+    def bound(self, table: str, entries: dict):
+        """Temporarily add `entries` to one of the emitter's maps (var_map, stage, loop_registers)."""
+        target = getattr(self, table)
+        saved = dict(target)
+        target.update(entries)
+        try:
+            yield
+        finally:
+            setattr(self, table, saved)
+
+    # ---- the whole function ---------------------------------------------------------------------------------
+    def run(self) -> tirx.PrimFunc:
+        with IRBuilder() as ib, T.prim_func():
+            T.func_name("tile_nb_lowered")
+            self.emit(self.func.body)
+        return self.func.with_body(ib.get().body)
+
+    # ---- expressions and buffer access -----------------------------------------------------------------------
+    def expr(self, e):
+        """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
+        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx))
+
+    def prove(self, cond) -> bool:
+        return bool(self.analyzer.can_prove(cond))
+
+    def bind_range(self, var, extent):
+        self.analyzer.bind(var, tvm.ir.Range(0, extent))
+
+    def tile(self, buf):
+        return self.plan.shared[buf]
+
+    def view(self, key):
+        return self.views[key]
+
+    def shared_offset(self, buf, indices):
+        return self.tile(buf).offset(indices, self.stage.get(buf))
+
+    def load(self, buf, indices):
+        if buf in self.plan.shared:
+            return tirx.BufferLoad(self.view(buf), [self.shared_offset(buf, indices)])
+        if buf in self.registers:
+            value = tirx.BufferLoad(self.registers[buf], [self.register_index(buf, indices)])
+            # Accumulators are held in float32 whatever their declared dtype; reads see the declared dtype.
+            return value if str(value.ty) == str(buf.dtype) else tirx.Cast(str(buf.dtype), value)
+        if buf in self.locals:
+            return tirx.BufferLoad(self.locals[buf], list(indices))
+        return tirx.BufferLoad(buf, list(indices))
+
+    def store(self, buf, indices, value):
+        if buf in self.plan.shared:
+            T.buffer_store(self.view(buf), value, [self.shared_offset(buf, indices)])
+        elif buf in self.registers:
+            regs = self.registers[buf]
+            if str(value.ty) != str(regs.dtype):
+                value = tirx.Cast(str(regs.dtype), value)
+            T.buffer_store(regs, value, [self.register_index(buf, indices)])
+        elif buf in self.locals:
+            T.buffer_store(self.locals[buf], value, list(indices))
+        else:
+            T.buffer_store(buf, value, list(indices))
+
+    def register_index(self, buf, indices):
+        """Register of a fragment element; valid only inside a loop over this fragment's registers."""
+        if buf in self.loop_registers:
+            expect, reg = self.loop_registers[buf]
+            if len(expect) == len(indices) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(expect, indices)):
+                return reg
+        raise LoweringError(
+            f"fragment {buf.name} (held in registers) is accessed at [{', '.join(str(i) for i in indices)}]; "
+            f"inside T.Parallel it must be indexed by the loop variables in order")
+
+    # ---- statements -----------------------------------------------------------------------------------------
+    def emit(self, stmt):
+        tma = self.plan.tma
+        if self.needs_consumer_guard(stmt):
+            # Warp-specialized kernels: the producer warp runs only its loads (tma.py).
+            with self.scoped(consumer=True), T.If(self.tx < self.threads), T.Then():
+                self.emit(stmt)
+            return
+        if isinstance(stmt, tirx.SeqStmt):
+            self.emit_seq(list(stmt.seq))
+        elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+            self.emit_launch(stmt)
+        elif tma is not None and stmt.same_as(tma.loop):
+            from .tma import emit_ws_loop
+
+            emit_ws_loop(self, tma)
+        elif isinstance(stmt, tirx.AttrStmt):
+            with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
+                self.emit(stmt.body)
+        elif isinstance(stmt, tirx.AllocBuffer):
+            self.emit_alloc(stmt.buffer)
+        elif isinstance(stmt, tirx.TilePrimitiveCall):
+            fn = TILE_OPS.get(stmt.op.name)
+            if fn is None:
+                raise self.lines.locate(LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet"),
+                                        stmt)
+            try:
+                fn(self, stmt)
+            except LoweringError as err:
+                raise self.lines.locate(err, stmt) from None
+        elif isinstance(stmt, tirx.For):
+            from .loops import emit_for
+
+            emit_for(self, stmt)
+        elif isinstance(stmt, tirx.BufferStore):
+            try:
+                indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
+                with self._first_replica(stmt.buffer not in self.registers and stmt.buffer not in self.locals):
+                    self.store(stmt.buffer, indices, value)
+            except LoweringError as err:
+                raise self.lines.locate(err, stmt) from None
+        elif isinstance(stmt, tirx.Evaluate):
+            value = self.expr(stmt.value)
+            with self._first_replica(True):
+                T.evaluate(value)
+        elif isinstance(stmt, tirx.IfThenElse):
+            with T.If(self.expr(stmt.condition)):
+                with T.Then():
+                    self.emit(stmt.then_case)
+                if stmt.else_case is not None:
+                    with T.Else():
+                        self.emit(stmt.else_case)
+        elif isinstance(stmt, tirx.Bind):
+            self.var_map[stmt.var] = T.Bind(self.expr(stmt.value))
+        elif isinstance(stmt, tirx.DeclBuffer):
+            _ir.add_to_parent(stmt)
+        else:
+            raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
+
+    @contextlib.contextmanager
+    def _first_replica(self, memory_effect: bool):
+        """Side effects on memory run once per element: on the first replica of a replicated loop layout."""
+        guard = self.scope.replica_guard
+        if not memory_effect or guard is None:
+            yield
+            return
+        with T.If(guard), T.Then():
+            yield
+
+    def emit_launch(self, stmt):
+        from . import tma
+
+        plan = self.plan
+        extent = stmt.value
+        is_threads = stmt.node.thread_tag == "threadIdx.x"
+        if plan.tma is not None and is_threads:
+            extent = extent + tma.PRODUCER_THREADS
+        if plan.tma is not None and not self.tensor_maps:
+            tma.emit_tensor_maps(self, plan.tma)  # host code: before the first launch dimension
+        self.bind_range(stmt.node.var, extent)
+        with T.attr(stmt.node, "thread_extent", extent):
+            if is_threads:
+                self.tx = stmt.node.var
+                self.emit_pool()
+                self.emit_raster()
+                if plan.tma is not None:
+                    tma.emit_barrier_init(self, plan.tma)
+            self.emit(stmt.body)
+
+    def emit_pool(self):
+        """One uint8 `shared.dyn` allocation; each shared tile and workspace is a DeclBuffer view at its offset."""
+        plan = self.plan
+        if not plan.shared and not plan.workspaces and plan.tma is None:
+            return
+        self.pool = T.alloc_buffer((plan.pool_bytes,), "uint8", scope="shared.dyn")
+        IRBuilder.name("smem_pool", self.pool)
+        for key, tile in list(plan.shared.items()) + list(plan.workspaces.items()):
+            view = T.decl_buffer((tile.elems * tile.stages,), tile.dtype, data=self.pool.data,
+                                 byte_offset=tile.byte_offset, scope="shared.dyn")
+            IRBuilder.name(tile.name or tile.buffer.name, view)
+            self.views[key] = view
+
+    def emit_raster(self):
+        """Grouped CTA order for GEMM kernels (L2 reuse): consecutive CTAs walk `group` tiles down x before
+        moving along y, so the CTAs resident at once share A row-tiles and B column-tiles.
+
+        Legal because CTAs of one launch are independent: only which CTA computes which (bx, by) changes.
+        """
+        group = self.plan.raster_group
+        if group <= 1:
+            return
+        (bx, gx), (by, gy) = self.plan.grid["blockIdx.x"], self.plan.grid["blockIdx.y"]
+        gx, gy = int(gx), int(gy)
+        lin = by * gx + bx
+        per_group = group * gy
+        gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
+        new_bx = T.Bind(gid * group + tirx.floormod(rem, group))
+        IRBuilder.name("bx_raster", new_bx)
+        new_by = T.Bind(tirx.floordiv(rem, group))
+        IRBuilder.name("by_raster", new_by)
+        self.var_map[bx], self.var_map[by] = new_bx, new_by
+        self.analyzer.bind(new_bx, tvm.ir.Range(0, gx))
+        self.analyzer.bind(new_by, tvm.ir.Range(0, gy))
+
+    def emit_alloc(self, buf):
+        scope = scope_of(buf)
+        if buf in self.plan.shared:
+            return  # a view in the pool, declared at kernel entry
+        layout = self.plan.layout(buf)
+        if layout is not None:
+            # Accumulators live in float32 registers (what the tensor cores accumulate in); other register
+            # fragments in their own dtype.
+            dtype = "float32" if buf in self.plan.accumulators else str(buf.dtype)
+            regs = T.alloc_buffer((layout.regs,), dtype, scope="local")
+            IRBuilder.name(buf.name, regs)
+            self.registers[buf] = regs
+            return
+        if scope in ("local", "local.var"):
+            new = T.alloc_buffer(tuple(buf.shape), str(buf.dtype), scope="local")
+            IRBuilder.name(buf.name, new)
+            self.locals[buf] = new
+            return
+        raise LoweringError(f"buffer {buf.name} in scope {scope} is not supported")
+
+    def touches_shared(self, stmt):
+        reads, writes = buffers_touched(stmt)
+        shared = self.plan.shared
+        return any(b in shared for b in reads), any(b in shared for b in writes)
+
+    def emit_seq(self, stmts):
+        """Emit statements in order, with a CTA barrier wherever shared memory written (or read) by one
+        statement is read (or written) by a later one."""
+        if self.scope.thread_code:
+            for s in stmts:
+                self.emit(s)
+            return
+        pending_write = pending_read = False
+        for s in stmts:
+            if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
+                self.emit(s)
+                continue
+            r, w = self.touches_shared(s)
+            if (pending_write and (r or w)) or (pending_read and w):
+                self.sync()
+                pending_write = pending_read = False
+            self.emit(s)
+            pending_write |= w
+            pending_read |= r
+
+    def needs_consumer_guard(self, stmt) -> bool:
+        tma = self.plan.tma
+        if tma is None or self.scope.consumer or self.tx is None:
+            return False
+        if isinstance(stmt, (tirx.SeqStmt, tirx.AttrStmt, tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
+            return False
+        return not stmt.same_as(tma.loop)
+
+    def sync(self):
+        """A barrier over the threads that run block-level code (all of them, or the consumers of a
+        warp-specialized kernel)."""
+        if self.plan.tma is None:
+            T.evaluate(intrin.cta_sync())
+            return
+        from .tma import named_barrier
+
+        if self.scope.consumer:
+            T.evaluate(named_barrier(self.threads))
+        else:
+            with T.If(self.tx < self.threads), T.Then():
+                T.evaluate(named_barrier(self.threads))
+
+    def async_copies_landed(self, pending: int):
+        """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy."""
+        from .wgmma import fence_proxy_async
+
+        T.evaluate(intrin.cp_async_wait(pending))
+        if self.plan.uses_wgmma:
+            T.evaluate(fence_proxy_async())
+
+    def round_accumulator(self, buf):
+        """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the
+        accumulator's dtype, as the interpreter does: a float16 C holds float16 values between T.gemm calls."""
+        if str(buf.dtype) == "float32":
+            return
+        acc = self.registers[buf]
+        with T.unroll(0, self.plan.layout(buf).regs) as r:
+            T.buffer_store(acc, tirx.Cast("float32", tirx.Cast(str(buf.dtype), tirx.BufferLoad(acc, [r]))), [r])

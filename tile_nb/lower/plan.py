@@ -1,0 +1,278 @@
+"""The lowering plan: every decision about a kernel, made before any code is emitted, kept as one frozen object.
+
+`make_plan(func, target)` runs the analyses in order:
+1. the launch: threads per block and the grid;
+2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py) and the
+   register layout of its accumulator;
+3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
+4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
+5. the shared tiles (swizzled for the tensor cores, one copy per pipeline stage) and the reductions' workspaces;
+6. the warp-specialized TMA pipeline where it applies (tma.py), or why not;
+7. the shared-memory pool and the budgets (budget.py).
+The emitters (emitter.py and the op modules) read the plan and never decide anything the plan holds; the compiled
+kernel keeps `plan.summary()`, which the notebook view renders.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+import tvm
+from tvm import tirx
+
+from .budget import check_registers, check_shared, layout_pool
+from .diagnostics import SourceLines
+from .errors import LoweringError
+from .fragments import FragmentLayout
+from .infer import FragmentPlan, infer_layouts, rows_coupled
+from .irwalk import iter_stmts, region_of, scope_of
+from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout
+from .schedule import schedule_pipeline
+from .wgmma import wgmma_eligible
+
+__all__ = ["KernelPlan", "make_plan"]
+
+_REDUCTIONS = ("tirx.tile.sum", "tirx.tile.max", "tirx.tile.min")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What the lowering decided for one phase-2 PrimFunc."""
+
+    name: str
+    arch: str
+    threads: int
+    grid: dict  # "blockIdx.x" -> (var, extent)
+    accumulators: dict  # T.gemm C buffer -> MmaAccLayout | WgmmaAccLayout
+    fragments: FragmentPlan
+    shared: dict  # buffer -> SharedTile, offsets assigned (shared tiles and shared-memory fragments)
+    workspaces: dict  # reduction call -> SharedTile (cross-warp partial results)
+    pipelines: dict  # T.Pipelined For -> schedule.PipelineSchedule
+    tma: object  # tma.TmaPlan | None
+    pipeline_note: str
+    pool_bytes: int
+    barrier_offset: int  # bytes into the pool of the TMA stage barriers (full[s], then empty[s])
+    raster_group: int  # CTA grouping of GEMM grids (1: none)
+    wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
+    unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
+    notes: tuple = field(default_factory=tuple)
+
+    # ---- queries the emitters use --------------------------------------------------------------------------
+    def layout(self, buf) -> FragmentLayout | None:
+        """The register layout of a fragment held in registers (accumulators included), else None."""
+        acc = self.accumulators.get(buf)
+        if acc is not None:
+            return acc.linear()
+        return self.fragments.layout(buf)
+
+    def in_registers(self, buf) -> bool:
+        return buf in self.accumulators or self.fragments.layout(buf) is not None
+
+    def aligned(self, buf) -> bool:
+        """Whether a global tensor's data pointer is 16-byte aligned (true unless the call said otherwise)."""
+        return buf.name not in self.unaligned
+
+    @property
+    def uses_wgmma(self) -> bool:
+        return any(isinstance(a, WgmmaAccLayout) for a in self.accumulators.values())
+
+    def keeps_mma_in_flight(self, loop) -> bool:
+        """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across iterations (the TMA
+        pipeline, or the overlap variant of the cp.async one); the loop then drains it after its last iteration."""
+        if self.tma is not None and loop.same_as(self.tma.loop):
+            return True
+        schedule = self.pipelines.get(loop)
+        return schedule is not None and schedule.stages >= 3 and bool(schedule.prefetched) and self.wgmma_overlap
+
+    # ---- what the compiled kernel keeps ---------------------------------------------------------------------
+    def summary(self) -> dict:
+        """The plan as plain data (JSON-serializable): what the notebook view and the disk cache keep."""
+        fragments = []
+        for buf, acc in self.accumulators.items():
+            kind = "wgmma" if isinstance(acc, WgmmaAccLayout) else "mma.sync"
+            fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype), "where": "registers",
+                              "layout": f"T.gemm accumulator ({kind}): " + acc.linear().describe()})
+        for buf, layout in self.fragments.layouts.items():
+            if buf not in self.accumulators:
+                fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype),
+                                  "where": "registers", "layout": layout.describe()})
+        for buf, why in self.fragments.shared.items():
+            fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype),
+                              "where": "shared memory", "layout": why})
+        shared = [{"name": t.name or t.buffer.name, "bytes": t.nbytes, "offset": t.byte_offset,
+                   "swizzle": t.swizzle or t.panel, "stages": t.stages}
+                  for t in list(self.shared.values()) + list(self.workspaces.values())]
+        pipelines = [{"loop": s.loop.loop_var.name, "stages": s.stages,
+                      "prefetched": [region_of(c.args[0])[0].name for c in s.prefetched], "in_order": s.notes}
+                     for s in self.pipelines.values()]
+        mma = [{"name": buf.name, "kind": "wgmma" if isinstance(a, WgmmaAccLayout) else "mma.sync m16n8k16",
+                "tile": [a.bm, a.bn]} for buf, a in self.accumulators.items()]
+        return {
+            "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
+            "shared_bytes": self.pool_bytes, "fragment_registers": self.fragments.registers + sum(
+                a.linear().regs for a in self.accumulators.values()),
+            "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
+        }
+
+
+def _shape(buf) -> list:
+    return [int(x) for x in buf.shape]
+
+
+def _arch(target) -> str:
+    return str(target.attrs.get("arch", "sm_90a")) if target is not None else "sm_90a"
+
+
+def _attr(func, name: str, env: str | None = None, default=None):
+    value = (func.attrs or {}).get(name, None)
+    if value is not None:
+        return value
+    if env is not None and env in os.environ:
+        return os.environ[env]
+    return default
+
+
+def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
+    lines = SourceLines(func)
+    arch = _arch(target)
+    threads, grid = _launch(func)
+    if threads is None:
+        raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
+    try:
+        accumulators, gemm_operands, panel_operands = _choose_mma(func, target, threads, lines)
+    except LoweringError as err:
+        raise lines.locate(err) from None
+    pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
+                 if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
+    fragments = infer_layouts(func, threads, {b: a.linear() for b, a in accumulators.items()}, lines)
+    for op in gemm_operands:
+        if op in accumulators:
+            raise lines.locate(LoweringError(
+                f"T.gemm: operand {op.name} is itself a T.gemm accumulator (held in registers); copy it to another "
+                "fragment or shared tile (T.copy) before using it as A or B"), buffer_name=op.name)
+    stages = {region_of(c.args[0])[0]: s.stages for s in pipelines.values() for c in s.prefetched}
+    shared = {}
+    for s in iter_stmts(func.body):
+        if not isinstance(s, tirx.AllocBuffer):
+            continue
+        buf = s.buffer
+        scope = scope_of(buf)
+        in_pool = scope in ("shared.dyn", "shared") or (
+            scope == "local.fragment" and buf not in accumulators and fragments.layout(buf) is None)
+        if in_pool:
+            tile = SharedTile(buf, tuple(int(x) for x in buf.shape), str(buf.dtype), stages=stages.get(buf, 1),
+                              panel=buf in panel_operands)
+            shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle())
+    workspaces = _workspaces(func, accumulators, fragments, threads)
+    unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned", default=[]) or [])
+    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and bool(
+        int(_attr(func, "tile_nb.wgmma_overlap", default=0))) and all(
+        str(b.dtype) == "float32" for b in accumulators)
+    plan = KernelPlan(
+        name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
+        accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
+        tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, raster_group=_raster_group(func, grid, accumulators),
+        wgmma_overlap=wgmma_overlap, unaligned=unaligned)
+    tma, note = None, ""
+    if stages:
+        from .tma import plan_tma
+
+        tma, note = plan_tma(func, plan)
+    kept = [n for sched in pipelines.values() for n in sched.notes]
+    if kept and tma is None:
+        note = "; ".join(([note] if note else []) + kept)
+    keys = list(shared) + list(workspaces)
+    placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
+    barrier_offset = (end + 7) // 8 * 8
+    pool_bytes = barrier_offset + 16 * tma.stages if tma is not None else end  # full[s] and empty[s], 8 B each
+    check_shared(placed, pool_bytes, arch, lines)
+    check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines)
+    by_key = dict(zip(keys, placed))
+    notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
+    return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
+                   tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset, notes=notes)
+
+
+def _launch(func):
+    threads = int(func.attrs["tile_nb.threads"]) if func.attrs and "tile_nb.threads" in func.attrs else None
+    grid = {}
+    for s in iter_stmts(func.body):
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
+            tag = s.node.thread_tag
+            if tag == "threadIdx.x" and not threads:
+                threads = int(s.value)
+            elif tag.startswith("blockIdx."):
+                grid[tag] = (s.node.var, s.value)
+    return threads or None, grid
+
+
+def _choose_mma(func, target, threads: int, lines):
+    """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B in
+    64-column panels)."""
+    use_wgmma = str(_attr(func, "tile_nb.wgmma", "TILE_NB_WGMMA", "1")) != "0"
+    row_users = rows_coupled(func)
+    accumulators, operands, panels = {}, set(), set()
+    for s in iter_stmts(func.body):
+        if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
+            continue
+        try:
+            c, a, b = (region_of(s.args[i])[0] for i in range(3))
+            if scope_of(c) != "local.fragment":
+                raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), got "
+                                    f"scope {scope_of(c)}")
+            if c not in accumulators:
+                bm, bn = int(c.shape[0]), int(c.shape[1])
+                if use_wgmma and wgmma_eligible(target, s, threads):
+                    accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
+                    if not bool(s.args[5]):
+                        panels.add(b)
+                else:
+                    accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
+            for op in (a, b):
+                if scope_of(op) not in ("shared.dyn", "local.fragment"):
+                    raise LoweringError(f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; A and "
+                                        "B must be shared tiles (alloc_shared) or fragments")
+                operands.add(op)
+        except LoweringError as err:
+            raise lines.locate(err, s) from None
+    return accumulators, operands, panels
+
+
+def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> dict:
+    """Shared memory for the cross-warp step of reductions over register fragments: one float per result and
+    warp sharing it."""
+    out = {}
+    for s in iter_stmts(func.body):
+        if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name in _REDUCTIONS):
+            continue
+        src = region_of(s.args[1])[0]
+        layout = accumulators[src].linear() if src in accumulators else fragments.layout(src)
+        if layout is None:
+            continue
+        dim = int(s.args[2][0]) % len(src.shape)
+        slots, _ = layout.warp_slots(dim, tirx.const(0, "int32"))
+        if slots <= 1:
+            continue
+        results = 1
+        for k, n in enumerate(layout.shape):
+            if k != dim:
+                results *= n
+        dtype = "float64" if str(src.dtype) == "float64" else "int32" if "int" in str(src.dtype) else "float32"
+        out[s] = SharedTile(src, (results, slots), dtype, name=f"{src.name}_partials")
+    return out
+
+
+def _raster_group(func, grid: dict, accumulators: dict) -> int:
+    """Grouped CTA order for GEMM grids (L2 reuse), `tile_nb.raster_group` / TILE_NB_RASTER (default 8, 1: off):
+    only for 2-d grids of constant extents dividing into whole groups."""
+    group = int(_attr(func, "tile_nb.raster_group", "TILE_NB_RASTER", "8"))
+    if group <= 1 or not accumulators or set(grid) != {"blockIdx.x", "blockIdx.y"}:
+        return 1
+    (_, gx), (_, gy) = grid["blockIdx.x"], grid["blockIdx.y"]
+    if not (isinstance(gx, tvm.ir.prim.expr.IntImm) and isinstance(gy, tvm.ir.prim.expr.IntImm)):
+        return 1
+    group = min(group, int(gx))
+    if int(gx) % group or int(gy) < 2:
+        return 1  # keep the index math a few shifts: only whole groups
+    return group
+
