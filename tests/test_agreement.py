@@ -70,6 +70,7 @@ def scale_rows(X, Y, block_M: int = 16, block_N: int = 64):
 def test_unaligned_pointer_gets_its_own_kernel_without_vector_copies():
     X = rand(48, 64, dtype=torch.float16)
     spec = scale_rows._specialize((X, X), {})[1]
+    assert spec.buffer_args == [(0, "X"), (1, "Y")]  # what a GPU call checks the alignment of
     aligned = scale_rows._compiled(spec, "sm_90a")
     unaligned = scale_rows._compiled(spec, "sm_90a", unaligned=("X",))
     assert aligned is not unaligned

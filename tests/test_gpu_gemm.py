@@ -48,7 +48,7 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
              expect_pipeline=None, **cfg):
     """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "tma" (TMA also for
     one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
-    substring of the lowered function's `tile_nb.pipeline` note (which pipeline was built)."""
+    prefix of the kernel's pipeline note (`kernel.pipeline`, from its lowering plan: which pipeline was built)."""
     from tile_nb.runtime import compile as rt_compile
 
     dev = "cuda"
@@ -63,7 +63,7 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
         func = func.with_attr("tile_nb.tma", int(path == "tma"))
     kernel = rt_compile(func, None)
     if expect_pipeline is not None:
-        assert f'"tile_nb.pipeline": "{expect_pipeline}' in kernel.lowered_ir
+        assert (kernel.pipeline or "").startswith(expect_pipeline), kernel.pipeline
     kernel(a, b, c)
     torch.cuda.synchronize()
     a64 = a.double().T if trans_A else a.double()
@@ -127,11 +127,14 @@ def test_tma_edges_not_multiples_of_the_tile(big, trans_B):
 
 
 @needs_hopper
-@pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float16", 2e-3), ("bfloat16", "float32", 1e-3),
-                                                    ("bfloat16", "bfloat16", 1e-2)])
+@pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3),
+                                                    ("bfloat16", "bfloat16", 3e-2)])
 def test_tma_dtypes_big_tile(in_dtype, out_dtype, tol):
+    """This kernel's accumulator has C's dtype: a 16-bit accumulator is rounded after every T.gemm (docs/IR.md),
+    so no MMA group may stay in flight and the loop keeps the cp.async pipeline."""
     cfg = dict(block_N=256, block_K=64, threads=256)
-    assert run_case(768, 1024, 1536, in_dtype=in_dtype, out_dtype=out_dtype, expect_pipeline=TMA, **cfg) < tol
+    expect = TMA if out_dtype == "float32" else "cp.async (the accumulator C_local is"
+    assert run_case(768, 1024, 1536, in_dtype=in_dtype, out_dtype=out_dtype, expect_pipeline=expect, **cfg) < tol
 
 
 @needs_hopper
@@ -172,7 +175,7 @@ def test_tma_kernel_with_a_shared_memory_epilogue():
     a = torch.randn(1000, 1000, device="cuda").half()
     b = torch.randn(1000, 1032, device="cuda").half()
     c = torch.full((1000, 1032), float("nan"), device="cuda", dtype=torch.float16)
-    assert '"tile_nb.pipeline": "TMA' in gemm_smem_epilogue.compile(a, b, c).lowered_ir
+    assert gemm_smem_epilogue.compile(a, b, c).pipeline.startswith("TMA")
     gemm_smem_epilogue(a, b, c)
     ref = a.double() @ b.double()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3

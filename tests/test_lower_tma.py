@@ -9,7 +9,7 @@ import pytest
 from kernels.seed import gemm_ir
 from test_lower_gemm import cuda_source, ptxas_report, target
 
-from tile_nb.lower import lower
+from tile_nb.lower import lower, lower_with_plan
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
@@ -20,7 +20,7 @@ def seed_tma(M=1024, N=1024, K=1024, **cfg):
 
 
 def pipeline_note(func, arch="sm_90a"):
-    return str(lower(func, target(arch)).functions.values().__iter__().__next__().attrs["tile_nb.pipeline"])
+    return lower_with_plan(func, target(arch))[1].pipeline_note
 
 
 @pytest.mark.parametrize("cfg", [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],

@@ -50,8 +50,9 @@ class Specialization:
     @functools.cached_property
     def buffer_args(self) -> list[tuple[int, str]]:
         """(position among the call's arguments, name) of every tensor parameter, outputs included."""
-        buffers = self.func.buffer_map
-        return [(i, buffers[p].name) for i, p in enumerate(self.func.params) if p in buffers]
+        from tvm.tirx.buffer import is_buffer_var
+
+        return [(i, p.name) for i, p in enumerate(self.func.params) if is_buffer_var(p)]
 
 
 @dataclass
