@@ -105,7 +105,8 @@ class JITFunction:
         self._runtime_names = [p.name for p in self.signature.runtime]
         self._global_names = self._read_globals()
         self._reads_environment = bool(self._global_names or fn.__closure__)
-        self._fast = None  # (n args, key, template) of the last all-positional call
+        # keyword arguments (a tuple of items) -> (n args, environment key, {shapes: Specialization}, shape reader)
+        self._fast: dict = {}
         self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
         functools.update_wrapper(self, fn)
 
@@ -340,10 +341,15 @@ class JITFunction:
         (a separate kernel, as Triton specializes on pointer divisibility)."""
         from . import runtime as rt
 
-        from .backend.target import resolve_target
+        if target is None and self.target is None:
+            # the device's target, resolved once: building a tvm Target and printing it cost ~5 us per call
+            target, target_text = self._device_target
+        else:
+            from .backend.target import resolve_target
 
-        target = resolve_target(target or self.target)
-        key = (str(target), unaligned)
+            target = resolve_target(target or self.target)
+            target_text = str(target)
+        key = (target_text, unaligned)
         kernel = spec.compiled.get(key)
         if kernel is None:
             func = spec.func.with_attr("tile_nb.unaligned", list(unaligned)) if unaligned else spec.func
@@ -355,20 +361,24 @@ class JITFunction:
         return kernel
 
     def __call__(self, *args, backend: str | None = None, **kwargs):
-        fast = self._fast
-        if fast is not None and backend is None and not kwargs and len(args) == fast[0]:
-            # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~2 us budget. The table is keyed
-            # by the shapes of every tensor argument, so only dtype, layout and device are left to check.
-            _, env_key, table, read_shapes = fast
+        if backend is None:
             try:
-                if self._reads_environment and self._environment_key() != env_key:
-                    spec = None
-                else:
-                    spec = table.get(read_shapes(args))
-                if spec is not None and spec.check_layout(args):
-                    return self._launch(spec, list(args), args[spec.device_arg].device, None)
-            except (AttributeError, IndexError, TypeError):
-                pass
+                fast = self._fast.get(tuple(kwargs.items())) if kwargs else self._fast.get(())
+            except TypeError:  # an unhashable keyword value: the slow path explains it
+                fast = None
+            if fast is not None and len(args) == fast[0]:
+                # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~2 us budget. The table is
+                # keyed by the shapes of every tensor argument, so only dtype, layout and device are left to check.
+                _, env_key, table, read_shapes = fast
+                try:
+                    if self._reads_environment and self._environment_key() != env_key:
+                        spec = None
+                    else:
+                        spec = table.get(read_shapes(args))
+                    if spec is not None and spec.check_layout(args):
+                        return self._launch(spec, list(args), args[spec.device_arg].device, None)
+                except (AttributeError, IndexError, TypeError):
+                    pass
         return self._call_slow(args, kwargs, backend)
 
     def _call_slow(self, args, kwargs, backend):
@@ -385,14 +395,21 @@ class JITFunction:
         check_devices(self.definition.name, tensors)
         device = next(iter(tensors.values())).device if tensors else None
         leading = [p.name for p in self.signature.params[: len(args)]]
-        if not kwargs and backend is None and leading == self._runtime_names \
+        if backend is None and leading == self._runtime_names \
                 and not any(p.kind == POINTER for p in self.signature.runtime):
-            # Only runtime arguments, positionally, compile-time ones at their defaults: later calls like this
-            # one can skip binding and go straight to the shape-keyed specialization table.
-            fast = self._fast
-            if fast is None or fast[1] != self._environment_key() or len(fast[2]) >= _FAST_TABLE_SIZE:
-                fast = self._fast = (len(args), self._environment_key(), {}, self._shape_reader(spec))
-            fast[2][fast[3](args)] = spec
+            # Runtime arguments positionally, compile-time ones (and consts) by keyword or at their defaults:
+            # later calls with the same keywords skip binding and go straight to the shape-keyed table.
+            try:
+                kw_key = tuple(kwargs.items())
+                fast = self._fast.get(kw_key)
+            except TypeError:
+                fast, kw_key = None, None
+            if kw_key is not None:
+                if fast is None or fast[1] != self._environment_key() or len(fast[2]) >= _FAST_TABLE_SIZE:
+                    if len(self._fast) >= _FAST_TABLE_SIZE:
+                        self._fast.clear()
+                    fast = self._fast[kw_key] = (len(args), self._environment_key(), {}, self._shape_reader(spec))
+                fast[2][fast[3](args)] = spec
         return self._launch(spec, ordered, device, backend)
 
     def _shape_reader(self, spec: Specialization):
@@ -467,6 +484,13 @@ class JITFunction:
         for original, result in zip(call_args, on_cpu):
             if _is_tensor(original) and original is not result:
                 original.copy_(result)
+
+    @functools.cached_property
+    def _device_target(self):
+        from .backend.target import resolve_target
+
+        target = resolve_target(None)
+        return target, str(target)
 
     def _warn_if_not_lowerable(self, spec: Specialization) -> None:
         """A kernel must never work on the CPU and then fail on the GPU by surprise: the first interpreted call of

@@ -142,11 +142,11 @@ def issue_async_copy(em, call):
         cond = src.in_bounds(sidx)
         dptr = intrin.address_of(em.view(dst.buf), [em.shared_offset(dst.buf, didx)])
         if cond is None:
-            T.evaluate(intrin.cp_async(dptr, intrin.address_of(src.buf, sidx), nbytes, nbytes))
+            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, sidx), nbytes, nbytes))
         else:
             safe = [tirx.Select(cond, i, tirx.const(0, "int32")) for i in sidx]
             size = tirx.Select(cond, tirx.const(nbytes, "int32"), tirx.const(0, "int32"))
-            T.evaluate(intrin.cp_async(dptr, intrin.address_of(src.buf, safe), nbytes, size))
+            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, safe), nbytes, size))
 
     distribute(em, vspace, body)
 
@@ -185,7 +185,7 @@ def _register_pointer(em, buf, r):
 def _memory_pointer(em, op: Operand, idx):
     if op.buf in em.plan.shared:
         return intrin.address_of(em.view(op.buf), [em.shared_offset(op.buf, idx)])
-    return intrin.address_of(op.buf, idx)
+    return em.global_pointer(op.buf, idx)
 
 
 def _copy_registers(em, dst: Operand, src: Operand, space):

@@ -72,6 +72,7 @@ class Emitter:
         self.stage: dict = {}  # shared tile -> stage index expression (inside a pipelined loop)
         self.loop_registers: dict = {}  # fragment -> (indices, register index) inside a fragment-driven loop
         self.tensor_maps: dict = {}  # TmaCopy -> tensor map handle (host code)
+        self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
         self.analyzer = tvm.sym.Analyzer()
 
@@ -132,7 +133,7 @@ class Emitter:
             return value if str(value.ty) == str(buf.dtype) else tirx.Cast(str(buf.dtype), value)
         if buf in self.locals:
             return tirx.BufferLoad(self.locals[buf], list(indices))
-        return tirx.BufferLoad(buf, list(indices))
+        return tirx.BufferLoad(*self.global_ref(buf, indices))
 
     def store(self, buf, indices, value):
         if buf in self.plan.shared:
@@ -145,7 +146,38 @@ class Emitter:
         elif buf in self.locals:
             T.buffer_store(self.locals[buf], value, list(indices))
         else:
-            T.buffer_store(buf, value, list(indices))
+            target, idx = self.global_ref(buf, indices)
+            T.buffer_store(target, value, idx)
+
+    def global_ref(self, buf, indices) -> tuple:
+        """(buffer, indices) addressing element `indices` of a global tensor. A tensor with declared strides
+        (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM 0.27's
+        CUDA code generation flattens a strided parameter as if it were row-major (seen on the H200: a transposed
+        view read 99.8% wrong)."""
+        flat = self.flat_views.get(buf)
+        if flat is None:
+            return buf, list(indices)
+        offset = 0
+        for i, stride in zip(indices, buf.strides):
+            offset = offset + i * stride
+        return flat, [offset]
+
+    def global_pointer(self, buf, indices):
+        return intrin.address_of(*self.global_ref(buf, indices))
+
+    def emit_flat_views(self):
+        """Flat views of the strided tensor parameters, declared once at kernel entry."""
+        from tvm.tirx.buffer import is_buffer_var
+
+        for p in self.func.params:
+            if not (is_buffer_var(p) and list(p.strides)):
+                continue
+            extent = 1
+            for n, stride in zip(p.shape, p.strides):
+                extent = extent + (n - 1) * stride
+            view = T.decl_buffer((extent,), str(p.dtype), data=p.data)
+            IRBuilder.name(f"{p.name}_flat", view)
+            self.flat_views[p] = view
 
     def register_index(self, buf, indices):
         """Register of a fragment element; valid only inside a loop over this fragment's registers."""
@@ -240,6 +272,7 @@ class Emitter:
         with T.attr(stmt.node, "thread_extent", extent):
             if is_threads:
                 self.tx = stmt.node.var
+                self.emit_flat_views()
                 self.emit_pool()
                 self.emit_raster()
                 if plan.tma is not None:
