@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Print the python the scripts use: .venv/bin/python (or $TILE_NB_VENV/bin/python; TILE_NB_VENV=none: python3).
+# `--create` makes the virtual environment first when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${TILE_NB_VENV:-.venv}
+if [ "$venv" = "none" ]; then
+  command -v python3
+  exit 0
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  if [ "${1:-}" != "--create" ]; then
+    echo "no virtual environment at $venv: run bash scripts/install.sh first" >&2
+    exit 1
+  fi
+  if ! python3 -m venv "$venv" >&2; then
+    # Debian and Ubuntu ship venv's pip bootstrap separately (python3-venv).
+    echo "python3 -m venv failed; on Debian/Ubuntu: apt-get install python3-venv (or set TILE_NB_VENV=none)" >&2
+    rm -rf "$venv"
+    exit 1
+  fi
+fi
+echo "$(cd "$venv" && pwd)/bin/python"
