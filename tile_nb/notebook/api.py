@@ -14,6 +14,7 @@ from tile_nb.notebook.build import (
     func_params,
     max_abs_err,
     signature_of,
+    source_of,
     template_func_of,
     tensor_device,
     view_from_parts,
@@ -144,7 +145,7 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
         name or getattr(kernel, "__name__", None) or "kernel", template=template, specialized=specialized,
         compiled=compiled, compile_time=_compile_time_values(kernel, compile_time, template_func),
         given_consts=given_consts, run=run_info, backend=backend, lowered=lowered, cuda=cuda, notes=notes,
-        source_filename=source_filename(kernel))
+        source_filename=source_filename(kernel), source=source_of(kernel))
 
 
 def show(kernel, *args, **kwargs) -> KernelView:
