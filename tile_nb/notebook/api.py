@@ -128,12 +128,19 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
     template_func = template_func_of(template)
     if specialize is None:
         specialize = bool(args or kwargs) or run
-    specialized = kernel.specialize(*args, **kwargs) if specialize else None
-    compiled = kernel.compile(*args, **kwargs) if (lowered or cuda) else None
+    # A `T.dynamic` dim given by keyword (`--shapes N=1000`) stays symbolic: one compiled kernel serves every value.
+    dynamic = [n for n in given_consts if n in (getattr(template, "dynamic", None) or ())]
+    if dynamic:
+        notes = [*(notes or []), f"{', '.join(dynamic)}: T.dynamic, so phase 2 keeps "
+                                 f"{'it' if len(dynamic) == 1 else 'them'} symbolic (one kernel serves every value)"]
+        given_consts = {k: v for k, v in given_consts.items() if k not in dynamic}
+    ir_kwargs = {k: v for k, v in kwargs.items() if k not in dynamic}
+    specialized = kernel.specialize(*args, **ir_kwargs) if specialize else None
+    compiled = kernel.compile(*args, **ir_kwargs) if (lowered or cuda) else None
 
     run_info, backend = None, ("cuda" if compiled is not None else None)
     if run:
-        out, device = _run(kernel, args, kwargs, cpu)
+        out, device = _run(kernel, args, ir_kwargs, cpu)
         err = None
         if expected is not None:
             reference = expected() if callable(expected) else expected
