@@ -4,7 +4,7 @@
  * A notebook opened as stored is untrusted: JupyterLab (and GitHub, nbviewer, VS Code, each with a similar allow
  * list) sanitizes its HTML outputs, dropping tags, attributes and CSS declarations it does not allow. The views'
  * meaning must not ride on anything dropped, so this runs every stored kernel view of the tutorials (which nbval
- * keeps equal to what tile_nb renders today) and of the fixture notebook through JupyterLab's own `Sanitizer`
+ * keeps equal to what tile_nb renders today) through JupyterLab's own `Sanitizer`
  * and requires every element, attribute and style declaration to come out as it went in.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -16,12 +16,9 @@ const KERNEL_MIME = 'application/vnd.tile-nb.kernel+json';
 const repo = path.resolve(__dirname, '..', '..');
 
 function storedViews(): Array<[string, string]> {
-  const files = [
-    ...readdirSync(path.join(repo, 'notebooks'))
-      .filter(name => name.endsWith('.ipynb'))
-      .map(name => path.join(repo, 'notebooks', name)),
-    path.join(repo, 'extension', 'ui-tests', 'fixtures', 'kernel_view.ipynb')
-  ];
+  const files = readdirSync(path.join(repo, 'notebooks'))
+    .filter(name => name.endsWith('.ipynb'))
+    .map(name => path.join(repo, 'notebooks', name));
   const views: Array<[string, string]> = [];
   for (const file of files) {
     const notebook = JSON.parse(readFileSync(file, 'utf8'));
