@@ -13,8 +13,12 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "no virtual environment at $venv: run bash scripts/install.sh first" >&2
     exit 1
   fi
+  # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) separately, in python3-venv: install it as root.
+  if ! python3 -c "import ensurepip" 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing python3-venv (Debian's venv support)" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
+  fi
   if ! python3 -m venv "$venv" >&2; then
-    # Debian and Ubuntu ship venv's pip bootstrap separately (python3-venv).
     echo "python3 -m venv failed; on Debian/Ubuntu: apt-get install python3-venv (or set TILE_NB_VENV=none)" >&2
     rm -rf "$venv"
     exit 1
