@@ -194,11 +194,8 @@ def _shown_ir(obj, source, tile_op_lines) -> tuple[str, dict[int, tuple[int, ...
     """The displayed TVMScript of a PrimFunc (or any `.script()` object, or text) and its source line map."""
     if obj is None:
         return "", None
-    if hasattr(obj, "body") and hasattr(obj, "script"):
-        try:
-            text, line_map = script_lines(obj, source, tile_op_lines)
-        except Exception:  # noqa: BLE001 - a view without a line map beats no view; the text is the same
-            return clean_script(_script(obj)), None
+    if hasattr(obj, "body") and hasattr(obj, "script"):  # a PrimFunc: the line map comes with the text
+        text, line_map = script_lines(obj, source, tile_op_lines)
         return text, _tuples(line_map)
     return clean_script(_script(obj)), None
 
