@@ -131,8 +131,9 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
     # A `T.dynamic` dim given by keyword (`--shapes N=1000`) stays symbolic: one compiled kernel serves every value.
     dynamic = [n for n in given_consts if n in (getattr(template, "dynamic", None) or ())]
     if dynamic:
-        notes = [*(notes or []), f"{', '.join(dynamic)}: T.dynamic, so phase 2 keeps "
-                                 f"{'it' if len(dynamic) == 1 else 'them'} symbolic (one kernel serves every value)"]
+        note = (f"{', '.join(dynamic)}: T.dynamic, so phase 2 keeps {'it' if len(dynamic) == 1 else 'them'} "
+                "symbolic (one kernel serves every value)")
+        notes = [*(notes or []), note]
         given_consts = {k: v for k, v in given_consts.items() if k not in dynamic}
     ir_kwargs = {k: v for k, v in kwargs.items() if k not in dynamic}
     specialized = kernel.specialize(*args, **ir_kwargs) if specialize else None
