@@ -5,6 +5,9 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   setupFiles: ['<rootDir>/tests/setup.js'],
   transform: {
-    '^.+\\.tsx?$': ['ts-jest', { tsconfig: 'tsconfig.test.json' }]
-  }
+    '^.+\\.tsx?$': ['ts-jest', { tsconfig: 'tsconfig.test.json' }],
+    // JupyterLab's sanitizer ships as an ES module: compile it for the sanitizer test (tests/sanitize.test.ts).
+    '^.+/apputils/lib/sanitizer\\.js$': ['ts-jest', { tsconfig: 'tsconfig.test.json' }]
+  },
+  transformIgnorePatterns: ['/node_modules/(?!@jupyterlab/apputils/lib/sanitizer\\.js$)']
 };

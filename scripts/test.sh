@@ -5,12 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/install.sh
+py=$(bash scripts/python.sh)
 echo "install: $(( $(date +%s) - start )) s"
-python3 -m pytest -p no:nbval -q tests
+"$py" -m pytest -p no:nbval -q tests
 shopt -s nullglob
 notebooks=(notebooks/*.ipynb)
 if (( ${#notebooks[@]} )); then
-  python3 -m pytest -q -p no:cacheprovider --nbval "${notebooks[@]}" --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+  "$py" -m pytest -q -p no:cacheprovider --nbval "${notebooks[@]}" --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 fi
 # The JupyterLab extension's unit tests (Jest), where Node is installed.
 if command -v npm >/dev/null 2>&1; then

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The main job: the tutorial notebooks. Headless by default (executes every notebook, on the CPU interpreter when
-# there is no GPU, and writes the executed copies to build/notebooks/); `--lab` opens them in JupyterLab instead.
+# there is no GPU, and writes the executed copies to build/notebooks/); `--lab` opens them in JupyterLab instead,
+# with the tile_nb extension installed (kernel views, line mapping, %%tilekernel highlighting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--lab" ]; then
   bash scripts/install.sh lab
-  exec python3 -m jupyter lab --allow-root notebooks/
+  py=$(bash scripts/python.sh)
+  shift
+  root=(); [ "$(id -u)" = 0 ] && root=(--allow-root)
+  exec "$py" -m jupyter lab "${root[@]}" "$@" notebooks/
 fi
 bash scripts/install.sh
-python3 scripts/run_notebooks.py notebooks/*.ipynb
+"$(bash scripts/python.sh)" scripts/run_notebooks.py notebooks/*.ipynb

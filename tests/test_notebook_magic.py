@@ -242,3 +242,31 @@ def test_cuda_view_of_the_real_compile(ip):
     assert " ms" not in view.to_text()  # timings stay out of the plain text
     # which pipeline the lowering built for T.Pipelined, and why (32x32 tiles on 128 threads: no wgmma)
     assert "note: pipeline: cp.async (no wgmma T.gemm" in view.to_text()
+
+
+def test_syntax_error_in_the_cell_is_short(ip, capsys, monkeypatch):
+    monkeypatch.delenv("TILE_NB_TRACEBACK", raising=False)
+    result = run_cell(ip, "%%tilekernel\ndef broken(X):\n    N = T.const('N'\n    X: T.Tensor[[N], T.float32]\n")
+    from tile_nb.notebook.magic import CellSyntaxError
+
+    assert isinstance(result.error_in_exec, CellSyntaxError)
+    out = capsys.readouterr().out
+    assert out.startswith("CellSyntaxError: ") and "line 3" in out and "N = T.const('N'" in out
+    assert "Traceback" not in out and "IPython" not in out and len(out.splitlines()) <= 8
+
+
+def test_shapes_of_a_dynamic_dim_keep_it_symbolic(ip):
+    result = run_cell(ip, "%%tilekernel --shapes N=1000\n"
+                          "def twice(X, Y, block: int = 128):\n"
+                          "    N = T.dynamic('N')\n"
+                          "    X: T.Tensor[[N], T.float32]\n"
+                          "    Y: T.Tensor[[N], T.float32]\n"
+                          "    with T.Kernel(T.ceildiv(N, block)) as bx:\n"
+                          "        for i in T.Parallel(block):\n"
+                          "            if bx * block + i < N:\n"
+                          "                Y[bx * block + i] = X[bx * block + i] * 2.0\n")
+    result.raise_error()
+    view = result.result
+    assert view.section("specialized") is not None and "N" not in view.consts
+    assert any("N: T.dynamic" in note for note in view.notes)
+    assert "    N = T.int32()" in view.section("specialized").text.split("\n")  # still symbolic

@@ -74,10 +74,15 @@ def test_magic_cell_produces_the_three_mime_types(runs):
     (out,) = _results(nb.cells[1])
     assert set(out.data) == {"text/plain", "text/html", MIME_TYPE}
     data = out.data[MIME_TYPE]
-    assert data["version"] == 1 and data["name"] == "add_one"
+    assert data["version"] == 2 and data["name"] == "add_one"
     assert data["consts"] == {"N": 64}
     assert [s["id"] for s in data["sections"]] == ["template", "specialized"]
     assert data["sections"][1]["changed_lines"]
+    # Line mapping: the cell's lines, numbered as the editor numbers them (line 1 is the %%tilekernel line).
+    source_lines = nb.cells[1].source.split("\n")
+    first = data["source"]["first_line"]
+    assert data["source"]["lines"] == source_lines[first - 1: first - 1 + len(data["source"]["lines"])]
+    assert all(s["line_map"] for s in data["sections"])
     assert {p["name"]: p["kind"] for p in data["params"]} == {"X": "tensor", "Y": "tensor", "N": "const",
                                                              "block": "compile_time"}
     assert "<script" not in out.data["text/html"]

@@ -99,14 +99,14 @@ def test_json_has_the_extension_contract():
     data = _view()._repr_mimebundle_()[MIME_TYPE]
     assert json.loads(json.dumps(data)) == data  # plain JSON
     assert set(data) == {"version", "name", "params", "consts", "backend", "sections", "resources", "timings_ms",
-                         "run"}
-    assert data["version"] == 1 and data["name"] == "gemm" and data["backend"] == "cpu-interpreter"
+                         "run", "source"}
+    assert data["version"] == 2 and data["name"] == "gemm" and data["backend"] == "cpu-interpreter"
     assert data["params"][0] == {"name": "A", "kind": "tensor", "annotation": "T.Tensor[[M, K], T.float16]"}
     assert data["consts"] == {"M": 256}
     ids = [s["id"] for s in data["sections"]]
     assert ids == ["template", "specialized", "cuda"]
     for s in data["sections"]:
-        assert set(s) >= {"id", "title", "language", "text", "note"}
+        assert set(s) >= {"id", "title", "language", "text", "note", "line_map"}
         assert ("changed_lines" in s) == (s["id"] == "specialized")
     assert data["sections"][1]["changed_lines"] == [2]
     assert data["resources"] == {"registers": 40, "shared_bytes": 4096, "spill_stores": 0, "spill_loads": 0}

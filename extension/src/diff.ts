@@ -306,3 +306,25 @@ export function changedRanges(other: string, line: string): Array<[number, numbe
   });
   return ranges;
 }
+
+/**
+ * The rows of the side-by-side view: `[template index, specialized index]` (0-based, -1 for an empty side), in
+ * order. Paired lines share a row, so both sides stay row-aligned whatever specialization dropped or added.
+ */
+export function alignedRows(alignment: ILineAlignment): Array<[number, number]> {
+  const rows: Array<[number, number]> = [];
+  const n = alignment.aToB.length;
+  const m = alignment.bToA.length;
+  let i = 0;
+  let j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && alignment.aToB[i] === j) {
+      rows.push([i++, j++]);
+    } else if (i < n && (alignment.aToB[i] === -1 || j >= m || alignment.aToB[i] < j)) {
+      rows.push([i++, -1]);
+    } else {
+      rows.push([-1, j++]);
+    }
+  }
+  return rows;
+}

@@ -10,8 +10,11 @@
 /** The MIME type this extension renders. */
 export const KERNEL_MIME_TYPE = 'application/vnd.tile-nb.kernel+json';
 
-/** The payload version this extension was written for. */
-export const PAYLOAD_VERSION = 1;
+/**
+ * The payload version this extension was written for. Version 2 adds the kernel's `source` lines and each
+ * section's `line_map`; a version-1 payload is version 2 without them (no line mapping, no warning).
+ */
+export const PAYLOAD_VERSION = 2;
 
 export type ParamKind = 'tensor' | 'scalar' | 'const' | 'dynamic' | 'compile_time';
 export type SectionId = 'template' | 'specialized' | 'lowered' | 'cuda' | 'ptx' | 'sass';
@@ -33,6 +36,14 @@ export interface IKernelSection {
   /** 1-based line numbers of `text` that differ from the template (only for "specialized"). */
   changedLines: number[] | null;
   note: string | null;
+  /** Source line -> the 1-based lines of `text` it became (empty when the payload has no mapping). */
+  lineMap: Map<number, number[]>;
+}
+
+/** The kernel's source lines (from its file or notebook cell): `lines[k]` is line `firstLine + k`. */
+export interface IKernelSource {
+  firstLine: number;
+  lines: string[];
 }
 
 export interface IKernelResources {
@@ -58,6 +69,7 @@ export interface IKernelView {
   resources: IKernelResources | null;
   timingsMs: Array<[string, number]>;
   run: IKernelRun | null;
+  source: IKernelSource | null;
 }
 
 export interface IParseResult {
@@ -76,7 +88,8 @@ const KNOWN_TOP_LEVEL = new Set([
   'sections',
   'resources',
   'timings_ms',
-  'run'
+  'run',
+  'source'
 ]);
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -147,6 +160,35 @@ function parseChangedLines(raw: unknown): number[] | null {
   return Array.from(new Set(lines)).sort((a, b) => a - b);
 }
 
+/** `{"18": [9, 10]}` -> Map(18 => [9, 10]); entries that are not positive line numbers are dropped. */
+function parseLineMap(raw: unknown): Map<number, number[]> {
+  const map = new Map<number, number[]>();
+  if (!isObject(raw)) {
+    return map;
+  }
+  for (const [key, value] of Object.entries(raw)) {
+    const line = Number(key);
+    if (!Number.isInteger(line) || line < 1 || !Array.isArray(value)) {
+      continue;
+    }
+    const lines = value.filter((n): n is number => Number.isInteger(n) && (n as number) >= 1);
+    if (lines.length) {
+      map.set(line, Array.from(new Set(lines)).sort((a, b) => a - b));
+    }
+  }
+  return map;
+}
+
+function parseSource(raw: unknown): IKernelSource | null {
+  if (!isObject(raw) || !Number.isInteger(raw.first_line) || !Array.isArray(raw.lines)) {
+    return null;
+  }
+  if (!raw.lines.every(line => typeof line === 'string') || (raw.first_line as number) < 1) {
+    return null;
+  }
+  return { firstLine: raw.first_line as number, lines: raw.lines as string[] };
+}
+
 function parseSections(raw: unknown, warnings: string[]): IKernelSection[] {
   if (raw === undefined) {
     warnings.push('The payload has no "sections"; there is no IR to show.');
@@ -175,7 +217,8 @@ function parseSections(raw: unknown, warnings: string[]): IKernelSection[] {
       language: asString(item.language, 'text'),
       text: item.text,
       changedLines: parseChangedLines(item.changed_lines),
-      note: typeof item.note === 'string' && item.note.length > 0 ? item.note : null
+      note: typeof item.note === 'string' && item.note.length > 0 ? item.note : null,
+      lineMap: parseLineMap(item.line_map)
     });
   }
   if (skipped) {
@@ -243,8 +286,8 @@ export function parsePayload(raw: unknown): IParseResult {
       `Payload version ${version} is newer than this extension understands (${PAYLOAD_VERSION}); ` +
         'showing what it can. Updating tile-nb-labextension may show more.'
     );
-  } else if (version < PAYLOAD_VERSION) {
-    warnings.push(`Payload version ${version} is older than ${PAYLOAD_VERSION}; showing what it can.`);
+  } else if (version < 1) {
+    warnings.push(`Payload version ${version} is older than 1; showing what it can.`);
   }
 
   const view: IKernelView = {
@@ -256,7 +299,8 @@ export function parsePayload(raw: unknown): IParseResult {
     sections: parseSections(data.sections, warnings),
     resources: parseResources(data.resources),
     timingsMs: parseTimings(data.timings_ms),
-    run: parseRun(data.run)
+    run: parseRun(data.run),
+    source: parseSource(data.source)
   };
 
   // Unknown top-level fields are expected from newer payloads; say so only when

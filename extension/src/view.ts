@@ -5,17 +5,31 @@
  * (tests/view.test.ts). The MIME renderer (mime.ts) only wraps the element in a
  * Lumino widget. Text always goes in through `textContent`, never `innerHTML`:
  * the payload comes from a notebook, which may be untrusted.
+ *
+ * The template and specialized IR share one grid, one row per aligned pair of lines, so the two sides stay
+ * row-aligned (and scroll together) while long lines wrap. Lines that came from a line of the kernel's source
+ * are linked (linemap.ts): hovering one highlights what the same source line became in every section (and the
+ * source line in the notebook cell, through a bubbling event the notebook plugin handles); clicking pins it.
  */
 
 import {
+  alignedRows,
   alignLines,
   changedLineNumbers,
   changedRanges,
   ILineAlignment,
-  mapLinePosition,
   splitLines
 } from './diff';
 import { splitByRanges, tokenizeLine } from './highlight';
+import {
+  ISourceHighlightDetail,
+  ISourceHoverDetail,
+  mappedLines,
+  originsOf,
+  SOURCE_HIGHLIGHT_EVENT,
+  SOURCE_HOVER_EVENT,
+  sourceMatches
+} from './linemap';
 import { findSection, IKernelSection, IKernelView, parsePayload } from './payload';
 
 /** Order of the section tabs after the side-by-side IR tab; unknown ids follow in payload order. */
@@ -72,26 +86,50 @@ export function formatError(value: number): string {
   return `${mantissa}e${Number(exponent)}`;
 }
 
-/**
- * Which scrollTop of the other pane shows the code that corresponds to `scrollTop`
- * of this pane. `partner` maps this pane's lines to the other's (`aToB`/`bToA`).
- */
-export function correspondingScrollTop(
-  scrollTop: number,
-  lineHeight: number,
-  partner: number[],
-  otherLength: number
-): number {
-  if (lineHeight <= 0) {
-    return scrollTop;
-  }
-  return mapLinePosition(partner, otherLength, scrollTop / lineHeight) * lineHeight;
-}
-
 interface ILineOptions {
   changed: Set<number>;
   /** Changed character ranges per 1-based line number. */
   ranges: Map<number, Array<[number, number]>>;
+}
+
+/** One line: its number and its highlighted text; `data-section` and `data-line` name it for the line mapping. */
+function renderLine(
+  doc: Doc,
+  sectionId: string,
+  number: number,
+  line: string,
+  language: string,
+  options: ILineOptions
+): HTMLElement {
+  const row = el(doc, 'div', `tnb-line tnb-side-${sectionId}`);
+  row.dataset.section = sectionId;
+  row.dataset.line = String(number);
+  if (options.changed.has(number)) {
+    row.classList.add('tnb-changed');
+  }
+  row.appendChild(el(doc, 'span', 'tnb-lineno', String(number)));
+  const body = el(doc, 'span', 'tnb-text');
+  const pieces = splitByRanges(tokenizeLine(line, language), options.ranges.get(number) ?? []);
+  for (const piece of pieces) {
+    if (piece.kind === null && !piece.changed) {
+      body.appendChild(doc.createTextNode(piece.text));
+      continue;
+    }
+    const span = el(doc, 'span', undefined, piece.text);
+    if (piece.kind !== null) {
+      span.classList.add(`tnb-tok-${piece.kind}`);
+    }
+    if (piece.changed) {
+      span.classList.add('tnb-word-changed');
+    }
+    body.appendChild(span);
+  }
+  if (line.length === 0) {
+    // Keep empty lines one line tall.
+    body.appendChild(doc.createTextNode('\u200b'));
+  }
+  row.appendChild(body);
+  return row;
 }
 
 /** One code block with line numbers; lines in `options.changed` (1-based) get `tnb-changed`. */
@@ -99,42 +137,14 @@ export function renderCode(
   doc: Doc,
   text: string,
   language: string,
-  options: ILineOptions = { changed: new Set(), ranges: new Map() }
+  options: ILineOptions = { changed: new Set(), ranges: new Map() },
+  sectionId = 'code'
 ): HTMLElement {
   const code = el(doc, 'div', 'tnb-code');
   code.tabIndex = 0;
   code.dataset.language = language;
-  const lines = splitLines(text);
-  lines.forEach((line, index) => {
-    const number = index + 1;
-    const row = el(doc, 'div', 'tnb-line');
-    row.dataset.line = String(number);
-    if (options.changed.has(number)) {
-      row.classList.add('tnb-changed');
-    }
-    row.appendChild(el(doc, 'span', 'tnb-lineno', String(number)));
-    const body = el(doc, 'span', 'tnb-text');
-    const pieces = splitByRanges(tokenizeLine(line, language), options.ranges.get(number) ?? []);
-    for (const piece of pieces) {
-      if (piece.kind === null && !piece.changed) {
-        body.appendChild(doc.createTextNode(piece.text));
-        continue;
-      }
-      const span = el(doc, 'span', undefined, piece.text);
-      if (piece.kind !== null) {
-        span.classList.add(`tnb-tok-${piece.kind}`);
-      }
-      if (piece.changed) {
-        span.classList.add('tnb-word-changed');
-      }
-      body.appendChild(span);
-    }
-    if (line.length === 0) {
-      // Keep empty lines one line tall.
-      body.appendChild(doc.createTextNode('\u200b'));
-    }
-    row.appendChild(body);
-    code.appendChild(row);
+  splitLines(text).forEach((line, index) => {
+    code.appendChild(renderLine(doc, sectionId, index + 1, line, language, options));
   });
   return code;
 }
@@ -179,50 +189,14 @@ export function computeChanges(
   return { alignment, left, right };
 }
 
-/**
- * Keep two code panes scrolled to corresponding lines. Returns a function that
- * turns the synchronization on or off.
- */
-export function linkScrolling(
-  left: HTMLElement,
-  right: HTMLElement,
-  alignment: ILineAlignment
-): (enabled: boolean) => void {
-  let enabled = true;
-  // The scrollTop we set on a pane, so its own scroll event is not echoed back.
-  const expected = new Map<HTMLElement, number>();
-  const lineHeight = (pane: HTMLElement) => {
-    const first = pane.querySelector<HTMLElement>('.tnb-line');
-    return first ? first.getBoundingClientRect().height || first.offsetHeight : 0;
-  };
-  const follow = (source: HTMLElement, target: HTMLElement, partner: number[], otherLength: number) => {
-    if (!enabled) {
-      return;
-    }
-    const echo = expected.get(source);
-    if (echo !== undefined) {
-      expected.delete(source);
-      if (Math.abs(source.scrollTop - echo) < 1) {
-        return;
-      }
-    }
-    const top = correspondingScrollTop(source.scrollTop, lineHeight(source), partner, otherLength);
-    const maxTop = Math.max(0, target.scrollHeight - target.clientHeight);
-    const clamped = Math.min(maxTop, Math.max(0, top));
-    if (Math.abs(target.scrollTop - clamped) >= 1 || target.scrollLeft !== source.scrollLeft) {
-      expected.set(target, clamped);
-      target.scrollTop = clamped;
-      target.scrollLeft = source.scrollLeft;
-    }
-  };
-  left.addEventListener('scroll', () => follow(left, right, alignment.aToB, alignment.bToA.length));
-  right.addEventListener('scroll', () => follow(right, left, alignment.bToA, alignment.aToB.length));
-  return (value: boolean) => {
-    enabled = value;
-    if (value) {
-      follow(left, right, alignment.aToB, alignment.bToA.length);
-    }
-  };
+function paneHeader(doc: Doc, section: IKernelSection, role: string): HTMLElement {
+  const header = el(doc, 'div', `tnb-pane-header tnb-pane-${role}`);
+  header.dataset.section = section.id;
+  header.appendChild(el(doc, 'span', 'tnb-pane-title', section.title));
+  if (section.note) {
+    header.appendChild(el(doc, 'span', 'tnb-note', section.note));
+  }
+  return header;
 }
 
 /** The side-by-side template/specialized panel, or a single pane when one side is missing. */
@@ -240,9 +214,8 @@ export function renderIrPanel(doc: Doc, view: IKernelView): HTMLElement {
     panel.appendChild(el(doc, 'div', 'tnb-message', `No ${missing} IR in this payload; showing ${only.title}.`));
     const split = el(doc, 'div', 'tnb-split tnb-split-single');
     const changed = new Set(only.changedLines ?? []);
-    split.appendChild(
-      renderPane(doc, only, renderCode(doc, only.text, only.language, { changed, ranges: new Map() }), only.id)
-    );
+    const code = renderCode(doc, only.text, only.language, { changed, ranges: new Map() }, only.id);
+    split.appendChild(renderPane(doc, only, code, only.id));
     panel.appendChild(split);
     return panel;
   }
@@ -260,30 +233,35 @@ export function renderIrPanel(doc: Doc, view: IKernelView): HTMLElement {
         : `${count} line${count === 1 ? '' : 's'} changed by specialization`
     )
   );
-  const label = el(doc, 'label', 'tnb-sync');
-  const checkbox = el(doc, 'input');
-  checkbox.type = 'checkbox';
-  checkbox.checked = true;
-  label.appendChild(checkbox);
-  label.appendChild(doc.createTextNode(' synchronized scrolling'));
-  toolbar.appendChild(label);
   panel.appendChild(toolbar);
 
-  const split = el(doc, 'div', 'tnb-split');
-  const leftCode = renderCode(doc, template.text, template.language, left);
-  const rightCode = renderCode(doc, specialized.text, specialized.language, right);
-  split.appendChild(renderPane(doc, template, leftCode, 'template'));
-  split.appendChild(renderPane(doc, specialized, rightCode, 'specialized'));
-  panel.appendChild(split);
-  const setSync = linkScrolling(leftCode, rightCode, alignment);
-  checkbox.addEventListener('change', () => setSync(checkbox.checked));
+  // One grid: a header row, then a row per aligned pair (a side without a line gets a filler).
+  const grid = el(doc, 'div', 'tnb-code tnb-aligned');
+  grid.tabIndex = 0;
+  grid.appendChild(paneHeader(doc, template, 'template'));
+  grid.appendChild(paneHeader(doc, specialized, 'specialized'));
+  const a = splitLines(template.text);
+  const b = splitLines(specialized.text);
+  for (const [i, j] of alignedRows(alignment)) {
+    grid.appendChild(
+      i >= 0
+        ? renderLine(doc, template.id, i + 1, a[i], template.language, left)
+        : el(doc, 'div', `tnb-line tnb-filler tnb-side-${template.id}`)
+    );
+    grid.appendChild(
+      j >= 0
+        ? renderLine(doc, specialized.id, j + 1, b[j], specialized.language, right)
+        : el(doc, 'div', `tnb-line tnb-filler tnb-side-${specialized.id}`)
+    );
+  }
+  panel.appendChild(grid);
   return panel;
 }
 
 function renderSectionPanel(doc: Doc, section: IKernelSection): HTMLElement {
   const panel = el(doc, 'div', 'tnb-section');
   const changed = new Set(section.changedLines ?? []);
-  const code = renderCode(doc, section.text, section.language, { changed, ranges: new Map() });
+  const code = renderCode(doc, section.text, section.language, { changed, ranges: new Map() }, section.id);
   const split = el(doc, 'div', 'tnb-split tnb-split-single');
   split.appendChild(renderPane(doc, section, code, section.id));
   panel.appendChild(split);
@@ -361,6 +339,8 @@ function renderSummary(doc: Doc, view: IKernelView): HTMLElement {
 interface ITab {
   id: string;
   title: string;
+  /** The sections the tab shows (for the line-mapping counts on its button). */
+  sections: string[];
   render: () => HTMLElement;
 }
 
@@ -368,7 +348,12 @@ interface ITab {
 export function tabsFor(doc: Doc, view: IKernelView): ITab[] {
   const tabs: ITab[] = [];
   if (findSection(view, 'template') || findSection(view, 'specialized')) {
-    tabs.push({ id: IR_TAB_ID, title: 'Template ↔ Specialized', render: () => renderIrPanel(doc, view) });
+    tabs.push({
+      id: IR_TAB_ID,
+      title: 'Template ↔ Specialized',
+      sections: ['template', 'specialized'],
+      render: () => renderIrPanel(doc, view)
+    });
   }
   const rest = view.sections.filter(s => s.id !== 'template' && s.id !== 'specialized');
   const rank = (id: string) => {
@@ -378,7 +363,12 @@ export function tabsFor(doc: Doc, view: IKernelView): ITab[] {
   // Array.prototype.sort is stable, so unknown ids keep their payload order.
   rest.sort((x, y) => rank(x.id) - rank(y.id));
   for (const section of rest) {
-    tabs.push({ id: section.id, title: section.title, render: () => renderSectionPanel(doc, section) });
+    tabs.push({
+      id: section.id,
+      title: section.title,
+      sections: [section.id],
+      render: () => renderSectionPanel(doc, section)
+    });
   }
   return tabs;
 }
@@ -441,6 +431,7 @@ export function renderKernelView(raw: unknown, doc: Doc = document): HTMLElement
         panel.appendChild(tab.render());
         panels.appendChild(panel);
         built.set(tab.id, panel);
+        links.refresh();
       }
       if (panel) {
         panel.hidden = !active;
@@ -450,6 +441,7 @@ export function renderKernelView(raw: unknown, doc: Doc = document): HTMLElement
   tabs.forEach((tab, index) => {
     const button = el(doc, 'button', 'tnb-tab', tab.title);
     button.type = 'button';
+    button.dataset.sections = tab.sections.join(' ');
     button.setAttribute('role', 'tab');
     button.dataset.tab = tab.id;
     button.addEventListener('click', () => select(index));
@@ -465,7 +457,153 @@ export function renderKernelView(raw: unknown, doc: Doc = document): HTMLElement
     bar.appendChild(button);
   });
   root.appendChild(bar);
+  const links = linkLines(doc, root, view, buttons);
   root.appendChild(panels);
   select(0);
   return root;
+}
+
+function sameLines(x: number[] | null, y: number[] | null): boolean {
+  return x === y || (x !== null && y !== null && x.length === y.length && x.every((n, k) => n === y[k]));
+}
+
+/** Scroll each visible code block so that its first highlighted line shows (the block only, not the page). */
+function revealMapped(root: HTMLElement): void {
+  root.querySelectorAll<HTMLElement>('.tnb-panel:not([hidden]) .tnb-code').forEach(code => {
+    const first = code.querySelector<HTMLElement>('.tnb-line.tnb-mapped');
+    if (!first) {
+      return;
+    }
+    const top = first.offsetTop;
+    if (top < code.scrollTop || top + first.offsetHeight > code.scrollTop + code.clientHeight) {
+      code.scrollTop = Math.max(0, top - code.clientHeight / 3);
+    }
+  });
+}
+
+/**
+ * The line mapping of one view: hovering (or clicking, to pin) a line highlights every line that came from the
+ * same source line, in all sections, with counts on the tab buttons and the source line in a status line; the
+ * notebook plugin hears it (SOURCE_HOVER_EVENT) and highlights the cell line, and drives it from the cell's
+ * editor (SOURCE_HIGHLIGHT_EVENT). Returns `refresh`, to call when a panel was built.
+ */
+function linkLines(
+  doc: Doc,
+  root: HTMLElement,
+  view: IKernelView,
+  buttons: HTMLButtonElement[]
+): { refresh: () => void } {
+  const origins = new Map(view.sections.map(s => [s.id, originsOf(s)]));
+  const mapped = view.sections.some(s => s.lineMap.size > 0);
+  const status = el(doc, 'div', 'tnb-source-status');
+  if (mapped) {
+    root.classList.add('tnb-linked');
+    root.appendChild(status);
+  }
+  let hovered: number[] | null = null;
+  let pinned: number[] | null = null;
+
+  const refresh = () => {
+    const lines = hovered ?? pinned;
+    const perSection = new Map(view.sections.map(s => [s.id, lines ? mappedLines(s, lines) : new Set<number>()]));
+    root.querySelectorAll<HTMLElement>('.tnb-line[data-section]').forEach(node => {
+      const on = perSection.get(node.dataset.section!)?.has(Number(node.dataset.line)) ?? false;
+      node.classList.toggle('tnb-mapped', on);
+    });
+    root.classList.toggle('tnb-pinned', pinned !== null && hovered === null);
+    for (const button of buttons) {
+      const count = (button.dataset.sections ?? '')
+        .split(' ')
+        .reduce((sum, id) => sum + (perSection.get(id)?.size ?? 0), 0);
+      let badge = button.querySelector<HTMLElement>('.tnb-tab-count');
+      if (count > 0 && !badge) {
+        badge = el(doc, 'span', 'tnb-tab-count');
+        button.appendChild(badge);
+      }
+      if (badge) {
+        badge.textContent = count > 0 ? String(count) : '';
+        badge.hidden = count === 0;
+      }
+    }
+    if (!mapped) {
+      return;
+    }
+    if (lines && view.source) {
+      const { firstLine, lines: text } = view.source;
+      status.textContent = lines
+        .map(n => `source line ${n}: ${(text[n - firstLine] ?? '').trim()}`)
+        .join('  ·  ');
+    } else {
+      status.textContent = 'Hover over a line (or click to pin it) to see where it came from and what it became.';
+    }
+  };
+
+  const tell = () => {
+    const detail: ISourceHoverDetail = { lines: hovered ?? pinned, source: view.source, pin: pinned !== null };
+    root.dispatchEvent(new CustomEvent(SOURCE_HOVER_EVENT, { bubbles: true, detail }));
+  };
+  const sourcesAt = (target: EventTarget | null): number[] | null => {
+    const line = target instanceof Element ? target.closest<HTMLElement>('.tnb-line[data-section]') : null;
+    if (!line || !root.contains(line)) {
+      return null;
+    }
+    const sources = origins.get(line.dataset.section!)?.get(Number(line.dataset.line));
+    return sources && sources.length ? sources : null;
+  };
+
+  if (mapped) {
+    root.addEventListener('mouseover', event => {
+      const sources = sourcesAt(event.target);
+      if (!sameLines(sources, hovered)) {
+        hovered = sources;
+        refresh();
+        tell();
+      }
+    });
+    root.addEventListener('mouseleave', () => {
+      if (hovered !== null) {
+        hovered = null;
+        refresh();
+        tell();
+      }
+    });
+    root.addEventListener('click', event => {
+      const sources = sourcesAt(event.target);
+      if (sources) {
+        pinned = sameLines(sources, pinned) ? null : sources;
+        hovered = null;
+        refresh();
+        revealMapped(root);
+        tell();
+      }
+    });
+  }
+  root.addEventListener(SOURCE_HIGHLIGHT_EVENT, event => {
+    const detail = (event as CustomEvent<ISourceHighlightDetail>).detail;
+    if (!mapped || !detail) {
+      return;
+    }
+    if (detail.lines === null && !detail.pin) {
+      // The pointer left the cell: clear a hover, whichever cell it came from.
+      if (hovered !== null) {
+        hovered = null;
+        refresh();
+      }
+      return;
+    }
+    if (!sourceMatches(view.source, detail.cellLines ?? [])) {
+      return;
+    }
+    if (detail.pin) {
+      pinned = detail.lines && !sameLines(detail.lines, pinned) ? detail.lines : null;
+      hovered = null;
+      refresh();
+      revealMapped(root);
+    } else if (!sameLines(detail.lines, hovered)) {
+      hovered = detail.lines;
+      refresh();
+    }
+  });
+  refresh();
+  return { refresh };
 }

@@ -26,7 +26,7 @@ describe('parsePayload', () => {
       'compile_time'
     ]);
     expect(view!.sections.map(s => s.id)).toEqual(['template', 'specialized', 'lowered', 'cuda', 'ptx']);
-    expect(findSection(view!, 'specialized')!.changedLines).toEqual([2, 4, 5, 11]);
+    expect(findSection(view!, 'specialized')!.changedLines).toEqual([2, 3, 4, 10]);
     // Registers and timings are those of the machine that made the sample: check the mapping, not the numbers.
     const r = sample.resources;
     expect(view!.resources).toEqual({

@@ -1,5 +1,4 @@
 import {
-  correspondingScrollTop,
   formatBytes,
   formatError,
   formatMs,
@@ -10,8 +9,10 @@ import sample from '../ui-tests/fixtures/gemm_payload.json';
 const texts = (root: Element, selector: string) =>
   Array.from(root.querySelectorAll(selector)).map(node => node.textContent);
 
-const changedNumbers = (pane: Element) =>
-  Array.from(pane.querySelectorAll('.tnb-line.tnb-changed')).map(row => Number((row as HTMLElement).dataset.line));
+const changedNumbers = (root: Element, side: string) =>
+  Array.from(root.querySelectorAll(`.tnb-line.tnb-changed[data-section="${side}"]`)).map(row =>
+    Number((row as HTMLElement).dataset.line)
+  );
 
 // The sample is what tile_nb really produces (ui-tests/make_fixture.py): the quickstart GEMM specialized to
 // M=256 N=256 K=128 and compiled for sm_90a. Its registers and timings depend on the machine that made it, so the
@@ -30,7 +31,7 @@ describe('renderKernelView with the sample GEMM payload', () => {
       /^\d+ registers\/thread · \d+ KiB shared · spills \d+ st \/ \d+ ld$/
     );
     expect(texts(root, '.tnb-timing')).toHaveLength(Object.keys(sample.timings_ms).length);
-    expect(root.dataset.version).toBe('1');
+    expect(root.dataset.version).toBe('2');
   });
 
   it('formats resources and stage timings', () => {
@@ -59,22 +60,54 @@ describe('renderKernelView with the sample GEMM payload', () => {
     expect(template.querySelector('.tnb-pane-title')!.textContent).toBe('Phase 1: template');
     expect(specialized.querySelector('.tnb-pane-title')!.textContent).toBe('Phase 2: specialized');
     expect(template.querySelector('.tnb-note')).toBeNull();
-    // The specialized pane marks the lines the payload lists.
-    expect(changedNumbers(specialized)).toEqual([2, 4, 5, 11]);
-    expect(changedNumbers(specialized)).toEqual(sample.sections.find(s => s.id === 'specialized')!.changed_lines);
+    // The specialized side marks the lines the payload lists.
+    expect(changedNumbers(root, 'specialized')).toEqual(
+      sample.sections.find(s => s.id === 'specialized')!.changed_lines
+    );
+    expect(changedNumbers(root, 'specialized')).toEqual([2, 3, 4, 10]);
     // The template's changed lines include the `M, K = T.int32()` and `N = T.int32()` lines specialization dropped.
-    expect(changedNumbers(template)).toEqual([2, 3, 4, 6, 7, 13]);
-    const rowText = (pane: Element, line: number, selector: string) =>
-      texts(pane.querySelector(`.tnb-line[data-line="${line}"]`)!, selector);
-    expect(rowText(specialized, 2, '.tnb-word-changed')).toEqual(['256', '128', '128', '256', '256', '256']);
-    expect(rowText(template, 2, '.tnb-word-changed')).toEqual(['"M"', '"K"', 'K', '"N"', 'M', 'N']);
-    expect(rowText(specialized, 4, '.tnb-word-changed')).toEqual(['2']);
-    expect(rowText(specialized, 11, '.tnb-word-changed')).toEqual(['4']);
+    expect(changedNumbers(root, 'template')).toEqual([2, 3, 4, 5, 6, 12]);
+    const rowText = (side: string, line: number, selector: string) =>
+      texts(root.querySelector(`.tnb-line[data-section="${side}"][data-line="${line}"]`)!, selector);
+    expect(rowText('specialized', 2, '.tnb-word-changed')).toEqual(['256', '128', '128', '256', '256', '256']);
+    expect(rowText('template', 2, '.tnb-word-changed')).toEqual(['"M"', '"K"', 'K', '"N"', 'M', 'N']);
+    expect(rowText('specialized', 3, '.tnb-word-changed')).toEqual(['2']);
+    expect(rowText('specialized', 10, '.tnb-word-changed')).toEqual(['4']);
     // Highlighted pieces are split by token color; together they are the replaced expression.
-    expect(rowText(template, 6, '.tnb-word-changed').join('')).toBe('(M + 128 - 1) // 128');
+    expect(rowText('template', 5, '.tnb-word-changed').join('')).toBe('(M + 128 - 1) // 128');
     // The dropped lines have no partner, so the whole line is marked but no words.
-    expect(rowText(template, 3, '.tnb-word-changed')).toEqual([]);
+    expect(rowText('template', 3, '.tnb-word-changed')).toEqual([]);
     expect(root.querySelector('.tnb-ir-summary')!.textContent).toBe('4 lines changed by specialization');
+  });
+
+  it('keeps the two sides row-aligned: paired lines share a row, dropped lines face a filler', () => {
+    const grid = root.querySelector('.tnb-aligned')!;
+    const cells = Array.from(grid.children).filter(n => n.classList.contains('tnb-line')) as HTMLElement[];
+    expect(cells.length % 2).toBe(0);
+    const rows: Array<[HTMLElement, HTMLElement]> = [];
+    for (let k = 0; k < cells.length; k += 2) {
+      rows.push([cells[k], cells[k + 1]]);
+    }
+    // Every row: a template cell (line or filler) on the left, a specialized one on the right.
+    expect(rows.every(([l, r]) => l.classList.contains('tnb-side-template'))).toBe(true);
+    expect(rows.every(([l, r]) => r.classList.contains('tnb-side-specialized'))).toBe(true);
+    const text = (n: HTMLElement) => n.querySelector('.tnb-text')?.textContent ?? null;
+    const template = sample.sections.find(s => s.id === 'template')!.text.split('\n');
+    const specialized = sample.sections.find(s => s.id === 'specialized')!.text.split('\n');
+    // All lines of both sides, in order, once each.
+    expect(rows.filter(([l]) => !l.classList.contains('tnb-filler')).map(([l]) => text(l))).toEqual(template);
+    expect(rows.filter(([, r]) => !r.classList.contains('tnb-filler')).map(([, r]) => text(r))).toEqual(specialized);
+    // A line that is the same on both sides is on one row, even below the two dropped `T.int32()` lines.
+    const same = rows.filter(([l, r]) => text(l) !== null && text(l) === text(r));
+    expect(same.length).toBeGreaterThan(5);
+    const last = rows[rows.length - 1];
+    expect(text(last[0])).toBe(text(last[1]));
+    expect(Number(last[0].dataset.line) - Number(last[1].dataset.line)).toBe(template.length - specialized.length);
+    // The dropped declaration lines face fillers.
+    expect(rows.filter(([, r]) => r.classList.contains('tnb-filler')).map(([l]) => text(l)!.trim())).toEqual([
+      'M, K = T.int32(), T.int32()',
+      'N = T.int32()'
+    ]);
   });
 
   it("shows a section's note in its pane", () => {
@@ -86,8 +119,9 @@ describe('renderKernelView with the sample GEMM payload', () => {
   });
 
   it('keeps the code text exact (line numbers are separate)', () => {
-    const specialized = root.querySelector('.tnb-pane-specialized')!;
-    const lines = Array.from(specialized.querySelectorAll('.tnb-text')).map(n => n.textContent!.replace('\u200b', ''));
+    const lines = Array.from(root.querySelectorAll('.tnb-line[data-section="specialized"] .tnb-text')).map(n =>
+      n.textContent!.replace('\u200b', '')
+    );
     const section = sample.sections.find(s => s.id === 'specialized')!;
     expect(lines.join('\n')).toBe(section.text);
   });
@@ -123,33 +157,6 @@ describe('renderKernelView with the sample GEMM payload', () => {
     expect(last.getAttribute('data-tab')).toBe('ptx');
     expect(last.getAttribute('aria-selected')).toBe('true');
   });
-
-  it('synchronizes scrolling through the line alignment', () => {
-    const view = renderKernelView(sample);
-    const [left, right] = Array.from(view.querySelectorAll<HTMLElement>('.tnb-code'));
-    // jsdom has no layout: give the panes a line height and a scroll range.
-    for (const pane of [left, right]) {
-      Object.defineProperty(pane, 'scrollHeight', { value: 1000 });
-      Object.defineProperty(pane, 'clientHeight', { value: 100 });
-      pane.querySelectorAll<HTMLElement>('.tnb-line').forEach(row => {
-        Object.defineProperty(row, 'offsetHeight', { value: 20 });
-      });
-    }
-    // Template line 12 (index 11) pairs with specialized line 10 (index 9): two lines removed above.
-    left.scrollTop = 11 * 20;
-    left.dispatchEvent(new Event('scroll'));
-    expect(right.scrollTop).toBe(9 * 20);
-    // The echo of our own change does not scroll the template back.
-    right.dispatchEvent(new Event('scroll'));
-    expect(left.scrollTop).toBe(11 * 20);
-    // Turning synchronization off stops following.
-    const checkbox = view.querySelector<HTMLInputElement>('.tnb-sync input')!;
-    checkbox.checked = false;
-    checkbox.dispatchEvent(new Event('change'));
-    left.scrollTop = 0;
-    left.dispatchEvent(new Event('scroll'));
-    expect(right.scrollTop).toBe(9 * 20);
-  });
 });
 
 describe('renderKernelView with unexpected payloads', () => {
@@ -162,7 +169,7 @@ describe('renderKernelView with unexpected payloads', () => {
   it('renders a newer payload with a notice and unknown sections as tabs', () => {
     const newer = {
       ...sample,
-      version: 2,
+      version: 3,
       sections: [...sample.sections, { id: 'mlir', title: 'MLIR', language: 'mlir', text: 'module {}' }],
       resources: { registers: 40, occupancy: 0.5 }
     };
@@ -231,11 +238,5 @@ describe('formatting helpers', () => {
     expect(formatMs(1234.5)).toBe('1235 ms');
     expect(formatError(0)).toBe('0');
     expect(formatError(0.00000191)).toBe('1.9e-6');
-  });
-
-  it('maps a scroll position through the alignment', () => {
-    expect(correspondingScrollTop(40, 20, [0, 1, 2], 3)).toBe(40);
-    expect(correspondingScrollTop(40, 0, [0, 1, 2], 3)).toBe(40);
-    expect(correspondingScrollTop(50, 20, [0, -1, 1], 2)).toBe(30);
   });
 });

@@ -1,15 +1,15 @@
-"""Write the sample kernel-view payload and the fixture notebook used by the tests, from tile_nb itself.
+"""Write the sample kernel-view payload used by the Jest tests, from tile_nb itself.
 
 The payload is what `tile_nb.notebook` really produces for the seed GEMM of notebooks/01_quickstart.ipynb,
 shown as `%%tilekernel --shapes M=256 N=256 K=128 --cuda --lowered` would show it: `kernel_view(..., cuda=True,
 lowered=True)`, then the `application/vnd.tile-nb.kernel+json`, `text/plain` and `text/html` entries of its
-`_repr_mimebundle_()`. Nothing in them is edited, so timings, register counts and the compiler's output are those
+`_repr_mimebundle_()` (the payload is its `application/vnd.tile-nb.kernel+json`). Nothing in it is edited, so timings, register counts and the compiler's output are those
 of the machine that ran this (the sections are those its tools allow: no SASS without cuobjdump/nvdisasm).
 
 Needs the Python that has tile_nb (`pip install -e .` at the repository root) and nvcc (found on PATH or in
 /usr/local/cuda/bin; compiling for sm_90a needs no GPU). Takes about 30 s on a cold compile cache.
-Run from anywhere: `python extension/ui-tests/make_fixture.py`; it rewrites fixtures/gemm_payload.json and
-fixtures/kernel_view.ipynb next to this file.
+Run from anywhere: `python extension/ui-tests/make_fixture.py`; it rewrites fixtures/gemm_payload.json next to
+this file. (The browser test runs notebooks/01_quickstart.ipynb itself.)
 """
 
 import json
@@ -59,7 +59,7 @@ def mime_bundle() -> dict:
 
     # As the magic does: line 1 stands for the magic line, so line k of the source is line k of the cell.
     source = f"# %%tilekernel {MAGIC_OPTIONS}\n{KERNEL_BODY}"
-    namespace = tile_nb.run_source(source, {"tile_nb": tile_nb, "T": T}, filename="<kernel_view.ipynb cell 1>")
+    namespace = tile_nb.run_source(source, {"tile_nb": tile_nb, "T": T}, filename="<gemm cell>")
     view = kernel_view(namespace["gemm"], (), dict(SHAPES), cuda=True, lowered=True, name="gemm")
     bundle = view._repr_mimebundle_()
     missing = {MIME, "text/plain", "text/html"} - set(bundle)
@@ -69,66 +69,13 @@ def mime_bundle() -> dict:
     return json.loads(json.dumps(bundle))
 
 
-def _lines(text: str) -> list[str]:
-    """A multi-line string as nbformat stores it: a list of lines, each but the last with its newline."""
-    return text.splitlines(keepends=True)
-
-
-def notebook(bundle: dict) -> dict:
-    return {
-        "cells": [
-            {
-                "cell_type": "code",
-                "execution_count": 1,
-                "id": "gemm-cell",
-                "metadata": {},
-                "source": _lines(CELL_SOURCE),
-                "outputs": [
-                    {
-                        "output_type": "execute_result",
-                        "execution_count": 1,
-                        "metadata": {},
-                        "data": {
-                            MIME: bundle[MIME],
-                            "text/html": _lines(bundle["text/html"]),
-                            "text/plain": _lines(bundle["text/plain"]),
-                        },
-                    }
-                ],
-            },
-            {
-                "cell_type": "code",
-                "execution_count": None,
-                "id": "plain-cell",
-                "metadata": {},
-                "source": ["x = 1  # an ordinary cell: no tile kernel marker"],
-                "outputs": [],
-            },
-        ],
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-            "language_info": {
-                "name": "python",
-                "codemirror_mode": {"name": "ipython", "version": 3},
-                "file_extension": ".py",
-                "mimetype": "text/x-python",
-                "nbconvert_exporter": "python",
-                "pygments_lexer": "ipython3",
-            },
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-
-
 def main() -> None:
     bundle = mime_bundle()
     fixtures = HERE / "fixtures"
     fixtures.mkdir(exist_ok=True)
     (fixtures / "gemm_payload.json").write_text(json.dumps(bundle[MIME], indent=1) + "\n")
-    (fixtures / "kernel_view.ipynb").write_text(json.dumps(notebook(bundle), indent=1) + "\n")
     sections = ", ".join(s["id"] for s in bundle[MIME]["sections"])
-    print(f"wrote fixtures/gemm_payload.json and fixtures/kernel_view.ipynb (sections: {sections})")
+    print(f"wrote fixtures/gemm_payload.json (sections: {sections})")
 
 
 if __name__ == "__main__":

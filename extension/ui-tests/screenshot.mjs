@@ -1,54 +1,34 @@
-// Browser test of tile-nb-labextension in a running JupyterLab (started by run.py).
+// Browser test of tile_nb in a real JupyterLab (started by run.py): the quickstart as a user meets it.
 //
-// Opens ui-tests/fixtures/kernel_view.ipynb, checks that the kernel view renders (side-by-side IR,
-// changed lines, tabs, synchronized scrolling) and that the %%tilekernel cell is marked and highlighted
-// as Python, and writes screenshots to $TNB_OUTPUT. Exits non-zero on the first failed check.
-// Uses Debian's Chromium through playwright-core; never downloads a browser.
+// 1. static_view.ipynb (the quickstart's outputs without the extension's MIME type): JupyterLab shows tile_nb's
+//    static HTML, sanitized as for any untrusted notebook; both IR columns are wide and rows are aligned.
+// 2. 01_quickstart.ipynb as stored (untrusted): the extension renders the stored kernel views without warnings.
+// 3. Clear the outputs, run all cells: the views come back from the live kernel; the template and specialized
+//    sides are row-aligned; hovering a line of the kernel cell highlights what it became in both phases (in every
+//    view of that kernel), hovering an IR line highlights its line in the cell; the %%tilekernel cell is marked.
+// A screenshot of the line mapping goes to $TNB_OUTPUT/line-mapping.png (run.py copies it to docs/).
+// Uses Debian's Chromium through playwright-core; never downloads a browser. Exits non-zero on the first failure.
 import { chromium } from 'playwright-core';
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-// The fixture notebook's kernel view is tile_nb's real output (make_fixture.py): expectations come from it.
-const here = path.dirname(fileURLToPath(import.meta.url));
-const payload = JSON.parse(readFileSync(path.join(here, 'fixtures', 'gemm_payload.json'), 'utf8'));
-const sectionText = id => payload.sections.find(s => s.id === id).text.split('\n');
-const expectedChanged = payload.sections.find(s => s.id === 'specialized').changed_lines;
-const expectedTabs = [
-  'Template ↔ Specialized',
-  ...payload.sections.filter(s => !['template', 'specialized'].includes(s.id)).map(s => s.title)
-];
-// A line that is the same, and unique, in both IRs but at different places (lines were dropped above it),
-// as far down as both panes can still scroll to (the panes show about 3 lines at 60 px): the scroll check's anchor.
-const scrollPair = (() => {
-  const [a, b] = [sectionText('template'), sectionText('specialized')];
-  let best = null;
-  a.forEach((line, i) => {
-    const j = b.indexOf(line);
-    const unique = a.indexOf(line) === a.lastIndexOf(line) && j === b.lastIndexOf(line);
-    if (unique && j >= 0 && j !== i && i <= a.length - 5 && j <= b.length - 5) {
-      best = [i, j];
-    }
-  });
-  return best;
-})();
 
 const base = process.env.TNB_LAB_URL;
 const token = process.env.TNB_LAB_TOKEN;
 const output = process.env.TNB_OUTPUT ?? 'ui-tests/output';
 const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-if (!base || !token) {
-  console.error('TNB_LAB_URL and TNB_LAB_TOKEN must be set (run ui-tests/run.py)');
+const expected = JSON.parse(process.env.TNB_NOTEBOOK ?? '{}');
+if (!base || !token || !expected.name) {
+  console.error('TNB_LAB_URL, TNB_LAB_TOKEN and TNB_NOTEBOOK must be set (run ui-tests/run.py)');
   process.exit(2);
 }
 
+const started = Date.now();
 const checks = [];
 function check(ok, message) {
   checks.push(message);
   if (!ok) {
     throw new Error(`check failed: ${message}`);
   }
-  console.log(`ok - ${message}`);
+  console.log(`ok - ${message} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
 }
 
 const browser = await chromium.launch({
@@ -63,9 +43,43 @@ const browser = await chromium.launch({
     '--no-first-run'
   ]
 });
+
+async function openNotebook(page, name) {
+  await page.goto(`${base}/lab/tree/${encodeURIComponent(name)}?reset&token=${token}`);
+  const panel = page.locator('.jp-NotebookPanel:visible').first();
+  await panel.locator('.jp-Cell').first().waitFor({ state: 'visible', timeout: 90_000 });
+  await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
+  const leftTab = page.locator('.jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current');
+  if (await leftTab.count()) {
+    await leftTab.first().click(); // collapse the file browser
+  }
+  return panel;
+}
+
+async function menu(page, top, item) {
+  await page.locator('.lm-MenuBar-itemLabel', { hasText: new RegExp(`^${top}$`) }).click();
+  await page.locator('.lm-Menu-itemLabel', { hasText: new RegExp(`^${item}$`) }).first().click();
+}
+
+/** Left and right cells of each row of a view's aligned grid, with their boxes and texts. */
+async function gridRows(view) {
+  return view.locator('.tnb-aligned').evaluate(grid => {
+    const cells = Array.from(grid.children).filter(n => n.classList.contains('tnb-line'));
+    const rows = [];
+    for (let k = 0; k + 1 < cells.length; k += 2) {
+      const [l, r] = [cells[k], cells[k + 1]].map(n => {
+        const box = n.getBoundingClientRect();
+        return { top: box.top, height: box.height, width: box.width, text: n.querySelector('.tnb-text')?.textContent ?? null };
+      });
+      rows.push([l, r]);
+    }
+    return rows;
+  });
+}
+
 let page;
 try {
-  const context = await browser.newContext({ viewport: { width: 1440, height: 1040 }, deviceScaleFactor: 1 });
+  const context = await browser.newContext({ viewport: { width: 1440, height: 1000 }, deviceScaleFactor: 1 });
   page = await context.newPage();
   const errors = [];
   page.on('pageerror', error => errors.push(String(error)));
@@ -75,130 +89,131 @@ try {
     }
   });
 
-  await page.goto(`${base}/lab/tree/kernel_view.ipynb?reset&token=${token}`);
-  const view = page.locator('.jp-TileNbKernelRenderer .tnb-kernel-view');
-  await view.waitFor({ state: 'visible', timeout: 90_000 });
-  // Hide toasts (news, kernel messages) and collapse the file browser so the notebook fills the page.
-  await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
-  const leftTab = page.locator('.jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current');
-  if (await leftTab.count()) {
-    await leftTab.first().click();
-  }
-
-  // Kernel view: summary, side-by-side panes, changed lines.
-  check((await view.locator('.tnb-name').textContent()) === 'gemm', 'kernel view shows the kernel name');
-  check((await view.locator('.tnb-warnings').count()) === 0, 'sample payload renders without warnings');
-  const template = view.locator('.tnb-pane-template .tnb-code');
-  const specialized = view.locator('.tnb-pane-specialized .tnb-code');
-  const left = await template.boundingBox();
-  const right = await specialized.boundingBox();
-  check(left && right && left.x + left.width <= right.x && Math.abs(left.y - right.y) < 2, 'template and specialized side by side');
-  const changed = await view.locator('.tnb-pane-specialized .tnb-line.tnb-changed').evaluateAll(rows =>
-    rows.map(row => Number(row.dataset.line))
-  );
-  check(
-    changed.length > 0 && JSON.stringify(changed) === JSON.stringify(expectedChanged),
-    `specialized changed lines highlighted (${changed})`
-  );
-  const bg = await view
-    .locator('.tnb-pane-specialized .tnb-line.tnb-changed')
-    .first()
-    .evaluate(row => getComputedStyle(row).backgroundColor);
-  check(bg !== 'rgba(0, 0, 0, 0)' && bg !== 'transparent', `changed line has a background (${bg})`);
-
-  // %%tilekernel cell: marker, badge, Python highlighting; the ordinary cell has none of it.
-  const tileCell = page.locator('.jp-CodeCell.tnb-tilekernel-cell');
-  check((await tileCell.count()) === 1, 'exactly one cell is marked as a %%tilekernel cell');
-  check((await tileCell.locator('.cm-line.tnb-tilekernel-line').count()) === 1, 'the magic line is decorated');
-  check(await tileCell.locator('.tnb-tilekernel-badge').isVisible(), 'the "tile kernel" badge is visible');
-  const language = await tileCell.locator('.cm-content').getAttribute('data-language');
-  check(language === 'python', `the %%tilekernel cell editor language is python (${language})`);
-  const colors = await tileCell.locator('.cm-content').evaluate(content => {
-    const spans = Array.from(content.querySelectorAll('span'));
-    const def = spans.find(s => s.textContent === 'def');
-    const plain = content.querySelectorAll('.cm-line')[2];
-    return { def: def ? getComputedStyle(def).color : null, plain: plain ? getComputedStyle(plain).color : null };
-  });
-  check(colors.def !== null && colors.def !== colors.plain, `"def" is highlighted (${colors.def} vs ${colors.plain})`);
-  const plainCell = page.locator('.jp-CodeCell:not(.tnb-tilekernel-cell)');
-  check((await plainCell.locator('.tnb-tilekernel-badge').count()) === 0, 'an ordinary cell has no marker');
-
-  // Screenshots: the notebook (for docs/) and the kernel view alone.
-  await page.mouse.move(0, 0);
-  await page.waitForTimeout(500);
-  const notebook = page.locator('.jp-NotebookPanel:visible').first();
-  await notebook.screenshot({ path: path.join(output, 'notebook.png') });
-  await view.screenshot({ path: path.join(output, 'kernel-view.png') });
-
-  // Tabs.
-  const tabs = await view.locator('.tnb-tab').allTextContents();
-  check(JSON.stringify(tabs) === JSON.stringify(expectedTabs), `tabs: ${tabs}`);
-  await view.locator('.tnb-tab[data-tab="cuda"]').click();
-  check(await view.locator('.tnb-panel[data-tab="cuda"]').isVisible(), 'CUDA tab shows its panel');
-  check(!(await view.locator('.tnb-panel[data-tab="ir"]').isVisible()), 'the IR panel is hidden meanwhile');
-  await view.screenshot({ path: path.join(output, 'cuda-tab.png') });
-  await view.locator('.tnb-tab[data-tab="ir"]').click();
-
-  // Synchronized scrolling: make the panes short enough to scroll, scroll the template, the other follows.
-  check(scrollPair !== null, `the fixture has a line to check scrolling with (${scrollPair})`);
-  const [leftLine, rightLine] = scrollPair;
-  await page.addStyleTag({ content: '.jp-TileNbKernelRenderer { --tnb-code-max-height: 60px; }' });
-  await template.evaluate((node, index) => {
-    const lineHeight = node.querySelector('.tnb-line').getBoundingClientRect().height;
-    node.scrollTop = index * lineHeight; // template line index+1 is the same line of the specialized IR
-  }, leftLine);
-  await page.waitForTimeout(300);
-  const tops = await page.evaluate(() => {
-    const [l, r] = document.querySelectorAll('.jp-TileNbKernelRenderer .tnb-code');
-    const h = l.querySelector('.tnb-line').getBoundingClientRect().height;
-    return { left: l.scrollTop / h, right: r.scrollTop / h };
+  // 1. The static HTML, sanitized (untrusted): wide columns, one row per aligned line pair.
+  let panel = await openNotebook(page, 'static_view.ipynb');
+  const table = panel.locator('.jp-RenderedHTMLCommon table', { hasText: 'Phase 1: template' }).first();
+  await table.waitFor({ state: 'visible', timeout: 60_000 });
+  check((await panel.locator('.tnb-kernel-view').count()) === 0, 'static copy: no extension view (static HTML shown)');
+  const layout = await table.evaluate(t => {
+    const width = t.getBoundingClientRect().width;
+    const rows = Array.from(t.querySelectorAll('tbody tr'));
+    const cells = rows[rows.length - 1].querySelectorAll('td');
+    const clipped = Array.from(t.querySelectorAll('tbody td')).filter(td => td.scrollWidth > td.clientWidth + 1).length;
+    return {
+      width,
+      left: cells[1].getBoundingClientRect().width,
+      right: cells[4].getBoundingClientRect().width,
+      lastLeft: cells[1].textContent.trim(),
+      lastRight: cells[4].textContent.trim(),
+      clipped
+    };
   });
   check(
-    Math.abs(tops.left - leftLine) < 0.1 && Math.abs(tops.right - rightLine) < 0.1,
-    `scrolling is synchronized by line (${JSON.stringify(tops)}, expected ${leftLine} -> ${rightLine})`
+    layout.left > 0.35 * layout.width && layout.right > 0.35 * layout.width,
+    `static view: each IR column is over a third of the table (${Math.round(layout.left)} and ${Math.round(layout.right)} of ${Math.round(layout.width)} px)`
   );
-  await view.screenshot({ path: path.join(output, 'scrolled.png') });
+  check(layout.lastLeft === layout.lastRight && layout.lastLeft.startsWith('T.tile.copy(C['), 'static view: the last lines share a row');
+  check(layout.clipped === 0, `static view: no cell clips its text (long lines wrap): ${layout.clipped}`);
+  await table.screenshot({ path: path.join(output, 'static-view.png') });
 
-  // Typing the magic into an ordinary cell marks it; removing it unmarks it.
-  const plainEditor = plainCell.locator('.cm-content');
-  await plainEditor.click();
-  await page.keyboard.press('Control+Home');
-  await page.keyboard.type('%%tilekernel --cpu\n');
-  await page.locator('.jp-CodeCell.tnb-tilekernel-cell').nth(1).waitFor({ timeout: 10_000 });
-  check((await page.locator('.jp-CodeCell.tnb-tilekernel-cell .tnb-tilekernel-badge').count()) === 2, 'typing %%tilekernel marks a cell');
-  await page.keyboard.press('Control+a');
-  await page.keyboard.type('x = 1  # an ordinary cell: no tile kernel marker');
-  await page.waitForTimeout(300);
-  check((await page.locator('.jp-CodeCell.tnb-tilekernel-cell').count()) === 1, 'removing the magic unmarks the cell');
-  await page.keyboard.press('Escape');
+  // 2. The quickstart as stored (untrusted): the extension renders the stored views.
+  panel = await openNotebook(page, expected.name);
+  await panel.locator('.tnb-kernel-view').first().waitFor({ state: 'visible', timeout: 60_000 });
+  const storedWarnings = await panel.locator('.tnb-kernel-view .tnb-warnings').count();
+  check(storedWarnings === 0, 'stored kernel views render without payload warnings');
 
-  // Other notebooks with stored outputs (run.py --notebook): every view renders cleanly, every magic cell is marked.
-  for (const extra of JSON.parse(process.env.TNB_EXTRA_NOTEBOOKS ?? '[]')) {
-    await page.goto(`${base}/lab/tree/${encodeURIComponent(extra.name)}?token=${token}`);
-    const panel = page.locator('.jp-NotebookPanel:visible').first();
-    await panel.locator('.jp-Cell').first().waitFor({ state: 'visible', timeout: 60_000 });
-    await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
-    if (extra.views > 0) {
-      await panel.locator('.tnb-kernel-view').first().waitFor({ state: 'attached', timeout: 60_000 });
-    }
-    // Windowed notebooks attach cells lazily: scroll through so that every cell is rendered.
-    const scroller = panel.locator('.jp-WindowedPanel-outer');
-    for (let i = 0; i < 40; i++) {
-      await scroller.evaluate(node => node.scrollBy(0, node.clientHeight));
-      await page.waitForTimeout(100);
-    }
-    const views = await panel.locator('.tnb-kernel-view').count();
-    check(views === extra.views, `${extra.name}: ${views} of ${extra.views} kernel views rendered`);
-    const warned = await panel.locator('.tnb-kernel-view .tnb-warnings').allTextContents();
-    check(warned.length === 0, `${extra.name}: no payload warnings (${warned.join(' | ')})`);
-    const marked = await panel.locator('.jp-CodeCell.tnb-tilekernel-cell').count();
-    check(marked === extra.tileCells, `${extra.name}: ${marked} of ${extra.tileCells} %%tilekernel cells marked`);
-    await panel.locator('.tnb-kernel-view').first().scrollIntoViewIfNeeded();
-    await panel.screenshot({ path: path.join(output, `${extra.name.replace(/\W+/g, '_')}.png`) });
+  // 3. Run it: clear the outputs, run all cells, wait for the kernel to finish.
+  await menu(page, 'Edit', 'Clear Outputs of All Cells');
+  await page.waitForFunction(() => document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .tnb-kernel-view').length === 0);
+  const runStart = Date.now();
+  await menu(page, 'Run', 'Run All Cells');
+  const scroller = panel.locator('.jp-WindowedPanel-outer');
+  await page.waitForFunction(
+    () => {
+      const prompts = Array.from(document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt'));
+      const busy = prompts.some(p => p.textContent.includes('*'));
+      const done = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
+      return !busy && done !== null;
+    },
+    null,
+    { timeout: 240_000, polling: 500 }
+  );
+  // Windowed notebooks attach cells lazily: scroll through, then back to the kernel cell.
+  for (let i = 0; i < 30; i++) {
+    await scroller.evaluate(node => node.scrollBy(0, node.clientHeight));
+    await page.waitForTimeout(50);
   }
+  const views = await panel.locator('.tnb-kernel-view').count();
+  // The stored notebook keeps no output of the `--cuda --lowered` cell (NBVAL_SKIP): a live run may add its view.
+  check(views >= expected.views, `ran all cells in ${((Date.now() - runStart) / 1000).toFixed(0)} s: ${views} kernel views (${expected.views} stored)`);
+  check((await panel.locator('.tnb-kernel-view .tnb-warnings').count()) === 0, 'live kernel views have no warnings');
+  const marked = await panel.locator('.jp-CodeCell.tnb-tilekernel-cell').count();
+  check(marked === expected.tileCells, `${marked} of ${expected.tileCells} %%tilekernel cells are marked`);
+
+  const kernelCell = panel.locator('.jp-CodeCell', { hasText: "M, N, K = T.const('M, N, K')" }).first();
+  await kernelCell.scrollIntoViewIfNeeded();
+  await scroller.evaluate((node, cell) => node.scrollBy(0, cell.getBoundingClientRect().top - node.getBoundingClientRect().top - 8), await kernelCell.elementHandle());
+  const view = kernelCell.locator('.tnb-kernel-view');
+  await view.waitFor({ state: 'visible' });
+  check((await view.locator('.tnb-name').textContent()) === 'gemm', 'the kernel cell shows the gemm view');
+  check(
+    (await kernelCell.locator('.cm-content').getAttribute('data-language')) === 'python',
+    'the %%tilekernel cell is highlighted as Python'
+  );
+
+  // Row alignment: each row's two sides have the same top and height; equal lines share a row.
+  const rows = await gridRows(view);
+  const misaligned = rows.filter(([l, r]) => Math.abs(l.top - r.top) > 0.5 || Math.abs(l.height - r.height) > 0.5);
+  check(rows.length >= 16 && misaligned.length === 0, `${rows.length} rows, both sides aligned in each`);
+  const sameRow = rows.filter(([l, r]) => l.text !== null && l.text === r.text).map(([l]) => l.text.trim());
+  check(sameRow.includes(sameRow.find(t => t.startsWith('T.tile.copy(C['))) && sameRow.length >= 8, `${sameRow.length} identical lines, each on one row`);
+  check(rows.every(([l, r]) => l.width > 300 && r.width > 300), 'both sides are wide');
+
+  // Line mapping, cell -> views: hover the T.copy(A...) line of the cell.
+  const copyLine = kernelCell.locator('.cm-line', { hasText: 'T.copy(A[bx * block_M, k * block_K], A_shared)' });
+  await copyLine.hover();
+  await page.waitForTimeout(200);
+  const mappedText = async (v, side) =>
+    v.locator(`.tnb-line.tnb-mapped[data-section="${side}"] .tnb-text`).allTextContents();
+  const left = await mappedText(view, 'template');
+  const right = await mappedText(view, 'specialized');
+  check(
+    left.length === 1 && left[0].trim().startsWith('T.tile.copy(A_shared') && right.length === 1 && right[0].trim().startsWith('T.tile.copy(A_shared'),
+    `hovering the cell's T.copy(A...) line highlights its T.tile.copy line in phase 1 and phase 2`
+  );
+  const status = await view.locator('.tnb-source-status').textContent();
+  check(/^source line 14: T\.copy\(A\[/.test(status), `the view names the source line (${status})`);
+  // The view of gemm.show(...) in a later cell shows the same kernel: it follows this cell too.
+  const showView = panel.locator('.jp-CodeCell', { hasText: 'gemm.show(M=256' }).locator('.tnb-kernel-view');
+  check((await mappedText(showView, 'specialized')).length === 1, "gemm.show(...)'s view follows the kernel cell too");
+
+  // Clicking pins; the pin survives the pointer leaving.
+  const kernelLine = kernelCell.locator('.cm-line', { hasText: 'with T.Kernel(' });
+  await kernelLine.click();
+  await page.mouse.move(5, 500);
+  await page.waitForTimeout(200);
+  const launches = await mappedText(view, 'template');
+  check(
+    launches.length === 3 && launches.every(t => t.includes('T.launch_thread(')),
+    'clicking the T.Kernel line pins its three thread launches'
+  );
+
+  // Line mapping, view -> cell: hover the phase-2 gemm line; the cell's T.gemm line lights up.
+  const gemmIr = view.locator('.tnb-line[data-section="specialized"]', { hasText: 'T.tile.gemm(' });
+  await gemmIr.hover();
+  await page.waitForTimeout(200);
+  const lit = await kernelCell.locator('.cm-line.tnb-source-line').allTextContents();
+  check(lit.length === 1 && lit[0].trim() === 'T.gemm(A_shared, B_shared, C_local)', `hovering an IR line highlights its cell line (${lit})`);
+  check((await mappedText(view, 'template')).some(t => t.trim().startsWith('T.tile.gemm(')), '...and the same line in phase 1');
+
+  // The screenshot for docs/: the kernel cell and its view, with the mapping of the T.gemm line showing.
+  const box = await kernelCell.boundingBox();
+  const clip = { x: Math.max(0, box.x - 8), y: Math.max(0, box.y - 4), width: Math.min(1440 - box.x + 8, box.width + 16), height: Math.min(980 - box.y, box.height + 8) };
+  await page.screenshot({ path: path.join(output, 'line-mapping.png'), clip });
+  await page.mouse.move(5, 500);
 
   check(errors.length === 0, `no page errors from the extension (${errors.join(' | ')})`);
-  console.log(`${checks.length} checks passed`);
+  console.log(`${checks.length} checks passed in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 } catch (error) {
   console.error(String(error));
   if (page) {

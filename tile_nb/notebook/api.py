@@ -14,6 +14,7 @@ from tile_nb.notebook.build import (
     func_params,
     max_abs_err,
     signature_of,
+    source_of,
     template_func_of,
     tensor_device,
     view_from_parts,
@@ -127,12 +128,20 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
     template_func = template_func_of(template)
     if specialize is None:
         specialize = bool(args or kwargs) or run
-    specialized = kernel.specialize(*args, **kwargs) if specialize else None
-    compiled = kernel.compile(*args, **kwargs) if (lowered or cuda) else None
+    # A `T.dynamic` dim given by keyword (`--shapes N=1000`) stays symbolic: one compiled kernel serves every value.
+    dynamic = [n for n in given_consts if n in (getattr(template, "dynamic", None) or ())]
+    if dynamic:
+        note = (f"{', '.join(dynamic)}: T.dynamic, so phase 2 keeps {'it' if len(dynamic) == 1 else 'them'} "
+                "symbolic (one kernel serves every value)")
+        notes = [*(notes or []), note]
+        given_consts = {k: v for k, v in given_consts.items() if k not in dynamic}
+    ir_kwargs = {k: v for k, v in kwargs.items() if k not in dynamic}
+    specialized = kernel.specialize(*args, **ir_kwargs) if specialize else None
+    compiled = kernel.compile(*args, **ir_kwargs) if (lowered or cuda) else None
 
     run_info, backend = None, ("cuda" if compiled is not None else None)
     if run:
-        out, device = _run(kernel, args, kwargs, cpu)
+        out, device = _run(kernel, args, ir_kwargs, cpu)
         err = None
         if expected is not None:
             reference = expected() if callable(expected) else expected
@@ -144,7 +153,7 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
         name or getattr(kernel, "__name__", None) or "kernel", template=template, specialized=specialized,
         compiled=compiled, compile_time=_compile_time_values(kernel, compile_time, template_func),
         given_consts=given_consts, run=run_info, backend=backend, lowered=lowered, cuda=cuda, notes=notes,
-        source_filename=source_filename(kernel))
+        source_filename=source_filename(kernel), source=source_of(kernel))
 
 
 def show(kernel, *args, **kwargs) -> KernelView:

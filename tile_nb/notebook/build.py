@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import inspect
 import linecache
-import re
 from typing import Any
 
 from tile_nb.notebook.diff import changed_lines
+from tile_nb.notebook.linemap import clean_lines, script_lines, shift_line_map
 from tile_nb.notebook.views import KernelView, Param, Section
 
 __all__ = [
@@ -24,20 +24,17 @@ __all__ = [
     "func_params",
     "max_abs_err",
     "signature_of",
+    "source_lines",
+    "source_of",
     "template_func_of",
     "tensor_device",
     "view_from_parts",
 ]
 
-_HEADER_LINE = re.compile(r"^# from tvm[.\w]* import ")
-
-
 def clean_script(text: str) -> str:
-    """TVMScript as the views show it: without the printer's `# from tvm... import` header and trailing blanks."""
-    lines = text.split("\n")
-    while lines and (_HEADER_LINE.match(lines[0]) or not lines[0].strip()):
-        lines.pop(0)
-    return "\n".join(lines).rstrip()
+    """TVMScript as the views show it: without the printer's `# from tvm... import` header, trailing blanks and the
+    front end's internal `tile_nb.*` function attributes."""
+    return "\n".join(clean_lines(text)[0])
 
 
 def _script(obj) -> str:
@@ -161,19 +158,63 @@ def _text_attr(obj, attr: str):
         return None
 
 
+def _compiled_line_map(compiled, key: str) -> dict | None:
+    """`compiled.line_map[key]` (source line -> 1-based lines of that text) when the compiled kernel has one."""
+    line_map = getattr(compiled, "line_map", None)
+    return line_map.get(key) if isinstance(line_map, dict) else None
+
+
 def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
     sections = []
     lowered_ir = _text_attr(compiled, "lowered_ir") if lowered else None
     if lowered_ir is not None:
-        sections.append(Section("lowered", "Lowered IR", "python", clean_script(_script(lowered_ir))))
+        shown, where = clean_lines(_script(lowered_ir))
+        line_map = shift_line_map(_compiled_line_map(compiled, "lowered"), where)
+        sections.append(Section("lowered", "Lowered IR", "python", "\n".join(shown), line_map=_tuples(line_map)))
     if cuda:
         for attr, sid, title, language in (("cuda_source", "cuda", "CUDA source", "cuda"),
                                            ("ptx", "ptx", "PTX", "ptx"),
                                            ("sass", "sass", "SASS", "text")):
             text = _text_attr(compiled, attr)
             if text:
-                sections.append(Section(sid, title, language, str(text).rstrip()))
+                text = str(text).rstrip()
+                line_map = None
+                if sid == "cuda":  # rstrip keeps the line numbers; lines past the end are dropped
+                    line_map = shift_line_map(_compiled_line_map(compiled, "cuda"),
+                                              list(range(1, len(text.split("\n")) + 1)))
+                sections.append(Section(sid, title, language, text, line_map=_tuples(line_map)))
     return sections
+
+
+def _tuples(line_map: dict[int, list[int]] | None) -> dict[int, tuple[int, ...]] | None:
+    return {k: tuple(v) for k, v in line_map.items()} if line_map else None
+
+
+def _shown_ir(obj, source, tile_op_lines) -> tuple[str, dict[int, tuple[int, ...]] | None]:
+    """The displayed TVMScript of a PrimFunc (or any `.script()` object, or text) and its source line map."""
+    if obj is None:
+        return "", None
+    if hasattr(obj, "body") and hasattr(obj, "script"):  # a PrimFunc: the line map comes with the text
+        text, line_map = script_lines(obj, source, tile_op_lines)
+        return text, _tuples(line_map)
+    return clean_script(_script(obj)), None
+
+
+def source_of(kernel):
+    """The `KernelSource` of a jit function (`.definition.source`), or None."""
+    source = getattr(getattr(kernel, "definition", None), "source", None)
+    return source if hasattr(source, "tree") and hasattr(source, "first_line") else None
+
+
+def source_lines(source) -> dict | None:
+    """The kernel's lines as its file or cell has them (for the view's line mapping): first line number, lines."""
+    if source is None:
+        return None
+    count = len(str(source.text).rstrip("\n").split("\n"))
+    lines = linecache.getlines(str(source.filename))[source.first_line - 1: source.first_line - 1 + count]
+    if not lines:
+        return None
+    return {"first_line": int(source.first_line), "lines": [line.rstrip("\n") for line in lines]}
 
 
 _TEMPLATE_FUNC_ATTRS = ("func", "prim_func", "primfunc")
@@ -239,7 +280,7 @@ def _annotated_params(runtime_func, template_func, template, specialized_meta) -
 def view_from_parts(name: str, *, template=None, specialized=None, compiled=None, compile_time: dict | None = None,
                     given_consts: dict | None = None, run: dict | None = None, backend: str | None = None,
                     lowered: bool = False, cuda: bool = False, notes: list[str] | None = None,
-                    source_filename: str | None = None) -> KernelView:
+                    source_filename: str | None = None, source=None) -> KernelView:
     """Assemble a `KernelView`; every part is optional.
 
     `template`: a phase-1 template object (an elaboration with `.func`, `.stopped`, `.buffers`, `.consts`,
@@ -247,16 +288,25 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
     `compiled`: a compiled kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` / `cuda`; its resources
     and timings always); `compile_time`: the Python compile-time parameters and their values; `given_consts`:
     consts given as keywords; `run`: {"device": str, "max_abs_err": float | None}; `backend`: "cuda",
-    "cpu-interpreter" or None; `source_filename`: the kernel's file or cell, to quote the line a template stopped at.
+    "cpu-interpreter" or None; `source_filename`: the kernel's file or cell, to quote the line a template stopped at;
+    `source`: the kernel's `KernelSource`, for the line mapping (each IR section's `line_map` and the view's
+    `source` lines).
     """
     template_func = template_func_of(template)
     specialized_func = template_func_of(specialized)
     sections: list[Section] = []
-    template_text = clean_script(_script(template_func or template)) if template is not None else None
-    specialized_text = clean_script(_script(specialized_func or specialized)) if specialized is not None else None
+    template_text = specialized_text = None
+    template_map = specialized_map = None
+    if template is not None:
+        template_text, template_map = _shown_ir(template_func or template, source,
+                                                getattr(template, "tile_op_lines", None))
+    if specialized is not None:
+        specialized_text, specialized_map = _shown_ir(specialized_func or specialized, source,
+                                                      getattr(specialized, "tile_op_lines", None))
     if template_text is not None:
         sections.append(Section("template", "Phase 1: template", "python", template_text,
-                                note=stop_note(getattr(template, "stopped", None), source_filename)))
+                                note=stop_note(getattr(template, "stopped", None), source_filename),
+                                line_map=template_map))
     consts: dict[str, int] = {}
     dynamic: list[str] = list(getattr(template, "dynamic", None) or ())
     if specialized_text is not None:
@@ -264,7 +314,7 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
         if template_text is not None:
             changed = tuple(changed_lines(template_text.split("\n"), specialized_text.split("\n")))
         sections.append(Section("specialized", "Phase 2: specialized", "python", specialized_text,
-                                changed_lines=changed))
+                                changed_lines=changed, line_map=specialized_map))
         consts, found_dynamic = const_values(template_func, specialized_func, given_consts)
         dynamic += [n for n in found_dynamic if n not in dynamic]
     elif given_consts:
@@ -290,7 +340,8 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
             notes = [*(notes or []), f"pipeline: {pipeline}"]
         timings_ms = {str(k): float(v) * 1e3 for k, v in (getattr(compiled, "timings", None) or {}).items()}
     return KernelView(name=name, params=params, consts=consts, backend=backend, sections=sections,
-                      resources=resources, timings_ms=timings_ms, run=run, notes=list(notes or []))
+                      resources=resources, timings_ms=timings_ms, run=run, notes=list(notes or []),
+                      source=source_lines(source) if source is not None else None)
 
 
 def _value_text(value: Any) -> str:

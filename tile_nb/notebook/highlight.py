@@ -67,7 +67,8 @@ def highlight_lines(text: str, language: str = "text") -> list[str]:
     lexer = _lexer(language)
     if lexer is None:
         return [escape(line) for line in lines]
-    out: list[list[str]] = [[]]
+    # Per line, runs of (style, text); neighbouring tokens of one style share a span (`"float16"` is one).
+    out: list[list[list]] = [[]]
     for token_type, value in lexer.get_tokens(text):
         style = _style_for(token_type)
         for i, piece in enumerate(value.split("\n")):
@@ -75,9 +76,12 @@ def highlight_lines(text: str, language: str = "text") -> list[str]:
                 out.append([])
             if not piece:
                 continue
-            escaped = escape(piece)
-            out[-1].append(f'<span style="{style}">{escaped}</span>' if style else escaped)
-    fragments = ["".join(parts) for parts in out]
+            if out[-1] and out[-1][-1][0] == style:
+                out[-1][-1][1] += piece
+            else:
+                out[-1].append([style, piece])
+    fragments = ["".join(f'<span style="{style}">{escape(piece)}</span>' if style else escape(piece)
+                         for style, piece in runs) for runs in out]
     # Pygments keeps every character, so the line structure matches; pad defensively all the same.
     fragments += [""] * (len(lines) - len(fragments))
     return fragments[: len(lines)]

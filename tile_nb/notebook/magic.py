@@ -13,10 +13,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from tile_nb.errors import TileNBError
 from tile_nb.notebook.api import kernel_view
 from tile_nb.notebook.tracebacks import refresh
 
-__all__ = ["TileKernelMagics"]
+__all__ = ["CellSyntaxError", "TileKernelMagics"]
+
+
+class CellSyntaxError(TileNBError):
+    """The `%%tilekernel` cell is not valid Python (shown in the short form: the line and a caret)."""
 
 
 def _eval(node: ast.expr, namespace: dict, label: str) -> Any:
@@ -114,7 +119,8 @@ class TileKernelMagics(Magics):
 
         The cell holds a kernel definition, decorated with `@tile_nb.jit` or not (an undecorated function is
         decorated by the magic). It runs in the notebook's namespace, so the kernel is usable afterwards.
-        With an empty cell (or only comments), the magic shows a kernel defined before: the one `--name` or `--call` names.
+        With a body of only comments (IPython refuses a cell magic whose body is empty), the magic shows a kernel
+        defined before: the one `--name` or `--call` names.
 
         With no option the view shows the phase-1 template (consts symbolic). `--shapes` or `--call` add the
         phase-2 specialized IR beside it, with the lines that specialization changed marked. Examples:
@@ -204,7 +210,12 @@ class TileKernelMagics(Magics):
         # The first line stands for the magic line, so that line k of the source is line k of the cell.
         source = f"# %%tilekernel {line}".rstrip() + "\n" + body
         filename = shell.compile.cache(source, shell.execution_count, raw_code=source)
-        tree = shell.compile.ast_parse(source, filename=filename)
+        try:
+            tree = shell.compile.ast_parse(source, filename=filename)
+        except SyntaxError as err:  # the short form, not IPython's traceback through the magic machinery
+            col = (err.offset - 1) if err.offset else None
+            end = (err.end_offset - 1) if err.end_offset and err.end_lineno == err.lineno else None
+            raise CellSyntaxError(err.msg, filename=filename, lineno=err.lineno, col=col, end_col=end) from None
         defs = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
         if not defs:
             raise UsageError("%%tilekernel: the cell must define a kernel function (def name(...): ...)")

@@ -4,11 +4,18 @@ Layout: a title line; notes (template stopped early, where the kernel ran); the 
 specialized TVMScript side by side in one table (line numbers, a marker column, changed lines tinted); then
 collapsed `<details>` sections for the lowered IR, CUDA, PTX, SASS, resources and compile timings.
 
-JupyterLab and GitHub style `<table>`s (right-aligned cells, zebra rows), so every cell sets its own alignment and
-background. A code table has one row: each column (line numbers, code, markers) is one `<pre>` holding a `<div>`
-per line, which keeps the output small (styles are written once per column, not once per line) while a changed
-line can still be tinted. The marker column (`~` changed, `-` template only, `+` specialized only) keeps the diff readable where a
-renderer drops inline styles.
+Untrusted outputs (a notebook opened as stored, GitHub, nbviewer, VS Code) pass through an HTML sanitizer that keeps
+only listed tags, attributes and CSS properties with listed value forms: JupyterLab's drops `ch` widths, `<style>`,
+ids and scripts. So every style here uses properties and units it keeps (px, em, %), and nothing depends on a
+style being kept: the side-by-side table has one row per aligned line (row alignment is the table's structure, not
+equal line heights), long lines wrap inside their cell, and the marker column (`~` changed, `-` template only,
+`+` specialized only) keeps the diff readable without colors. `extension/tests/sanitize.test.ts` runs the stored
+notebooks' views through JupyterLab's own sanitizer and checks that nothing is dropped.
+
+JupyterLab and GitHub style `<table>`s (right-aligned cells, zebra rows, padding), so every cell sets its own
+alignment, padding and background. Long single texts (lowered IR, CUDA, PTX, SASS) are one row whose columns are
+`<pre>`s holding a `<div>` per line, scrolling sideways, which keeps large listings small.
+A code line that came from a line of the kernel's source has a tooltip naming it (the extension highlights it).
 """
 from __future__ import annotations
 
@@ -23,10 +30,16 @@ _BOX = ("font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;font-si
         "color:#1f2328;max-width:100%")
 _TABLE = "border-collapse:collapse;border:1px solid #d0d7de;margin:4px 0"
 _PRE = f"{_MONO};margin:0;padding:0;border:none;background:none;white-space:pre;overflow:visible"
-# In the side-by-side table each half scrolls on its own; the pre grows to its longest line so tints span it.
-_SIDE_TABLE = f"{_TABLE};table-layout:fixed;width:100%"
-_SIDE_PRE = f"{_PRE};display:inline-block;min-width:100%"
-_SCROLL = "overflow-x:auto"
+# The side-by-side table: fixed layout at the full width, column widths on the header cells (and <col>s).
+_SIDE_TABLE = f"{_TABLE};{_MONO};table-layout:fixed;width:100%"
+_ROW = "background:#ffffff"
+_CELL = "vertical-align:top;line-height:1.4;border:none;padding:0 4px"
+_SIDE_NUM = f"{_CELL};text-align:right;color:#8c959f;background:#f6f8fa"
+# Wrapped continuation lines are indented (hanging indent), so a wrapped line does not read as a new one.
+_SIDE_CODE = f"{_CELL};padding-left:2.5em;text-indent:-2em;text-align:left;white-space:pre-wrap;word-wrap:break-word"
+_SIDE_MARK = f"{_CELL};text-align:center;color:#9a6700;padding:0"
+_NUM_WIDTH = "3.5em"
+_MARK_WIDTH = "1.5em"
 _NUM = "color:#8c959f;text-align:right;padding:0 6px;vertical-align:top;border:none;background:#f6f8fa"
 _CODE = "text-align:left;padding:0 8px;vertical-align:top;border:none;background:#ffffff"
 _MARK = "color:#9a6700;text-align:center;padding:0 2px;vertical-align:top;border:none;background:#ffffff"
@@ -85,36 +98,48 @@ def _highlighted(section: Section) -> list[str]:
     return highlight_lines(section.text, section.language)
 
 
+def _origins(section: Section) -> dict[int, list[int]]:
+    """Section line -> the source lines it came from (the inverse of `section.line_map`)."""
+    origins: dict[int, list[int]] = {}
+    for source_line, lines in sorted((section.line_map or {}).items()):
+        for n in lines:
+            origins.setdefault(n, []).append(source_line)
+    return origins
+
+
+def _source_title(lines: list[int] | None) -> str:
+    if not lines:
+        return ""
+    return f' title="from source line{"s" if len(lines) > 1 else ""} {", ".join(map(str, lines))}"'
+
+
 def _side_by_side(template: Section, specialized: Section, consts_label: str) -> str:
+    """One table row per aligned pair of lines: number, template code, marker, number, specialized code."""
     left_html, right_html = _highlighted(template), _highlighted(specialized)
-    rows = align(template.text.split("\n"), specialized.text.split("\n"))
-    columns: dict[str, list[str]] = {"ln": [], "lc": [], "mark": [], "rn": [], "rc": []}
-    tints: dict[str, list[str]] = {"lc": [], "rc": []}
-    for row in rows:
+    left_from, right_from = _origins(template), _origins(specialized)
+    rows = []
+    for row in align(template.text.split("\n"), specialized.text.split("\n")):
         left_tint, right_tint = _TINT[row.tag]
-        columns["ln"].append(str(row.left_no) if row.left_no else "")
-        columns["lc"].append(left_html[row.left_no - 1] if row.left_no else "")
-        columns["mark"].append(_MARKS[row.tag])
-        columns["rn"].append(str(row.right_no) if row.right_no else "")
-        columns["rc"].append(right_html[row.right_no - 1] if row.right_no else "")
-        tints["lc"].append(left_tint)
-        tints["rc"].append(right_tint)
-    head = (f'<tr><th colspan="2" style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
+        cells = []
+        for number, html_lines, tint, origins, border in (
+                (row.left_no, left_html, left_tint, left_from, ""),
+                (row.right_no, right_html, right_tint, right_from, ";border-left:1px solid #d0d7de")):
+            cells.append(f'<td style="{_SIDE_NUM}{border}">{number or ""}</td>')
+            code = html_lines[number - 1] if number else ""
+            style = f"{_SIDE_CODE};{tint}" if tint else _SIDE_CODE
+            cells.append(f'<td style="{style}"{_source_title(origins.get(number)) if number else ""}>{code}</td>')
+        cells.insert(2, f'<td style="{_SIDE_MARK}">{_MARKS[row.tag]}</td>')
+        rows.append(f'<tr style="{_ROW}">{"".join(cells)}</tr>')
+    num_head = f'<th style="{_HEAD};width:{_NUM_WIDTH}"></th>'
+    head = (f'<tr>{num_head}<th style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
             f"(consts symbolic)</span></th>"
-            f'<th style="{_HEAD}"></th>'
-            f'<th colspan="2" style="{_HEAD};border-left:1px solid #d0d7de">Phase 2: specialized '
-            f'<span style="font-weight:400">{escape(consts_label)}</span></th></tr>')
-    left_code = f'<div style="{_SCROLL}">{_pre(columns["lc"], tints["lc"], _SIDE_PRE)}</div>'
-    right_code = f'<div style="{_SCROLL}">{_pre(columns["rc"], tints["rc"], _SIDE_PRE)}</div>'
-    body = (_td(_NUM, _pre(columns["ln"])) + _td(_CODE, left_code)
-            + _td(_MARK, _pre(columns["mark"]))
-            + _td(_NUM, _pre(columns["rn"]), "border-left:1px solid #d0d7de")
-            + _td(_CODE, right_code))
-    digits = len(str(max(len(left_html), len(right_html))))
-    width = f"{max(digits, 2) + 2}ch"
-    cols = (f'<colgroup><col style="width:{width}"><col><col style="width:2ch"><col style="width:{width}"><col>'
-            "</colgroup>")
-    return (f'<table style="{_SIDE_TABLE}">{cols}<thead>{head}</thead><tbody><tr>{body}</tr></tbody></table>')
+            f'<th style="{_HEAD};width:{_MARK_WIDTH}"></th>'
+            f'{num_head.replace(_HEAD, _HEAD + ";border-left:1px solid #d0d7de", 1)}'
+            f'<th style="{_HEAD}">Phase 2: specialized <span style="font-weight:400">{escape(consts_label)}</span>'
+            "</th></tr>")
+    cols = (f'<colgroup><col style="width:{_NUM_WIDTH}"><col><col style="width:{_MARK_WIDTH}">'
+            f'<col style="width:{_NUM_WIDTH}"><col></colgroup>')
+    return f'<table style="{_SIDE_TABLE}">{cols}<thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _details(summary: str, body: str) -> str:

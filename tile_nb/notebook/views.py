@@ -7,6 +7,10 @@ built by `tile_nb.notebook.build` from a jit function, or directly from parts in
   No addresses, timings, paths, register counts or errors that vary between machines.
 - `text/html`: a static page fragment (no JavaScript, inline styles) for GitHub, nbconvert and Sphinx; see `render.py`.
 - `application/vnd.tile-nb.kernel+json`: the structured data the JupyterLab extension renders (`to_json`).
+
+Line mapping: `KernelView.source` holds the kernel's source lines (from its file or notebook cell, with the line
+number of the first in that file or cell), and each section's `line_map` says which of its lines each source line became
+(`{source line: (section lines...)}`, 1-based; see `linemap.py`). The extension highlights them on hover.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 __all__ = ["MIME_TYPE", "PARAM_KINDS", "SECTION_IDS", "KernelView", "Param", "Section"]
 
 MIME_TYPE = "application/vnd.tile-nb.kernel+json"
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2: `source` and the sections' `line_map` (version 1 is 2 without them)
 PARAM_KINDS = ("tensor", "scalar", "const", "dynamic", "compile_time")
 SECTION_IDS = ("template", "specialized", "lowered", "cuda", "ptx", "sass")
 RESOURCE_KEYS = ("registers", "shared_bytes", "spill_stores", "spill_loads")
@@ -44,7 +48,8 @@ class Section:
     """One text of the kernel: `id` in `SECTION_IDS`; `language` "python" (TVMScript), "cuda", "ptx" or "text".
 
     `changed_lines` (1-based, in this section's text) is only set for the "specialized" section; `note` is a short
-    remark shown with the section (e.g. where the template stopped early).
+    remark shown with the section (e.g. where the template stopped early); `line_map` maps a line of the kernel's
+    source to the lines of this section it became.
     """
 
     id: str
@@ -53,6 +58,7 @@ class Section:
     text: str
     changed_lines: tuple[int, ...] | None = None
     note: str | None = None
+    line_map: dict[int, tuple[int, ...]] | None = None
 
     @property
     def line_count(self) -> int:
@@ -81,6 +87,7 @@ class KernelView:
     timings_ms: dict[str, float] = field(default_factory=dict)
     run: dict | None = None  # {"device": str, "max_abs_err": float | None}
     notes: list[str] = field(default_factory=list)  # messages shown in the HTML and plain text (stable wording)
+    source: dict | None = None  # {"first_line": int, "lines": [str]}: the kernel's source lines
 
     # ----------------------------------------------------------------------------------------------- accessors
     def section(self, section_id: str) -> Section | None:
@@ -121,6 +128,7 @@ class KernelView:
                 "text": s.text,
                 "changed_lines": list(s.changed_lines or ()),  # [] when there is no template to compare with
                 "note": s.note,
+                "line_map": {str(k): [int(n) for n in v] for k, v in sorted((s.line_map or {}).items())},
             })
             if s.id != "specialized":
                 del sections[-1]["changed_lines"]
@@ -135,6 +143,9 @@ class KernelView:
                           if self.resources is not None else None),
             "timings_ms": {k: float(v) for k, v in self.timings_ms.items()},
             "run": dict(self.run) if self.run is not None else None,
+            # No file name: a notebook cell's (ipykernel_<pid>/<hash>.py) changes from run to run.
+            "source": ({"first_line": int(self.source["first_line"]),
+                        "lines": [str(line) for line in self.source["lines"]]} if self.source else None),
         }
 
     def to_html(self) -> str:
