@@ -8,6 +8,7 @@ import torch
 import tile_nb
 import tile_nb.language as T
 from tile_nb import errors
+from tile_nb.jit import CallFacts
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -72,7 +73,7 @@ def test_unaligned_pointer_gets_its_own_kernel_without_vector_copies():
     spec = scale_rows._specialize((X, X), {})[1]
     assert spec.buffer_args == [(0, "X"), (1, "Y")]  # what a GPU call checks the alignment of
     aligned = scale_rows._compiled(spec, "sm_90a")
-    unaligned = scale_rows._compiled(spec, "sm_90a", unaligned=("X",))
+    unaligned = scale_rows._compiled(spec, "sm_90a", facts=CallFacts(unaligned=("X",)))
     assert aligned is not unaligned
     assert "tnb_cp_async_16" in aligned.cuda_source and "tnb_cp_async" not in unaligned.cuda_source
 

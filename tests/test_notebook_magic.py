@@ -233,7 +233,10 @@ def test_cuda_view_of_the_real_compile(ip):
     result.raise_error()
     view = result.result
     ids = [s.id for s in view.sections]
-    assert ids[:4] == ["template", "specialized", "lowered", "cuda"]
+    assert ids[:5] == ["template", "specialized", "plan", "lowered", "cuda"]
+    plan = view.section("plan").text
+    assert "C_local [32x32] float32: registers: T.gemm accumulator (mma.sync)" in plan
+    assert "T.Pipelined loop k: 3 stages, prefetches A_shared, B_shared" in plan
     assert "__global__" in view.section("cuda").text
     assert view.timings_ms and all(ms >= 0 for ms in view.timings_ms.values())
     data = view.to_json()

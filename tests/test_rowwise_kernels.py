@@ -114,3 +114,41 @@ def test_plan_is_inspectable():
     names = {f["name"]: f for f in plan["fragments"]}
     assert names["mean"]["where"] == "registers" and "replica" in names["mean"]["layout"]
     assert names["x"]["layout"].startswith("32 registers per thread")
+
+
+# ---- a dynamic last dim keeps the vector path when the call's size allows it -------------------------------------
+
+import tile_nb  # noqa: E402
+import tile_nb.language as T  # noqa: E402
+from tile_nb.jit import CallFacts  # noqa: E402
+
+
+@tile_nb.jit
+def scale_tiles(X, Y, block_M: int = 4, block_N: int = 256):
+    M, N = T.dynamic('M'), T.dynamic('N')
+    X: T.Tensor[[M, N], T.float16]
+    Y: T.Tensor[[M, N], T.float16]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N)) as (bx, by):
+        x = T.alloc_fragment((block_M, block_N), T.float32)
+        T.copy(X[bx * block_M, by * block_N], x)
+        for i, j in T.Parallel(block_M, block_N):
+            x[i, j] = x[i, j] * 2.0 + 1.0
+        T.copy(x, Y[bx * block_M, by * block_N])
+
+
+def test_dynamic_dim_divisible_by_16_keeps_vector_accesses():
+    X = torch.empty(37, 1024).half()
+    spec = scale_tiles._specialize((X, X), {})[1]
+    plain = scale_tiles._compiled(spec, "sm_90a")
+    divisible = scale_tiles._compiled(spec, "sm_90a", facts=CallFacts(divisible=("N",)))
+    assert "tnb_vld" not in plain.cuda_source  # N could be odd: element by element
+    assert "tnb_vld_float16x8_float32" in divisible.cuda_source and divisible.plan["assumes"] == ["N % 16 == 0"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cols", [1000, 1024, 17, 1])
+def test_dynamic_dims_any_size(backend, cols):
+    X = torch.randn(37, cols, generator=torch.Generator().manual_seed(cols)).half().to(backend)
+    Y = torch.full_like(X, float("nan"))
+    scale_tiles(X, Y)
+    assert torch.equal(Y.cpu(), (X.cpu().float() * 2 + 1).half())

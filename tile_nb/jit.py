@@ -30,6 +30,26 @@ class NotLowerableWarning(UserWarning):
 log = logging.getLogger("tile_nb")
 
 
+@dataclass(frozen=True)
+class CallFacts:
+    """What the GPU kernel of one call may assume beyond the shapes: which tensors' data pointers are NOT 16-byte
+    aligned (they get no vector, cp.async or TMA access) and which T.dynamic dims are multiples of 16 (vector and
+    async paths stay open for them). Checked on every call; each combination is its own compiled kernel."""
+
+    unaligned: tuple = ()
+    divisible: tuple = ()
+
+    def apply(self, func):
+        if self.unaligned:
+            func = func.with_attr("tile_nb.unaligned", list(self.unaligned))
+        if self.divisible:
+            func = func.with_attr("tile_nb.divisible", list(self.divisible))
+        return func
+
+
+_ALIGNED = CallFacts()
+
+
 @dataclass
 class Specialization:
     """Phase 2 for one set of const values: the PrimFunc, its argument checks, and compiled kernels per target."""
@@ -40,7 +60,7 @@ class Specialization:
     dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
     check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
     device_arg: int | None  # a tensor argument whose device is the call's device
-    compiled: dict = field(default_factory=dict)  # (target string, unaligned tensor names) -> CompiledKernel
+    compiled: dict = field(default_factory=dict)  # (target string, CallFacts) -> CompiledKernel
     lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
 
     @property
@@ -335,10 +355,10 @@ class JITFunction:
         elaborate_s = time.perf_counter() - start
         return self._compiled(spec, target, elaborate_s)
 
-    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, unaligned: tuple = ()):
-        """The compiled kernel for `target`. `unaligned` names the tensor arguments whose data pointers are not
-        16-byte aligned in this call: the lowering gives them scalar accesses instead of vectors, cp.async or TMA
-        (a separate kernel, as Triton specializes on pointer divisibility)."""
+    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None):
+        """The compiled kernel for `target` and this call's `facts` (pointer alignment, divisibility of the
+        T.dynamic dims: each combination gets its own kernel, as Triton specializes on divisibility by 16)."""
+        facts = facts or _ALIGNED
         from . import runtime as rt
 
         if target is None and self.target is None:
@@ -349,10 +369,10 @@ class JITFunction:
 
             target = resolve_target(target or self.target)
             target_text = str(target)
-        key = (target_text, unaligned)
+        key = (target_text, facts)
         kernel = spec.compiled.get(key)
         if kernel is None:
-            func = spec.func.with_attr("tile_nb.unaligned", list(unaligned)) if unaligned else spec.func
+            func = facts.apply(spec.func)
             kernel = rt.compile(func, target, options=self.compile_options or None)
             kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
             spec.compiled[key] = kernel
@@ -467,8 +487,10 @@ class JITFunction:
         if use_cpu:
             self._interpret(spec, call_args)
         else:
-            unaligned = tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16)
-            self._compiled(spec, None, unaligned=unaligned)(*call_args)
+            facts = CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
+                              tuple(name for name, (i, d) in spec.dynamic_sources.items()
+                                    if not call_args[i].shape[d] % 16))
+            self._compiled(spec, None, facts=facts)(*call_args)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -17,7 +17,7 @@ export const KERNEL_MIME_TYPE = 'application/vnd.tile-nb.kernel+json';
 export const PAYLOAD_VERSION = 2;
 
 export type ParamKind = 'tensor' | 'scalar' | 'const' | 'dynamic' | 'compile_time';
-export type SectionId = 'template' | 'specialized' | 'lowered' | 'cuda' | 'ptx' | 'sass';
+export type SectionId = 'template' | 'specialized' | 'plan' | 'lowered' | 'cuda' | 'ptx' | 'sass';
 export type SectionLanguage = 'python' | 'cuda' | 'ptx' | 'text';
 
 export interface IKernelParam {

@@ -33,7 +33,7 @@ import {
 import { findSection, IKernelSection, IKernelView, parsePayload } from './payload';
 
 /** Order of the section tabs after the side-by-side IR tab; unknown ids follow in payload order. */
-const SECTION_ORDER = ['lowered', 'cuda', 'ptx', 'sass'];
+const SECTION_ORDER = ['plan', 'lowered', 'cuda', 'ptx', 'sass'];
 
 /** The id of the side-by-side tab. */
 export const IR_TAB_ID = 'ir';

@@ -99,10 +99,26 @@ class Emitter:
 
     # ---- the whole function ---------------------------------------------------------------------------------
     def run(self) -> tirx.PrimFunc:
-        with IRBuilder() as ib, T.prim_func():
+        with IRBuilder() as ib, T.prim_func(), contextlib.ExitStack() as facts:
             T.func_name("tile_nb_lowered")
+            for var in self._dynamic_vars(self.plan.divisible):
+                # The JIT checked it for this call: vector and async accesses along this dim stay legal.
+                facts.enter_context(self.analyzer.constraint_scope(tirx.floormod(var, 16) == 0))
             self.emit(self.func.body)
         return self.func.with_body(ib.get().body)
+
+    def _dynamic_vars(self, names) -> list:
+        """The T.dynamic dims named `names`: the free variables of the parameters' shapes and strides."""
+        from tvm.tirx.buffer import is_buffer_var
+
+        found = {}
+        for p in self.func.params:
+            if is_buffer_var(p):
+                for e in list(p.shape) + list(p.strides):
+                    for v in tirx.analysis.undefined_vars(e):
+                        if v.name in names:
+                            found.setdefault(v.name, v)
+        return list(found.values())
 
     # ---- expressions and buffer access -----------------------------------------------------------------------
     def expr(self, e):

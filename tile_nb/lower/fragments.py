@@ -248,6 +248,31 @@ class FragmentLayout:
             return 1
         return vec
 
+    def picture(self, threads: int, rows: int = 4, cols: int = 16) -> str:
+        """Which thread holds each element of the tile's top-left corner (the first replica), as text."""
+        if len(self.shape) == 1:
+            shape = (1, self.shape[0])
+            at = lambda c: (0, c[0])  # noqa: E731
+        else:
+            shape = self.shape
+            at = tuple
+        rows, cols = min(rows, shape[0]), min(cols, shape[1])
+        if threads * self.regs > 20000:
+            return ""
+        owner = {}
+        for tx in range(threads):
+            if self.replica_zero(tx) is False:
+                continue
+            for r in range(self.regs):
+                valid = self.valid(tx, r)
+                if valid is None or valid:
+                    owner.setdefault(at(self.element(tx, r)), tx)
+        width = max(len(f"t{t}") for t in owner.values()) + 1
+        head = " " * 6 + "".join(f"{j:>{width}}" for j in range(cols))
+        lines = [head] + [f"{i:>4}: " + "".join(f"{'t' + str(owner.get((i, j), '?')):>{width}}" for j in range(cols))
+                          for i in range(rows)]
+        return "\n".join(lines)
+
     def describe(self) -> str:
         parts = []
         for source in _SOURCES:

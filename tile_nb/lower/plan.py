@@ -55,6 +55,7 @@ class KernelPlan:
     raster_group: int  # CTA grouping of GEMM grids (1: none)
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
+    divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
     notes: tuple = field(default_factory=tuple)
 
     # ---- queries the emitters use --------------------------------------------------------------------------
@@ -95,7 +96,8 @@ class KernelPlan:
         for buf, layout in self.fragments.layouts.items():
             if buf not in self.accumulators:
                 fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype),
-                                  "where": "registers", "layout": layout.describe()})
+                                  "where": "registers", "layout": layout.describe(),
+                                  "picture": layout.picture(self.threads) if len(buf.shape) == 2 else ""})
         for buf, why in self.fragments.shared.items():
             fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype),
                               "where": "shared memory", "layout": why})
@@ -112,6 +114,8 @@ class KernelPlan:
             "shared_bytes": self.pool_bytes, "fragment_registers": self.fragments.registers + sum(
                 a.linear().regs for a in self.accumulators.values()),
             "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
+            "assumes": [f"{n} % 16 == 0" for n in sorted(self.divisible)] +
+                       [f"{n} not 16-byte aligned" for n in sorted(self.unaligned)],
         }
 
 
@@ -165,6 +169,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
             shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle())
     workspaces = _workspaces(func, accumulators, fragments, threads)
     unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned", default=[]) or [])
+    divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible", default=[]) or [])
     wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and bool(
         int(_attr(func, "tile_nb.wgmma_overlap", default=0))) and all(
         str(b.dtype) == "float32" for b in accumulators)
@@ -172,7 +177,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
         tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, raster_group=_raster_group(func, grid, accumulators),
-        wgmma_overlap=wgmma_overlap, unaligned=unaligned)
+        wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible)
     tma, note = None, ""
     if stages:
         from .tma import plan_tma

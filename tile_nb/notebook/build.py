@@ -166,6 +166,11 @@ def _compiled_line_map(compiled, key: str) -> dict | None:
 
 def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
     sections = []
+    plan = getattr(compiled, "plan", None)
+    if isinstance(plan, dict):
+        from tile_nb.notebook.plan import plan_text
+
+        sections.append(Section("plan", "Lowering plan", "text", plan_text(plan)))
     lowered_ir = _text_attr(compiled, "lowered_ir") if lowered else None
     if lowered_ir is not None:
         shown, where = clean_lines(_script(lowered_ir))

@@ -21,7 +21,7 @@ __all__ = ["MIME_TYPE", "PARAM_KINDS", "SECTION_IDS", "KernelView", "Param", "Se
 MIME_TYPE = "application/vnd.tile-nb.kernel+json"
 JSON_VERSION = 2  # 2: `source` and the sections' `line_map` (version 1 is 2 without them)
 PARAM_KINDS = ("tensor", "scalar", "const", "dynamic", "compile_time")
-SECTION_IDS = ("template", "specialized", "lowered", "cuda", "ptx", "sass")
+SECTION_IDS = ("template", "specialized", "plan", "lowered", "cuda", "ptx", "sass")
 RESOURCE_KEYS = ("registers", "shared_bytes", "spill_stores", "spill_loads")
 
 
