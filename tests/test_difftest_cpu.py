@@ -1,0 +1,29 @@
+"""Differential tests, CPU tier (tests/difftest/README.md): kernels generated from a grammar of the tile
+language run on the interpreter against a torch model of the grammar, then compile for sm_90a and sm_80
+(lower + nvcc + ptxas -v) without a GPU. A failure prints the kernel's spec and writes a standalone reproducer.
+
+Derandomized by default (the same kernels every run); DIFFTEST_EXAMPLES / DIFFTEST_RANDOM fuzz more."""
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")  # the GPU machine has none: this module then skips there
+
+from difftest import FAMILIES, render
+from difftest.known import KNOWN
+from difftest.runners import hypothesis_settings, report, run_cpu, spec_strategy
+
+pytestmark = pytest.mark.difftest
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_known_pattern(name):
+    report(run_cpu(render(KNOWN[name])), "cpu")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_generated_kernels(family):
+    @hypothesis_settings("cpu")
+    @hypothesis.given(spec=spec_strategy(family))
+    def check(spec):
+        report(run_cpu(render(spec)), "cpu")
+
+    check()
