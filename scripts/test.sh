@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/install.sh
 echo "install: $(( $(date +%s) - start )) s"
-python3 -m pytest -p no:nbval -q tests
+# The differential tests' CPU tier (marked difftest, a few minutes) runs as its own step of .ci/run.
+python3 -m pytest -p no:nbval -q -m "not difftest" tests
 shopt -s nullglob
 notebooks=(notebooks/*.ipynb)
 if (( ${#notebooks[@]} )); then

@@ -9,8 +9,9 @@ A case is a Python module (see render.py) that defines:
                            {"kind": "close", "rtol": r, "atol": a}
 The text of this file is pasted into every reproducer, so a reproducer runs with plain `python`.
 
-Outputs are compared as the whole allocation they live in (`tensor._base`): an output is a view into a larger
-poisoned buffer, so a write past its ends, or into the gaps of a strided view, shows as a changed poison value.
+An in-place output is a view into a larger poisoned allocation (`tensor._base`): besides the output itself, the
+rest of that allocation is compared, so a write past its ends, or into the gaps of a strided view, shows as a
+changed poison value ("Y outside its view").
 """
 from __future__ import annotations
 
@@ -33,9 +34,8 @@ def compare(actual, expected, rule) -> str | None:
     """None when `actual` matches `expected` under `rule`; else what differs, with the first few elements.
 
     exact: the same bits (any NaN matches any NaN: outputs are poisoned with NaN, and a NaN's payload is not
-    part of the contract). close: |a - e| <= atol * scale + rtol * |e| elementwise, where scale is the largest
-    finite |expected| (at least 1), so cancellation near zero is judged against the operands' size;
-    infinities must match exactly and NaN must meet NaN.
+    part of the contract). close: |a - e| <= atol + rtol * |e| elementwise (the family sets atol from the
+    size of the terms that can cancel); infinities must match exactly and NaN must meet NaN.
     """
     a, e = actual.detach().cpu(), expected.detach().cpu()
     if a.shape != e.shape or a.dtype != e.dtype:
@@ -46,12 +46,8 @@ def compare(actual, expected, rule) -> str | None:
             same = both_nan | (a.view(_BITS[a.dtype]) == e.view(_BITS[e.dtype]))
         else:
             a64, e64 = a.double(), e.double()
-            finite = torch.isfinite(e64)
-            scale = max(1.0, e64[finite].abs().max().item()) if finite.any() else 1.0
-            tol = rule["atol"] * scale + rule["rtol"] * e64.abs()
-            with torch.no_grad():
-                close = (a64 - e64).abs() <= tol
-            same = both_nan | (a64 == e64) | (close & finite & torch.isfinite(a64))
+            close = (a64 - e64).abs() <= rule["atol"] + rule["rtol"] * e64.abs()
+            same = both_nan | (a64 == e64) | (close & torch.isfinite(e64) & torch.isfinite(a64))
     else:
         same = a == e
     bad = (~same).nonzero()
@@ -82,32 +78,56 @@ def run_case(ns, device: str):
     return args, before, result
 
 
-def outputs_of(ns, args, before, result) -> dict:
-    """Output name -> the tensor to compare (the whole poisoned allocation of an in-place output)."""
-    out = {}
-    for name, where in ns["OUTPUTS"].items():
-        out[name] = _returned(result, where) if isinstance(where, str) else base_of(args[where])
-    return out
+def _outside(view, base):
+    """The elements of `base` that `view` does not cover (guard zones, gaps of a strided view), flattened."""
+    inside = torch.zeros(base.numel(), dtype=torch.bool)
+    torch.as_strided(inside, view.size(), view.stride(), view.storage_offset()).fill_(True)
+    return base.detach().cpu().reshape(-1)[~inside]
 
 
-def expected_outputs(ns, args, before, model_out) -> dict:
-    """The model's values placed into copies of the poisoned allocations, like `outputs_of` sees them."""
-    out = {}
+def observe(ns, args, result) -> dict:
+    """What a run produced, as named parts on the CPU: each output (in its own coordinates) and, for in-place
+    outputs, the rest of its allocation ("Y outside its view"), which must keep its poison."""
+    parts = {}
     for name, where in ns["OUTPUTS"].items():
-        value = model_out[name]
         if isinstance(where, str):
-            out[name] = value
+            parts[name] = _returned(result, where).detach().cpu()
             continue
         view = args[where]
-        full = before[where].clone().cpu()
-        torch.as_strided(full, view.size(), view.stride(), view.storage_offset()).copy_(value.cpu())
-        out[name] = full
-    return out
+        parts[name] = view.detach().cpu().clone()
+        if view._base is not None:
+            parts[f"{name} outside its view"] = _outside(view, base_of(view))
+    return parts
+
+
+def expect(ns, args, before, model_out) -> dict:
+    """The parts `observe` should see: the model's values, and the untouched poison around them."""
+    parts = {}
+    for name, where in ns["OUTPUTS"].items():
+        parts[name] = model_out[name].detach().cpu()
+        if not isinstance(where, str) and args[where]._base is not None:
+            parts[f"{name} outside its view"] = _outside(args[where], before[where])
+    return parts
+
+
+def _rule(ns, part: str, which: str) -> dict:
+    return EXACT if part.endswith(" outside its view") else ns["RULES"][part][which]
+
+
+def _inputs_unchanged(ns, args, before, who: str) -> list[str]:
+    problems = []
+    outputs = {i for i in ns["OUTPUTS"].values() if not isinstance(i, str)}
+    for i, a in _tensor_args(args):
+        if i not in outputs:
+            diff = compare(base_of(a), before[i], EXACT)
+            if diff:
+                problems.append(f"{who} changed input argument {i}: {diff}")
+    return problems
 
 
 def check_interpreter(ns) -> tuple[list[str], dict]:
-    """The interpreter against the model; also that inputs are left as they were. Returns (problems, outputs)."""
-    problems: list[str] = []
+    """The interpreter against the model; also that inputs are left as they were. Returns (problems, the parts
+    the interpreter produced)."""
     args = ns["make_inputs"]("cpu")
     model_out = ns["model"](*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
     before = {i: base_of(a).clone() for i, a in _tensor_args(args)}
@@ -115,54 +135,42 @@ def check_interpreter(ns) -> tuple[list[str], dict]:
         result = ns["KERNEL"](*args)
     except Exception as err:  # noqa: BLE001 - any exception is a finding, reported with its type
         return [f"interpreter raised {type(err).__name__}: {_first_lines(err)}"], {}
-    actual = outputs_of(ns, args, before, result)
-    expected = expected_outputs(ns, args, before, model_out)
-    for name in ns["OUTPUTS"]:
-        diff = compare(actual[name], expected[name], ns["RULES"][name]["model"])
+    actual, expected = observe(ns, args, result), expect(ns, args, before, model_out)
+    problems = []
+    for part, value in expected.items():
+        diff = compare(actual[part], value, _rule(ns, part, "model"))
         if diff:
-            problems.append(f"interpreter vs model, output {name}: {diff}")
-    outputs = {i for i in ns["OUTPUTS"].values() if not isinstance(i, str)}
-    for i, a in _tensor_args(args):
-        if i not in outputs and base_of(a) is not None:
-            diff = compare(base_of(a), before[i], EXACT)
-            if diff:
-                problems.append(f"interpreter changed input argument {i}: {diff}")
-    return problems, actual
+            problems.append(f"interpreter vs model, output {part}: {diff}")
+    return problems + _inputs_unchanged(ns, args, before, "the interpreter"), actual
 
 
-def check_gpu(ns, interp_outputs: dict | None = None) -> list[str]:
+def check_gpu(ns, interp_parts: dict | None = None, device: str = "cuda") -> list[str]:
     """The compiled kernel on CUDA tensors against the interpreter on the same inputs (and against the model,
-    to say which side is off)."""
-    problems: list[str] = []
-    if interp_outputs is None:
-        args, before, result = run_case(ns, "cpu")
-        interp_outputs = outputs_of(ns, args, before, result)
-    args = ns["make_inputs"]("cuda")
+    to say which side is off). `device="cpu"` runs the same comparison interpreter against interpreter (a test
+    of this code without a GPU)."""
+    if interp_parts is None:
+        args, _, result = run_case(ns, "cpu")
+        interp_parts = observe(ns, args, result)
+    args = ns["make_inputs"](device)
     model_out = ns["model"](*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
     before = {i: base_of(a).clone() for i, a in _tensor_args(args)}
     try:
         result = ns["KERNEL"](*args)
-        torch.cuda.synchronize()
+        if device != "cpu":
+            torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001
         return [f"GPU run raised {type(err).__name__}: {_first_lines(err)}"]
-    actual = outputs_of(ns, args, before, result)
-    expected = expected_outputs(ns, args, before, model_out)
-    for name in ns["OUTPUTS"]:
-        rule = ns["RULES"][name]["gpu"]
-        diff = compare(actual[name], interp_outputs[name], rule)
+    actual, expected = observe(ns, args, result), expect(ns, args, before, model_out)
+    problems = []
+    for part in expected:
+        diff = compare(actual[part], interp_parts[part], _rule(ns, part, "gpu"))
         if diff:
-            vs_model = compare(actual[name], expected[name], rule)
-            interp_ok = compare(interp_outputs[name], expected[name], ns["RULES"][name]["model"]) is None
-            problems.append(f"GPU vs interpreter, output {name}: {diff} [GPU vs model: "
+            vs_model = compare(actual[part], expected[part], _rule(ns, part, "gpu"))
+            interp_ok = compare(interp_parts[part], expected[part], _rule(ns, part, "model")) is None
+            problems.append(f"GPU vs interpreter, output {part}: {diff} [GPU vs model: "
                             f"{'agrees' if vs_model is None else 'differs'}; interpreter vs model: "
                             f"{'agrees' if interp_ok else 'differs'}]")
-    outputs = {i for i in ns["OUTPUTS"].values() if not isinstance(i, str)}
-    for i, a in _tensor_args(args):
-        if i not in outputs:
-            diff = compare(base_of(a), before[i], EXACT)
-            if diff:
-                problems.append(f"GPU run changed input argument {i}: {diff}")
-    return problems
+    return problems + _inputs_unchanged(ns, args, before, "the GPU run")
 
 
 def classify_compile_error(err) -> str:

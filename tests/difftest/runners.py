@@ -124,6 +124,7 @@ def run_gpu(case: Case) -> Outcome:
 
 def report(outcome: Outcome, tier: str) -> None:
     """Warn about refusals; on failure write the reproducer and raise an AssertionError that says everything."""
+    __tracebackhide__ = True
     case = outcome.case
     for target, message in outcome.refusals:
         warnings.warn(DifftestRefusal(f"{case.family} kernel refused for {target}: {message}"), stacklevel=2)

@@ -26,6 +26,7 @@ class ElementwiseSpec:
     guard: str = "and"               # direct mode: one `if a & b:` or nested ifs
     output: str = "inplace"          # "inplace" (argument Y) or "empty" (T.empty, returned)
     threads: int = 128
+    dynamic: tuple = ()              # dim names declared with T.dynamic
 
 
 def _leaves(shape, tile, inputs, row, mode) -> list[Leaf]:
@@ -65,8 +66,10 @@ def draw(c: Chooser) -> ElementwiseSpec:
     if out_dtype in ("int32", "int8") and not expr.exact:
         out_dtype = "float32"
     final = cast_to(expr, out_dtype) if out_dtype != "int8" else cast_to(_clamped(expr), "int8")
-    return ElementwiseSpec(shape, tile, inputs, final, out_dtype, row, mode, c.choice(("and", "nested")),
-                           c.choice(("inplace", "inplace", "empty")), c.choice((128, 128, 64, 256)))
+    guard, output, threads = c.choice(("and", "nested")), c.choice(("inplace", "inplace", "empty")), \
+        c.choice((128, 128, 64, 256))
+    dynamic = tuple(n for n in dim_names(rank) if c.choice((False, False, True)))
+    return ElementwiseSpec(shape, tile, inputs, final, out_dtype, row, mode, guard, output, threads, dynamic)
 
 
 def _clamped(e: Expr) -> Expr:
@@ -112,7 +115,7 @@ def render(spec: ElementwiseSpec) -> Case:
     src = Source()
     src("@tile_nb.jit")
     with src.block(f"def {name}({', '.join(params)}):"):
-        declare_dims(src, names)
+        declare_dims(src, names, spec.dynamic)
         for a in args:
             annotate(src, a, names[-1:] if a.name == "R" else names)
         if not inplace:

@@ -30,6 +30,7 @@ class GemmSpec:
     epilogue: str = "copy"      # "copy", "parallel" (C = cast(acc * 2 - 1)), "shared" (acc -> shared -> C)
     values: str = "int"         # "int" (exact) or "normal"
     a_view: str = "contiguous"  # or "transposed": A given as a transposed view, annotated T.StridedTensor
+    dynamic_m: bool = False     # M declared with T.dynamic
 
 
 def draw(c: Chooser) -> GemmSpec:
@@ -48,7 +49,7 @@ def draw(c: Chooser) -> GemmSpec:
         block = (max(block[0], 32 * threads // 128), 64) + block[2:]
     return GemmSpec(mnk, block, c.boolean(), c.boolean(), in_dtype, acc, out, c.choice((0, 1, 2, 3)),
                     threads, c.choice(("copy", "parallel", "shared")), values,
-                    c.choice(("contiguous", "contiguous", "transposed")))
+                    c.choice(("contiguous", "contiguous", "transposed")), c.choice((False, False, True)))
 
 
 def render(spec: GemmSpec) -> Case:
@@ -63,7 +64,11 @@ def render(spec: GemmSpec) -> Case:
     src = Source()
     src("@tile_nb.jit")
     with src.block(f"def {name}(A, B, C):"):
-        src("M, N, K = T.const('M, N, K')")
+        if spec.dynamic_m:
+            src("N, K = T.const('N, K')")
+            src("M = T.dynamic('M')")
+        else:
+            src("M, N, K = T.const('M, N, K')")
         a_dims = "[K, M]" if spec.trans_a else "[M, K]"
         if spec.a_view == "transposed":
             src("sA0, sA1 = T.const('sA0, sA1')")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..case import Case, Source, TensorArg, close, exact
 from ..choose import Chooser
-from .common import SIZES, kernel_name, times
+from .common import SIZES, declare_dims, kernel_name, times
 from .exprs import EPS
 
 __all__ = ["ReduceSpec", "draw", "render"]
@@ -33,6 +33,7 @@ class ReduceSpec:
     combine: str = "accum"  # "accum": reduce with clear=False; "partial": reduce into a partial, then combine
     loop: str = "serial"    # "serial", "pipelined" (T.Pipelined(num_stages=2)) or "range"
     threads: int = 128
+    dynamic: tuple = ()     # dim names declared with T.dynamic
 
 
 def draw(c: Chooser) -> ReduceSpec:
@@ -52,7 +53,8 @@ def draw(c: Chooser) -> ReduceSpec:
         out = "float32"
     return ReduceSpec(shape, tile, op, c.choice((0, 1)), in_dtype, acc, out, values,
                       c.choice(("shared", "fragment")), c.boolean(), c.choice(("accum", "partial")),
-                      c.choice(("serial", "pipelined", "range")), c.choice((128, 128, 64, 256)))
+                      c.choice(("serial", "pipelined", "range")), c.choice((128, 128, 64, 256)),
+                      tuple(n for n in "MN" if c.choice((False, False, False, True))))
 
 
 def _identity(op: str, dtype: str) -> str:
@@ -83,7 +85,7 @@ def render(spec: ReduceSpec) -> Case:
     src = Source()
     src("@tile_nb.jit")
     with src.block(f"def {name}(X, Y):"):
-        src("M, N = T.const('M, N')")
+        declare_dims(src, ["M", "N"], spec.dynamic)
         src(f"X: T.Tensor[[M, N], T.{spec.in_dtype}]")
         src(f"Y: T.Tensor[[{'MN'[keep]}], T.{spec.out_dtype}]")
         with src.block(f"with T.Kernel(T.ceildiv({'MN'[keep]}, {spec.tile[keep]}), threads={spec.threads}) as b0:"):
