@@ -24,7 +24,8 @@ def _compiler() -> bool:
 @pytest.mark.parametrize("name", sorted(KNOWN))
 def test_known_pattern(name):
     compile_ = _compiler()
-    report(run_cpu(render(KNOWN[name]), compile_=compile_), "cpu")
+    report(run_cpu(render(KNOWN[name]), compile_=compile_), "cpu",
+           rerun=f"python -m pytest -p no:nbval 'tests/test_difftest_cpu.py::test_known_pattern[{name}]'")
     if not compile_:
         pytest.skip("interpreter vs model passed; the compile checks need nvcc or NVRTC, and neither is here")
 
@@ -36,7 +37,9 @@ def test_generated_kernels(family):
     @hypothesis_settings("cpu")
     @hypothesis.given(spec=spec_strategy(family))
     def check(spec):
-        report(run_cpu(render(spec), compile_=compile_), "cpu")
+        report(run_cpu(render(spec), compile_=compile_), "cpu",
+               rerun=f"python -m pytest -p no:nbval 'tests/test_difftest_cpu.py::test_generated_kernels[{family}]' "
+                     "(derandomized: the same draws every run), or the reproducer")
 
     check()
     if not compile_:

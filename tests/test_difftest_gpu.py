@@ -21,11 +21,13 @@ SEEDS = range(int(os.environ.get("DIFFTEST_EXAMPLES") or 30))
 
 @pytest.mark.parametrize("name", sorted(KNOWN))
 def test_known_pattern_on_gpu(name):
-    report(run_gpu(render(KNOWN[name])), "gpu")
+    report(run_gpu(render(KNOWN[name])), "gpu",
+           rerun=f"python -m pytest -p no:nbval 'tests/test_difftest_gpu.py::test_known_pattern_on_gpu[{name}]'")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_generated_kernel_on_gpu(family, seed):
     module = FAMILIES[family]
-    report(run_gpu(module.render(module.draw(RandomChooser(seed)))), f"gpu (seed {seed})")
+    report(run_gpu(module.render(module.draw(RandomChooser(seed)))), f"gpu (seed {seed})",
+           rerun=f"PYTHONPATH=tests python -m difftest --tier gpu --family {family} --seeds {seed}")

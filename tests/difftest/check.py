@@ -134,7 +134,7 @@ def check_interpreter(ns) -> tuple[list[str], dict]:
     try:
         result = ns["KERNEL"](*args)
     except Exception as err:  # noqa: BLE001 - any exception is a finding, reported with its type
-        return [f"interpreter raised {type(err).__name__}: {_first_lines(err)}"], {}
+        return [f"interpreter raised {type(err).__name__}: {_indented(err)}"], {}
     actual, expected = observe(ns, args, result), expect(ns, args, before, model_out)
     problems = []
     for part, value in expected.items():
@@ -159,7 +159,7 @@ def check_gpu(ns, interp_parts: dict | None = None, device: str = "cuda") -> lis
         if device != "cpu":
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001
-        return [f"GPU run raised {type(err).__name__}: {_first_lines(err)}"]
+        return [f"GPU run raised {type(err).__name__}: {_indented(err)}"]
     actual, expected = observe(ns, args, result), expect(ns, args, before, model_out)
     problems = []
     for part in expected:
@@ -222,6 +222,11 @@ def check_compile(ns, target: str, max_spill_bytes: int = 0) -> tuple[str, str]:
     if issues:
         return "resources", f"{target}: " + "; ".join(issues) + f" ({res})"
     return "ok", str(res)
+
+
+def _indented(err) -> str:
+    """The whole message (a TileNBError's includes the user's line and a caret), continuation lines indented."""
+    return str(err).rstrip().replace("\n", "\n        ")
 
 
 def _first_lines(err, n: int = 3) -> str:

@@ -122,8 +122,9 @@ def run_gpu(case: Case) -> Outcome:
     return outcome
 
 
-def report(outcome: Outcome, tier: str) -> None:
-    """Warn about refusals; on failure write the reproducer and raise an AssertionError that says everything."""
+def report(outcome: Outcome, tier: str, rerun: str | None = None) -> None:
+    """Warn about refusals; on failure write the reproducer and raise an AssertionError that says everything
+    (`rerun`: the command that regenerates this kernel, where there is one)."""
     __tracebackhide__ = True
     case = outcome.case
     for target, message in outcome.refusals:
@@ -135,5 +136,7 @@ def report(outcome: Outcome, tier: str) -> None:
              f"spec: {case.spec!r}"]
     lines += [f"note: {n}" for n in case.notes]
     lines += [f"problem: {p}" for p in outcome.problems]
-    lines += [f"reproducer (plain python): {path}", "kernel:", case.kernel_source]
+    lines += [f"reproducer (plain python): {path}"]
+    lines += [f"rerun: {rerun}"] if rerun else []
+    lines += ["kernel:", case.kernel_source]
     raise AssertionError("\n".join(lines))

@@ -91,7 +91,7 @@ def _rules(spec: ElementwiseSpec) -> dict:
             eps = max(eps, EPS[dt])
     peak = min(max(e.peak, 1.0), 1e3)
     model_rtol = 8 * eps
-    gpu_rtol = 2e-3 if eps == EPS["float32"] else 64 * eps
+    gpu_rtol = 2e-3 if eps == EPS["float32"] else 16 * eps
     return {"model": close(model_rtol, model_rtol * peak), "gpu": close(gpu_rtol, gpu_rtol * peak)}
 
 
