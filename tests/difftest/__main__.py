@@ -53,7 +53,8 @@ def main(argv=None) -> int:
                 outcome = run_gpu(case)
             else:
                 outcome = run_cpu(case, compile_=args.tier == "cpu")
-            status = "FAIL" if outcome.problems else ("refused" if outcome.refusals else "ok")
+            status = "FAIL" if outcome.problems else ("refused" if outcome.refusals else
+                                                      "skipped" if outcome.skipped else "ok")
             counts[family][status] += 1
             for _target, message in outcome.refusals:
                 refusals[(family, message)] += 1
