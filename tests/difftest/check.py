@@ -1,6 +1,6 @@
 """Running one difftest case and comparing its outputs; imports only torch (tile_nb lazily, to compile).
 
-A case is a Python module (see render.py) that defines:
+A case is a Python module (`Case.core_text()` in case.py) that defines:
     KERNEL                 the `@tile_nb.jit` kernel
     make_inputs(device)    the call's arguments, built from a fixed seed (outputs poisoned: NaN or a sentinel)
     model(*args)           what the kernel must compute, in torch, from the grammar (never from tile_nb)
