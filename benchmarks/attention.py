@@ -66,7 +66,7 @@ def main():
                 print(f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "
                       f"TFLOP/s ({row.get('config')}, err {row.get('max_abs_err', float('nan')):.1e})  "
                       f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}")
-            del q, k, v, o
+            q = k = v = o = None  # free before the next shape
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"info": info, "rows": rows}, fh, indent=1)
