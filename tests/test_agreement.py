@@ -402,3 +402,37 @@ def test_lowering_error_points_at_the_tile_op():
     with pytest.warns(tile_nb.NotLowerableWarning, match="T.gemm"):
         int_gemm(*args)
     assert torch.equal(args[2], torch.full((16, 16), 16, dtype=torch.int32))
+
+
+# ---- boolean logic on IR values -------------------------------------------------------------------------------
+
+@tile_nb.jit
+def logic(X, Y):
+    X: T.Tensor[[6, 6], T.float32]
+    Y: T.Tensor[[6, 6], T.float32]
+    with T.Kernel(1) as bx:
+        for i, j in T.Parallel(6, 6):
+            a = X[i, j] if i == 0 else -X[i, j]          # x if c else y on an IR condition
+            if i == 0 and j < 2:                         # `and` with an IR `==` (was: `j < 2` silently dropped)
+                a = a + 10.0
+            if not (i == 1) or 2 < j <= 4:               # `not`, `or`, a chained comparison
+                a = a + 100.0
+            Y[i, j] = a
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_boolean_logic_on_ir_values(backend):
+    X = rand(6, 6, seed=14).to(backend)
+    Y = poisoned(6, 6, device=backend)
+    logic(X, Y)
+    expected = torch.empty(6, 6)
+    x = X.cpu()
+    for i in range(6):
+        for j in range(6):
+            a = x[i, j] if i == 0 else -x[i, j]
+            if i == 0 and j < 2:
+                a = a + 10.0
+            if not (i == 1) or 2 < j <= 4:
+                a = a + 100.0
+            expected[i, j] = a
+    torch.testing.assert_close(Y.cpu(), expected)

@@ -162,3 +162,17 @@ def test_dsl_errors_are_specific():
 def test_language_calls_outside_a_kernel_explain_themselves():
     with pytest.raises(errors.DSLError, match=r"T.Kernel can only run inside the body of a @tile_nb.jit kernel"):
         T.Kernel(1)
+
+
+def test_infinity_in_every_float_dtype():
+    @tile_nb.jit
+    def fill_inf(X, dt: T.dtype):
+        X: T.Tensor[[4], dt]
+        with T.Kernel(1):
+            for i in T.Parallel(4):
+                X[i] = -T.infinity(dt) if i == 0 else T.infinity(dt)
+
+    for dt, tdt in (("bfloat16", torch.bfloat16), ("float16", torch.float16), ("float32", torch.float32)):
+        X = torch.zeros(4, dtype=tdt)
+        fill_inf(X, dt)
+        assert X.tolist() == [float("-inf")] + [float("inf")] * 3

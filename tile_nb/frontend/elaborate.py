@@ -228,6 +228,54 @@ class Hooks:
     def condition(self, cond):
         return unwrap_comparison(cond)
 
+    # -- boolean logic on IR values (frontend.rewrite turns `and`, `or`, `not`, `x if c else y` into these) --------
+    def _ir_value(self, x) -> bool:
+        from tvm import tirx
+
+        return _is_expr(x) and not isinstance(x, tirx.IntImm)
+
+    @staticmethod
+    def _as_bool(x):
+        from tvm import tirx
+
+        if isinstance(x, bool):
+            return tirx.const(x, "bool")
+        if isinstance(x, int):
+            return tirx.const(x != 0, "bool")
+        return x if str(x.ty.dtype) == "bool" else x != 0
+
+    def logic(self, op: str, first, second):
+        """`a and b` / `a or b`: IR And/Or when an operand is an IR expression, else Python's own semantics."""
+        from tvm import tirx
+
+        a = unwrap_comparison(first())
+        if not self._ir_value(a):
+            if (op == "and" and not a) or (op == "or" and a):
+                return a
+            return unwrap_comparison(second())
+        b = unwrap_comparison(second())
+        combine = tirx.And if op == "and" else tirx.Or
+        return combine(self._as_bool(a), self._as_bool(b))
+
+    def negate(self, value):
+        from tvm import tirx
+
+        value = unwrap_comparison(value)
+        return tirx.Not(self._as_bool(value)) if self._ir_value(value) else not value
+
+    def choose(self, cond, then_value, else_value):
+        """`a if c else b`: `T.if_then_else` when `c` is an IR expression (both sides are evaluated), else
+        Python's conditional expression."""
+        from ..language.compute import if_then_else
+
+        cond = unwrap_comparison(cond)
+        if not self._ir_value(cond):
+            return then_value() if cond else else_value()
+        consts = self._consts_in(cond) if self.st.symbolic else None
+        if consts is not None:  # a choice between Python values that phase 2 makes with the consts' values
+            raise _state.StopTemplate(f"this `... if ... else ...` needs the value of {', '.join(consts)}")
+        return if_then_else(self._as_bool(cond), then_value(), else_value())
+
     def is_ir(self, cond) -> bool:
         if not _is_expr(cond):
             return False

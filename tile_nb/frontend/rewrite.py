@@ -8,6 +8,11 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
     buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
     for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
+    a and b / a or b / not a         ->  __tnb__.logic('and', lambda: a, lambda: b) / ... / __tnb__.negate(a)
+    a if c else b                    ->  __tnb__.choose(c, lambda: a, lambda: b)
+    a < b < c                        ->  __tnb__.logic('and', lambda: a < b, lambda: b < c)
+  (IR expressions get IR And/Or/Not/Select; Python values keep Python's short-circuit semantics. Without this,
+  `i == 0 and j < 2` on IR values silently dropped `j < 2`: `i == 0` is a structural comparison, falsy in Python.)
     with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
     return v                         ->  return __tnb__.ret(v)
     assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
@@ -53,12 +58,54 @@ def _const(value) -> ast.Constant:
     return ast.Constant(value)
 
 
+def _lazy(expr: ast.expr) -> ast.Lambda:
+    """`lambda: expr`: evaluated only if needed (Python's short-circuit semantics)."""
+    args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    return ast.Lambda(args, expr)
+
+
 def _names_of(target: ast.expr) -> tuple[str, ...]:
     if isinstance(target, ast.Name):
         return (target.id,)
     if isinstance(target, (ast.Tuple, ast.List)):
         return tuple(e.id if isinstance(e, ast.Name) else "" for e in target.elts)
     return ()
+
+
+class _LogicRewriter(ast.NodeTransformer):
+    """Boolean logic and conditional expressions go through hooks: Python's `and`, `or`, `not` and `x if c else
+    y` call bool() on their operands, which on an IR `==` is a structural comparison (silently False) and on `<`
+    an error. Runs over the whole body before the statement rewrite."""
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        self.generic_visit(node)
+        op = _const("and" if isinstance(node.op, ast.And) else "or")
+        out = node.values[0]
+        for value in node.values[1:]:
+            out = _hook("logic", op, _lazy(out), _lazy(value))
+        return ast.copy_location(out, node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(_hook("negate", node.operand), node)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        return ast.copy_location(_hook("choose", node.test, _lazy(node.body), _lazy(node.orelse)), node)
+
+    def visit_Compare(self, node: ast.Compare):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        operands = [node.left] + node.comparators
+        pairs = [ast.Compare(copy.deepcopy(operands[k]), [op], [copy.deepcopy(operands[k + 1])])
+                 for k, op in enumerate(node.ops)]
+        out = pairs[0]
+        for pair in pairs[1:]:
+            out = _hook("logic", _const("and"), _lazy(out), _lazy(pair))
+        return ast.copy_location(out, node)
 
 
 class _BodyRewriter(ast.NodeTransformer):
@@ -190,6 +237,7 @@ def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...]):
     for arg in tree.args.args + tree.args.kwonlyargs:
         arg.annotation = None
     tree.returns = None
+    tree.body = [_LogicRewriter().visit(stmt) for stmt in tree.body]
     tree.body = _BodyRewriter(source).rewrite_block(tree.body)
     factory = ast.FunctionDef(
         name=FACTORY_NAME,
