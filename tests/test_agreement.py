@@ -413,11 +413,10 @@ def logic(X, Y):
     with T.Kernel(1) as bx:
         for i, j in T.Parallel(6, 6):
             a = X[i, j] if i == 0 else -X[i, j]          # x if c else y on an IR condition
-            if i == 0 and j < 2:                         # `and` with an IR `==` (was: `j < 2` silently dropped)
-                a = a + 10.0
+            b = T.if_then_else(i == 0 and j < 2, 10.0, 0.0)   # `and` with an IR `==` (was: `j < 2` dropped)
+            Y[i, j] = a + b
             if not (i == 1) or 2 < j <= 4:               # `not`, `or`, a chained comparison
-                a = a + 100.0
-            Y[i, j] = a
+                Y[i, j] = a + b + 100.0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -436,3 +435,20 @@ def test_boolean_logic_on_ir_values(backend):
                 a = a + 100.0
             expected[i, j] = a
     torch.testing.assert_close(Y.cpu(), expected)
+
+
+def test_rebinding_a_python_name_under_a_runtime_if_is_refused():
+    @tile_nb.jit
+    def clamp(X, Y):
+        X: T.Tensor[[8], T.float32]
+        Y: T.Tensor[[8], T.float32]
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(8):
+                x = X[i]
+                if x < 0.0:
+                    x = 0.0  # error: would hold for every element
+                Y[i] = x
+
+    with pytest.raises(errors.DSLError, match="`x` is assigned under an `if` on a run-time value") as info:
+        clamp(rand(8), torch.zeros(8))
+    assert "if x < 0.0:" in info.value.source_line() and "T.if_then_else" in info.value.hint

@@ -326,6 +326,18 @@ class Hooks:
                 runtime = True
         return sorted(names) if names and not runtime else None
 
+    def rebound_under_if(self, names: tuple, lineno: int):
+        """An `if` on a run-time value rebinds Python names bound before it: they name expressions, so the new
+        binding would hold whatever the condition (the kernel would compute something else than it reads)."""
+        listing = ", ".join(f"`{n}`" for n in names)
+        example = names[0]
+        raise DSLError(
+            f"{listing} {'is' if len(names) == 1 else 'are'} assigned under an `if` on a run-time value, but "
+            f"{'it names' if len(names) == 1 else 'they name'} an expression, not a variable of the kernel: the new "
+            "value would be used whatever the condition", filename=self.st.filename, lineno=lineno,
+            hint=f"write `{example} = T.if_then_else(cond, new_value, {example})`, or keep the value in a "
+                 f"variable of the kernel (`{example} = T.alloc_var(T.float32)`, then `{example}[0] = ...`)")
+
     def ir_if(self, cond):
         from tvm.script.ir_builder import tirx as T
 

@@ -64,6 +64,13 @@ def _lazy(expr: ast.expr) -> ast.Lambda:
     return ast.Lambda(args, expr)
 
 
+def _stored_names(node: ast.AST, branches_only: bool = False) -> set[str]:
+    """Names a statement assigns (for an `if` with `branches_only`, the names its branches assign)."""
+    roots = node.body + node.orelse if branches_only else [node]
+    return {n.id for root in roots for n in ast.walk(root)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and not n.id.startswith("__tnb")}
+
+
 def _names_of(target: ast.expr) -> tuple[str, ...]:
     if isinstance(target, ast.Name):
         return (target.id,)
@@ -112,6 +119,8 @@ class _BodyRewriter(ast.NodeTransformer):
     def __init__(self, source: KernelSource):
         self.source = source
         self.ids = itertools.count()
+        args = source.tree.args
+        self.bound = {a.arg for a in args.args + args.kwonlyargs}  # Python names bound so far
 
     def fail(self, node: ast.AST, message: str) -> UnsupportedSyntaxError:
         indent, lines = self.source.indent, self.source.first_line - 1
@@ -126,18 +135,22 @@ class _BodyRewriter(ast.NodeTransformer):
     def rewrite_block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for stmt in stmts:
-            for kind, message in _UNSUPPORTED.items():
-                if isinstance(stmt, kind):
-                    raise self.fail(stmt, message)
-            # Markers carry positions in the user's file (the tree is relative to the dedented function text).
-            indent, lines = self.source.indent, self.source.first_line - 1
-            end_col = stmt.end_col_offset + indent if stmt.end_lineno == stmt.lineno else None
-            marker = ast.Expr(_hook("at", _const(stmt.lineno + lines), _const(stmt.col_offset + indent),
-                                    _const(end_col)))
-            out.append(ast.copy_location(marker, stmt))
-            new = self.visit(stmt)
-            out.extend(new if isinstance(new, list) else [new])
+            self._rewrite_one(stmt, out)
+            self.bound |= _stored_names(stmt)
         return out
+
+    def _rewrite_one(self, stmt: ast.stmt, out: list[ast.stmt]) -> None:
+        for kind, message in _UNSUPPORTED.items():
+            if isinstance(stmt, kind):
+                raise self.fail(stmt, message)
+        # Markers carry positions in the user's file (the tree is relative to the dedented function text).
+        indent, lines = self.source.indent, self.source.first_line - 1
+        end_col = stmt.end_col_offset + indent if stmt.end_lineno == stmt.lineno else None
+        marker = ast.Expr(_hook("at", _const(stmt.lineno + lines), _const(stmt.col_offset + indent),
+                                _const(end_col)))
+        out.append(ast.copy_location(marker, stmt))
+        new = self.visit(stmt)
+        out.extend(new if isinstance(new, list) else [new])
 
     def generic_visit(self, node):
         for field in ("body", "orelse", "finalbody"):
@@ -187,6 +200,7 @@ class _BodyRewriter(ast.NodeTransformer):
         return ast.copy_location(ast.With([with_item], [ast.copy_location(inner, node)]), node)
 
     def visit_If(self, node: ast.If):
+        bound_before = set(self.bound)
         cond_name = self.fresh("cond")
         body = self.rewrite_block(node.body)
         orelse = self.rewrite_block(node.orelse) if node.orelse else []
@@ -194,6 +208,13 @@ class _BodyRewriter(ast.NodeTransformer):
         ir_body = [ast.With([ast.withitem(_hook("ir_then"))], copy.deepcopy(body))]
         if orelse:
             ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
+        # A Python name bound before this `if` and rebound in it would keep the new value whatever the run-time
+        # condition says: refused when the condition turns out to be an IR expression.
+        leaks = sorted(n for n in _stored_names(node, branches_only=True) if n in bound_before)
+        if leaks:
+            guard = _hook("rebound_under_if", ast.Tuple([_const(n) for n in leaks], ast.Load()),
+                          _const(node.lineno + self.source.first_line - 1))
+            ir_body.insert(0, ast.Expr(guard))
         ir_branch = ast.With([ast.withitem(_hook("ir_if", ast.Name(cond_name, ast.Load())))], ir_body)
         py_branch = ast.If(ast.Name(cond_name, ast.Load()), body, orelse)
         dispatch = ast.If(_hook("is_ir", ast.Name(cond_name, ast.Load())), [ir_branch], [py_branch])
