@@ -292,7 +292,8 @@ def blocked(shape, threads: int, vec: int) -> FragmentLayout:
     shape = tuple(int(s) for s in shape)
     rows, cols = (1, shape[0]) if len(shape) == 1 else shape
     col_dim, row_dim = len(shape) - 1, 0 if len(shape) == 2 else None
-    vec = max(1, min(vec, _pow2_floor(cols)))
+    # No wider than the tile needs: a small tile spread over many threads gets shorter vectors, not idle threads.
+    vec = max(1, min(vec, _pow2_floor(cols), _pow2_floor(max(1, rows * cols // threads))))
     while cols % vec:
         vec //= 2
     groups = -(-cols // vec)
