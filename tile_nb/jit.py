@@ -597,7 +597,8 @@ class JITFunction:
         spec, ordered, device = self._checked_call(args, kwargs)
         call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
         if device is not None and device.type == "cuda":
-            kernel = self._compiled(spec, None)
+            unaligned = tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16)
+            kernel = self._compiled(spec, None, unaligned=unaligned)
             return Launcher(functools.partial(kernel, *call_args), kernel, call_args)
         return Launcher(functools.partial(self._interpret, spec, call_args), None, call_args)
 
