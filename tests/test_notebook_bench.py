@@ -107,7 +107,7 @@ def test_make_inputs_and_parse_sweep():
 
 
 def test_bench_modules_import_no_plotting_or_widgets():
-    code = ("import sys, tile_nb.bench, tile_nb.bench.tune, tile_nb.bench.pool, tile_nb.notebook.bench\n"
+    code = ("import sys, tile_nb.bench, tile_nb.bench.tuning, tile_nb.bench.pool, tile_nb.notebook.bench\n"
             "bad = [m for m in ('matplotlib', 'ipywidgets', 'IPython', 'tqdm', 'ray') if m in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,7 +14,7 @@ gemm.stored()           # stored results of this kernel; gemm.clear_stored() del
 
 On the first call for a tuning key (the consts named by `key`, default all of them, plus the compile-time
 arguments that are not tuned) the kernel looks in this process's memory, then in the tuning store on disk (any
-process, same kernel source, device and versions), and only then searches (`tile_nb.bench.tune`). Calls on CPU
+process, same kernel source, device and versions), and only then searches (`tile_nb.bench.tuning`). Calls on CPU
 tensors run the CPU interpreter with the first configuration (tuning needs a GPU) and say so once.
 Everything else (`template`, `specialize`, `compile`, `show`, `bench`, ...) is the wrapped `JITFunction`'s.
 """
@@ -41,7 +41,7 @@ class Autotuner:
     """A `JITFunction` with a configuration space; see the module docstring. Build one with `tile_nb.autotune`."""
 
     def __init__(self, kernel: JITFunction, configs, key: list[str] | None = None, **tune_options):
-        from .bench.tune import check_config_names, expand_configs
+        from .bench.tuning import check_config_names, expand_configs
 
         unknown = sorted(set(tune_options) - _TUNE_OPTIONS)
         if unknown:
@@ -98,13 +98,13 @@ class Autotuner:
 
     def config_for(self, *args, **kwargs) -> dict:
         """The configuration a call with these arguments runs: chosen before, stored, or searched now."""
-        from .bench.tune import ConfigError, tuning_key
+        from .bench.tuning import ConfigError, tuning_key
 
         clash = sorted(self.tuned & set(kwargs))
         if clash:
             raise ConfigError(f"{self.__name__}(): {', '.join(clash)} is chosen by autotune; do not pass it "
                               f"(call {self.__name__}.kernel(...) to run a configuration of your own)")
-        from .bench import tune as tuning
+        from .bench import tuning
 
         if not tuning.gpu_available(args)[0] or not any(hasattr(a, "data_ptr") for a in args):
             if not self._warned_cpu:
@@ -128,7 +128,7 @@ class Autotuner:
         return self._chosen[memo]
 
     def _search(self, args, kwargs, configs, **overrides):
-        from .bench.tune import tune
+        from .bench.tuning import tune
 
         options = {**self.tune_options, **overrides}
         return tune(self.kernel, configs, *args, key=self.key, **options, **kwargs)
@@ -136,11 +136,11 @@ class Autotuner:
     # -- the search and the store --------------------------------------------------------------------------------
     def tune(self, *args, configs=None, **kwargs):
         """Search now (or read the stored result) and return the `TuneResult`; `configs` defaults to the
-        decorator's. Options as `tile_nb.bench.tune` (`force=True` searches again even if a result is stored)."""
+        decorator's. Options as `tile_nb.bench.tuning` (`force=True` searches again even if a result is stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _TUNE_OPTIONS | {"force", "results"}}
         result = self._search(args, kwargs, self.configs if configs is None else configs, **options)
         if configs is None and result.best_config is not None:
-            from .bench.tune import tuning_key
+            from .bench.tuning import tuning_key
 
             key_values = tuning_key(self.kernel, args, {**kwargs, **self.configs[0]}, self.tuned, self.key)
             memo = tuple(sorted((k, repr(v)) for k, v in key_values.items()))
@@ -174,7 +174,7 @@ def autotune(configs=None, key: list[str] | None = None, **options):
     - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
     - `key`: the consts whose values select a result (default: every const); compile-time arguments that are not
       tuned always do.
-    - options for the search (`tile_nb.bench.tune`): `progress`, `pool`, `workers`, `flops`, `bytes`,
+    - options for the search (`tile_nb.bench.tuning`): `progress`, `pool`, `workers`, `flops`, `bytes`,
       `warmup_ms`, `rep_ms`, `confirm`, `rounds`, `max_spill_bytes`, `compile_timeout_s`, `restore`, `store`.
     """
     if configs is None:

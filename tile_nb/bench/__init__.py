@@ -7,7 +7,7 @@
     t = tune(gemm, {"block_M": [64, 128], "num_stages": [2, 3]}, A, B, C)   # a TuneResult, stored on disk
 
 Modules: `timing` (do_bench), `counts` (FLOPs, bytes, roofline), `results` (BenchResult, SweepPoint,
-SweepResult, TuneResult), `inputs` (make_inputs), `run` (bench, sweep), `progress` (reporters), `tune` (the search),
+SweepResult, TuneResult), `inputs` (make_inputs), `run` (bench, sweep), `progress` (reporters), `tuning` (the search),
 `limits` (resource pruning), `compile_worker` and `pool` (parallel compiles), `ray_pool` (Ray), `tune_store`
 (persisted tuning results). Views (HTML, plots, widgets) live in tile_nb.notebook; nothing here imports matplotlib,
 IPython or ipywidgets, and tqdm and Ray only when asked for.
@@ -17,7 +17,7 @@ from .inputs import make_inputs
 from .results import BenchResult, SweepPoint, SweepResult, TuneResult
 from .run import bench, sweep
 from .timing import Timing, do_bench, l2_flush_bytes, quantile
-from .tune import ConfigError, expand_configs, tune
+from .tuning import ConfigError, expand_configs, tune
 from .tune_store import TuneStore
 
 __all__ = [

@@ -1,7 +1,10 @@
 """The per-block limits a compiled kernel must fit, and the check that prunes configurations by them.
 
-With a GPU the figures come from torch's device properties; without one, from the CUDA programming guide's table
-for the target arch (so compile-only tuning on a CPU machine prunes as the GPU would).
+With a GPU the figures come from torch's device properties; without one, from the lowering's table for the target
+arch (`tile_nb.lower.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine prunes as
+the GPU would. The lowering already refuses a kernel whose shared-memory tiles or register fragments cannot fit;
+this check reads what ptxas reports of the built kernel: the registers it really allocated (x threads, against the
+SM's register file), static shared memory, and spills.
 """
 from __future__ import annotations
 
@@ -9,13 +12,6 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["DeviceLimits", "limits_for", "resource_problem"]
-
-# arch digits -> opt-in shared memory per block (bytes); CUDA C++ Programming Guide, "Technical Specifications per
-# Compute Capability". Every arch since sm_50 has 64 K 32-bit registers per SM, at most 255 per thread, at most
-# 1024 threads per block.
-_SHARED_OPTIN = {"70": 98304, "72": 98304, "75": 65536, "80": 166912, "86": 101376, "87": 166912, "89": 101376,
-                 "90": 232448, "100": 232448, "101": 232448, "103": 232448, "120": 101376, "121": 101376}
-
 
 @dataclass(frozen=True)
 class DeviceLimits:
@@ -48,11 +44,9 @@ def limits_for(arch: str, *, use_device: bool = True) -> DeviceLimits:
                     return DeviceLimits(arch, int(shared), int(regs or 65536), source="device")
         except Exception:  # noqa: BLE001 - a broken driver: fall through to the table, which is labelled as such
             pass
-    digits = _digits(arch)
-    if digits not in _SHARED_OPTIN:
-        raise ValueError(f"no resource limits known for arch {arch!r}; known: "
-                         f"{', '.join('sm_' + d for d in _SHARED_OPTIN)}")
-    return DeviceLimits(arch, _SHARED_OPTIN[digits])
+    from ..lower.budget import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, max_shared_bytes
+
+    return DeviceLimits(arch, max_shared_bytes(arch), REGISTERS_PER_SM, MAX_REGISTERS_PER_THREAD)
 
 
 def resource_problem(resources: dict, threads: int | None, limits: DeviceLimits,

@@ -192,7 +192,7 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
     """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor at a
     time; then re-time the best `confirm` in `rounds` on the first actor."""
     from .results import timing_from
-    from .tune import _rates
+    from .tuning import _rates
 
     ray = _ray()
     if device == "cuda":

@@ -47,9 +47,15 @@ def fmt_rate(value: float | None) -> str:
 
 
 def first_line(message: str | None) -> str:
-    """The first line of an error, without a trailing `(file.py:123)`."""
-    line = message.strip().splitlines()[0] if message and message.strip() else ""
-    return re.sub(r" \([^()\s]+\.py:\d+\)$", "", line)
+    """The first line of an error, without a trailing `(file.py:123)`; when that line only introduces a compiler's
+    log (it ends with a colon), the log's first error line is added (`... sm_90a: ptxas fatal: Insufficient ...`)."""
+    lines = message.strip().splitlines() if message and message.strip() else [""]
+    line = re.sub(r" \([^()\s]+\.py:\d+\)$", "", lines[0])
+    if line.endswith(":"):
+        detail = next((x.strip() for x in lines[1:] if re.search(r"\b(fatal|error)\b", x, re.I)), None)
+        if detail:
+            line = line + " " + " ".join(detail.split())
+    return line
 
 
 def label(config: dict) -> str:

@@ -145,7 +145,7 @@ class TileKernelMagics(Magics):
             %%tilekernel --call "gemm(A, B, C)" --sweep "block_M=64,128 block_N=64,128" --results gemm.json
             %%tilekernel --shapes K=256 --sweep "M=256,512,1024 N=256,512,1024" --baseline "torch.matmul(A, B)"
 
-        `--tune` searches configurations for the fastest (`tile_nb.bench.tune`): compiled in parallel worker
+        `--tune` searches configurations for the fastest (`tile_nb.bench.tuning`): compiled in parallel worker
         processes, pruned by shared memory, registers and spills, timed one at a time on the GPU (without one:
         compile-only, and it says so); progress and the table fill in as results arrive; the result is stored,
         so the same search in any later process is read back instead of run:

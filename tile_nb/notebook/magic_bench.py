@@ -119,7 +119,7 @@ def tune_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: d
                     consts: dict | None = None) -> Any:
     """`--tune [SPEC]`: a `TuneResult`. SPEC is a grid like --sweep's; without one, the kernel's own
     `@tile_nb.autotune` configurations. With `--call`, on its arguments; else on random inputs of `--shapes`."""
-    from tile_nb.bench.tune import tune
+    from tile_nb.bench.tuning import tune
 
     spec = _unquote(opts.tune)
     if spec:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import itertools
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -114,6 +115,24 @@ def tuning_key(kernel, args: tuple, kwargs: dict, tuned: set[str], key: list[str
         if name not in tuned:
             out[name] = value
     return out
+
+
+# The lowering's budget refusals (tile_nb/lower/budget.py): a configuration that cannot fit is pruned, not failed.
+# Read from the message because LoweringError has no resource fields yet; an unmatched message stays a failure,
+# shown with its text, so a change of wording loses the label, never the reason.
+_REFUSALS = (re.compile(r"the kernel needs ([\d.]+ KiB) of shared memory per block; (\S+) allows ([\d.]+ KiB)"),
+             re.compile(r"register fragments need (\d+) 32-bit registers per thread; a thread has at most (\d+)"))
+
+
+def lowering_refusal(error: str) -> str | None:
+    """`shared memory 256.0 KiB > 227.0 KiB per block (sm_90a; refused by the lowering)`, or None."""
+    m = _REFUSALS[0].search(error)
+    if m:
+        return f"shared memory {m.group(1)} > {m.group(3)} per block ({m.group(2)}; refused by the lowering)"
+    m = _REFUSALS[1].search(error)
+    if m:
+        return f"register fragments {m.group(1)} > {m.group(2)} registers per thread (refused by the lowering)"
+    return None
 
 
 def gpu_available(args: tuple) -> tuple[bool, str | None]:
@@ -245,7 +264,11 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
             if out.get("pid") is not None:
                 p.compiled_by = f"pid {out['pid']}" + (f" on {out['host']}" if out.get("host") else "")
             if not out.get("ok"):
-                p.error, p.stage = out.get("error") or "compile failed", out.get("stage") or "compile"
+                refusal = lowering_refusal(out.get("error") or "")
+                if refusal is not None:
+                    p.pruned, p.stage = refusal, "resources"
+                else:
+                    p.error, p.stage = out.get("error") or "compile failed", out.get("stage") or "compile"
             else:
                 p.resources = out.get("resources") or {}
                 threads = out.get("threads") or _threads_of(funcs[i])
