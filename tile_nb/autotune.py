@@ -69,20 +69,25 @@ class Autotuner:
 
     # -- calls ---------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not kwargs:
-            fast = self._fast_key(args)
-            config = self._fast.get(fast) if fast is not None else None
-            if config is not None:
-                return self.kernel(*args, **config)
-        else:
-            fast = None
-        config = self.config_for(*args, **kwargs)
-        if fast is not None:
-            self._fast[fast] = config
+        fast = self._fast_key(args, kwargs)
+        config = self._fast.get(fast) if fast is not None else None
+        if config is None:
+            config = self.config_for(*args, **kwargs)
+            if fast is not None:
+                if len(self._fast) >= 256:   # many shapes (or tensors passed by keyword): start over
+                    self._fast.clear()
+                self._fast[fast] = config
         return self.kernel(*args, **kwargs, **config)
 
-    def _fast_key(self, args) -> tuple | None:
-        parts = []
+    def _fast_key(self, args, kwargs) -> tuple | None:
+        """What decides the configuration of a call, cheaply: tensor shapes, dtypes and devices, other values,
+        keywords (None when one is unhashable: then the full lookup runs)."""
+        parts: list = [tuple(sorted(kwargs.items(), key=lambda kv: kv[0]))] if kwargs else []
+        if kwargs:
+            try:
+                hash(parts[0])
+            except TypeError:
+                return None
         for a in args:
             if hasattr(a, "data_ptr") and hasattr(a, "shape"):
                 parts.append((tuple(a.shape), a.dtype, a.device.type))

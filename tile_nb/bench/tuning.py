@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import itertools
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -326,8 +327,6 @@ def _begin(reporter, phase: str, total: int) -> None:
 
 
 def _lowering_switches() -> dict:
-    import os
-
     from ..lower import ENV_SWITCHES
 
     return {n: os.environ[n] for n in ENV_SWITCHES if n in os.environ}
@@ -401,7 +400,8 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
         stage = "run"
         try:
             launch = kernel.launcher(*args, **kwargs, **p.config)
-            if launch.kernel is not None and pool_kind != "inline" and not launch.kernel.from_cache:
+            here = outcomes.get(i, {}).get("pid") == os.getpid()     # compiled in this process: in memory
+            if launch.kernel is not None and not here and not launch.kernel.from_cache:
                 rebuilt.append(label(p.config))
             launch()
             sync(True)
