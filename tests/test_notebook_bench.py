@@ -181,3 +181,54 @@ def test_gpu_bench_and_sweep_use_cuda_events(tmp_path):
     assert [p.ok for p in swept.points] == [True, True, False]
     assert swept.points[2].stage == "compile"
     assert all(p.timing.device == "cuda" for p in swept.points if p.ok)
+
+
+def _has_cuda_compiler() -> bool:
+    from tile_nb.backend.cuda_compile import available_compiler
+
+    return available_compiler() is not None
+
+
+@pytest.mark.skipif(not _has_cuda_compiler(), reason="needs nvcc or NVRTC to build cubins")
+def test_magic_tune_is_compile_only_without_a_gpu_and_shows_a_table(ip, tmp_path, monkeypatch, capsys):
+    from tile_nb.bench import TuneResult
+
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path / "cache"))
+    result = ip.run_cell('%%tilekernel --shapes N=1024 --tune "block=64,128,0"\n' + KERNEL_CELL)
+    result.raise_error()
+    tuned = result.result
+    assert isinstance(tuned, TuneResult) and tuned.mode == "compile-only" and tuned.best() is None
+    assert [p.status.split(":")[0] for p in tuned.points] == ["compiled", "compiled", "failed at elaborate"]
+    printed = capsys.readouterr().out   # progress: elaboration failures first, then compiles as they finish
+    assert "[1/3 compile] block=0: failed at elaborate" in printed and "[3/3 compile] block=" in printed
+    html = ip.display_formatter.formatters["text/html"].lookup(tuned)(tuned)
+    assert "compile-only" in html and "failed at elaborate" in html and "<script" not in html
+    assert ip.display_formatter.formatters["image/png"].lookup(tuned)(tuned) is None   # nothing timed: no plot
+
+    with pytest.raises(Exception, match="--tune needs a grid"):
+        ip.run_cell('%%tilekernel --name scale_add --shapes N=64 --tune\n#\n').raise_error()
+
+
+def test_the_notebook_reporter_fills_a_table_as_points_arrive(ip):
+    pytest.importorskip("ipywidgets")
+    from tile_nb.bench.progress import make_reporter
+    from tile_nb.bench.results import SweepPoint, TuneResult
+    from tile_nb.bench.timing import Timing
+    from tile_nb.notebook.progress import NotebookReporter
+
+    reporter = make_reporter("notebook", 2, "gemm")   # registered by %load_ext (the ip fixture)
+    assert isinstance(reporter, NotebookReporter)
+    result = TuneResult("gemm", {"block_M": [64, 128]}, [], gpu=True, mode="gpu")
+    reporter.begin("compile", 2)
+    assert reporter.bar.description == "compiling" and reporter.bar.max == 2
+    for bm in (64, 128):
+        point = SweepPoint({"block_M": bm}, resources={"registers": 90})
+        result.points.append(point)
+        reporter.update(result, point, "compile")
+    assert reporter.bar.value == 2 and "block_M=128: compiled" in reporter.label.value
+    reporter.begin("time", 2)
+    result.points[0].timing = Timing(1.0, 0.9, 1.1, 10)
+    reporter.update(result, result.points[0], "time")
+    assert "<table" in reporter.table.value and "1 ms" in reporter.table.value
+    reporter.close(result)
+    assert reporter.bar.bar_style == "success" and reporter.table.value == ""

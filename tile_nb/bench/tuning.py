@@ -211,7 +211,7 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     if use_store and not force:
         record = tune_store.load(store_key)
         if record is not None:
-            cached = TuneResult.from_dict(record["result"])
+            cached = TuneResult.from_dict(record["result"], results=str(tune_store.path(store_key)))
             cached.from_cache = True
             return cached
 
