@@ -37,8 +37,8 @@ GRID = {"block_M": [64, 128], "block_N": [64, 128], "block_K": [32, 64], "num_st
 def child(mode: str, workers: int) -> dict:
     sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
     import tvm  # noqa: F401 - before the clock
-
     from kernels.seed import gemm_variant
+
     from tile_nb.bench import expand_configs
     from tile_nb.bench.pool import InlinePool, ProcessPool
     from tile_nb.bench.tuning import _lowering_switches
@@ -73,7 +73,7 @@ _SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000)
 def effective_cores(n: int) -> float:
     """How many cores this process can really use now (the machine may be shared): n busy loops in parallel vs
     one alone; n x (time alone / time in parallel)."""
-    one = float(subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True).stdout)
+    one = float(subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True, check=True).stdout)
     procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True) for _ in range(n)]
     many = max(float(p.communicate()[0]) for p in procs)
     return n * one / many

@@ -232,3 +232,17 @@ def test_the_notebook_reporter_fills_a_table_as_points_arrive(ip):
     assert "<table" in reporter.table.value and "1 ms" in reporter.table.value
     reporter.close(result)
     assert reporter.bar.bar_style == "success" and reporter.table.value == ""
+
+
+def test_importing_tile_nb_inside_ipython_connects_the_views_without_loading_them():
+    code = ("import sys\n"
+            "from IPython.testing.globalipapp import start_ipython\n"
+            "shell = start_ipython()\n"
+            "import tile_nb\n"
+            "from tile_nb.bench.progress import _registered\n"
+            "from tile_nb.bench.results import SweepResult\n"
+            "printer = shell.display_formatter.formatters['text/html'].lookup(SweepResult('k', {}))\n"
+            "assert printer.__module__ == 'tile_nb.notebook.hooks' and 'notebook' in _registered\n"
+            "bad = [m for m in ('matplotlib', 'ipywidgets', 'tile_nb.notebook.bench') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

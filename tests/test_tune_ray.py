@@ -14,9 +14,9 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tile
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernels.seed import gemm_variant  # noqa: E402
+from kernels.seed import gemm_variant
 
-from tile_nb.bench import TuneStore, tune  # noqa: E402
+from tile_nb.bench import TuneStore, tune
 
 
 def _has_cuda_compiler() -> bool:
@@ -37,8 +37,8 @@ def local_ray():
 def test_ray_compiles_on_workers_and_times_on_actors(local_ray, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("TILE_NB_CACHE_DIR", str(cache))
-    configs = [dict(block_M=64, block_N=64, block_K=32), dict(block_M=128, block_N=64, block_K=32),
-               dict(block_M=128, block_N=256, block_K=64, threads=384)]          # fails in the lowering
+    configs = [{"block_M": 64, "block_N": 64, "block_K": 32}, {"block_M": 128, "block_N": 64, "block_K": 32},
+               {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 384}]          # fails in the lowering
     A = torch.randn(128, 64).half()
     B = torch.randn(64, 128).half()
     C = torch.zeros(128, 128)

@@ -17,8 +17,8 @@ from .inputs import make_inputs
 from .results import BenchResult, SweepPoint, SweepResult, TuneResult
 from .run import bench, sweep
 from .timing import Timing, do_bench, l2_flush_bytes, quantile
-from .tuning import ConfigError, expand_configs, tune
 from .tune_store import TuneStore
+from .tuning import ConfigError, expand_configs, tune
 
 __all__ = [
            "BenchResult",

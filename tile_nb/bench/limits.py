@@ -42,7 +42,7 @@ def limits_for(arch: str, *, use_device: bool = True) -> DeviceLimits:
                 regs = getattr(props, "regs_per_multiprocessor", None)
                 if shared:
                     return DeviceLimits(arch, int(shared), int(regs or 65536), source="device")
-        except Exception:  # noqa: BLE001 - a broken driver: fall through to the table, which is labelled as such
+        except Exception:  # noqa: BLE001, S110 - a broken driver: the table below, labelled source='table'
             pass
     from ..lower.budget import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, max_shared_bytes
 

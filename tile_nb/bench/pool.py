@@ -72,7 +72,7 @@ WORKER_COMMAND = (sys.executable, "-m", "tile_nb.bench.compile_worker")
 
 class _Worker:
     def __init__(self, env: dict, command=WORKER_COMMAND):
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the worker's life; close() closes it
         self.proc = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=env)
         os.set_blocking(self.proc.stdout.fileno(), False)

@@ -143,8 +143,8 @@ def bench_job(job: dict, device: str) -> dict:
         import tvm
 
         from . import do_bench
-        from .results import timing_dict
         from .compile_worker import _set_switches
+        from .results import timing_dict
 
         _set_switches(job.get("env") or {})
         publish_entry(job.get("key"), job.get("files"), job.get("meta"))

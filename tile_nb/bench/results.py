@@ -21,7 +21,7 @@ from typing import Any
 
 from .timing import Timing
 
-__all__ = ["BenchResult", "SweepPoint", "SweepResult", "TuneResult", "fmt_ms", "fmt_rate", "first_line", "label"]
+__all__ = ["BenchResult", "SweepPoint", "SweepResult", "TuneResult", "first_line", "fmt_ms", "fmt_rate", "label"]
 
 CPU_NOTE = "timed on the CPU interpreter with the host clock: interpreter speed, not GPU performance"
 COMPILE_ONLY_NOTE = ("compile-only: no GPU timed these configurations; they were compiled and pruned by static "
@@ -52,7 +52,7 @@ def first_line(message: str | None) -> str:
     lines = message.strip().splitlines() if message and message.strip() else [""]
     line = re.sub(r" \([^()\s]+\.py:\d+\)$", "", lines[0])
     if line.endswith(":"):
-        detail = next((x.strip() for x in lines[1:] if re.search(r"\b(fatal|error)\b", x, re.I)), None)
+        detail = next((x.strip() for x in lines[1:] if re.search(r"\b(fatal|error)\b", x, re.IGNORECASE)), None)
         if detail:
             line = line + " " + " ".join(detail.split())
     return line

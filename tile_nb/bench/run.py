@@ -20,8 +20,17 @@ from collections.abc import Callable, Iterable
 
 from .counts import gbps as _gbps
 from .counts import tflops as _tflops
-from .inputs import (call_baseline, callable_name, compile_time_names, describe, device_name, device_of, make_inputs,
-                     nbytes_of, sync)
+from .inputs import (
+    call_baseline,
+    callable_name,
+    compile_time_names,
+    describe,
+    device_name,
+    device_of,
+    make_inputs,
+    nbytes_of,
+    sync,
+)
 from .progress import make_reporter
 from .results import BenchResult, SweepPoint, SweepResult
 from .timing import do_bench
@@ -172,7 +181,7 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
             out = kernel(*a, **call_kw)
             sync(gpu)
             stage = "time"
-            point.timing = do_bench(lambda: kernel(*a, **call_kw), warmup_ms=warmup_ms, rep_ms=rep_ms,
+            point.timing = do_bench(lambda a=a, kw=call_kw: kernel(*a, **kw), warmup_ms=warmup_ms, rep_ms=rep_ms,
                                     flush_l2=flush_l2, device="cuda" if gpu else "cpu")
             f = work(flops, config) if flops is not None else None
             b = work(bytes, config) if bytes is not None else nbytes_of(a) + nbytes_of([out])
