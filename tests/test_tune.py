@@ -272,7 +272,10 @@ def test_another_shape_or_config_space_is_another_search_and_clear_removes(monke
          progress=None)
     entries = TuneStore().entries("gemm_variant")
     assert sorted((e.key_values["M"], len(e.best)) for e in entries) == [("128", 3), ("128", 3), ("256", 3)]
-    assert len(gemm.stored()) == 3 and fake_gpu.CALLS["timed"] >= 5
+    assert len(gemm.stored()) == 3   # every stored search of this kernel source, whatever its space and fake_gpu.CALLS["timed"] >= 5
+    listing = subprocess.run([sys.executable, "-m", "tile_nb.bench.tune_store", "list", "gemm_variant"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "3 stored tuning(s)" in listing and listing.count("<tuning gemm_variant [M=256") == 1
     assert gemm.clear_stored() == 3 and TuneStore().entries() == []
 
 

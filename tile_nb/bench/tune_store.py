@@ -139,3 +139,26 @@ class TuneStore:
             except OSError:
                 pass
         return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tile_nb.bench.tune_store list [KERNEL]` / `clear [KERNEL]`: inspect or delete stored tunings."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tile_nb.bench.tune_store", description=main.__doc__)
+    ap.add_argument("command", choices=["list", "clear"])
+    ap.add_argument("kernel", nargs="?", default=None, help="only this kernel (by name)")
+    args = ap.parse_args(argv)
+    store = TuneStore()
+    if args.command == "clear":
+        print(f"removed {store.clear(args.kernel)} stored tuning(s) from {store.root}")
+        return 0
+    entries = store.entries(args.kernel)
+    for e in entries:
+        print(repr(e))
+    print(f"{len(entries)} stored tuning(s) in {store.root}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
