@@ -324,3 +324,18 @@ def test_progress_reporters(capsys):
     reporter.close(None)
     err = capsys.readouterr().err
     assert "gemm compile" in err and "1/2" in err and "pruned: shared memory" in err
+
+
+@needs_compiler
+def test_an_autotuned_kernel_benches_and_runs_its_choice(monkeypatch):
+    fake_gpu.install(monkeypatch.setattr)
+    gemm = tile_nb.autotune(configs={"block_M": [64, 128], "block_N": [64], "block_K": [32]}, pool="inline",
+                            progress=None)(gemm_variant)
+    A, B, C = torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.zeros(128, 128)
+    result = gemm.bench(A, B, C, warmup_ms=1, rep_ms=2)       # CPU tensors: the interpreter, chosen config
+    assert result.name == "gemm_variant" and result.timing.n >= 10
+    assert gemm.stats["searched"] == 1 and list(gemm._chosen.values()) == [{"block_M": 128, "block_N": 64,
+                                                                           "block_K": 32}]
+    gemm(A, B, C, backend="cpu")
+    torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-2, atol=1e-2)
+    assert gemm.stats["searched"] == 1   # the later calls run the choice

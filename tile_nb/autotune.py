@@ -68,11 +68,13 @@ class Autotuner:
         return f"<tile_nb autotuned kernel {self.kernel.definition.name}: {len(self.configs)} configs>"
 
     # -- calls ---------------------------------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, backend: str | None = None, **kwargs):
+        if backend is not None:
+            kwargs["backend"] = backend
         fast = self._fast_key(args, kwargs)
         config = self._fast.get(fast) if fast is not None else None
         if config is None:
-            config = self.config_for(*args, **kwargs)
+            config = self.config_for(*args, **{k: v for k, v in kwargs.items() if k != "backend"})
             if fast is not None:
                 if len(self._fast) >= 256:   # many shapes (or tensors passed by keyword): start over
                     self._fast.clear()
@@ -137,6 +139,12 @@ class Autotuner:
 
         options = {**self.tune_options, **overrides}
         return tune(self.kernel, configs, *args, key=self.key, **options, **kwargs)
+
+    def bench(self, *args, **kwargs):
+        """Time a call with the configuration calls run (`tile_nb.bench.bench`): the chosen one for these shapes."""
+        from .bench import bench
+
+        return bench(self, *args, **kwargs)
 
     # -- the search and the store --------------------------------------------------------------------------------
     def tune(self, *args, configs=None, **kwargs):
