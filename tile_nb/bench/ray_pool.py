@@ -37,6 +37,20 @@ def _ray():
     return ray
 
 
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def cluster_gpu_name() -> str | None:
+    """The name of a GPU of the Ray cluster (asked on a GPU worker: the parent may have none), or None."""
+    ray = _ray()
+    if int(ray.cluster_resources().get("GPU", 0)) < 1:
+        return None
+    return ray.get(ray.remote(num_gpus=1)(_gpu_name).remote())
+
+
 def _compile_on_ray_worker(job: dict) -> dict:
     """A Ray task: keep off the GPU (when torch is not loaded yet in this worker), compile, ship the entry back."""
     if "torch" not in sys.modules:

@@ -168,7 +168,9 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     - `key`: the consts the result is stored under (default: all of them; fixed compile-time arguments always).
     - `store=False`: neither read nor write the tuning store; `force=True`: search again and overwrite.
     - `pool`: "process" (worker processes on this machine; `workers` of them, default one per core), "inline"
-      (this process, one at a time) or "ray" (Ray CPU tasks compile, Ray GPU actors time; `tile_nb[ray]`).
+      (this process, one at a time) or "ray" (Ray CPU tasks compile; Ray GPU actors time, one per GPU of the
+      cluster, when it has GPUs; `tile_nb[ray]`). `ray_actor_device="cpu"` times the CPU interpreter on CPU actors
+      instead (tests the Ray path without a GPU; labelled, never stored).
     - `flops` / `bytes`: work of one call (numbers or functions of the config) for TFLOP/s and GB/s.
     - `warmup_ms`, `rep_ms`: `do_bench` per configuration; `confirm`, `rounds`: re-time the best `confirm`
       configurations `rounds` times, interleaved, and rank them by the median of those rounds.
@@ -191,6 +193,13 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
             raise ConfigError(f"restore names {bad}, which are not runtime parameters of {name}(); they are {known}")
 
     gpu, why_not = gpu_available(args)
+    ray_gpu_name = None
+    if pool == "ray" and ray_actor_device in (None, "cuda"):
+        from .ray_pool import cluster_gpu_name
+
+        ray_gpu_name = cluster_gpu_name()       # None when the Ray cluster has no GPU
+        if ray_gpu_name is not None:
+            ray_actor_device, gpu, why_not = "cuda", True, None
     via_ray_actors = pool == "ray" and ray_actor_device is not None
     mode = "gpu" if gpu else "compile-only"
     if via_ray_actors and ray_actor_device == "cpu":
@@ -202,7 +211,7 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
 
     target = resolve_target(getattr(kernel, "target", None))
     arch = target_arch(target)
-    dev_name = gpu_name() if gpu else f"no GPU ({why_not})"
+    dev_name = (ray_gpu_name or gpu_name()) if gpu else f"no GPU ({why_not})"
     identity = kernel.identity()
     material = key_material(identity, key_values, configs, dev_name, arch)
     store_key = key_of(material)
