@@ -501,13 +501,15 @@ class JITFunction:
         if use_cpu:
             self._interpret(spec, call_args)
         else:
-            facts = CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
-                              tuple(name for name, (i, d) in spec.dynamic_sources.items()
-                                    if not call_args[i].shape[d] % 16))
-            self._compiled(spec, None, facts=facts)(*call_args)
+            self._compiled(spec, None, facts=self._call_facts(spec, call_args))(*call_args)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _call_facts(spec: Specialization, call_args) -> CallFacts:
+        return CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
+                         tuple(name for name, (i, d) in spec.dynamic_sources.items() if not call_args[i].shape[d] % 16))
 
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
@@ -590,6 +592,13 @@ class JITFunction:
         spec, ordered, device = self._checked_call(args, kwargs)
         return spec.func, [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
 
+    def launch_func(self, *args, **kwargs):
+        """The PrimFunc a launch on these tensors compiles: phase 2 with this call's facts (pointer alignment,
+        divisibility of T.dynamic dims) as attributes. Tuning sends its text to the compile workers."""
+        spec, ordered, device = self._checked_call(args, kwargs)
+        call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+        return self._call_facts(spec, call_args).apply(spec.func)
+
     def launcher(self, *args, **kwargs) -> Launcher:
         """Bind, check and compile once: a zero-argument callable that launches the compiled kernel on these
         arguments (CUDA tensors) or runs the interpreter (CPU tensors). Tuning times this, so each timed launch
@@ -597,8 +606,7 @@ class JITFunction:
         spec, ordered, device = self._checked_call(args, kwargs)
         call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
         if device is not None and device.type == "cuda":
-            unaligned = tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16)
-            kernel = self._compiled(spec, None, unaligned=unaligned)
+            kernel = self._compiled(spec, None, facts=self._call_facts(spec, call_args))
             return Launcher(functools.partial(kernel, *call_args), kernel, call_args)
         return Launcher(functools.partial(self._interpret, spec, call_args), None, call_args)
 

@@ -65,9 +65,8 @@ def compile_job(job: dict) -> dict:
         stage = "compile"
         kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}))
         resources = kernel.resources
-        threads = [int(t) for t in _THREADS.findall(kernel.lowered_ir or "")]
         out.update(ok=True, key=kernel.key, resources=resources.to_dict() if resources else None,
-                   threads=max(threads) if threads else None, timings=dict(kernel.build_timings or kernel.timings),
+                   threads=_launch_threads(kernel), timings=dict(kernel.build_timings or kernel.timings),
                    has_module=_entry_has_module(kernel), pipeline=kernel.pipeline, from_cache=kernel.from_cache)
         if job.get("ship_entry"):
             out["files"], out["meta"] = _entry_files(kernel)
@@ -76,6 +75,17 @@ def compile_job(job: dict) -> dict:
                    error_type=type(err).__name__, traceback=traceback.format_exc(limit=6))
     out["seconds"] = time.perf_counter() - start
     return out
+
+
+def _launch_threads(kernel) -> int | None:
+    """Threads per block as launched (a warp-specialized TMA kernel adds its producer warp to the T.Kernel
+    threads): what registers x threads is checked against. From the plan when it says; until it does, from the
+    lowered IR's threadIdx.x launch (the plan's `threads` is the T.Kernel figure, without the producer warp)."""
+    plan = kernel.plan or {}
+    if plan.get("launch_threads"):
+        return int(plan["launch_threads"])
+    found = [int(t) for t in _THREADS.findall(kernel.lowered_ir or "")]
+    return max(found) if found else plan.get("threads")
 
 
 def _entry_has_module(kernel) -> bool:

@@ -242,9 +242,11 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
 
     use_disk = bool(options.pop("cache", True)) and cache_enabled()
     env = _lowering_switches()
+    with_tensors = any(is_tensor(a) for a in args)
     for i, p in enumerate(points):
         try:
-            func = kernel.specialize(*args, **kwargs, **p.config)
+            # with tensors: the function a launch on them compiles (their alignment and divisibility included)
+            func = (kernel.launch_func if with_tensors else kernel.specialize)(*args, **kwargs, **p.config)
         except Exception as err:  # noqa: BLE001 - recorded and shown
             p.error, p.stage = error_text(err), "elaborate"
             continue
