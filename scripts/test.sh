@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-bash scripts/install.sh
+bash scripts/install.sh ray   # the test extra plus Ray, so tests/test_tune_ray.py runs (~20 s to install)
 py=$(bash scripts/python.sh)
 echo "install: $(( $(date +%s) - start )) s"
 "$py" -m pytest -p no:nbval -q -m "not difftest" tests

@@ -121,9 +121,9 @@ def test_bench_times_the_call_after_the_view(ip):
     result = run_cell(ip, '%%tilekernel --call "gemm(A, B, C)" --bench\n' + GEMM_BODY)
     result.raise_error()
     bench = result.result
-    assert type(bench).__name__ == "BenchView"
+    assert type(bench).__name__ == "BenchResult"
     assert bench.where == "the CPU interpreter" and bench.timing.median_ms > 0
-    html = bench._repr_mimebundle_()["text/html"]
+    html = ip.display_formatter.formatters["text/html"].lookup(bench)(bench)   # registered by %load_ext tile_nb
     assert "median" in html and "<script" not in html
 
 

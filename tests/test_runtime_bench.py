@@ -1,4 +1,5 @@
-"""tile_nb.bench on the CPU: statistics, counts, sweeps (the CUDA-event path runs in tests/test_gpu_runtime.py)."""
+"""tile_nb.bench on the CPU: statistics, counts, the result model (the CUDA-event path runs in
+tests/test_gpu_runtime.py)."""
 import math
 
 import pytest
@@ -12,9 +13,9 @@ from tile_nb.bench import (
     gemm_flops,
     quantile,
     roofline_ms,
-    sweep,
     tflops,
 )
+from tile_nb.bench.results import SweepPoint, SweepResult, TuneResult
 
 
 def test_quantile_matches_linear_interpolation():
@@ -53,17 +54,36 @@ def test_do_bench_on_the_host_clock():
     assert t.min_ms <= t.p20 <= t.median_ms <= t.p80 <= t.max_ms
 
 
-def test_sweep_records_failures_and_keeps_going():
-    def make(cfg):
-        if cfg["block"] == 3:
-            raise ValueError("block must be a power of two")
-        return lambda: sum(range(cfg["block"] * 100))
+def test_sweep_result_model_text_table_and_json(tmp_path):
+    t = lambda ms: Timing(median_ms=ms, p20=ms * 0.9, p80=ms * 1.1, n=10, min_ms=ms * 0.8, max_ms=ms * 1.2)
+    result = SweepResult("k", {"block": [1, 3, 4]}, [
+        SweepPoint({"block": 1}, timing=t(2.0), tflops=1.5),
+        SweepPoint({"block": 3}, stage="compile", error="ValueError: block must be a power of two (x.py:3)"),
+        SweepPoint({"block": 4}, timing=t(1.0), tflops=3.0)])
+    assert result.best().config == {"block": 4} and [p.ok for p in result.points] == [True, False, True]
+    text = repr(result)   # deterministic: no timings, no internal file:line
+    assert text.splitlines() == ["SweepResult k: 3 configs over block (CPU interpreter, host clock), 1 failed",
+                                 "  block=1: ok",
+                                 "  block=3: failed at compile: ValueError: block must be a power of two",
+                                 "  block=4: ok"]
+    table = str(result)
+    assert table.splitlines()[0].split() == ["block", "median", "p20", "p80", "TFLOP/s", "status"]
+    assert table.splitlines()[2].split()[:4] == ["1", "2", "ms", "1.8"]     # block=1: median 2 ms, p20 1.8 ms
+    assert table.splitlines()[4].split()[-1] == "best" and "900.0 us" in table
+    result.save(tmp_path / "s.json")
+    again = SweepResult.load(tmp_path / "s.json")
+    assert repr(again).splitlines() == text.splitlines() + [f"  results: {tmp_path / 's.json'}"]
+    assert again.points[2].timing == result.points[2].timing
 
-    seen = []
-    result = sweep(make, [{"block": 1}, {"block": 3}, {"block": 4}], flops=lambda c: 1e6, device="cpu",
-                   warmup_ms=1, rep_ms=2, on_row=seen.append)
-    assert [r.ok for r in result.rows] == [True, False, True] and len(seen) == 3
-    assert "ValueError: block must be a power of two" in result.rows[1].error
-    assert result.best().config["block"] in (1, 4)
-    text = result.table()
-    assert "block" in text.splitlines()[0] and "median ms" in text and "ValueError" in text
+
+def test_tune_result_ranks_by_the_re_timed_rounds():
+    t = lambda ms: Timing(median_ms=ms, p20=ms, p80=ms, n=10)
+    a = SweepPoint({"b": 1}, timing=t(1.00), resources={"registers": 90}, rounds_ms=[1.10, 1.12, 1.08])
+    b = SweepPoint({"b": 2}, timing=t(1.05), resources={"registers": 90}, rounds_ms=[1.01, 1.02, 1.00])
+    c = SweepPoint({"b": 3}, pruned="shared memory 262,144 B > 232,448 B per block", stage="resources",
+                   resources={"registers": 255, "dynamic_shared_bytes": 262144})
+    result = TuneResult("k", {"b": [1, 2, 3]}, [a, b, c], gpu=True, mode="gpu")
+    assert result.best() is b and b.ranking_ms == pytest.approx(1.01)   # the median of its rounds
+    text = repr(result)
+    assert "2 timed, 1 pruned, 0 failed" in text and "b=3: pruned: shared memory" in text and "best: b=2" in text
+    assert TuneResult.from_dict(result.to_dict()).best().config == {"b": 2}

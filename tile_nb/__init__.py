@@ -15,14 +15,17 @@ gemm.specialize(M=1024, N=1024, K=1024)   # phase 2: the PrimFunc for those shap
 ```
 Importing tile_nb loads no Jupyter, widget or plotting package; the notebook pieces load on `%load_ext tile_nb`.
 """
+import sys as _sys
+
+from .autotune import Autotuner, autotune
 from .errors import TileNBError
 from .frontend.source import register_source, run_source
 from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
 
 __version__ = "0.1.0"
 
-__all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning", "TileNBError", "run_source", "register_source",
-           "__version__", "load_ipython_extension"]
+__all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning", "autotune", "Autotuner", "TileNBError",
+           "run_source", "register_source", "__version__", "load_ipython_extension"]
 
 
 def load_ipython_extension(ip):
@@ -30,3 +33,19 @@ def load_ipython_extension(ip):
     from .notebook import load_ipython_extension as load
 
     load(ip)
+
+
+def _connect_notebook() -> None:
+    """Imported inside a running IPython: let it display bench results (HTML tables, plots) and tuning progress
+    (a widget bar) without `%load_ext tile_nb`. Registers lazy hooks only: nothing heavy is imported here, and
+    outside IPython (IPython not already loaded) this does nothing."""
+    ipython = _sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is None:
+        return
+    from .notebook.hooks import connect
+
+    connect(shell)
+
+
+_connect_notebook()

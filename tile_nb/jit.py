@@ -335,6 +335,12 @@ class JITFunction:
         return self._specialize(args, kwargs)[1].func
 
     def _specialize(self, args, kwargs):
+        template, const_values, runtime = self._call_consts(args, kwargs)
+        return template, self._specialization(template, const_values), runtime
+
+    def _call_consts(self, args, kwargs):
+        """Bind a call whose runtime arguments may be missing (consts given as keywords): (template, const values,
+        the runtime arguments given)."""
         named = dict(kwargs)
         positional = [p for p in self.signature.params if not p.keyword_only]
         given = {p.name for p in positional[: len(args)]} | set(named)
@@ -344,8 +350,7 @@ class JITFunction:
         runtime, compile_values, extra = self._bind(args, named)
         runtime = {k: v for k, v in runtime.items() if v is not _Missing}
         _, template = self._template_for(compile_values)
-        const_values = self._const_values(template, runtime, extra)
-        return template, self._specialization(template, const_values), runtime
+        return template, self._const_values(template, runtime, extra), runtime
 
     def compile(self, *args, target=None, **kwargs):
         """Specialize and compile (no GPU needed): the kernel holds `.cuda_source`, `.ptx`, `.sass`, `.resources`,
@@ -401,7 +406,8 @@ class JITFunction:
                     pass
         return self._call_slow(args, kwargs, backend)
 
-    def _call_slow(self, args, kwargs, backend):
+    def _checked_call(self, args, kwargs):
+        """Bind and check a call: (specialization, runtime arguments in order, their device)."""
         runtime, compile_values, extra = self._bind(args, kwargs)
         tkey, template = self._template_for(compile_values)
         const_values = self._const_values(template, runtime, extra)
@@ -414,6 +420,10 @@ class JITFunction:
         tensors = {e.name: ordered[e.index] for e in spec.expectations.tensors}
         check_devices(self.definition.name, tensors)
         device = next(iter(tensors.values())).device if tensors else None
+        return spec, ordered, device
+
+    def _call_slow(self, args, kwargs, backend):
+        spec, ordered, device = self._checked_call(args, kwargs)
         leading = [p.name for p in self.signature.params[: len(args)]]
         if backend is None and leading == self._runtime_names \
                 and not any(p.kind == POINTER for p in self.signature.runtime):
@@ -466,7 +476,7 @@ class JITFunction:
                 out[i] = tensor_from_pointer(out[i], [int(d) for d in ann.shape], torch_dtype(ann.dtype), device)
         return out
 
-    def _launch(self, spec: Specialization, ordered, device, backend):
+    def _outputs(self, spec: Specialization, ordered, device) -> list:
         import torch
 
         outputs = []
@@ -474,6 +484,10 @@ class JITFunction:
             dims = [d if isinstance(d, int) else int(ordered[spec.dynamic_sources[d[1]][0]].shape[spec.dynamic_sources[d[1]][1]])
                     for d in shape]
             outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
+        return outputs
+
+    def _launch(self, spec: Specialization, ordered, device, backend):
+        outputs = self._outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
             raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
@@ -487,13 +501,15 @@ class JITFunction:
         if use_cpu:
             self._interpret(spec, call_args)
         else:
-            facts = CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
-                              tuple(name for name, (i, d) in spec.dynamic_sources.items()
-                                    if not call_args[i].shape[d] % 16))
-            self._compiled(spec, None, facts=facts)(*call_args)
+            self._compiled(spec, None, facts=self._call_facts(spec, call_args))(*call_args)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _call_facts(spec: Specialization, call_args) -> CallFacts:
+        return CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
+                         tuple(name for name, (i, d) in spec.dynamic_sources.items() if not call_args[i].shape[d] % 16))
 
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
@@ -542,17 +558,89 @@ class JITFunction:
 
     def bench(self, *args, **kwargs):
         """Time a call: `gemm.bench(A, B, C, flops=..., baseline=lambda: torch.matmul(A, B))` (see
-        `tile_nb.notebook.bench.bench`); returns a display object with median/p20/p80, throughput and the ratio."""
-        from .notebook.bench import bench
+        `tile_nb.bench.bench`); returns a `BenchResult` with median/p20/p80, throughput and the ratio."""
+        from .bench import bench
 
         return bench(self, *args, **kwargs)
 
     def sweep(self, params: dict, make_args=None, **kwargs):
         """Time every combination of `params` (`{"block_M": [64, 128]}`), recording failures; shows progress,
-        can persist to JSON (`results=`) and plots latency and throughput (see `tile_nb.notebook.bench.sweep`)."""
-        from .notebook.bench import sweep
+        can persist to JSON (`results=`); returns a `SweepResult` (see `tile_nb.bench.sweep`)."""
+        from .bench import sweep
 
         return sweep(self, params, make_args, **kwargs)
+
+    def tune(self, *args, configs, **kwargs):
+        """Search `configs` (a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`) for
+        the fastest on these arguments (tensors, or consts as keywords: `gemm.tune(M=8192, N=8192, K=8192,
+        configs=...)`): compiled in parallel worker processes, pruned by resources, timed one at a time on the
+        GPU (compile-only without one); the result is stored. See `tile_nb.bench.tuning` for the options."""
+        from .bench.tuning import tune
+
+        return tune(self, configs, *args, **kwargs)
+
+    # -- what tuning needs from a call -------------------------------------------------------------------------
+    def call_values(self, *args, **kwargs) -> tuple[dict, dict]:
+        """(compile-time values, const values) a call with these arguments specializes with; consts may be given
+        as keywords instead of tensors. Nothing is compiled."""
+        template, consts, _ = self._call_consts(args, kwargs)
+        return dict(template.compile_values), consts
+
+    def call_arguments(self, *args, **kwargs) -> tuple[Any, list]:
+        """(phase-2 PrimFunc, the argument list the compiled kernel takes: runtime arguments then outputs, which
+        are allocated here) for a checked call. What a launcher or a remote benchmark needs."""
+        spec, ordered, device = self._checked_call(args, kwargs)
+        return spec.func, [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+
+    def launch_func(self, *args, **kwargs):
+        """The PrimFunc a launch on these tensors compiles: phase 2 with this call's facts (pointer alignment,
+        divisibility of T.dynamic dims) as attributes. Tuning sends its text to the compile workers."""
+        spec, ordered, device = self._checked_call(args, kwargs)
+        call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+        return self._call_facts(spec, call_args).apply(spec.func)
+
+    def launcher(self, *args, **kwargs) -> Launcher:
+        """Bind, check and compile once: a zero-argument callable that launches the compiled kernel on these
+        arguments (CUDA tensors) or runs the interpreter (CPU tensors). Tuning times this, so each timed launch
+        pays no argument binding."""
+        spec, ordered, device = self._checked_call(args, kwargs)
+        call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+        if device is not None and device.type == "cuda":
+            kernel = self._compiled(spec, None, facts=self._call_facts(spec, call_args))
+            return Launcher(functools.partial(kernel, *call_args), kernel, call_args)
+        return Launcher(functools.partial(self._interpret, spec, call_args), None, call_args)
+
+    def identity(self) -> dict:
+        """What identifies this kernel across processes (tuning results are stored under it): its name, the sha256
+        of its source, and the closure and global values its body reads by type and repr. `persistable` is False
+        (with `why`) when one of those values has no stable repr (it prints an object address)."""
+        import hashlib
+
+        from .bench.tune_store import stable_repr
+
+        g = self.fn.__globals__
+        values = {f"global {n}": g.get(n) for n in self._global_names}
+        names = self.fn.__code__.co_freevars
+        values.update({f"closure {n}": v for n, v in zip(names, self.definition.closure_values())})
+        reprs = {k: stable_repr(v) for k, v in values.items()}
+        unstable = [k for k, v in reprs.items() if v is None]
+        return {"name": self.definition.name,
+                "source_sha256": hashlib.sha256(self.definition.source.text.encode()).hexdigest(),
+                "environment": reprs, "persistable": not unstable,
+                "why": f"{', '.join(unstable)} has no stable value across processes" if unstable else None}
+
+
+@dataclass
+class Launcher:
+    """A checked, compiled call on fixed arguments: `launcher()` launches it; `.kernel` is the CompiledKernel
+    (None on the CPU interpreter), `.args` the argument list (outputs included)."""
+
+    fn: Any
+    kernel: Any
+    args: list
+
+    def __call__(self):
+        return self.fn()
 
 
 _EMPTY = __import__("inspect").Parameter.empty

@@ -13,7 +13,8 @@ option of the magic; `explore(gemm, M=[256, 512], block_M=[64, 128])` puts slide
 
 Modules: `views` (KernelView and its plain-text and JSON forms), `render` (static HTML), `highlight`, `diff`
 (template/specialized line alignment), `build` (views from kernel objects), `api` (show, kernel_view), `magic`
-(%%tilekernel), `tracebacks` (short errors), `widgets` (explore). This is the only package that imports IPython,
+(%%tilekernel), `tracebacks` (short errors), `widgets` (explore), `bench` (tables and plots of
+`tile_nb.bench` results), `progress` (the tuning/sweep progress widget), `hooks` (registers both with IPython). This is the only package that imports IPython,
 ipywidgets or matplotlib, and only when the magic is loaded or a widget is made.
 """
 from __future__ import annotations
@@ -23,11 +24,13 @@ __all__ = ["MIME_TYPE", "KernelView", "kernel_view", "load_ipython_extension", "
 
 def load_ipython_extension(ip) -> None:
     """Register `%%tilekernel` and the short display of `TileNBError`s in the IPython shell `ip`."""
+    from tile_nb.notebook.hooks import connect
     from tile_nb.notebook.magic import TileKernelMagics
     from tile_nb.notebook.tracebacks import install
 
     ip.register_magics(TileKernelMagics)
     install(ip)
+    connect(ip)   # bench/sweep/tune results display as tables; tuning progress as a widget
 
 
 def unload_ipython_extension(ip) -> None:

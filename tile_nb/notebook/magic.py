@@ -103,14 +103,18 @@ class TileKernelMagics(Magics):
     @argument("--sweep", metavar="SPEC",
               help='time every combination, e.g. --sweep "block_M=64,128 block_N=64,128" (compile-time '
                    "parameters and/or consts; values are Python expressions); failures are recorded, not raised")
-    @argument("--flops", metavar="EXPR", help='with --bench/--sweep: FLOPs of one call, e.g. --flops "2*M*N*K" '
+    @argument("--tune", metavar="SPEC", nargs="?", const="",
+              help='autotune: search a grid, e.g. --tune "block_M=64,128 num_stages=2,3" (or, with no SPEC, the '
+                   "kernel's @tile_nb.autotune configs): compiled in parallel, pruned by resources, timed on the "
+                   "GPU (compile-only without one); the result is stored and shown as a table and plot")
+    @argument("--flops", metavar="EXPR", help='with --bench/--sweep/--tune: FLOPs of one call, e.g. --flops "2*M*N*K" '
                                              "(evaluated per configuration, with its values as names)")
     @argument("--bytes", metavar="EXPR", help="with --bench/--sweep: bytes one call moves (default: the tensor "
                                              "arguments and outputs, once each)")
     @argument("--baseline", metavar="EXPR", help='with --bench/--sweep: a reference to time and compare with, '
                                                 'e.g. --baseline "torch.matmul(A, B)" (the kernel\'s tensors by '
                                                 "parameter name)")
-    @argument("--results", metavar="PATH", help="with --sweep: write the results to this JSON file (after every "
+    @argument("--results", metavar="PATH", help="with --sweep/--tune: write the results to this JSON file (after every "
                                                "configuration)")
     @argument("--name", metavar="NAME",
               help="the kernel, when the cell defines several functions (default: the last one defined)")
@@ -140,6 +144,13 @@ class TileKernelMagics(Magics):
             %%tilekernel --call "gemm(A, B, C)" --bench --flops "2*M*N*K" --baseline "A @ B"
             %%tilekernel --call "gemm(A, B, C)" --sweep "block_M=64,128 block_N=64,128" --results gemm.json
             %%tilekernel --shapes K=256 --sweep "M=256,512,1024 N=256,512,1024" --baseline "torch.matmul(A, B)"
+
+        `--tune` searches configurations for the fastest (`tile_nb.bench.tuning`): compiled in parallel worker
+        processes, pruned by shared memory, registers and spills, timed one at a time on the GPU (without one:
+        compile-only, and it says so); progress and the table fill in as results arrive; the result is stored,
+        so the same search in any later process is read back instead of run:
+
+            %%tilekernel --shapes M=4096 N=4096 K=4096 --tune "block_M=64,128 block_N=128,256 num_stages=2,3"
 
         The same views from Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`),
         `gemm.bench(A, B, C, flops=..., baseline=lambda: A @ B)` and `gemm.sweep({"block_M": [64, 128]}, args=(A, B,
@@ -173,12 +184,12 @@ class TileKernelMagics(Magics):
                                else None, notes=notes)
         finally:
             refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
-        if opts.sweep or opts.bench:
+        if opts.sweep or opts.bench or opts.tune is not None:
             from IPython.display import display
 
-            from tile_nb.notebook.magic_bench import bench_from_magic, sweep_from_magic
+            from tile_nb.notebook.magic_bench import bench_from_magic, sweep_from_magic, tune_from_magic
 
-            run = sweep_from_magic if opts.sweep else bench_from_magic
+            run = tune_from_magic if opts.tune is not None else sweep_from_magic if opts.sweep else bench_from_magic
             result = run(kernel, opts, args if opts.call else None, kwargs, shell.user_ns,
                          consts=dict(view.consts or {}))  # M, N, K ... as names for --flops / --bytes
             display(view)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-__all__ = ["sweep_png"]
+__all__ = ["sweep_png", "tune_png"]
 
 _KERNEL = "#0969da"
 _BASELINE = "#8c959f"
@@ -129,3 +129,37 @@ def _small_png(png: bytes) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG", optimize=True)
     return out.getvalue() if out.tell() < len(png) else png
+
+
+def tune_png(result) -> bytes:
+    """Throughput (else latency) of every timed configuration of a `TuneResult`, fastest first; the chosen one in
+    the accent colour, pruned and failed ones counted in the title."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    timed = sorted((p for p in result.points if p.ok), key=lambda p: p.ranking_ms)
+    rate = result.rate_name()
+    varying = [k for k, v in result.params.items() if len(v) > 1] or list(result.params)
+    labels = ["/".join(str(p.config.get(k, "")) for k in varying) for p in timed]
+    values = [((p.tflops if rate == "TFLOP/s" else p.gbps) or 0) if rate else p.ranking_ms for p in timed]
+    best = result.best()
+    width = min(11.0, max(5.0, 0.22 * len(timed) + 2.0))
+    fig = Figure(figsize=(width, 2.9), dpi=72)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colors = [_KERNEL if p is best else "#8c959f" for p in timed]
+    ax.bar(range(len(timed)), values, color=colors)
+    ax.set_xticks(range(len(timed)))
+    ax.set_xticklabels(labels, rotation=60 if len(timed) > 6 else 0, fontsize=6, ha="right" if len(timed) > 6
+                       else "center")
+    ax.set_xlabel("/".join(varying), fontsize=8)
+    ax.set_ylabel(rate or "median latency (ms)", fontsize=8)
+    dropped = len(result.points) - len(timed)
+    ax.set_title(f"{result.name}: {len(timed)} timed" + (f", {dropped} pruned or failed" if dropped else "")
+                 + ("" if result.gpu else " (CPU interpreter)"), fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
+    return _small_png(buf.getvalue())

@@ -210,7 +210,9 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
     if kernel._ptx is not None:
         files["kernel.ptx"] = kernel._ptx
     with tempfile.TemporaryDirectory(prefix="tile_nb_export_") as tmp:
-        if kernel._module is not None:
+        # Export whenever TVM built a module, even one this process cannot launch (a tuning worker that keeps off
+        # the GPU, or a build for another arch): the process that can launch it loads it from here.
+        if result.module is not None:
             t = time.perf_counter()
             so_path = Path(tmp) / "module.so"
             try:   # links the host code with the system C++ compiler; without one, cache the artifacts only
