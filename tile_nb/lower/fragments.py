@@ -302,6 +302,9 @@ def blocked(shape, threads: int, vec: int) -> FragmentLayout:
     warps = threads // 32
     wr = min(warps, _pow2_floor(max(1, -(-rows // lr)))) if row_dim is not None else 1
     wc = warps // wr
+    if row_dim is not None:  # warps the columns do not need go to the rows (padding there keeps reductions in-warp)
+        wc = max(1, min(wc, _pow2_floor(max(1, -(-groups // lc)))))
+        wr = warps // wc
     pass_cols = vec * lc * wc
     pass_rows = lr * wr
     n_cols = -(-cols // pass_cols)

@@ -197,6 +197,10 @@ class _Collector:
                                            "from shared memory")
         elif name == "copy":
             (dst, _), (src, _) = regions[0], regions[1]
+            for frag, other in ((dst, src), (src, dst)):
+                if self.is_fragment(frag) and scope_of(other) in _PER_THREAD:
+                    self.force_shared(frag, f"T.copy at line {line} moves it to or from the per-thread buffer "
+                                            f"{other.name}, which every thread holds whole")
             if self.is_fragment(dst) and self.is_fragment(src):
                 if _static_shape(dst) == _static_shape(src):
                     self.equal.append((dst, src, f"T.copy({src.name}, {dst.name})", line))
@@ -208,12 +212,18 @@ class _Collector:
                     self.narrowest[frag] = min(self.narrowest.get(frag, bits), bits)
         elif name in ("sum", "max", "min"):
             (dst, _), (src, _) = regions[0], regions[1]
+            if self.is_fragment(src) and scope_of(dst) in _PER_THREAD:
+                self.force_shared(src, f"T.reduce_{name} at line {line} reduces it into the per-thread buffer "
+                                       f"{dst.name}, which every thread holds whole")
             axes = [int(a) % len(src.shape) for a in call.args[2]]
             if self.is_fragment(dst) and self.is_fragment(src) and len(axes) == 1:
                 self.slices.append((src, axes[0], dst, f"T.reduce_{name}({src.name}, {dst.name}, dim={axes[0]})",
                                     line))
             elif self.is_fragment(dst) and self.is_fragment(src):
                 self.force_shared(dst, f"T.reduce_{name} at line {line} reduces over several dims")
+
+
+_PER_THREAD = ("local", "local.var")
 
 
 def _add_once(items: list, buf):

@@ -94,14 +94,17 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum):
             value = _cast(tirx.BufferLoad(src_regs, [r]), acc)
             valid = layout.valid(tx, r)
             if valid is not None:
-                value = tirx.Select(valid, value, init)
+                # A padding register leaves the partial as it is (max(p, p) = p). The identity itself stays out
+                # of max/min: CUDA reads the literal -2147483648 as a long, and max(int, long) is ambiguous.
+                keep = tirx.const(0, acc) if kind == "sum" else tirx.BufferLoad(partial, [o])
+                value = tirx.Select(valid, value, keep)
             T.buffer_store(partial, _combine(kind, tirx.BufferLoad(partial, [o]), value), [o])
         for mask in layout.lane_masks(dim):
             mine = tirx.BufferLoad(partial, [o])
             T.buffer_store(partial, _combine(kind, mine, intrin.shfl_xor(mine, mask, acc)), [o])
     slots, slot = layout.warp_slots(dim, tx)
     if slots > 1:
-        _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot, init)
+        _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot)
     _write_result(em, kind, dst, drng, out, partial, accum, acc)
 
 
@@ -112,7 +115,7 @@ def _linear(coords, shape):
     return lin
 
 
-def _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot, init):
+def _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot):
     """Step 3: partials of the warps sharing a result meet in shared memory (one float per result and warp)."""
     tx = em.tx
     ws = em.view(call)
@@ -130,8 +133,8 @@ def _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot, init)
         lin = _linear(out.element(tx, o), out.shape)
         if valid is not None:
             lin = tirx.Select(valid, lin, 0)
-        total = init
-        for s in range(slots):  # in slot order: every thread combines the same values the same way
+        total = tirx.BufferLoad(ws, [lin * slots])
+        for s in range(1, slots):  # in slot order: every thread combines the same values the same way
             total = _combine(kind, total, tirx.BufferLoad(ws, [lin * slots + s]))
         T.buffer_store(partial, total, [o])
     if em.scope.loop_depth > 0:
