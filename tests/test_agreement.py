@@ -452,3 +452,33 @@ def test_rebinding_a_python_name_under_a_runtime_if_is_refused():
     with pytest.raises(errors.DSLError, match="`x` is assigned under an `if` on a run-time value") as info:
         clamp(rand(8), torch.zeros(8))
     assert "if x < 0.0:" in info.value.source_line() and "T.if_then_else" in info.value.hint
+
+
+# ---- casts between the two 16-bit float types --------------------------------------------------------------------
+
+@tile_nb.jit
+def half_bf16_round_trip(X, Y, Z):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float16]
+    Y: T.Tensor[[N], T.bfloat16]
+    Z: T.Tensor[[N], T.float16]
+    with T.Kernel(1, threads=64) as bx:
+        for i in T.Parallel(N):
+            Y[i] = T.cast(X[i], T.bfloat16)
+            Z[i] = T.cast(T.cast(X[i], T.bfloat16), T.float16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float16_bfloat16_casts_convert_values(backend):
+    X = (rand(64, seed=15) * 100).half().to(backend)
+    Y = torch.zeros(64, dtype=torch.bfloat16, device=backend)
+    Z = torch.zeros(64, dtype=torch.float16, device=backend)
+    half_bf16_round_trip(X, Y, Z)
+    assert torch.equal(Y.cpu(), X.cpu().to(torch.bfloat16))
+    assert torch.equal(Z.cpu(), X.cpu().to(torch.bfloat16).to(torch.float16))
+
+
+def test_float16_bfloat16_casts_go_through_float32_in_cuda():
+    X = torch.zeros(64).half()
+    src = half_bf16_round_trip.compile(X, X.bfloat16(), X, target="sm_90a").cuda_source
+    assert "((nv_bfloat16)((float)" in src  # CUDA would convert half -> nv_bfloat16 by its bits

@@ -42,7 +42,12 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
         if isinstance(e, prim.expr.BitwiseNot):
             return prim.expr.BitwiseNot(go(e.a))
         if isinstance(e, prim.expr.Cast):
-            return prim.expr.Cast(e.ty, go(e.value))
+            value = go(e.value)
+            if {str(e.ty), str(value.ty)} == {"float16", "bfloat16"}:
+                # CUDA converts between half and nv_bfloat16 by their bits (seen on the H200: 45.0 became 8.6e10);
+                # through float32 the value is kept, as the interpreter keeps it.
+                value = prim.expr.Cast("float32", value)
+            return prim.expr.Cast(e.ty, value)
         if isinstance(e, prim.expr.Select):
             return prim.expr.Select(go(e.condition), go(e.true_value), go(e.false_value))
         if isinstance(e, prim.expr.Let):
