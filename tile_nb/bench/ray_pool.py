@@ -206,7 +206,6 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
     """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor at a
     time; then re-time the best `confirm` in `rounds` on the first actor."""
     from .results import timing_from
-    from .tuning import _rates
 
     ray = _ray()
     if device == "cuda":
@@ -240,7 +239,7 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
         p = points[i]
         if out.get("ok"):
             p.timing = timing_from(out["timing"])
-            _rates(p, flops, nbytes, call_args[i])
+            p.set_rates(flops, nbytes, call_args[i])
         else:
             p.error, p.stage = out.get("error"), out.get("stage")
         reporter.update(result, p, "time")
@@ -256,7 +255,7 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
                 if out.get("ok"):
                     points[i].rounds_ms.append(out["timing"]["median_ms"])
         for i in top:
-            _rates(points[i], flops, nbytes, call_args[i])
+            points[i].set_rates(flops, nbytes, call_args[i])
     result.timings["confirm"] = time.perf_counter() - t0
     result.notes.append(f"timed on {len(actors)} Ray actor(s) ({device}); the best {len(top)} re-timed on one")
     for actor in actors:

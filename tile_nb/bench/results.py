@@ -230,6 +230,19 @@ class SweepPoint:
                                                                                    len(ordered) // 2 + 1]) / 2
         return self.timing.median_ms if self.timing is not None else None
 
+    def set_rates(self, flops, nbytes, call_args) -> None:
+        """TFLOP/s and GB/s from the ranking time: `flops` / `nbytes` are numbers or functions of the config
+        (None: no FLOP count; the bytes of the call's tensors)."""
+        from .counts import gbps, tflops
+        from .inputs import nbytes_of
+
+        work = lambda amount: amount(self.config) if callable(amount) else amount  # noqa: E731
+        ms = self.ranking_ms
+        f = work(flops) if flops is not None else None
+        b = work(nbytes) if nbytes is not None else nbytes_of(call_args)
+        self.tflops = tflops(f, ms) if f else None
+        self.gbps = gbps(b, ms) if b else None
+
     def to_dict(self) -> dict:
         return {"config": self.config, "timing": timing_dict(self.timing), "tflops": self.tflops, "gbps": self.gbps,
                 "stage": self.stage, "error": self.error, "baseline_timing": timing_dict(self.baseline_timing),

@@ -29,8 +29,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .counts import gbps as _gbps
-from .counts import tflops as _tflops
 from .inputs import compile_time_names, device_name, is_tensor, make_inputs, sync
 from .limits import limits_for, resource_problem
 from .progress import make_reporter
@@ -384,20 +382,6 @@ def _restore(snapshot: list) -> None:
         tensor.copy_(saved)
 
 
-def _work(amount, config: dict):
-    return amount(config) if callable(amount) else amount
-
-
-def _rates(p: SweepPoint, flops, nbytes, call_args) -> None:
-    from .inputs import nbytes_of
-
-    ms = p.ranking_ms
-    f = _work(flops, p.config) if flops is not None else None
-    b = _work(nbytes, p.config) if nbytes is not None else nbytes_of(call_args)
-    p.tflops = _tflops(f, ms) if f else None
-    p.gbps = _gbps(b, ms) if b else None
-
-
 def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, pool_kind, *, flops, nbytes,
                warmup_ms, rep_ms, confirm, rounds) -> None:
     """Time the survivors on this process's GPU, then re-time the best few in interleaved rounds."""
@@ -418,7 +402,7 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
             sync(True)
             stage = "time"
             p.timing = do_bench(launch, warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda")
-            _rates(p, flops, nbytes, launch.args)
+            p.set_rates(flops, nbytes, launch.args)
             launchers[i] = launch
         except Exception as err:  # noqa: BLE001 - recorded and shown
             p.error, p.stage, p.timing = error_text(err), stage, None
@@ -437,5 +421,5 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
                 t = do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda")
                 points[i].rounds_ms.append(t.median_ms)
         for i in top:
-            _rates(points[i], flops, nbytes, launchers[i].args)
+            points[i].set_rates(flops, nbytes, launchers[i].args)
     result.timings["confirm"] = time.perf_counter() - t0

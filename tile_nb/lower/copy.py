@@ -23,7 +23,7 @@ from .emitter import register_tile_op
 from .errors import LoweringError
 from .irwalk import region_of, scope_of
 from .layout import tirx_bits
-from .loops import distribute, serial_nest
+from .threads import distribute, serial_nest
 
 __all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy"]
 

@@ -27,16 +27,40 @@ from .errors import LoweringError
 from .exprs import rewrite
 from .irwalk import buffers_touched, scope_of
 
-__all__ = ["TILE_OPS", "Emitter", "Scope", "register_tile_op"]
+__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "Emitter", "Scope", "register_kernel_hook",
+           "register_statement", "register_tile_op"]
 
 # op name (as `T.tile.<name>` prints) -> emit function(emitter, call)
 TILE_OPS: dict = {}
+# (priority, matches(emitter, stmt), emit(emitter, stmt)) for statements the rules' modules emit (loops, pipelines):
+# the highest priority that matches wins. The modules register themselves, so this one imports none of them.
+STATEMENT_RULES: list = []
+# "host" (before the first launch dimension: host code) / "thread" (at the threads' entry, after the shared pool)
+# -> functions(emitter) run there, e.g. the TMA pipeline's tensor maps and barrier initialisation.
+KERNEL_HOOKS: dict = {"host": [], "thread": []}
 
 
 def register_tile_op(*names: str):
     def deco(fn):
         for name in names:
             TILE_OPS["tirx.tile." + name] = fn
+        return fn
+
+    return deco
+
+
+def register_statement(matches, priority: int = 0):
+    def deco(fn):
+        STATEMENT_RULES.append((priority, matches, fn))
+        STATEMENT_RULES.sort(key=lambda rule: -rule[0])
+        return fn
+
+    return deco
+
+
+def register_kernel_hook(where: str):
+    def deco(fn):
+        KERNEL_HOOKS[where].append(fn)
         return fn
 
     return deco
@@ -74,6 +98,7 @@ class Emitter:
         self.tensor_maps: dict = {}  # TmaCopy -> tensor map handle (host code)
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
+        self._host_done = False
         self.analyzer = tvm.sym.Analyzer()
 
     # ---- scoped state ---------------------------------------------------------------------------------------
@@ -207,7 +232,6 @@ class Emitter:
 
     # ---- statements -----------------------------------------------------------------------------------------
     def emit(self, stmt):
-        tma = self.plan.tma
         if self.needs_consumer_guard(stmt):
             # Warp-specialized kernels: the producer warp runs only its loads (tma.py).
             with self.scoped(consumer=True), T.If(self.tx < self.threads), T.Then():
@@ -217,10 +241,8 @@ class Emitter:
             self.emit_seq(list(stmt.seq))
         elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
             self.emit_launch(stmt)
-        elif tma is not None and stmt.same_as(tma.loop):
-            from .tma import emit_ws_loop
-
-            emit_ws_loop(self, tma)
+        elif (rule := self._statement_rule(stmt)) is not None:
+            rule(self, stmt)
         elif isinstance(stmt, tirx.AttrStmt):
             with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
                 self.emit(stmt.body)
@@ -235,10 +257,6 @@ class Emitter:
                 fn(self, stmt)
             except LoweringError as err:
                 raise self.lines.locate(err, stmt) from None
-        elif isinstance(stmt, tirx.For):
-            from .loops import emit_for
-
-            emit_for(self, stmt)
         elif isinstance(stmt, tirx.BufferStore):
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
@@ -274,16 +292,21 @@ class Emitter:
         with T.If(guard), T.Then():
             yield
 
-    def emit_launch(self, stmt):
-        from . import tma
+    def _statement_rule(self, stmt):
+        for _, matches, emit in STATEMENT_RULES:
+            if matches(self, stmt):
+                return emit
+        return None
 
-        plan = self.plan
+    def emit_launch(self, stmt):
         extent = stmt.value
         is_threads = stmt.node.thread_tag == "threadIdx.x"
-        if plan.tma is not None and is_threads:
-            extent = extent + tma.PRODUCER_THREADS
-        if plan.tma is not None and not self.tensor_maps:
-            tma.emit_tensor_maps(self, plan.tma)  # host code: before the first launch dimension
+        if is_threads:
+            extent = extent + self.plan.producer_threads
+        if not self._host_done:
+            self._host_done = True
+            for hook in KERNEL_HOOKS["host"]:  # host code: before the first launch dimension
+                hook(self)
         self.bind_range(stmt.node.var, extent)
         with T.attr(stmt.node, "thread_extent", extent):
             if is_threads:
@@ -291,8 +314,8 @@ class Emitter:
                 self.emit_flat_views()
                 self.emit_pool()
                 self.emit_raster()
-                if plan.tma is not None:
-                    tma.emit_barrier_init(self, plan.tma)
+                for hook in KERNEL_HOOKS["thread"]:
+                    hook(self)
             self.emit(stmt.body)
 
     def emit_pool(self):
@@ -389,21 +412,17 @@ class Emitter:
         if self.plan.tma is None:
             T.evaluate(intrin.cta_sync())
             return
-        from .tma import named_barrier
-
         if self.scope.consumer:
-            T.evaluate(named_barrier(self.threads))
+            T.evaluate(intrin.named_barrier(self.threads))
         else:
             with T.If(self.tx < self.threads), T.Then():
-                T.evaluate(named_barrier(self.threads))
+                T.evaluate(intrin.named_barrier(self.threads))
 
     def async_copies_landed(self, pending: int):
         """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy."""
-        from .wgmma import fence_proxy_async
-
         T.evaluate(intrin.cp_async_wait(pending))
         if self.plan.uses_wgmma:
-            T.evaluate(fence_proxy_async())
+            T.evaluate(intrin.fence_proxy_async())
 
     def round_accumulator(self, buf):
         """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the

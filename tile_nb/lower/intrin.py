@@ -20,8 +20,10 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait",
     "cta_sync",
+    "fence_proxy_async",
     "ldmatrix_x4",
     "mma_m16n8k16",
+    "named_barrier",
 ]
 
 
@@ -199,3 +201,25 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask)
 }}
 """
     return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)
+
+
+def fence_proxy_async() -> tirx.Expr:
+    """`fence.proxy.async.shared::cta`: shared memory written by ordinary stores (cp.async included) becomes visible
+    to the async proxy (wgmma, TMA)."""
+    src = """
+__forceinline__ __device__ void tnb_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
+}
+"""
+    return cuda_func_call("tnb_fence_proxy_async", source_code=src)
+
+
+def named_barrier(threads: int) -> tirx.Expr:
+    """`bar.sync 1, threads`: a CTA barrier over the first `threads` threads only (id 0 is __syncthreads)."""
+    name = f"tnb_bar_sync_1_{threads}"
+    src = f"""
+__forceinline__ __device__ void {name}() {{
+  asm volatile("bar.sync 1, {threads};\\n" ::: "memory");
+}}
+"""
+    return cuda_func_call(name, source_code=src)

@@ -16,22 +16,19 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from .emitter import register_statement
 from .errors import LoweringError
+from .threads import distribute
 
-__all__ = ["distribute", "emit_for", "serial_nest"]
+__all__ = ["emit_for"]
 
 
 def _is_parallel(loop) -> bool:
     return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
 
 
+@register_statement(lambda em, s: isinstance(s, tirx.For) and "num_stages" not in (s.annotations or {}))
 def emit_for(em, loop):
-    ann = loop.annotations or {}
-    if "num_stages" in ann:
-        from .pipeline import emit_pipelined
-
-        emit_pipelined(em, loop)
-        return
     if _is_parallel(loop):
         emit_parallel(em, loop)
         return
@@ -48,39 +45,6 @@ def emit_for(em, loop):
         _, writes_shared = em.touches_shared(loop.body)
         if writes_shared and em.tx is not None and not em.scope.thread_code:
             em.sync()
-
-
-def serial_nest(extents, body_fn):
-    """Run `body_fn(indices)` over every point of `extents` in one thread (nested serial loops)."""
-    def rec(k, it):
-        if k == len(extents):
-            body_fn(it)
-            return
-        with T.serial(0, extents[k]) as i:
-            rec(k + 1, it + [i])
-
-    rec(0, [])
-
-
-def distribute(em, extents, body_fn):
-    """Run `body_fn(indices)` for every point of `extents`, split over the threads round-robin."""
-    total = 1
-    for e in extents:
-        total *= int(e)
-    threads = em.threads
-    steps = (total + threads - 1) // threads
-    with T.serial(0, steps) as it:
-        flat = it * threads + em.tx
-        idx, rest = [], flat
-        for e in reversed(extents):
-            idx.append(tirx.floormod(rest, int(e)))
-            rest = tirx.floordiv(rest, int(e))
-        idx.reverse()
-        if total % threads:
-            with T.If(flat < total), T.Then():
-                body_fn(idx)
-        else:
-            body_fn(idx)
 
 
 def emit_parallel(em, loop):

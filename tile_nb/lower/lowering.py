@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from . import copy as _copy  # noqa: F401  (registers T.tile.copy)
+# The emitter's rules, registered on import (emitter.py imports none of them):
+from . import copy as _copy  # noqa: F401  (T.tile.copy)
 from . import elementwise as _elementwise  # noqa: F401  (T.tile.fill)
 from . import gemm as _gemm  # noqa: F401  (T.tile.gemm)
+from . import loops as _loops  # noqa: F401  (T.serial / T.unroll / T.Parallel)
+from . import pipeline as _pipeline  # noqa: F401  (T.Pipelined: the cp.async pipeline)
 from . import reduce as _reduce  # noqa: F401  (T.tile.sum / max / min)
+from . import tma as _tma  # noqa: F401  (T.Pipelined: the warp-specialized TMA pipeline)
 from .emitter import Emitter
 from .plan import KernelPlan, make_plan
 

@@ -24,6 +24,7 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .copy import issue_async_copy
+from .emitter import register_statement
 from .irwalk import region_of, seq_items
 from .wgmma import drain_accumulators
 
@@ -38,6 +39,7 @@ def _issue(em, copies, loop_var, iteration, stages):
             issue_async_copy(em, c)
 
 
+@register_statement(lambda em, s: isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}))
 def emit_pipelined(em, loop):
     schedule = em.plan.pipelines[loop]
     body = seq_items(loop.body)

@@ -28,6 +28,7 @@ from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout
 from .schedule import schedule_pipeline
+from .tma import PRODUCER_THREADS, plan_tma
 from .wgmma import wgmma_eligible
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -52,6 +53,7 @@ class KernelPlan:
     pipeline_note: str
     pool_bytes: int
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (full[s], then empty[s])
+    producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
@@ -176,12 +178,10 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     plan = KernelPlan(
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, raster_group=_raster_group(func, grid, accumulators),
+        tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible)
     tma, note = None, ""
     if stages:
-        from .tma import plan_tma
-
         tma, note = plan_tma(func, plan)
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
@@ -195,7 +195,8 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
-                   tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset, notes=notes)
+                   tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
+                   producer_threads=PRODUCER_THREADS if tma is not None else 0, notes=notes)
 
 
 def _launch(func):

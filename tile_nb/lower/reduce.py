@@ -23,7 +23,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_tile_op
 from .irwalk import region_of, scope_of
-from .loops import distribute, serial_nest
+from .threads import distribute, serial_nest
 
 __all__ = ["accumulation_dtype", "lower_reduce"]
 

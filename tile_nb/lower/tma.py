@@ -41,11 +41,11 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
+from .emitter import register_kernel_hook, register_statement
 from .irwalk import region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, tirx_bits
 
-__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "named_barrier",
-           "plan_tma"]
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
 
 PRODUCER_THREADS = 32
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
@@ -219,8 +219,12 @@ def _plan_copy(plan, call, operands):
 
 # ---- host side: one tensor map per (tensor, box, swizzle) --------------------------------------------------
 
-def emit_tensor_maps(em, plan: TmaPlan):
+@register_kernel_hook("host")
+def emit_tensor_maps(em):
     """Bind and encode the tensor maps (host code, before the kernel launch): `em.tensor_maps[copy]`."""
+    plan = em.plan.tma
+    if plan is None:
+        return
     seen = {}
     for c in plan.copies:
         key = (c.global_buf, c.boxes[0].dims, c.swizzle)
@@ -305,12 +309,6 @@ def tma_load(rank, dst, tmap, bar, coords):
                    dst, tirx.address_of(tmap), bar, *coords)
 
 
-def named_barrier(threads):
-    """`bar.sync 1, threads`: a CTA barrier over the consumer threads only (id 0 is __syncthreads)."""
-    return _helper(f"tnb_bar_sync_1_{threads}", "",
-                   f'  asm volatile("bar.sync 1, {threads};\\n" ::: "memory");')
-
-
 # ---- device side ------------------------------------------------------------------------------------
 
 def _full(em, s):
@@ -321,8 +319,12 @@ def _empty(em, plan: TmaPlan, s):
     return intrin.address_of(em.barriers, [plan.stages + s])
 
 
-def emit_barrier_init(em, plan: TmaPlan):
+@register_kernel_hook("thread")
+def emit_barrier_init(em):
     """Thread 0 initialises the stage barriers; every thread (producer included) waits for that."""
+    plan = em.plan.tma
+    if plan is None:
+        return
     view = T.decl_buffer((2 * plan.stages,), "uint64", data=em.pool.data, byte_offset=em.plan.barrier_offset,
                          scope="shared.dyn")
     IRBuilder.name("stage_barriers", view)
@@ -335,10 +337,11 @@ def emit_barrier_init(em, plan: TmaPlan):
     T.evaluate(intrin.cta_sync())
 
 
-def emit_ws_loop(em, plan: TmaPlan):
+@register_statement(lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), priority=1)
+def emit_ws_loop(em, loop):
     from .wgmma import drain_accumulators
 
-    loop = plan.loop
+    plan = em.plan.tma
     start, n = em.expr(loop.min), em.expr(loop.extent)
     stages = plan.stages
     fd, fm = tirx.floordiv, tirx.floormod

@@ -23,7 +23,7 @@ from . import intrin
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
-__all__ = ["drain_accumulators", "fence_proxy_async", "lower_gemm_wgmma", "wgmma_eligible"]
+__all__ = ["drain_accumulators", "lower_gemm_wgmma", "wgmma_eligible"]
 
 
 def wgmma_eligible(target, call, threads) -> bool:
@@ -45,15 +45,6 @@ def wgmma_eligible(target, call, threads) -> bool:
     if trans_b and b_ext[-1] * 2 != bk * 2:
         return False
     return True
-
-
-def fence_proxy_async():
-    src = """
-__forceinline__ __device__ void tnb_fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
-}
-"""
-    return cuda_func_call("tnb_fence_proxy_async", source_code=src)
 
 
 def _desc_source():

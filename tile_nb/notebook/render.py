@@ -19,9 +19,13 @@ A code line that came from a line of the kernel's source has a tooltip naming it
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tile_nb.notebook.diff import align
 from tile_nb.notebook.highlight import escape, highlight_lines
-from tile_nb.notebook.views import KernelView, Section
+
+if TYPE_CHECKING:  # views.py renders through this module: the types only, no import cycle
+    from tile_nb.notebook.views import KernelView, Section
 
 __all__ = ["render_kernel_view"]
 
