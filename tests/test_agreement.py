@@ -482,3 +482,24 @@ def test_float16_bfloat16_casts_go_through_float32_in_cuda():
     X = torch.zeros(64).half()
     src = half_bf16_round_trip.compile(X, X.bfloat16(), X, target="sm_90a").cuda_source
     assert "((nv_bfloat16)((float)" in src  # CUDA would convert half -> nv_bfloat16 by its bits
+
+
+# ---- T.Parallel over T.dynamic extents ---------------------------------------------------------------------------
+
+@tile_nb.jit
+def scale_dynamic(X, Y):
+    M, N = T.dynamic('M'), T.dynamic('N')
+    X: T.Tensor[[M, N], T.float32]
+    Y: T.Tensor[[M, N], T.float32]
+    with T.Kernel(1, threads=128) as bx:
+        for i, j in T.Parallel(M, N):
+            Y[i, j] = X[i, j] * 3.0 + 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(5, 7), (1, 1), (33, 129)])
+def test_parallel_over_dynamic_extents(backend, shape):
+    X = rand(*shape, seed=16).to(backend)
+    Y = poisoned(*shape, device=backend)
+    scale_dynamic(X, Y)
+    torch.testing.assert_close(Y.cpu(), X.cpu() * 3.0 + 1.0)

@@ -17,7 +17,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_statement
-from .errors import LoweringError
 from .threads import distribute
 
 __all__ = ["emit_for"]
@@ -53,13 +52,10 @@ def emit_parallel(em, loop):
         loops.append(loops[-1].body)
     body = loops[-1].body
     extents = [em.expr(l.extent) for l in loops]
-    if not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
-        raise LoweringError("T.Parallel extents must be compile-time constants after specialization")
     layout = em.plan.fragments.loop_layouts.get(loop)
     with em.scoped(thread_code=True):
-        if layout is None:
-            distribute(em, [int(e) for e in extents],
-                       lambda idx: _emit_body(em, loops, body, idx))
+        if layout is None:  # a T.dynamic extent, too: the iterations go round-robin over the threads
+            distribute(em, extents, lambda idx: _emit_body(em, loops, body, idx))
         else:
             _emit_over_registers(em, loops, body, layout)
 

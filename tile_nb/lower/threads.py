@@ -20,20 +20,23 @@ def serial_nest(extents, body_fn):
 
 
 def distribute(em, extents, body_fn):
-    """Run `body_fn(indices)` for every point of `extents`, split over the threads round-robin."""
+    """Run `body_fn(indices)` for every point of `extents` (ints, or expressions of T.dynamic dims), split over the
+    threads round-robin: consecutive threads take consecutive points, so row-major accesses coalesce."""
     total = 1
     for e in extents:
-        total *= int(e)
+        total = total * (int(e) if isinstance(e, (int, tirx.IntImm)) else e)
     threads = em.threads
-    steps = (total + threads - 1) // threads
+    static = isinstance(total, int)
+    steps = (total + threads - 1) // threads if static else tirx.floordiv(total + threads - 1, threads)
     with T.serial(0, steps) as it:
         flat = it * threads + em.tx
         idx, rest = [], flat
         for e in reversed(extents):
-            idx.append(tirx.floormod(rest, int(e)))
-            rest = tirx.floordiv(rest, int(e))
+            e = int(e) if isinstance(e, (int, tirx.IntImm)) else e
+            idx.append(tirx.floormod(rest, e))
+            rest = tirx.floordiv(rest, e)
         idx.reverse()
-        if total % threads:
+        if not static or total % threads:
             with T.If(flat < total), T.Then():
                 body_fn(idx)
         else:
