@@ -152,3 +152,30 @@ def test_dynamic_dims_any_size(backend, cols):
     Y = torch.full_like(X, float("nan"))
     scale_tiles(X, Y)
     assert torch.equal(Y.cpu(), (X.cpu().float() * 2 + 1).half())
+
+
+# ---- abs-max (per-row quantization scales) -------------------------------------------------------------------------
+
+@tile_nb.jit
+def row_absmax(X, S, block_M: int = 2, threads: int = 128):
+    M, N = T.const('M, N')
+    X: T.Tensor[[M, N], T.float16]
+    S: T.Tensor[[M], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+        x = T.alloc_fragment((block_M, N), T.float32)
+        s = T.alloc_fragment((block_M,), T.float32)
+        T.copy(X[bx * block_M, 0], x)
+        T.reduce_absmax(x, s, dim=1)
+        T.copy(s, S[bx * block_M])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, threads", [((37, 1000), 128), ((3, 4096), 512), ((1, 1), 32)])
+def test_absmax_reduction(backend, shape, threads):
+    X = (torch.randn(*shape, generator=torch.Generator().manual_seed(3)) * 5).half().to(backend)
+    S = torch.full((shape[0],), float("nan"), device=backend)
+    row_absmax(X, S, threads=threads)
+    assert torch.equal(S.cpu(), X.cpu().float().abs().amax(dim=1))
+    if backend == "cpu":
+        src = row_absmax.compile(X, S, threads=threads, target="sm_90a").cuda_source
+        assert "fabsf" in src or "abs(" in src

@@ -145,9 +145,12 @@ def _reduce_rule(kind: str):
         accum = bool(_const(node.args[3], "accum")) if len(node.args) > 3 else False
         acc = V.accum_dtype(dst.dtype) if kind == "sum" else dst.dtype
         location = comp.location
+        absolute = bool(int((node.config or {}).get("absolute", 0)))  # T.reduce_absmax
 
         def reduction(f):
             tile = src.read(f)
+            if absolute:
+                tile = tile.abs()
             dims = [a % tile.dim() for a in axes]
             out = reduce(tile.to(acc), dims)
             _, _, d_exts = dst.resolve(f)

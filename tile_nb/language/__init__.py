@@ -17,7 +17,7 @@ Everything here builds IR while the front end elaborates a kernel; calling these
 """
 from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
 from .compute import (abs, atomic_add, cast, ceildiv, exp, exp2, gemm, if_then_else, infinity, log, log2, max, min,
-                      reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh)
+                      reduce_absmax, reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh)
 from .dtypes import ALL_DTYPES, DType, dtype
 from .loops import Kernel, Parallel, Pipelined, serial, unroll
 from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
@@ -42,7 +42,7 @@ __all__ = [
     "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType",
     "Kernel", "Pipelined", "Parallel", "serial", "unroll",
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
-    "gemm", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+    "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",

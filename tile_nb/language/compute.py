@@ -9,7 +9,7 @@ from .dtypes import as_dtype
 from .irutil import as_expr, is_load
 from .memory import region_of
 
-__all__ = ["gemm", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+__all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
            "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity"]
 
 _builtin_max, _builtin_min, _builtin_abs = max, min, abs
@@ -46,7 +46,7 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
     st.record_tile_op()
 
 
-def _reduce(op_name: str, src, dst, dim: int, clear: bool):
+def _reduce(op_name: str, src, dst, dim: int, clear: bool, absolute: bool = False):
     from tvm.tirx.script import tile as Tx
 
     st = _state.active(f"T.reduce_{op_name}")
@@ -60,8 +60,15 @@ def _reduce(op_name: str, src, dst, dim: int, clear: bool):
     if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got)):
         raise st.error(f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
                        f"gives {want}, but the destination is {got}")
-    {"sum": Tx.sum, "max": Tx.max, "min": Tx.min}[op_name](rd, rs, (axis,), not clear)
+    config = {"absolute": 1} if absolute else {}  # abs-max: `T.tile.max(..., absolute=1)` (docs/IR.md)
+    {"sum": Tx.sum, "max": Tx.max, "min": Tx.min}[op_name](rd, rs, (axis,), not clear, **config)
     st.record_tile_op()
+
+
+def reduce_absmax(src, dst, dim: int = -1, clear: bool = True):
+    """`T.reduce_absmax(src, dst, dim=1)`: max of `|src|` over `dim` into `dst` (combined with `dst` if
+    `clear=False`), e.g. the scale of a quantization."""
+    _reduce("max", src, dst, dim, clear, absolute=True)
 
 
 def reduce_max(src, dst, dim: int = -1, clear: bool = True):

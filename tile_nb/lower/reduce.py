@@ -71,13 +71,15 @@ def lower_reduce(em, call):
     src, srng = region_of(call.args[1])
     axes = sorted(int(a) % len(srng) for a in call.args[2])
     accum = bool(call.args[3])
+    # T.reduce_absmax: `T.tile.max(..., absolute=1)` takes |x| of every source element.
+    absolute = bool(int((call.config or {}).get("absolute", 0)))
     if src in em.registers and len(axes) == 1:
-        _reduce_registers(em, call, kind, dst, drng, src, axes[0], accum)
+        _reduce_registers(em, call, kind, dst, drng, src, axes[0], accum, absolute)
     else:
-        _reduce_serial(em, kind, dst, drng, src, srng, axes, accum)
+        _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute)
 
 
-def _reduce_registers(em, call, kind, dst, drng, src, dim, accum):
+def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
     layout = em.plan.layout(src)
     out = layout.slice(dim)
     acc = accumulation_dtype(dst.dtype if kind == "sum" else src.dtype)
@@ -92,6 +94,8 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum):
         with T.unroll(0, count) as k:
             r = layout.register_of(o, k, dim)
             value = _cast(tirx.BufferLoad(src_regs, [r]), acc)
+            if absolute:
+                value = tirx.abs(value)
             valid = layout.valid(tx, r)
             if valid is not None:
                 # A padding register leaves the partial as it is (max(p, p) = p). The identity itself stays out
@@ -181,7 +185,7 @@ def _place(mins, rng, coords, shape) -> list:
     return idx
 
 
-def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum):
+def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
     """Each thread computes whole results by a serial loop over the reduced dims."""
     smins = [em.expr(m) for m, _ in srng]
     sext = [int(e) for _, e in srng]
@@ -201,6 +205,8 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum):
             for d, i in zip(axes, red_idx):
                 idx[d] = i
             value = _cast(em.load(src, [m + i for m, i in zip(smins, idx)]), acc)
+            if absolute:
+                value = tirx.abs(value)
             T.buffer_store(running, _combine(kind, tirx.BufferLoad(running, [0]), value), [0])
 
         serial_nest(red_ext, step)
