@@ -21,6 +21,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_tile_op
 from .errors import LoweringError
+from .exprs import conjunction
 from .irwalk import region_of, scope_of
 from .layout import tirx_bits
 from .threads import distribute, serial_nest
@@ -58,16 +59,7 @@ class Operand:
             for c in (i >= 0, i < self.buf.shape[d]):
                 if not self.em.prove(c):
                     conds.append(c)
-        return _all(conds)
-
-
-def _all(conds):
-    out = None
-    for c in conds:
-        if c is None or c is True:
-            continue
-        out = c if out is None else tirx.And(out, c)
-    return out
+        return conjunction(*conds)
 
 
 def _space(dst, src):
@@ -212,9 +204,9 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
         inside = other.in_bounds(oidx) if other.scope == "global" else None
         valid = layout.valid(tx, r0)
         if loading:
-            _load_group(em, regs, r0, width, other, oidx, _all([valid, inside]), inside)
+            _load_group(em, regs, r0, width, other, oidx, conjunction(valid, inside), inside)
         else:
-            guard = _all([valid, inside, layout.replica_zero(tx)])
+            guard = conjunction(valid, inside, layout.replica_zero(tx))
             with _maybe_if(guard):
                 if width > 1:
                     T.evaluate(intrin.vector_store(_memory_pointer(em, other, oidx), _register_pointer(

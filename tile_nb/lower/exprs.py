@@ -13,7 +13,7 @@ from tvm.ir import prim
 
 from .errors import LoweringError
 
-__all__ = ["is_const_int", "rewrite", "walk_loads"]
+__all__ = ["conjunction", "is_const_int", "rewrite", "walk_loads"]
 
 _BINARY = tuple(
     getattr(prim.expr, name)
@@ -80,3 +80,16 @@ def is_const_int(e, value=None) -> bool:
     if isinstance(e, int):
         return value is None or e == value
     return isinstance(e, prim.expr.IntImm) and (value is None or int(e.value) == value)
+
+
+def conjunction(*conds):
+    """The And of conditions, where None (no condition) and True are skipped: None when nothing is left. Python
+    bools fold (one False makes False), so the same code serves int and IR coordinates."""
+    out = None
+    for c in conds:
+        if c is None or c is True:
+            continue
+        if c is False:
+            return False
+        out = c if out is None else tirx.And(out, c)
+    return out

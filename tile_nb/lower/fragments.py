@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
+from .exprs import conjunction
+
 __all__ = ["Digit", "FragmentLayout", "blocked", "mma_accumulator", "wgmma_accumulator"]
 
 _SOURCES = ("reg", "lane", "warp")
@@ -39,14 +41,6 @@ def _fm(a, b):
     if isinstance(a, int):
         return a % b
     return 0 if b == 1 else tirx.floormod(a, b)
-
-
-def _and(a, b):
-    if a is None:
-        return b
-    if isinstance(a, bool) and isinstance(b, bool):
-        return a and b
-    return tirx.And(a, b)
 
 
 def _pow2_floor(n: int) -> int:
@@ -144,7 +138,7 @@ class FragmentLayout:
         cond = None
         for k, (n, c) in enumerate(zip(self.shape, self.element(tx, r))):
             if self.covered(k) > n:
-                cond = _and(cond, c < n)
+                cond = conjunction(cond, c < n)
         return cond
 
     def replica_zero(self, tx):
@@ -153,7 +147,7 @@ class FragmentLayout:
         cond = None
         for d, v in self._thread_digits(tx):
             if d.dim is None:
-                cond = _and(cond, v == 0)
+                cond = conjunction(cond, v == 0)
         return cond
 
     # ---- derived layouts -------------------------------------------------------------------------------
@@ -233,7 +227,7 @@ class FragmentLayout:
         cond = None
         for d, v in self.decode("lane", _fm(tx, 32)):
             if d.dim == dim:
-                cond = _and(cond, v == 0)
+                cond = conjunction(cond, v == 0)
         return cond
 
     def vector(self) -> int:

@@ -16,6 +16,7 @@ from tvm.backend.cuda.op import cuda_func_call
 
 __all__ = [
     "address_of",
+    "asm_statement",
     "cp_async",
     "cp_async_commit",
     "cp_async_wait",
@@ -52,26 +53,23 @@ def cp_async(dst_ptr, src_ptr, nbytes: int, src_bytes) -> tirx.Expr:
     return cuda_func_call(name, dst_ptr, src_ptr, src_bytes, source_code=src)
 
 
-_COMMIT = """
-__forceinline__ __device__ void tnb_cp_async_commit() {
-  asm volatile("cp.async.commit_group;\\n" ::: "memory");
-}
+def asm_statement(name: str, ptx: str) -> tirx.Expr:
+    """A device function `name()` that is one PTX instruction `ptx` (a compiler memory barrier too)."""
+    src = f"""
+__forceinline__ __device__ void {name}() {{
+  asm volatile("{ptx}\\n" ::: "memory");
+}}
 """
+    return cuda_func_call(name, source_code=src)
 
 
 def cp_async_commit() -> tirx.Expr:
-    return cuda_func_call("tnb_cp_async_commit", source_code=_COMMIT)
+    return asm_statement("tnb_cp_async_commit", "cp.async.commit_group;")
 
 
 def cp_async_wait(pending: int) -> tirx.Expr:
     """Wait until at most `pending` committed cp.async groups of this thread are still in flight."""
-    name = f"tnb_cp_async_wait_{pending}"
-    src = f"""
-__forceinline__ __device__ void {name}() {{
-  asm volatile("cp.async.wait_group {pending};\\n" ::: "memory");
-}}
-"""
-    return cuda_func_call(name, source_code=src)
+    return asm_statement(f"tnb_cp_async_wait_{pending}", f"cp.async.wait_group {pending};")
 
 
 def ldmatrix_x4(dst_ptr, smem_ptr, trans: bool) -> tirx.Expr:
@@ -206,20 +204,9 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask)
 def fence_proxy_async() -> tirx.Expr:
     """`fence.proxy.async.shared::cta`: shared memory written by ordinary stores (cp.async included) becomes visible
     to the async proxy (wgmma, TMA)."""
-    src = """
-__forceinline__ __device__ void tnb_fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
-}
-"""
-    return cuda_func_call("tnb_fence_proxy_async", source_code=src)
+    return asm_statement("tnb_fence_proxy_async", "fence.proxy.async.shared::cta;")
 
 
 def named_barrier(threads: int) -> tirx.Expr:
     """`bar.sync 1, threads`: a CTA barrier over the first `threads` threads only (id 0 is __syncthreads)."""
-    name = f"tnb_bar_sync_1_{threads}"
-    src = f"""
-__forceinline__ __device__ void {name}() {{
-  asm volatile("bar.sync 1, {threads};\\n" ::: "memory");
-}}
-"""
-    return cuda_func_call(name, source_code=src)
+    return asm_statement(f"tnb_bar_sync_1_{threads}", f"bar.sync 1, {threads};")

@@ -22,6 +22,7 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_tile_op
+from .exprs import conjunction
 from .irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
 
@@ -53,15 +54,6 @@ def _combine(kind: str, a, b):
 
 def _cast(value, dtype):
     return value if str(value.ty) == str(dtype) else tirx.Cast(str(dtype), value)
-
-
-def _and(*conds):
-    out = None
-    for c in conds:
-        if c is None or c is True:
-            continue
-        out = c if out is None else tirx.And(out, c)
-    return out
 
 
 @register_tile_op("sum", "max", "min")
@@ -125,7 +117,7 @@ def _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot):
     ws = em.view(call)
     with T.unroll(0, out.regs) as o:
         lin = _linear(out.element(tx, o), out.shape)
-        guard = _and(out.valid(tx, o), layout.lane_is_first(tx, dim))
+        guard = conjunction(out.valid(tx, o), layout.lane_is_first(tx, dim))
         if guard is None:
             T.buffer_store(ws, tirx.BufferLoad(partial, [o]), [lin * slots + slot])
         else:
@@ -158,7 +150,7 @@ def _write_result(em, kind, dst, drng, out, partial, accum, acc):
     dmins = [em.expr(m) for m, _ in drng]
     with T.unroll(0, out.regs) as o:
         idx = _place(dmins, drng, out.element(tx, o), out.shape)
-        guard = _and(out.valid(tx, o), out.replica_zero(tx))
+        guard = conjunction(out.valid(tx, o), out.replica_zero(tx))
         value = tirx.BufferLoad(partial, [o])
 
         def store():

@@ -97,15 +97,6 @@ __forceinline__ __device__ void {name}(float* d) {{
     return cuda_func_call(name, acc_ptr, source_code=src)
 
 
-def _simple(name, ptx):
-    src = f"""
-__forceinline__ __device__ void {name}() {{
-  asm volatile("{ptx}\\n" ::: "memory");
-}}
-"""
-    return cuda_func_call(name, source_code=src)
-
-
 def lower_gemm_wgmma(em, call):
     (c_buf, _), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_b = bool(call.args[5])
@@ -132,7 +123,7 @@ def lower_gemm_wgmma(em, call):
         b_mode = 1
     g = tirx.floordiv(em.tx, 128)
 
-    T.evaluate(_simple("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
+    T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
         # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
         # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = 16 kk, row 64 m).
@@ -145,7 +136,7 @@ def lower_gemm_wgmma(em, call):
             b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
         T.evaluate(_wgmma_call(lay.bn, in_dtype, intrin.address_of(acc, [mb * (lay.bn // 2)]),
                                a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
-    T.evaluate(_simple("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
+    T.evaluate(intrin.asm_statement("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
     # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of
     # tma.py then releases, or the overlap variant's copies refill); the loop drains with wait 0 after it.
     if em.scope.mma_in_flight:
