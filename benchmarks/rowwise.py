@@ -198,7 +198,7 @@ def main():
         copy16 = X16.numel() * 2 * 2 / timed(lambda: Y16.copy_(X16)) / 1e9
         X32, Y32 = X16.float(), torch.empty(M, N, device="cuda")
         copy32 = X32.numel() * 4 * 2 / timed(lambda: Y32.copy_(X32)) / 1e9
-        del X16, Y16, X32, Y32
+        X16 = Y16 = X32 = Y32 = None  # free before the next size (the timed lambdas are done with them)
         print(f"N={N}: copy {copy16:.0f} GB/s (fp16), {copy32:.0f} GB/s (fp32)")
         for op in args.ops:
             X, W, B, Y = make_inputs(op, M, N)
@@ -263,7 +263,7 @@ def main():
                 vt = f"  x{row['vs_triton']:.2f} triton" if row["vs_triton"] else ""
                 print(f"  {op:12s} N={N:5d} {name:12s} {t * 1e6:9.1f} us {gbs:7.0f} GB/s {row['pct_copy']:5.1f}% copy"
                       f"  x{row['vs_torch']:.2f} torch{vt}  {note}{flag}")
-            del X, W, B, Y
+            X = W = B = Y = None
             torch.cuda.empty_cache()
     info["seconds"] = time.time() - start
     if args.out:

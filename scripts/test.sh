@@ -9,7 +9,14 @@ start=$(date +%s)
 bash scripts/install.sh
 py=$(bash scripts/python.sh)
 echo "install: $(( $(date +%s) - start )) s"
-"$py" -m pytest -p no:nbval -q tests
+"$py" -m pytest -p no:nbval -q -m "not difftest" tests
+# Lint, with the rule set pinned in pyproject.toml ([tool.ruff.lint]).
+"$py" -m ruff check tile_nb tests benchmarks
+# The differential tests' CPU tier (tests/difftest/README.md): generated kernels on the interpreter against a torch
+# model, each compiled for sm_90a and sm_80 (nvcc + ptxas). Derandomized: the same kernels every run.
+tier=$(date +%s)
+"$py" -m pytest -p no:nbval -p no:cacheprovider -q -m difftest tests/test_difftest_cpu.py
+echo "difftest CPU tier: $(( $(date +%s) - tier )) s"
 shopt -s nullglob
 notebooks=(notebooks/*.ipynb)
 if (( ${#notebooks[@]} )); then

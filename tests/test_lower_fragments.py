@@ -88,3 +88,15 @@ def test_lane_masks_and_warp_slots():
     assert layout.warp_slots(1, 70)[0] == 4
     rows = blocked((4, 1024), 128, 4)
     assert rows.warp_slots(1, 70)[0] == 1  # a warp per row: no shared-memory step
+
+
+@pytest.mark.parametrize("bm, bn, warps", [(128, 64, 4), (64, 32, 4), (128, 128, 8)])
+def test_row_coupled_mma_accumulator_takes_the_wgmma_row_order(bm, bn, warps):
+    """FlashAttention at head dim 128: Q K^T on mma.sync, P V on wgmma; their row statistics must share a layout."""
+    acc = MmaAccLayout.choose(bm, bn, warps, rows_per_warp=True)
+    assert acc.wgmma_rows
+    layout = acc.linear()
+    for tx in range(0, warps * 32, 3):
+        for r in range(acc.regs):
+            assert layout.element(tx, r) == [int(x) for x in acc.element(tx, r)]
+    assert layout.slice(1) == wgmma_accumulator(bm, 128, warps // 4).slice(1)

@@ -81,3 +81,16 @@ def test_column_sums_with_atomics(backend):
     out = torch.zeros(48, device=backend)
     ref.column_sums(X, out)
     assert rel_err(out, X.double().sum(dim=0)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_head_dim_128_mixed_mma(causal):
+    """block_M = 128 at head dim 128 on sm_90a: Q K^T runs on mma.sync (K = 128 is too wide for this wgmma path),
+    P V on wgmma; the row statistics are shared by both accumulators' layouts."""
+    b, h, s, d = 1, 2, 200, 128
+    Q, K, V = (torch.randn(b, h, s, d, generator=_gen(20 + i)).half().cuda() for i in range(3))
+    O = torch.full_like(Q, float("nan"))
+    ref.flash_attention(Q, K, V, O, causal=causal, block_M=128, block_N=64)
+    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+    assert rel_err(O, expected) < 5e-3

@@ -87,7 +87,7 @@ def lower_gemm(em, call):
 
     with T.unroll(0, k // 16) as kk:
         with T.unroll(0, mi_n) as mi:
-            m_off = wy * lay.warp_m + mi * 16 + tirx.floormod(q, 2) * 8
+            m_off = lay.row_base(wy, mi) + tirx.floormod(q, 2) * 8
             k_off = kk * 16 + tirx.floordiv(q, 2) * 8
             if trans_a:  # stored [K, M]: rows are k
                 ptr = smem_ptr(a_tile, a_buf, a0, k_off + li, m_off)

@@ -196,7 +196,7 @@ class _Collector:
                     self.force_shared(buf, f"it is an operand of T.gemm (line {line}): the tensor cores read it "
                                            "from shared memory")
         elif name == "copy":
-            (dst, drng), (src, srng) = regions[0], regions[1]
+            (dst, _), (src, _) = regions[0], regions[1]
             if self.is_fragment(dst) and self.is_fragment(src):
                 if _static_shape(dst) == _static_shape(src):
                     self.equal.append((dst, src, f"T.copy({src.name}, {dst.name})", line))

@@ -136,22 +136,35 @@ class MmaAccLayout:
     bn: int
     wm: int
     wn: int
+    wgmma_rows: bool = False  # m16 blocks dealt to warps as wgmma does (see `row_base`), not contiguously
 
     @staticmethod
     def choose(bm: int, bn: int, warps: int, rows_per_warp: bool = False) -> MmaAccLayout:
         """The grid of `choose_warp_grid`; with `rows_per_warp` (a row-wise reduction or row statistic uses the
-        accumulator) all warps along M when the rows allow, so a row never spans two warps."""
+        accumulator) all warps along M when the rows allow, so a row never spans two warps, and, where the shape
+        allows, with the row order of a wgmma accumulator: the row statistics of an mma.sync and a wgmma
+        accumulator (FlashAttention's scores and output) then share one register layout."""
         if rows_per_warp and bm % (16 * warps) == 0 and bn % 16 == 0:
-            return MmaAccLayout(bm, bn, warps, 1)
+            wgmma_rows = warps % 4 == 0 and bm % (64 * (warps // 4)) == 0
+            return MmaAccLayout(bm, bn, warps, 1, wgmma_rows)
         return MmaAccLayout(bm, bn, *choose_warp_grid(bm, bn, warps))
+
+    def row_base(self, wy, mi):
+        """First row of m16 block `mi` of the warps' row `wy`: contiguous (wy * warp_m + 16 mi), or as wgmma deals
+        rows (warpgroup g = wy / 4 owns m64 blocks, warp wy % 4 of it rows 16 (wy % 4) of each)."""
+        if not self.wgmma_rows:
+            return wy * self.warp_m + mi * 16
+        return (tirx.floordiv(wy, 4) * self.mi + mi) * 64 + tirx.floormod(wy, 4) * 16
 
     @property
     def warps(self) -> int:
         return self.wm * self.wn
 
     def linear(self):
-        from .fragments import mma_accumulator
+        from .fragments import mma_accumulator, wgmma_accumulator
 
+        if self.wgmma_rows:  # wn == 1: exactly a wgmma accumulator's registers over warps // 4 warpgroups
+            return wgmma_accumulator(self.bm, self.bn, self.wm // 4)
         return mma_accumulator(self.bm, self.bn, self.wm, self.wn)
 
     @property
@@ -184,7 +197,7 @@ class MmaAccLayout:
         lane = tirx.floormod(tx, 32)
         fd, fm = tirx.floordiv, tirx.floormod
         mi, ni, h, e = fd(r, self.ni * 4), fm(fd(r, 4), self.ni), fm(fd(r, 2), 2), fm(r, 2)
-        row = wy * self.warp_m + mi * 16 + h * 8 + tirx.floordiv(lane, 4)
+        row = self.row_base(wy, mi) + h * 8 + tirx.floordiv(lane, 4)
         col = wx * self.warp_n + ni * 8 + tirx.floormod(lane, 4) * 2 + e
         return row, col
 
