@@ -4,8 +4,9 @@
 
 Run it after a change that alters what a notebook shows (IR printing, the views), review the diff of the stored
 outputs, and commit it. Each notebook runs in a fresh kernel from its own folder, with the repository on
-PYTHONPATH; cells marked `# NBVAL_SKIP` (GPU cells, long compile listings) keep no output, as they are not
-compared and their output depends on the machine.
+PYTHONPATH. Cells marked `# NBVAL_SKIP` (long compile listings) keep no output, as they are not compared and their
+output depends on the machine. Cells that need a GPU (tag `gpu`, see tile_nb.testing) run only where torch sees a
+CUDA device; elsewhere they are not run and keep what they stored, exactly as `pytest --nbval` skips them.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tile_nb.testing import cuda_device, needs_gpu  # noqa: E402
+
+_NO_GPU_TAG = "tile-nb-not-run-without-gpu"  # added for the run only: nbclient skips cells with this tag
 
 
 def execute(path: Path, timeout: int = 600) -> None:
@@ -23,9 +28,20 @@ def execute(path: Path, timeout: int = 600) -> None:
 
     nb = nbformat.read(path, as_version=4)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    gpu_cells = [c for c in nb.cells if c.cell_type == "code" and needs_gpu(c)]
+    skipped = gpu_cells if cuda_device() is None else []
+    for cell in skipped:
+        cell.metadata.setdefault("tags", []).append(_NO_GPU_TAG)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            skip_cells_with_tag=_NO_GPU_TAG, resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+    for cell in skipped:
+        cell.metadata["tags"].remove(_NO_GPU_TAG)
+        if not cell.metadata["tags"]:
+            del cell.metadata["tags"]
+    if skipped:
+        print(f"{path}: {len(skipped)} cell(s) need a GPU and were not run (no CUDA device); they keep their "
+              "stored outputs", file=sys.stderr)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue

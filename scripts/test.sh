@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install, then run the unit tests (without the nbval plugin, which costs ~2 s per run) and the tutorial
-# notebooks under nbval. GPU tests are skipped, with the reason, where no CUDA device is present.
+# notebooks under nbval. GPU tests are skipped, with the reason, where no CUDA device is present; so are notebook
+# cells tagged `gpu` (the tile_nb pytest plugin, which also applies tile_nb's output sanitizers and prints the
+# compared / ignored / skipped / failed cells of each notebook). TILE_NB_GPU=require: fail instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -18,7 +20,7 @@ echo "difftest CPU tier: $(( $(date +%s) - tier )) s"
 shopt -s nullglob
 notebooks=(notebooks/*.ipynb)
 if (( ${#notebooks[@]} )); then
-  "$py" -m pytest -q -p no:cacheprovider --nbval "${notebooks[@]}" --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+  "$py" -m pytest -q -p no:cacheprovider --nbval --tile-nb-gpu="${TILE_NB_GPU:-auto}" "${notebooks[@]}"
 fi
 # The JupyterLab extension's unit tests (Jest), where Node is installed.
 if command -v npm >/dev/null 2>&1; then
