@@ -9,6 +9,7 @@ import tile_nb
 import tile_nb.language as T
 from tile_nb import errors
 from tile_nb.jit import CallFacts
+from tile_nb.lower import LoweringError
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -263,12 +264,57 @@ def test_shared_memory_budget_is_checked_at_compile_with_every_buffer():
     from kernels import reference as ref
 
     X = torch.empty(64, 8192).half()
-    with pytest.raises(tile_nb.lower.LoweringError) as info:
+    with pytest.raises(LoweringError) as info:
         ref.rms_norm.compile(X, torch.empty(8192).half(), X, block_M=4, target="sm_90a")
     message = str(info.value)
     assert "sm_90a allows 227.0 KiB" in message
     assert "x: local.fragment (4, 8192) float32 = 128.0 KiB" in message and "sq: " in message
     assert info.value.lineno is not None and "alloc_fragment" in info.value.source_line()
+
+
+
+@tile_nb.jit
+def row_softmax_of_wide_gemm(A, B, P):
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[N, K], T.float16]
+    P: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, 64), threads=128) as bx:
+        A_s = T.alloc_shared((64, K), T.float16)
+        B_s = T.alloc_shared((N, K), T.float16)
+        scores = T.alloc_fragment((64, N), T.float32)
+        row_max = T.alloc_fragment((64,), T.float32)
+        T.copy(A[bx * 64, 0], A_s)
+        T.copy(B[0, 0], B_s)
+        T.clear(scores)
+        T.gemm(A_s, B_s, scores, transpose_B=True)
+        T.reduce_max(scores, row_max, dim=1)
+        for i, j in T.Parallel(64, N):
+            scores[i, j] = T.exp(scores[i, j] - row_max[i])
+        T.copy(scores, P[bx * 64, 0])
+
+
+def wide_gemm_inputs(m, n, k, device="cpu"):
+    return (rand(m, k, seed=17).half().to(device), rand(n, k, seed=18).half().to(device),
+            poisoned(m, n, device=device))
+
+
+def test_fragments_over_the_register_budget_move_to_shared_memory():
+    # scores alone takes 224 of a thread's registers, over the 215 it can spare: the row fragment moves to shared
+    # memory (this looped forever when the T.Parallel loop kept giving row_max a register layout)
+    plan = row_softmax_of_wide_gemm.compile(*wide_gemm_inputs(64, 448, 32), target="sm_90a").plan
+    where = {f["name"]: (f["where"], f["layout"]) for f in plan["fragments"]}
+    assert where["row_max"][0] == "shared memory" and "registers a thread can spare" in where["row_max"][1]
+    assert plan["fragment_registers"] == 224
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_row_fragment_in_shared_memory_computes_the_same(backend):
+    A, B, P = wide_gemm_inputs(70, 448, 32, backend)
+    row_softmax_of_wide_gemm(A, B, P)
+    scores = A.cpu().double() @ B.cpu().double().T
+    torch.testing.assert_close(P.cpu().double(), torch.exp(scores - scores.amax(1, keepdim=True)), rtol=2e-3,
+                               atol=2e-3)
 
 
 # ---- argument checks -------------------------------------------------------------------------------------------------

@@ -100,6 +100,12 @@ def test_seed_gemm_with_pointers():
     assert torch.allclose(C, A.float() @ B.float(), rtol=1e-4, atol=1e-3)
 
 
+def test_pointer_call_without_its_consts_names_them():
+    A = rand(64, 32, dtype=torch.float16)
+    with pytest.raises(errors.MissingConstError, match=r"const 'M'.*pointer arguments carry no shape: A, B, C"):
+        gemm_ptr(A.data_ptr(), A.data_ptr(), A.data_ptr())
+
+
 @tile_nb.jit
 def scale_rows(X, Y, alpha: T.float32, block: int = 64):
     N = T.dynamic('N')

@@ -145,6 +145,14 @@ def test_dynamic_dim_divisible_by_16_keeps_vector_accesses():
     assert "tnb_vld_float16x8_float32" in divisible.cuda_source and divisible.plan["assumes"] == ["N % 16 == 0"]
 
 
+def test_compile_with_tensors_uses_the_facts_of_a_launch_on_them():
+    X = torch.empty(37, 1024).half()
+    assert scale_tiles.compile(X, X, target="sm_90a").plan["assumes"] == ["N % 16 == 0"]
+    shifted = torch.empty(37 * 1000 + 1).half()[1:].view(37, 1000)
+    assert scale_tiles.compile(shifted, X[:, :1000].contiguous(), target="sm_90a").plan["assumes"] == [
+        "X not 16-byte aligned"]
+    assert scale_tiles.compile(target="sm_90a").plan["assumes"] == []  # no tensors: the general kernel
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("cols", [1000, 1024, 17, 1])
 def test_dynamic_dims_any_size(backend, cols):

@@ -240,9 +240,10 @@ class JITFunction:
     def _sources(self, elab: Elaboration):
         """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it."""
         consts, dynamics = {}, {}
+        pointers = {p.name for p in self.signature.runtime if p.kind == POINTER}  # an address carries no shape
         for name in self._runtime_names:
             param = elab.buffers.get(name)
-            if param is None:
+            if param is None or name in pointers:
                 continue
             for dim, expr in enumerate(param.annotation.shape):
                 hit = _bare_var(expr, elab)
@@ -277,8 +278,10 @@ class JITFunction:
                 continue
             source = template.const_sources.get(const)
             if source is None:
+                pointers = [p.name for p in self.signature.runtime if p.kind == POINTER]
+                why = f" (pointer arguments carry no shape: {', '.join(pointers)})" if pointers else ""
                 raise MissingConstError(
-                    f"{name}() needs a value for const '{const}': no tensor dim is exactly {const}",
+                    f"{name}() needs a value for const '{const}': no tensor dim is exactly {const}{why}",
                     **self._def_where(), hint=f"pass it as a keyword, e.g. {name}(..., {const}=1024)")
             param, kind, dim = source
             if param not in runtime:
@@ -354,11 +357,17 @@ class JITFunction:
 
     def compile(self, *args, target=None, **kwargs):
         """Specialize and compile (no GPU needed): the kernel holds `.cuda_source`, `.ptx`, `.sass`, `.resources`,
-        `.lowered_ir` and `.timings`."""
+        `.lowered_ir`, `.plan` and `.timings`. Given every runtime argument (tensors), it is the kernel a launch
+        on them uses (the tensors' pointer alignment and the divisibility of their T.dynamic dims, as
+        `plan["assumes"]` lists); given consts as keywords, the general kernel (aligned pointers, no divisibility)."""
         start = time.perf_counter()
-        template, spec, _ = self._specialize(args, kwargs)
+        template, spec, runtime = self._specialize(args, kwargs)
         elaborate_s = time.perf_counter() - start
-        return self._compiled(spec, target, elaborate_s)
+        facts = None
+        if len(runtime) == len(self._runtime_names):
+            spec, ordered, device = self._checked_call(args, kwargs)
+            facts = self._call_facts(spec, [a for a in ordered if a is not None] + self._outputs(spec, ordered, device))
+        return self._compiled(spec, target, elaborate_s, facts)
 
     def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None):
         """The compiled kernel for `target` and this call's `facts` (pointer alignment, divisibility of the

@@ -262,6 +262,8 @@ def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines) 
         demoted = _over_budget(c, layouts)
         if not demoted:
             break
+        # each pass must move a fragment out of registers, or the loop would not end
+        assert any(buf not in c.shared for buf in demoted), f"{[b.name for b in demoted]} are already in shared memory"
         for buf, reason in demoted.items():
             c.force_shared(buf, reason)
     shared = {b: c.shared[b] for b in c.fragments if b in c.shared and b not in accumulators}
@@ -317,10 +319,10 @@ def _solve(c: _Collector, threads: int) -> dict:
         for b in full[1:]:
             equal.append((full[0], b, f"the T.Parallel loop at line {loop.line} indexes both", loop.line))
         if full:
-            for b in loop.rows:
+            for b in (b for b in loop.rows if b not in c.shared):
                 slices.append((full[0], 1, b, f"the T.Parallel loop at line {loop.line} (row of {full[0].name})",
                                loop.line))
-            for b in loop.cols:
+            for b in (b for b in loop.cols if b not in c.shared):
                 slices.append((full[0], 0, b, f"the T.Parallel loop at line {loop.line} (column of "
                                               f"{full[0].name})", loop.line))
     layouts: dict = {}

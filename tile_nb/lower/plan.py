@@ -68,6 +68,10 @@ class KernelPlan:
             return acc.linear()
         return self.fragments.layout(buf)
 
+    def register_layouts(self) -> dict:
+        """Every fragment held in registers (the T.gemm accumulators included) -> its layout."""
+        return {b: a.linear() for b, a in self.accumulators.items()} | dict(self.fragments.layouts)
+
     def in_registers(self, buf) -> bool:
         return buf in self.accumulators or self.fragments.layout(buf) is not None
 
@@ -113,8 +117,7 @@ class KernelPlan:
                 "tile": [a.bm, a.bn]} for buf, a in self.accumulators.items()]
         return {
             "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
-            "shared_bytes": self.pool_bytes, "fragment_registers": self.fragments.registers + sum(
-                a.linear().regs for a in self.accumulators.values()),
+            "shared_bytes": self.pool_bytes, "fragment_registers": sum(l.regs for l in self.register_layouts().values()),
             "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
             "assumes": [f"{n} % 16 == 0" for n in sorted(self.divisible)] +
                        [f"{n} not 16-byte aligned" for n in sorted(self.unaligned)],
