@@ -4,8 +4,10 @@ record the peak memory of each run; print a table; exit 1 when a notebook fails 
     python scripts/binder_run.py notebooks/*.ipynb [--limit-mb 1000]
 
 Run by scripts/binder_check.sh with the binder environment's python. Peak memory is sampled every 50 ms with
-psutil: the resident set of the kernel process and its children (what the notebook itself costs), and the total
-with this driver process (nbclient) added. RSS sums count shared pages once per process, so they err high.
+psutil: the proportional set size (PSS) of the kernel process and its children (what the notebook itself costs),
+and the total with this driver process (nbclient) added. PSS splits each shared page among the processes that
+map it, so the sum counts a library shared by a kernel and its compile workers once, as the container's memory
+limit does; a sum of resident sets (RSS, used where PSS is not available) would count it once per process.
 Cells that raise fail the run, except those tagged `raises-exception` (they show an error on purpose).
 """
 from __future__ import annotations
@@ -25,8 +27,16 @@ from nbclient import NotebookClient
 MB = 1e6
 
 
+def footprint(proc: psutil.Process) -> int:
+    """Bytes of memory `proc` accounts for: its PSS (Linux), else its RSS."""
+    try:
+        return proc.memory_full_info().pss
+    except (AttributeError, psutil.AccessDenied):  # no PSS on this platform, or smaps unreadable
+        return proc.memory_info().rss
+
+
 class PeakSampler(threading.Thread):
-    """Samples the RSS of this process and of all its descendants until stopped; keeps the peaks."""
+    """Samples the memory of this process and of all its descendants until stopped; keeps the peaks."""
 
     def __init__(self, interval: float = 0.05):
         super().__init__(daemon=True)
@@ -40,11 +50,11 @@ class PeakSampler(threading.Thread):
         children = 0
         for proc in self.me.children(recursive=True):
             try:
-                children += proc.memory_info().rss
+                children += footprint(proc)
             except psutil.Error:  # a process that just ended
                 pass
         self.peak_children = max(self.peak_children, children)
-        self.peak_total = max(self.peak_total, children + self.me.memory_info().rss)
+        self.peak_total = max(self.peak_total, children + footprint(self.me))
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         status = "FAILED" if r["error"] else ("OVER LIMIT" if r["total_mb"] > args.limit_mb else "ok")
         print(f"{r['name']:<{width}}  {r['cells']:>5}  {r['seconds']:>7.1f}  {r['kernel_mb']:>14.0f}  "
               f"{r['total_mb']:>13.0f}  {status}")
-    print(f"peak kernel: the kernel process and its children; peak total: with the nbclient driver. "
+    print(f"peak kernel (PSS): the kernel process and its children; peak total: with the nbclient driver. "
           f"Limit {args.limit_mb:.0f} MB (mybinder.org guarantees 1 GB).")
     failed = [r["name"] for r in rows if r["error"] or r["total_mb"] > args.limit_mb]
     if failed:

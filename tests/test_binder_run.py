@@ -42,7 +42,7 @@ def test_peaks_are_measured_and_limits_enforced(tmp_path, capsys):
     import psutil
 
     # The total counts this process (the nbclient driver) too: 150 MB above what it holds now.
-    limit = psutil.Process().memory_info().rss / 1e6 + 150
+    limit = binder_run.footprint(psutil.Process()) / 1e6 + 150
     assert binder_run.main([str(big), str(wrong), str(shown), "--limit-mb", str(limit)]) == 1
     out = capsys.readouterr()
     rows = {line.split()[0]: line for line in out.out.splitlines() if line.endswith(("ok", "FAILED", "OVER LIMIT"))}

@@ -156,6 +156,9 @@ def test_a_worker_publishes_to_the_disk_cache_and_the_parent_loads_it(cache_dir)
     job = {"id": 7, "ir": func.script(), "target": "sm_90a", "options": {}, "env": {}}
     with ProcessPool(1, inline_while_starting=False) as pool:
         (out,) = list(pool.run([job]))
+        maps = Path(f"/proc/{out['pid']}/maps")
+        if maps.exists():  # the worker compiles without torch (tvm_ffi would load it: ~200 MB per worker)
+            assert "libtorch" not in maps.read_text()
     assert out["ok"] and out["id"] == 7 and out["pid"] != os.getpid() and out["resources"]["registers"] > 0
     import tile_nb.runtime as rt
 

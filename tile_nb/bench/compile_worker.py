@@ -116,6 +116,9 @@ def main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # tvm_ffi imports torch whenever it can (~200 MB per process); a compile worker never touches a tensor, and
+    # with n workers next to a notebook that memory decides whether tuning fits a 2 GB binder container
+    sys.modules.setdefault("torch", None)
     try:
         import tvm  # noqa: F401 - the slow import happens before "ready", not inside the first job
 
