@@ -35,8 +35,9 @@ def _notebook(path: Path, *sources: str, tags: list[str] | None = None) -> Path:
 
 def test_peaks_are_measured_and_limits_enforced(tmp_path, capsys):
     binder_run = _runner()
-    # 200 MB held by the kernel: the peak must show it.
-    big = _notebook(tmp_path / "big.ipynb", "x = bytearray(200_000_000)\nx[::4096] = b'1' * len(x[::4096])")
+    # 200 MB held by the kernel for half a second (the sampler looks every 50 ms): the peak must show it.
+    big = _notebook(tmp_path / "big.ipynb", "import time\nx = bytearray(200_000_000)\nx[::4096] = b'1' * len(x[::4096])\n"
+                                            "time.sleep(0.5)")
     wrong = _notebook(tmp_path / "wrong.ipynb", "raise ValueError('on purpose')", "print('not reached')")
     shown = _notebook(tmp_path / "shown.ipynb", "raise ValueError('shown')", tags=["raises-exception"])
     import psutil
