@@ -16,6 +16,9 @@ def test_explore_rerenders_on_change():
     assert ex.view.consts == {"M": 64, "K": 32, "N": 64}
     ex.controls["M"].value = 128
     assert ex.view.consts["M"] == 128
+    # the view lives in the Output widget's state (one display), not in messages only a browser would keep
+    (shown,) = ex.output.outputs
+    assert shown["output_type"] == "display_data" and "KernelView" in shown["data"]["text/plain"]
     ex.controls["block_M"].value = 64
     assert any(p.name == "block_M" and p.annotation == "= 64" for p in ex.view.params)
     assert repr(ex) == "Explorer(gemm: M, N, block_M)"
@@ -28,7 +31,8 @@ def test_explore_shows_errors_in_place():
     from tile_nb.notebook.widgets import explore
 
     ex = explore(FakeGemm(), M=[64], N=[64])  # no K: the fake cannot specialize
-    assert ex.view is None
+    assert ex.view is None and ex.error == "KeyError: 'K'"
+    assert ex.output.outputs == ({"output_type": "stream", "name": "stdout", "text": "KeyError: 'K'\n"},)
 
 
 def test_explore_needs_values():

@@ -35,6 +35,7 @@ class Explorer:
             control.observe(self._changed, names="value")
         self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.output])
         self.view = None
+        self.error: str | None = None  # why the current choice has no view (shown in place of it)
         self.render()
 
     def values(self) -> dict[str, Any]:
@@ -43,17 +44,19 @@ class Explorer:
 
     def render(self) -> None:
         """Rebuild the view for the current values; an error is shown in place of the view."""
-        from IPython.display import display
-
-        self.output.clear_output(wait=True)
-        with self.output:
-            try:
-                self.view = kernel_view(self.kernel, (), self.values(), **self.view_options)
-            except Exception as err:  # noqa: BLE001 - a bad combination must not break the widget
-                self.view = None
-                print(f"{type(err).__name__}: {getattr(err, 'message', None) or err}")
-            else:
-                display(self.view)
+        # The output's `outputs` are set rather than written through `with self.output:`, which sends iopub
+        # messages that only a browser turns into widget state (nbval and a slider moved from code would see them
+        # as the cell's own outputs).
+        self.output.outputs = ()
+        try:
+            self.view = kernel_view(self.kernel, (), self.values(), **self.view_options)
+        except Exception as err:  # noqa: BLE001 - a bad combination must not break the widget
+            self.view = None
+            self.error = f"{type(err).__name__}: {getattr(err, 'message', None) or err}"
+            self.output.append_stdout(self.error + "\n")
+        else:
+            self.error = None
+            self.output.append_display_data(self.view)
 
     def _changed(self, _change) -> None:
         self.render()
