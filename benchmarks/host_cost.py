@@ -1,0 +1,110 @@
+"""Where the host time of one cached call goes (GPU): the seed GEMM at 128^3 in a host-bound loop, taken apart.
+
+    python benchmarks/host_cost.py [--n 3000] [--json out.json]
+
+Each line times N back-to-back calls of one piece of the call path, synchronised once at the end (per-call wall
+time), next to torch.matmul in the same loop:
+  - `gemm(a, b, c)`: the whole cached call of the `@lazy_jit` kernel;
+  - the front end alone (the launch replaced by a no-op): binding, checks, the compiled-kernel lookup;
+  - `kernel(a, b, c)` and `kernel._func(a, b, c)`: the CompiledKernel and the raw tvm_ffi function on torch tensors;
+  - the raw function on tensors converted to tvm_ffi once (what DLPack conversion per call costs);
+  - the GPU time of one launch (launches queued behind `torch.cuda._sleep`, so the host is never waited on).
+A loop is host-bound when its per-call time is above the GPU time per launch.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from kernels.seed import gemm  # noqa: E402
+from tile_nb.runtime.kernel import CompiledKernel  # noqa: E402
+
+
+def per_call_us(fn, n):
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def gpu_us_per_launch(fn, n=200):
+    """GPU time of one launch: the launches wait behind a ~20 ms sleep kernel, so they run back to back."""
+    for _ in range(10):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(40_000_000)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / n
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=3000)
+    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    import tvm_ffi
+
+    size = args.size
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    c = torch.empty(size, size, device="cuda", dtype=torch.float32)
+    c16 = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    gemm(a, b, c)
+    torch.testing.assert_close(c, (a.float() @ b.float()), atol=1e-2, rtol=1e-3)
+    kernel = gemm.compile(a, b, c)   # the very kernel the call above launched (same facts, from spec.compiled)
+    raw = kernel._func
+    ta, tb, tc = (tvm_ffi.from_dlpack(t) for t in (a, b, c))
+
+    facts = {
+        "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "size": size, "n": args.n,
+        "torch_has_dlpack_c_exchange_api": hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+        or hasattr(torch.Tensor, "__c_dlpack_exchange_api__"),
+    }
+    rows = {}
+
+    def row(name, fn):
+        rows[name] = per_call_us(fn, args.n)
+        print(f"  {name:44s} {rows[name]:7.2f} us per call", flush=True)
+
+    print(json.dumps(facts))
+    row("empty loop", lambda: None)
+    row("torch.matmul(a, b, out=c16)", lambda: torch.matmul(a, b, out=c16))
+    row("gemm(a, b, c)  (whole cached call)", lambda: gemm(a, b, c))
+    row("kernel(a, b, c)  (CompiledKernel)", lambda: kernel(a, b, c))
+    row("kernel._func(a, b, c)  (tvm_ffi, torch)", lambda: raw(a, b, c))
+    row("kernel._func(ta, tb, tc)  (tvm_ffi tensors)", lambda: raw(ta, tb, tc))
+    row("tvm_ffi.from_dlpack(a)", lambda: tvm_ffi.from_dlpack(a))
+    row("torch.cuda.current_stream()", torch.cuda.current_stream)
+    row("a.data_ptr(), a.shape, a.dtype", lambda: (a.data_ptr(), a.shape, a.dtype))
+    launch = CompiledKernel.__call__
+    CompiledKernel.__call__ = lambda self, *args: None
+    try:
+        row("gemm(a, b, c) with a no-op launch (front end)", lambda: gemm(a, b, c))
+    finally:
+        CompiledKernel.__call__ = launch
+    gpu = {"seed kernel": gpu_us_per_launch(lambda: raw(a, b, c)),
+           "torch.matmul": gpu_us_per_launch(lambda: torch.matmul(a, b, out=c16))}
+    for name, us in gpu.items():
+        print(f"  GPU time per launch, {name:23s} {us:7.2f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**facts, "per_call_us": rows, "gpu_us_per_launch": gpu}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
