@@ -20,7 +20,7 @@ import torch
 ROOT = __file__.rsplit("/benchmarks/", 1)[0]
 sys.path[:0] = [ROOT, ROOT + "/tests"]
 import tile_nb.language as T  # noqa: E402
-from kernels.seed import gemm_variant  # noqa: E402  (the seed GEMM with its launch shape as parameters)
+from kernels.seed import gemm_split_k, gemm_variant  # noqa: E402  (the seed GEMM with its launch shape as parameters)
 
 
 # fp16 in and out, fp32 accumulation (the CUDA is identical to the kernel this file defined before 2026-12-02 13:40)
@@ -40,6 +40,13 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s2": (dict(BIG, num_stages=2), {}),
     "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
     "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
+}
+
+SPLIT_K = {  # --split-k: slices of K over a third grid axis, summed with atomics into a zeroed fp32 C (timed with it)
+    "split-K 128x256x64 k2": dict(block_N=256, split_K=2),
+    "split-K 128x256x64 k4": dict(block_N=256, split_K=4),
+    "split-K 128x128x64 k2": dict(block_N=128, split_K=2, threads=128),
+    "split-K 128x128x64 k4": dict(block_N=128, split_K=4, threads=128),
 }
 
 
@@ -79,6 +86,7 @@ def main():
                     help="seconds of GPU idle before timing each config: burst (boost clock) instead of sustained "
                          "(power-capped) figures; the H200 hits its 700 W cap within ~1 s of back-to-back 8192^3 GEMMs")
     ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
+    ap.add_argument("--split-k", action="store_true", help="also time the SPLIT_K table (sizes <= 4096)")
     args = ap.parse_args()
     rows = []
     if args.probe:
@@ -113,6 +121,17 @@ def main():
             firsts[name] = time.perf_counter() - t0
             errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
             kernels[name] = functools.partial(kern, a, b, c)
+        for name, cfg in (SPLIT_K.items() if args.split_k and n <= 4096 else ()):
+            c32 = torch.empty(n, n, device="cuda")
+            t0 = time.perf_counter()
+            kern = gemm_split_k.compile(a, b, c32, **cfg)
+            c32.zero_()
+            kern(a, b, c32)
+            torch.cuda.synchronize()
+            firsts[name] = time.perf_counter() - t0
+            errs[name] = ((c32 - ref).norm() / ref.norm()).item()
+            kernels[name] = functools.partial(lambda k, a, b, c32: (c32.zero_(), k(a, b, c32)), kern, a, b, c32)
+            configs[name] = (cfg, {})
         # Round-robin: every config (torch included) is timed once per round, so clock and thermal drift
         # over the run hit all of them alike; the reported time is the median of the round medians.
         per_round = {name: [] for name in kernels}

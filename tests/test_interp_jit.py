@@ -224,6 +224,18 @@ def test_dsl_out_of_bounds_store_names_buffer_index_and_line():
     assert isinstance(err, tile_nb.TileNBError)
 
 
+@pytest.mark.parametrize("shape, split", [((1, 1, 1), 4), ((130, 300, 200), 3), ((40, 20, 64), 8)])
+def test_split_k_gemm_on_the_interpreter(shape, split):
+    """The split-K GEMM of tests/kernels/seed.py: slices of K (some past K) summed into C with T.atomic_add."""
+    from kernels.seed import gemm_split_k
+
+    M, N, K = shape
+    A, B = rand(M, K, dtype=torch.float16, seed=30), rand(K, N, dtype=torch.float16, seed=31)
+    C = torch.zeros(M, N)
+    gemm_split_k(A, B, C, block_M=64, block_N=64, block_K=32, split_K=split, threads=128)
+    close(C, A.double() @ B.double(), tol=1e-5, scale=K ** 0.5)
+
+
 # ---- GPU: the interpreter and the compiled kernel agree -----------------------------------------------------
 
 @pytest.mark.gpu

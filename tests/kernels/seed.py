@@ -103,3 +103,28 @@ def gemm_smem_epilogue(A, B, C, block_M: int = 128, block_N: int = 256, block_K:
             T.gemm(A_shared, B_shared, C_local)
         T.copy(C_local, C_shared)
         T.copy(C_shared, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64, split_K: int = 4,
+                 threads: int = 256, num_stages: int = 3):
+    """Split-K for problems too small to fill the GPU: a third grid axis gives each CTA one of `split_K` slices of
+    K, and the partial tiles are summed into C with atomics, so C must be zeroed before the call (float32 atomics
+    make the low bits depend on the order the slices land in)."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), split_K, threads=threads) as (bx, by, bz):
+        A_shared = T.alloc_shared((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        steps = T.ceildiv(K, block_K * split_K)  # K steps per slice; the last slices may run past K (zero-filled)
+        for k in T.Pipelined(steps, num_stages=num_stages):
+            T.copy(A[bx * block_M, (bz * steps + k) * block_K], A_shared)
+            T.copy(B[(bz * steps + k) * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        for i, j in T.Parallel(block_M, block_N):
+            if bx * block_M + i < M and by * block_N + j < N:
+                T.atomic_add(C[bx * block_M + i, by * block_N + j], C_local[i, j])
