@@ -50,6 +50,13 @@ def run_notebook(path: str) -> dict:
                 continue
             counts["failed"] += 1
             print(f"  FAILED  {label}\n{traceback.format_exc()}", flush=True)
+        except NameError as err:
+            if counts["not run"]:  # most likely defined by a cell that could not run here
+                counts["not run"] += 1
+                print(f"  NOT RUN {label}: {err} (an earlier cell did not run)", flush=True)
+                continue
+            counts["failed"] += 1
+            print(f"  FAILED  {label}\n{traceback.format_exc()}", flush=True)
         except Exception as err:  # noqa: BLE001 - report every failing cell, then go on
             if raises:
                 counts["passed"] += 1

@@ -175,3 +175,67 @@ def test_do_bench_with_events_and_l2_flush():
     t = do_bench(lambda: a @ a, rep_ms=50)
     assert t.device == "cuda" and t.n >= 10 and 0 < t.p20 <= t.median_ms <= t.p80
     assert 1 < tflops(gemm_flops(2048, 2048, 2048), t) < 2000
+
+
+def test_repeated_calls_launch_directly_and_new_call_facts_still_compile_their_kernel():
+    """The fast path: a call on tensors like an earlier one's (shapes, dtypes, alignment, divisibility of T.dynamic
+    dims) launches the kernel directly; a misaligned view or a non-multiple-of-16 dynamic dim still gets its own
+    kernel, and CPU tensors still run the interpreter."""
+    import tile_nb
+    import tile_nb.language as T
+
+    @tile_nb.jit
+    def axpy(X, Y, Z, block: int = 128):
+        N = T.dynamic('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        Z: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Z[bx * block + i] = X[bx * block + i] * 2.0 + Y[bx * block + i]
+
+    def check(n, offset=0, device="cuda"):
+        x = torch.randn(n + offset, device=device)[offset:]
+        y, z = torch.randn(n, device=device), torch.full((n,), float("nan"), device=device)
+        axpy(x, y, z)
+        torch.testing.assert_close(z, 2 * x + y)
+
+    check(4096)
+    (spec,) = [s for t in axpy._templates.values() for s in t.specializations.values()]
+    assert len(spec.launches) == 1 and axpy.stats["compilations"] == 1
+    for _ in range(3):
+        check(4096)                 # direct launches: nothing new compiled
+    assert axpy.stats["compilations"] == 1
+    check(4096, offset=1)           # a misaligned view: its own kernel, without vector access
+    check(4000)                     # 4000 % 16 == 0: divisible, as 4096
+    check(4001)                     # not divisible: its own kernel
+    assert axpy.stats["compilations"] == 3 and len(spec.launches) == 3
+    check(4096, offset=1)
+    check(4001)
+    assert axpy.stats["compilations"] == 3
+    check(4096, device="cpu")       # same shapes on the CPU: the interpreter, not a launch
+
+
+def test_pointer_arguments_without_tensors_find_their_memory():
+    """`T.ptr` parameters called with bare `data_ptr()` ints: device pointers launch the kernel, host pointers run
+    the interpreter (no tensor argument says which; CUDA is asked)."""
+    import tile_nb
+    import tile_nb.language as T
+
+    @tile_nb.jit
+    def add_one(X: T.ptr, Y: T.ptr, block: int = 64):
+        N = T.const('N')
+        Xt = T.make_tensor(X, (N,), T.float32)
+        Yt = T.make_tensor(Y, (N,), T.float32)
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Yt[bx * block + i] = Xt[bx * block + i] + 1.0
+
+    for device in ("cuda", "cpu"):
+        x, y = torch.randn(100, device=device), torch.zeros(100, device=device)
+        add_one(x.data_ptr(), y.data_ptr(), N=100)
+        torch.cuda.synchronize()
+        assert torch.equal(y, x + 1), device
+    assert add_one.stats["compilations"] == 1   # the CUDA call only

@@ -16,11 +16,11 @@ class _CudaArray:
 
 def tensor_from_pointer(pointer: int, shape, dtype, device):
     """A row-major view of `shape` elements of `dtype` at `pointer`: device memory when `device` is a CUDA device
-    (or, with no tensor argument to tell, when a GPU is present), host memory otherwise."""
+    (or, with no tensor argument to tell, when CUDA knows the pointer), host memory otherwise."""
     import torch
 
     if device is None:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        device = _memory_of(pointer)
     count = 1
     for d in shape:
         count *= d
@@ -33,3 +33,19 @@ def tensor_from_pointer(pointer: int, shape, dtype, device):
         return raw.view(dtype)
     buffer = (ctypes.c_byte * (count * itemsize)).from_address(pointer)
     return torch.frombuffer(buffer, dtype=dtype).view(*shape)
+
+
+def _memory_of(pointer: int):
+    """Where a pointer points when no tensor argument says: CUDA memory if CUDA knows it (torch asks
+    cudaPointerGetAttributes when it wraps the pointer), host memory otherwise (or when there is no GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    try:
+        torch.as_tensor(_CudaArray(pointer, (1,), "|i1"), device="cuda")
+    except RuntimeError as err:
+        if "host memory" in str(err):
+            return torch.device("cpu")
+        raise
+    return torch.device("cuda")

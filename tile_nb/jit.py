@@ -61,6 +61,7 @@ class Specialization:
     check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
     device_arg: int | None  # a tensor argument whose device is the call's device
     compiled: dict = field(default_factory=dict)  # (target string, CallFacts) -> CompiledKernel
+    launches: dict = field(default_factory=dict)  # facts_key -> tvm_ffi function: the fast path's direct launch
     lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
 
     @property
@@ -73,6 +74,23 @@ class Specialization:
         from tvm.tirx.buffer import is_buffer_var
 
         return [(i, p.name) for i, p in enumerate(self.func.params) if is_buffer_var(p)]
+
+    @functools.cached_property
+    def facts_key(self):
+        """`facts_key(call_args)`: for each tensor, is its data pointer unaligned to 16 bytes; for each T.dynamic
+        dim, is it a multiple of 16: one tuple of bools, generated as straight-line Python (it runs on every GPU
+        call)."""
+        terms = [f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
+        terms += [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()]
+        env: dict = {}
+        exec(f"def facts_key(args):\n    return ({', '.join(terms)}{',' if len(terms) == 1 else ''})\n", env)  # noqa: S102
+        return env["facts_key"]
+
+    def facts(self, key: tuple) -> CallFacts:
+        """The CallFacts a `facts_key` tuple stands for."""
+        n = len(self.buffer_args)
+        return CallFacts(tuple(name for (_, name), unaligned in zip(self.buffer_args, key[:n]) if unaligned),
+                         tuple(name for name, divisible in zip(self.dynamic_sources, key[n:]) if divisible))
 
 
 @dataclass
@@ -404,15 +422,25 @@ class JITFunction:
                 # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~2 us budget. The table is
                 # keyed by the shapes of every tensor argument, so only dtype, layout and device are left to check.
                 _, env_key, table, read_shapes = fast
+                spec = launch = None
                 try:
-                    if self._reads_environment and self._environment_key() != env_key:
-                        spec = None
-                    else:
+                    if not (self._reads_environment and self._environment_key() != env_key):
                         spec = table.get(read_shapes(args))
                     if spec is not None and spec.check_layout(args):
-                        return self._launch(spec, list(args), args[spec.device_arg].device, None)
+                        # a GPU call on tensors like an earlier one's launches its kernel directly
+                        if spec.launches and args[spec.device_arg].is_cuda:
+                            launch = spec.launches.get(spec.facts_key(args))
+                    else:
+                        spec = None
                 except (AttributeError, IndexError, TypeError):
-                    pass
+                    spec = None
+                # outside the try: an error of the launch itself must not send the call down the slow path again
+                if launch is not None:
+                    launch(*args)
+                    return None
+                if spec is not None:
+                    device = None if spec.device_arg is None else args[spec.device_arg].device
+                    return self._launch(spec, list(args), device, None)
         return self._call_slow(args, kwargs, backend)
 
     def _checked_call(self, args, kwargs):
@@ -510,15 +538,18 @@ class JITFunction:
         if use_cpu:
             self._interpret(spec, call_args)
         else:
-            self._compiled(spec, None, facts=self._call_facts(spec, call_args))(*call_args)
+            key = spec.facts_key(call_args)
+            kernel = self._compiled(spec, None, facts=spec.facts(key))
+            if not outputs and kernel.launchable and len(call_args) == len(kernel.params):
+                spec.launches[key] = kernel._func  # the fast path launches it directly from now on
+            kernel(*call_args)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     @staticmethod
     def _call_facts(spec: Specialization, call_args) -> CallFacts:
-        return CallFacts(tuple(name for i, name in spec.buffer_args if call_args[i].data_ptr() % 16),
-                         tuple(name for name, (i, d) in spec.dynamic_sources.items() if not call_args[i].shape[d] % 16))
+        return spec.facts(spec.facts_key(call_args))
 
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
