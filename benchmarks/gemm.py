@@ -1,6 +1,9 @@
 """GEMM throughput: tile_nb (the seed kernel through tile_nb.lower + TVM) vs torch.matmul (cuBLAS), same run.
 
-    python benchmarks/gemm.py [--sizes 1024 2048 4096 8192] [--variants] [--rounds 5] [--out results.json]
+    python benchmarks/gemm.py [--sizes 1024 2048 4096x11008x4096 ...] [--dtype bfloat16] [--variants] [--small]
+                              [--split-k] [--rounds 5] [--out results.json]
+
+A size is N (square) or MxNxK.
 
 Timing: CUDA events around each launch, L2 flushed (a 512 MiB write) before every timed launch, warm-up first,
 median of 30 launches per round; rounds interleave all configs and torch; the median over rounds is reported.
@@ -42,6 +45,15 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
 }
 
+SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)
+    "64x128x64 t128 s4": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
+    "64x128x64 t128 s4 TMA": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
+                              {"tile_nb.tma": 1}),
+    "64x256x64 t128 s3": (dict(block_M=64, block_N=256, block_K=64, threads=128, num_stages=3, out_dtype=T.float16), {}),
+    "128x128x64 t256 s4": (dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4, out_dtype=T.float16), {}),
+    "128x64x64 t128 s4": (dict(block_M=128, block_N=64, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
+    "128x256x64 t256 s4": (dict(BIG, num_stages=4), {}),
+}
 SPLIT_K = {  # --split-k: slices of K over a third grid axis, summed with atomics into a zeroed fp32 C (timed with it)
     "split-K 128x256x64 k2": dict(block_N=256, split_K=2),
     "split-K 128x256x64 k4": dict(block_N=256, split_K=4),
@@ -50,11 +62,12 @@ SPLIT_K = {  # --split-k: slices of K over a third grid axis, summed with atomic
 }
 
 
-def build(n, cfg, attrs):
+def build(shape, cfg, attrs, dtype="float16"):
     """Compile through tile_nb.runtime (lower + build), with extra lowering attributes on the PrimFunc."""
     from tile_nb.runtime import compile as rt_compile
 
-    func = gemm_variant.specialize(M=n, N=n, K=n, **cfg)
+    m, n, k = shape
+    func = gemm_variant.specialize(M=m, N=n, K=k, **dict(cfg, in_dtype=dtype, out_dtype=dtype))
     for k, v in attrs.items():
         func = func.with_attr(k, v)
     return rt_compile(func, None)
@@ -78,7 +91,8 @@ def bench(fn, reps=30, warmup=5):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"], help="A, B and C (fp32 accumulation)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds, configs interleaved in each")
@@ -86,6 +100,7 @@ def main():
                     help="seconds of GPU idle before timing each config: burst (boost clock) instead of sustained "
                          "(power-capped) figures; the H200 hits its 700 W cap within ~1 s of back-to-back 8192^3 GEMMs")
     ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
+    ap.add_argument("--small", action="store_true", help="also time the SMALL table (sizes <= 2048)")
     ap.add_argument("--split-k", action="store_true", help="also time the SPLIT_K table (sizes <= 4096)")
     args = ap.parse_args()
     rows = []
@@ -97,32 +112,37 @@ def main():
             for swap in (0, 1):
                 c = torch.full((512, 512), float("nan"), device="cuda", dtype=torch.float16)
                 try:
-                    build(512, cfg, {"tile_nb.wgmma_swap_lbo_sbo": swap})(a, b, c)
+                    build((512, 512, 512), cfg, {"tile_nb.wgmma_swap_lbo_sbo": swap})(a, b, c)
                     torch.cuda.synchronize()
                     print("probe", cfg["block_N"], "swap", swap, "err", ((c.float() - ref).norm() / ref.norm()).item())
                 except Exception as exc:  # noqa: BLE001
                     print("probe", cfg["block_N"], "swap", swap, "failed:", str(exc)[:300])
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}  rounds: {args.rounds}  "
-          f"cooldown: {args.cooldown} s")
-    for n in args.sizes:
-        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        c = torch.empty(n, n, device="cuda", dtype=torch.float16)
-        flop = 2.0 * n * n * n
+          f"cooldown: {args.cooldown} s  dtype: {args.dtype}")
+    dtype = getattr(torch, args.dtype)
+    for size in args.sizes:
+        shape = tuple(int(d) for d in size.split("x")) if "x" in size else (int(size),) * 3
+        m, n, k = shape
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+        c = torch.empty(m, n, device="cuda", dtype=dtype)
+        flop = 2.0 * m * n * k
         ref = torch.matmul(a.float(), b.float())
-        configs = dict(CONFIGS, **(VARIANTS if args.variants and n >= 4096 else {}))
+        small = max(shape) <= 2048
+        configs = dict(CONFIGS, **(VARIANTS if args.variants and not small else {}),
+                       **(SMALL if args.small and small else {}))
         kernels, firsts, errs = {"torch.matmul": functools.partial(torch.matmul, a, b, out=c)}, {}, {}
         for name, (cfg, attrs) in configs.items():
             t0 = time.perf_counter()
-            kern = build(n, cfg, attrs)
+            kern = build(shape, cfg, attrs, args.dtype)
             c.fill_(float("nan"))
             kern(a, b, c)
             torch.cuda.synchronize()
             firsts[name] = time.perf_counter() - t0
             errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
             kernels[name] = functools.partial(kern, a, b, c)
-        for name, cfg in (SPLIT_K.items() if args.split_k and n <= 4096 else ()):
-            c32 = torch.empty(n, n, device="cuda")
+        for name, cfg in (SPLIT_K.items() if args.split_k and max(shape) <= 4096 and args.dtype == "float16" else ()):
+            c32 = torch.empty(m, n, device="cuda")
             t0 = time.perf_counter()
             kern = gemm_split_k.compile(a, b, c32, **cfg)
             c32.zero_()
@@ -145,12 +165,12 @@ def main():
         for name in configs:
             t = statistics.median(per_round[name])
             lo, hi = min(per_round[name]), max(per_round[name])
-            row = dict(size=n, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12,
+            row = dict(size=size, dtype=args.dtype, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12,
                        ms=t * 1e3, round_ms_min=lo * 1e3, round_ms_max=hi * 1e3, rel_err=errs[name],
                        first_call_s=firsts[name], rounds=args.rounds, cooldown_s=args.cooldown)
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
-            print(f"{n:5d} {name:26s} {row['tflops']:7.1f} TFLOP/s  torch {row['torch_tflops']:7.1f}  "
+            print(f"{size:>16} {name:26s} {row['tflops']:7.1f} TFLOP/s  torch {row['torch_tflops']:7.1f}  "
                   f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms; rounds {lo * 1e3:.3f}..{hi * 1e3:.3f})  "
                   f"err {errs[name]:.1e}  first call {firsts[name]:.2f}s")
     if args.out:
