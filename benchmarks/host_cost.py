@@ -10,6 +10,7 @@ time), next to torch.matmul in the same loop:
   - the raw function on tensors converted to tvm_ffi once (what DLPack conversion per call costs);
   - the GPU time of one launch (launches queued behind `torch.cuda._sleep`, so the host is never waited on).
 A loop is host-bound when its per-call time is above the GPU time per launch.
+Results: benchmarks/results/dispatch.md ("Host cost of a cached GPU call").
 """
 import argparse
 import json
@@ -91,12 +92,21 @@ def main():
     row("tvm_ffi.from_dlpack(a)", lambda: tvm_ffi.from_dlpack(a))
     row("torch.cuda.current_stream()", torch.cuda.current_stream)
     row("a.data_ptr(), a.shape, a.dtype", lambda: (a.data_ptr(), a.shape, a.dtype))
-    launch = CompiledKernel.__call__
+    # The front end alone: every launch the call could reach (the CompiledKernel, and the direct launches the
+    # fast path keeps per specialization) replaced by a no-op.
+    specs = [s for t in gemm._templates.values() for s in t.specializations.values()]
+    facts["direct_launches"] = sum(len(s.launches) for s in specs)
+    saved, launch = [dict(s.launches) for s in specs], CompiledKernel.__call__
     CompiledKernel.__call__ = lambda self, *args: None
+    for s in specs:
+        s.launches.update({key: (lambda *args: None) for key in s.launches})
     try:
         row("gemm(a, b, c) with a no-op launch (front end)", lambda: gemm(a, b, c))
     finally:
         CompiledKernel.__call__ = launch
+        for s, kept in zip(specs, saved):
+            s.launches.update(kept)
+    print(f"  direct launches kept by the fast path: {facts['direct_launches']}")
     gpu = {"seed kernel": gpu_us_per_launch(lambda: raw(a, b, c)),
            "torch.matmul": gpu_us_per_launch(lambda: torch.matmul(a, b, out=c16))}
     for name, us in gpu.items():
