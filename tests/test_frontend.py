@@ -9,6 +9,7 @@ import torch
 import tile_nb
 import tile_nb.language as T
 from tile_nb import errors
+from tile_nb.jit import CallFacts
 
 from kernels.seed import gemm, gemm_ptr
 
@@ -576,3 +577,40 @@ def test_compile_time_values_equal_in_python_but_of_other_types_get_their_own_te
     assert "A[0] = T.float32(1.0)" in fill.specialize(value=1.0).script()
     fill.specialize(value=1)
     assert fill.stats["templates"] == 2
+
+
+def test_fast_path_launches_directly_by_call_facts():
+    """The cached-call fast path (CPU side of it): tensors that report CUDA go straight to the launch kept for their
+    facts (alignment of each pointer, divisibility of each T.dynamic dim); other facts go the checked way."""
+    import tile_nb
+    import tile_nb.language as T
+
+    @tile_nb.jit
+    def scale(X, Y):
+        N = T.dynamic('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    Y[bx * 64 + i] = X[bx * 64 + i] * 3.0
+
+    class ReportsCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA, for the fast path's test only
+        @property
+        def is_cuda(self):
+            return True
+
+    x, y = torch.randn(64), torch.empty(64)
+    scale(x, y)  # the interpreter: binds, checks, and fills the fast table
+    (spec,) = [s for t in scale._templates.values() for s in t.specializations.values()]
+    assert spec.facts_key((x, y)) == (False, False, True)   # both aligned, N = 64 divisible by 16
+    assert spec.facts(spec.facts_key((x[1:], y[1:]))) == CallFacts(unaligned=("X", "Y"))
+    launched = []
+    spec.launches[(False, False, True)] = lambda *args: launched.append(args)
+    fx, fy = x.as_subclass(ReportsCuda), y.as_subclass(ReportsCuda)
+    assert scale(fx, fy) is None and len(launched) == 1 and launched[0][0] is fx
+    scale(x, y)                                  # really on the CPU: the interpreter, not the launch
+    assert len(launched) == 1 and torch.equal(y, x * 3)
+    misaligned = torch.randn(65).as_subclass(ReportsCuda)[1:]
+    scale(misaligned, fy)                        # other facts, nothing kept for them: the checked path
+    assert len(launched) == 1 and torch.equal(fy, misaligned * 3)
