@@ -614,3 +614,36 @@ def test_fast_path_launches_directly_by_call_facts():
     misaligned = torch.randn(65).as_subclass(ReportsCuda)[1:]
     scale(misaligned, fy)                        # other facts, nothing kept for them: the checked path
     assert len(launched) == 1 and torch.equal(fy, misaligned * 3)
+
+
+X = torch.randn(7)   # a module global with the name of the kernel's parameter, as notebooks have
+SCALE = torch.tensor([2.0])
+
+
+@tile_nb.jit
+def shadowing(X, Y):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float32]
+    Y: T.Tensor[[N], T.float32]
+    with T.Kernel(1, threads=32) as bx:
+        for i in T.Parallel(N):
+            Y[i] = X[i] + 1.0
+
+
+def test_parameters_shadow_globals_of_the_same_name():
+    """A global X beside a parameter X is not part of the kernel's environment: rebinding it to another tensor
+    neither rebuilds the kernel nor compares tensors (which raised on other shapes)."""
+    global X
+    assert shadowing._global_names == ()
+    x, y = torch.randn(16), torch.empty(16)
+    shadowing(x, y)
+    X = torch.randn(1000)
+    shadowing(x, y)
+    assert torch.equal(y, x + 1) and shadowing.stats["templates"] == 1 and shadowing.stats["specializations"] == 1
+
+
+def test_a_global_tensor_in_the_environment_is_keyed_by_identity():
+    from tile_nb.jit import _key_part
+
+    a, b = torch.randn(3), torch.randn(5)
+    assert _key_part(a) == _key_part(a) and _key_part(a) != _key_part(b)   # no elementwise comparison

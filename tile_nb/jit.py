@@ -115,6 +115,8 @@ def _key_part(value):
         items = sorted(value.items(), key=repr) if isinstance(value, dict) else \
             sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         return (type(value), tuple(_key_part(v) for v in items))
+    if hasattr(value, "__array_interface__") or hasattr(value, "__dlpack__"):
+        return ("<array>", id(value))  # a tensor: `==` compares elements (and raises on other shapes)
     try:
         hash(value)
     except TypeError:
@@ -156,9 +158,14 @@ class JITFunction:
         """Module globals the body reads that are values (not modules, functions or classes)."""
         import ast
 
-        names = {n.id for n in ast.walk(self.definition.source.tree) if isinstance(n, ast.Name)}
+        tree = self.definition.source.tree
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        # Parameters and names the body assigns are its own, even when a global of that name exists (a notebook's
+        # `X = torch.randn(...)` next to a kernel whose parameter is X).
+        local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        local |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
         g = self.fn.__globals__
-        return tuple(sorted(n for n in names if n in g and not isinstance(g[n], _SKIP_GLOBAL_TYPES)))
+        return tuple(sorted(n for n in names - local if n in g and not isinstance(g[n], _SKIP_GLOBAL_TYPES)))
 
     def _environment_key(self) -> tuple:
         g = self.fn.__globals__
