@@ -342,3 +342,28 @@ def test_an_autotuned_kernel_benches_and_runs_its_choice(monkeypatch):
     gemm(A, B, C, backend="cpu")
     torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-2, atol=1e-2)
     assert gemm.stats["searched"] == 1   # the later calls run the choice
+
+
+def test_retime_best_rounds_the_fastest_working_points():
+    """The confirmation step both timing paths share: the `confirm` fastest working points get one median per round;
+    a failed re-timing adds nothing; the others are left alone."""
+    from types import SimpleNamespace
+
+    from tile_nb.bench.results import SweepPoint, retime_best
+    from tile_nb.bench.timing import Timing
+
+    points = [SweepPoint(config={"b": b}, timing=Timing(median_ms=ms, p20=ms, p80=ms, n=3)) for b, ms in
+              enumerate([3.0, 1.0, 2.0, 0.5])]
+    points[3].error = "failed"   # not ok: never re-timed
+    calls = []
+
+    def time_one(i):
+        calls.append(i)
+        return None if i == 2 and len(calls) > 2 else 10.0 + i
+
+    result = SimpleNamespace(timings={})
+    top = retime_best(result, points, range(4), confirm=2, rounds=2, time_one=time_one, args_of=lambda i: [],
+                      flops=None, nbytes=None)
+    assert top == [1, 2] and calls == [1, 2, 1, 2]
+    assert points[1].rounds_ms == [11.0, 11.0] and points[2].rounds_ms == [12.0]
+    assert points[0].rounds_ms is None and "confirm" in result.timings

@@ -205,7 +205,7 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
                    options: dict, env: dict, device: str, flops, nbytes, warmup_ms, rep_ms, confirm, rounds) -> None:
     """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor at a
     time; then re-time the best `confirm` in `rounds` on the first actor."""
-    from .results import timing_from
+    from .results import retime_best, timing_from
 
     ray = _ray()
     if device == "cuda":
@@ -244,19 +244,13 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
             p.error, p.stage = out.get("error"), out.get("stage")
         reporter.update(result, p, "time")
     result.timings["bench"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    top = sorted((i for i in survivors if points[i].ok), key=lambda i: points[i].timing.median_ms)[:confirm]
-    if len(top) > 1 and rounds > 0:
-        for i in top:
-            points[i].rounds_ms = []
-        for _ in range(rounds):
-            for i in top:
-                out = ray.get(actors[0].bench.remote(jobs[i]))
-                if out.get("ok"):
-                    points[i].rounds_ms.append(out["timing"]["median_ms"])
-        for i in top:
-            points[i].set_rates(flops, nbytes, call_args[i])
-    result.timings["confirm"] = time.perf_counter() - t0
+
+    def time_one(i):
+        out = ray.get(actors[0].bench.remote(jobs[i]))
+        return out["timing"]["median_ms"] if out.get("ok") else None
+
+    top = retime_best(result, points, survivors, confirm=confirm, rounds=rounds, flops=flops, nbytes=nbytes,
+                      time_one=time_one, args_of=call_args.__getitem__)
     result.notes.append(f"timed on {len(actors)} Ray actor(s) ({device}); the best {len(top)} re-timed on one")
     for actor in actors:
         ray.kill(actor)

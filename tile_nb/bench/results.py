@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,27 @@ class SweepPoint:
                    baseline_timing=timing_from(d.get("baseline_timing")), baseline_error=d.get("baseline_error"),
                    pruned=d.get("pruned"), resources=d.get("resources"), compile_s=d.get("compile_s"),
                    rounds_ms=d.get("rounds_ms"), compiled_by=d.get("compiled_by"))
+
+
+def retime_best(result, points: list[SweepPoint], candidates, *, confirm: int, rounds: int, time_one, args_of,
+                flops, nbytes) -> list[int]:
+    """Re-time the `confirm` fastest of `candidates` in `rounds` interleaved rounds (each point's `rounds_ms`; clock
+    drift hits them alike), then recompute their rates. `time_one(i)` gives a median in ms, or None if it failed;
+    `args_of(i)` the call's arguments. The time spent goes to `result.timings["confirm"]`."""
+    t0 = time.perf_counter()
+    top = sorted((i for i in candidates if points[i].ok), key=lambda i: points[i].timing.median_ms)[:confirm]
+    if len(top) > 1 and rounds > 0:
+        for i in top:
+            points[i].rounds_ms = []
+        for _ in range(rounds):
+            for i in top:
+                ms = time_one(i)
+                if ms is not None:
+                    points[i].rounds_ms.append(ms)
+        for i in top:
+            points[i].set_rates(flops, nbytes, args_of(i))
+    result.timings["confirm"] = time.perf_counter() - t0
+    return top
 
 
 # ----------------------------------------------------------------------------------------------------- sweep

@@ -32,7 +32,7 @@ from typing import Any
 from .inputs import compile_time_names, device_name, is_tensor, make_inputs, sync
 from .limits import limits_for, resource_problem
 from .progress import make_reporter
-from .results import SweepPoint, TuneResult, label
+from .results import SweepPoint, TuneResult, label, retime_best
 from .run import error_text
 from .timing import do_bench
 from .tune_store import TuneStore, key_material, key_of
@@ -411,15 +411,6 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
     if rebuilt:
         result.notes.append(f"{len(rebuilt)} configuration(s) were built again in this process (the worker's cache "
                             f"entry had no loadable module): {', '.join(rebuilt[:4])}")
-    t0 = time.perf_counter()
-    top = sorted((i for i in launchers if points[i].ok), key=lambda i: points[i].timing.median_ms)[:confirm]
-    if len(top) > 1 and rounds > 0:
-        for i in top:
-            points[i].rounds_ms = []
-        for _ in range(rounds):
-            for i in top:
-                t = do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda")
-                points[i].rounds_ms.append(t.median_ms)
-        for i in top:
-            points[i].set_rates(flops, nbytes, launchers[i].args)
-    result.timings["confirm"] = time.perf_counter() - t0
+    retime_best(result, points, launchers, confirm=confirm, rounds=rounds, flops=flops, nbytes=nbytes,
+                time_one=lambda i: do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda").median_ms,
+                args_of=lambda i: launchers[i].args)
