@@ -23,18 +23,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from kernels.seed import gemm  # noqa: E402
+from launch import per_call_us  # noqa: E402  (benchmarks/launch.py: N calls, one synchronisation)
 from tile_nb.runtime.kernel import CompiledKernel  # noqa: E402
-
-
-def per_call_us(fn, n):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def gpu_us_per_launch(fn, n=200):
