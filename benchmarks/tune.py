@@ -50,24 +50,12 @@ def tensors(n: int):
 
 def interleaved(fns: dict, rounds: int, reps: int = 30, warmup: int = 5) -> dict:
     """name -> round medians (seconds): every function timed once per round, in turn."""
-    import torch
+    from gemm import bench  # benchmarks/gemm.py's timing: L2 flush and CUDA events around each launch
 
-    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     out = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            for _ in range(warmup):
-                fn()
-            times = []
-            for _ in range(reps):
-                flush.zero_()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fn()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) * 1e-3)
-            out[name].append(statistics.median(times))
+            out[name].append(bench(fn, reps, warmup)[0])
     return out
 
 
