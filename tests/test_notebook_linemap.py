@@ -140,30 +140,31 @@ def test_clean_lines_hides_internal_attrs_and_keeps_others():
     assert shift_line_map({7: [3, 4, 7], 8: [6]}, where) == {7: [1, 2, 4]}
 
 
-def _compiled(line_map):
+def _compiled(source_regions=None):
     lowered = ("# from tvm.script import ir as I\n# from tvm.script import tirx as T\n\n@I.ir_module\nclass Module:\n"
                "    @T.prim_func\n    def gemm():\n"
                '        T.func_attr({"tile_nb.tile_op_lines": [3]})\n        a = 1\n        b = 2\n')
     cuda = 'extern "C" __global__ void gemm() {\n  int a = 1;\n  int b = 2;\n}\n\n'
     return SimpleNamespace(lowered_ir=lowered, cuda_source=cuda, ptx=None, sass=None, resources=None, timings={},
-                           line_map=line_map)
+                           source_regions=source_regions)
 
 
 def test_compiled_line_map_is_shifted_to_the_displayed_lines():
-    """A hand-made `CompiledKernel.line_map` (user line -> 1-based lines of lowered_ir / cuda_source)."""
-    compiled = _compiled({"lowered": {20: [9], 21: [8, 10]}, "cuda": {20: [2], 21: [3, 4, 99]}})
-    view = view_from_parts("gemm", compiled=compiled, lowered=True, cuda=True)
-    lowered, cuda = view.section("lowered"), view.section("cuda")
+    """User line -> 1-based lines of lowered_ir / cuda_source (region_line_map's result) in displayed lines."""
+    from tile_nb.notebook.build import _compiled_sections
+
+    line_maps = {"lowered": {20: [9], 21: [8, 10]}, "cuda": {20: [2], 21: [3, 4, 99]}}
+    sections = {s.id: s for s in _compiled_sections(_compiled(), lowered=True, cuda=True, line_maps=line_maps)}
+    lowered, cuda = sections["lowered"], sections["cuda"]
     assert lowered.text.split("\n")[3:] == ["    def gemm():", "        a = 1", "        b = 2"]  # no header, attrs
     assert lowered.line_map == {20: (5,), 21: (6,)}  # line 8 (internal attrs) is not shown
     assert cuda.line_map == {20: (2,), 21: (3, 4)}  # line 99 does not exist
-    data = view.to_json()
-    assert data["sections"][0]["line_map"] == {"20": [5], "21": [6]}
 
 
-@pytest.mark.parametrize("line_map", [None, {}, {"lowered": {}}])
-def test_compiled_without_a_line_map_shows_no_mapping(line_map):
-    view = view_from_parts("gemm", compiled=_compiled(line_map), lowered=True, cuda=True)
+@pytest.mark.parametrize("regions", [None, {}, {"lowered": {}}, {"lowered": {0: [9]}}])
+def test_compiled_without_a_line_map_shows_no_mapping(regions):
+    # without the phase-2 function (or without regions) nothing says which user line a region is
+    view = view_from_parts("gemm", compiled=_compiled(regions), lowered=True, cuda=True)
     assert view.section("lowered").line_map is None and view.section("cuda").line_map is None
     assert all(s["line_map"] == {} for s in view.to_json()["sections"])
 

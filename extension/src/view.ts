@@ -437,6 +437,7 @@ export function renderKernelView(raw: unknown, doc: Doc = document): HTMLElement
         panel.hidden = !active;
       }
     });
+    revealMapped(root); // a tab opens at the lines highlighted for the hovered or pinned source line
   };
   tabs.forEach((tab, index) => {
     const button = el(doc, 'button', 'tnb-tab', tab.title);

@@ -12,23 +12,15 @@ import { renderKernelView } from '../src/view';
 import sample from '../ui-tests/fixtures/gemm_payload.json';
 
 // The sample is tile_nb's real view of the quickstart GEMM (ui-tests/make_fixture.py): its source starts at line 2
-// of the cell (line 1 is the %%tilekernel line), and phases 1 and 2 carry line maps. Its lowered and CUDA
-// sections have none yet, so the tests of those add a hand-made one, as `CompiledKernel.line_map` would give.
+// of the cell (line 1 is the %%tilekernel line), and every IR and code section but the plan and PTX carries a
+// line map (the lowered TIRx and CUDA ones from the compiled kernel's source regions).
 const source = sample.source as { first_line: number; lines: string[] };
 const lineOf = (needle: string) => source.first_line + source.lines.findIndex(l => l.includes(needle));
 const COPY_A = lineOf('T.copy(A[');
 const CELL = ['%%tilekernel --shapes M=256 N=256 K=128', ...source.lines];
-
-const withCompiledMap = () => ({
-  ...sample,
-  sections: sample.sections.map(s =>
-    s.id === 'lowered'
-      ? { ...s, line_map: { [COPY_A]: [20, 21, 22] } }
-      : s.id === 'cuda'
-        ? { ...s, line_map: { [COPY_A]: [30] } }
-        : s
-  )
-});
+const sectionMap = (id: string) =>
+  (sample.sections.find(s => s.id === id)!.line_map as Record<string, number[]>)[String(COPY_A)];
+const sectionLine = (id: string, n: number) => sample.sections.find(s => s.id === id)!.text.split('\n')[n - 1];
 
 const mapped = (root: Element, side: string) =>
   Array.from(root.querySelectorAll<HTMLElement>(`.tnb-line.tnb-mapped[data-section="${side}"]`)).map(n =>
@@ -149,23 +141,28 @@ describe('line mapping in the view', () => {
     expect(mapped(root, 'specialized')).toEqual([14]);
   });
 
-  it('uses the lowered and CUDA line maps when the payload has them (counts on the tabs, lines when opened)', () => {
-    const root = renderKernelView(withCompiledMap());
+  it('uses the lowered and CUDA line maps (counts on the tabs, lines when opened)', () => {
+    const lowered = sectionMap('lowered');
+    const cuda = sectionMap('cuda');
+    // The copy became cp.async calls in both texts (the prologue's and the steady state's).
+    expect(lowered.some(n => sectionLine('lowered', n).includes('cp_async'))).toBe(true);
+    expect(cuda.some(n => sectionLine('cuda', n).includes('cp_async'))).toBe(true);
+    const root = renderKernelView(sample);
     root.dispatchEvent(
       new CustomEvent(SOURCE_HIGHLIGHT_EVENT, { detail: { lines: [COPY_A], cellLines: CELL, pin: true } })
     );
     const count = (tab: string) => root.querySelector(`.tnb-tab[data-tab="${tab}"] .tnb-tab-count`)?.textContent;
-    expect(count('lowered')).toBe('3');
-    expect(count('cuda')).toBe('1');
+    expect(count('lowered')).toBe(String(lowered.length));
+    expect(count('cuda')).toBe(String(cuda.length));
     expect(root.querySelector('.tnb-tab[data-tab="ptx"] .tnb-tab-count')).toBeNull();
     root.querySelector<HTMLButtonElement>('.tnb-tab[data-tab="lowered"]')!.click();
-    expect(mapped(root, 'lowered')).toEqual([20, 21, 22]);
+    expect(mapped(root, 'lowered')).toEqual(lowered);
     root.querySelector<HTMLButtonElement>('.tnb-tab[data-tab="cuda"]')!.click();
-    expect(mapped(root, 'cuda')).toEqual([30]);
+    expect(mapped(root, 'cuda')).toEqual(cuda);
     // Hovering a CUDA line maps back to its source line and from there to the IR.
     const back: number[][] = [];
     root.addEventListener(SOURCE_HOVER_EVENT, e => back.push((e as CustomEvent).detail.lines));
-    lineEl(root, 'cuda', 30).dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+    lineEl(root, 'cuda', cuda[0]).dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
     expect(back.at(-1)).toEqual([COPY_A]);
   });
 

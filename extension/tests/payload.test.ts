@@ -25,7 +25,7 @@ describe('parsePayload', () => {
       'compile_time',
       'compile_time'
     ]);
-    expect(view!.sections.map(s => s.id)).toEqual(['template', 'specialized', 'lowered', 'cuda', 'ptx']);
+    expect(view!.sections.map(s => s.id)).toEqual(['template', 'specialized', 'plan', 'lowered', 'cuda', 'ptx']);
     expect(findSection(view!, 'specialized')!.changedLines).toEqual([2, 3, 4, 10]);
     // Registers and timings are those of the machine that made the sample: check the mapping, not the numbers.
     const r = sample.resources;

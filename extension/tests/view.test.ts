@@ -47,7 +47,7 @@ describe('renderKernelView with the sample GEMM payload', () => {
   });
 
   it('has the side-by-side tab first, then the other sections in order', () => {
-    expect(texts(root, '.tnb-tab')).toEqual(['Template ↔ Specialized', 'Lowered IR', 'CUDA source', 'PTX']);
+    expect(texts(root, '.tnb-tab')).toEqual(['Template ↔ Specialized', 'Lowering plan', 'Lowered IR', 'CUDA source', 'PTX']);
     const first = root.querySelector('.tnb-tab')!;
     expect(first.getAttribute('aria-selected')).toBe('true');
     // Only the selected tab's panel is built.

@@ -6,7 +6,8 @@ Starts JupyterLab on a free port in a temporary folder holding notebooks/01_quic
 of it whose outputs lack the extension's MIME type (so JupyterLab shows tile_nb's static HTML, sanitized as for any
 untrusted notebook), runs `screenshot.mjs` (Playwright driving Debian's Chromium), stops the server.
 Needs Debian's Chromium at /usr/bin/chromium (or CHROMIUM=/path), `npm ci` done in extension/ (playwright-core),
-Pillow. Writes ui-tests/output/*.png and, unless --no-docs, docs/jupyterlab-view.png (< 200 KB).
+Pillow. Writes ui-tests/output/*.png and, unless --no-docs, docs/jupyterlab-view.png and
+docs/jupyterlab-cuda-mapping.png (< 200 KB each).
 """
 
 import argparse
@@ -28,6 +29,7 @@ EXTENSION = HERE.parent
 REPO = EXTENSION.parent
 OUTPUT = HERE / "output"
 DOCS_PNG = REPO / "docs" / "jupyterlab-view.png"
+DOCS_CUDA_PNG = REPO / "docs" / "jupyterlab-cuda-mapping.png"   # the same line mapped into the CUDA source
 MAX_DOCS_BYTES = 200_000
 
 
@@ -173,6 +175,7 @@ def main() -> int:
         return result.returncode
     if not (args.no_docs or args.dark):
         save_docs_png(OUTPUT / "line-mapping.png", DOCS_PNG)
+        save_docs_png(OUTPUT / "line-mapping-cuda.png", DOCS_CUDA_PNG)
     print(f"browser test passed in {time.monotonic() - started:.0f} s")
     return 0
 

@@ -6,7 +6,10 @@
 // 3. Clear the outputs, run all cells: the views come back from the live kernel; the template and specialized
 //    sides are row-aligned; hovering a line of the kernel cell highlights what it became in both phases (in every
 //    view of that kernel), hovering an IR line highlights its line in the cell; the %%tilekernel cell is marked.
-// A screenshot of the line mapping goes to $TNB_OUTPUT/line-mapping.png (run.py copies it to docs/).
+// 4. The `--cuda --lowered` view: a pinned cell line is highlighted in the lowered TIRx and CUDA tabs, and a CUDA
+//    line names its source line.
+// Screenshots of the line mapping go to $TNB_OUTPUT/line-mapping.png and line-mapping-cuda.png (run.py copies
+// them to docs/).
 // Uses Debian's Chromium through playwright-core; never downloads a browser. Exits non-zero on the first failure.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
@@ -210,6 +213,36 @@ try {
   const box = await kernelCell.boundingBox();
   const clip = { x: Math.max(0, box.x - 8), y: Math.max(0, box.y - 4), width: Math.min(1440 - box.x + 8, box.width + 16), height: Math.min(980 - box.y, box.height + 8) };
   await page.screenshot({ path: path.join(output, 'line-mapping.png'), clip });
+  await page.mouse.move(5, 500);
+
+  // 4. Line mapping into the lowered TIRx and the CUDA source: the `--cuda --lowered` view of the same kernel
+  //    follows the kernel cell; clicking the cell's T.copy(A...) line pins it there too.
+  const cudaCell = panel.locator('.jp-CodeCell', { hasText: '--cuda --lowered' }).first();
+  const cudaView = cudaCell.locator('.tnb-kernel-view');
+  await kernelCell.scrollIntoViewIfNeeded();
+  await copyLine.click();
+  await page.mouse.move(5, 500);
+  await cudaCell.scrollIntoViewIfNeeded();
+  await cudaView.waitFor({ state: 'visible' });
+  const badge = async tab => (await cudaView.locator(`.tnb-tab[data-tab="${tab}"] .tnb-tab-count`).textContent().catch(() => '')) ?? '';
+  const counts = { lowered: Number(await badge('lowered')), cuda: Number(await badge('cuda')) };
+  check(counts.lowered > 0 && counts.cuda > 0, `the pinned T.copy(A...) line maps to ${counts.lowered} lowered IR and ${counts.cuda} CUDA lines (tab badges)`);
+  for (const [tab, pattern] of [['lowered', /cp_async/], ['cuda', /cp_async/]]) {
+    await cudaView.locator(`.tnb-tab[data-tab="${tab}"]`).click();
+    await page.waitForTimeout(200);
+    const texts = await mappedText(cudaView, tab);
+    check(texts.length === counts[tab] && texts.some(t => pattern.test(t)), `the ${tab} tab highlights ${texts.length} lines, the async copies among them`);
+  }
+  // ... and back: hovering a highlighted CUDA line names the kernel line it came from and lights it in the cell.
+  await cudaView.locator('.tnb-line.tnb-mapped[data-section="cuda"]').first().hover();
+  await page.waitForTimeout(200);
+  const cudaStatus = await cudaView.locator('.tnb-source-status').textContent();
+  check(/^source line 14: T\.copy\(A\[/.test(cudaStatus), `a CUDA line names its source line (${cudaStatus})`);
+  const cudaBox = await cudaView.boundingBox();
+  await page.screenshot({
+    path: path.join(output, 'line-mapping-cuda.png'),
+    clip: { x: Math.max(0, cudaBox.x - 8), y: Math.max(0, cudaBox.y - 4), width: Math.min(1440 - cudaBox.x + 8, cudaBox.width + 16), height: Math.min(980 - Math.max(0, cudaBox.y - 4), cudaBox.height + 8) }
+  });
   await page.mouse.move(5, 500);
 
   check(errors.length === 0, `no page errors from the extension (${errors.join(' | ')})`);

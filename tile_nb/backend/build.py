@@ -13,7 +13,7 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import cuda_compile
 from .cuda_compile import CubinResult
@@ -63,6 +63,7 @@ class BuildResult:
     resources: dict[str, Resources] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None            # why no cubin was made, when none was
+    source_regions: dict = field(default_factory=dict)   # what `take_marks` said of the generated source
 
 
 def cuda_runtime_loaded() -> bool:
@@ -77,9 +78,9 @@ def cuda_runtime_loaded() -> bool:
 class _Capture:
     """One build's request to the callback: how to compile, and where the result goes."""
 
-    def __init__(self, arch: str, options: BuildOptions):
-        self.arch, self.options = arch, options
-        self.results: list[tuple[str, CubinResult]] = []
+    def __init__(self, arch: str, options: BuildOptions, take_marks):
+        self.arch, self.options, self.take_marks = arch, options, take_marks
+        self.results: list[tuple[str, dict, CubinResult]] = []
 
 
 _state = threading.local()
@@ -95,9 +96,10 @@ def _callback(code: str, *_unused) -> bytes:
 
         return tvm_nvcc.tvm_callback_cuda_compile(code)
     opts = capture.options
+    code, regions = capture.take_marks(code)
     result = cuda_compile.compile_cuda(code, capture.arch, compiler=opts.compiler, fast_math=opts.fast_math,
                                        ptxas_options=opts.ptxas_options)
-    capture.results.append((code, result))
+    capture.results.append((code, regions, result))
     return result.cubin
 
 
@@ -112,10 +114,14 @@ def _install_callback() -> None:
     _installed = True
 
 
+def _no_marks(code: str) -> tuple[str, dict]:
+    return code, {}
+
+
 @contextlib.contextmanager
-def _capturing(arch: str, options: BuildOptions):
+def _capturing(arch: str, options: BuildOptions, take_marks):
     _install_callback()
-    capture = _Capture(arch, options)
+    capture = _Capture(arch, options, take_marks)
     _state.capture = capture
     try:
         yield capture
@@ -125,8 +131,8 @@ def _capturing(arch: str, options: BuildOptions):
 
 # ------------------------------------------------------------------------------------------ the build
 
-def build(mod, target=None, options: BuildOptions | dict | None = None, *,
-          script: str | None = None) -> BuildResult:
+def build(mod, target=None, options: BuildOptions | dict | None = None, *, script: str | None = None,
+          take_marks: Callable[[str], tuple[str, dict]] | None = None) -> BuildResult:
     """Compile a thread-level TIRx IRModule for CUDA.
 
     Example::
@@ -136,6 +142,8 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *,
 
     Stages timed: `codegen` (TVM's lowering passes and CUDA codegen) and `cubin` (NVRTC/nvcc with ptxas).
     `script` is `mod.script()` when the caller has it already (it is read for the dynamic shared memory size).
+    `take_marks(code) -> (code, regions)` takes the lowering's source marks out of the generated CUDA before it is
+    compiled (tile_nb.lower.sourcemap.split_marks); the result keeps the code without them and the regions.
     """
     import tvm
 
@@ -143,21 +151,23 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *,
         options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    with _build_lock, _capturing(arch, options) as capture, target:
+    take_marks = take_marks or _no_marks
+    with _build_lock, _capturing(arch, options, take_marks) as capture, target:
         start = time.perf_counter()
         executable = tvm.compile(mod, target=target, tir_pipeline="tirx")
         total = time.perf_counter() - start
-    compile_seconds = sum(r.seconds for _, r in capture.results)
+    compile_seconds = sum(r.seconds for _, _, r in capture.results)
     timings = {"codegen": total - compile_seconds}
 
     if capture.results:
         # A GPU runtime is loaded: TVM asked us for the binary and holds it in a launchable module.
-        source, compiled = capture.results[-1]
+        source, regions, compiled = capture.results[-1]
         module = executable
     else:
-        source = _source_of(executable)
+        source, regions = take_marks(_source_of(executable))
         module, compiled = None, None
-    result = BuildResult(target=target, arch=arch, cuda_source=source, module=module, timings=timings)
+    result = BuildResult(target=target, arch=arch, cuda_source=source, module=module, timings=timings,
+                         source_regions=regions)
 
     if compiled is None:
         if cuda_compile.available_compiler(options.compiler) is None:

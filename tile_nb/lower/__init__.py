@@ -36,6 +36,6 @@ def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> t
     at the user's line.
     """
     name = str((func.attrs or {}).get("global_symbol", "main"))
-    lowered, _ = lower_with_plan(func, target)
+    lowered, _ = lower_with_plan(func, target, source_marks=False)  # marks need runtime.compile to take them out
     lowered = lowered.with_attr("global_symbol", name)
     return tvm.IRModule({name: lowered})

@@ -26,6 +26,7 @@ from .diagnostics import SourceLines
 from .errors import LoweringError
 from .exprs import rewrite
 from .irwalk import buffers_touched, scope_of
+from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 
 __all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "Emitter", "Scope", "register_kernel_hook",
            "register_statement", "register_tile_op"]
@@ -80,12 +81,14 @@ class Scope:
 
 
 class Emitter:
-    def __init__(self, func: tirx.PrimFunc, plan, target):
+    def __init__(self, func: tirx.PrimFunc, plan, target, *, source_marks: bool = True):
         self.func = func
         self.plan = plan
         self.target = target
         self.threads = plan.threads
         self.lines = SourceLines(func)
+        # statement -> its region id (sourcemap.py): its code is bracketed by marks the views map lines with
+        self.regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else {}
         self.scope = Scope()
         self.tx = None
         self.pool = None
@@ -232,10 +235,26 @@ class Emitter:
 
     # ---- statements -----------------------------------------------------------------------------------------
     def emit(self, stmt):
+        with self.marked(stmt):
+            self._emit(stmt)
+
+    @contextlib.contextmanager
+    def marked(self, stmt):
+        """Bracket the code emitted inside with `stmt`'s source marks (sourcemap.py), if it has a region; rules
+        that emit a statement of the tile IR themselves (a pipeline's prefetched copies) use it too."""
+        region = None if self.scope.thread_code else self.regions.get(stmt)
+        if region is None:
+            yield
+            return
+        T.evaluate(mark(MARK_BEGIN, region))
+        yield
+        T.evaluate(mark(MARK_END, region))
+
+    def _emit(self, stmt):
         if self.needs_consumer_guard(stmt):
             # Warp-specialized kernels: the producer warp runs only its loads (tma.py).
             with self.scoped(consumer=True), T.If(self.tx < self.threads), T.Then():
-                self.emit(stmt)
+                self._emit(stmt)
             return
         if isinstance(stmt, tirx.SeqStmt):
             self.emit_seq(list(stmt.seq))

@@ -25,10 +25,11 @@ from .plan import KernelPlan, make_plan
 __all__ = ["lower_with_plan"]
 
 
-def lower_with_plan(func: tirx.PrimFunc, target) -> tuple[tirx.PrimFunc, KernelPlan]:
-    """The lowered PrimFunc of `func` and the plan it follows."""
+def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True) -> tuple[tirx.PrimFunc, KernelPlan]:
+    """The lowered PrimFunc of `func` and the plan it follows. With `source_marks`, the code of each statement
+    is bracketed by marks (sourcemap.py) that `split_marks` takes out of the printed IR and the CUDA source."""
     plan = make_plan(func, target)
-    lowered = Emitter(func, plan, target).run()
+    lowered = Emitter(func, plan, target, source_marks=source_marks).run()
     if plan.pipeline_note:
         lowered = lowered.with_attr("tile_nb.pipeline", plan.pipeline_note)
     return lowered, plan

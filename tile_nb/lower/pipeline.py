@@ -36,7 +36,8 @@ def _issue(em, copies, loop_var, iteration, stages):
     stage = {region_of(c.args[0])[0]: tirx.floormod(iteration, stages) if stages > 1 else 0 for c in copies}
     with em.bound("var_map", {loop_var: iteration}), em.bound("stage", stage):
         for c in copies:
-            issue_async_copy(em, c)
+            with em.marked(c):
+                issue_async_copy(em, c)
 
 
 @register_statement(lambda em, s: isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}))

@@ -365,8 +365,6 @@ def emit_ws_loop(em, loop):
 
 
 def _emit_producer(em, plan: TmaPlan, start, n):
-    from .copy import Operand
-
     stages = plan.stages
     fd, fm = tirx.floordiv, tirx.floormod
     loop = plan.loop
@@ -378,11 +376,19 @@ def _emit_producer(em, plan: TmaPlan, start, n):
         T.evaluate(mbarrier_expect_tx(_full(em, s), plan.bytes_per_stage))
         with em.bound("var_map", {loop.loop_var: start + k}):
             for c in plan.copies:
-                src = Operand(em, c.call.args[1])
-                rank = len(c.global_buf.shape)
-                start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
-                for box in c.boxes:
-                    dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
-                    coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
-                              for x, d in zip(start_coords, box.coord_shift)]
-                    T.evaluate(tma_load(rank, dst, em.tensor_maps[c], _full(em, s), coords))
+                with em.marked(c.call):
+                    _emit_loads(em, c, s)
+
+
+def _emit_loads(em, c, s):
+    """The TMA loads of one copy into stage `s` (a box per TMA call)."""
+    from .copy import Operand
+
+    src = Operand(em, c.call.args[1])
+    rank = len(c.global_buf.shape)
+    start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
+    for box in c.boxes:
+        dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
+        coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
+                  for x, d in zip(start_coords, box.coord_shift)]
+        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], _full(em, s), coords))

@@ -15,7 +15,7 @@ import linecache
 from typing import Any
 
 from tile_nb.notebook.diff import changed_lines
-from tile_nb.notebook.linemap import clean_lines, script_lines, shift_line_map
+from tile_nb.notebook.linemap import clean_lines, region_line_map, script_lines, shift_line_map
 from tile_nb.notebook.views import KernelView, Param, Section
 
 __all__ = [
@@ -158,13 +158,17 @@ def _text_attr(obj, attr: str):
         return None
 
 
-def _compiled_line_map(compiled, key: str) -> dict | None:
-    """`compiled.line_map[key]` (source line -> 1-based lines of that text) when the compiled kernel has one."""
-    line_map = getattr(compiled, "line_map", None)
-    return line_map.get(key) if isinstance(line_map, dict) else None
+def _compiled_line_maps(compiled, func, source, tile_op_lines) -> dict[str, dict[int, list[int]]]:
+    """"lowered" / "cuda" -> {user line: [lines of that text]}, from the compiled kernel's source regions and the
+    phase-2 `func` it was compiled from (empty without one of them)."""
+    regions = getattr(compiled, "source_regions", None)
+    if func is None or not isinstance(regions, dict):
+        return {}
+    return {text: region_line_map(func, source, regions.get(text), tile_op_lines) for text in ("lowered", "cuda")}
 
 
-def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
+def _compiled_sections(compiled, *, lowered: bool, cuda: bool, line_maps: dict | None = None) -> list[Section]:
+    line_maps = line_maps or {}
     sections = []
     plan = getattr(compiled, "plan", None)
     if isinstance(plan, dict):
@@ -174,7 +178,7 @@ def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
     lowered_ir = _text_attr(compiled, "lowered_ir") if lowered else None
     if lowered_ir is not None:
         shown, where = clean_lines(_script(lowered_ir))
-        line_map = shift_line_map(_compiled_line_map(compiled, "lowered"), where)
+        line_map = shift_line_map(line_maps.get("lowered"), where)
         sections.append(Section("lowered", "Lowered IR", "python", "\n".join(shown), line_map=_tuples(line_map)))
     if cuda:
         for attr, sid, title, language in (("cuda_source", "cuda", "CUDA source", "cuda"),
@@ -185,7 +189,7 @@ def _compiled_sections(compiled, *, lowered: bool, cuda: bool) -> list[Section]:
                 text = str(text).rstrip()
                 line_map = None
                 if sid == "cuda":  # rstrip keeps the line numbers; lines past the end are dropped
-                    line_map = shift_line_map(_compiled_line_map(compiled, "cuda"),
+                    line_map = shift_line_map(line_maps.get("cuda"),
                                               list(range(1, len(text.split("\n")) + 1)))
                 sections.append(Section(sid, title, language, text, line_map=_tuples(line_map)))
     return sections
@@ -338,7 +342,8 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
     timings_ms: dict[str, float] = {}
     resources = None
     if compiled is not None:
-        sections += _compiled_sections(compiled, lowered=lowered, cuda=cuda)
+        line_maps = _compiled_line_maps(compiled, specialized_func, source, getattr(specialized, "tile_op_lines", None))
+        sections += _compiled_sections(compiled, lowered=lowered, cuda=cuda, line_maps=line_maps)
         resources = _resources(getattr(compiled, "resources", None))
         pipeline = getattr(compiled, "pipeline", None)
         if pipeline:

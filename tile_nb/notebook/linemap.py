@@ -13,6 +13,10 @@ unmapped: a line is mapped right or not at all.
 
 `script_lines(func, source)` returns the text the views show (without the printer's import header and without the
 front end's internal `tile_nb.*` function attributes) and the map `user line -> [displayed lines]` (1-based).
+
+The lowered TIRx and the CUDA source are mapped through the compiled kernel's source regions instead
+(tile_nb.lower.sourcemap: the lines each statement of the phase-2 IR became, by the statement's index);
+`region_line_map` turns those indices into the user's lines with the same statements' lines as above.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-__all__ = ["INTERNAL_ATTR_PREFIX", "clean_lines", "script_lines", "shift_line_map"]
+__all__ = ["INTERNAL_ATTR_PREFIX", "clean_lines", "region_line_map", "script_lines", "shift_line_map"]
 
 INTERNAL_ATTR_PREFIX = "tile_nb."
 _HEADER_LINE = re.compile(r"^# from tvm[.\w]* import ")
@@ -355,3 +359,40 @@ def _user_lines(stmt: _Stmt, user: _Source) -> set[int]:
         candidates = user.binding("assign", stmt.name or "")
         return {candidates[0]} if len(candidates) == 1 else set()
     return set()
+
+
+def region_line_map(func, source, regions: dict | None, tile_op_lines: list[int] | None = None) -> dict[int, list[int]]:
+    """`{user line: [lines of a compiled text]}` from a compiled kernel's `source_regions[text]` (region id ->
+    lines), for the phase-2 `func` it was compiled from. A `T.Parallel` loop is one region: all the lines of
+    its body map to it; other regions map from their own line (a loop from its `for`, a tile op from its call).
+    """
+    from tile_nb.lower.sourcemap import source_regions
+
+    user = _Source.of(source) if source is not None else None
+    if user is None or not regions:
+        return {}
+    if tile_op_lines is None:
+        attrs = getattr(func, "attrs", None) or {}
+        tile_op_lines = [int(n) for n in attrs.get("tile_nb.tile_op_lines", [])] if attrs else []
+    statements: dict = {}
+    for stmt in _ir_statements(func, user.filename, tile_op_lines):
+        if stmt.kind != "else":
+            statements.setdefault(stmt.node, stmt)
+    mapping: dict[int, set[int]] = defaultdict(set)
+    for region, node in enumerate(source_regions(func)):
+        lines = regions.get(region)
+        stmt = statements.get(node)
+        if not lines or stmt is None:
+            continue
+        users = _user_lines(stmt, user)
+        if _is_parallel_loop(node):
+            users |= stmt.below
+        for n in users:
+            mapping[n].update(int(x) for x in lines)
+    return {k: sorted(v) for k, v in sorted(mapping.items())}
+
+
+def _is_parallel_loop(node) -> bool:
+    from tvm import tirx
+
+    return isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL

@@ -167,15 +167,19 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         entry_func, name = _entry_function(mod)
     else:
         entry_func, name = func, _symbol_of(func, mod)
-    lowered_ir = mod.script()
+    from ..lower.sourcemap import split_marks
+
+    marked_ir = mod.script()
+    lowered_ir, lowered_regions = split_marks(marked_ir)
     if not isinstance(func, tvm.IRModule):
         timings["lower"] = time.perf_counter() - t
-    result = build(mod, target, build_options, script=lowered_ir)
+    result = build(mod, target, build_options, script=marked_ir, take_marks=split_marks)
     timings.update(result.timings)
     kernel = CompiledKernel(
         name=name, target=target, arch=arch, params=_param_names(entry_func), cuda_source=result.cuda_source,
         lowered_ir=lowered_ir, cubin=result.cubin, compiler=result.compiler,
-        resources_by_kernel=dict(result.resources), key=key, plan=plan, _ptx=result.ptx)
+        resources_by_kernel=dict(result.resources), key=key, plan=plan, _ptx=result.ptx,
+        source_regions={"lowered": lowered_regions, "cuda": result.source_regions})
     if result.module is not None and problem is None:
         kernel._module = result.module
         kernel._func = result.module[name]
@@ -228,6 +232,8 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
             "compiler": kernel.compiler,
             "resources": {k: r.to_dict() for k, r in kernel.resources_by_kernel.items()},
             "plan": kernel.plan,
+            "source_regions": {text: {str(k): v for k, v in regions.items()}
+                               for text, regions in kernel.source_regions.items()},
             "build_timings": dict(timings),
         }
         try:
@@ -249,6 +255,8 @@ def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
         resources_by_kernel={k: Resources.from_dict(v) for k, v in meta.get("resources", {}).items()},
         build_timings=dict(meta.get("build_timings", {})), key=meta["key"], cache_path=str(entry.path),
         from_cache=True, plan=meta.get("plan"), _ptx=entry.text("kernel.ptx"),
+        source_regions={text: {int(k): list(v) for k, v in regions.items()}
+                        for text, regions in meta.get("source_regions", {}).items()},
         not_launchable_reason="the cached entry holds no loadable module")
     if load_module and entry.module_path is not None:
         import tvm

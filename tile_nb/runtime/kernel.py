@@ -49,6 +49,9 @@ class CompiledKernel:
     from_cache: bool = False
     not_launchable_reason: str | None = None
     plan: dict | None = None                     # the lowering's decisions (tile_nb.lower.KernelPlan.summary())
+    # "lowered" / "cuda" -> {region id: [1-based lines of that text]}: the code each statement of the phase-2 IR
+    # became (tile_nb.lower.sourcemap; the views turn region ids into the user's lines)
+    source_regions: dict = field(default_factory=dict)
     _ptx: str | None = None
     _sass: str | None = None
     _module: Any = None                          # TVM runtime module (kept alive while the function is used)
