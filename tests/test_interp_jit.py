@@ -282,3 +282,21 @@ def test_seed_gemm_1024_cubed_within_two_seconds():
     seed_gemm(A, B, C)
     assert time.process_time() - start < 2.0
     close(C, A.double() @ B.double(), tol=1e-4, scale=32)
+
+
+@pytest.mark.parametrize("shape", [(128, 256, 128), (100, 70, 96), (1, 1, 32)])
+@pytest.mark.parametrize("b_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_gemm_with_scales(shape, b_dtype):
+    """8-bit float operands accumulate in float32 (docs/IR.md's rule), then scale and round to bf16 once."""
+    from kernels.seed import gemm_fp8
+
+    M, N, K = shape
+    torch.manual_seed(0)
+    a = (torch.randn(M, K) * 3).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K) * 3).to(b_dtype)
+    c = torch.empty(M, N, dtype=torch.bfloat16)
+    sa, sb = torch.tensor([0.37]), torch.tensor([1.9])
+    gemm_fp8(a, b, c, sa, sb, b_dtype=T.float8_e5m2 if b_dtype == torch.float8_e5m2 else T.float8_e4m3fn,
+             block_M=64, block_N=64, block_K=64, threads=128)
+    ref = (a.double() @ b.double().T) * sa.double() * sb.double()
+    torch.testing.assert_close(c.double(), ref.to(torch.bfloat16).double(), rtol=1e-2, atol=1e-2)

@@ -133,3 +133,33 @@ def test_split_k_accumulator_stays_in_registers_and_adds_atomically(tmp_path):
     assert src.count("atomicAdd(") == 128  # 128x256 fp32 over 256 threads: 128 registers, one atomic each
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype,types", [("float8_e4m3fn", "float8_e4m3fn", "e4m3.e4m3"),
+                                                    ("float8_e5m2", "float8_e4m3fn", "e5m2.e4m3")])
+@pytest.mark.parametrize("block_K", [64, 128])
+def test_fp8_gemm_on_wgmma_with_tma(a_dtype, b_dtype, types, block_K, tmp_path):
+    """8-bit float operands: m64nNk32 wgmma (no transpose immediates: both operands K-major), TMA loads into
+    64B/128B-swizzled tiles (tensor maps of uint8), float32 accumulators in registers, no spills."""
+    import tile_nb.language as T
+    from kernels.seed import gemm_fp8
+
+    func = gemm_fp8.specialize(M=1024, N=1024, K=1024, a_dtype=getattr(T, a_dtype), b_dtype=getattr(T, b_dtype),
+                               block_K=block_K)
+    src = cuda_source(func, "sm_90a")
+    assert re.findall(r"wgmma\.mma_async[\w.]+", src) == [f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{types}"]
+    assert "cp.async.bulk.tensor" in src and "cp.async.cg" not in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+def test_fp8_gemm_needs_b_stored_k_major():
+    """8-bit operands with B stored [K, N] cannot go to wgmma (PTX reads them K-major only): a clear error."""
+    import tile_nb.language as T
+    from kernels.seed import gemm_variant
+
+    from tile_nb.lower import LoweringError
+
+    func = gemm_variant.specialize(M=256, N=256, K=256, in_dtype=T.float8_e4m3fn, block_K=128, threads=256)
+    with pytest.raises(LoweringError, match="transpose_B=True"):
+        lower(func, target("sm_90a"))

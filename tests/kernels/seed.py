@@ -128,3 +128,29 @@ def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int =
         for i, j in T.Parallel(block_M, block_N):
             if bx * block_M + i < M and by * block_N + j < N:
                 T.atomic_add(C[bx * block_M + i, by * block_N + j], C_local[i, j])
+
+
+@tile_nb.jit
+def gemm_fp8(A, B, C, scale_A, scale_B, a_dtype: T.dtype = T.float8_e4m3fn, b_dtype: T.dtype = T.float8_e4m3fn,
+             out_dtype: T.dtype = T.bfloat16, block_M: int = 128, block_N: int = 256, block_K: int = 128,
+             threads: int = 256, num_stages: int = 4):
+    """C = (A @ B^T) * scale_A * scale_B with 8-bit float A [M, K] and B [N, K] (both K-major, as
+    torch._scaled_mm takes them), float32 accumulation and per-tensor scales (one-element tensors)."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], a_dtype]
+    B: T.Tensor[[N, K], b_dtype]
+    C: T.Tensor[[M, N], out_dtype]
+    scale_A: T.Tensor[[1], T.float32]
+    scale_B: T.Tensor[[1], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), a_dtype)
+        B_shared = T.alloc_shared((block_N, block_K), b_dtype)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[by * block_N, k * block_K], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+        for i, j in T.Parallel(block_M, block_N):
+            C_local[i, j] = C_local[i, j] * scale_A[0] * scale_B[0]
+        T.copy(C_local, C[bx * block_M, by * block_N])

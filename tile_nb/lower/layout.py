@@ -63,9 +63,13 @@ class SharedTile:
         what = "reduction workspace" if self.name else self.buffer.scope()
         return f"{what} {tuple(int(x) for x in self.shape)} {self.dtype}{stages}"
 
+    @property
+    def chunk_elems(self) -> int:
+        """Elements per 16-byte chunk, the unit the swizzle permutes (8 of 2-byte, 16 of 1-byte elements)."""
+        return 128 // tirx_bits(self.dtype)
+
     def can_swizzle(self) -> bool:
-        # 16-byte chunks of 2-byte elements: 8 per chunk.
-        return tirx_bits(self.dtype) == 16 and self.cols % 8 == 0
+        return tirx_bits(self.dtype) in (8, 16) and self.cols % self.chunk_elems == 0
 
     def offset2(self, row, col, stage=None):
         """Element offset of (row, col) in the flat view."""
@@ -76,12 +80,13 @@ class SharedTile:
             chunk = tirx.bitwise_xor(fd(fm(col, 64), 8), fm(row, 8))
             off = fd(col, 64) * (self.rows * 64) + row * 64 + chunk * 8 + fm(col, 8)
         elif self.swizzle:
-            chunks = self.cols // 8
+            per = self.chunk_elems
+            chunks = self.cols // per
             # Rows per 128-byte bank line; consecutive rows of one line share a phase.
             rows_per_line = max(1, 8 // chunks)
             phase = tirx.floormod(tirx.floordiv(row, rows_per_line), min(chunks, 8))
-            chunk = tirx.bitwise_xor(tirx.floordiv(col, 8), phase)
-            off = row * self.cols + chunk * 8 + tirx.floormod(col, 8)
+            chunk = tirx.bitwise_xor(tirx.floordiv(col, per), phase)
+            off = row * self.cols + chunk * per + tirx.floormod(col, per)
         else:
             off = row * self.cols + col
         if self.stages > 1 and stage is not None:

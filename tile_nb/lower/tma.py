@@ -185,8 +185,9 @@ def _plan_copy(plan, call, operands):
     if dst not in operands:
         return None, f"the copy into {dst.name} does not feed the loop's T.gemm"
     tile = plan.shared[dst]
-    if str(src.dtype) != str(dst.dtype) or tirx_bits(src.dtype) != 16:
-        return None, f"the copy {src.name} -> {dst.name} is not a 16-bit copy without conversion"
+    if str(src.dtype) != str(dst.dtype) or tirx_bits(src.dtype) not in (8, 16):
+        return None, f"the copy {src.name} -> {dst.name} is not an 8- or 16-bit copy without conversion"
+    elem = tirx_bits(src.dtype) // 8
     if len(tile.shape) != 2 or [_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
         return None, f"the copy into {dst.name} does not write the whole 2-D tile"
     if list(src.strides) or _int(src.elem_offset) != 0 or scope_of(src) != "global":
@@ -202,7 +203,7 @@ def _plan_copy(plan, call, operands):
     inner = _int(src.shape[-1])
     if inner is None:
         return None, f"{src.name}'s last dimension is not a compile-time constant (TMA needs 16-byte row strides)"
-    if inner * 2 % 16:
+    if inner * elem % 16:
         return None, f"{src.name}'s rows are not a multiple of 16 bytes (TMA needs 16-byte strides)"
     rows, cols = (int(x) for x in tile.shape)
     if tile.panel:
@@ -211,10 +212,10 @@ def _plan_copy(plan, call, operands):
         boxes = tuple(Box((64, rows) + (1,) * (rank - 2), p * rows * 64, (64 * p,) + (0,) * (rank - 1))
                       for p in range(cols // 64))
         return TmaCopy(call, dst, tile.elems, src, _SWIZZLE_KIND[128], boxes), ""
-    if not tile.swizzle or cols * 2 not in _SWIZZLE_KIND or rows > 256:
+    if not tile.swizzle or cols * elem not in _SWIZZLE_KIND or rows > 256:
         return None, f"{dst.name} is not a 64- or 128-byte-row swizzled tile of at most 256 rows"
     box = Box((cols, rows) + (1,) * (rank - 2), 0, (0,) * rank)
-    return TmaCopy(call, dst, tile.elems, src, _SWIZZLE_KIND[cols * 2], (box,)), ""
+    return TmaCopy(call, dst, tile.elems, src, _SWIZZLE_KIND[cols * elem], (box,)), ""
 
 
 # ---- host side: one tensor map per (tensor, box, swizzle) --------------------------------------------------
@@ -243,8 +244,15 @@ def emit_tensor_maps(em):
         IRBuilder.name(f"{buf.name}_tensormap", tmap)
         T.evaluate(tirx.tensormap_encode_tiled(
             tmap, buf.data, *dims, *strides, *c.boxes[0].dims, *([1] * rank),
-            descriptor_dtype=str(buf.dtype), rank=rank, swizzle=c.swizzle, l2_promotion=_L2_PROMOTION_256B))
+            descriptor_dtype=_descriptor_dtype(buf.dtype), rank=rank, swizzle=c.swizzle,
+            l2_promotion=_L2_PROMOTION_256B))
         seen[key] = em.tensor_maps[c] = tmap
+
+
+def _descriptor_dtype(dtype) -> str:
+    """The tensor map's element type: TMA only moves bytes, so 8-bit floats travel as uint8 (the driver's tensor
+    map types have no fp8 entry)."""
+    return "uint8" if tirx_bits(dtype) == 8 else str(dtype)
 
 
 # ---- device helpers -----------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 Chosen by `analyze` when the target is sm_90a and the shapes fit (see `wgmma_eligible`); otherwise gemm.py's
 mma.sync path runs. Layout decisions:
-- warpgroup g (threads 128g..128g+127) owns m-blocks of 64 rows; each m-block is one `m64nNk16` per k16 step;
-- A (not transposed, K-major, rows of block_K*2 = 64 or 128 bytes): the swizzled SharedTile (XOR of 16-byte
-  chunk with the row), which is exactly the hardware's 64B/128B swizzle pattern at 1024-byte aligned atoms;
+- warpgroup g (threads 128g..128g+127) owns m-blocks of 64 rows; each m-block is one `m64nNk16` per k16 step
+  (`m64nNk32` per k32 step for 8-bit floats, e4m3 / e5m2: the same 32 bytes of each row);
+- A (not transposed, K-major, rows of 64 or 128 bytes): the swizzled SharedTile (XOR of 16-byte chunk with the
+  row), which is exactly the hardware's 64B/128B swizzle pattern at 1024-byte aligned atoms;
+- 8-bit operands are read K-major only (PTX: no transpose for them), so B must be stored [N, K];
 - B stored [K, N] (MN-major): `panel` SharedTile ([N/64][K][64], 128B swizzle), descriptor LBO = panel stride,
   SBO = 1024 (8 K-rows); B stored [N, K] (K-major): like A.
 - the accumulator registers follow the wgmma D fragment: per n8 block i, d[4i..4i+3] = rows l/4 (+8),
@@ -23,7 +25,22 @@ from . import intrin
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
-__all__ = ["drain_accumulators", "lower_gemm_wgmma", "wgmma_eligible"]
+__all__ = ["WGMMA_TYPES", "drain_accumulators", "lower_gemm_wgmma", "wgmma_eligible", "wgmma_operand_types"]
+
+
+# wgmma operand types by tile IR dtype. 8-bit floats may be mixed (e4m3 x e5m2); 16-bit ones may not.
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+_K_STEP_BYTES = 32  # every wgmma k-step reads 32 bytes of a row: k16 for 16-bit, k32 for 8-bit operands
+
+
+def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
+    """The wgmma type names of A and B (`f16`, `e4m3`, ...), or None when wgmma cannot multiply them."""
+    ta, tb = WGMMA_TYPES.get(str(a_dtype)), WGMMA_TYPES.get(str(b_dtype))
+    if ta is None or tb is None:
+        return None
+    if ta.startswith("e") and tb.startswith("e"):
+        return ta, tb
+    return (ta, tb) if ta == tb else None
 
 
 def wgmma_eligible(target, call, threads) -> bool:
@@ -31,20 +48,28 @@ def wgmma_eligible(target, call, threads) -> bool:
         return False
     (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
-    if trans_a or threads % 128 or str(a.dtype) not in ("float16", "bfloat16") or str(b.dtype) != str(a.dtype):
+    types = wgmma_operand_types(a.dtype, b.dtype)
+    if trans_a or threads % 128 or types is None:
         return False
+    if types[0].startswith("e") and not trans_b:
+        return False  # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
     bm, bn = int(c.shape[0]), int(c.shape[1])
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
     wgs = threads // 128
     bk = a_ext[-1]
-    if bm % (64 * wgs) or bn % 64 or bn > 256 or bk * 2 not in (64, 128) or bk % 16:
+    elem = _elem_bytes(a.dtype)
+    if bm % (64 * wgs) or bn % 64 or bn > 256 or bk * elem not in (64, 128):
         return False
     if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
         return False  # whole-tile operands only (descriptors address the tile from its start)
-    if trans_b and b_ext[-1] * 2 != bk * 2:
+    if trans_b and b_ext[-1] != bk:
         return False
     return True
+
+
+def _elem_bytes(dtype) -> int:
+    return 1 if WGMMA_TYPES.get(str(dtype), "").startswith("e") else 2
 
 
 def _desc_source():
@@ -65,19 +90,22 @@ __forceinline__ __device__ unsigned long long tnb_smem_desc(void* ptr, int lbo, 
 """
 
 
-def _wgmma_call(n, in_dtype, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
-    t = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
+def _wgmma_call(n, types, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
+    ta, tb = types
+    k = 32 if ta.startswith("e") else 16
     regs = n // 2
-    name = f"tnb_wgmma_m64n{n}k16_{t}_tb{int(trans_b)}"
+    name = f"tnb_wgmma_m64n{n}k{k}_{ta}_{tb}_tb{int(trans_b)}"
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    # scale-d 1 (accumulate), A and B not negated; only 16-bit types take the two transpose immediates.
+    flags = "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
     src = _desc_source() + f"""
 __forceinline__ __device__ void {name}(float* d, void* a, int albo, int asbo, int amode,
                                       void* b, int blbo, int bsbo, int bmode) {{
   unsigned long long da = tnb_smem_desc(a, albo, asbo, amode);
   unsigned long long db = tnb_smem_desc(b, blbo, bsbo, bmode);
   asm volatile("{{\\n"
-    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, %{regs}, %{regs + 1}, 1, 1, 1, 0, {int(trans_b)};\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ta}.{tb} {{{outs}}}, %{regs}, %{regs + 1}, {flags};\\n"
     "}}\\n"
     : {cons}
     : "l"(da), "l"(db) : "memory");
@@ -104,13 +132,14 @@ def lower_gemm_wgmma(em, call):
     lay = em.plan.accumulators[c_buf]
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     a_view, b_view = em.view(a_buf), em.view(b_buf)
-    in_dtype = str(a_buf.dtype)
+    types = wgmma_operand_types(a_buf.dtype, b_buf.dtype)
     bk = int(a_rng[-1][1])
+    k_step = _K_STEP_BYTES // _elem_bytes(a_buf.dtype)  # elements of K per wgmma
     acc = em.registers[c_buf]
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, "float32"), [r])
-    a_row_bytes = bk * 2
+    a_row_bytes = bk * _elem_bytes(a_buf.dtype)
     a_mode = 1 if a_row_bytes == 128 else 2  # 128B or 64B swizzle
     a_sbo = 8 * a_row_bytes
     if trans_b:  # [N, K], K-major like A
@@ -124,17 +153,17 @@ def lower_gemm_wgmma(em, call):
     g = tirx.floordiv(em.tx, 128)
 
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
-    with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
+    with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
         # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
-        # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = 16 kk, row 64 m).
+        # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = k_step kk, row 64 m).
         m0 = (g * lay.mblocks + mb) * 64
-        a_off = m0 * bk + kk * 16
+        a_off = m0 * bk + kk * k_step
         a_ptr = intrin.address_of(a_view, [a_off + _stage_off(em, a_tile, a_buf)])
         if trans_b:
-            b_ptr = intrin.address_of(b_view, [kk * 16 + _stage_off(em, b_tile, b_buf)])
+            b_ptr = intrin.address_of(b_view, [kk * k_step + _stage_off(em, b_tile, b_buf)])
         else:
             b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
-        T.evaluate(_wgmma_call(lay.bn, in_dtype, intrin.address_of(acc, [mb * (lay.bn // 2)]),
+        T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
                                a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
     T.evaluate(intrin.asm_statement("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
     # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of

@@ -1,0 +1,83 @@
+"""8-bit float GEMM with per-tensor scales: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, same run.
+
+    python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--rounds 5] [--out results.json]
+
+A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales are
+one-element float32 tensors. Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
+median of 30 launches per round, configs and torch interleaved in each round, median over rounds).
+TFLOP/s = 2 M N K / time.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = __file__.rsplit("/benchmarks/", 1)[0]
+sys.path[:0] = [ROOT, ROOT + "/tests", ROOT + "/benchmarks"]
+from gemm import bench  # noqa: E402  (one timing loop for every GEMM benchmark)
+from kernels.seed import gemm_fp8  # noqa: E402
+
+CONFIGS = {  # name -> gemm_fp8 compile-time arguments
+    "128x256x128 t256 s4": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4),
+    "128x256x64 t256 s6": dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=6),
+    "128x128x128 t256 s5": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5),
+    "64x256x128 t128 s4": dict(block_M=64, block_N=256, block_K=128, threads=128, num_stages=4),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
+          f"e4m3 x e4m3 -> bf16, per-tensor scales")
+    rows = []
+    for size in args.sizes:
+        m, n, k = tuple(int(d) for d in size.split("x")) if "x" in size else (int(size),) * 3
+        a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        sa, sb = torch.tensor([0.5], device="cuda"), torch.tensor([0.25], device="cuda")
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref = (a.float() @ b.float().T) * 0.125
+        flop = 2.0 * m * n * k
+        kernels = {"torch._scaled_mm": functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
+                                                         out_dtype=torch.bfloat16)}
+        errs, firsts = {}, {}
+        for name, cfg in CONFIGS.items():
+            t0 = time.perf_counter()
+            kern = gemm_fp8.compile(a, b, c, sa, sb, **cfg)
+            c.fill_(float("nan"))
+            kern(a, b, c, sa, sb)
+            torch.cuda.synchronize()
+            firsts[name] = time.perf_counter() - t0
+            errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
+            kernels[name] = functools.partial(kern, a, b, c, sa, sb)
+        per_round = {name: [] for name in kernels}
+        for _ in range(args.rounds):
+            for name, fn in kernels.items():
+                per_round[name].append(bench(fn)[0])
+        t_ref = statistics.median(per_round["torch._scaled_mm"])
+        for name in CONFIGS:
+            t = statistics.median(per_round[name])
+            row = dict(size=size, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12, ms=t * 1e3,
+                       rel_err=errs[name], first_call_s=firsts[name], rounds=args.rounds)
+            row["ratio"] = row["tflops"] / row["torch_tflops"]
+            rows.append(row)
+            print(f"{size:>16} {name:22s} {row['tflops']:7.1f} TFLOP/s  _scaled_mm {row['torch_tflops']:7.1f}  "
+                  f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
+                  f"first call {firsts[name]:.2f}s")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
