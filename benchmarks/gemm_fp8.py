@@ -1,9 +1,10 @@
-"""8-bit float GEMM with per-tensor scales: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, same run.
+"""8-bit GEMM: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, or with --int8 its `gemm_int8` vs
+torch._int_mm, same run.
 
-    python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--rounds 5] [--out results.json]
+    python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--int8] [--rounds 5] [--out results.json]
 
-A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales are
-one-element float32 tensors. Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
+fp8: A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales are
+one-element float32 tensors. int8: A [M, K], B [N, K] int8, C int32 (exact). Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
 median of 30 launches per round, configs and torch interleaved in each round, median over rounds).
 TFLOP/s = 2 M N K / time.
 """
@@ -21,7 +22,7 @@ import torch
 ROOT = __file__.rsplit("/benchmarks/", 1)[0]
 sys.path[:0] = [ROOT, ROOT + "/tests", ROOT + "/benchmarks"]
 from gemm import bench  # noqa: E402  (one timing loop for every GEMM benchmark)
-from kernels.seed import gemm_fp8  # noqa: E402
+from kernels.seed import gemm_fp8, gemm_int8  # noqa: E402
 
 CONFIGS = {  # name -> gemm_fp8 compile-time arguments
     "128x256x128 t256 s4": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4),
@@ -35,43 +36,55 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--int8", action="store_true", help="int8 x int8 -> int32 against torch._int_mm")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    what = "int8 x int8 -> int32" if args.int8 else "e4m3 x e4m3 -> bf16, per-tensor scales"
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
-          f"e4m3 x e4m3 -> bf16, per-tensor scales")
+          f"{what}")
+    torch_name = "torch._int_mm" if args.int8 else "torch._scaled_mm"
     rows = []
     for size in args.sizes:
         m, n, k = tuple(int(d) for d in size.split("x")) if "x" in size else (int(size),) * 3
-        a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
-        b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
-        sa, sb = torch.tensor([0.5], device="cuda"), torch.tensor([0.25], device="cuda")
-        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        ref = (a.float() @ b.float().T) * 0.125
+        if args.int8:
+            a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+            b = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
+            c = torch.empty(m, n, device="cuda", dtype=torch.int32)
+            args_of = (a, b, c)
+            kernel_fn, ref = gemm_int8, (a.double() @ b.double().T)
+            kernels = {torch_name: functools.partial(torch._int_mm, a, b.T)}
+        else:
+            a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+            b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+            sa, sb = torch.tensor([0.5], device="cuda"), torch.tensor([0.25], device="cuda")
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            args_of = (a, b, c, sa, sb)
+            kernel_fn, ref = gemm_fp8, (a.double() @ b.double().T) * 0.125
+            kernels = {torch_name: functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
+                                                     out_dtype=torch.bfloat16)}
         flop = 2.0 * m * n * k
-        kernels = {"torch._scaled_mm": functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
-                                                         out_dtype=torch.bfloat16)}
         errs, firsts = {}, {}
         for name, cfg in CONFIGS.items():
             t0 = time.perf_counter()
-            kern = gemm_fp8.compile(a, b, c, sa, sb, **cfg)
-            c.fill_(float("nan"))
-            kern(a, b, c, sa, sb)
+            kern = kernel_fn.compile(*args_of, **cfg)
+            c.fill_(-1)
+            kern(*args_of)
             torch.cuda.synchronize()
             firsts[name] = time.perf_counter() - t0
-            errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
-            kernels[name] = functools.partial(kern, a, b, c, sa, sb)
+            errs[name] = ((c.double() - ref).norm() / ref.norm()).item()
+            kernels[name] = functools.partial(kern, *args_of)
         per_round = {name: [] for name in kernels}
         for _ in range(args.rounds):
             for name, fn in kernels.items():
                 per_round[name].append(bench(fn)[0])
-        t_ref = statistics.median(per_round["torch._scaled_mm"])
+        t_ref = statistics.median(per_round[torch_name])
         for name in CONFIGS:
             t = statistics.median(per_round[name])
-            row = dict(size=size, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12, ms=t * 1e3,
+            row = dict(size=size, dtype="int8" if args.int8 else "float8_e4m3fn", config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12, ms=t * 1e3,
                        rel_err=errs[name], first_call_s=firsts[name], rounds=args.rounds)
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
-            print(f"{size:>16} {name:22s} {row['tflops']:7.1f} TFLOP/s  _scaled_mm {row['torch_tflops']:7.1f}  "
+            print(f"{size:>16} {name:22s} {row['tflops']:7.1f} TFLOP/s  {torch_name} {row['torch_tflops']:7.1f}  "
                   f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
                   f"first call {firsts[name]:.2f}s")
     if args.out:

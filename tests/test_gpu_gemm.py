@@ -236,3 +236,22 @@ def test_fp8_gemm_uses_tma_and_wgmma_k32():
     assert (kernel.pipeline or "").startswith("TMA"), kernel.pipeline
     assert "m64n256k32.f32.e4m3.e4m3" in kernel.cuda_source
     assert kernel.resources.spill_stores == 0 and kernel.resources.spill_loads == 0
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 1024), (1, 1, 32), (130, 300, 1000),
+                                   (256, 512, 4096)])
+def test_int8_gemm_is_exact_on_the_gpu(shape):
+    """int8 x int8 -> int32 on wgmma: exactly the integer product (and the interpreter's result)."""
+    from kernels.seed import gemm_int8
+
+    M, N, K = shape
+    a = torch.randint(-128, 128, (M, K), device="cuda", dtype=torch.int8)
+    b = torch.randint(-128, 128, (N, K), device="cuda", dtype=torch.int8)
+    c = torch.full((M, N), -7, device="cuda", dtype=torch.int32)
+    gemm_int8(a, b, c)
+    ref = (a.double() @ b.double().T).to(torch.int32)  # exact: |sums| < 2^53
+    assert torch.equal(c, ref)
+    if M * N * K <= 2 ** 27:
+        c_cpu = torch.empty(M, N, dtype=torch.int32)
+        gemm_int8(a.cpu(), b.cpu(), c_cpu)
+        assert torch.equal(c.cpu(), c_cpu)

@@ -300,3 +300,16 @@ def test_fp8_gemm_with_scales(shape, b_dtype):
              block_M=64, block_N=64, block_K=64, threads=128)
     ref = (a.double() @ b.double().T) * sa.double() * sb.double()
     torch.testing.assert_close(c.double(), ref.to(torch.bfloat16).double(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(128, 256, 128), (100, 70, 96), (1, 1, 32)])
+def test_int8_gemm_is_exact(shape):
+    from kernels.seed import gemm_int8
+
+    M, N, K = shape
+    torch.manual_seed(0)
+    a = torch.randint(-128, 128, (M, K), dtype=torch.int8)
+    b = torch.randint(-128, 128, (N, K), dtype=torch.int8)
+    c = torch.empty(M, N, dtype=torch.int32)
+    gemm_int8(a, b, c, block_M=64, block_N=64, block_K=64, threads=128)
+    assert torch.equal(c, (a.long() @ b.long().T).int())

@@ -163,3 +163,15 @@ def test_fp8_gemm_needs_b_stored_k_major():
     func = gemm_variant.specialize(M=256, N=256, K=256, in_dtype=T.float8_e4m3fn, block_K=128, threads=256)
     with pytest.raises(LoweringError, match="transpose_B=True"):
         lower(func, target("sm_90a"))
+
+
+def test_int8_gemm_on_wgmma_accumulates_in_int32_registers(tmp_path):
+    """int8 x int8 -> int32: m64nNk32.s32.s8.s8 wgmma with "+r" (integer) accumulator registers, TMA loads."""
+    from kernels.seed import gemm_int8
+
+    src = cuda_source(gemm_int8.specialize(M=1024, N=1024, K=1024), "sm_90a")
+    assert re.findall(r"wgmma\.mma_async[\w.]+", src) == ["wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"]
+    assert '"+r"(d[0])' in src and '"+f"' not in src
+    assert "cp.async.bulk.tensor" in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report

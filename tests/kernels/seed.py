@@ -154,3 +154,23 @@ def gemm_fp8(A, B, C, scale_A, scale_B, a_dtype: T.dtype = T.float8_e4m3fn, b_dt
         for i, j in T.Parallel(block_M, block_N):
             C_local[i, j] = C_local[i, j] * scale_A[0] * scale_B[0]
         T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_int8(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 128, threads: int = 256,
+              num_stages: int = 4):
+    """C = A @ B^T in exact integer arithmetic: int8 A [M, K] and B [N, K] (K-major), int32 C."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.int8]
+    B: T.Tensor[[N, K], T.int8]
+    C: T.Tensor[[M, N], T.int32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), T.int8)
+        B_shared = T.alloc_shared((block_N, block_K), T.int8)
+        C_local = T.alloc_fragment((block_M, block_N), T.int32)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[by * block_N, k * block_K], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+        T.copy(C_local, C[bx * block_M, by * block_N])

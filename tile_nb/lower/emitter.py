@@ -26,6 +26,7 @@ from .diagnostics import SourceLines
 from .errors import LoweringError
 from .exprs import rewrite
 from .irwalk import buffers_touched, scope_of
+from .layout import accumulator_register_dtype
 from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 
 __all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "Emitter", "Scope", "register_kernel_hook",
@@ -378,9 +379,9 @@ class Emitter:
             return  # a view in the pool, declared at kernel entry
         layout = self.plan.layout(buf)
         if layout is not None:
-            # Accumulators live in float32 registers (what the tensor cores accumulate in); other register
-            # fragments in their own dtype.
-            dtype = "float32" if buf in self.plan.accumulators else str(buf.dtype)
+            # Accumulators live in float32 registers (what the tensor cores accumulate in; int32 for integer
+            # products); other register fragments in their own dtype.
+            dtype = accumulator_register_dtype(buf) if buf in self.plan.accumulators else str(buf.dtype)
             regs = T.alloc_buffer((layout.regs,), dtype, scope="local")
             IRBuilder.name(buf.name, regs)
             self.registers[buf] = regs
@@ -446,7 +447,7 @@ class Emitter:
     def round_accumulator(self, buf):
         """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the
         accumulator's dtype, as the interpreter does: a float16 C holds float16 values between T.gemm calls."""
-        if str(buf.dtype) == "float32":
+        if str(buf.dtype) == accumulator_register_dtype(buf):
             return
         acc = self.registers[buf]
         with T.unroll(0, self.plan.layout(buf).regs) as r:

@@ -43,10 +43,11 @@ def lower_gemm(em, call):
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
-        fp8 = "float8" in in_dtype or "float8" in str(b_buf.dtype)
-        hint = ("; 8-bit floats run on Hopper wgmma only (target sm_90a): B stored [N, K] with transpose_B=True, "
+        eight_bit = any(t in ("float8_e4m3fn", "float8_e5m2", "int8", "uint8") for t in (in_dtype, str(b_buf.dtype)))
+        hint = ("; 8-bit inputs run on Hopper wgmma only (target sm_90a): B stored [N, K] with transpose_B=True, "
                 "block_K * 1 byte = 64 or 128, block_M a multiple of 64 per warpgroup of threads, block_N a "
-                "multiple of 64 up to 256, whole shared tiles as operands") if fp8 else ""
+                "multiple of 64 up to 256, whole shared tiles as operands, and an int32 accumulator for "
+                "int8/uint8 (a float one for 8-bit floats)") if eight_bit else ""
         raise LoweringError(f"T.gemm: inputs {a_buf.name}:{a_buf.dtype}, {b_buf.name}:{b_buf.dtype}; "
                             f"tensor-core lowering supports float16 or bfloat16 A and B of one dtype{hint}")
     if str(c_buf.dtype) not in ("float32", "float16", "bfloat16"):

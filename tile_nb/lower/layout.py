@@ -19,7 +19,7 @@ from tvm import tirx
 
 from .errors import LoweringError
 
-__all__ = ["MmaAccLayout", "SharedTile", "WgmmaAccLayout", "choose_warp_grid"]
+__all__ = ["MmaAccLayout", "SharedTile", "WgmmaAccLayout", "accumulator_register_dtype", "choose_warp_grid"]
 
 
 def _prod(xs):
@@ -100,6 +100,12 @@ class SharedTile:
         for dim, idx in zip(self.shape[:-1], indices[:-1]):
             row = row * int(dim) + idx
         return self.offset2(row, indices[-1], stage)
+
+
+def accumulator_register_dtype(buf) -> str:
+    """The registers a T.gemm accumulator lives in: int32 for an integer accumulator (int8 products), else
+    float32 whatever its declared float dtype."""
+    return "int32" if "int" in str(buf.dtype) else "float32"
 
 
 def tirx_bits(dtype) -> int:

@@ -26,7 +26,7 @@ from .errors import LoweringError
 from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
-from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout
+from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
 from .schedule import schedule_pipeline
 from .tma import PRODUCER_THREADS, plan_tma
 from .wgmma import wgmma_eligible
@@ -177,7 +177,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible", default=[]) or [])
     wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and bool(
         int(_attr(func, "tile_nb.wgmma_overlap", default=0))) and all(
-        str(b.dtype) == "float32" for b in accumulators)
+        str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
     plan = KernelPlan(
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,

@@ -43,7 +43,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_kernel_hook, register_statement
 from .irwalk import region_of, scope_of, seq_items
-from .layout import WgmmaAccLayout, tirx_bits
+from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
 
@@ -145,7 +145,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     if budget < acc.regs + _REGISTER_HEADROOM:
         return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
                       f"alone takes {acc.regs})")
-    if str(c_buf.dtype) != "float32":
+    if str(c_buf.dtype) != accumulator_register_dtype(c_buf):
         return None, (f"cp.async (the accumulator {c_buf.name} is {c_buf.dtype}: it is rounded after every T.gemm, "
                       "so no MMA group can stay in flight)")
     if float(gemm.args[7].value) == 0.0:

@@ -28,8 +28,11 @@ from .layout import WgmmaAccLayout
 __all__ = ["WGMMA_TYPES", "drain_accumulators", "lower_gemm_wgmma", "wgmma_eligible", "wgmma_operand_types"]
 
 
-# wgmma operand types by tile IR dtype. 8-bit floats may be mixed (e4m3 x e5m2); 16-bit ones may not.
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+# wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
+# 16-bit ones may not.
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
+               "int8": "s8", "uint8": "u8"}
+_EIGHT_BIT = {"e4m3": "float", "e5m2": "float", "s8": "int", "u8": "int"}
 _K_STEP_BYTES = 32  # every wgmma k-step reads 32 bytes of a row: k16 for 16-bit, k32 for 8-bit operands
 
 
@@ -38,7 +41,7 @@ def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
     ta, tb = WGMMA_TYPES.get(str(a_dtype)), WGMMA_TYPES.get(str(b_dtype))
     if ta is None or tb is None:
         return None
-    if ta.startswith("e") and tb.startswith("e"):
+    if ta in _EIGHT_BIT and _EIGHT_BIT[ta] == _EIGHT_BIT.get(tb):
         return ta, tb
     return (ta, tb) if ta == tb else None
 
@@ -51,8 +54,10 @@ def wgmma_eligible(target, call, threads) -> bool:
     types = wgmma_operand_types(a.dtype, b.dtype)
     if trans_a or threads % 128 or types is None:
         return False
-    if types[0].startswith("e") and not trans_b:
+    if types[0] in _EIGHT_BIT and not trans_b:
         return False  # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
+    if (_EIGHT_BIT.get(types[0]) == "int") != (str(c.dtype) == "int32"):
+        return False  # integer products accumulate in int32, float ones in a float accumulator
     bm, bn = int(c.shape[0]), int(c.shape[1])
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
@@ -69,7 +74,7 @@ def wgmma_eligible(target, call, threads) -> bool:
 
 
 def _elem_bytes(dtype) -> int:
-    return 1 if WGMMA_TYPES.get(str(dtype), "").startswith("e") else 2
+    return 1 if WGMMA_TYPES.get(str(dtype)) in _EIGHT_BIT else 2
 
 
 def _desc_source():
@@ -92,20 +97,22 @@ __forceinline__ __device__ unsigned long long tnb_smem_desc(void* ptr, int lbo, 
 
 def _wgmma_call(n, types, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
     ta, tb = types
-    k = 32 if ta.startswith("e") else 16
+    integer = _EIGHT_BIT.get(ta) == "int"
+    k = 32 if ta in _EIGHT_BIT else 16
     regs = n // 2
     name = f"tnb_wgmma_m64n{n}k{k}_{ta}_{tb}_tb{int(trans_b)}"
     outs = ", ".join(f"%{i}" for i in range(regs))
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    # scale-d 1 (accumulate), A and B not negated; only 16-bit types take the two transpose immediates.
-    flags = "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
+    reg, ctype, dtype = ("r", "int", "s32") if integer else ("f", "float", "f32")
+    cons = ", ".join(f'"+{reg}"(d[{i}])' for i in range(regs))
+    # scale-d 1 (accumulate); floats: A and B not negated; only 16-bit types take the two transpose immediates.
+    flags = "1" if integer else "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
     src = _desc_source() + f"""
-__forceinline__ __device__ void {name}(float* d, void* a, int albo, int asbo, int amode,
+__forceinline__ __device__ void {name}({ctype}* d, void* a, int albo, int asbo, int amode,
                                       void* b, int blbo, int bsbo, int bmode) {{
   unsigned long long da = tnb_smem_desc(a, albo, asbo, amode);
   unsigned long long db = tnb_smem_desc(b, blbo, bsbo, bmode);
   asm volatile("{{\\n"
-    "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ta}.{tb} {{{outs}}}, %{regs}, %{regs + 1}, {flags};\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{ta}.{tb} {{{outs}}}, %{regs}, %{regs + 1}, {flags};\\n"
     "}}\\n"
     : {cons}
     : "l"(da), "l"(db) : "memory");
@@ -114,11 +121,12 @@ __forceinline__ __device__ void {name}(float* d, void* a, int albo, int asbo, in
     return cuda_func_call(name, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
 
 
-def _wait_with_regs(regs, acc_ptr, pending=0):
-    name = f"tnb_wgmma_wait{pending}_r{regs}"
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+def _wait_with_regs(regs, acc_ptr, pending=0, integer=False):
+    reg, ctype = ("r", "int") if integer else ("f", "float")
+    name = f"tnb_wgmma_wait{pending}_{reg}{regs}"
+    cons = ", ".join(f'"+{reg}"(d[{i}])' for i in range(regs))
     src = f"""
-__forceinline__ __device__ void {name}(float* d) {{
+__forceinline__ __device__ void {name}({ctype}* d) {{
   asm volatile("wgmma.wait_group.sync.aligned {pending};\\n" : {cons} :: "memory");
 }}
 """
@@ -138,7 +146,7 @@ def lower_gemm_wgmma(em, call):
     acc = em.registers[c_buf]
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
-            T.buffer_store(acc, tirx.const(0, "float32"), [r])
+            T.buffer_store(acc, tirx.const(0, str(acc.dtype)), [r])
     a_row_bytes = bk * _elem_bytes(a_buf.dtype)
     a_mode = 1 if a_row_bytes == 128 else 2  # 128B or 64B swizzle
     a_sbo = 8 * a_row_bytes
@@ -178,7 +186,8 @@ def lower_gemm_wgmma(em, call):
 def _wait(acc, lay, pending):
     # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
     with T.unroll(0, lay.mblocks) as mb:
-        T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending))
+        T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending,
+                                   integer=str(acc.dtype) == "int32"))
 
 
 def drain_accumulators(em, stmts):
