@@ -6,6 +6,8 @@ The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).
 import re
 
 import pytest
+import tile_nb.language as T
+from kernels.seed import gemm as seed_gemm
 from kernels.seed import gemm_ir
 from test_lower_gemm import cuda_source, ptxas_report, target
 
@@ -87,7 +89,6 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
 @pytest.mark.parametrize("func,why", [
     (lambda: gemm_ir(512, 512, 999, **BIG), "A's rows are not a multiple of 16 bytes"),
     (lambda: gemm_ir(512, 1030, 512, **BIG), "B's rows are not a multiple of 16 bytes"),
-    (lambda: gemm_ir(512, 512, 512, clear_accum=True, **BIG), "clear_accum=True"),
     (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
     (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
     (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
@@ -96,6 +97,30 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
     assert note.startswith("cp.async (") and why in note, note
+
+
+@pytest.mark.parametrize("func,why", [
+    (lambda: gemm_ir(512, 512, 512, clear_accum=True, **BIG), "clear_accum=True"),
+    (lambda: seed_gemm.specialize(M=512, N=512, K=512, out_dtype=T.float16, block_K=64).with_attr("tile_nb.tma", 1),
+     "float16 accumulators are rounded"),
+])
+def test_kernels_that_read_the_accumulator_each_k_tile_release_their_own_stage(func, why):
+    """No wgmma group may stay in flight when the accumulator is cleared or rounded every k-tile: TMA still
+    feeds the loop, and each iteration waits for its MMAs and releases its own stage."""
+    note = pipeline_note(func())
+    assert note.startswith("TMA + mbarriers") and "before its stage is released" in note and why in note, note
+
+
+def test_register_only_statements_in_the_loop_keep_tma(tmp_path):
+    """fp8 with precise accumulation: the loop adds each k-tile's sum into a float32 fragment (T.Parallel on
+    registers only) after its T.gemm."""
+    from kernels.seed import gemm_fp8
+
+    func = gemm_fp8.specialize(M=1024, N=1024, K=1024, precise_accum=True, block_N=128)
+    note = pipeline_note(func)
+    assert note.startswith("TMA + mbarriers") and "the loop reads the accumulator" in note, note
+    report = ptxas_report(cuda_source(func, "sm_90a"), "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
 def test_sm80_has_no_tma():

@@ -133,9 +133,13 @@ def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int =
 @tile_nb.jit
 def gemm_fp8(A, B, C, scale_A, scale_B, a_dtype: T.dtype = T.float8_e4m3fn, b_dtype: T.dtype = T.float8_e4m3fn,
              out_dtype: T.dtype = T.bfloat16, block_M: int = 128, block_N: int = 256, block_K: int = 128,
-             threads: int = 256, num_stages: int = 4):
+             threads: int = 256, num_stages: int = 4, precise_accum: bool = False):
     """C = (A @ B^T) * scale_A * scale_B with 8-bit float A [M, K] and B [N, K] (both K-major, as
-    torch._scaled_mm takes them), float32 accumulation and per-tensor scales (one-element tensors)."""
+    torch._scaled_mm takes them) and per-tensor scales (one-element tensors).
+
+    Hopper's FP8 tensor cores accumulate with fewer bits than float32 (docs/IR.md). `precise_accum` sums each
+    k-tile in its own fragment and adds it to a float32 one on the CUDA cores, which keeps float32 accuracy for
+    the registers of a second accumulator (use 128x128 tiles)."""
     M, N, K = T.const('M, N, K')
     A: T.Tensor[[M, K], a_dtype]
     B: T.Tensor[[N, K], b_dtype]
@@ -146,11 +150,18 @@ def gemm_fp8(A, B, C, scale_A, scale_B, a_dtype: T.dtype = T.float8_e4m3fn, b_dt
         A_shared = T.alloc_shared((block_M, block_K), a_dtype)
         B_shared = T.alloc_shared((block_N, block_K), b_dtype)
         C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        if precise_accum:
+            C_tile = T.alloc_fragment((block_M, block_N), T.float32)
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
             T.copy(A[bx * block_M, k * block_K], A_shared)
             T.copy(B[by * block_N, k * block_K], B_shared)
-            T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            if precise_accum:
+                T.gemm(A_shared, B_shared, C_tile, transpose_B=True, clear_accum=True)
+                for i, j in T.Parallel(block_M, block_N):
+                    C_local[i, j] += C_tile[i, j]
+            else:
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
         for i, j in T.Parallel(block_M, block_N):
             C_local[i, j] = C_local[i, j] * scale_A[0] * scale_B[0]
         T.copy(C_local, C[bx * block_M, by * block_N])

@@ -87,7 +87,7 @@ class KernelPlan:
         """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across iterations (the TMA
         pipeline, or the overlap variant of the cp.async one); the loop then drains it after its last iteration."""
         if self.tma is not None and loop.same_as(self.tma.loop):
-            return True
+            return self.tma.in_flight
         schedule = self.pipelines.get(loop)
         return schedule is not None and schedule.stages >= 3 and bool(schedule.prefetched) and self.wgmma_overlap
 

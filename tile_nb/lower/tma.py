@@ -42,7 +42,7 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_kernel_hook, register_statement
-from .irwalk import region_of, scope_of, seq_items
+from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
@@ -79,7 +79,8 @@ class TmaPlan:
     loop: tirx.For
     stages: int
     copies: tuple
-    rest: tuple  # the loop body without the copies: the gemm
+    rest: tuple  # the loop body without the copies: the gemm (and register-only statements)
+    in_flight: bool = True  # one wgmma group stays in flight across iterations (see plan_tma)
 
     @property
     def bytes_per_stage(self) -> int:
@@ -134,9 +135,15 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     copies = list(schedule.prefetched)
     rest = [s for s in body if not schedule.is_prefetched(s)]
     gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
-    if len(rest) != 1 or len(gemms) != 1:
-        return None, "cp.async (the pipelined loop body must be its copies and one T.gemm)"
+    if len(gemms) != 1:
+        return None, "cp.async (the pipelined loop body must hold exactly one T.gemm)"
     gemm = gemms[0]
+    others = [s for s in rest if not s.same_as(gemm)]
+    for s in others:
+        reads, writes = buffers_touched(s)
+        if any(scope_of(b).startswith("shared") for b in reads + writes):
+            return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
+                          "which the stage release does not order)")
     c_buf = region_of(gemm.args[0])[0]
     acc = plan.accumulators.get(c_buf)
     if not isinstance(acc, WgmmaAccLayout):
@@ -145,11 +152,15 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     if budget < acc.regs + _REGISTER_HEADROOM:
         return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
                       f"alone takes {acc.regs})")
-    if str(c_buf.dtype) != accumulator_register_dtype(c_buf):
-        return None, (f"cp.async (the accumulator {c_buf.name} is {c_buf.dtype}: it is rounded after every T.gemm, "
-                      "so no MMA group can stay in flight)")
-    if float(gemm.args[7].value) == 0.0:
-        return None, "cp.async (clear_accum=True: the accumulator is rewritten every k-tile)"
+    # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
+    # in between: no other statement in the loop, no rounding (16-bit accumulators are rounded after every
+    # T.gemm, docs/IR.md), no clearing. Otherwise each iteration waits for its MMAs and releases its own stage.
+    waits = [why for cond, why in (
+        (bool(others), "the loop reads the accumulator"),
+        (str(c_buf.dtype) != accumulator_register_dtype(c_buf), f"{c_buf.dtype} accumulators are rounded after every "
+                                                                  "T.gemm"),
+        (float(gemm.args[7].value) == 0.0, "clear_accum=True")) if cond]
+    in_flight = not waits
     operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
     planned = []
     for c in copies:
@@ -159,7 +170,10 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         planned.append(tc)
     if not planned:
         return None, "cp.async (no global->shared copies in the loop)"
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest)), "TMA + mbarriers, producer warp (warp-specialized)"
+    note = "TMA + mbarriers, producer warp (warp-specialized)"
+    if not in_flight:
+        note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight), note
 
 
 def _top_level(stmt):
@@ -364,12 +378,18 @@ def emit_ws_loop(em, loop):
                 T.evaluate(mbarrier_wait(_full(em, s), fm(fd(k, stages), 2)))
                 stage = {c.tile_buffer: s for c in plan.copies}
                 with em.bound("var_map", {loop.loop_var: start + k}), em.bound("stage", stage), \
-                        em.scoped(mma_in_flight=True, loop_depth=em.scope.loop_depth + 1):
+                        em.scoped(mma_in_flight=plan.in_flight, loop_depth=em.scope.loop_depth + 1):
                     em.emit_seq(list(plan.rest))
-                # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
-                with T.If(tirx.And(k > 0, fm(em.tx, 32) == 0)), T.Then():
-                    T.evaluate(mbarrier_arrive(_empty(em, plan, fm(k + stages - 1, stages))))
-            drain_accumulators(em, plan.rest)
+                if plan.in_flight:
+                    # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
+                    with T.If(tirx.And(k > 0, fm(em.tx, 32) == 0)), T.Then():
+                        T.evaluate(mbarrier_arrive(_empty(em, plan, fm(k + stages - 1, stages))))
+                else:
+                    # wait_group 0 in the gemm: this iteration's MMAs are done with stage s.
+                    with T.If(fm(em.tx, 32) == 0), T.Then():
+                        T.evaluate(mbarrier_arrive(_empty(em, plan, s)))
+            if plan.in_flight:
+                drain_accumulators(em, plan.rest)
 
 
 def _emit_producer(em, plan: TmaPlan, start, n):

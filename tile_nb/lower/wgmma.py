@@ -123,7 +123,7 @@ __forceinline__ __device__ void {name}({ctype}* d, void* a, int albo, int asbo, 
 
 def _wait_with_regs(regs, acc_ptr, pending=0, integer=False):
     reg, ctype = ("r", "int") if integer else ("f", "float")
-    name = f"tnb_wgmma_wait{pending}_{reg}{regs}"
+    name = f"tnb_wgmma_wait{pending}_{'s32_' if integer else ''}r{regs}"
     cons = ", ".join(f'"+{reg}"(d[{i}])' for i in range(regs))
     src = f"""
 __forceinline__ __device__ void {name}({ctype}* d) {{
