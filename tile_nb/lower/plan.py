@@ -197,9 +197,24 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines)
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
+    notes += _fp8_accumulation_notes(func, accumulators)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
                    tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
                    producer_threads=PRODUCER_THREADS if tma is not None else 0, notes=notes)
+
+
+def _fp8_accumulation_notes(func, accumulators) -> tuple:
+    """The numeric caveat of 8-bit float MMAs, said where the plan is read (docs/IR.md, "8-bit floats")."""
+    notes = []
+    for s in iter_stmts(func.body):
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
+            c, a = region_of(s.args[0])[0], region_of(s.args[1])[0]
+            if "float8" in str(a.dtype) and isinstance(accumulators.get(c), WgmmaAccLayout):
+                note = (f"T.gemm into {c.name}: Hopper's 8-bit float MMAs accumulate with fewer bits than float32 "
+                        "(docs/IR.md, \"8-bit floats\"); the interpreter sums in float32")
+                if note not in notes:
+                    notes.append(note)
+    return tuple(notes)
 
 
 def _launch(func):
