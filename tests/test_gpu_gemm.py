@@ -287,3 +287,11 @@ def test_fp8_gemm_with_precise_accumulation_agrees_in_float32(shape):
         c_cpu = torch.empty(M, N)
         gemm_fp8(a.cpu(), b.cpu(), c_cpu, sa.cpu(), sb.cpu(), **cfg)
         assert ((c.cpu().double() - c_cpu.double()).abs() <= 2 ** -20 * magnitude.cpu() + 1e-30).all()
+
+
+@needs_hopper
+@pytest.mark.parametrize("trans_B", [False, True])
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1032, 1000), (130, 200, 4096)])
+def test_block_k_128_reads_k_major_operands_from_panels(shape, trans_B):
+    """block_K = 128 (256-byte rows): A, and B stored [N, K], in 64-column panels; TMA where rows allow."""
+    assert run_case(*shape, trans_B=trans_B, block_N=128, block_K=128, threads=256) < 1e-3

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import tvm
 
-from tile_nb.lower import lower
+from tile_nb.lower import lower, lower_with_plan
 from kernels.seed import gemm_ir
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if shutil.os.path.exists("/usr/local/cuda/bin/nvcc")
@@ -175,3 +175,24 @@ def test_int8_gemm_on_wgmma_accumulates_in_int32_registers(tmp_path):
     assert "cp.async.bulk.tensor" in src
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_block_k_128_uses_k_major_panels_on_wgmma(trans_B, tmp_path):
+    """K-major operands of 256-byte rows are stored as two 64-column panels: still wgmma (not mma.sync), a TMA box
+    per panel, and the descriptors of k-steps 4..7 start in the second panel."""
+    func = gemm_ir(1024, 1024, 1024, block_N=128, block_K=128, threads=256, trans_B=trans_B)
+    lowered, plan = lower_with_plan(func, target("sm_90a"))
+    assert plan.uses_wgmma and plan.tma is not None
+    a_tile = next(t for b, t in plan.shared.items() if b.name == "A_shared")
+    assert a_tile.panel
+    assert all(len(c.boxes) == 2 for c in plan.tma.copies)  # a 64-column box per panel, A and B alike
+    report = ptxas_report(cuda_source(func, "sm_90a"), "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+def test_flash_attention_head_dim_128_runs_both_gemms_on_wgmma():
+    from kernels.reference import flash_attention
+
+    _, plan = lower_with_plan(flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128, block_N=64), target("sm_90a"))
+    assert [type(a).__name__ for a in plan.accumulators.values()] == ["WgmmaAccLayout", "WgmmaAccLayout"]

@@ -85,12 +85,16 @@ def test_column_sums_with_atomics(backend):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_head_dim_128_mixed_mma(causal):
-    """block_M = 128 at head dim 128 on sm_90a: Q K^T runs on mma.sync (K = 128 is too wide for this wgmma path),
-    P V on wgmma; the row statistics are shared by both accumulators' layouts."""
+@pytest.mark.parametrize("block_M", [64, 128])
+def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
+    """Head dim 128 on sm_90a: Q K^T reads Q and K from 64-column panels (their 256-byte rows are wider than one
+    swizzle atom), P V a [block_N, 128] V tile; both on wgmma, the row statistics shared by both layouts."""
     b, h, s, d = 1, 2, 200, 128
     Q, K, V = (torch.randn(b, h, s, d, generator=_gen(20 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
-    ref.flash_attention(Q, K, V, O, causal=causal, block_M=128, block_N=64)
+    kernel = ref.flash_attention.compile(Q, K, V, O, causal=causal, block_M=block_M, block_N=64)
+    if kernel.arch == "sm_90a":
+        assert [m["kind"] for m in kernel.plan["mma"]] == ["wgmma", "wgmma"]
+    ref.flash_attention(Q, K, V, O, causal=causal, block_M=block_M, block_N=64)
     expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
     assert rel_err(O, expected) < 5e-3

@@ -29,7 +29,7 @@ from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
 from .schedule import schedule_pipeline
 from .tma import PRODUCER_THREADS, plan_tma
-from .wgmma import wgmma_eligible
+from .wgmma import k_major_panels, wgmma_eligible
 
 __all__ = ["KernelPlan", "make_plan"]
 
@@ -248,8 +248,11 @@ def _choose_mma(func, target, threads: int, lines):
                 bm, bn = int(c.shape[0]), int(c.shape[1])
                 if use_wgmma and wgmma_eligible(target, s, threads):
                     accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
-                    if not bool(s.args[5]):
+                    bk = int(region_of(s.args[1])[1][-1][1])
+                    if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
                         panels.add(b)
+                    if k_major_panels(a.dtype, bk):
+                        panels.add(a)
                 else:
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
             for op in (a, b):

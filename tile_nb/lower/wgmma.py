@@ -7,6 +7,8 @@ mma.sync path runs. Layout decisions:
 - A (not transposed, K-major, rows of 64 or 128 bytes): the swizzled SharedTile (XOR of 16-byte chunk with the
   row), which is exactly the hardware's 64B/128B swizzle pattern at 1024-byte aligned atoms;
 - 8-bit operands are read K-major only (PTX: no transpose for them), so B must be stored [N, K];
+- K-major 16-bit operands longer than 64 columns (a head dim of 128) are stored in 64-column panels, each a
+  128B-swizzled [rows, 64] tile; a k-step's descriptor starts in the panel that holds its columns;
 - B stored [K, N] (MN-major): `panel` SharedTile ([N/64][K][64], 128B swizzle), descriptor LBO = panel stride,
   SBO = 1024 (8 K-rows); B stored [N, K] (K-major): like A.
 - the accumulator registers follow the wgmma D fragment: per n8 block i, d[4i..4i+3] = rows l/4 (+8),
@@ -25,7 +27,8 @@ from . import intrin
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
-__all__ = ["WGMMA_TYPES", "drain_accumulators", "lower_gemm_wgmma", "wgmma_eligible", "wgmma_operand_types"]
+__all__ = ["WGMMA_TYPES", "drain_accumulators", "k_major_panels", "lower_gemm_wgmma", "wgmma_eligible",
+           "wgmma_operand_types"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -64,13 +67,19 @@ def wgmma_eligible(target, call, threads) -> bool:
     wgs = threads // 128
     bk = a_ext[-1]
     elem = _elem_bytes(a.dtype)
-    if bm % (64 * wgs) or bn % 64 or bn > 256 or bk * elem not in (64, 128):
+    if bm % (64 * wgs) or bn % 64 or bn > 256 or not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
         return False
     if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
         return False  # whole-tile operands only (descriptors address the tile from its start)
     if trans_b and b_ext[-1] != bk:
         return False
     return True
+
+
+def k_major_panels(dtype, bk: int) -> bool:
+    """Whether a K-major operand with `bk` columns is stored in 64-column panels ([bk/64][rows][64], each a
+    128-byte-swizzled tile): 16-bit rows longer than the 128 bytes one swizzle atom spans (head dim 128)."""
+    return _elem_bytes(dtype) == 2 and bk > 64 and bk % 64 == 0
 
 
 def _elem_bytes(dtype) -> int:
@@ -147,7 +156,8 @@ def lower_gemm_wgmma(em, call):
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, str(acc.dtype)), [r])
-    a_row_bytes = bk * _elem_bytes(a_buf.dtype)
+    # K-major operands: rows of 64 or 128 bytes, or 64-column panels of 128-byte rows (k_major_panels).
+    a_row_bytes = min(bk * _elem_bytes(a_buf.dtype), 128)
     a_mode = 1 if a_row_bytes == 128 else 2  # 128B or 64B swizzle
     a_sbo = 8 * a_row_bytes
     if trans_b:  # [N, K], K-major like A
@@ -165,10 +175,10 @@ def lower_gemm_wgmma(em, call):
         # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
         # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = k_step kk, row 64 m).
         m0 = (g * lay.mblocks + mb) * 64
-        a_off = m0 * bk + kk * k_step
-        a_ptr = intrin.address_of(a_view, [a_off + _stage_off(em, a_tile, a_buf)])
+        a_ptr = intrin.address_of(a_view, [_k_major_offset(a_tile, m0, kk * k_step) + _stage_off(em, a_tile, a_buf)])
         if trans_b:
-            b_ptr = intrin.address_of(b_view, [kk * k_step + _stage_off(em, b_tile, b_buf)])
+            b_ptr = intrin.address_of(b_view, [_k_major_offset(b_tile, 0, kk * k_step) +
+                                               _stage_off(em, b_tile, b_buf)])
         else:
             b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
         T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
@@ -202,6 +212,14 @@ def drain_accumulators(em, stmts):
             if isinstance(lay, WgmmaAccLayout) and not any(c_buf.same_as(b) for b in drained):
                 _wait(em.registers[c_buf], lay, 0)
                 drained.append(c_buf)
+
+
+def _k_major_offset(tile, row, k):
+    """Element offset of the (unswizzled) start of row `row`, column `k` of a K-major operand tile: the
+    descriptor's start address (the hardware swizzles the address bits itself)."""
+    if tile.panel:
+        return tirx.floordiv(k, 64) * (tile.rows * 64) + row * 64 + tirx.floormod(k, 64)
+    return row * tile.cols + k
 
 
 def _stage_off(em, tile, buf):
