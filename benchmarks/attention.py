@@ -22,7 +22,8 @@ from kernels import reference as ref  # noqa: E402
 
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
-CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2)]
+CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
+           dict(block_M=64, block_N=128, num_stages=2), dict(block_M=128, block_N=128, num_stages=2)]
 
 
 def main():
@@ -31,7 +32,7 @@ def main():
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__}
+    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
     print(f"device: {info['device']}  date: {info['date']}")
     rows = []
     for shape in args.shapes:
