@@ -295,3 +295,20 @@ def test_fp8_gemm_with_precise_accumulation_agrees_in_float32(shape):
 def test_block_k_128_reads_k_major_operands_from_panels(shape, trans_B):
     """block_K = 128 (256-byte rows): A, and B stored [N, K], in 64-column panels; TMA where rows allow."""
     assert run_case(*shape, trans_B=trans_B, block_N=128, block_K=128, threads=256) < 1e-3
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 256), (200, 130, 300), (1, 1, 16)])
+def test_gemm_with_a_from_registers(shape):
+    """wgmma's register form (A fragment in registers) against float64 and the interpreter."""
+    from kernels.seed import gemm_a_in_registers
+
+    M, N, K = shape
+    a = torch.randn(M, K, device="cuda").half()
+    b = torch.randn(K, N, device="cuda").half()
+    c = torch.full((M, N), float("nan"), device="cuda")
+    gemm_a_in_registers(a, b, c)
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-3
+    c_cpu = torch.empty(M, N)
+    gemm_a_in_registers(a.cpu(), b.cpu(), c_cpu)
+    torch.testing.assert_close(c.cpu(), c_cpu, rtol=1e-3, atol=1e-3)

@@ -196,3 +196,28 @@ def test_flash_attention_head_dim_128_runs_both_gemms_on_wgmma():
 
     _, plan = lower_with_plan(flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128, block_N=64), target("sm_90a"))
     assert [type(a).__name__ for a in plan.accumulators.values()] == ["WgmmaAccLayout", "WgmmaAccLayout"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("kernels.seed", fromlist=["x"]).gemm_a_in_registers.specialize(M=256, N=256, K=256),
+    lambda: __import__("kernels.reference", fromlist=["x"]).flash_attention.specialize(B=1, H=2, S=256, D=64),
+])
+def test_fragment_a_operand_uses_the_register_form_of_wgmma(make, tmp_path):
+    """A register fragment as T.gemm's A: wgmma reads it from registers (no shared tile, no spills)."""
+    func = make()
+    _, plan = lower_with_plan(func, target("sm_90a"))
+    a_name = "A_frag" if "A_frag" in func.script() else "probs"
+    assert a_name in {b.name for b in plan.fragments.layouts} and a_name not in {b.name for b in plan.shared}
+    src = cuda_source(func, "sm_90a")
+    assert "tnb_wgmma_rs_m64n64k16_f16_tb1" in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+def test_register_a_falls_back_to_shared_when_registers_run_out():
+    """Head dim 128 with block_M = 128: acc (128) + scores (64) + probs (64) registers do not fit; probs goes
+    through shared memory as before, and the plan says why."""
+    from kernels.reference import flash_attention
+
+    _, plan = lower_with_plan(flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128), target("sm_90a"))
+    assert any(n.startswith("probs is in shared memory") for n in plan.notes)

@@ -185,3 +185,23 @@ def gemm_int8(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 12
             T.copy(B[by * block_N, k * block_K], B_shared)
             T.gemm(A_shared, B_shared, C_local, transpose_B=True)
         T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_a_in_registers(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 64, threads: int = 128):
+    """A GEMM whose A tile is a register fragment loaded straight from global memory: wgmma's register form (A from
+    registers in the accumulator's layout, B from shared memory), as FlashAttention's P V uses it."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_frag = T.alloc_fragment((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block_M, k * block_K], A_frag)
+            T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_frag, B_shared, C_local)
+        T.copy(C_local, C[bx * block_M, by * block_N])

@@ -192,7 +192,7 @@ class _Collector:
                 self.force_shared(buf, f"T.{name} at line {line} uses a part of it")
         if name == "gemm":
             for buf, _ in regions[1:3]:
-                if self.is_fragment(buf):
+                if self.is_fragment(buf) and buf not in self.accumulators:  # (pinned: wgmma's register A operand)
                     self.force_shared(buf, f"it is an operand of T.gemm (line {line}): the tensor cores read it "
                                            "from shared memory")
         elif name == "copy":
@@ -252,8 +252,8 @@ def _register_cost(buf, layout: FragmentLayout) -> int:
 
 
 def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines) -> FragmentPlan:
-    """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: T.gemm C buffer ->
-    FragmentLayout of its MMA."""
+    """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: fragments whose layout the MMA
+    fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout."""
     c = _Collector(func, lines, accumulators)
     while True:
         while _drop_driverless(c):  # forcing a fragment into shared memory can take the driver out of a loop

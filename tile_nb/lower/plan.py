@@ -29,7 +29,7 @@ from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
 from .schedule import schedule_pipeline
 from .tma import PRODUCER_THREADS, plan_tma
-from .wgmma import k_major_panels, wgmma_eligible
+from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
 
@@ -148,12 +148,24 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     if threads is None:
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
     try:
-        accumulators, gemm_operands, panel_operands = _choose_mma(func, target, threads, lines)
+        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(func, target, threads, lines)
     except LoweringError as err:
         raise lines.locate(err) from None
     pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
                  if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
-    fragments = infer_layouts(func, threads, {b: a.linear() for b, a in accumulators.items()}, lines)
+    pinned = {b: a.linear() for b, a in accumulators.items()}
+    fragments = None
+    if register_a:
+        # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma accumulator of its
+        # shape (the A fragment of wgmma's register form): FlashAttention's probabilities never touch shared memory.
+        # Where another use needs another layout, or the registers do not fit, it goes through shared memory.
+        try:
+            fragments = infer_layouts(func, threads, pinned | {b: a.linear() for b, a in register_a.items()}, lines)
+            check_registers(pinned | dict(fragments.layouts), lines)
+        except LoweringError:
+            fragments = None
+    if fragments is None:
+        fragments = infer_layouts(func, threads, pinned, lines)
     for op in gemm_operands:
         if op in accumulators:
             raise lines.locate(LoweringError(
@@ -234,8 +246,9 @@ def _choose_mma(func, target, threads: int, lines):
     """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B in
     64-column panels)."""
     use_wgmma = str(_attr(func, "tile_nb.wgmma", "TILE_NB_WGMMA", "1")) != "0"
+    register_form = str(_attr(func, "tile_nb.wgmma_register_a", default="1")) != "0"
     row_users = rows_coupled(func)
-    accumulators, operands, panels = {}, set(), set()
+    accumulators, operands, panels, register_a = {}, set(), set(), {}
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue
@@ -253,6 +266,8 @@ def _choose_mma(func, target, threads: int, lines):
                         panels.add(b)
                     if k_major_panels(a.dtype, bk):
                         panels.add(a)
+                    if register_form and scope_of(a) == "local.fragment" and wgmma_register_a_ok(s):
+                        register_a[a] = WgmmaAccLayout(bm, bk, threads // 128)
                 else:
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
             for op in (a, b):
@@ -262,7 +277,7 @@ def _choose_mma(func, target, threads: int, lines):
                 operands.add(op)
         except LoweringError as err:
             raise lines.locate(err, s) from None
-    return accumulators, operands, panels
+    return accumulators, operands, panels, register_a
 
 
 def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> dict:

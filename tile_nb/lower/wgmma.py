@@ -28,7 +28,7 @@ from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
 __all__ = ["WGMMA_TYPES", "drain_accumulators", "k_major_panels", "lower_gemm_wgmma", "wgmma_eligible",
-           "wgmma_operand_types"]
+           "wgmma_operand_types", "wgmma_register_a_ok"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -74,6 +74,16 @@ def wgmma_eligible(target, call, threads) -> bool:
     if trans_b and b_ext[-1] != bk:
         return False
     return True
+
+
+def wgmma_register_a_ok(call) -> bool:
+    """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a 16-bit
+    float A, not transposed, whole, with a K of whole k16 steps."""
+    (a, a_rng), (b, _) = region_of(call.args[1]), region_of(call.args[2])
+    if bool(call.args[4]) or str(a.dtype) not in ("float16", "bfloat16"):
+        return False
+    ext = [int(e) for _, e in a_rng]
+    return len(a.shape) == 2 and [int(x) for x in a.shape] == ext and ext[-1] % 16 == 0
 
 
 def k_major_panels(dtype, bk: int) -> bool:
@@ -130,6 +140,27 @@ __forceinline__ __device__ void {name}({ctype}* d, void* a, int albo, int asbo, 
     return cuda_func_call(name, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
 
 
+def _wgmma_register_a_call(n, t, acc_ptr, a_ptr, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
+    """wgmma with A from registers: four 32-bit registers of two 16-bit values each (a wgmma accumulator's
+    registers 8kk..8kk+7 of a k16 step, packed in pairs, are exactly that A fragment)."""
+    regs = n // 2
+    name = f"tnb_wgmma_rs_m64n{n}k16_{t}_tb{int(trans_b)}"
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    src = _desc_source() + f"""
+__forceinline__ __device__ void {name}(float* d, void* a, void* b, int blbo, int bsbo, int bmode) {{
+  const unsigned* ar = (const unsigned*)a;
+  unsigned long long db = tnb_smem_desc(b, blbo, bsbo, bmode);
+  asm volatile("{{\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, 1, 1, 1, {int(trans_b)};\\n"
+    "}}\\n"
+    : {cons}
+    : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "l"(db) : "memory");
+}}
+"""
+    return cuda_func_call(name, acc_ptr, a_ptr, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
+
+
 def _wait_with_regs(regs, acc_ptr, pending=0, integer=False):
     reg, ctype = ("r", "int") if integer else ("f", "float")
     name = f"tnb_wgmma_wait{pending}_{'s32_' if integer else ''}r{regs}"
@@ -147,8 +178,9 @@ def lower_gemm_wgmma(em, call):
     trans_b = bool(call.args[5])
     beta = float(call.args[7].value)
     lay = em.plan.accumulators[c_buf]
-    a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
-    a_view, b_view = em.view(a_buf), em.view(b_buf)
+    b_tile, b_view = em.tile(b_buf), em.view(b_buf)
+    if a_buf not in em.registers:
+        a_tile, a_view = em.tile(a_buf), em.view(a_buf)
     types = wgmma_operand_types(a_buf.dtype, b_buf.dtype)
     bk = int(a_rng[-1][1])
     k_step = _K_STEP_BYTES // _elem_bytes(a_buf.dtype)  # elements of K per wgmma
@@ -171,6 +203,18 @@ def lower_gemm_wgmma(em, call):
     g = tirx.floordiv(em.tx, 128)
 
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
+    if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
+        a_regs = em.registers[a_buf]
+        with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
+            if trans_b:
+                b_ptr = intrin.address_of(b_view, [_k_major_offset(b_tile, 0, kk * 16) + _stage_off(em, b_tile, b_buf)])
+            else:
+                b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
+            T.evaluate(_wgmma_register_a_call(
+                lay.bn, types[0], intrin.address_of(acc, [mb * (lay.bn // 2)]),
+                intrin.address_of(a_regs, [mb * (bk // 2) + kk * 8]), b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
+        _finish(em, acc, lay, c_buf)
+        return
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
         # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
         # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = k_step kk, row 64 m).
@@ -183,6 +227,10 @@ def lower_gemm_wgmma(em, call):
             b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
         T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
                                a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
+    _finish(em, acc, lay, c_buf)
+
+
+def _finish(em, acc, lay, c_buf):
     T.evaluate(intrin.asm_statement("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
     # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of
     # tma.py then releases, or the overlap variant's copies refill); the loop drains with wait 0 after it.
