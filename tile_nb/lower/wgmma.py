@@ -79,7 +79,7 @@ def wgmma_eligible(target, call, threads) -> bool:
 def wgmma_register_a_ok(call) -> bool:
     """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a 16-bit
     float A, not transposed, whole, with a K of whole k16 steps."""
-    (a, a_rng), (b, _) = region_of(call.args[1]), region_of(call.args[2])
+    a, a_rng = region_of(call.args[1])
     if bool(call.args[4]) or str(a.dtype) not in ("float16", "bfloat16"):
         return False
     ext = [int(e) for _, e in a_rng]
