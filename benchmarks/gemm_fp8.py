@@ -4,7 +4,8 @@ torch._int_mm, same run.
     python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--int8] [--rounds 5] [--out results.json]
 
 fp8: A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales are
-one-element float32 tensors. int8: A [M, K], B [N, K] int8, C int32 (exact). Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
+one-element float32 tensors. Each tile_nb kernel is compared with cuBLAS accumulating the same way: the default
+kernel with `use_fast_accum=True`, `precise_accum` with cuBLAS's default (docs/IR.md, "8-bit floats"). int8: A [M, K], B [N, K] int8, C int32 (exact). Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
 median of 30 launches per round, configs and torch interleaved in each round, median over rounds).
 TFLOP/s = 2 M N K / time.
 """
@@ -24,6 +25,7 @@ sys.path[:0] = [ROOT, ROOT + "/tests", ROOT + "/benchmarks"]
 from gemm import bench  # noqa: E402  (one timing loop for every GEMM benchmark)
 from kernels.seed import gemm_fp8, gemm_int8  # noqa: E402
 
+FAST = "torch._scaled_mm fast_accum"
 CONFIGS = {  # name -> gemm_fp8 compile-time arguments
     "128x256x128 t256 s4": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4),
     "128x256x64 t256 s6": dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=6),
@@ -62,8 +64,12 @@ def main():
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             args_of = (a, b, c, sa, sb)
             kernel_fn, ref = gemm_fp8, (a.double() @ b.double().T) * 0.125
+            # cuBLAS both ways: its default keeps float32 sums across k-tiles (like precise_accum); fast
+            # accumulation keeps the MMAs' own (like tile_nb's default). Ratios are like for like (docs/IR.md).
             kernels = {torch_name: functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
-                                                     out_dtype=torch.bfloat16)}
+                                                     out_dtype=torch.bfloat16),
+                       FAST: functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
+                                               out_dtype=torch.bfloat16, use_fast_accum=True)}
         flop = 2.0 * m * n * k
         errs, firsts = {}, {}
         configs = {name: cfg for name, cfg in CONFIGS.items() if not (args.int8 and "precise_accum" in cfg)}
@@ -80,14 +86,17 @@ def main():
         for _ in range(args.rounds):
             for name, fn in kernels.items():
                 per_round[name].append(bench(fn)[0])
-        t_ref = statistics.median(per_round[torch_name])
         for name in configs:
+            precise = args.int8 or "precise_accum" in configs[name]
+            t_ref = statistics.median(per_round[torch_name if precise else FAST])
             t = statistics.median(per_round[name])
-            row = dict(size=size, dtype="int8" if args.int8 else "float8_e4m3fn", config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12, ms=t * 1e3,
-                       rel_err=errs[name], first_call_s=firsts[name], rounds=args.rounds)
+            row = dict(size=size, dtype="int8" if args.int8 else "float8_e4m3fn", config=name,
+                       reference=torch_name if precise else FAST, tflops=flop / t / 1e12,
+                       torch_tflops=flop / t_ref / 1e12, ms=t * 1e3, rel_err=errs[name], first_call_s=firsts[name],
+                       rounds=args.rounds)
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
-            print(f"{size:>16} {name:22s} {row['tflops']:7.1f} TFLOP/s  {torch_name} {row['torch_tflops']:7.1f}  "
+            print(f"{size:>16} {name:28s} {row['tflops']:7.1f} TFLOP/s  {row['reference']} {row['torch_tflops']:7.1f}  "
                   f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
                   f"first call {firsts[name]:.2f}s")
     if args.out:

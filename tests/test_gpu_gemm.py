@@ -197,7 +197,7 @@ def test_split_k(shape, split):
 
 
 _FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
-FP8_ACCUMULATION_BOUND = 2.0 ** -9  # of sum |a b|: docs/IR.md, "8-bit floats"
+FP8_ACCUMULATION_BOUND = 2.0 ** -9  # of sum |a b|: docs/IR.md, "8-bit floats" (measured worst 2^-10.4 at K = 16384)
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 1024), (1, 1, 32), (130, 300, 1000),
@@ -265,9 +265,9 @@ def test_int8_gemm_is_exact_on_the_gpu(shape):
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 4096), (130, 300, 1000)])
-def test_fp8_gemm_with_precise_accumulation_agrees_in_float32(shape):
-    """precise_accum: each k-tile summed on its own, then added in float32 on the CUDA cores: float32 accuracy,
-    the interpreter's result up to summation order."""
+def test_fp8_gemm_with_precise_accumulation(shape):
+    """precise_accum: each k-tile summed on its own, then added in float32 on the CUDA cores: the error no longer
+    grows with K, and matches cuBLAS's own (non-fast) fp8 accumulation."""
     from kernels.seed import gemm_fp8
 
     M, N, K = shape
@@ -282,11 +282,16 @@ def test_fp8_gemm_with_precise_accumulation_agrees_in_float32(shape):
     gemm_fp8(a, b, c, sa, sb, **cfg)
     ref = (a.double() @ b.double().T) * 0.37 * 1.9
     magnitude = (a.double().abs() @ b.double().abs().T) * 0.37 * 1.9
-    assert ((c.double() - ref).abs() <= 2 ** -20 * magnitude + 1e-30).all()
+    # Within a k-tile the MMAs still keep fewer bits (fp8_accuracy.py: worst 2^-12.7 of sum |a b| at K = 256,
+    # 2^-16.9 at K = 16384, as cuBLAS without fast accumulation); across k-tiles the sums are float32.
+    assert ((c.double() - ref).abs() <= 2 ** -12 * magnitude + 1e-30).all()
+    if K % 16 == 0 and M % 16 == 0 and N % 16 == 0:
+        cublas = torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.float32, use_fast_accum=False)
+        assert ((c.double() - cublas.double()).abs() <= 2 ** -14 * magnitude + 1e-30).all()
     if M * N * K <= 2 ** 27:
         c_cpu = torch.empty(M, N)
         gemm_fp8(a.cpu(), b.cpu(), c_cpu, sa.cpu(), sb.cpu(), **cfg)
-        assert ((c.cpu().double() - c_cpu.double()).abs() <= 2 ** -20 * magnitude.cpu() + 1e-30).all()
+        assert ((c.cpu().double() - c_cpu.double()).abs() <= 2 ** -12 * magnitude.cpu() + 1e-30).all()
 
 
 @needs_hopper
