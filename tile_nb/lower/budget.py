@@ -57,15 +57,17 @@ def check_shared(tiles, total: int, arch: str, lines, what: str = "shared memory
     raise lines.locate(err, buffer_name=tiles[0].buffer.name)
 
 
-def check_registers(fragments: dict, lines):
-    """LoweringError when the register fragments alone exceed what one thread can hold."""
-    total = sum(lay.regs for lay in fragments.values())
+def check_registers(fragments: dict, lines, packed=frozenset()):
+    """LoweringError when the register fragments alone exceed what one thread can hold. `packed`: 16-bit
+    fragments held two to a register (wgmma's register A operands)."""
+    cost = {buf: (lay.regs + 1) // 2 if buf in packed else lay.regs for buf, lay in fragments.items()}
+    total = sum(cost.values())
     if total <= MAX_REGISTERS_PER_THREAD:
         return
-    ordered = sorted(fragments.items(), key=lambda kv: -kv[1].regs)
-    listing = "\n".join(f"  {buf.name}: {lay.regs} registers per thread" for buf, lay in ordered)
+    ordered = sorted(fragments, key=lambda buf: -cost[buf])
+    listing = "\n".join(f"  {buf.name}: {cost[buf]} registers per thread" for buf in ordered)
     err = LoweringError(
         f"the kernel's register fragments need {total} 32-bit registers per thread; a thread has at most "
         f"{MAX_REGISTERS_PER_THREAD}:\n{listing}",
         hint="use smaller tiles or more threads per block (T.Kernel(..., threads=...))")
-    raise lines.locate(err, buffer_name=ordered[0][0].name)
+    raise lines.locate(err, buffer_name=ordered[0].name)

@@ -247,14 +247,19 @@ def _first_line_stmt(stmt):
     return stmt
 
 
-def _register_cost(buf, layout: FragmentLayout) -> int:
+def _register_cost(buf, layout: FragmentLayout, packed=frozenset()) -> int:
+    """32-bit registers a fragment takes per thread: two for a 64-bit element; half for a 16-bit one that wgmma
+    reads as packed pairs (a register A operand)."""
+    if buf in packed:
+        return (layout.regs + 1) // 2
     return layout.regs * (2 if _bits(buf.dtype) > 32 else 1)
 
 
-def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines) -> FragmentPlan:
+def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()) -> FragmentPlan:
     """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: fragments whose layout the MMA
     fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout."""
     c = _Collector(func, lines, accumulators)
+    c.packed = frozenset(packed)  # 16-bit fragments held as packed pairs (wgmma's register A operands)
     while True:
         while _drop_driverless(c):  # forcing a fragment into shared memory can take the driver out of a loop
             pass
@@ -272,7 +277,7 @@ def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines) 
         driver = next((b for b in loop.full if b in layouts), None)
         if driver is not None:
             loop_layouts[loop.stmt] = layouts[driver]
-    registers = sum(_register_cost(b, l) for b, l in layouts.items())
+    registers = sum(_register_cost(b, l, c.packed) for b, l in layouts.items())
     return FragmentPlan(layouts, shared, loop_layouts, registers)
 
 
@@ -392,12 +397,13 @@ def _over_budget(c: _Collector, layouts: dict) -> dict:
     (empty when they fit)."""
     budget = MAX_REGISTERS_PER_THREAD - _REGISTER_HEADROOM
     demoted = {}
-    movable = sorted((b for b in layouts if b not in c.accumulators), key=lambda b: -_register_cost(b, layouts[b]))
-    total = sum(_register_cost(b, l) for b, l in layouts.items())
+    movable = sorted((b for b in layouts if b not in c.accumulators),
+                     key=lambda b: -_register_cost(b, layouts[b], c.packed))
+    total = sum(_register_cost(b, l, c.packed) for b, l in layouts.items())
     for buf in movable:
         if total <= budget:
             break
-        total -= _register_cost(buf, layouts[buf])
+        total -= _register_cost(buf, layouts[buf], c.packed)
         demoted[buf] = (f"the register fragments need more than the {budget} registers a thread can spare; "
                         f"{buf.name} ({layouts[buf].regs} registers per thread) is the largest")
     return demoted

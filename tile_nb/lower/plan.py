@@ -154,18 +154,20 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
                  if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
     pinned = {b: a.linear() for b, a in accumulators.items()}
-    fragments = None
+    fragments, packed = infer_layouts(func, threads, pinned, lines), frozenset()
     if register_a:
         # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma accumulator of its
         # shape (the A fragment of wgmma's register form): FlashAttention's probabilities never touch shared memory.
-        # Where another use needs another layout, or the registers do not fit, it goes through shared memory.
+        # Not where another use needs another layout, the registers do not fit, or keeping it would push other
+        # fragments (row statistics) out to shared memory: then it goes through shared memory itself.
         try:
-            fragments = infer_layouts(func, threads, pinned | {b: a.linear() for b, a in register_a.items()}, lines)
-            check_registers(pinned | dict(fragments.layouts), lines)
+            with_a = infer_layouts(func, threads, pinned | {b: a.linear() for b, a in register_a.items()}, lines,
+                                   packed=frozenset(register_a))
+            check_registers(pinned | dict(with_a.layouts), lines, packed=frozenset(register_a))
+            if set(with_a.shared) <= set(fragments.shared):
+                fragments, packed = with_a, frozenset(register_a)
         except LoweringError:
-            fragments = None
-    if fragments is None:
-        fragments = infer_layouts(func, threads, pinned, lines)
+            pass
     for op in gemm_operands:
         if op in accumulators:
             raise lines.locate(LoweringError(
@@ -206,7 +208,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     barrier_offset = (end + 7) // 8 * 8
     pool_bytes = barrier_offset + 16 * tma.stages if tma is not None else end  # full[s] and empty[s], 8 B each
     check_shared(placed, pool_bytes, arch, lines)
-    check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines)
+    check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed)
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
