@@ -6,7 +6,9 @@
 
 `lowering.py` lists the steps: the analyses make one frozen `KernelPlan` (plan.py), the emitter follows it.
 Fragments live in registers with inferred layouts (fragments.py, infer.py) unless the plan says why not;
-`T.gemm` uses Hopper wgmma on sm_90a where the tile fits, mma.sync m16n8k16 otherwise. Lowering choices can be
+`T.gemm` uses Hopper wgmma on sm_90a where the tile fits (16-bit and 8-bit inputs; a register fragment as A is
+read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared memory instead), mma.sync m16n8k16
+otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
