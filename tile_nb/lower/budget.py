@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from .errors import LoweringError
 
-__all__ = ["MAX_REGISTERS_PER_THREAD", "check_registers", "check_shared", "layout_pool", "max_shared_bytes"]
+__all__ = ["MAX_REGISTERS_PER_THREAD", "check_registers", "check_shared", "layout_pool", "max_shared_bytes",
+           "packed_registers"]
 
 # Dynamic shared memory a block may opt into, by compute capability (CUDA C Programming Guide, "Features and
 # Technical Specifications").
@@ -57,10 +58,16 @@ def check_shared(tiles, total: int, arch: str, lines, what: str = "shared memory
     raise lines.locate(err, buffer_name=tiles[0].buffer.name)
 
 
+def packed_registers(buf, layout, packed=frozenset()) -> int:
+    """A fragment's registers per thread as its layout counts them, halved for the 16-bit fragments in `packed`
+    (held two to a 32-bit register: wgmma's register A operands)."""
+    return (layout.regs + 1) // 2 if buf in packed else layout.regs
+
+
 def check_registers(fragments: dict, lines, packed=frozenset()):
-    """LoweringError when the register fragments alone exceed what one thread can hold. `packed`: 16-bit
-    fragments held two to a register (wgmma's register A operands)."""
-    cost = {buf: (lay.regs + 1) // 2 if buf in packed else lay.regs for buf, lay in fragments.items()}
+    """LoweringError when the register fragments alone exceed what one thread can hold (`packed`: see
+    `packed_registers`)."""
+    cost = {buf: packed_registers(buf, lay, packed) for buf, lay in fragments.items()}
     total = sum(cost.values())
     if total <= MAX_REGISTERS_PER_THREAD:
         return

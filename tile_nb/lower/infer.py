@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import tirx
 
-from .budget import MAX_REGISTERS_PER_THREAD
+from .budget import MAX_REGISTERS_PER_THREAD, packed_registers
 from .errors import LoweringError
 from .exprs import walk_loads
 from .fragments import FragmentLayout, blocked
@@ -85,9 +85,10 @@ def _bits(dtype) -> int:
 class _Collector:
     """One walk over the body: the fragments, their relations, and what forces some into shared memory."""
 
-    def __init__(self, func, lines, accumulators: dict):
+    def __init__(self, func, lines, accumulators: dict, packed=frozenset()):
         self.lines = lines
         self.accumulators = accumulators
+        self.packed = frozenset(packed)  # 16-bit fragments held as packed pairs (wgmma's register A operands)
         self.fragments: list = []
         self.alloc_line: dict = {}
         self.shared: dict = {}  # buf -> reason
@@ -250,16 +251,13 @@ def _first_line_stmt(stmt):
 def _register_cost(buf, layout: FragmentLayout, packed=frozenset()) -> int:
     """32-bit registers a fragment takes per thread: two for a 64-bit element; half for a 16-bit one that wgmma
     reads as packed pairs (a register A operand)."""
-    if buf in packed:
-        return (layout.regs + 1) // 2
-    return layout.regs * (2 if _bits(buf.dtype) > 32 else 1)
+    return packed_registers(buf, layout, packed) * (2 if _bits(buf.dtype) > 32 else 1)
 
 
 def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()) -> FragmentPlan:
     """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: fragments whose layout the MMA
     fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout."""
-    c = _Collector(func, lines, accumulators)
-    c.packed = frozenset(packed)  # 16-bit fragments held as packed pairs (wgmma's register A operands)
+    c = _Collector(func, lines, accumulators, packed)
     while True:
         while _drop_driverless(c):  # forcing a fragment into shared memory can take the driver out of a loop
             pass

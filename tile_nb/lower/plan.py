@@ -160,12 +160,13 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         # shape (the A fragment of wgmma's register form): FlashAttention's probabilities never touch shared memory.
         # Not where another use needs another layout, the registers do not fit, or keeping it would push other
         # fragments (row statistics) out to shared memory: then it goes through shared memory itself.
+        in_registers = frozenset(register_a)
         try:
             with_a = infer_layouts(func, threads, pinned | {b: a.linear() for b, a in register_a.items()}, lines,
-                                   packed=frozenset(register_a))
-            check_registers(pinned | dict(with_a.layouts), lines, packed=frozenset(register_a))
+                                   packed=in_registers)
+            check_registers(pinned | dict(with_a.layouts), lines, packed=in_registers)
             if set(with_a.shared) <= set(fragments.shared):
-                fragments, packed = with_a, frozenset(register_a)
+                fragments, packed = with_a, in_registers
         except LoweringError:
             pass
     for op in gemm_operands:

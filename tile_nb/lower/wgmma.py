@@ -206,10 +206,7 @@ def lower_gemm_wgmma(em, call):
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
         with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
-            if trans_b:
-                b_ptr = intrin.address_of(b_view, [_k_major_offset(b_tile, 0, kk * 16) + _stage_off(em, b_tile, b_buf)])
-            else:
-                b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
+            b_ptr = _b_pointer(em, b_buf, b_tile, b_view, kk * 16, trans_b)
             T.evaluate(_wgmma_register_a_call(
                 lay.bn, types[0], intrin.address_of(acc, [mb * (lay.bn // 2)]),
                 intrin.address_of(a_regs, [mb * (bk // 2) + kk * 8]), b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
@@ -220,11 +217,7 @@ def lower_gemm_wgmma(em, call):
         # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = k_step kk, row 64 m).
         m0 = (g * lay.mblocks + mb) * 64
         a_ptr = intrin.address_of(a_view, [_k_major_offset(a_tile, m0, kk * k_step) + _stage_off(em, a_tile, a_buf)])
-        if trans_b:
-            b_ptr = intrin.address_of(b_view, [_k_major_offset(b_tile, 0, kk * k_step) +
-                                               _stage_off(em, b_tile, b_buf)])
-        else:
-            b_ptr = intrin.address_of(b_view, [kk * 16 * 64 + _stage_off(em, b_tile, b_buf)])
+        b_ptr = _b_pointer(em, b_buf, b_tile, b_view, kk * k_step, trans_b)
         T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
                                a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
     _finish(em, acc, lay, c_buf)
@@ -260,6 +253,13 @@ def drain_accumulators(em, stmts):
             if isinstance(lay, WgmmaAccLayout) and not any(c_buf.same_as(b) for b in drained):
                 _wait(em.registers[c_buf], lay, 0)
                 drained.append(c_buf)
+
+
+def _b_pointer(em, b_buf, b_tile, b_view, k, trans_b):
+    """The descriptor start of B at K element `k`: [N, K] (K-major) like A; [K, N] in 64-column panels, where a
+    K step is 64 elements of every panel row (8-bit B is always K-major, so `k` counts 16-bit elements there)."""
+    offset = _k_major_offset(b_tile, 0, k) if trans_b else k * 64
+    return intrin.address_of(b_view, [offset + _stage_off(em, b_tile, b_buf)])
 
 
 def _k_major_offset(tile, row, k):

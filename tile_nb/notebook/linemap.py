@@ -287,8 +287,7 @@ def script_lines(func, source=None, tile_op_lines: list[int] | None = None) -> t
     if user is None:
         return "\n".join(shown), {}
     if tile_op_lines is None:
-        attrs = getattr(func, "attrs", None) or {}
-        tile_op_lines = [int(n) for n in attrs.get("tile_nb.tile_op_lines", [])] if attrs else []
+        tile_op_lines = _tile_op_lines(func)
     statements = _ir_statements(func, user.filename, tile_op_lines)
     by_kind: dict[str, list[_Stmt]] = defaultdict(list)
     for s in statements:
@@ -338,6 +337,12 @@ def script_lines(func, source=None, tile_op_lines: list[int] | None = None) -> t
 
 
 
+def _tile_op_lines(func) -> list[int]:
+    """The user lines of the tile ops, in order (the front end's `tile_nb.tile_op_lines` attribute)."""
+    attrs = getattr(func, "attrs", None) or {}
+    return [int(n) for n in attrs.get("tile_nb.tile_op_lines", [])] if attrs else []
+
+
 def _user_lines(stmt: _Stmt, user: _Source) -> set[int]:
     """The user lines an IR statement came from."""
     if stmt.kind in ("leaf", "tile"):
@@ -372,8 +377,7 @@ def region_line_map(func, source, regions: dict | None, tile_op_lines: list[int]
     if user is None or not regions:
         return {}
     if tile_op_lines is None:
-        attrs = getattr(func, "attrs", None) or {}
-        tile_op_lines = [int(n) for n in attrs.get("tile_nb.tile_op_lines", [])] if attrs else []
+        tile_op_lines = _tile_op_lines(func)
     statements: dict = {}
     for stmt in _ir_statements(func, user.filename, tile_op_lines):
         if stmt.kind != "else":
