@@ -5,6 +5,10 @@ torch.nn.functional.scaled_dot_product_attention on the same inputs, same run, s
 
 TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA first (max abs error).
 tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations.
+
+Beside SDPA: a plain Triton FlashAttention forward (benchmarks/triton_attention.py), the best of its few
+CONFIGS that compiles and agrees with SDPA to 1e-2; "x Triton" is tile_nb's speed over it. Without Triton
+installed that column shows "-" (and the row's triton_* fields are null).
 """
 from __future__ import annotations
 
@@ -22,8 +26,56 @@ from kernels import reference as ref  # noqa: E402
 
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
+
+
+def _why(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
+
+
+try:  # optional: Triton is no dependency of tile_nb
+    import triton_attention as tri  # benchmarks/triton_attention.py, beside this file
+    TRITON_MISSING = None
+except Exception as exc:  # noqa: BLE001 - ImportError, or a Triton install that fails on import
+    tri = None
+    TRITON_MISSING = _why(exc)
+
+TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configuration is not timed
+
+# One consumer warpgroup (threads=128) over 64- or 128-row Q tiles, and two (threads=256: K and V by TMA from a
+# producer warp) over 128 rows.
 CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
-           dict(block_M=64, block_N=128, num_stages=2), dict(block_M=128, block_N=128, num_stages=2)]
+           dict(block_M=64, block_N=128, num_stages=2),
+           dict(block_M=128, block_N=64, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=2, threads=256)]
+
+
+def bench_triton(q, k, v, causal: bool, expected):
+    """(seconds, max abs error, config) of the fastest correct Triton configuration, or None."""
+    if tri is None:
+        return None
+    best = None
+    for cfg in tri.CONFIGS:
+        name = f"triton {tri.config_name(cfg)}"
+        try:
+            out = tri.attention(q, k, v, causal, **cfg)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a configuration that does not compile is skipped, with why
+            print(f"  {name}: skipped, {_why(exc)}")
+            continue
+        err = (out.float() - expected.float()).abs().max().item()
+        out = None
+        if not err <= TRITON_TOL:  # also catches NaN
+            print(f"  {name}: skipped, max abs error {err:.1e} > {TRITON_TOL:.0e}")
+            continue
+        t = do_bench(lambda cfg=cfg: tri.attention(q, k, v, causal, **cfg),
+                     warmup_ms=10, rep_ms=60).median_ms * 1e-3
+        if best is None or t < best[0]:
+            best = (t, err, cfg)
+    return best
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
 
 
 def main():
@@ -33,7 +85,10 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
+    info["triton"] = None if tri is None else tri.triton.__version__
     print(f"device: {info['device']}  date: {info['date']}")
+    print(f"triton: {info['triton']}" if tri is not None
+          else f"triton: not available ({TRITON_MISSING}): its column shows '-'")
     rows = []
     for shape in args.shapes:
         b, h, s = (int(x) for x in shape.split(","))
@@ -63,10 +118,20 @@ def main():
                 if best is not None:
                     row.update(tflops=flop / best[0] / 1e12, max_abs_err=best[1], config=best[2],
                                vs_sdpa=t_sdpa / best[0])
+                tri_best = bench_triton(q, k, v, causal, expected)
+                row.update(triton_tflops=None, triton_config=None, triton_err=None, x_triton=None)
+                if tri_best is not None:
+                    row.update(triton_tflops=flop / tri_best[0] / 1e12, triton_config=tri_best[2],
+                               triton_err=tri_best[1])
+                    if best is not None:
+                        row["x_triton"] = tri_best[0] / best[0]  # tile_nb's TFLOP/s over Triton's
                 rows.append(row)
+                tri_cfg = f" ({tri.config_name(tri_best[2])})" if tri_best is not None else ""
                 print(f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "
                       f"TFLOP/s ({row.get('config')}, err {row.get('max_abs_err', float('nan')):.1e})  "
-                      f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}")
+                      f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}  "
+                      f"triton {_fmt(row['triton_tflops'], '6.1f')}{tri_cfg}  "
+                      f"x Triton {_fmt(row['x_triton'], '.2f')}")
             q = k = v = o = None  # free before the next shape
     if args.out:
         with open(args.out, "w") as fh:

@@ -92,7 +92,7 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
     (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
     (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
     (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
-    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)), "the accumulator alone takes 128"),
+    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)), "the register fragments alone take 128"),
 ])
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
@@ -153,3 +153,38 @@ def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
     assert "tnb_cta_sync();" not in after_loop
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert "0 bytes spill stores" in report
+
+
+def flash_ir(D=128, block_N=128, **cfg):
+    """The reference FlashAttention with two consumer warpgroups over a 128-row Q tile (FlashAttention-3's shape)."""
+    from kernels.reference import flash_attention
+
+    return flash_attention.specialize(B=1, H=2, S=1000, D=D, block_M=128, block_N=block_N, threads=256, **cfg)
+
+
+@pytest.mark.parametrize("D,block_N,causal", [(64, 128, False), (128, 128, False), (128, 64, True)])
+def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, tmp_path):
+    """Two T.gemm in the loop (Q K^T, P V) with the softmax between them on registers: K and V arrive by TMA in
+    one stage; each iteration waits for its MMAs and releases the stage once P V is done."""
+    func = flash_ir(D, block_N, causal=causal)
+    note = pipeline_note(func)
+    assert note.startswith("TMA + mbarriers") and "2 T.gemm in the loop" in note, note
+    src = cuda_source(func, "sm_90a")
+    assert "__launch_bounds__(288)" in src
+    signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]
+    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["K_tensormap", "V_tensormap"]
+    loop = src[src.index("for (int k = 0;"):]
+    loop = loop[:loop.index("tnb_mbarrier_arrive(")]
+    # no CTA barrier and no cp.async in the consumers' loop; both T.gemm wait for their own group
+    assert "tnb_cta_sync" not in loop and "cp.async.cg" not in loop and "tnb_wgmma_wait1" not in loop
+    # the K and V boxes of one stage: 2 x block_N x D fp16
+    assert f", {2 * block_N * D * 2});" in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+def test_flash_attention_with_probabilities_in_shared_memory_keeps_cp_async():
+    """With wgmma's register form turned off, P goes through shared memory between the two T.gemm: the stage
+    release would not order that write, so the loop keeps cp.async and says why."""
+    note = pipeline_note(flash_ir().with_attr("tile_nb.wgmma_register_a", 0))
+    assert note.startswith("cp.async (") and "uses shared memory" in note, note

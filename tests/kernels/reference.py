@@ -60,14 +60,15 @@ def rms_norm(X, W, Y, eps: float = 1e-6, block_M: int = 4):
 
 
 @tile_nb.jit
-def flash_attention(Q, K, V, O, causal: bool = False, block_M: int = 64, block_N: int = 64, num_stages: int = 2):
+def flash_attention(Q, K, V, O, causal: bool = False, block_M: int = 64, block_N: int = 64, num_stages: int = 2,
+                    threads: int = 128):
     B, H, S, D = T.const('B, H, S, D')
     Q: T.Tensor[[B, H, S, D], T.float16]
     K: T.Tensor[[B, H, S, D], T.float16]
     V: T.Tensor[[B, H, S, D], T.float16]
     O: T.Tensor[[B, H, S, D], T.float16]
     scale = T.rsqrt(T.cast(D, T.float32)) * LOG2E
-    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=128) as (bx, by, bz):
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
         Q_s = T.alloc_shared((block_M, D), T.float16)
         K_s = T.alloc_shared((block_N, D), T.float16)
         V_s = T.alloc_shared((block_N, D), T.float16)
@@ -151,3 +152,63 @@ def column_sums(X, out, block_M: int = 32):
         T.reduce_sum(x, s, dim=0)
         for j in T.Parallel(N):
             T.atomic_add(out[j], s[j])
+
+
+@tile_nb.jit
+def flash_attention_gqa(Q, K, V, O, dtype: T.dtype = T.float16, causal: bool = False, block_M: int = 64,
+                        block_N: int = 64, num_stages: int = 2, threads: int = 128):
+    """FlashAttention forward with grouped-query attention (HK KV heads, each shared by H // HK query heads), any
+    sequence length in one compiled kernel (S is T.dynamic), fp16 or bf16."""
+    B, H, HK, D = T.const('B, H, HK, D')
+    S = T.dynamic('S')
+    Q: T.Tensor[[B, H, S, D], dtype]
+    K: T.Tensor[[B, HK, S, D], dtype]
+    V: T.Tensor[[B, HK, S, D], dtype]
+    O: T.Tensor[[B, H, S, D], dtype]
+    scale = T.rsqrt(T.cast(D, T.float32)) * LOG2E
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
+        Q_s = T.alloc_shared((block_M, D), dtype)
+        K_s = T.alloc_shared((block_N, D), dtype)
+        V_s = T.alloc_shared((block_N, D), dtype)
+        scores = T.alloc_fragment((block_M, block_N), T.float32)
+        probs = T.alloc_fragment((block_M, block_N), dtype)
+        acc = T.alloc_fragment((block_M, D), T.float32)
+        m = T.alloc_fragment((block_M,), T.float32)
+        m_prev = T.alloc_fragment((block_M,), T.float32)
+        rescale = T.alloc_fragment((block_M,), T.float32)
+        row_sum = T.alloc_fragment((block_M,), T.float32)
+        denom = T.alloc_fragment((block_M,), T.float32)
+        kv_head = by // (H // HK)
+        T.copy(Q[bz, by, bx * block_M, 0], Q_s)
+        T.clear(acc)
+        T.clear(denom)
+        T.fill(m, -T.infinity(T.float32))
+        n_blocks = T.ceildiv(S, block_N)
+        if causal:
+            n_blocks = T.min(n_blocks, T.ceildiv((bx + 1) * block_M, block_N))
+        for k in T.Pipelined(n_blocks, num_stages=num_stages):
+            T.copy(K[bz, kv_head, k * block_N, 0], K_s)
+            for i, j in T.Parallel(block_M, block_N):
+                if causal:
+                    masked = (k * block_N + j >= S) | (k * block_N + j > bx * block_M + i)
+                else:
+                    masked = k * block_N + j >= S
+                scores[i, j] = T.if_then_else(masked, -T.infinity(T.float32), 0.0)
+            T.gemm(Q_s, K_s, scores, transpose_B=True)
+            T.copy(m, m_prev)
+            T.reduce_max(scores, m, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+            for i, j in T.Parallel(block_M, block_N):
+                scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+            T.reduce_sum(scores, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                denom[i] = denom[i] * rescale[i] + row_sum[i]
+            T.copy(scores, probs)
+            for i, j in T.Parallel(block_M, D):
+                acc[i, j] *= rescale[i]
+            T.copy(V[bz, kv_head, k * block_N, 0], V_s)
+            T.gemm(probs, V_s, acc)
+        for i, j in T.Parallel(block_M, D):
+            acc[i, j] /= denom[i]
+        T.copy(acc, O[bz, by, bx * block_M, 0])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import tvm
 from tvm import tirx
 
-from .budget import check_registers, check_shared, layout_pool
+from .budget import check_registers, check_shared, layout_pool, packed_registers
 from .diagnostics import SourceLines
 from .errors import LoweringError
 from .fragments import FragmentLayout
@@ -58,6 +58,7 @@ class KernelPlan:
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
+    packed: frozenset = frozenset()  # 16-bit register fragments held two to a register (wgmma's register A)
     notes: tuple = field(default_factory=tuple)
 
     # ---- queries the emitters use --------------------------------------------------------------------------
@@ -71,6 +72,11 @@ class KernelPlan:
     def register_layouts(self) -> dict:
         """Every fragment held in registers (the T.gemm accumulators included) -> its layout."""
         return {b: a.linear() for b, a in self.accumulators.items()} | dict(self.fragments.layouts)
+
+    @property
+    def fragment_registers(self) -> int:
+        """32-bit registers per thread that the register fragments (accumulators included) take."""
+        return sum(packed_registers(b, lay, self.packed) for b, lay in self.register_layouts().items())
 
     def in_registers(self, buf) -> bool:
         return buf in self.accumulators or self.fragments.layout(buf) is not None
@@ -117,7 +123,7 @@ class KernelPlan:
                 "tile": [a.bm, a.bn]} for buf, a in self.accumulators.items()]
         return {
             "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
-            "shared_bytes": self.pool_bytes, "fragment_registers": sum(l.regs for l in self.register_layouts().values()),
+            "shared_bytes": self.pool_bytes, "fragment_registers": self.fragment_registers,
             "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
             "assumes": [f"{n} % 16 == 0" for n in sorted(self.divisible)] +
                        [f"{n} not 16-byte aligned" for n in sorted(self.unaligned)],
@@ -197,7 +203,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
         tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
-        wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible)
+        wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note = None, ""
     if stages:
         tma, note = plan_tma(func, plan)

@@ -1,8 +1,9 @@
-"""`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma GEMM loops.
+"""`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma loops.
 
-Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm` runs on wgmma (wgmma.py) over at least two
-consumer warpgroups (one warpgroup runs faster with cp.async, see below) and every copy in the loop body is a
-whole global tile into one of that gemm's shared operands. Otherwise pipeline.py's cp.async schedule runs; the
+Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm`s run on wgmma (wgmma.py) over at least two
+consumer warpgroups (one warpgroup runs faster with cp.async, see below), every copy in the loop body is a
+whole global tile into a shared operand of one of them, and the loop's other statements touch registers only
+(GEMM epilogue math, FlashAttention's softmax between Q K^T and P V). Otherwise pipeline.py's cp.async schedule runs; the
 reason is kept in the lowered function's `tile_nb.pipeline` attribute. `tile_nb.tma` = 0 / 1 (or the
 environment variable TILE_NB_TMA) turns it off / on wherever it is legal.
 
@@ -20,6 +21,8 @@ zero fill), and stages are handed over through mbarriers, so consumers never wai
             wait full[s]  (parity (k / S) & 1)
             the gemm on stage s (wgmma fence, MMAs, commit, wait_group 1: the group of k-1 has finished)
             lane 0 of each warp: arrive empty[(k - 1) % S]   (k > 0)
+            (with several T.gemm, or statements reading the accumulator: every T.gemm waits for its own group
+             (wait_group 0) and the warp arrives on empty[s] at the end of the iteration)
         wait_group 0
 
 Everything outside the loop runs on the consumer threads only (`Lowerer.emit` guards it; CTA barriers become
@@ -135,33 +138,36 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     copies = list(schedule.prefetched)
     rest = [s for s in body if not schedule.is_prefetched(s)]
     gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
-    if len(gemms) != 1:
-        return None, "cp.async (the pipelined loop body must hold exactly one T.gemm)"
-    gemm = gemms[0]
-    others = [s for s in rest if not s.same_as(gemm)]
+    if not gemms:
+        return None, "cp.async (the pipelined loop body holds no T.gemm)"
+    others = [s for s in rest if not any(s.same_as(g) for g in gemms)]
     for s in others:
         reads, writes = buffers_touched(s)
-        if any(scope_of(b).startswith("shared") for b in reads + writes):
+        # (fragments the plan keeps in shared memory count: FlashAttention's P without wgmma's register form)
+        if any(scope_of(b).startswith("shared") or not plan.in_registers(b) and scope_of(b) == "local.fragment"
+               for b in reads + writes):
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
-    c_buf = region_of(gemm.args[0])[0]
-    acc = plan.accumulators.get(c_buf)
-    if not isinstance(acc, WgmmaAccLayout):
-        return None, "cp.async (the loop's T.gemm is not on wgmma)"
+    accs = [region_of(g.args[0])[0] for g in gemms]
+    if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
+        return None, "cp.async (a T.gemm of the loop is not on wgmma)"
     budget = 65536 // (threads + PRODUCER_THREADS)
-    if budget < acc.regs + _REGISTER_HEADROOM:
-        return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the accumulator "
-                      f"alone takes {acc.regs})")
+    if budget < plan.fragment_registers + _REGISTER_HEADROOM:
+        return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
+                      f"fragments alone take {plan.fragment_registers})")
     # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
-    # in between: no other statement in the loop, no rounding (16-bit accumulators are rounded after every
-    # T.gemm, docs/IR.md), no clearing. Otherwise each iteration waits for its MMAs and releases its own stage.
+    # in between: one T.gemm and no other statement in the loop, no rounding (16-bit accumulators are rounded
+    # after every T.gemm, docs/IR.md), no clearing. Otherwise each iteration waits for its MMAs and releases its
+    # own stage (FlashAttention: Q K^T, the softmax, then P V, all on the stage's K and V tiles).
+    c_buf, gemm = accs[0], gemms[0]
     waits = [why for cond, why in (
+        (len(gemms) > 1, f"{len(gemms)} T.gemm in the loop"),
         (bool(others), "the loop reads the accumulator"),
         (str(c_buf.dtype) != accumulator_register_dtype(c_buf), f"{c_buf.dtype} accumulators are rounded after every "
                                                                   "T.gemm"),
         (float(gemm.args[7].value) == 0.0, "clear_accum=True")) if cond]
     in_flight = not waits
-    operands = {region_of(gemm.args[1])[0], region_of(gemm.args[2])[0]}
+    operands = {region_of(g.args[i])[0] for g in gemms for i in (1, 2)}
     planned = []
     for c in copies:
         tc, why = _plan_copy(plan, c, operands)
@@ -197,7 +203,7 @@ def _plan_copy(plan, call, operands):
     dst, drng = region_of(call.args[0])
     src, srng = region_of(call.args[1])
     if dst not in operands:
-        return None, f"the copy into {dst.name} does not feed the loop's T.gemm"
+        return None, f"the copy into {dst.name} does not feed a T.gemm of the loop"
     tile = plan.shared[dst]
     if str(src.dtype) != str(dst.dtype) or tirx_bits(src.dtype) not in (8, 16):
         return None, f"the copy {src.name} -> {dst.name} is not an 8- or 16-bit copy without conversion"
