@@ -17,7 +17,9 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_statement
+from .exprs import is_const_int
 from .threads import distribute
+from .uniform import never_true, split_masked_store
 
 __all__ = ["emit_for"]
 
@@ -51,6 +53,41 @@ def emit_parallel(em, loop):
     while _is_parallel(loops[-1].body):
         loops.append(loops[-1].body)
     body = loops[-1].body
+    masked = _uniform_mask(em, loops, body)
+    if masked is None:
+        _emit_parallel(em, loops, body)
+        return
+    # The mask is false for the whole nest on most blocks (uniform.py): test that once, skip it there.
+    never, unmasked = masked
+    if em.prove(never):
+        _emit_parallel(em, loops, unmasked)
+        return
+    with T.If(never):
+        with T.Then():
+            _emit_parallel(em, loops, unmasked)
+        with T.Else():
+            _emit_parallel(em, loops, body)
+
+
+def _uniform_mask(em, loops, body):
+    """(a condition on the code outside the nest under which the body's mask is false everywhere, the body without
+    its mask) for a masked store with constant extents, or None."""
+    split = split_masked_store(body)
+    extents = [l.extent for l in loops]
+    if split is None or not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
+        return None
+    cond, unmasked = split
+    never = never_true(cond, {l.loop_var: int(e) for l, e in zip(loops, extents)})
+    if never is None:
+        return None
+    never = em.analyzer.simplify(em.expr(never))
+    if is_const_int(never, 0):  # nothing proven: the nest keeps its mask
+        return None
+    return never, unmasked
+
+
+def _emit_parallel(em, loops, body):
+    loop = loops[0]
     extents = [em.expr(l.extent) for l in loops]
     layout = em.plan.fragments.loop_layouts.get(loop)
     with em.scoped(thread_code=True):
