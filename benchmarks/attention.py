@@ -27,7 +27,6 @@ from kernels import reference as ref  # noqa: E402
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
 
-
 def _why(exc: BaseException) -> str:
     lines = str(exc).splitlines()
     return f"{type(exc).__name__}: {lines[0][:160] if lines else ''}"
@@ -83,7 +82,11 @@ def main():
     ap.add_argument("--shapes", nargs="+", default=["4,32,4096"])
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)")
     args = ap.parse_args()
+    global tri, TRITON_MISSING
+    if args.no_triton:
+        tri, TRITON_MISSING = None, "--no-triton"
     info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
     info["triton"] = None if tri is None else tri.triton.__version__
     print(f"device: {info['device']}  date: {info['date']}")
@@ -100,7 +103,7 @@ def main():
                 expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                   warmup_ms=10, rep_ms=60).median_ms * 1e-3
-                best = None
+                best, timed = None, []
                 for cfg in CONFIGS:
                     try:
                         o.fill_(float("nan"))
@@ -112,9 +115,11 @@ def main():
                     err = (o.float() - expected.float()).abs().max().item()
                     t = do_bench(lambda cfg=cfg: ref.flash_attention(q, k, v, o, causal=causal, **cfg),
                                  warmup_ms=10, rep_ms=60).median_ms * 1e-3
+                    timed.append(dict(cfg, tflops=flop / t / 1e12, max_abs_err=err))
                     if best is None or t < best[0]:
                         best = (t, err, cfg)
-                row = dict(batch=b, heads=h, seq=s, dim=d, causal=causal, sdpa_tflops=flop / t_sdpa / 1e12)
+                row = dict(batch=b, heads=h, seq=s, dim=d, causal=causal, sdpa_tflops=flop / t_sdpa / 1e12,
+                           configs=timed)
                 if best is not None:
                     row.update(tflops=flop / best[0] / 1e12, max_abs_err=best[1], config=best[2],
                                vs_sdpa=t_sdpa / best[0])
