@@ -41,11 +41,13 @@ except Exception as exc:  # noqa: BLE001 - ImportError, or a Triton install that
 
 TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configuration is not timed
 
-# One consumer warpgroup (threads=128) over 64- or 128-row Q tiles, and two (threads=256: K and V by TMA from a
-# producer warp) over 128 rows.
+# One consumer warpgroup (threads=128) over 64- or 128-row Q tiles; two or three (threads=256 / 384: K and V by
+# TMA from a producer warp where the registers allow, the warpgroups taking turns at the tensor cores) over 128
+# or 192 rows.
 CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
            dict(block_M=64, block_N=128, num_stages=2),
-           dict(block_M=128, block_N=64, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=2, threads=256)]
+           dict(block_M=128, block_N=64, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=2, threads=256),
+           dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384)]
 
 
 def bench_triton(q, k, v, causal: bool, expected):

@@ -93,6 +93,8 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
     (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
     (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
     (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)), "the register fragments alone take 128"),
+    # ptxas cannot build a 128-register wgmma accumulator under 416 threads' cap of 128 registers (C7602)
+    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=192, threads=384)), "the largest accumulator 128"),
 ])
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
@@ -155,22 +157,25 @@ def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
     assert "0 bytes spill stores" in report
 
 
-def flash_ir(D=128, block_N=128, **cfg):
-    """The reference FlashAttention with two consumer warpgroups over a 128-row Q tile (FlashAttention-3's shape)."""
+def flash_ir(D=128, block_N=128, groups=2, **cfg):
+    """The reference FlashAttention with `groups` consumer warpgroups of 64 Q rows each (FlashAttention-3's
+    shapes: 2 x 64 rows at head dim 128, 3 x 64 at 64)."""
     from kernels.reference import flash_attention
 
-    return flash_attention.specialize(B=1, H=2, S=1000, D=D, block_M=128, block_N=block_N, threads=256, **cfg)
+    return flash_attention.specialize(B=1, H=2, S=1000, D=D, block_M=64 * groups, block_N=block_N,
+                                      threads=128 * groups, **cfg)
 
 
-@pytest.mark.parametrize("D,block_N,causal", [(64, 128, False), (128, 128, False), (128, 64, True)])
-def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, tmp_path):
+@pytest.mark.parametrize("D,block_N,causal,groups", [(64, 128, False, 2), (128, 128, False, 2), (128, 64, True, 2),
+                                                     (128, 64, False, 3)])
+def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_path):
     """Two T.gemm in the loop (Q K^T, P V) with the softmax between them on registers: K and V arrive by TMA in
     one stage; each iteration waits for its MMAs and releases the stage once P V is done."""
-    func = flash_ir(D, block_N, causal=causal)
+    func = flash_ir(D, block_N, groups, causal=causal)
     note = pipeline_note(func)
     assert note.startswith("TMA + mbarriers") and "2 T.gemm in the loop" in note, note
     src = cuda_source(func, "sm_90a")
-    assert "__launch_bounds__(288)" in src
+    assert f"__launch_bounds__({128 * groups + 32})" in src
     signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]
     assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["K_tensormap", "V_tensormap"]
     loop = src[src.index("for (int k = 0;"):]
@@ -179,6 +184,13 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, tmp_path):
     assert "tnb_cta_sync" not in loop and "cp.async.cg" not in loop and "tnb_wgmma_wait1" not in loop
     # the K and V boxes of one stage: 2 x block_N x D fp16
     assert f", {2 * block_N * D * 2});" in src
+    # ping-pong: each warpgroup waits for its turn before issuing a T.gemm and hands the turn on after it
+    assert f"{groups} consumer warpgroups take turns" in note
+    assert loop.count("tnb_bar_sync_256(((((int)threadIdx.x) >> 7) + 2));") == 2
+    assert len(re.findall(r"tnb_bar_arrive_256\(\(\(\(\(\(\(int\)threadIdx.x\) >> 7\) \+ 1\) [%&] ", loop)) == 2
+    first_turn = src[:src.index("for (int k = 0;")]
+    assert f"if ((((int)threadIdx.x) >> 7) == {groups - 1}) {{\n" in first_turn
+    assert "tnb_bar_arrive_256(2);" in first_turn
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
@@ -188,3 +200,10 @@ def test_flash_attention_with_probabilities_in_shared_memory_keeps_cp_async():
     release would not order that write, so the loop keeps cp.async and says why."""
     note = pipeline_note(flash_ir().with_attr("tile_nb.wgmma_register_a", 0))
     assert note.startswith("cp.async (") and "uses shared memory" in note, note
+
+
+def test_pingpong_switch_and_single_gemm_loops():
+    """Turns only for loops with several T.gemm (a GEMM loop has nothing to put under the other's MMAs)."""
+    assert "take turns" not in pipeline_note(gemm_ir(1024, 1024, 1024, **BIG))
+    off = pipeline_note(flash_ir().with_attr("tile_nb.wgmma_pingpong", 0))
+    assert off.startswith("TMA + mbarriers") and "take turns" not in off

@@ -12,7 +12,8 @@ otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
->= 2 consumer warpgroups). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
+>= 2 consumer warpgroups), `tile_nb.wgmma_pingpong` (0: consumer warpgroups of a TMA loop with several T.gemm
+do not take turns at the tensor cores). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
 (they are part of compile-cache keys).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .plan import KernelPlan
 __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "lower", "lower_with_plan"]
 
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
-ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA")
+ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

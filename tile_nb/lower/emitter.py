@@ -75,6 +75,7 @@ class Scope:
     thread_code: bool = False  # inside a T.Parallel body: per-thread code, no CTA-wide ops or barriers
     consumer: bool = False  # in a warp-specialized kernel, code only the consumer threads run
     mma_in_flight: bool = False  # the T.gemm being emitted leaves its wgmma group in flight (wait_group 1)
+    pingpong: int = 0  # consumer warpgroups issuing their wgmma groups in turns (tma.py), 0: no turns
     pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
     loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
     replica_guard: object = None  # in a loop over a replicated layout: the condition "first replica", which

@@ -25,6 +25,8 @@ __all__ = [
     "ldmatrix_x4",
     "mma_m16n8k16",
     "named_barrier",
+    "named_barrier_arrive",
+    "named_barrier_sync",
 ]
 
 
@@ -210,3 +212,24 @@ def fence_proxy_async() -> tirx.Expr:
 def named_barrier(threads: int) -> tirx.Expr:
     """`bar.sync 1, threads`: a CTA barrier over the first `threads` threads only (id 0 is __syncthreads)."""
     return asm_statement(f"tnb_bar_sync_1_{threads}", f"bar.sync 1, {threads};")
+
+
+def _bar(op: str, barrier, threads: int) -> tirx.Expr:
+    name = f"tnb_bar_{op}_{threads}"
+    code = f"""
+__forceinline__ __device__ void {name}(int id) {{
+  asm volatile("bar.{op} %0, {threads};\\n" :: "r"(id) : "memory");
+}}
+"""
+    return cuda_func_call(name, barrier, source_code=code)
+
+
+def named_barrier_sync(barrier, threads: int) -> tirx.Expr:
+    """`bar.sync barrier, threads` with a runtime barrier id: wait until `threads` threads have arrived (this one
+    included)."""
+    return _bar("sync", barrier, threads)
+
+
+def named_barrier_arrive(barrier, threads: int) -> tirx.Expr:
+    """`bar.arrive barrier, threads`: count this thread towards the barrier without waiting."""
+    return _bar("arrive", barrier, threads)

@@ -47,15 +47,20 @@ from . import intrin
 from .emitter import register_kernel_hook, register_statement
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .wgmma import PINGPONG_BARRIER, drain_accumulators
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
 
 PRODUCER_THREADS = 32
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
-# Registers a consumer needs besides its accumulator (addresses, descriptors, loop state): the 128x256x64
-# kernel uses 154 for 128 accumulator registers.
-_REGISTER_HEADROOM = 32
+# Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a wgmma
+# instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154 registers for
+# 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the fragments must
+# fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167 registers for 170
+# counted (ptxas reuses some), with three (192x64) 127 of 128 for 122 counted, and the causal variant spills
+# 4 bytes there: the count is an estimate, ptxas has the last word (`kernel.resources`).
+_WGMMA_HEADROOM = 32
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class TmaPlan:
     copies: tuple
     rest: tuple  # the loop body without the copies: the gemm (and register-only statements)
     in_flight: bool = True  # one wgmma group stays in flight across iterations (see plan_tma)
+    pingpong: int = 0  # consumer warpgroups that take turns issuing their T.gemm (see _pingpong), 0: none
 
     @property
     def bytes_per_stage(self) -> int:
@@ -151,10 +157,13 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
         return None, "cp.async (a T.gemm of the loop is not on wgmma)"
-    budget = 65536 // (threads + PRODUCER_THREADS)
-    if budget < plan.fragment_registers + _REGISTER_HEADROOM:
+    # ptxas caps a thread's registers at 65536 over the launch's threads rounded up to whole warpgroups (seen:
+    # 416 threads get 128 registers, not 157)
+    budget = 65536 // -(-(threads + PRODUCER_THREADS) // 128) // 128
+    largest = max(plan.accumulators[c].regs for c in accs)
+    if budget < plan.fragment_registers or budget < largest + _WGMMA_HEADROOM:
         return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
-                      f"fragments alone take {plan.fragment_registers})")
+                      f"fragments alone take {plan.fragment_registers}, the largest accumulator {largest})")
     # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
     # in between: one T.gemm and no other statement in the loop, no rounding (16-bit accumulators are rounded
     # after every T.gemm, docs/IR.md), no clearing. Otherwise each iteration waits for its MMAs and releases its
@@ -179,7 +188,27 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     note = "TMA + mbarriers, producer warp (warp-specialized)"
     if not in_flight:
         note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight), note
+    pingpong = _pingpong(func, threads, gemms)
+    if pingpong:
+        note += f"; {pingpong} consumer warpgroups take turns issuing their T.gemm (ping-pong)"
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong), note
+
+
+def _pingpong(func, threads: int, gemms) -> int:
+    """Consumer warpgroups that take turns at the tensor cores, or 0.
+
+    With several T.gemm per iteration and register work between them (FlashAttention's softmax), warpgroups that
+    start together also finish their MMAs together and then all run their softmax while the tensor cores idle.
+    Taking turns (FlashAttention-3's ping-pong schedule) puts one warpgroup's softmax under another's MMAs:
+    warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w + 1
+    go; the last warpgroup lets the first start. `tile_nb.wgmma_pingpong` = 0 (or TILE_NB_PINGPONG=0) turns it
+    off."""
+    attr = (func.attrs or {}).get("tile_nb.wgmma_pingpong", None)
+    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_PINGPONG", "1")
+    groups = threads // 128
+    if mode == "0" or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
+        return 0
+    return groups
 
 
 def _top_level(stmt):
@@ -367,8 +396,6 @@ def emit_barrier_init(em):
 
 @register_statement(lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), priority=1)
 def emit_ws_loop(em, loop):
-    from .wgmma import drain_accumulators
-
     plan = em.plan.tma
     start, n = em.expr(loop.min), em.expr(loop.extent)
     stages = plan.stages
@@ -377,6 +404,8 @@ def emit_ws_loop(em, loop):
         with T.Then(), T.If(em.tx == em.threads), T.Then():
             _emit_producer(em, plan, start, n)
         with T.Else(), em.scoped(consumer=True):
+            if plan.pingpong:
+                _let_first_warpgroup_start(em, plan.pingpong)
             with T.serial(0, n) as k:
                 IRBuilder.name(loop.loop_var.name, k)
                 em.bind_range(k, n)
@@ -384,7 +413,8 @@ def emit_ws_loop(em, loop):
                 T.evaluate(mbarrier_wait(_full(em, s), fm(fd(k, stages), 2)))
                 stage = {c.tile_buffer: s for c in plan.copies}
                 with em.bound("var_map", {loop.loop_var: start + k}), em.bound("stage", stage), \
-                        em.scoped(mma_in_flight=plan.in_flight, loop_depth=em.scope.loop_depth + 1):
+                        em.scoped(mma_in_flight=plan.in_flight, loop_depth=em.scope.loop_depth + 1,
+                                  pingpong=plan.pingpong):
                     em.emit_seq(list(plan.rest))
                 if plan.in_flight:
                     # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
@@ -396,6 +426,12 @@ def emit_ws_loop(em, loop):
                         T.evaluate(mbarrier_arrive(_empty(em, plan, s)))
             if plan.in_flight:
                 drain_accumulators(em, plan.rest)
+
+
+def _let_first_warpgroup_start(em, groups: int):
+    """The last warpgroup's arrival that lets warpgroup 0 issue its first T.gemm (wgmma.py: take_turn)."""
+    with T.If(tirx.floordiv(em.tx, 128) == groups - 1), T.Then():
+        T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER, 256))
 
 
 def _emit_producer(em, plan: TmaPlan, start, n):

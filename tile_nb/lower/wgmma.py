@@ -27,7 +27,7 @@ from . import intrin
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
-__all__ = ["WGMMA_TYPES", "drain_accumulators", "k_major_panels", "lower_gemm_wgmma", "wgmma_eligible",
+__all__ = ["PINGPONG_BARRIER", "WGMMA_TYPES", "drain_accumulators", "k_major_panels", "lower_gemm_wgmma", "wgmma_eligible",
            "wgmma_operand_types", "wgmma_register_a_ok"]
 
 
@@ -37,6 +37,7 @@ WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "f
                "int8": "s8", "uint8": "u8"}
 _EIGHT_BIT = {"e4m3": "float", "e5m2": "float", "s8": "int", "u8": "int"}
 _K_STEP_BYTES = 32  # every wgmma k-step reads 32 bytes of a row: k16 for 16-bit, k32 for 8-bit operands
+PINGPONG_BARRIER = 2  # named barrier of consumer warpgroup 0 in the ping-pong schedule (warpgroup w: 2 + w)
 
 
 def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
@@ -202,6 +203,8 @@ def lower_gemm_wgmma(em, call):
         b_mode = 1
     g = tirx.floordiv(em.tx, 128)
 
+    if em.scope.pingpong:
+        T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
@@ -225,6 +228,9 @@ def lower_gemm_wgmma(em, call):
 
 def _finish(em, acc, lay, c_buf):
     T.evaluate(intrin.asm_statement("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
+    if em.scope.pingpong:  # issued: the next warpgroup's turn (tma.py: _pingpong)
+        nxt = tirx.floormod(tirx.floordiv(em.tx, 128) + 1, em.scope.pingpong)
+        T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER + nxt, 256))
     # Keep this k-tile's group in flight: wait only for the previous one (whose stage the TMA pipeline of
     # tma.py then releases, or the overlap variant's copies refill); the loop drains with wait 0 after it.
     if em.scope.mma_in_flight:
