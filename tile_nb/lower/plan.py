@@ -52,7 +52,7 @@ class KernelPlan:
     tma: object  # tma.TmaPlan | None
     pipeline_note: str
     pool_bytes: int
-    barrier_offset: int  # bytes into the pool of the TMA stage barriers (full[s], then empty[s])
+    barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
     producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
@@ -213,7 +213,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
     barrier_offset = (end + 7) // 8 * 8
-    pool_bytes = barrier_offset + 16 * tma.stages if tma is not None else end  # full[s] and empty[s], 8 B each
+    pool_bytes = barrier_offset + 8 * tma.barrier_count if tma is not None else end  # 8 B per mbarrier
     check_shared(placed, pool_bytes, arch, lines)
     check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed)
     by_key = dict(zip(keys, placed))

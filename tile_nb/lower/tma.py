@@ -58,8 +58,8 @@ _L2_PROMOTION_256B = 3
 # instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154 registers for
 # 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the fragments must
 # fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167 registers for 170
-# counted (ptxas reuses some), with three (192x64) 127 of 128 for 122 counted, and the causal variant spills
-# 4 bytes there: the count is an estimate, ptxas has the last word (`kernel.resources`).
+# counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
+# count is an estimate, ptxas has the last word (`kernel.resources`).
 _WGMMA_HEADROOM = 32
 
 
@@ -90,11 +90,19 @@ class TmaPlan:
     rest: tuple  # the loop body without the copies: the gemm (and register-only statements)
     in_flight: bool = True  # one wgmma group stays in flight across iterations (see plan_tma)
     pingpong: int = 0  # consumer warpgroups that take turns issuing their T.gemm (see _pingpong), 0: none
+    # Copies that share a "full" barrier, grouped by the statement of `rest` that first reads them: (index in
+    # rest, indices in copies). FlashAttention's Q K^T waits for K only; V may still be arriving.
+    arrivals: tuple = ()
 
     @property
-    def bytes_per_stage(self) -> int:
+    def barrier_count(self) -> int:
+        """full[s][group] for every stage and arrival group, then empty[s]."""
+        return self.stages * (len(self.arrivals) + 1)
+
+    def group_bytes(self, group) -> int:
         total = 0
-        for c in self.copies:
+        for i in group:
+            c = self.copies[i]
             elem = tirx_bits(c.global_buf.dtype) // 8
             for b in c.boxes:
                 n = elem
@@ -102,6 +110,10 @@ class TmaPlan:
                     n *= d
                 total += n
         return total
+
+    @property
+    def bytes_per_stage(self) -> int:
+        return self.group_bytes(range(len(self.copies)))
 
 
 def _int(e):
@@ -191,7 +203,19 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     pingpong = _pingpong(func, threads, gemms)
     if pingpong:
         note += f"; {pingpong} consumer warpgroups take turns issuing their T.gemm (ping-pong)"
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong), note
+    arrivals = _arrival_groups(rest, planned)
+    if len(arrivals) > 1:
+        note += "; each T.gemm waits only for the tiles it reads"
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals), note
+
+
+def _arrival_groups(rest, copies) -> tuple:
+    """((index of the first statement in `rest` reading them, copy indices), ...) in statement order."""
+    first = {}
+    for ci, c in enumerate(copies):
+        use = next(i for i, s in enumerate(rest) if any(b.same_as(c.tile_buffer) for b in buffers_touched(s)[0]))
+        first.setdefault(use, []).append(ci)
+    return tuple((i, tuple(first[i])) for i in sorted(first))
 
 
 def _pingpong(func, threads: int, gemms) -> int:
@@ -368,12 +392,12 @@ def tma_load(rank, dst, tmap, bar, coords):
 
 # ---- device side ------------------------------------------------------------------------------------
 
-def _full(em, s):
-    return intrin.address_of(em.barriers, [s])
+def _full(em, plan: TmaPlan, s, group: int):
+    return intrin.address_of(em.barriers, [s * len(plan.arrivals) + group])
 
 
 def _empty(em, plan: TmaPlan, s):
-    return intrin.address_of(em.barriers, [plan.stages + s])
+    return intrin.address_of(em.barriers, [plan.stages * len(plan.arrivals) + s])
 
 
 @register_kernel_hook("thread")
@@ -382,13 +406,14 @@ def emit_barrier_init(em):
     plan = em.plan.tma
     if plan is None:
         return
-    view = T.decl_buffer((2 * plan.stages,), "uint64", data=em.pool.data, byte_offset=em.plan.barrier_offset,
+    view = T.decl_buffer((plan.barrier_count,), "uint64", data=em.pool.data, byte_offset=em.plan.barrier_offset,
                          scope="shared.dyn")
     IRBuilder.name("stage_barriers", view)
     em.barriers = view
     with T.If(em.tx == 0), T.Then():
         for s in range(plan.stages):
-            T.evaluate(mbarrier_init(_full(em, s), 1))  # the producer's expect_tx arrival (+ the bytes)
+            for g in range(len(plan.arrivals)):
+                T.evaluate(mbarrier_init(_full(em, plan, s, g), 1))  # the producer's expect_tx arrival (+ bytes)
             T.evaluate(mbarrier_init(_empty(em, plan, s), em.threads // 32))  # one arrival per consumer warp
         T.evaluate(fence_mbarrier_init())
     T.evaluate(intrin.cta_sync())
@@ -410,12 +435,15 @@ def emit_ws_loop(em, loop):
                 IRBuilder.name(loop.loop_var.name, k)
                 em.bind_range(k, n)
                 s = fm(k, stages)
-                T.evaluate(mbarrier_wait(_full(em, s), fm(fd(k, stages), 2)))
                 stage = {c.tile_buffer: s for c in plan.copies}
+                waits = {use: g for g, (use, _) in enumerate(plan.arrivals)}
                 with em.bound("var_map", {loop.loop_var: start + k}), em.bound("stage", stage), \
                         em.scoped(mma_in_flight=plan.in_flight, loop_depth=em.scope.loop_depth + 1,
                                   pingpong=plan.pingpong):
-                    em.emit_seq(list(plan.rest))
+                    for i, stmt in enumerate(plan.rest):  # register-only besides the T.gemm: no CTA barriers
+                        if i in waits:  # the tiles this statement is the first to read
+                            T.evaluate(mbarrier_wait(_full(em, plan, s, waits[i]), fm(fd(k, stages), 2)))
+                        em.emit_seq([stmt])
                 if plan.in_flight:
                     # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
                     with T.If(tirx.And(k > 0, fm(em.tx, 32) == 0)), T.Then():
@@ -443,14 +471,16 @@ def _emit_producer(em, plan: TmaPlan, start, n):
         em.bind_range(k, n)
         s = fm(k, stages)
         T.evaluate(mbarrier_wait(_empty(em, plan, s), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
-        T.evaluate(mbarrier_expect_tx(_full(em, s), plan.bytes_per_stage))
         with em.bound("var_map", {loop.loop_var: start + k}):
-            for c in plan.copies:
-                with em.marked(c.call):
-                    _emit_loads(em, c, s)
+            for g, (_, group) in enumerate(plan.arrivals):
+                T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
+                for ci in group:
+                    c = plan.copies[ci]
+                    with em.marked(c.call):
+                        _emit_loads(em, c, s, _full(em, plan, s, g))
 
 
-def _emit_loads(em, c, s):
+def _emit_loads(em, c, s, full):
     """The TMA loads of one copy into stage `s` (a box per TMA call)."""
     from .copy import Operand
 
@@ -461,4 +491,4 @@ def _emit_loads(em, c, s):
         dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
         coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
                   for x, d in zip(start_coords, box.coord_shift)]
-        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], _full(em, s), coords))
+        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords))
