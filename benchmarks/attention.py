@@ -47,6 +47,7 @@ TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configurati
 CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
            dict(block_M=64, block_N=128, num_stages=2),
            dict(block_M=128, block_N=64, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=2, threads=256),
+           dict(block_M=128, block_N=128, num_stages=3, threads=256),
            dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384)]
 
 
