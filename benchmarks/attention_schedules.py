@@ -4,8 +4,8 @@ that drifting clocks and power caps hit every variant alike.
 
     python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7] [--out r.json]
 
-Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default (TMA, ping-pong), no
-ping-pong (TILE_NB_PINGPONG=0), cp.async instead of TMA (TILE_NB_TMA=0). Each variant is its own `tile_nb.jit`
+Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default (TMA, a producer warp),
+ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA (TILE_NB_TMA=0). Each variant is its own `tile_nb.jit`
 of the reference kernel, compiled under its switches at its first call (the JIT keeps one kernel per call).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kernels import reference as ref  # noqa: E402
 import tile_nb  # noqa: E402
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
-VARIANTS = {"default": {}, "no ping-pong": {"TILE_NB_PINGPONG": "0"}, "cp.async": {"TILE_NB_TMA": "0"}}
+VARIANTS = {"default": {}, "ping-pong": {"TILE_NB_PINGPONG": "1"}, "cp.async": {"TILE_NB_TMA": "0"}}
 CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 

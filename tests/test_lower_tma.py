@@ -170,7 +170,7 @@ def flash_ir(D=128, block_N=128, groups=2, **cfg):
 def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_path):
     """Two T.gemm in the loop (Q K^T, P V) with the softmax between them on registers: K and V arrive by TMA in
     one stage; each iteration waits for its MMAs and releases the stage once P V is done."""
-    func = flash_ir(D, block_N, groups, causal=causal)
+    func = flash_ir(D, block_N, groups, causal=causal).with_attr("tile_nb.wgmma_pingpong", 1).with_attr("tile_nb.tma", 1)
     note = pipeline_note(func)
     assert note.startswith("TMA + mbarriers") and "2 T.gemm in the loop" in note, note
     src = cuda_source(func, "sm_90a")
@@ -183,7 +183,7 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     assert "tnb_cta_sync" not in loop and "cp.async.cg" not in loop and "tnb_wgmma_wait1" not in loop
     # K and V arrive on barriers of their own (block_N x D fp16 each): Q K^T waits for K only, P V for V
     assert "each T.gemm waits only for the tiles it reads" in note
-    assert src.count(f"tnb_mbarrier_arrive_expect_tx((&(((uint64_t*)smem_pool_ptr)[") == 2
+    assert src.count("tnb_mbarrier_arrive_expect_tx((&(((uint64_t*)smem_pool_ptr)[") == 2
     assert src.count(f", {block_N * D * 2});") == 2
     waits = [m.start() for m in re.finditer(r"tnb_mbarrier_wait\(", loop)]
     gemms = [m.start() for m in re.finditer(r"tnb_wgmma_(?:rs_)?m64n\d+k16", loop)]
@@ -206,8 +206,17 @@ def test_flash_attention_with_probabilities_in_shared_memory_keeps_cp_async():
     assert note.startswith("cp.async (") and "uses shared memory" in note, note
 
 
-def test_pingpong_switch_and_single_gemm_loops():
-    """Turns only for loops with several T.gemm (a GEMM loop has nothing to put under the other's MMAs)."""
-    assert "take turns" not in pipeline_note(gemm_ir(1024, 1024, 1024, **BIG))
-    off = pipeline_note(flash_ir().with_attr("tile_nb.wgmma_pingpong", 0))
+def test_pingpong_is_opt_in_and_for_loops_with_several_gemms():
+    """Off by default (measured slower); when asked for, only loops with several T.gemm take turns (a GEMM loop
+    has nothing to put under the other's MMAs)."""
+    assert "take turns" not in pipeline_note(gemm_ir(1024, 1024, 1024, **BIG).with_attr("tile_nb.wgmma_pingpong", 1))
+    off = pipeline_note(flash_ir())
     assert off.startswith("TMA + mbarriers") and "take turns" not in off
+
+
+@pytest.mark.parametrize("D,block_N,tma", [(64, 128, False), (128, 64, False), (128, 128, True)])
+def test_flash_attention_keeps_cp_async_where_two_ctas_share_an_sm(D, block_N, tma):
+    """80-96 KiB of tiles and 256 threads: two CTAs per SM with cp.async beat one with TMA (measured); 160 KiB
+    (head dim 128, 128x128 tiles) leaves one CTA either way, and TMA wins."""
+    note = pipeline_note(flash_ir(D, block_N))
+    assert note.startswith("TMA + mbarriers") if tma else "two CTAs fit an SM" in note, note

@@ -12,8 +12,8 @@ otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
->= 2 consumer warpgroups), `tile_nb.wgmma_pingpong` (0: consumer warpgroups of a TMA loop with several T.gemm
-do not take turns at the tensor cores). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
+>= 2 consumer warpgroups), `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
+take turns at the tensor cores; off by default). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
 (they are part of compile-cache keys).
 """
 from __future__ import annotations

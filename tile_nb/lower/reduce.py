@@ -81,25 +81,20 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
     partial = T.alloc_buffer((out.regs,), acc, scope="local")
     IRBuilder.name(f"{dst.name}_partial", partial)
     count, _, _ = layout.reduced_registers(dim)
-
-    def element(o, k):
-        value = _cast(tirx.BufferLoad(src_regs, [layout.register_of(o, k, dim)]), acc)
-        return tirx.abs(value) if absolute else value
-
     with T.unroll(0, out.regs) as o:
-        if layout.valid(tx, layout.register_of(o, 0, dim)) is None:
-            # No padding: a balanced tree over the thread's registers, so the combines of a level are independent
-            # (a chain of `count` dependent adds or max would wait out each one's latency).
-            T.buffer_store(partial, _tree(kind, [element(o, k) for k in range(count)]), [o])
-        else:
-            T.buffer_store(partial, init, [o])
-            with T.unroll(0, count) as k:
-                r = layout.register_of(o, k, dim)
+        T.buffer_store(partial, init, [o])
+        with T.unroll(0, count) as k:
+            r = layout.register_of(o, k, dim)
+            value = _cast(tirx.BufferLoad(src_regs, [r]), acc)
+            if absolute:
+                value = tirx.abs(value)
+            valid = layout.valid(tx, r)
+            if valid is not None:
                 # A padding register leaves the partial as it is (max(p, p) = p). The identity itself stays out
                 # of max/min: CUDA reads the literal -2147483648 as a long, and max(int, long) is ambiguous.
                 keep = tirx.const(0, acc) if kind == "sum" else tirx.BufferLoad(partial, [o])
-                value = tirx.Select(layout.valid(tx, r), element(o, k), keep)
-                T.buffer_store(partial, _combine(kind, tirx.BufferLoad(partial, [o]), value), [o])
+                value = tirx.Select(valid, value, keep)
+            T.buffer_store(partial, _combine(kind, tirx.BufferLoad(partial, [o]), value), [o])
         for mask in layout.lane_masks(dim):
             mine = tirx.BufferLoad(partial, [o])
             T.buffer_store(partial, _combine(kind, mine, intrin.shfl_xor(mine, mask, acc)), [o])
@@ -107,13 +102,6 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
     if slots > 1:
         _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot)
     _write_result(em, kind, dst, drng, out, partial, accum, acc)
-
-
-def _tree(kind, values):
-    while len(values) > 1:
-        pairs = [_combine(kind, a, b) for a, b in zip(values[0::2], values[1::2])]
-        values = pairs + values[len(pairs) * 2:]
-    return values[0]
 
 
 def _linear(coords, shape):

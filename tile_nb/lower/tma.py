@@ -61,6 +61,7 @@ _L2_PROMOTION_256B = 3
 # counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
 # count is an estimate, ptxas has the last word (`kernel.resources`).
 _WGMMA_HEADROOM = 32
+_SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,12 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
                for b in reads + writes):
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
+    if mode != "1" and len(gemms) > 1 and threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= _SHARED_PER_SM:
+        # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80-96 KiB of
+        # tiles runs 7-17% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
+        # SM; the producer warp (registers are granted per warpgroup) leaves room for one.
+        return None, ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than "
+                      "TMA + a producer warp; tile_nb.tma = 1 forces TMA)")
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
         return None, "cp.async (a T.gemm of the loop is not on wgmma)"
@@ -225,14 +232,21 @@ def _pingpong(func, threads: int, gemms) -> int:
     start together also finish their MMAs together and then all run their softmax while the tensor cores idle.
     Taking turns (FlashAttention-3's ping-pong schedule) puts one warpgroup's softmax under another's MMAs:
     warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w + 1
-    go; the last warpgroup lets the first start. `tile_nb.wgmma_pingpong` = 0 (or TILE_NB_PINGPONG=0) turns it
-    off."""
+    go; the last warpgroup lets the first start. Off by default: on the H200 (benchmarks/results/attention.md,
+    2026-12-03) it made the reference FlashAttention 2-10% slower in every case measured, without the overlap
+    of softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
+    (or TILE_NB_PINGPONG=1) turns it on."""
     attr = (func.attrs or {}).get("tile_nb.wgmma_pingpong", None)
-    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_PINGPONG", "1")
+    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_PINGPONG", "0")
     groups = threads // 128
     if mode == "0" or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
         return 0
     return groups
+
+
+def _pool_bytes(plan) -> int:
+    """The shared tiles' bytes (stages included), before alignment."""
+    return sum(t.nbytes for t in plan.shared.values()) + sum(t.nbytes for t in plan.workspaces.values())
 
 
 def _top_level(stmt):
