@@ -168,8 +168,8 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
     if mode != "1" and len(gemms) > 1 and threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= _SHARED_PER_SM:
-        # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80-96 KiB of
-        # tiles runs 7-17% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
+        # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80 KiB of
+        # tiles runs 14-19% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
         # SM; the producer warp (registers are granted per warpgroup) leaves room for one.
         return None, ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than "
                       "TMA + a producer warp; tile_nb.tma = 1 forces TMA)")
@@ -233,8 +233,8 @@ def _pingpong(func, threads: int, gemms) -> int:
     Taking turns (FlashAttention-3's ping-pong schedule) puts one warpgroup's softmax under another's MMAs:
     warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w + 1
     go; the last warpgroup lets the first start. Off by default: on the H200 (benchmarks/results/attention.md,
-    2026-12-03) it made the reference FlashAttention 2-10% slower in every case measured, without the overlap
-    of softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
+    2026-12-03) the reference FlashAttention was 3-10% slower with it, or within noise, without the overlap of
+    softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
     (or TILE_NB_PINGPONG=1) turns it on."""
     attr = (func.attrs or {}).get("tile_nb.wgmma_pingpong", None)
     mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_PINGPONG", "0")
