@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_lower_gemm import cuda_source, ptxas_report, target
+from test_reference_kernels import _gen, rel_err
 
 import tile_nb.language as T
 from kernels import reference as ref
@@ -19,16 +20,6 @@ fa = ref.flash_attention_gqa
 # (torch dtype, tile_nb dtype, relative norm error bound); bf16 keeps 8 bits of mantissa where fp16 keeps 11
 DTYPES = [pytest.param(torch.float16, T.float16, 5e-3, id="fp16"),
           pytest.param(torch.bfloat16, T.bfloat16, 2e-2, id="bf16")]
-
-
-def rel_err(out, expected) -> float:
-    out, expected = out.double().cpu(), expected.double().cpu()
-    assert not torch.isnan(out).any(), "output has NaNs (unwritten or wrong)"
-    return (torch.linalg.norm(out - expected) / torch.linalg.norm(expected)).item()
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _inputs(b, h, hk, s, d, dtype, device="cpu", seed=0):
