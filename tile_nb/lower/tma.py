@@ -112,10 +112,6 @@ class TmaPlan:
                 total += n
         return total
 
-    @property
-    def bytes_per_stage(self) -> int:
-        return self.group_bytes(range(len(self.copies)))
-
 
 def _int(e):
     if isinstance(e, int):
@@ -162,9 +158,9 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     others = [s for s in rest if not any(s.same_as(g) for g in gemms)]
     for s in others:
         reads, writes = buffers_touched(s)
-        # (fragments the plan keeps in shared memory count: FlashAttention's P without wgmma's register form)
-        if any(scope_of(b).startswith("shared") or not plan.in_registers(b) and scope_of(b) == "local.fragment"
-               for b in reads + writes):
+        # plan.shared: shared tiles and the fragments the plan keeps in shared memory (FlashAttention's P without
+        # wgmma's register form), as the emitter's touches_shared counts them
+        if any(b in plan.shared for b in reads + writes):
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
     if mode != "1" and len(gemms) > 1 and threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= _SHARED_PER_SM:
@@ -471,7 +467,7 @@ def emit_ws_loop(em, loop):
 
 
 def _let_first_warpgroup_start(em, groups: int):
-    """The last warpgroup's arrival that lets warpgroup 0 issue its first T.gemm (wgmma.py: take_turn)."""
+    """The last warpgroup's arrival that lets warpgroup 0 issue its first T.gemm (wgmma.py: lower_gemm_wgmma waits for its turn)."""
     with T.If(tirx.floordiv(em.tx, 128) == groups - 1), T.Then():
         T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER, 256))
 
