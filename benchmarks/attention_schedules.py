@@ -2,7 +2,8 @@
 switches on and off, timed in interleaved rounds (one round times every variant once; median of the rounds), so
 that drifting clocks and power caps hit every variant alike.
 
-    python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7] [--out r.json]
+    python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7] [--variants default ...]
+                                             [--out r.json]
 
 Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default (TMA, a producer warp),
 ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA (TILE_NB_TMA=0). Each variant is its own `tile_nb.jit`
@@ -53,6 +54,7 @@ def main():
     ap.add_argument("--shape", default="4,32,4096")
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     b, h, s = (int(x) for x in args.shape.split(","))
@@ -66,8 +68,9 @@ def main():
         for causal in (False, True):
             flop = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
             expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            kernels, times = {}, {name: [] for name in VARIANTS}
-            for name, switches in VARIANTS.items():
+            variants = {name: VARIANTS[name] for name in args.variants}
+            kernels, times = {}, {name: [] for name in variants}
+            for name, switches in variants.items():
                 kernels[name] = compiled_variant(switches, lambda f: f(q, k, v, o, causal=causal, **CONFIG))
                 err = (o.float() - expected.float()).abs().max().item()
                 pipeline = kernels[name].compile(q, k, v, o, causal=causal, **CONFIG).pipeline

@@ -1,7 +1,7 @@
 """GEMM throughput: tile_nb (the seed kernel through tile_nb.lower + TVM) vs torch.matmul (cuBLAS), same run.
 
     python benchmarks/gemm.py [--sizes 1024 2048 4096x11008x4096 ...] [--dtype bfloat16] [--variants] [--small]
-                              [--split-k] [--rounds 5] [--out results.json]
+                              [--split-k] [--only NAME ...] [--rounds 5] [--out results.json]
 
 A size is N (square) or MxNxK.
 
@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
     ap.add_argument("--small", action="store_true", help="also time the SMALL table (sizes <= 2048)")
     ap.add_argument("--split-k", action="store_true", help="also time the SPLIT_K table (sizes <= 4096)")
+    ap.add_argument("--only", nargs="+", default=None, help="time only these configurations (names of the tables)")
     args = ap.parse_args()
     rows = []
     if args.probe:
@@ -131,6 +132,11 @@ def main():
         small = max(shape) <= 2048
         configs = dict(CONFIGS, **(VARIANTS if args.variants and not small else {}),
                        **(SMALL if args.small and small else {}))
+        if args.only:
+            unknown = set(args.only) - set(CONFIGS) - set(VARIANTS) - set(SMALL)
+            if unknown:
+                sys.exit(f"--only: no configuration named {sorted(unknown)}; known: {sorted({**CONFIGS, **VARIANTS, **SMALL})}")
+            configs = {name: spec for name, spec in {**CONFIGS, **VARIANTS, **SMALL}.items() if name in args.only}
         kernels, firsts, errs = {"torch.matmul": functools.partial(torch.matmul, a, b, out=c)}, {}, {}
         for name, (cfg, attrs) in configs.items():
             t0 = time.perf_counter()

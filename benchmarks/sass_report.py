@@ -46,6 +46,21 @@ def instruction_mix(sass: str) -> dict:
     return {f: counts.get(f, 0) for f in FAMILIES}
 
 
+def between_mmas(sass: str) -> list[list[str]]:
+    """The opcodes between each warpgroup MMA and the next one of the same group (the first not ending its group
+    with `gsb0`): the per-MMA overhead of issuing a k-tile's MMAs, such as descriptor arithmetic."""
+    lines = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
+    gaps, current = [], None
+    for opcode, operands in lines:
+        if opcode.split(".")[0] in ("HGMMA", "QGMMA", "IGMMA"):
+            if current is not None:
+                gaps.append(current)
+            current = None if "gsb0" in operands else []
+        elif current is not None:
+            current.append(opcode.split(".")[0])
+    return gaps
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)

@@ -35,13 +35,20 @@ def cuda_home() -> str | None:
 
 @functools.cache
 def find_tool(name: str) -> str | None:
-    """Path of a CUDA command-line tool, looked up on PATH and then in the toolkit's bin folder."""
+    """Path of a CUDA command-line tool, looked up on PATH, then in the toolkit's bin folder, then in NVIDIA's pip
+    wheels (`nvidia/cu13/bin/nvdisasm` from nvidia-cuda-nvdisasm, which the test extra installs)."""
     found = shutil.which(name)
     if found:
         return found
-    home = cuda_home()
-    if home:
-        candidate = os.path.join(home, "bin", name)
+    folders = [os.path.join(cuda_home(), "bin")] if cuda_home() else []
+    try:
+        import nvidia  # a namespace package: one folder per installed NVIDIA wheel family
+
+        folders += [os.path.join(root, sub, "bin") for root in nvidia.__path__ for sub in ("cu13", "cu12")]
+    except ImportError:
+        pass
+    for folder in folders:
+        candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from tvm import tirx
 from tvm.backend.cuda.op import cuda_func_call
+from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
@@ -102,20 +103,35 @@ def _desc_source():
     return """
 #ifndef TNB_SMEM_DESC_DEFINED
 #define TNB_SMEM_DESC_DEFINED
-__forceinline__ __device__ unsigned long long tnb_smem_desc(void* ptr, int lbo, int sbo, int mode) {
-  unsigned addr = (unsigned)__cvta_generic_to_shared(ptr);
-  unsigned long long d = 0;
-  d |= (unsigned long long)((addr & 0x3FFFF) >> 4);
-  d |= (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16;
-  d |= (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32;
-  d |= (unsigned long long)mode << 62;
-  return d;
+__forceinline__ __device__ unsigned long long tnb_smem_desc(unsigned lo, int sbo, int mode) {
+  unsigned hi = (((unsigned)sbo & 0x3FFFF) >> 4) | ((unsigned)mode << 30);
+  return ((unsigned long long)hi << 32) | lo;
 }
 #endif
 """
 
 
-def _wgmma_call(n, types, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
+def _desc_low_word(tile_ptr, lbo: int) -> tirx.Expr:
+    """The low 32 bits of a shared-memory descriptor of the tile starting at `tile_ptr`: start address >> 4 (14
+    bits) and leading byte offset >> 4. Shared memory is < 256 KiB, so start + offset never carries out of the start
+    field: the descriptor of a k-step is this word plus (byte offset >> 4), one add per MMA. The word is the same in
+    every lane of the warp (wgmma is warp-collective); broadcasting it from lane 0 tells nvcc so, and it then keeps
+    the word and the adds in uniform registers, where wgmma reads descriptors, instead of moving each one there."""
+    code = """
+__forceinline__ __device__ unsigned tnb_smem_desc_lo(const void* base, int lbo) {
+  unsigned word = ((((unsigned)__cvta_generic_to_shared(base)) & 0x3FFFF) >> 4) | ((((unsigned)lbo & 0x3FFFF) >> 4) << 16);
+  return __shfl_sync(0xffffffffu, word, 0, 32);
+}
+"""
+    return cuda_func_call("tnb_smem_desc_lo", tile_ptr, lbo, source_code=code, return_type="uint32")
+
+
+def _desc_at(base_word, byte_offset) -> tirx.Expr:
+    return base_word + tirx.Cast("uint32", tirx.floordiv(byte_offset, 16))
+
+
+def _wgmma_call(n, types, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, trans_b):
+    """`a_lo`, `b_lo`: the low words of the operands' descriptors (`_desc_at`)."""
     ta, tb = types
     integer = _EIGHT_BIT.get(ta) == "int"
     k = 32 if ta in _EIGHT_BIT else 16
@@ -127,10 +143,10 @@ def _wgmma_call(n, types, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_
     # scale-d 1 (accumulate); floats: A and B not negated; only 16-bit types take the two transpose immediates.
     flags = "1" if integer else "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
     src = _desc_source() + f"""
-__forceinline__ __device__ void {name}({ctype}* d, void* a, int albo, int asbo, int amode,
-                                      void* b, int blbo, int bsbo, int bmode) {{
-  unsigned long long da = tnb_smem_desc(a, albo, asbo, amode);
-  unsigned long long db = tnb_smem_desc(b, blbo, bsbo, bmode);
+__forceinline__ __device__ void {name}({ctype}* d, unsigned alo, int asbo, int amode,
+                                      unsigned blo, int bsbo, int bmode) {{
+  unsigned long long da = tnb_smem_desc(alo, asbo, amode);
+  unsigned long long db = tnb_smem_desc(blo, bsbo, bmode);
   asm volatile("{{\\n"
     "wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{ta}.{tb} {{{outs}}}, %{regs}, %{regs + 1}, {flags};\\n"
     "}}\\n"
@@ -138,10 +154,10 @@ __forceinline__ __device__ void {name}({ctype}* d, void* a, int albo, int asbo, 
     : "l"(da), "l"(db) : "memory");
 }}
 """
-    return cuda_func_call(name, acc_ptr, a_ptr, a_lbo, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
+    return cuda_func_call(name, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, source_code=src)
 
 
-def _wgmma_register_a_call(n, t, acc_ptr, a_ptr, b_ptr, b_lbo, b_sbo, b_mode, trans_b):
+def _wgmma_register_a_call(n, t, acc_ptr, a_ptr, b_lo, b_sbo, b_mode, trans_b):
     """wgmma with A from registers: four 32-bit registers of two 16-bit values each (a wgmma accumulator's
     registers 8kk..8kk+7 of a k16 step, packed in pairs, are exactly that A fragment)."""
     regs = n // 2
@@ -149,9 +165,9 @@ def _wgmma_register_a_call(n, t, acc_ptr, a_ptr, b_ptr, b_lbo, b_sbo, b_mode, tr
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     src = _desc_source() + f"""
-__forceinline__ __device__ void {name}(float* d, void* a, void* b, int blbo, int bsbo, int bmode) {{
+__forceinline__ __device__ void {name}(float* d, void* a, unsigned blo, int bsbo, int bmode) {{
   const unsigned* ar = (const unsigned*)a;
-  unsigned long long db = tnb_smem_desc(b, blbo, bsbo, bmode);
+  unsigned long long db = tnb_smem_desc(blo, bsbo, bmode);
   asm volatile("{{\\n"
     "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{outs}}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, 1, 1, 1, {int(trans_b)};\\n"
     "}}\\n"
@@ -159,7 +175,7 @@ __forceinline__ __device__ void {name}(float* d, void* a, void* b, int blbo, int
     : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "l"(db) : "memory");
 }}
 """
-    return cuda_func_call(name, acc_ptr, a_ptr, b_ptr, b_lbo, b_sbo, b_mode, source_code=src)
+    return cuda_func_call(name, acc_ptr, a_ptr, b_lo, b_sbo, b_mode, source_code=src)
 
 
 def _wait_with_regs(regs, acc_ptr, pending=0, integer=False):
@@ -205,24 +221,29 @@ def lower_gemm_wgmma(em, call):
 
     if em.scope.pingpong:
         T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
+    # Each operand's descriptor is its stage's tile start (for A, this warpgroup's rows) computed once per T.gemm,
+    # plus a constant per unrolled k-step and m-block. The hardware applies the swizzle to the address bits, so a
+    # k-step inside a 64/128-byte row is a plain +32 bytes.
+    desc = T.alloc_buffer((2,), "uint32", scope="local")
+    IRBuilder.name("desc", desc)
+    T.buffer_store(desc, _desc_low_word(intrin.address_of(b_view, [_stage_off(em, b_tile, b_buf)]), b_lbo), [1])
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
         with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
-            b_ptr = _b_pointer(em, b_buf, b_tile, b_view, kk * 16, trans_b)
             T.evaluate(_wgmma_register_a_call(
                 lay.bn, types[0], intrin.address_of(acc, [mb * (lay.bn // 2)]),
-                intrin.address_of(a_regs, [mb * (bk // 2) + kk * 8]), b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
+                intrin.address_of(a_regs, [mb * (bk // 2) + kk * 8]),
+                _desc_at(desc[1], _b_offset(b_tile, kk * 16, trans_b)), b_sbo, b_mode, not trans_b))
         _finish(em, acc, lay, c_buf)
         return
+    a_start = _k_major_offset(a_tile, g * (lay.mblocks * 64), 0) + _stage_off(em, a_tile, a_buf)
+    T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), 16), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
-        # Tile start of this m-block and k-step; the hardware applies the swizzle to the address bits,
-        # so the k-step inside a 64/128-byte row is a plain +32 bytes (offset2 with col = k_step kk, row 64 m).
-        m0 = (g * lay.mblocks + mb) * 64
-        a_ptr = intrin.address_of(a_view, [_k_major_offset(a_tile, m0, kk * k_step) + _stage_off(em, a_tile, a_buf)])
-        b_ptr = _b_pointer(em, b_buf, b_tile, b_view, kk * k_step, trans_b)
+        a_off = _k_major_offset(a_tile, mb * 64, kk * k_step) * (intrin.tvm_bits(a_tile.dtype) // 8)
         T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
-                               a_ptr, 16, a_sbo, a_mode, b_ptr, b_lbo, b_sbo, b_mode, not trans_b))
+                               _desc_at(desc[0], a_off), a_sbo, a_mode,
+                               _desc_at(desc[1], _b_offset(b_tile, kk * k_step, trans_b)), b_sbo, b_mode, not trans_b))
     _finish(em, acc, lay, c_buf)
 
 
@@ -261,11 +282,12 @@ def drain_accumulators(em, stmts):
                 drained.append(c_buf)
 
 
-def _b_pointer(em, b_buf, b_tile, b_view, k, trans_b):
-    """The descriptor start of B at K element `k`: [N, K] (K-major) like A; [K, N] in 64-column panels, where a
-    K step is 64 elements of every panel row (8-bit B is always K-major, so `k` counts 16-bit elements there)."""
+def _b_offset(b_tile, k, trans_b):
+    """Byte offset of B's descriptor start at K element `k` from its tile start: [N, K] (K-major) like A; [K, N] in
+    64-column panels, where a K step is 64 elements of every panel row (8-bit B is always K-major, so `k` counts
+    16-bit elements there)."""
     offset = _k_major_offset(b_tile, 0, k) if trans_b else k * 64
-    return intrin.address_of(b_view, [offset + _stage_off(em, b_tile, b_buf)])
+    return offset * (intrin.tvm_bits(b_tile.dtype) // 8)
 
 
 def _k_major_offset(tile, row, k):
