@@ -6,6 +6,7 @@ The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).
 import re
 
 import pytest
+import tile_nb
 import tile_nb.language as T
 from kernels.seed import gemm as seed_gemm
 from kernels.seed import gemm_ir
@@ -190,7 +191,7 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     assert len(waits) == 2 and waits[0] < gemms[0] < waits[1] < gemms[-1]
     # ping-pong: each warpgroup waits for its turn before issuing a T.gemm and hands the turn on after it
     assert f"{groups} consumer warpgroups take turns" in note
-    assert loop.count("tnb_bar_sync_256(((((int)threadIdx.x) >> 7) + 2));") == 2
+    assert loop.count("tnb_bar_sync_256(((warp_tx >> 7) + 2));") == 2
     assert len(re.findall(r"tnb_bar_arrive_256\(\(\(\(\(\(\(int\)threadIdx.x\) >> 7\) \+ 1\) [%&] ", loop)) == 2
     first_turn = src[:src.index("for (int k = 0;")]  # (three warpgroups: 192x64 at head dim 128, tested on the GPU)
     assert f"if ((((int)threadIdx.x) >> 7) == {groups - 1}) {{\n" in first_turn
@@ -220,3 +221,112 @@ def test_flash_attention_keeps_cp_async_where_two_ctas_share_an_sm(D, block_N, t
     (head dim 128, 128x128 tiles) leaves one CTA either way, and TMA wins."""
     note = pipeline_note(flash_ir(D, block_N))
     assert note.startswith("TMA + mbarriers") if tma else "two CTAs fit an SM" in note, note
+
+
+# ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ------------------------------------------------------
+
+def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):
+    """Head dim 128, 128x128 tiles, two consumer warpgroups: iteration k issues Q K_k^T, then P_{k-1} V_{k-1}, runs
+    the softmax of block k while P V runs, waits for it, then rescales acc and writes P_k; iteration 0 is peeled
+    and the last P V follows the loop. A producer warpgroup hands its registers to the consumers (setmaxnreg), and
+    ptxas builds it without spills, with the early statements' exponentials between the two waits."""
+    func = flash_ir(128, 128)
+    note = pipeline_note(func)
+    assert "softmax/MMA overlap" in note and "setmaxnreg 24 / 240" in note, note
+    src = cuda_source(func, "sm_90a")
+    assert "__launch_bounds__(384)" in src  # 2 consumer warpgroups + a producer warpgroup
+    assert src.count("setmaxnreg.dec.sync.aligned.u32 24;") == 1 and src.count("setmaxnreg.inc.sync.aligned.u32 240;") == 1
+    loop = src[src.index("for (int k = 0; k < "):]
+    loop = loop[:loop.index("\n    }\n")]  # the loop body (iterations 1 .. n-1)
+    order = [loop.index(s) for s in (
+        "tnb_mbarrier_wait(",                      # K_k landed
+        "tnb_wgmma_m64n128k16_f16_f16_tb0(",        # Q K_k^T issued
+        "tnb_wgmma_rs_m64n128k16_f16_tb1(",         # P_{k-1} V_{k-1} issued
+        "tnb_wgmma_wait1_r64((&(scores_ptr[0])));",  # Q K_k^T done
+        "exp2f(",                                   # the softmax of block k
+        "tnb_wgmma_wait0_r64((&(acc_ptr[0])));",     # P V done
+        "tnb_fence_operand_r32((&(probs_ptr[0])));")]  # P's registers are free only now
+    assert order == sorted(order), order
+    assert "acc_ptr[0] = (acc_ptr[0] * rescale_ptr[0]);" in loop[order[-1]:]
+    before = src[:src.index("for (int k = 0; k < ")]
+    assert "tnb_wgmma_wait0_r64((&(scores_ptr[0])));" in before and "tnb_wgmma_rs_" not in before[before.index(
+        "tnb_setmaxnreg_inc_240();"):]  # the peeled iteration 0 has no P V before it
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+@tile_nb.jit
+def rescale_first(Q, K, V, O, block_M: int = 128, block_N: int = 128):
+    """FlashAttention's loop with `acc *= rescale` moved up front (the previous block's factors): a statement
+    before Q K^T that touches P V's accumulator. Lowered here, never run."""
+    B, H, S, D = T.const('B, H, S, D')
+    Q: T.Tensor[[B, H, S, D], T.float16]
+    K: T.Tensor[[B, H, S, D], T.float16]
+    V: T.Tensor[[B, H, S, D], T.float16]
+    O: T.Tensor[[B, H, S, D], T.float16]
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=256) as (bx, by, bz):
+        Q_s = T.alloc_shared((block_M, D), T.float16)
+        K_s = T.alloc_shared((block_N, D), T.float16)
+        V_s = T.alloc_shared((block_N, D), T.float16)
+        scores = T.alloc_fragment((block_M, block_N), T.float32)
+        probs = T.alloc_fragment((block_M, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, D), T.float32)
+        m = T.alloc_fragment((block_M,), T.float32)
+        m_prev = T.alloc_fragment((block_M,), T.float32)
+        rescale = T.alloc_fragment((block_M,), T.float32)
+        T.copy(Q[bz, by, bx * block_M, 0], Q_s)
+        T.clear(acc)
+        T.fill(m, -T.infinity(T.float32))
+        T.fill(rescale, 1.0)
+        for k in T.Pipelined(T.ceildiv(S, block_N), num_stages=2):
+            for i, j in T.Parallel(block_M, D):
+                acc[i, j] *= rescale[i]
+            T.copy(K[bz, by, k * block_N, 0], K_s)
+            T.clear(scores)
+            T.gemm(Q_s, K_s, scores, transpose_B=True)
+            T.copy(m, m_prev)
+            T.reduce_max(scores, m, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                rescale[i] = T.exp2(m_prev[i] - m[i])
+            for i, j in T.Parallel(block_M, block_N):
+                scores[i, j] = T.exp2(scores[i, j] - m[i])
+            T.copy(scores, probs)
+            T.copy(V[bz, by, k * block_N, 0], V_s)
+            T.gemm(probs, V_s, acc)
+        T.copy(acc, O[bz, by, bx * block_M, 0])
+
+
+def test_overlap_is_refused_where_it_would_reorder_reads_and_writes():
+    """Moving P V of iteration k-1 after the next Q K^T is legal only when nothing up to that T.gemm touches P V's
+    operands: here acc is rescaled before Q K^T, so the loop keeps its order and the plan says why."""
+    note = pipeline_note(rescale_first.specialize(B=1, H=2, S=1000, D=128))
+    assert note.startswith("TMA + mbarriers"), note
+    assert "no softmax/MMA overlap (a statement up to the first T.gemm touches the second T.gemm's operands)" in note
+
+
+def test_overlap_switch_and_ping_pong_keep_the_in_order_loop():
+    off = pipeline_note(flash_ir(128, 128).with_attr("tile_nb.softmax_overlap", 0))
+    assert "no softmax/MMA overlap (tile_nb.softmax_overlap = 0)" in off, off
+    pingpong = pipeline_note(flash_ir(128, 128).with_attr("tile_nb.wgmma_pingpong", 1))
+    assert "take turns" in pingpong and "no softmax/MMA overlap (ping-pong" in pingpong, pingpong
+
+
+# ---- launch order (plan.py: _heavy_first) ---------------------------------------------------------------------------
+
+def test_causal_attention_launches_its_heaviest_ctas_first():
+    """Causal: Q block bx reads bx + 1 KV blocks, so blockIdx.x runs in reverse (the longest CTAs start first and the
+    last wave is the lightest). Constant trip counts (non-causal, GEMM), a switch set to 0, or a trip count that is
+    not a known constant (a T.dynamic sequence length) keep the launch order."""
+    from kernels.reference import flash_attention_gqa
+
+    def plan(func):
+        return lower_with_plan(func, target("sm_90a"))[1]
+
+    causal = plan(flash_ir(128, 128, causal=True))
+    assert causal.heavy_first and any("heaviest first" in n for n in causal.notes), causal.notes
+    assert "int bx_heavy_first = (7 - ((int)blockIdx.x));" in cuda_source(flash_ir(128, 128, causal=True), "sm_90a")
+    assert not plan(flash_ir(128, 128)).heavy_first
+    assert not plan(gemm_ir(1024, 1024, 1024, **BIG)).heavy_first
+    assert not plan(flash_ir(128, 128, causal=True).with_attr("tile_nb.heavy_first", 0)).heavy_first
+    dynamic = flash_attention_gqa.specialize(B=1, H=4, HK=2, D=128, causal=True, block_M=128, block_N=128, threads=256)
+    assert not plan(dynamic).heavy_first

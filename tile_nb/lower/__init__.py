@@ -13,8 +13,10 @@ set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
 >= 2 consumer warpgroups), `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
-take turns at the tensor cores; off by default). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel
-(they are part of compile-cache keys).
+take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
+FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
+on by default). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part
+of compile-cache keys).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from .plan import KernelPlan
 __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "lower", "lower_with_plan"]
 
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
-ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG")
+ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG", "TILE_NB_SOFTMAX_OVERLAP",
+                "TILE_NB_HEAVY_FIRST")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

@@ -75,6 +75,7 @@ class Scope:
     thread_code: bool = False  # inside a T.Parallel body: per-thread code, no CTA-wide ops or barriers
     consumer: bool = False  # in a warp-specialized kernel, code only the consumer threads run
     mma_in_flight: bool = False  # the T.gemm being emitted leaves its wgmma group in flight (wait_group 1)
+    mma_deferred: bool = False  # the T.gemm being emitted only issues its MMAs; the loop schedule waits (tma.py)
     pingpong: int = 0  # consumer warpgroups issuing their wgmma groups in turns (tma.py), 0: no turns
     pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
     loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
@@ -93,6 +94,7 @@ class Emitter:
         self.regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else {}
         self.scope = Scope()
         self.tx = None
+        self.warp_tx = None  # tx of the warp's lane 0 (warp-uniform): warp roles, wgmma warpgroups (see is_consumer)
         self.pool = None
         self.views: dict = {}  # shared tile buffer (or reduction call) -> its view in the pool
         self.registers: dict = {}  # register fragment -> its per-thread register array
@@ -255,7 +257,7 @@ class Emitter:
     def _emit(self, stmt):
         if self.needs_consumer_guard(stmt):
             # Warp-specialized kernels: the producer warp runs only its loads (tma.py).
-            with self.scoped(consumer=True), T.If(self.tx < self.threads), T.Then():
+            with self.scoped(consumer=True), T.If(self.is_consumer()), T.Then():
                 self._emit(stmt)
             return
         if isinstance(stmt, tirx.SeqStmt):
@@ -332,6 +334,9 @@ class Emitter:
         with T.attr(stmt.node, "thread_extent", extent):
             if is_threads:
                 self.tx = stmt.node.var
+                if self.plan.tma is not None or self.plan.uses_wgmma:
+                    self.warp_tx = T.Bind(intrin.warp_uniform(self.tx))
+                    IRBuilder.name("warp_tx", self.warp_tx)
                 self.emit_flat_views()
                 self.emit_pool()
                 self.emit_raster()
@@ -358,6 +363,13 @@ class Emitter:
 
         Legal because CTAs of one launch are independent: only which CTA computes which (bx, by) changes.
         """
+        if self.plan.heavy_first:  # plan.py: _heavy_first (a 3-d attention grid gets no grouping below)
+            bx, gx = self.plan.grid["blockIdx.x"]
+            new_bx = T.Bind(int(gx) - 1 - bx)
+            IRBuilder.name("bx_heavy_first", new_bx)
+            self.var_map[bx] = new_bx
+            self.analyzer.bind(new_bx, tvm.ir.Range(0, int(gx)))
+            return
         group = self.plan.raster_group
         if group <= 1:
             return
@@ -436,8 +448,13 @@ class Emitter:
         if self.scope.consumer:
             T.evaluate(intrin.named_barrier(self.threads))
         else:
-            with T.If(self.tx < self.threads), T.Then():
+            with T.If(self.is_consumer()), T.Then():
                 T.evaluate(intrin.named_barrier(self.threads))
+
+    def is_consumer(self):
+        """The condition "this thread is one of the kernel's own (not the TMA producer's)", decided per warp from
+        lane 0's thread index, so that ptxas sees branches on it as warp-uniform (tma.py)."""
+        return (self.warp_tx if self.warp_tx is not None else self.tx) < self.threads
 
     def async_copies_landed(self, pending: int):
         """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy."""

@@ -27,6 +27,8 @@ __all__ = [
     "named_barrier",
     "named_barrier_arrive",
     "named_barrier_sync",
+    "set_max_registers",
+    "warp_uniform",
 ]
 
 
@@ -201,6 +203,25 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask)
 }}
 """
     return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)
+
+
+def warp_uniform(value) -> tirx.Expr:
+    """An int32 value of lane 0 (`__shfl_sync(0xffffffff, value, 0)`), for values that are the same in every
+    lane anyway (a warp's role in a warp-specialized kernel): ptxas then knows that branches on it do not
+    diverge, and keeps warp-collective work under them free of divergence handling. Every lane executes it."""
+    code = """
+__forceinline__ __device__ int tnb_warp_uniform(int v) {
+  return __shfl_sync(0xffffffffu, v, 0, 32);
+}
+"""
+    return cuda_func_call("tnb_warp_uniform", value, source_code=code, return_type="int32")
+
+
+def set_max_registers(change: str, count: int) -> tirx.Expr:
+    """`setmaxnreg.{inc,dec}.sync.aligned.u32 count`: this warpgroup's registers per thread become `count`
+    (sm_90a; every warp of the warpgroup executes it). ptxas honours it only where what is live there fits."""
+    assert change in ("inc", "dec") and count % 8 == 0 and 24 <= count <= 256, (change, count)
+    return asm_statement(f"tnb_setmaxnreg_{change}_{count}", f"setmaxnreg.{change}.sync.aligned.u32 {count};")
 
 
 def fence_proxy_async() -> tirx.Expr:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 import tvm
+import tvm.sym
 from tvm import tirx
 
 from .budget import check_registers, check_shared, layout_pool, packed_registers
@@ -28,7 +29,7 @@ from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
 from .schedule import schedule_pipeline
-from .tma import PRODUCER_THREADS, plan_tma
+from .tma import plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -55,6 +56,7 @@ class KernelPlan:
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
     producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
+    heavy_first: bool  # blockIdx.x launched in reverse: the CTAs with the longest loops start first (_heavy_first)
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
@@ -203,6 +205,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
         tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
+        heavy_first=_heavy_first(func, grid),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note = None, ""
     if stages:
@@ -219,9 +222,12 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
+    if plan.heavy_first:
+        notes += ("CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so blockIdx.x "
+                  "runs in reverse (tile_nb.heavy_first = 0 keeps launch order)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
                    tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
-                   producer_threads=PRODUCER_THREADS if tma is not None else 0, notes=notes)
+                   producer_threads=tma.producer_threads if tma is not None else 0, notes=notes)
 
 
 def _fp8_accumulation_notes(func, accumulators) -> tuple:
@@ -311,6 +317,30 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
         dtype = "float64" if str(src.dtype) == "float64" else "int32" if "int" in str(src.dtype) else "float32"
         out[s] = SharedTile(src, (results, slots), dtype, name=f"{src.name}_partials")
     return out
+
+
+def _heavy_first(func, grid: dict) -> bool:
+    """Whether to launch blockIdx.x in reverse. Where the trip count of the kernel's T.Pipelined loop grows with bx
+    (causal attention: Q block bx reads bx + 1 KV blocks), the CTAs are launched heaviest first, so the last wave
+    is filled by the lightest (longest processing time first) instead of the heaviest starting last and running on
+    alone. Legal for any kernel (CTAs of one launch are independent); applied only where every bx's trip count is
+    a known constant and they are non-decreasing and not all equal. `tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST
+    (default 1; 0: off)."""
+    if not int(_attr(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "1")) or "blockIdx.x" not in grid:
+        return False
+    bx, gx = grid["blockIdx.x"]
+    loops = [s for s in iter_stmts(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
+    if not isinstance(gx, tvm.ir.prim.expr.IntImm) or not 2 <= int(gx) <= 1024 or len(loops) != 1:
+        return False
+    analyzer = tvm.sym.Analyzer()
+    counts = []
+    for i in range(int(gx)):
+        analyzer.bind(bx, tirx.const(i, "int32"), allow_override=True)
+        count = analyzer.simplify(loops[0].extent)
+        if not isinstance(count, tvm.ir.prim.expr.IntImm):
+            return False
+        counts.append(int(count))
+    return counts == sorted(counts) and counts[0] < counts[-1]
 
 
 def _raster_group(func, grid: dict, accumulators: dict) -> int:

@@ -34,6 +34,7 @@ as `const __grid_constant__ CUtensorMap` parameters by TVM's codegen.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -47,11 +48,15 @@ from . import intrin
 from .emitter import register_kernel_hook, register_statement
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
-from .wgmma import PINGPONG_BARRIER, drain_accumulators
+from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
 
-PRODUCER_THREADS = 32
+PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
+# setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
+# 64512 that CUTLASS and tilelang budget per CTA (1 producer + 2 consumer warpgroups: 24 / 240).
+_PRODUCER_REGISTERS = 24
+_REGISTER_POOL = 64512
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
 # Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a wgmma
@@ -84,6 +89,17 @@ class TmaCopy:
 
 
 @dataclass(frozen=True)
+class Overlap:
+    """A loop `head..., G1, early..., late..., G2` (two T.gemm, G2 last) run as FlashAttention-3 overlaps softmax
+    and MMAs inside a warpgroup: iteration k issues G1 of k, then G2 of k-1, runs `early` (the softmax: touches
+    neither G2's accumulator nor its operands) while G2 of k-1 is in flight, waits for it, then runs `late`."""
+
+    first: int  # index in rest of G1
+    late: int  # index in rest of the first statement that needs G2 of the previous iteration done
+    late_groups: tuple  # arrival groups read by G2: released one iteration later, after its wait
+
+
+@dataclass(frozen=True)
 class TmaPlan:
     loop: tirx.For
     stages: int
@@ -91,14 +107,17 @@ class TmaPlan:
     rest: tuple  # the loop body without the copies: the gemm (and register-only statements)
     in_flight: bool = True  # one wgmma group stays in flight across iterations (see plan_tma)
     pingpong: int = 0  # consumer warpgroups that take turns issuing their T.gemm (see _pingpong), 0: none
-    # Copies that share a "full" barrier, grouped by the statement of `rest` that first reads them: (index in
-    # rest, indices in copies). FlashAttention's Q K^T waits for K only; V may still be arriving.
+    # Copies that share a "full" and an "empty" barrier, grouped by the statement of `rest` that first reads them:
+    # (index in rest, indices in copies). FlashAttention's Q K^T waits for K only; V may still be arriving.
     arrivals: tuple = ()
+    overlap: Overlap | None = None  # the softmax/MMA overlap inside a warpgroup (see _overlap), None: in order
+    producer_threads: int = PRODUCER_THREADS
+    registers: tuple | None = None  # (producer, consumer) registers per thread after setmaxnreg, None: no change
 
     @property
     def barrier_count(self) -> int:
-        """full[s][group] for every stage and arrival group, then empty[s]."""
-        return self.stages * (len(self.arrivals) + 1)
+        """full[s][group] for every stage and arrival group, then empty[s][group]."""
+        return 2 * self.stages * len(self.arrivals)
 
     def group_bytes(self, group) -> int:
         total = 0
@@ -200,16 +219,78 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         planned.append(tc)
     if not planned:
         return None, "cp.async (no global->shared copies in the loop)"
-    note = "TMA + mbarriers, producer warp (warp-specialized)"
-    if not in_flight:
-        note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
     pingpong = _pingpong(func, threads, gemms)
+    arrivals = _arrival_groups(rest, planned)
+    overlap, why_not = _overlap(func, rest, gemms, planned, arrivals, pingpong)
+    registers = None
+    if overlap is not None:
+        registers, why_not = _overlap_registers(plan, threads)
+        overlap = overlap if registers is not None else None
+    producer = 128 if registers is not None else PRODUCER_THREADS
+    note = f"TMA + mbarriers, producer {'warpgroup' if registers else 'warp'} (warp-specialized)"
+    if not in_flight and overlap is None:
+        note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
     if pingpong:
         note += f"; {pingpong} consumer warpgroups take turns issuing their T.gemm (ping-pong)"
-    arrivals = _arrival_groups(rest, planned)
     if len(arrivals) > 1:
         note += "; each T.gemm waits only for the tiles it reads"
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals), note
+    if overlap is not None:
+        note += ("; softmax/MMA overlap: the second T.gemm of iteration k-1 runs under iteration k's statements "
+                 "between the two T.gemm; each stage's tiles are released when the T.gemm reading them is done; the "
+                 f"producer hands its registers to the consumers (setmaxnreg {registers[0]} / {registers[1]})")
+    elif why_not:
+        note += f"; no softmax/MMA overlap ({why_not})"
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals, overlap, producer,
+                   registers), note
+
+
+def _overlap_registers(plan, threads: int) -> tuple[tuple | None, str]:
+    """(producer, consumer) registers per thread for the overlapped loop, or (None, why not). The second T.gemm's
+    operands stay live through the next iteration's softmax: a producer warpgroup keeps 24 registers (setmaxnreg)
+    and the consumers share the rest."""
+    consumer = min(240, (_REGISTER_POOL - 128 * _PRODUCER_REGISTERS) // threads // 8 * 8)
+    need = plan.fragment_registers + _WGMMA_HEADROOM
+    if threads + 128 > 1024 or consumer < need:
+        return None, f"it needs about {need} registers per consumer thread; {consumer} are to be had at {threads} threads"
+    return (_PRODUCER_REGISTERS, consumer), ""
+
+
+def _overlap(func, rest, gemms, copies, arrivals, pingpong) -> tuple[Overlap | None, str]:
+    """Whether the loop can overlap its second T.gemm with the next iteration's register work (Overlap), or
+    (None, why not); (None, "") where the question does not arise (not two T.gemm).
+
+    Moving G2 of iteration k-1 after `head` and G1 of iteration k, and `early` before G2's completion, keeps
+    every read and write of the in-order loop when none of those statements touches G2's accumulator or
+    operands. `late` (from the first statement between the T.gemm that touches G2's accumulator or A operand
+    on) runs after G2 of k-1 completes, as in order. On by default; `tile_nb.softmax_overlap` = 0 (or
+    TILE_NB_SOFTMAX_OVERLAP=0) turns it off."""
+    if len(gemms) != 2:
+        return None, ""
+    attr = (func.attrs or {}).get("tile_nb.softmax_overlap", None)
+    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_SOFTMAX_OVERLAP", "1")
+    if mode == "0":
+        return None, "tile_nb.softmax_overlap = 0"
+    if pingpong:
+        return None, "ping-pong schedules its T.gemm by turns"
+    g1, g2 = gemms
+    if not rest[-1].same_as(g2):
+        return None, "the second T.gemm is not the loop's last statement"
+    first = next(i for i, st in enumerate(rest) if st.same_as(g1))
+    c2, a2, b2 = (region_of(g2.args[i])[0] for i in range(3))
+    if any(str(region_of(g.args[0])[0].dtype) != "float32" for g in gemms):
+        return None, "an accumulator is not float32 (16-bit accumulators are rounded after every T.gemm)"
+    g2_buffers = (c2, a2, b2)
+
+    def touches(st, bufs):
+        reads, writes = buffers_touched(st)
+        return any(b.same_as(x) for b in reads + writes for x in bufs)
+
+    if any(touches(st, g2_buffers) for st in rest[:first + 1]):
+        return None, "a statement up to the first T.gemm touches the second T.gemm's operands"
+    late = next((i for i in range(first + 1, len(rest) - 1) if touches(rest[i], (c2, a2))), len(rest) - 1)
+    late_groups = tuple(g for g, (_, members) in enumerate(arrivals)
+                        if any(touches(g2, (copies[ci].tile_buffer,)) for ci in members))
+    return Overlap(first, late, late_groups), ""
 
 
 def _arrival_groups(rest, copies) -> tuple:
@@ -406,8 +487,16 @@ def _full(em, plan: TmaPlan, s, group: int):
     return intrin.address_of(em.barriers, [s * len(plan.arrivals) + group])
 
 
-def _empty(em, plan: TmaPlan, s):
-    return intrin.address_of(em.barriers, [plan.stages * len(plan.arrivals) + s])
+def _empty(em, plan: TmaPlan, s, group: int):
+    return intrin.address_of(em.barriers, [(plan.stages + s) * len(plan.arrivals) + group])
+
+
+def _release(em, plan: TmaPlan, s, groups, when=None):
+    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s`."""
+    cond = tirx.floormod(em.tx, 32) == 0
+    with T.If(cond if when is None else tirx.And(when, cond)), T.Then():
+        for g in groups:
+            T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
 
 
 @register_kernel_hook("thread")
@@ -424,7 +513,7 @@ def emit_barrier_init(em):
         for s in range(plan.stages):
             for g in range(len(plan.arrivals)):
                 T.evaluate(mbarrier_init(_full(em, plan, s, g), 1))  # the producer's expect_tx arrival (+ bytes)
-            T.evaluate(mbarrier_init(_empty(em, plan, s), em.threads // 32))  # one arrival per consumer warp
+                T.evaluate(mbarrier_init(_empty(em, plan, s, g), em.threads // 32))  # one arrival per consumer warp
         T.evaluate(fence_mbarrier_init())
     T.evaluate(intrin.cta_sync())
 
@@ -433,37 +522,126 @@ def emit_barrier_init(em):
 def emit_ws_loop(em, loop):
     plan = em.plan.tma
     start, n = em.expr(loop.min), em.expr(loop.extent)
-    stages = plan.stages
-    fd, fm = tirx.floordiv, tirx.floormod
-    with T.If(em.tx >= em.threads):
-        with T.Then(), T.If(em.tx == em.threads), T.Then():
-            _emit_producer(em, plan, start, n)
+    with T.If(tirx.Not(em.is_consumer())):
+        with T.Then():
+            if plan.registers:
+                T.evaluate(intrin.set_max_registers("dec", plan.registers[0]))
+            with T.If(em.tx == em.threads), T.Then():
+                _emit_producer(em, plan, start, n)
+            if plan.registers:
+                # Leave now: ptxas honours setmaxnreg only where what is live fits, and the consumers' fragments
+                # would otherwise be live here (used after the loop, on paths the producer does not take).
+                T.evaluate(T.thread_return())
         with T.Else(), em.scoped(consumer=True):
+            if plan.registers:
+                T.evaluate(intrin.set_max_registers("inc", plan.registers[1]))
             if plan.pingpong:
                 _let_first_warpgroup_start(em, plan.pingpong)
-            with T.serial(0, n) as k:
-                IRBuilder.name(loop.loop_var.name, k)
-                em.bind_range(k, n)
-                s = fm(k, stages)
-                stage = {c.tile_buffer: s for c in plan.copies}
-                waits = {use: g for g, (use, _) in enumerate(plan.arrivals)}
-                with em.bound("var_map", {loop.loop_var: start + k}), em.bound("stage", stage), \
-                        em.scoped(mma_in_flight=plan.in_flight, loop_depth=em.scope.loop_depth + 1,
-                                  pingpong=plan.pingpong):
-                    for i, stmt in enumerate(plan.rest):  # register-only besides the T.gemm: no CTA barriers
-                        if i in waits:  # the tiles this statement is the first to read
-                            T.evaluate(mbarrier_wait(_full(em, plan, s, waits[i]), fm(fd(k, stages), 2)))
-                        em.emit_seq([stmt])
-                if plan.in_flight:
-                    # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
-                    with T.If(tirx.And(k > 0, fm(em.tx, 32) == 0)), T.Then():
-                        T.evaluate(mbarrier_arrive(_empty(em, plan, fm(k + stages - 1, stages))))
-                else:
-                    # wait_group 0 in the gemm: this iteration's MMAs are done with stage s.
-                    with T.If(fm(em.tx, 32) == 0), T.Then():
-                        T.evaluate(mbarrier_arrive(_empty(em, plan, s)))
-            if plan.in_flight:
-                drain_accumulators(em, plan.rest)
+            if plan.overlap is not None:
+                _emit_overlapped_consumer(em, plan, start, n)
+            else:
+                _emit_consumer(em, plan, start, n)
+
+
+class _Iteration:
+    """Emitting statements of the loop body as iteration `k` (stage k % S) of the consumers' loop."""
+
+    def __init__(self, em, plan: TmaPlan, start, k):
+        self.em, self.plan, self.k = em, plan, k
+        self.s = tirx.floormod(k, plan.stages)
+        self.parity = tirx.floormod(tirx.floordiv(k, plan.stages), 2)
+        self.start = start
+        self.waits = {use: g for g, (use, _) in enumerate(plan.arrivals)}
+
+    @contextlib.contextmanager
+    def scope(self, **changes):
+        em = self.em
+        stage = {c.tile_buffer: self.s for c in self.plan.copies}
+        with em.bound("var_map", {self.plan.loop.loop_var: self.start + self.k}), em.bound("stage", stage), \
+                em.scoped(loop_depth=em.scope.loop_depth + 1, **changes):
+            yield
+
+    def emit(self, index: int):
+        """rest[index], after waiting for the tiles it is the first to read."""
+        if index in self.waits:
+            T.evaluate(mbarrier_wait(_full(self.em, self.plan, self.s, self.waits[index]), self.parity))
+        self.em.emit_seq([self.plan.rest[index]])
+
+
+def _emit_consumer(em, plan: TmaPlan, start, n):
+    everything = range(len(plan.arrivals))
+    with T.serial(0, n) as k:
+        IRBuilder.name(plan.loop.loop_var.name, k)
+        em.bind_range(k, n)
+        it = _Iteration(em, plan, start, k)
+        with it.scope(mma_in_flight=plan.in_flight, pingpong=plan.pingpong):
+            for i in range(len(plan.rest)):  # register-only besides the T.gemm: no CTA barriers
+                it.emit(i)
+        if plan.in_flight:
+            # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
+            _release(em, plan, tirx.floormod(k + plan.stages - 1, plan.stages), everything, when=k > 0)
+        else:
+            # wait_group 0 in the gemm: this iteration's MMAs are done with stage s.
+            _release(em, plan, it.s, everything)
+    if plan.in_flight:
+        drain_accumulators(em, plan.rest)
+
+
+def _emit_overlapped_consumer(em, plan: TmaPlan, start, n):
+    """Iteration k: head and G1 of k; G2 of k-1; wait for G1; release G1's tiles; early statements (under G2 of
+    k-1); wait for G2; release its tiles of stage k-1; late statements. Iteration 0 is peeled (no G2 before it):
+    under a branch around G2's issue ptxas no longer lets the early statements run under it. After the loop: G2
+    of the last iteration. (Overlap says when this keeps the loop's meaning.)"""
+    ov, rest = plan.overlap, plan.rest
+    g1, g2 = rest[ov.first], rest[-1]
+    early_groups = tuple(g for g in range(len(plan.arrivals)) if g not in ov.late_groups)
+    last = len(rest) - 1
+    with T.If(n > 0), T.Then():
+        first = _Iteration(em, plan, start, tirx.const(0, "int32"))
+        with first.scope(mma_deferred=True):
+            for i in range(ov.first + 1):
+                first.emit(i)
+        with first.scope():
+            wait_for_gemm(em, g1, 0)
+            _release(em, plan, first.s, early_groups)
+            for i in range(ov.first + 1, last):
+                first.emit(i)
+    with T.serial(0, n - 1) as j:
+        IRBuilder.name(plan.loop.loop_var.name, j)
+        em.bind_range(j, n - 1)
+        it, prev = _Iteration(em, plan, start, j + 1), _Iteration(em, plan, start, j)
+        with it.scope(mma_deferred=True):
+            for i in range(ov.first + 1):
+                it.emit(i)
+        with prev.scope(mma_deferred=True):
+            prev.emit(last)
+        with it.scope():
+            wait_for_gemm(em, g1, 1)  # G1 of k is done; G2 of k-1 may still run
+            _release(em, plan, it.s, early_groups)
+            for i in range(ov.first + 1, ov.late):
+                it.emit(i)
+            # what the early statements compute is done before the wait, not scheduled after it
+            fence_registers(em, _written(rest[ov.first + 1:ov.late]))
+            wait_for_gemm(em, g2, 0)
+        _release(em, plan, prev.s, ov.late_groups)
+        with it.scope():
+            for i in range(ov.late, last):
+                it.emit(i)
+    with T.If(n > 0), T.Then():
+        final = _Iteration(em, plan, start, n - 1)
+        with final.scope(mma_deferred=True):
+            final.emit(last)
+        wait_for_gemm(em, g2, 0)
+
+
+def _written(stmts) -> list:
+    """The buffers these statements write, in first-write order."""
+    out = []
+    for st in stmts:
+        for b in buffers_touched(st)[1]:
+            if not any(b.same_as(x) for x in out):
+                out.append(b)
+    return out
 
 
 def _let_first_warpgroup_start(em, groups: int):
@@ -480,9 +658,9 @@ def _emit_producer(em, plan: TmaPlan, start, n):
         IRBuilder.name(loop.loop_var.name + "_load", k)
         em.bind_range(k, n)
         s = fm(k, stages)
-        T.evaluate(mbarrier_wait(_empty(em, plan, s), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
         with em.bound("var_map", {loop.loop_var: start + k}):
             for g, (_, group) in enumerate(plan.arrivals):
+                T.evaluate(mbarrier_wait(_empty(em, plan, s, g), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
                 T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
                 for ci in group:
                     c = plan.copies[ci]

@@ -28,8 +28,8 @@ from . import intrin
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
-__all__ = ["PINGPONG_BARRIER", "WGMMA_TYPES", "drain_accumulators", "k_major_panels", "lower_gemm_wgmma", "wgmma_eligible",
-           "wgmma_operand_types", "wgmma_register_a_ok"]
+__all__ = ["PINGPONG_BARRIER", "WGMMA_TYPES", "drain_accumulators", "k_major_panels",
+           "fence_registers", "lower_gemm_wgmma", "wait_for_gemm", "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -114,13 +114,12 @@ __forceinline__ __device__ unsigned long long tnb_smem_desc(unsigned lo, int sbo
 def _desc_low_word(tile_ptr, lbo: int) -> tirx.Expr:
     """The low 32 bits of a shared-memory descriptor of the tile starting at `tile_ptr`: start address >> 4 (14
     bits) and leading byte offset >> 4. Shared memory is < 256 KiB, so start + offset never carries out of the start
-    field: the descriptor of a k-step is this word plus (byte offset >> 4), one add per MMA. The word is the same in
-    every lane of the warp (wgmma is warp-collective); broadcasting it from lane 0 tells nvcc so, and it then keeps
-    the word and the adds in uniform registers, where wgmma reads descriptors, instead of moving each one there."""
+    field: the descriptor of a k-step is this word plus (byte offset >> 4), one add per MMA. Computed from warp-uniform
+    values only (the pool, the stage, the warpgroup from `em.warp_tx`), the word and the adds stay in uniform
+    registers, where wgmma reads descriptors, instead of being moved there per MMA (R2UR)."""
     code = """
 __forceinline__ __device__ unsigned tnb_smem_desc_lo(const void* base, int lbo) {
-  unsigned word = ((((unsigned)__cvta_generic_to_shared(base)) & 0x3FFFF) >> 4) | ((((unsigned)lbo & 0x3FFFF) >> 4) << 16);
-  return __shfl_sync(0xffffffffu, word, 0, 32);
+  return ((((unsigned)__cvta_generic_to_shared(base)) & 0x3FFFF) >> 4) | ((((unsigned)lbo & 0x3FFFF) >> 4) << 16);
 }
 """
     return cuda_func_call("tnb_smem_desc_lo", tile_ptr, lbo, source_code=code, return_type="uint32")
@@ -217,7 +216,7 @@ def lower_gemm_wgmma(em, call):
             lbo_sbo = lbo_sbo[::-1]
         b_lbo, b_sbo = lbo_sbo
         b_mode = 1
-    g = tirx.floordiv(em.tx, 128)
+    g = tirx.floordiv(em.warp_tx if em.warp_tx is not None else em.tx, 128)  # warp-uniform: for A's descriptor
 
     if em.scope.pingpong:
         T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
@@ -249,6 +248,8 @@ def lower_gemm_wgmma(em, call):
 
 def _finish(em, acc, lay, c_buf):
     T.evaluate(intrin.asm_statement("tnb_wgmma_commit", "wgmma.commit_group.sync.aligned;"))
+    if em.scope.mma_deferred:  # the loop schedule waits (tma.py: the softmax/MMA overlap)
+        return
     if em.scope.pingpong:  # issued: the next warpgroup's turn (tma.py: _pingpong)
         nxt = tirx.floormod(tirx.floordiv(em.tx, 128) + 1, em.scope.pingpong)
         T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER + nxt, 256))
@@ -266,6 +267,47 @@ def _wait(acc, lay, pending):
     with T.unroll(0, lay.mblocks) as mb:
         T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending,
                                    integer=str(acc.dtype) == "int32"))
+
+
+def wait_for_gemm(em, call, pending: int):
+    """`wgmma.wait_group pending` for a T.gemm issued earlier with its wait deferred, naming its accumulator's
+    registers and, for a register A operand, the A registers too: the tensor cores read them after the issue, so
+    nvcc must neither reuse them for other values nor move their next write above the wait (CUTLASS's
+    warpgroup_fence_operand)."""
+    c_buf, a_buf = region_of(call.args[0])[0], region_of(call.args[1])[0]
+    lay = em.plan.accumulators[c_buf]
+    _wait(em.registers[c_buf], lay, pending)
+    if a_buf in em.registers:
+        fence_registers(em, [a_buf])
+
+
+def fence_registers(em, bufs):
+    """An empty asm statement that reads and writes the registers of these fragments: code that computes them
+    stays above it and code that uses them next stays below (asm statements keep their order), without an
+    instruction. Fragments held in other than 32-bit floats or 32-bit / packed 16-bit words are left out."""
+    for buf in bufs:
+        regs = em.registers.get(buf)
+        if regs is None:
+            continue
+        n, dtype = int(regs.shape[0]), str(regs.dtype)
+        if dtype == "float32":
+            T.evaluate(_fence(n, "f", intrin.address_of(regs, [0])))
+        elif dtype in ("int32", "uint32") or (intrin.tvm_bits(dtype) == 16 and n % 2 == 0):
+            words = n if intrin.tvm_bits(dtype) == 32 else n // 2
+            T.evaluate(_fence(words, "r", intrin.address_of(regs, [0])))
+
+
+def _fence(count, constraint, ptr):
+    ctype = "float" if constraint == "f" else "unsigned"
+    name = f"tnb_fence_operand_{constraint}{count}"
+    cons = ", ".join(f'"+{constraint}"(w[{i}])' for i in range(count))
+    src = f"""
+__forceinline__ __device__ void {name}(void* p) {{
+  {ctype}* w = ({ctype}*)p;
+  asm volatile("" : {cons} :: "memory");
+}}
+"""
+    return cuda_func_call(name, ptr, source_code=src)
 
 
 def drain_accumulators(em, stmts):
