@@ -224,7 +224,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     notes += _fp8_accumulation_notes(func, accumulators)
     if plan.heavy_first:
         notes += ("CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so blockIdx.x "
-                  "runs in reverse (tile_nb.heavy_first = 0 keeps launch order)",)
+                  "runs in reverse (tile_nb.heavy_first = 1)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
                    tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
                    producer_threads=tma.producer_threads if tma is not None else 0, notes=notes)
@@ -320,13 +320,15 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
 
 
 def _heavy_first(func, grid: dict) -> bool:
-    """Whether to launch blockIdx.x in reverse. Where the trip count of the kernel's T.Pipelined loop grows with bx
-    (causal attention: Q block bx reads bx + 1 KV blocks), the CTAs are launched heaviest first, so the last wave
-    is filled by the lightest (longest processing time first) instead of the heaviest starting last and running on
-    alone. Legal for any kernel (CTAs of one launch are independent); applied only where every bx's trip count is
-    a known constant and they are non-decreasing and not all equal. `tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST
-    (default 1; 0: off)."""
-    if not int(_attr(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "1")) or "blockIdx.x" not in grid:
+    """Whether to launch blockIdx.x in reverse, so that where the trip count of the kernel's T.Pipelined loop grows
+    with bx (causal attention: Q block bx reads bx + 1 KV blocks) the heaviest CTAs start first (longest processing
+    time first, as FlashAttention-3 orders its persistent tiles). Legal for any kernel (CTAs of one launch are
+    independent); applied only where every bx's trip count is a known constant, non-decreasing and not all equal.
+    Opt-in, `tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST = 1: on the H200 (benchmarks/results/attention.md,
+    2026-12-03) causal attention at seq 4096 ran 27% slower with it at head dim 64 (cp.async, two CTAs per SM) and
+    3.5% slower at 128; the hardware's in-order dispatch of a non-persistent grid seems to do better in launch
+    order."""
+    if not int(_attr(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "0")) or "blockIdx.x" not in grid:
         return False
     bx, gx = grid["blockIdx.x"]
     loops = [s for s in iter_stmts(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
