@@ -334,7 +334,7 @@ class Emitter:
         with T.attr(stmt.node, "thread_extent", extent):
             if is_threads:
                 self.tx = stmt.node.var
-                if self.plan.tma is not None or self.plan.uses_wgmma:
+                if self.plan.uses_wgmma:  # (a TMA pipeline is built for wgmma loops only)
                     self.warp_tx = T.Bind(intrin.warp_uniform(self.tx))
                     IRBuilder.name("warp_tx", self.warp_tx)
                 self.emit_flat_views()

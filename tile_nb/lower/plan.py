@@ -14,7 +14,6 @@ kernel keeps `plan.summary()`, which the notebook view renders.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 import tvm
@@ -29,6 +28,8 @@ from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
 from .schedule import schedule_pipeline
+from .switches import setting as _attr
+from .switches import switch
 from .tma import plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
@@ -138,15 +139,6 @@ def _shape(buf) -> list:
 
 def _arch(target) -> str:
     return str(target.attrs.get("arch", "sm_90a")) if target is not None else "sm_90a"
-
-
-def _attr(func, name: str, env: str | None = None, default=None):
-    value = (func.attrs or {}).get(name, None)
-    if value is not None:
-        return value
-    if env is not None and env in os.environ:
-        return os.environ[env]
-    return default
 
 
 def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
@@ -328,7 +320,7 @@ def _heavy_first(func, grid: dict) -> bool:
     2026-12-03) causal attention at seq 4096 ran 27% slower with it at head dim 64 (cp.async, two CTAs per SM) and
     3.5% slower at 128; the hardware's in-order dispatch of a non-persistent grid seems to do better in launch
     order."""
-    if not int(_attr(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "0")) or "blockIdx.x" not in grid:
+    if switch(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "0") == "0" or "blockIdx.x" not in grid:
         return False
     bx, gx = grid["blockIdx.x"]
     loops = [s for s in iter_stmts(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]

@@ -35,7 +35,6 @@ as `const __grid_constant__ CUtensorMap` parameters by TVM's codegen.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 
 import tvm
@@ -48,6 +47,7 @@ from . import intrin
 from .emitter import register_kernel_hook, register_statement
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
@@ -143,8 +143,7 @@ def _int(e):
 def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not). `plan` is the kernel's
     plan so far (plan.py: accumulators, shared tiles, pipeline schedules)."""
-    attr = (func.attrs or {}).get("tile_nb.tma", None)
-    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_TMA", "auto")
+    mode = switch(func, "tile_nb.tma", "TILE_NB_TMA", "auto")
     threads = plan.threads
     if mode == "0":
         return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
@@ -266,8 +265,7 @@ def _overlap(func, rest, gemms, copies, arrivals, pingpong) -> tuple[Overlap | N
     TILE_NB_SOFTMAX_OVERLAP=0) turns it off."""
     if len(gemms) != 2:
         return None, ""
-    attr = (func.attrs or {}).get("tile_nb.softmax_overlap", None)
-    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_SOFTMAX_OVERLAP", "1")
+    mode = switch(func, "tile_nb.softmax_overlap", "TILE_NB_SOFTMAX_OVERLAP", "1")
     if mode == "0":
         return None, "tile_nb.softmax_overlap = 0"
     if pingpong:
@@ -313,8 +311,7 @@ def _pingpong(func, threads: int, gemms) -> int:
     2026-12-03) the reference FlashAttention was 3-10% slower with it, or within noise, without the overlap of
     softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
     (or TILE_NB_PINGPONG=1) turns it on."""
-    attr = (func.attrs or {}).get("tile_nb.wgmma_pingpong", None)
-    mode = str(int(attr)) if attr is not None else os.environ.get("TILE_NB_PINGPONG", "0")
+    mode = switch(func, "tile_nb.wgmma_pingpong", "TILE_NB_PINGPONG", "0")
     groups = threads // 128
     if mode == "0" or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
         return 0
