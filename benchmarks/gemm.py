@@ -43,6 +43,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s2": (dict(BIG, num_stages=2), {}),
     "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
     "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
+    "big, persistent": (BIG, {"tile_nb.persistent": 1}),
+    "big s4, persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 1}),
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)

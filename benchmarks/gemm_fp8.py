@@ -12,8 +12,10 @@ TFLOP/s = 2 M N K / time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,9 +33,26 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
     "128x256x64 t256 s6": dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=6),
     "128x128x128 t256 s5": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5),
     "64x256x128 t128 s4": dict(block_M=64, block_N=256, block_K=128, threads=128, num_stages=4),
+    "128x256x128 t256 s4 persistent": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
+                                           env={"TILE_NB_PERSISTENT": "1"}),  # lowering switches while compiling
     "128x128x128 t256 s5 precise": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5,
                                         precise_accum=True),  # fp8 only: float32 sums per k-tile (docs/IR.md)
 }
+
+
+@contextlib.contextmanager
+def switches(env: dict):
+    """Lowering switches (tile_nb/lower/__init__.py: ENV_SWITCHES, part of compile-cache keys) set while inside."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
 
 
 def main():
@@ -75,7 +94,9 @@ def main():
         configs = {name: cfg for name, cfg in CONFIGS.items() if not (args.int8 and "precise_accum" in cfg)}
         for name, cfg in configs.items():
             t0 = time.perf_counter()
-            kern = kernel_fn.compile(*args_of, **cfg)
+            cfg = dict(cfg)
+            with switches(cfg.pop("env", {})):
+                kern = kernel_fn.compile(*args_of, **cfg)
             c.fill_(-1)
             kern(*args_of)
             torch.cuda.synchronize()
@@ -87,7 +108,7 @@ def main():
             for name, fn in kernels.items():
                 per_round[name].append(bench(fn)[0])
         for name in configs:
-            precise = args.int8 or "precise_accum" in configs[name]
+            precise = args.int8 or configs[name].get("precise_accum", False)
             t_ref = statistics.median(per_round[torch_name if precise else FAST])
             t = statistics.median(per_round[name])
             row = dict(size=size, dtype="int8" if args.int8 else "float8_e4m3fn", config=name,

@@ -45,10 +45,11 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 
 
 def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
-             expect_pipeline=None, **cfg):
+             expect_pipeline=None, attrs=None, **cfg):
     """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "tma" (TMA also for
     one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
-    prefix of the kernel's pipeline note (`kernel.pipeline`, from its lowering plan: which pipeline was built)."""
+    prefix of the kernel's pipeline note (`kernel.pipeline`, from its lowering plan: which pipeline was built);
+    `attrs`: more lowering attributes."""
     from tile_nb.runtime import compile as rt_compile
 
     dev = "cuda"
@@ -61,6 +62,8 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
         func = func.with_attr("tile_nb.wgmma", 0)
     elif path in ("cp.async", "tma"):
         func = func.with_attr("tile_nb.tma", int(path == "tma"))
+    for name, value in (attrs or {}).items():
+        func = func.with_attr(name, value)
     kernel = rt_compile(func, None)
     if expect_pipeline is not None:
         assert (kernel.pipeline or "").startswith(expect_pipeline), kernel.pipeline
@@ -178,6 +181,47 @@ def test_tma_kernel_with_a_shared_memory_epilogue():
     c = torch.full((1000, 1032), float("nan"), device="cuda", dtype=torch.float16)
     assert gemm_smem_epilogue.compile(a, b, c).pipeline.startswith("TMA")
     gemm_smem_epilogue(a, b, c)
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("sms", [1, 3, 7])
+@pytest.mark.parametrize("shape", [(1000, 1032, 1000), (1, 2056, 1000), (2048, 2048, 64), (640, 1536, 32),
+                                   (300, 2048, 4096)])
+def test_persistent_ctas_walk_every_tile(shape, sms):
+    """Persistent CTAs (1, 3 or 7 of them) over grids of 9 to 128 tiles: every tile written once, edge tiles cut
+    by M, N and K, loops of one k-tile (the ring's positions advance by one per tile) and of 64."""
+    note = "TMA + mbarriers, producer warp (warp-specialized); persistent: "
+    assert run_case(*shape, block_N=256, block_K=64, threads=256, expect_pipeline=note,
+                    attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": sms}) < 1e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("stages", [2, 4])
+def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
+    """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer warpgroup
+    (TMA forced), bf16 inputs, 2- and 4-stage rings."""
+    for in_dtype, out_dtype, tol in (("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3)):
+        assert run_case(1000, 1032, 1000, in_dtype=in_dtype, out_dtype=out_dtype, stages=stages, block_K=64,
+                        path="tma", expect_pipeline="TMA", attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5}) < tol
+
+
+@needs_hopper
+def test_persistent_ctas_with_a_shared_memory_epilogue_and_the_device_sm_count():
+    """C staged through shared memory: a consumer barrier ends each tile, before the next one rewrites C_shared.
+    Without `tile_nb.sm_count` the launch has one CTA per SM of this GPU."""
+    from kernels.seed import gemm_smem_epilogue
+
+    from tile_nb.runtime import compile as rt_compile
+
+    a = torch.randn(4000, 1000, device="cuda").half()
+    b = torch.randn(1000, 4104, device="cuda").half()
+    c = torch.full((4000, 4104), float("nan"), device="cuda", dtype=torch.float16)
+    kernel = rt_compile(gemm_smem_epilogue.specialize(a, b, c).with_attr("tile_nb.persistent", 1), None)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert f"persistent: {sms} CTAs (one per SM) walk the 544 tiles" in kernel.pipeline, kernel.pipeline
+    kernel(a, b, c)
     ref = a.double() @ b.double()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3
 

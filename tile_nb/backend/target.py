@@ -10,7 +10,7 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["DEFAULT_ARCH", "arch_for_capability", "device_arch", "resolve_target", "target_arch"]
+__all__ = ["DEFAULT_ARCH", "arch_for_capability", "device_arch", "device_sm_count", "resolve_target", "target_arch"]
 
 DEFAULT_ARCH = "sm_90a"
 
@@ -34,6 +34,19 @@ def device_arch() -> str | None:
         major, minor = torch.cuda.get_device_capability()
         return arch_for_capability(major, minor)
     except Exception:  # noqa: BLE001 - a broken driver means "no device" for target selection
+        return None
+
+
+@functools.cache
+def device_sm_count() -> int | None:
+    """The SM count of torch's current CUDA device (what a persistent kernel fills), or None. Never raises."""
+    if device_arch() is None:
+        return None
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+    except Exception:  # noqa: BLE001 - as device_arch
         return None
 
 

@@ -78,6 +78,7 @@ class Scope:
     mma_deferred: bool = False  # the T.gemm being emitted only issues its MMAs; the loop schedule waits (tma.py)
     pingpong: int = 0  # consumer warpgroups issuing their wgmma groups in turns (tma.py), 0: no turns
     pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
+    pipeline_base: object = 0  # k-tiles of the TMA stage ring used by earlier tiles (persistent.py)
     loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
     replica_guard: object = None  # in a loop over a replicated layout: the condition "first replica", which
     #                               stores to memory and atomics run under (registers are written by every replica)
@@ -260,12 +261,12 @@ class Emitter:
             with self.scoped(consumer=True), T.If(self.is_consumer()), T.Then():
                 self._emit(stmt)
             return
-        if isinstance(stmt, tirx.SeqStmt):
+        if (rule := self._statement_rule(stmt)) is not None:
+            rule(self, stmt)
+        elif isinstance(stmt, tirx.SeqStmt):
             self.emit_seq(list(stmt.seq))
         elif isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
             self.emit_launch(stmt)
-        elif (rule := self._statement_rule(stmt)) is not None:
-            rule(self, stmt)
         elif isinstance(stmt, tirx.AttrStmt):
             with T.attr(stmt.node, stmt.attr_key, self.expr(stmt.value)):
                 self.emit(stmt.body)
@@ -323,9 +324,12 @@ class Emitter:
 
     def emit_launch(self, stmt):
         extent = stmt.value
-        is_threads = stmt.node.thread_tag == "threadIdx.x"
+        tag = stmt.node.thread_tag
+        is_threads = tag == "threadIdx.x"
         if is_threads:
             extent = extent + self.plan.producer_threads
+        elif self.plan.persistent is not None:  # persistent.py: one CTA per SM walks the tiles
+            extent = tirx.const(self.plan.persistent.ctas if tag == "blockIdx.x" else 1, "int32")
         if not self._host_done:
             self._host_done = True
             for hook in KERNEL_HOOKS["host"]:  # host code: before the first launch dimension
@@ -339,7 +343,8 @@ class Emitter:
                     IRBuilder.name("warp_tx", self.warp_tx)
                 self.emit_flat_views()
                 self.emit_pool()
-                self.emit_raster()
+                if self.plan.persistent is None:
+                    self.emit_raster()
                 for hook in KERNEL_HOOKS["thread"]:
                     hook(self)
             self.emit(stmt.body)
@@ -358,8 +363,7 @@ class Emitter:
             self.views[key] = view
 
     def emit_raster(self):
-        """Grouped CTA order for GEMM kernels (L2 reuse): consecutive CTAs walk `group` tiles down x before
-        moving along y, so the CTAs resident at once share A row-tiles and B column-tiles.
+        """Grouped CTA order for GEMM kernels (L2 reuse): see `bind_tile`.
 
         Legal because CTAs of one launch are independent: only which CTA computes which (bx, by) changes.
         """
@@ -370,21 +374,38 @@ class Emitter:
             self.var_map[bx] = new_bx
             self.analyzer.bind(new_bx, tvm.ir.Range(0, int(gx)))
             return
-        group = self.plan.raster_group
-        if group <= 1:
+        if self.plan.raster_group <= 1:
             return
-        (bx, gx), (by, gy) = self.plan.grid["blockIdx.x"], self.plan.grid["blockIdx.y"]
-        gx, gy = int(gx), int(gy)
-        lin = by * gx + bx
-        per_group = group * gy
-        gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
-        new_bx = T.Bind(gid * group + tirx.floormod(rem, group))
-        IRBuilder.name("bx_raster", new_bx)
-        new_by = T.Bind(tirx.floordiv(rem, group))
-        IRBuilder.name("by_raster", new_by)
-        self.var_map[bx], self.var_map[by] = new_bx, new_by
-        self.analyzer.bind(new_bx, tvm.ir.Range(0, gx))
-        self.analyzer.bind(new_by, tvm.ir.Range(0, gy))
+        (bx, gx), (by, _) = self.plan.grid["blockIdx.x"], self.plan.grid["blockIdx.y"]
+        self.var_map.update(self.bind_tile(by * int(gx) + bx))
+
+    def bind_tile(self, lin) -> dict:
+        """The grid variables of the CTA tile with linear index `lin` (emitted as Binds): {var: expression}.
+        With `plan.raster_group` > 1, consecutive tiles walk `group` tiles down x before moving along y, so the
+        tiles in flight at once share A row-tiles and B column-tiles; otherwise x varies fastest, as the
+        hardware launches a grid."""
+        grid = self.plan.grid
+        bx, gx = grid["blockIdx.x"]
+        gx = int(gx)
+        if "blockIdx.y" not in grid:
+            coords = {bx: lin}
+        else:
+            by, gy = grid["blockIdx.y"]
+            gy, group = int(gy), self.plan.raster_group
+            if group > 1:
+                per_group = group * gy
+                gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
+                coords = {bx: gid * group + tirx.floormod(rem, group), by: tirx.floordiv(rem, group)}
+            else:
+                coords = {bx: tirx.floormod(lin, gx), by: tirx.floordiv(lin, gx)}
+        out = {}
+        for var, value in coords.items():
+            bound = T.Bind(value)
+            IRBuilder.name(f"{var.name}_tile" if self.plan.persistent is not None else f"{var.name}_raster", bound)
+            extent = grid["blockIdx.x" if var.same_as(bx) else "blockIdx.y"][1]
+            self.analyzer.bind(bound, tvm.ir.Range(0, int(extent)))
+            out[var] = bound
+        return out
 
     def emit_alloc(self, buf):
         scope = scope_of(buf)

@@ -7,7 +7,8 @@
 3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
 4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
 5. the shared tiles (swizzled for the tensor cores, one copy per pipeline stage) and the reductions' workspaces;
-6. the warp-specialized TMA pipeline where it applies (tma.py), or why not;
+6. the warp-specialized TMA pipeline where it applies (tma.py), or why not, and persistent CTAs over it
+   (persistent.py) where asked for;
 7. the shared-memory pool and the budgets (budget.py).
 The emitters (emitter.py and the op modules) read the plan and never decide anything the plan holds; the compiled
 kernel keeps `plan.summary()`, which the notebook view renders.
@@ -27,6 +28,7 @@ from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
+from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
 from .switches import switch
@@ -52,6 +54,7 @@ class KernelPlan:
     workspaces: dict  # reduction call -> SharedTile (cross-warp partial results)
     pipelines: dict  # T.Pipelined For -> schedule.PipelineSchedule
     tma: object  # tma.TmaPlan | None
+    persistent: object  # persistent.Persistent | None: one CTA per SM walks the grid's tiles
     pipeline_note: str
     pool_bytes: int
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
@@ -196,7 +199,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     plan = KernelPlan(
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
+        tma=None, persistent=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
         heavy_first=_heavy_first(func, grid),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note = None, ""
@@ -205,6 +208,9 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
+    persistent, why = plan_persistent(func, tma, grid, _threads_body(func), shared)
+    if why:
+        note = "; ".join(x for x in (note, why) if x)
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
     barrier_offset = (end + 7) // 8 * 8
@@ -218,7 +224,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         notes += ("CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so blockIdx.x "
                   "runs in reverse (tile_nb.heavy_first = 1)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
-                   tma=tma, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
+                   tma=tma, persistent=persistent, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
                    producer_threads=tma.producer_threads if tma is not None else 0, notes=notes)
 
 
@@ -234,6 +240,14 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
                 if note not in notes:
                     notes.append(note)
     return tuple(notes)
+
+
+def _threads_body(func):
+    """The statement under the threadIdx.x launch (what each CTA runs)."""
+    for s in iter_stmts(func.body):
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" and s.node.thread_tag == "threadIdx.x":
+            return s.body
+    return None
 
 
 def _launch(func):

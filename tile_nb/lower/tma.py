@@ -50,7 +50,8 @@ from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_tensor_maps", "emit_ws_loop", "plan_tma"]
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop", "emit_producer_loads",
+           "emit_producer_role", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role", "plan_tma"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
 # setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
@@ -517,36 +518,58 @@ def emit_barrier_init(em):
 
 @register_statement(lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), priority=1)
 def emit_ws_loop(em, loop):
+    """The loop at its place in the kernel body: the producer's branch and the consumers' branch. In a persistent
+    kernel (persistent.py) the roles split around the loop over tiles instead, and only the consumers' part of
+    the loop is emitted here, at ring position `em.scope.pipeline_base` (the k-tiles of earlier tiles)."""
     plan = em.plan.tma
     start, n = em.expr(loop.min), em.expr(loop.extent)
+    if em.plan.persistent is not None:
+        emit_consumer_loop(em, plan, start, n, em.scope.pipeline_base)
+        return
     with T.If(tirx.Not(em.is_consumer())):
         with T.Then():
-            if plan.registers:
-                T.evaluate(intrin.set_max_registers("dec", plan.registers[0]))
-            with T.If(em.tx == em.threads), T.Then():
-                _emit_producer(em, plan, start, n)
-            if plan.registers:
-                # Leave now: ptxas honours setmaxnreg only where what is live fits, and the consumers' fragments
-                # would otherwise be live here (used after the loop, on paths the producer does not take).
-                T.evaluate(T.thread_return())
+            emit_producer_role(em, plan, lambda: _emit_producer(em, plan, start, n))
         with T.Else(), em.scoped(consumer=True):
-            if plan.registers:
-                T.evaluate(intrin.set_max_registers("inc", plan.registers[1]))
-            if plan.pingpong:
-                _let_first_warpgroup_start(em, plan.pingpong)
-            if plan.overlap is not None:
-                _emit_overlapped_consumer(em, plan, start, n)
-            else:
-                _emit_consumer(em, plan, start, n)
+            enter_consumer_role(em, plan)
+            emit_consumer_loop(em, plan, start, n)
+
+
+def emit_producer_role(em, plan: TmaPlan, loads):
+    """The producer threads' branch: hand registers over, `loads()` on the producer's first thread, leave."""
+    if plan.registers:
+        T.evaluate(intrin.set_max_registers("dec", plan.registers[0]))
+    with T.If(em.tx == em.threads), T.Then():
+        loads()
+    if plan.registers:
+        # Leave now: ptxas honours setmaxnreg only where what is live fits, and the consumers' fragments
+        # would otherwise be live here (used after the loop, on paths the producer does not take).
+        T.evaluate(T.thread_return())
+
+
+def enter_consumer_role(em, plan: TmaPlan):
+    """What the consumer threads do once, before their first k-tile."""
+    if plan.registers:
+        T.evaluate(intrin.set_max_registers("inc", plan.registers[1]))
+    if plan.pingpong:
+        _let_first_warpgroup_start(em, plan.pingpong)
+
+
+def emit_consumer_loop(em, plan: TmaPlan, start, n, base=0):
+    """The consumers' k-loop. `base`: k-tiles of the stage ring used before this loop (persistent kernels); then
+    every stage is released by the end, so that the producer can refill it for the next tile."""
+    if plan.overlap is not None:
+        _emit_overlapped_consumer(em, plan, start, n, base)
+    else:
+        _emit_consumer(em, plan, start, n, base)
 
 
 class _Iteration:
     """Emitting statements of the loop body as iteration `k` (stage k % S) of the consumers' loop."""
 
-    def __init__(self, em, plan: TmaPlan, start, k):
+    def __init__(self, em, plan: TmaPlan, start, k, base=0):
         self.em, self.plan, self.k = em, plan, k
-        self.s = tirx.floormod(k, plan.stages)
-        self.parity = tirx.floormod(tirx.floordiv(k, plan.stages), 2)
+        self.s = tirx.floormod(base + k, plan.stages)
+        self.parity = tirx.floormod(tirx.floordiv(base + k, plan.stages), 2)
         self.start = start
         self.waits = {use: g for g, (use, _) in enumerate(plan.arrivals)}
 
@@ -565,26 +588,28 @@ class _Iteration:
         self.em.emit_seq([self.plan.rest[index]])
 
 
-def _emit_consumer(em, plan: TmaPlan, start, n):
+def _emit_consumer(em, plan: TmaPlan, start, n, base):
     everything = range(len(plan.arrivals))
     with T.serial(0, n) as k:
         IRBuilder.name(plan.loop.loop_var.name, k)
         em.bind_range(k, n)
-        it = _Iteration(em, plan, start, k)
+        it = _Iteration(em, plan, start, k, base)
         with it.scope(mma_in_flight=plan.in_flight, pingpong=plan.pingpong):
             for i in range(len(plan.rest)):  # register-only besides the T.gemm: no CTA barriers
                 it.emit(i)
         if plan.in_flight:
             # wait_group 1 in the gemm: k-1's MMAs are done, so its stage can be refilled.
-            _release(em, plan, tirx.floormod(k + plan.stages - 1, plan.stages), everything, when=k > 0)
+            _release(em, plan, tirx.floormod(base + k + plan.stages - 1, plan.stages), everything, when=k > 0)
         else:
             # wait_group 0 in the gemm: this iteration's MMAs are done with stage s.
             _release(em, plan, it.s, everything)
     if plan.in_flight:
         drain_accumulators(em, plan.rest)
+        if em.plan.persistent is not None:  # the last k-tile's stage, which no later iteration releases
+            _release(em, plan, tirx.floormod(base + n + plan.stages - 1, plan.stages), everything, when=n > 0)
 
 
-def _emit_overlapped_consumer(em, plan: TmaPlan, start, n):
+def _emit_overlapped_consumer(em, plan: TmaPlan, start, n, base):
     """Iteration k: head and G1 of k; G2 of k-1; wait for G1; release G1's tiles; early statements (under G2 of
     k-1); wait for G2; release its tiles of stage k-1; late statements. Iteration 0 is peeled (no G2 before it):
     under a branch around G2's issue ptxas no longer lets the early statements run under it. After the loop: G2
@@ -594,7 +619,7 @@ def _emit_overlapped_consumer(em, plan: TmaPlan, start, n):
     early_groups = tuple(g for g in range(len(plan.arrivals)) if g not in ov.late_groups)
     last = len(rest) - 1
     with T.If(n > 0), T.Then():
-        first = _Iteration(em, plan, start, tirx.const(0, "int32"))
+        first = _Iteration(em, plan, start, tirx.const(0, "int32"), base)
         with first.scope(mma_deferred=True):
             for i in range(ov.first + 1):
                 first.emit(i)
@@ -606,7 +631,7 @@ def _emit_overlapped_consumer(em, plan: TmaPlan, start, n):
     with T.serial(0, n - 1) as j:
         IRBuilder.name(plan.loop.loop_var.name, j)
         em.bind_range(j, n - 1)
-        it, prev = _Iteration(em, plan, start, j + 1), _Iteration(em, plan, start, j)
+        it, prev = _Iteration(em, plan, start, j + 1, base), _Iteration(em, plan, start, j, base)
         with it.scope(mma_deferred=True):
             for i in range(ov.first + 1):
                 it.emit(i)
@@ -625,10 +650,12 @@ def _emit_overlapped_consumer(em, plan: TmaPlan, start, n):
             for i in range(ov.late, last):
                 it.emit(i)
     with T.If(n > 0), T.Then():
-        final = _Iteration(em, plan, start, n - 1)
+        final = _Iteration(em, plan, start, n - 1, base)
         with final.scope(mma_deferred=True):
             final.emit(last)
         wait_for_gemm(em, g2, 0)
+        if em.plan.persistent is not None:  # the tiles of the last k-tile that G2 read
+            _release(em, plan, final.s, ov.late_groups)
 
 
 def _written(stmts) -> list:
@@ -647,22 +674,29 @@ def _let_first_warpgroup_start(em, groups: int):
         T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER, 256))
 
 
-def _emit_producer(em, plan: TmaPlan, start, n):
+def _emit_producer(em, plan: TmaPlan, start, n, base=0):
+    """The producer's k-loop: k-tile k goes to ring position base + k (stage (base + k) % S)."""
     stages = plan.stages
     fd, fm = tirx.floordiv, tirx.floormod
     loop = plan.loop
     with T.serial(0, n) as k:
         IRBuilder.name(loop.loop_var.name + "_load", k)
         em.bind_range(k, n)
-        s = fm(k, stages)
+        s = fm(base + k, stages)
         with em.bound("var_map", {loop.loop_var: start + k}):
             for g, (_, group) in enumerate(plan.arrivals):
-                T.evaluate(mbarrier_wait(_empty(em, plan, s, g), tirx.bitwise_xor(fm(fd(k, stages), 2), 1)))
+                T.evaluate(mbarrier_wait(_empty(em, plan, s, g), tirx.bitwise_xor(fm(fd(base + k, stages), 2), 1)))
                 T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
                 for ci in group:
                     c = plan.copies[ci]
                     with em.marked(c.call):
                         _emit_loads(em, c, s, _full(em, plan, s, g))
+
+
+def emit_producer_loads(em, plan: TmaPlan, base):
+    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller)."""
+    loop = plan.loop
+    _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base)
 
 
 def _emit_loads(em, c, s, full):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
 from ..backend.resources import Resources
-from ..backend.target import device_arch, resolve_target, target_arch
+from ..backend.target import device_arch, device_sm_count, resolve_target, target_arch
 from .cache import DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
@@ -89,6 +89,17 @@ def _lowering_switches(func) -> dict[str, str]:
     return {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ}
 
 
+def _with_device_facts(func, arch: str):
+    """The PrimFunc with what the lowering needs to know of this process's GPU when it builds for it: the SM count
+    (`tile_nb.sm_count`, the CTAs a persistent kernel launches), unless the kernel sets it itself."""
+    import tvm
+
+    if not isinstance(func, tvm.tirx.PrimFunc) or "tile_nb.sm_count" in (func.attrs or {}) or device_arch() != arch:
+        return func
+    count = device_sm_count()
+    return func if count is None else func.with_attr("tile_nb.sm_count", count)
+
+
 def _keyed_script(func) -> str:
     """The IR text that keys the caches: without the source-line attributes, so moving a kernel down a few lines
     in its file or cell finds the kernel already built."""
@@ -137,6 +148,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     build_options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
+    func = _with_device_facts(func, arch)
     ir_text = _keyed_script(func)
     key = compute_key(key_material(ir_text, str(target), dict(build_options.to_dict(), **_lowering_switches(func))))
     problem = _launch_problem(arch)

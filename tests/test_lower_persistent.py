@@ -1,0 +1,151 @@
+"""Persistent CTAs over a TMA kernel's tiles (tile_nb/lower/persistent.py): when they are built, what they emit,
+and that the kernels build without spills. CPU only; the GPU runs are in tests/test_gpu_gemm.py
+(`test_persistent_*`)."""
+import re
+
+import pytest
+import tile_nb
+import tile_nb.language as T
+from kernels.seed import gemm as seed_gemm
+from kernels.seed import gemm_ir, gemm_smem_epilogue
+from test_lower_gemm import target
+
+from tile_nb.lower import lower, lower_with_plan
+
+BIG = dict(block_N=256, block_K=64, threads=256)
+
+
+def persistent(func, sms=None):
+    func = func.with_attr("tile_nb.persistent", 1)
+    return func if sms is None else func.with_attr("tile_nb.sm_count", sms)
+
+
+def note(func):
+    return lower_with_plan(func, target("sm_90a"))[1].pipeline_note
+
+
+def lowered(func) -> str:
+    """The lowered IR's text without the helpers' CUDA source."""
+    return re.sub(r', source_code="(?:[^"\\]|\\.)*"', "", lower(func, target("sm_90a")).script())
+
+
+def test_off_by_default():
+    assert "persistent" not in note(gemm_ir(4096, 4096, 1024, **BIG))
+
+
+def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():
+    func = persistent(gemm_ir(4096, 4096, 1024, **BIG))
+    assert "persistent: 132 CTAs (one per SM) walk the 512 tiles" in note(func)
+    ir = lowered(func)
+    assert 'T.launch_thread("blockIdx.x", 132)' in ir and 'T.launch_thread("blockIdx.y", 1)' in ir
+    # CTA b takes tiles b, b + 132, ...: ceil((512 - b) / 132) of them
+    assert tile_counts(ir, 132) == [4] * 116 + [3] * 16  # 512 tiles
+    # tile t -> (bx, by) in groups of 8 down x (32 x 16 tiles), as the non-persistent grid's raster
+    assert "bx_tile: T.let[T.int32] = (bx + tile * 132) // 128 * 8 + (bx + tile * 132) % 128 % 8" in ir
+    assert "by_tile: T.let[T.int32] = (bx + tile * 132) % 128 // 8" in ir
+    # the stage ring carries on across tiles: k-tile k of the i-th tile is at ring position i * 16 + k
+    assert "stage_barriers[(tile * 16 + k) % 3]), (tile * 16 + k) // 3 % 2)" in ir
+    assert "stage_barriers[3 + (tile_load * 16 + k_load) % 3]), (tile_load * 16 + k_load) // 3 % 2 ^ 1)" in ir
+    # the last k-tile's stage is released after the drain (no later iteration of this tile releases it)
+    tail = ir[ir.index("tnb_wgmma_wait0_r128", ir.index("for tile in")):]
+    assert "stage_barriers[3 + (tile * 16 + 16 + 3 - 1) % 3]" in tail.split("tnb_vst")[0]
+
+
+def test_the_sm_count_sets_the_launch():
+    ir = lowered(persistent(gemm_ir(1000, 1032, 1000, **BIG), sms=3))
+    assert 'T.launch_thread("blockIdx.x", 3)' in ir
+    assert tile_counts(ir, 3) == [14, 13, 13]  # 8 x 5 = 40 tiles
+
+
+def test_kernels_whose_accumulator_is_read_every_k_tile():
+    """float16 accumulator (rounded after every T.gemm): each k-tile releases its own stage, nothing after."""
+    func = seed_gemm.specialize(M=4096, N=4096, K=1024, out_dtype=T.float16, block_K=64)
+    func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.raster_group", 1))
+    assert "persistent" in note(func) and "before its stage is released" in note(func)
+    ir = lowered(func)
+    assert "bx_tile: T.let[T.int32] = (bx + tile * 132) % 32" in ir  # no grouping: x fastest
+    tail = ir[ir.index("for k in range(16)", ir.index("for tile in")):]
+    assert "tnb_wgmma_wait0" in tail and "(tile * 16 + 16 + 3 - 1) % 3" not in tail
+
+
+def test_a_shared_memory_epilogue_ends_each_tile_with_a_consumer_barrier():
+    func = persistent(gemm_smem_epilogue.specialize(M=4096, N=4096, K=512))
+    ir = lowered(func)
+    tile_loop = ir[ir.index("for tile in"):]
+    # barrier, C_shared written, barrier, read (the epilogue); then the barrier before the next tile
+    assert tile_loop.count("tnb_bar_sync_1_256") == 3, tile_loop
+    assert tile_loop.rstrip().endswith('T.cuda.func_call("tnb_bar_sync_1_256")')
+
+
+def tile_counts(ir: str, ctas: int) -> list:
+    """How many tiles each CTA walks, evaluating the tile loops' extents (the producer's and the consumers' agree)."""
+    extents = re.findall(r"for tile(?:_load)? in range\((.*)\):", ir)
+    assert len(extents) == 2 and extents[0] == extents[1], extents
+    return [eval(extents[0], {"bx": b}) for b in range(ctas)]  # noqa: S307 - floor division as in TIR
+
+
+@tile_nb.jit
+def triangular(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64):
+    """A test kernel whose k-loop grows with bx (as causal attention's does)."""
+    M, N, K = T.const('M, N, K')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=256) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_local)
+        for k in T.Pipelined(bx + 1, num_stages=3):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@pytest.mark.parametrize("func,why", [
+    (lambda: gemm_ir(2048, 2048, 1024, **BIG), "128 tiles fit on 132 SMs at once"),
+    (lambda: gemm_ir(4096, 4096, 1024), "they need the TMA pipeline's producer"),  # one warpgroup: cp.async
+    (lambda: triangular.specialize(M=4096, N=4096, K=4096), "the pipelined loop's trip count differs from tile to tile"),
+])
+def test_refusals_say_why(func, why):
+    text = note(persistent(func()))
+    assert f"no persistent CTAs ({why}" in text, text
+
+
+def test_a_dynamic_grid_is_refused():
+    @tile_nb.jit
+    def dyn(A, B, C):
+        M = T.dynamic('M')
+        N, K = T.const('N, K')
+        A: T.Tensor[[M, K], T.float16]
+        B: T.Tensor[[K, N], T.float16]
+        C: T.Tensor[[M, N], T.float32]
+        with T.Kernel(T.ceildiv(M, 128), T.ceildiv(N, 256), threads=256) as (bx, by):
+            A_shared = T.alloc_shared((128, 64), T.float16)
+            B_shared = T.alloc_shared((64, 256), T.float16)
+            C_local = T.alloc_fragment((128, 256), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
+                T.copy(A[bx * 128, k * 64], A_shared)
+                T.copy(B[k * 64, by * 256], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[bx * 128, by * 256])
+
+    text = note(persistent(dyn.specialize(N=4096, K=1024)))
+    assert "no persistent CTAs (the grid depends on a T.dynamic dimension)" in text, text
+
+
+@pytest.mark.parametrize("cfg", [dict(BIG), dict(BIG, num_stages=4), dict(BIG, out_dtype=T.float16)],
+                         ids=["s3", "s4", "fp16_accumulator"])
+def test_persistent_kernels_build_without_spills(cfg):
+    from tile_nb.backend.cuda_compile import available_compiler
+    from tile_nb.runtime import compile as rt_compile
+
+    if available_compiler("nvcc") != "nvcc":
+        pytest.skip("nvcc is not installed here")
+    kernel = rt_compile(persistent(gemm_ir(4096, 4096, 4096, **cfg)), "sm_90a", options={"cache": False})
+    res = kernel.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
+    assert re.search(r"for \(int tile = 0; tile < \(\(643 - \(\(int\)blockIdx.x\)\) / 132\); \+\+tile\)",
+                     kernel.cuda_source)

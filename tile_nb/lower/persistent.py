@@ -1,0 +1,118 @@
+"""Persistent CTAs for warp-specialized TMA kernels: one CTA per SM walks the kernel's tiles.
+
+The kernel's grid of CTAs becomes a list of tiles (in the grouped order of `Emitter.bind_tile`); `ctas` CTAs are
+launched (one per SM) and CTA b runs tiles b, b + ctas, b + 2 ctas, ... The stage ring and its mbarriers are set
+up once and carry on from tile to tile: k-tile k of the CTA's i-th tile sits at ring position i * n + k (n: the
+loop's trip count, the same for every tile). So the producer, which runs ahead of the consumers by up to the
+ring's depth, loads the first k-tiles of the next tile while the consumers run the epilogue of this one, and the
+consumers find them waiting: the pipeline fills once per CTA instead of once per tile.
+
+    producer (its first thread):  for each of its tiles: bind the tile's grid coordinates; the k-loop's loads
+    consumers:                    for each of its tiles: bind them; the kernel body (the k-loop at ring position
+                                  i * n; its last stage released at the end), a consumer barrier when the body
+                                  outside the loop uses shared memory (the next tile rewrites it)
+
+Legal when the grid's extents are constants, the loop's trip count does not depend on the tile, and the loop's
+copies depend only on the grid variables, the loop variable and the parameters (the producer binds nothing
+else). `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 1 turns it on where legal and the grid is larger than one
+CTA per SM; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it from the GPU) is the number of SMs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from .emitter import register_statement
+from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
+from .switches import setting, switch
+from .tma import emit_producer_loads, emit_producer_role, enter_consumer_role
+
+__all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
+
+DEFAULT_SM_COUNT = 132  # H100 SXM and H200
+
+
+@dataclass(frozen=True)
+class Persistent:
+    body: tirx.Stmt  # the statement under the threadIdx.x launch: emitted once per tile
+    tiles: int  # CTAs of the kernel's grid
+    ctas: int  # CTAs launched
+    barrier_per_tile: bool  # statements outside the pipelined loop touch shared memory
+
+
+def plan_persistent(func, tma, grid: dict, threads_body, shared: dict) -> tuple[Persistent | None, str]:
+    """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not); (None, "") when it was
+    not asked for."""
+    if switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "0") == "0":
+        return None, ""
+    if tma is None:
+        return None, "no persistent CTAs (they need the TMA pipeline's producer)"
+    if set(grid) - {"blockIdx.x", "blockIdx.y"} or "blockIdx.x" not in grid:
+        return None, "no persistent CTAs (a grid of one or two dimensions is supported)"
+    extents = [v[1] for v in grid.values()]
+    if not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
+        return None, "no persistent CTAs (the grid depends on a T.dynamic dimension)"
+    tiles = 1
+    for e in extents:
+        tiles *= int(e)
+    sm_count = int(setting(func, "tile_nb.sm_count", "TILE_NB_SM_COUNT", DEFAULT_SM_COUNT))
+    # One CTA per SM: ptxas may give a TMA kernel's threads all of an SM's registers (plan_tma's budget), and a
+    # persistent CTA that has to wait for a free SM would run all of its tiles late.
+    ctas = min(tiles, sm_count)
+    if tiles <= sm_count:
+        return None, f"no persistent CTAs ({tiles} tiles fit on {sm_count} SMs at once)"
+    loop = tma.loop
+    grid_vars = [v[0] for v in grid.values()]
+    local = vars_bound_in(func.body)
+    for e in (loop.min, loop.extent):
+        used = tirx.analysis.undefined_vars(e)
+        if any(v.same_as(g) for v in used for g in grid_vars + local):
+            return None, "no persistent CTAs (the pipelined loop's trip count differs from tile to tile)"
+    for c in tma.copies:
+        for start, _ in region_of(c.call.args[1])[1]:
+            for v in tirx.analysis.undefined_vars(start):
+                if any(v.same_as(x) for x in local) and not v.same_as(loop.loop_var):
+                    return None, (f"no persistent CTAs (the copy into {c.tile_buffer.name} uses {v.name}, which the "
+                                  "producer does not compute)")
+    outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
+    barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
+    return Persistent(threads_body, tiles, ctas, barrier), (
+        f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer loads the next tile's first "
+        "k-tiles during the epilogue")
+
+
+@register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)
+def emit_persistent_body(em, body):
+    pp, tma = em.plan.persistent, em.plan.tma
+    cta = em.plan.grid["blockIdx.x"][0]
+    count = tirx.floordiv(pp.tiles - cta + (pp.ctas - 1), pp.ctas)  # this CTA's tiles
+
+    def tiles(name):
+        """A loop over this CTA's tiles with the grid variables bound: yields (loop counter, var_map entries)."""
+        with T.serial(0, count) as i:
+            IRBuilder.name(name, i)
+            em.bind_range(i, count)
+            yield i, em.bind_tile(cta + i * pp.ctas)
+
+    def loads():
+        n = em.expr(tma.loop.extent)
+        for i, coords in tiles("tile_load"):
+            with em.bound("var_map", coords):
+                emit_producer_loads(em, tma, i * n)
+
+    with T.If(tirx.Not(em.is_consumer())):
+        with T.Then():
+            emit_producer_role(em, tma, loads)
+        with T.Else(), em.scoped(consumer=True):
+            enter_consumer_role(em, tma)
+            n = em.expr(tma.loop.extent)
+            for i, coords in tiles("tile"):
+                with em.bound("var_map", coords), em.scoped(pipeline_base=i * n):
+                    em.emit_seq(seq_items(body))
+                if pp.barrier_per_tile:
+                    em.sync()
+
