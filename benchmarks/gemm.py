@@ -34,7 +34,8 @@ CONFIGS = {
     "seed 128x128x32 t128 s3": (SEED, {}),
     "128x256x64 t256 s3": (BIG, {}),
 }
-VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp)
+VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp, and
+    #            persistent CTAs where the grid has more tiles than the GPU has SMs)
     "seed, TMA forced": (SEED, {"tile_nb.tma": 1}),
     "seed s4": (dict(SEED, num_stages=4), {}),
     "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
@@ -43,8 +44,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s2": (dict(BIG, num_stages=2), {}),
     "big, no raster": (BIG, {"tile_nb.raster_group": 1}),
     "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
-    "big, persistent": (BIG, {"tile_nb.persistent": 1}),
-    "big s4, persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 1}),
+    "big, not persistent": (BIG, {"tile_nb.persistent": 0}),
+    "big s4, not persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 0}),
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)

@@ -29,8 +29,11 @@ def lowered(func) -> str:
     return re.sub(r', source_code="(?:[^"\\]|\\.)*"', "", lower(func, target("sm_90a")).script())
 
 
-def test_off_by_default():
-    assert "persistent" not in note(gemm_ir(4096, 4096, 1024, **BIG))
+def test_on_by_default_where_the_grid_is_larger_than_the_gpu():
+    assert "persistent: 132 CTAs" in note(gemm_ir(4096, 4096, 1024, **BIG))
+    assert "persistent" not in note(gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.persistent", 0))
+    # refused without being asked for: nothing said
+    assert "persistent" not in note(gemm_ir(2048, 2048, 1024, **BIG))
 
 
 def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():

@@ -143,6 +143,17 @@ def test_env_switch_is_part_of_the_compile_cache_key(monkeypatch):
     assert "cp.async.bulk.tensor" in tma.cuda_source and "cp.async.bulk.tensor" not in plain.cuda_source
 
 
+def test_the_jit_builds_again_when_a_switch_changes(monkeypatch):
+    """`kernel.compile` in one process, before and after TILE_NB_TMA=0: two kernels, not the first one twice."""
+    from kernels.seed import gemm_variant
+
+    shapes = dict(M=256, N=256, K=256, target="sm_90a", **BIG)
+    tma = gemm_variant.compile(**shapes)
+    monkeypatch.setenv("TILE_NB_TMA", "0")
+    plain = gemm_variant.compile(**shapes)
+    assert tma.pipeline.startswith("TMA") and plain.pipeline.startswith("cp.async (TMA turned off"), plain.pipeline
+
+
 def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
     """C staged through shared memory needs a barrier between the two copies; with a producer warp that
     barrier is `bar.sync 1, 256` over the consumers (a __syncthreads would wait for the producer forever)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 import types
 from dataclasses import dataclass, field
@@ -408,7 +409,10 @@ class JITFunction:
 
             target = resolve_target(target or self.target)
             target_text = str(target)
-        key = (target_text, facts)
+        from .lower import ENV_SWITCHES
+
+        # the lowering's environment switches too (TILE_NB_TMA=0 set between two calls builds another kernel)
+        key = (target_text, facts, tuple(os.environ.get(name) for name in ENV_SWITCHES))
         kernel = spec.compiled.get(key)
         if kernel is None:
             func = facts.apply(spec.func)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..runtime import with_device_facts
 from .inputs import compile_time_names, device_name, is_tensor, make_inputs, sync
 from .limits import limits_for, resource_problem
 from .progress import make_reporter
@@ -248,7 +249,8 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
         except Exception as err:  # noqa: BLE001 - recorded and shown
             p.error, p.stage = error_text(err), "elaborate"
             continue
-        funcs[i] = func
+        # workers hide the GPU: what the lowering needs to know of it goes with the IR (and the cache key)
+        funcs[i] = func = with_device_facts(func, target)
         jobs.append({"id": i, "ir": func.script(), "target": str(target), "options": options, "env": env})
     result.timings["elaborate"] = time.perf_counter() - t0
 

@@ -14,8 +14,10 @@ consumers find them waiting: the pipeline fills once per CTA instead of once per
 
 Legal when the grid's extents are constants, the loop's trip count does not depend on the tile, and the loop's
 copies depend only on the grid variables, the loop variable and the parameters (the producer binds nothing
-else). `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 1 turns it on where legal and the grid is larger than one
-CTA per SM; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it from the GPU) is the number of SMs.
+else). Built by default where legal and the grid has more tiles than the GPU has SMs: on the H200
+(benchmarks/results/gemm.md, 2026-12-03) the 128x256x64 GEMM gained 2-4% at K = 4096 with 4 stages, and tied at
+8192^3. `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 0 turns it off, = 1 also says in the plan why a kernel did
+not get it; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it from the GPU) is the number of SMs.
 """
 from __future__ import annotations
 
@@ -45,10 +47,16 @@ class Persistent:
 
 
 def plan_persistent(func, tma, grid: dict, threads_body, shared: dict) -> tuple[Persistent | None, str]:
-    """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not); (None, "") when it was
-    not asked for."""
-    if switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "0") == "0":
+    """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not). On by default where legal;
+    the reason it was refused is given only when it was asked for (`tile_nb.persistent` = 1)."""
+    mode = switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto")
+    if mode == "0":
         return None, ""
+    plan, why = _plan(func, tma, grid, threads_body, shared)
+    return plan, why if plan is not None or mode == "1" else ""
+
+
+def _plan(func, tma, grid, threads_body, shared):
     if tma is None:
         return None, "no persistent CTAs (they need the TMA pipeline's producer)"
     if set(grid) - {"blockIdx.x", "blockIdx.y"} or "blockIdx.x" not in grid:
@@ -59,7 +67,7 @@ def plan_persistent(func, tma, grid: dict, threads_body, shared: dict) -> tuple[
     tiles = 1
     for e in extents:
         tiles *= int(e)
-    sm_count = int(setting(func, "tile_nb.sm_count", "TILE_NB_SM_COUNT", DEFAULT_SM_COUNT))
+    sm_count = _sm_count(func)
     # One CTA per SM: ptxas may give a TMA kernel's threads all of an SM's registers (plan_tma's budget), and a
     # persistent CTA that has to wait for a free SM would run all of its tiles late.
     ctas = min(tiles, sm_count)
@@ -81,8 +89,12 @@ def plan_persistent(func, tma, grid: dict, threads_body, shared: dict) -> tuple[
     outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
     barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
     return Persistent(threads_body, tiles, ctas, barrier), (
-        f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer loads the next tile's first "
-        "k-tiles during the epilogue")
+        f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer loads "
+        "the next tile's first k-tiles during the epilogue")
+
+
+def _sm_count(func) -> int:
+    return int(setting(func, "tile_nb.sm_count", "TILE_NB_SM_COUNT", DEFAULT_SM_COUNT))
 
 
 @register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)

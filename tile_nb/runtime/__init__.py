@@ -9,7 +9,7 @@ TVM is imported inside `compile`, so importing this package is cheap.
 """
 from ..backend.resources import Resources
 from .cache import DiskCache, cache_dir
-from .compile import clear_cache, clear_memory_cache, compile
+from .compile import clear_cache, clear_memory_cache, compile, with_device_facts
 from .kernel import CompiledKernel, KernelNotLaunchableError
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
            "clear_cache",
            "clear_memory_cache",
            "compile",
+           "with_device_facts",
 ]

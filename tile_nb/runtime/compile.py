@@ -24,7 +24,7 @@ from ..backend.target import device_arch, device_sm_count, resolve_target, targe
 from .cache import DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
-__all__ = ["clear_cache", "clear_memory_cache", "compile"]
+__all__ = ["clear_cache", "clear_memory_cache", "compile", "with_device_facts"]
 
 _memory: dict[str, CompiledKernel] = {}
 _memory_lock = threading.Lock()
@@ -89,12 +89,21 @@ def _lowering_switches(func) -> dict[str, str]:
     return {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ}
 
 
-def _with_device_facts(func, arch: str):
-    """The PrimFunc with what the lowering needs to know of this process's GPU when it builds for it: the SM count
-    (`tile_nb.sm_count`, the CTAs a persistent kernel launches), unless the kernel sets it itself."""
+def with_device_facts(func, target=None):
+    """The PrimFunc with what its lowering needs to know of this process's GPU, when it is built for it: the SM
+    count (`tile_nb.sm_count`: the CTAs a persistent kernel launches), unless the kernel sets one or turns
+    persistent CTAs off.
+    Part of the IR text, so of the cache key: code that compiles elsewhere (tuning workers hide the GPU) applies
+    it first."""
     import tvm
 
-    if not isinstance(func, tvm.tirx.PrimFunc) or "tile_nb.sm_count" in (func.attrs or {}) or device_arch() != arch:
+    from ..lower.switches import switch
+
+    if not isinstance(func, tvm.tirx.PrimFunc) or "tile_nb.sm_count" in (func.attrs or {}):
+        return func
+    if switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto") == "0":
+        return func
+    if device_arch() != target_arch(resolve_target(target)):
         return func
     count = device_sm_count()
     return func if count is None else func.with_attr("tile_nb.sm_count", count)
@@ -148,7 +157,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     build_options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    func = _with_device_facts(func, arch)
+    func = with_device_facts(func, target)
     ir_text = _keyed_script(func)
     key = compute_key(key_material(ir_text, str(target), dict(build_options.to_dict(), **_lowering_switches(func))))
     problem = _launch_problem(arch)
