@@ -46,6 +46,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big, raster 16": (BIG, {"tile_nb.raster_group": 16}),
     "big, not persistent": (BIG, {"tile_nb.persistent": 0}),
     "big s4, not persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 0}),
+    "big, no TMA store": (BIG, {"tile_nb.tma_store": 0}),
+    "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)

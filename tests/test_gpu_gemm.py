@@ -198,6 +198,39 @@ def test_persistent_ctas_walk_every_tile(shape, sms):
 
 
 @needs_hopper
+@pytest.mark.parametrize("stages,staged", [(3, "4 of 4 panels"), (4, "2 of 4 panels")])
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,sms", [((1000, 1032, 1000), 3), ((4000, 4104, 512), None), ((1, 2056, 64), 2),
+                                       ((513, 1288, 4096), 7)])
+def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged):
+    """A 16-bit C leaves through a staging tile in shared memory and TMA stores (the whole tile with 3 stages,
+    half of it at a time with 4), clipped at C's edges; the next tile's stores wait until the staging tile is
+    read. bf16 inputs for bf16 output; the accumulator is float32, rounded once on the way out."""
+    from kernels.seed import gemm_variant
+
+    from tile_nb.runtime import compile as rt_compile
+
+    M, N, K = shape
+    in_dtype = "bfloat16" if out_dtype == "bfloat16" else "float16"
+    a = torch.randn(M, K, device="cuda").to(_DT[in_dtype])
+    b = torch.randn(K, N, device="cuda").to(_DT[in_dtype])
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=_DT[out_dtype])
+    func = gemm_variant.specialize(a, b, c, block_N=256, block_K=64, threads=256, num_stages=stages,
+                                   in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype))
+    func = func.with_attr("tile_nb.persistent", 1)
+    if sms:
+        func = func.with_attr("tile_nb.sm_count", sms)
+    kernel = rt_compile(func, None)
+    assert f"epilogue through shared memory and TMA stores ({staged}" in kernel.pipeline, kernel.pipeline
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any(), "unwritten (NaN) output elements"
+    ref = a.double() @ b.double()
+    tol = 3e-3 if out_dtype == "float16" else 2e-2
+    assert ((c.double() - ref).norm() / ref.norm()).item() < tol
+
+
+@needs_hopper
 @pytest.mark.parametrize("stages", [2, 4])
 def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
     """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer warpgroup

@@ -152,3 +152,28 @@ def test_persistent_kernels_build_without_spills(cfg):
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     assert re.search(r"for \(int tile = 0; tile < \(\(643 - \(\(int\)blockIdx.x\)\) / 132\); \+\+tile\)",
                      kernel.cuda_source)
+
+
+def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
+    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)
+    assert "epilogue through shared memory and TMA stores (4 of 4 panels at a time)" in note(s3)
+    ir = lowered(s3)
+    # C's tensor map: 64-column boxes of 128 rows, 128-byte swizzle (the staging panels' layout)
+    assert "T.tensormap_encode_tiled(C_tensormap, C.data, 4096, 4096, 8192, 64, 128, 1, 1" in ir
+    epilogue = ir[ir.index("tnb_bulk_wait_read0"):]
+    assert epilogue.count("tnb_tma_store_2d") == 4 and epilogue.count("tnb_bulk_commit") == 1
+    assert "by_tile * 256 + 192, bx_tile * 128" in epilogue  # the last panel's coordinates, innermost first
+    assert ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')  # the stores finish before the CTA exits
+    # 4 stages leave room for half the tile: two rounds of two panels
+    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
+    assert "(2 of 4 panels at a time)" in note(s4)
+    assert lowered(s4).count("tnb_bulk_commit\")") == 2
+
+
+def test_tma_store_switch_and_refusals():
+    fp16 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)
+    assert "TMA stores" not in note(fp16.with_attr("tile_nb.tma_store", 0))
+    assert "TMA stores" not in note(fp16.with_attr("tile_nb.persistent", 0))  # only where the stores overlap
+    fp32 = gemm_ir(4096, 4096, 1024, **BIG)
+    assert "TMA store" not in note(fp32)  # not asked for: nothing said
+    assert "no TMA store (C is not a 2-d 16-bit tensor" in note(fp32.with_attr("tile_nb.tma_store", 1))

@@ -16,7 +16,8 @@ default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in fli
 take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
 FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
 on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA kernel's grid larger than the GPU,
-persistent.py; on by default, 0 turns it off) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it from the GPU). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part
+persistent.py; on by default, 0 turns it off), `tile_nb.tma_store` (0: the epilogue of a persistent
+kernel stores its accumulator from registers instead of through shared memory and TMA stores, epilogue.py) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it from the GPU). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part
 of compile-cache keys).
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringErro
 
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
 ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG", "TILE_NB_SOFTMAX_OVERLAP",
-                "TILE_NB_HEAVY_FIRST", "TILE_NB_PERSISTENT", "TILE_NB_SM_COUNT")
+                "TILE_NB_HEAVY_FIRST", "TILE_NB_PERSISTENT", "TILE_NB_SM_COUNT", "TILE_NB_TMA_STORE")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

@@ -104,6 +104,7 @@ class Emitter:
         self.stage: dict = {}  # shared tile -> stage index expression (inside a pipelined loop)
         self.loop_registers: dict = {}  # fragment -> (indices, register index) inside a fragment-driven loop
         self.tensor_maps: dict = {}  # TmaCopy -> tensor map handle (host code)
+        self.store_map = None  # the TMA store epilogue's tensor map of C (epilogue.py)
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
         self._host_done = False

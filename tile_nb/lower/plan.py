@@ -28,6 +28,7 @@ from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
+from .epilogue import plan_tma_store
 from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
@@ -55,6 +56,7 @@ class KernelPlan:
     pipelines: dict  # T.Pipelined For -> schedule.PipelineSchedule
     tma: object  # tma.TmaPlan | None
     persistent: object  # persistent.Persistent | None: one CTA per SM walks the grid's tiles
+    tma_store: object  # epilogue.TmaStore | None: the accumulator leaves through shared memory and TMA stores
     pipeline_note: str
     pool_bytes: int
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
@@ -199,7 +201,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     plan = KernelPlan(
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, persistent=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
+        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
         heavy_first=_heavy_first(func, grid),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note = None, ""
@@ -209,8 +211,12 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
     persistent, why = plan_persistent(func, tma, grid, _threads_body(func), shared)
-    if why:
-        note = "; ".join(x for x in (note, why) if x)
+    barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
+    tma_store, why_store, stage = plan_tma_store(func, persistent, _threads_body(func), accumulators, shared,
+                                                 barrier_bytes, arch)
+    if stage is not None:
+        shared[stage.buffer] = stage
+    note = "; ".join(x for x in (note, why, why_store) if x)
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
     barrier_offset = (end + 7) // 8 * 8
@@ -224,7 +230,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         notes += ("CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so blockIdx.x "
                   "runs in reverse (tile_nb.heavy_first = 1)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
-                   tma=tma, persistent=persistent, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
+                   tma=tma, persistent=persistent, tma_store=tma_store, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
                    producer_threads=tma.producer_threads if tma is not None else 0, notes=notes)
 
 

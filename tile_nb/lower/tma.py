@@ -50,8 +50,9 @@ from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop", "emit_producer_loads",
-           "emit_producer_role", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role", "plan_tma"]
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "device_helper", "emit_barrier_init", "emit_consumer_loop",
+           "emit_producer_loads", "emit_producer_role", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
+           "plan_tma", "tensormap"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
 # setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
@@ -391,24 +392,28 @@ def emit_tensor_maps(em):
     seen = {}
     for c in plan.copies:
         key = (c.global_buf, c.boxes[0].dims, c.swizzle)
-        if key in seen:
-            em.tensor_maps[c] = seen[key]
-            continue
-        buf = c.global_buf
-        rank = len(buf.shape)
-        dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
-        elem = tirx_bits(buf.dtype) // 8
-        strides, acc = [], elem
-        for d in dims[:-1]:
-            acc = acc * d
-            strides.append(acc)  # bytes to step dims 1.. (dim 0 is contiguous)
-        tmap = T.Bind(tirx.tvm_stack_alloca("tensormap", 1), T.handle("tensormap"))
-        IRBuilder.name(f"{buf.name}_tensormap", tmap)
-        T.evaluate(tirx.tensormap_encode_tiled(
-            tmap, buf.data, *dims, *strides, *c.boxes[0].dims, *([1] * rank),
-            descriptor_dtype=_descriptor_dtype(buf.dtype), rank=rank, swizzle=c.swizzle,
-            l2_promotion=_L2_PROMOTION_256B))
-        seen[key] = em.tensor_maps[c] = tmap
+        if key not in seen:
+            seen[key] = tensormap(c.global_buf, c.boxes[0].dims, c.swizzle)
+        em.tensor_maps[c] = seen[key]
+
+
+def tensormap(buf, box, swizzle: int):
+    """A tensor map of the global tensor `buf` for boxes of `box` elements (innermost first), encoded on the host
+    (emitted where host code goes, before the launch); the handle the kernel's TMA calls take."""
+    rank = len(buf.shape)
+    dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
+    elem = tirx_bits(buf.dtype) // 8
+    strides, acc = [], elem
+    for d in dims[:-1]:
+        acc = acc * d
+        strides.append(acc)  # bytes to step dims 1.. (dim 0 is contiguous)
+    tmap = T.Bind(tirx.tvm_stack_alloca("tensormap", 1), T.handle("tensormap"))
+    IRBuilder.name(f"{buf.name}_tensormap", tmap)
+    T.evaluate(tirx.tensormap_encode_tiled(
+        tmap, buf.data, *dims, *strides, *box, *([1] * rank),
+        descriptor_dtype=_descriptor_dtype(buf.dtype), rank=rank, swizzle=swizzle,
+        l2_promotion=_L2_PROMOTION_256B))
+    return tmap
 
 
 def _descriptor_dtype(dtype) -> str:
@@ -419,7 +424,8 @@ def _descriptor_dtype(dtype) -> str:
 
 # ---- device helpers -----------------------------------------------------------------------------------
 
-def _helper(name, params, body, *args):
+def device_helper(name, params, body, *args):
+    """A call of the inline device function `name(params) { body }` (its source goes with the call)."""
     src = f"""
 __forceinline__ __device__ void {name}({params}) {{
 {body}
@@ -429,7 +435,7 @@ __forceinline__ __device__ void {name}({params}) {{
 
 
 def mbarrier_init(bar, count):
-    return _helper("tnb_mbarrier_init", "void* bar, int count",
+    return device_helper("tnb_mbarrier_init", "void* bar, int count",
                    '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
                    '  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(b), "r"(count) : "memory");',
                    bar, count)
@@ -437,12 +443,12 @@ def mbarrier_init(bar, count):
 
 def fence_mbarrier_init():
     # Makes the initialised barriers visible to the async proxy (the TMA unit) before first use.
-    return _helper("tnb_fence_mbarrier_init", "",
+    return device_helper("tnb_fence_mbarrier_init", "",
                    '  asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
 
 
 def mbarrier_wait(bar, parity):
-    return _helper("tnb_mbarrier_wait", "void* bar, int parity",
+    return device_helper("tnb_mbarrier_wait", "void* bar, int parity",
                    '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
                    '  asm volatile("{\\n.reg .pred done;\\nWAIT_%=:\\n"\n'
                    '               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"\n'
@@ -451,14 +457,14 @@ def mbarrier_wait(bar, parity):
 
 
 def mbarrier_arrive(bar):
-    return _helper("tnb_mbarrier_arrive", "void* bar",
+    return device_helper("tnb_mbarrier_arrive", "void* bar",
                    '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
                    '  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(b) : "memory");',
                    bar)
 
 
 def mbarrier_expect_tx(bar, nbytes):
-    return _helper("tnb_mbarrier_arrive_expect_tx", "void* bar, int nbytes",
+    return device_helper("tnb_mbarrier_arrive_expect_tx", "void* bar, int nbytes",
                    '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
                    '  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n"'
                    ' :: "r"(b), "r"(nbytes) : "memory");',
@@ -475,7 +481,7 @@ def tma_load(rank, dst, tmap, bar, coords):
             f'               " [%0], [%1, {{{ops}}}], [%2];\\n"\n'
             f'               :: "r"(d), "l"(tmap), "r"(b){cons} : "memory");')
     # The tensor map is a __grid_constant__ kernel parameter; TVM passes its address as an integer.
-    return _helper(f"tnb_tma_load_{rank}d", f"void* dst, unsigned long long tmap, void* bar, {names}", body,
+    return device_helper(f"tnb_tma_load_{rank}d", f"void* dst, unsigned long long tmap, void* bar, {names}", body,
                    dst, tirx.address_of(tmap), bar, *coords)
 
 

@@ -1,0 +1,178 @@
+"""The epilogue of a persistent TMA GEMM through shared memory and TMA stores.
+
+`T.copy(C_local, C[...])` after the pipelined loop, with C_local the wgmma accumulator: instead of every thread
+storing its registers to global memory (4-byte stores, half a 32-byte sector each), the consumers write them into
+a staging tile in shared memory (64-column, 128-byte-swizzled panels: conflict-free, and the layout a TMA box with
+SWIZZLE_128B reads), and one thread hands each panel to the TMA unit (`cp.async.bulk.tensor` global <- shared),
+which writes the tile in the background (clipping it at C's edges) while the consumers go on to the next tile's
+main loop. The staging tile holds the whole output tile, or as many panels as the shared memory left allows: the
+tile is then staged a chunk at a time.
+
+    per chunk of panels: thread 0 waits until earlier stores have read the staging tile (wait_group.read 0);
+                         consumer barrier; every consumer writes its registers of the chunk's columns;
+                         fence.proxy.async (the TMA unit sees those writes); consumer barrier;
+                         thread 0: one TMA store per panel, commit_group
+    at the kernel's end: thread 0 waits for its stores (wait_group 0)
+
+Chosen for persistent kernels (persistent.py), where the stores overlap the next tile, when C is a contiguous
+16-bit global tensor with 16-byte rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles.
+`tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off, = 1 says in the plan why a kernel did not get it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.script.ir_builder import tirx as T
+
+from . import intrin
+from .budget import layout_pool, max_shared_bytes
+from .emitter import register_kernel_hook, register_statement
+from .exprs import conjunction
+from .irwalk import region_of, scope_of, seq_items
+from .layout import SharedTile, WgmmaAccLayout, tirx_bits
+from .switches import switch
+from .tma import device_helper, tensormap
+
+__all__ = ["TmaStore", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
+
+_PANEL = 64  # columns of a 128-byte panel of 16-bit elements
+
+
+@dataclass(frozen=True)
+class TmaStore:
+    call: tirx.Stmt  # the T.copy(C_local -> C[...]) it replaces
+    stage: tirx.Buffer  # the staging tile's buffer (a key of plan.shared)
+    global_buf: tirx.Buffer
+    rows: int
+    panels: int  # 64-column panels of the output tile
+    chunk: int  # panels staged at a time
+
+
+def plan_tma_store(func, persistent, threads_body, accumulators, shared, barrier_bytes, arch):
+    """(TmaStore or None, why not, the staging SharedTile or None): `barrier_bytes` are the pool's mbarriers."""
+    mode = switch(func, "tile_nb.tma_store", "TILE_NB_TMA_STORE", "auto")
+    if mode == "0" or persistent is None:
+        return None, "", None
+    plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch)
+    return plan, (why if plan is not None or mode == "1" else ""), tile
+
+
+def _plan(threads_body, accumulators, shared, barrier_bytes, arch):
+    copies = [s for s in seq_items(threads_body) if isinstance(s, tirx.TilePrimitiveCall)
+              and s.op.name == "tirx.tile.copy" and region_of(s.args[1])[0] in accumulators]
+    if len(copies) != 1:
+        return None, "no TMA store (the epilogue is not one T.copy of the accumulator to global memory)", None
+    call = copies[0]
+    dst, drng = region_of(call.args[0])
+    acc = region_of(call.args[1])[0]
+    if scope_of(dst) != "global" or not isinstance(accumulators[acc], WgmmaAccLayout):
+        return None, "no TMA store (the accumulator is not copied to a global tensor from wgmma registers)", None
+    rows, cols = (int(x) for x in acc.shape)
+    if tirx_bits(dst.dtype) != 16 or len(dst.shape) != 2 or list(dst.strides) or cols % _PANEL or rows > 256:
+        return None, (f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
+                      "most 256 rows)"), None
+    if [e for _, e in drng] and [_int(e) for _, e in drng] != [rows, cols]:
+        return None, f"no TMA store (the copy does not write the whole tile into {dst.name})", None
+    inner = _int(dst.shape[-1])
+    if inner is None or inner * 2 % 16:
+        return None, f"no TMA store ({dst.name}'s rows are not a known multiple of 16 bytes)", None
+    panels = cols // _PANEL
+    used = list(shared.values())
+    limit = max_shared_bytes(arch)
+    chunk = panels
+    while chunk >= 1:
+        tile = SharedTile(_stage_buffer(rows, chunk, dst.dtype), (rows, chunk * _PANEL), str(dst.dtype), panel=True,
+                          name=f"{dst.name}_stage")
+        _, end = layout_pool(used + [tile])
+        if (end + 7) // 8 * 8 + barrier_bytes <= limit:
+            return TmaStore(call, tile.buffer, dst, rows, panels, chunk), (
+                f"epilogue through shared memory and TMA stores ({chunk} of {panels} panels at a time)"), tile
+        chunk //= 2
+    return None, "no TMA store (no shared memory left for a 64-column staging panel)", None
+
+
+def _stage_buffer(rows, panels, dtype):
+    return tirx.decl_buffer((rows, panels * _PANEL), str(dtype), "C_stage", scope="shared.dyn")
+
+
+def _int(e):
+    try:
+        return int(e)
+    except TypeError:
+        return None
+
+
+# ---- host: C's tensor map --------------------------------------------------------------------------------------
+
+@register_kernel_hook("host")
+def emit_store_map(em):
+    store = em.plan.tma_store
+    if store is not None:
+        em.store_map = tensormap(store.global_buf, (_PANEL, store.rows), swizzle=3)
+
+
+# ---- device ---------------------------------------------------------------------------------------------------
+
+def tma_store(dst_smem, tmap, coords):
+    ops = ", ".join(f"%{2 + i}" for i in range(len(coords)))
+    names = ", ".join(f"int c{i}" for i in range(len(coords)))
+    cons = "".join(f', "r"(c{i})' for i in range(len(coords)))
+    body = ('  unsigned s = (unsigned)__cvta_generic_to_shared(src);\n'
+            f'  asm volatile("cp.async.bulk.tensor.{len(coords)}d.global.shared::cta.bulk_group"\n'
+            f'               " [%1, {{{ops}}}], [%0];\\n" :: "r"(s), "l"(tmap){cons} : "memory");')
+    return device_helper(f"tnb_tma_store_{len(coords)}d", f"void* src, unsigned long long tmap, {names}", body,
+                      dst_smem, tirx.address_of(tmap), *coords)
+
+
+def _bulk_commit():
+    return intrin.asm_statement("tnb_bulk_commit", "cp.async.bulk.commit_group;")
+
+
+def _bulk_wait_read():
+    return intrin.asm_statement("tnb_bulk_wait_read0", "cp.async.bulk.wait_group.read 0;")
+
+
+def _bulk_wait():
+    return intrin.asm_statement("tnb_bulk_wait0", "cp.async.bulk.wait_group 0;")
+
+
+@register_statement(lambda em, s: em.plan.tma_store is not None and s.same_as(em.plan.tma_store.call), priority=1)
+def emit_tma_store(em, call):
+    store = em.plan.tma_store
+    acc = region_of(call.args[1])[0]
+    layout = em.plan.layout(acc)
+    regs = em.registers[acc]
+    view, tile = em.view(store.stage), em.tile(store.stage)
+    starts = [em.expr(m) for m, _ in region_of(call.args[0])[1]]
+    issuer = em.tx == 0
+    width = layout.vector()
+    chunk_cols = store.chunk * _PANEL
+    for first in range(0, store.panels, store.chunk):
+        with T.If(issuer), T.Then():
+            T.evaluate(_bulk_wait_read())  # earlier stores have read the staging tile
+        em.sync()
+        with T.unroll(0, layout.regs // width) as g:
+            r0 = g * width
+            row, col = layout.element(em.tx, r0)
+            inside = tirx.And(col >= first * _PANEL, col < first * _PANEL + chunk_cols)
+            with T.If(conjunction(layout.valid(em.tx, r0), inside)), T.Then():
+                ptr = intrin.address_of(view, [tile.offset2(row, col - first * _PANEL)])
+                T.evaluate(intrin.vector_store(ptr, intrin.address_of(regs, [r0]), width, regs.dtype,
+                                               store.global_buf.dtype))
+        T.evaluate(intrin.fence_proxy_async())
+        em.sync()
+        with T.If(issuer), T.Then():
+            for p in range(store.chunk):
+                if first + p >= store.panels:
+                    break
+                smem = intrin.address_of(view, [p * store.rows * _PANEL])
+                T.evaluate(tma_store(smem, em.store_map, [starts[1] + (first + p) * _PANEL, starts[0]]))
+            T.evaluate(_bulk_commit())
+
+
+def finish_stores(em):
+    """After the consumers' last tile: the issuing thread's stores complete before the CTA (and its shared memory)
+    goes."""
+    with T.If(em.tx == 0), T.Then():
+        T.evaluate(_bulk_wait())
