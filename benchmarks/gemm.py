@@ -47,6 +47,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big, not persistent": (BIG, {"tile_nb.persistent": 0}),
     "big s4, not persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 0}),
     "big, no TMA store": (BIG, {"tile_nb.tma_store": 0}),
+    "big, TMA store": (BIG, {"tile_nb.tma_store": 1}),  # also where the grid fits in one wave (not persistent)
+    "big s4, TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 1}),
     "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
 }
 

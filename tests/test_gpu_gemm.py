@@ -231,6 +231,28 @@ def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged):
 
 
 @needs_hopper
+@pytest.mark.parametrize("shape", [(2048, 2048, 1024), (1000, 1032, 1000), (1, 264, 64)])
+def test_tma_store_without_persistent_ctas(shape):
+    """Asked for (`tile_nb.tma_store` = 1) on a grid of one wave: each CTA stores its one tile through shared
+    memory and waits for its stores before it exits."""
+    from kernels.seed import gemm_variant
+
+    from tile_nb.runtime import compile as rt_compile
+
+    M, N, K = shape
+    a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    func = gemm_variant.specialize(a, b, c, block_N=256, block_K=64, threads=256, out_dtype=T.float16)
+    kernel = rt_compile(func.with_attr("tile_nb.tma_store", 1).with_attr("tile_nb.persistent", 0), None)
+    assert "persistent" not in kernel.pipeline and "TMA stores" in kernel.pipeline, kernel.pipeline
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 3e-3
+
+
+@needs_hopper
 @pytest.mark.parametrize("stages", [2, 4])
 def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
     """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer warpgroup

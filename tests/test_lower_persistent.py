@@ -177,3 +177,15 @@ def test_tma_store_switch_and_refusals():
     fp32 = gemm_ir(4096, 4096, 1024, **BIG)
     assert "TMA store" not in note(fp32)  # not asked for: nothing said
     assert "no TMA store (C is not a 2-d 16-bit tensor" in note(fp32.with_attr("tile_nb.tma_store", 1))
+
+
+def test_a_kernel_of_one_wave_gets_tma_stores_when_asked():
+    """Not persistent (128 tiles on 132 SMs): each CTA stores its one tile and waits for the stores at the end."""
+    func = gemm_ir(2048, 2048, 1024, out_dtype=T.float16, **BIG)
+    assert "TMA store" not in note(func)
+    func = func.with_attr("tile_nb.tma_store", 1)
+    assert note(func).endswith("epilogue through shared memory and TMA stores (4 of 4 panels at a time)")
+    ir = lowered(func)
+    assert ir.count('"tnb_tma_store_2d"') == 4 and ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
+    assert "no TMA store (it comes with the TMA pipeline)" in note(
+        gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma_store", 1))  # cp.async

@@ -37,9 +37,10 @@ TILE_OPS: dict = {}
 # (priority, matches(emitter, stmt), emit(emitter, stmt)) for statements the rules' modules emit (loops, pipelines):
 # the highest priority that matches wins. The modules register themselves, so this one imports none of them.
 STATEMENT_RULES: list = []
-# "host" (before the first launch dimension: host code) / "thread" (at the threads' entry, after the shared pool)
-# -> functions(emitter) run there, e.g. the TMA pipeline's tensor maps and barrier initialisation.
-KERNEL_HOOKS: dict = {"host": [], "thread": []}
+# "host" (before the first launch dimension: host code) / "thread" (at the threads' entry, after the shared pool) /
+# "end" (after the kernel body, on the threads that reach it) -> functions(emitter) run there, e.g. the TMA
+# pipeline's tensor maps and barrier initialisation.
+KERNEL_HOOKS: dict = {"host": [], "thread": [], "end": []}
 
 
 def register_tile_op(*names: str):
@@ -349,6 +350,9 @@ class Emitter:
                 for hook in KERNEL_HOOKS["thread"]:
                     hook(self)
             self.emit(stmt.body)
+            if is_threads:
+                for hook in KERNEL_HOOKS["end"]:
+                    hook(self)
 
     def emit_pool(self):
         """One uint8 `shared.dyn` allocation; each shared tile and workspace is a DeclBuffer view at its offset."""

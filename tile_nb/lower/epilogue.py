@@ -16,7 +16,8 @@ tile is then staged a chunk at a time.
 
 Chosen for persistent kernels (persistent.py), where the stores overlap the next tile, when C is a contiguous
 16-bit global tensor with 16-byte rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles.
-`tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off, = 1 says in the plan why a kernel did not get it.
+`tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off; = 1 builds it for any kernel with the TMA pipeline
+(a CTA of one tile then waits for its stores before it exits) and says in the plan why a kernel did not get it.
 """
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ class TmaStore:
     chunk: int  # panels staged at a time
 
 
-def plan_tma_store(func, persistent, threads_body, accumulators, shared, barrier_bytes, arch):
+def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, barrier_bytes, arch):
     """(TmaStore or None, why not, the staging SharedTile or None): `barrier_bytes` are the pool's mbarriers."""
     mode = switch(func, "tile_nb.tma_store", "TILE_NB_TMA_STORE", "auto")
-    if mode == "0" or persistent is None:
+    if mode == "0" or (persistent is None and mode != "1"):
         return None, "", None
+    if tma is None:
+        return None, "no TMA store (it comes with the TMA pipeline)", None
     plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch)
     return plan, (why if plan is not None or mode == "1" else ""), tile
 
@@ -171,8 +174,9 @@ def emit_tma_store(em, call):
             T.evaluate(_bulk_commit())
 
 
+@register_kernel_hook("end")
 def finish_stores(em):
-    """After the consumers' last tile: the issuing thread's stores complete before the CTA (and its shared memory)
-    goes."""
-    with T.If(em.tx == 0), T.Then():
-        T.evaluate(_bulk_wait())
+    """The issuing thread's stores complete before the CTA (and its shared memory) goes."""
+    if em.plan.tma_store is not None:
+        with T.If(em.tx == 0), T.Then():
+            T.evaluate(_bulk_wait())

@@ -29,7 +29,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_statement
-from .epilogue import finish_stores
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .switches import setting, switch
 from .tma import emit_producer_loads, emit_producer_role, enter_consumer_role
@@ -128,6 +127,4 @@ def emit_persistent_body(em, body):
                     em.emit_seq(seq_items(body))
                 if pp.barrier_per_tile:
                     em.sync()
-            if em.plan.tma_store is not None:
-                finish_stores(em)
 

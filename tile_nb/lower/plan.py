@@ -212,7 +212,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         note = "; ".join(([note] if note else []) + kept)
     persistent, why = plan_persistent(func, tma, grid, _threads_body(func), shared)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(func, persistent, _threads_body(func), accumulators, shared,
+    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, _threads_body(func), accumulators, shared,
                                                  barrier_bytes, arch)
     if stage is not None:
         shared[stage.buffer] = stage
