@@ -23,11 +23,11 @@ from kernels.seed import gemm_fp8, gemm_ir  # noqa: E402
 
 from tile_nb.runtime import compile as rt_compile  # noqa: E402
 
-FAMILIES = ("HGMMA", "QGMMA", "IGMMA", "UTMALDG", "SYNCS", "BAR", "LDGSTS", "HMMA", "STL", "LDL")
+FAMILIES = ("HGMMA", "QGMMA", "IGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "LDGSTS", "HMMA", "STL", "LDL")
 
 KERNELS = {
     "GEMM fp16 128x256x64, 256 threads, 4 stages (8192^3)":
-        lambda: gemm_ir(8192, 8192, 8192, block_N=256, block_K=64, threads=256, num_stages=4),
+        lambda: gemm_ir(8192, 8192, 8192, block_N=256, block_K=64, threads=256, num_stages=4, out_dtype="float16"),
     "GEMM fp16 seed 128x128x32, 128 threads (8192^3)": lambda: gemm_ir(8192, 8192, 8192),
     "GEMM fp8 e4m3 128x256x128, 256 threads, 4 stages (8192^3)":
         lambda: gemm_fp8.specialize(M=8192, N=8192, K=8192, block_N=256, block_K=128, threads=256, num_stages=4),

@@ -34,6 +34,10 @@ def test_on_by_default_where_the_grid_is_larger_than_the_gpu():
     assert "persistent" not in note(gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.persistent", 0))
     # refused without being asked for: nothing said
     assert "persistent" not in note(gemm_ir(2048, 2048, 1024, **BIG))
+    # one consumer warpgroup (TMA forced): CTAs share SMs, so not by default
+    seed_tma = gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 1)
+    assert "persistent" not in note(seed_tma)
+    assert "persistent: 132 CTAs" in note(seed_tma.with_attr("tile_nb.persistent", 1))
 
 
 def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():
@@ -173,19 +177,19 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
 def test_tma_store_switch_and_refusals():
     fp16 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)
     assert "TMA stores" not in note(fp16.with_attr("tile_nb.tma_store", 0))
-    assert "TMA stores" not in note(fp16.with_attr("tile_nb.persistent", 0))  # only where the stores overlap
+    assert "TMA stores" in note(fp16.with_attr("tile_nb.persistent", 0))
     fp32 = gemm_ir(4096, 4096, 1024, **BIG)
     assert "TMA store" not in note(fp32)  # not asked for: nothing said
     assert "no TMA store (C is not a 2-d 16-bit tensor" in note(fp32.with_attr("tile_nb.tma_store", 1))
 
 
-def test_a_kernel_of_one_wave_gets_tma_stores_when_asked():
+def test_a_kernel_of_one_wave_gets_tma_stores_too():
     """Not persistent (128 tiles on 132 SMs): each CTA stores its one tile and waits for the stores at the end."""
     func = gemm_ir(2048, 2048, 1024, out_dtype=T.float16, **BIG)
-    assert "TMA store" not in note(func)
-    func = func.with_attr("tile_nb.tma_store", 1)
-    assert note(func).endswith("epilogue through shared memory and TMA stores (4 of 4 panels at a time)")
+    assert note(func).endswith("epilogue through shared memory and TMA stores (4 of 4 panels at a time); a CTA "
+                               "of one tile waits for its stores before it exits")
     ir = lowered(func)
     assert ir.count('"tnb_tma_store_2d"') == 4 and ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
-    assert "no TMA store (it comes with the TMA pipeline)" in note(
-        gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma_store", 1))  # cp.async
+    cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16)  # one warpgroup: cp.async, no TMA pipeline
+    assert "TMA store" not in note(cp_async)
+    assert "no TMA store (it comes with the TMA pipeline)" in note(cp_async.with_attr("tile_nb.tma_store", 1))

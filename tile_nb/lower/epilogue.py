@@ -1,4 +1,4 @@
-"""The epilogue of a persistent TMA GEMM through shared memory and TMA stores.
+"""The epilogue of a TMA GEMM through shared memory and TMA stores.
 
 `T.copy(C_local, C[...])` after the pipelined loop, with C_local the wgmma accumulator: instead of every thread
 storing its registers to global memory (4-byte stores, half a 32-byte sector each), the consumers write them into
@@ -14,10 +14,12 @@ tile is then staged a chunk at a time.
                          thread 0: one TMA store per panel, commit_group
     at the kernel's end: thread 0 waits for its stores (wait_group 0)
 
-Chosen for persistent kernels (persistent.py), where the stores overlap the next tile, when C is a contiguous
-16-bit global tensor with 16-byte rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles.
-`tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off; = 1 builds it for any kernel with the TMA pipeline
-(a CTA of one tile then waits for its stores before it exits) and says in the plan why a kernel did not get it.
+Chosen for kernels with the TMA pipeline when C is a contiguous 16-bit global tensor with 16-byte rows, aligned,
+and the copy writes whole [rows <= 256, 64k] accumulator tiles. In a persistent kernel (persistent.py) the stores
+overlap the next tile; in a grid of one wave the CTA waits for them before it exits, and still gains from the
+full-line writes: on the H200 (benchmarks/results/gemm.md, 2026-12-03) 128x256x64 at 2048^3 went from 512 to
+613 TFLOP/s, at 4096^3 persistent from 685 to 744. `tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off,
+= 1 also says in the plan why a kernel did not get it.
 """
 from __future__ import annotations
 
@@ -51,13 +53,16 @@ class TmaStore:
 
 
 def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, barrier_bytes, arch):
-    """(TmaStore or None, why not, the staging SharedTile or None): `barrier_bytes` are the pool's mbarriers."""
+    """(TmaStore or None, the plan's note on it, the staging SharedTile or None): `barrier_bytes` are the pool's
+    mbarriers, placed after the tiles."""
     mode = switch(func, "tile_nb.tma_store", "TILE_NB_TMA_STORE", "auto")
-    if mode == "0" or (persistent is None and mode != "1"):
+    if mode == "0":
         return None, "", None
     if tma is None:
-        return None, "no TMA store (it comes with the TMA pipeline)", None
+        return None, ("no TMA store (it comes with the TMA pipeline)" if mode == "1" else ""), None
     plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch)
+    if plan is not None and persistent is None:
+        why += "; a CTA of one tile waits for its stores before it exits"
     return plan, (why if plan is not None or mode == "1" else ""), tile
 
 

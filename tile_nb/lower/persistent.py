@@ -14,7 +14,8 @@ consumers find them waiting: the pipeline fills once per CTA instead of once per
 
 Legal when the grid's extents are constants, the loop's trip count does not depend on the tile, and the loop's
 copies depend only on the grid variables, the loop variable and the parameters (the producer binds nothing
-else). Built by default where legal and the grid has more tiles than the GPU has SMs: on the H200
+else). Built by default where legal, the kernel has two or more consumer warpgroups (one CTA fills an SM) and
+the grid has more tiles than the GPU has SMs: on the H200
 (benchmarks/results/gemm.md, 2026-12-03) the 128x256x64 GEMM gained 2-4% at K = 4096 with 4 stages, and tied at
 8192^3. `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 0 turns it off, = 1 also says in the plan why a kernel did
 not get it; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it from the GPU) is the number of SMs.
@@ -46,13 +47,16 @@ class Persistent:
     barrier_per_tile: bool  # statements outside the pipelined loop touch shared memory
 
 
-def plan_persistent(func, tma, grid: dict, threads_body, shared: dict) -> tuple[Persistent | None, str]:
+def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: dict) -> tuple[Persistent | None, str]:
     """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not). On by default where legal;
     the reason it was refused is given only when it was asked for (`tile_nb.persistent` = 1)."""
     mode = switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto")
     if mode == "0":
         return None, ""
     plan, why = _plan(func, tma, grid, threads_body, shared)
+    if plan is not None and mode != "1" and threads < 256:
+        # One consumer warpgroup (TMA forced): several such CTAs share an SM, which one CTA per SM would give up.
+        return None, ""
     return plan, why if plan is not None or mode == "1" else ""
 
 

@@ -210,7 +210,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
-    persistent, why = plan_persistent(func, tma, grid, _threads_body(func), shared)
+    persistent, why = plan_persistent(func, tma, grid, threads, _threads_body(func), shared)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
     tma_store, why_store, stage = plan_tma_store(func, tma, persistent, _threads_body(func), accumulators, shared,
                                                  barrier_bytes, arch)
