@@ -181,6 +181,10 @@ def test_tma_store_switch_and_refusals():
     fp32 = gemm_ir(4096, 4096, 1024, **BIG)
     assert "TMA store" not in note(fp32)  # not asked for: nothing said
     assert "no TMA store (C is not a 2-d 16-bit tensor" in note(fp32.with_attr("tile_nb.tma_store", 1))
+    # a C whose data pointer is not 16-byte aligned in this call (the JIT specializes on it): register stores
+    shifted = fp16.with_attr("tile_nb.unaligned", ["C"])
+    assert "TMA store" not in note(shifted)
+    assert "no TMA store (C's data pointer is not 16-byte aligned" in note(shifted.with_attr("tile_nb.tma_store", 1))
 
 
 def test_a_kernel_of_one_wave_gets_tma_stores_too():

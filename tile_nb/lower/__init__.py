@@ -16,9 +16,10 @@ default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in fli
 take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
 FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
 on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA kernel's grid larger than the GPU,
-persistent.py; on by default, 0 turns it off), `tile_nb.tma_store` (0: the epilogue of a TMA kernel stores
-its accumulator from registers instead of through shared memory and TMA stores, epilogue.py) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it from the GPU). The environment variables in `ENV_SWITCHES` set the same defaults for every kernel (they are part
-of compile-cache keys).
+persistent.py; on by default, 0 turns it off) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it
+from the GPU), `tile_nb.tma_store` (0: the epilogue of a TMA kernel stores its accumulator from registers instead
+of through shared memory and TMA stores, epilogue.py; on by default). The environment variables in
+`ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).
 """
 from __future__ import annotations
 

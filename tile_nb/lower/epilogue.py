@@ -52,21 +52,22 @@ class TmaStore:
     chunk: int  # panels staged at a time
 
 
-def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, barrier_bytes, arch):
+def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
     """(TmaStore or None, the plan's note on it, the staging SharedTile or None): `barrier_bytes` are the pool's
-    mbarriers, placed after the tiles."""
+    mbarriers, placed after the tiles; `unaligned` the tensors whose data pointer is not 16-byte aligned in this
+    call."""
     mode = switch(func, "tile_nb.tma_store", "TILE_NB_TMA_STORE", "auto")
     if mode == "0":
         return None, "", None
     if tma is None:
         return None, ("no TMA store (it comes with the TMA pipeline)" if mode == "1" else ""), None
-    plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch)
+    plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned)
     if plan is not None and persistent is None:
         why += "; a CTA of one tile waits for its stores before it exits"
     return plan, (why if plan is not None or mode == "1" else ""), tile
 
 
-def _plan(threads_body, accumulators, shared, barrier_bytes, arch):
+def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
     copies = [s for s in seq_items(threads_body) if isinstance(s, tirx.TilePrimitiveCall)
               and s.op.name == "tirx.tile.copy" and region_of(s.args[1])[0] in accumulators]
     if len(copies) != 1:
@@ -80,8 +81,10 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch):
     if tirx_bits(dst.dtype) != 16 or len(dst.shape) != 2 or list(dst.strides) or cols % _PANEL or rows > 256:
         return None, (f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
                       "most 256 rows)"), None
-    if [e for _, e in drng] and [_int(e) for _, e in drng] != [rows, cols]:
+    if [_int(e) for _, e in drng] != [rows, cols]:
         return None, f"no TMA store (the copy does not write the whole tile into {dst.name})", None
+    if dst.name in unaligned:
+        return None, f"no TMA store ({dst.name}'s data pointer is not 16-byte aligned in this call)", None
     inner = _int(dst.shape[-1])
     if inner is None or inner * 2 % 16:
         return None, f"no TMA store ({dst.name}'s rows are not a known multiple of 16 bytes)", None

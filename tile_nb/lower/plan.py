@@ -213,7 +213,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     persistent, why = plan_persistent(func, tma, grid, threads, _threads_body(func), shared)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
     tma_store, why_store, stage = plan_tma_store(func, tma, persistent, _threads_body(func), accumulators, shared,
-                                                 barrier_bytes, arch)
+                                                 barrier_bytes, arch, unaligned)
     if stage is not None:
         shared[stage.buffer] = stage
     note = "; ".join(x for x in (note, why, why_store) if x)
