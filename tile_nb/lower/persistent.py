@@ -42,7 +42,7 @@ DEFAULT_SM_COUNT = 132  # H100 SXM and H200
 @dataclass(frozen=True)
 class Persistent:
     body: tirx.Stmt  # the statement under the threadIdx.x launch: emitted once per tile
-    tiles: int  # CTAs of the kernel's grid
+    tiles: int  # CTAs of the kernel's grid as written: the tiles
     ctas: int  # CTAs launched
     barrier_per_tile: bool  # statements outside the pipelined loop touch shared memory
 
@@ -103,6 +103,7 @@ def _sm_count(func) -> int:
 
 @register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)
 def emit_persistent_body(em, body):
+    """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles."""
     pp, tma = em.plan.persistent, em.plan.tma
     cta = em.plan.grid["blockIdx.x"][0]
     count = tirx.floordiv(pp.tiles - cta + (pp.ctas - 1), pp.ctas)  # this CTA's tiles
