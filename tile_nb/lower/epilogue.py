@@ -31,7 +31,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .budget import layout_pool, max_shared_bytes
 from .emitter import register_kernel_hook, register_statement
-from .exprs import conjunction
+from .exprs import conjunction, const_int
 from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .switches import switch
@@ -81,11 +81,11 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
     if tirx_bits(dst.dtype) != 16 or len(dst.shape) != 2 or list(dst.strides) or cols % _PANEL or rows > 256:
         return None, (f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
                       "most 256 rows)"), None
-    if [_int(e) for _, e in drng] != [rows, cols]:
+    if [const_int(e) for _, e in drng] != [rows, cols]:
         return None, f"no TMA store (the copy does not write the whole tile into {dst.name})", None
     if dst.name in unaligned:
         return None, f"no TMA store ({dst.name}'s data pointer is not 16-byte aligned in this call)", None
-    inner = _int(dst.shape[-1])
+    inner = const_int(dst.shape[-1])
     if inner is None or inner * 2 % 16:
         return None, f"no TMA store ({dst.name}'s rows are not a known multiple of 16 bytes)", None
     panels = cols // _PANEL
@@ -105,13 +105,6 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
 
 def _stage_buffer(rows, panels, dtype):
     return tirx.decl_buffer((rows, panels * _PANEL), str(dtype), "C_stage", scope="shared.dyn")
-
-
-def _int(e):
-    try:
-        return int(e)
-    except TypeError:
-        return None
 
 
 # ---- host: C's tensor map --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from tvm.ir import prim
 
 from .errors import LoweringError
 
-__all__ = ["conjunction", "is_const_int", "rewrite", "walk_loads"]
+__all__ = ["conjunction", "const_int", "is_const_int", "rewrite", "walk_loads"]
 
 _BINARY = tuple(
     getattr(prim.expr, name)
@@ -74,6 +74,13 @@ def walk_loads(expr, visit: Callable) -> None:
         return load
 
     rewrite(expr, {}, on_load)
+
+
+def const_int(e) -> int | None:
+    """The value of a Python int or an IR integer constant, else None."""
+    if isinstance(e, int):
+        return e
+    return int(e.value) if isinstance(e, prim.expr.IntImm) else None
 
 
 def is_const_int(e, value=None) -> bool:

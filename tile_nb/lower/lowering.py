@@ -14,7 +14,7 @@ from tvm import tirx
 # The emitter's rules, registered on import (emitter.py imports none of them):
 from . import copy as _copy  # noqa: F401  (T.tile.copy)
 from . import elementwise as _elementwise  # noqa: F401  (T.tile.fill)
-from . import epilogue as _epilogue  # noqa: F401  (the TMA store epilogue of persistent kernels)
+from . import epilogue as _epilogue  # noqa: F401  (the TMA-store epilogue of TMA kernels)
 from . import gemm as _gemm  # noqa: F401  (T.tile.gemm)
 from . import loops as _loops  # noqa: F401  (T.serial / T.unroll / T.Parallel)
 from . import persistent as _persistent  # noqa: F401  (the kernel body of persistent CTAs)

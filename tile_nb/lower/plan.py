@@ -7,8 +7,8 @@
 3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
 4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
 5. the shared tiles (swizzled for the tensor cores, one copy per pipeline stage) and the reductions' workspaces;
-6. the warp-specialized TMA pipeline where it applies (tma.py), or why not, and persistent CTAs over it
-   (persistent.py) where asked for;
+6. the warp-specialized TMA pipeline where it applies (tma.py), or why not; over it, persistent CTAs
+   (persistent.py) and the TMA-store epilogue with its staging tile (epilogue.py);
 7. the shared-memory pool and the budgets (budget.py).
 The emitters (emitter.py and the op modules) read the plan and never decide anything the plan holds; the compiled
 kernel keeps `plan.summary()`, which the notebook view renders.
@@ -210,10 +210,11 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
-    persistent, why = plan_persistent(func, tma, grid, threads, _threads_body(func), shared)
+    body = _threads_body(func)
+    persistent, why = plan_persistent(func, tma, grid, threads, body, shared)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, _threads_body(func), accumulators, shared,
-                                                 barrier_bytes, arch, unaligned)
+    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, body, accumulators, shared, barrier_bytes,
+                                                 arch, unaligned)
     if stage is not None:
         shared[stage.buffer] = stage
     note = "; ".join(x for x in (note, why, why_store) if x)

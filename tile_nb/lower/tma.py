@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-import tvm
 from tvm import tirx
 from tvm.backend.cuda.op import cuda_func_call
 from tvm.script.ir_builder import IRBuilder
@@ -45,6 +44,7 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_kernel_hook, register_statement
+from .exprs import const_int
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .switches import switch
@@ -132,14 +132,6 @@ class TmaPlan:
                     n *= d
                 total += n
         return total
-
-
-def _int(e):
-    if isinstance(e, int):
-        return e
-    if isinstance(e, tvm.ir.prim.expr.IntImm):
-        return int(e)
-    return None
 
 
 def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
@@ -351,19 +343,19 @@ def _plan_copy(plan, call, operands):
     if str(src.dtype) != str(dst.dtype) or tirx_bits(src.dtype) not in (8, 16):
         return None, f"the copy {src.name} -> {dst.name} is not an 8- or 16-bit copy without conversion"
     elem = tirx_bits(src.dtype) // 8
-    if len(tile.shape) != 2 or [_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
+    if len(tile.shape) != 2 or [const_int(e) for _, e in drng] != [int(x) for x in tile.shape]:
         return None, f"the copy into {dst.name} does not write the whole 2-D tile"
-    if list(src.strides) or _int(src.elem_offset) != 0 or scope_of(src) != "global":
+    if list(src.strides) or const_int(src.elem_offset) != 0 or scope_of(src) != "global":
         return None, f"{src.name} is not a contiguous global tensor"
     if not plan.aligned(src):
         return None, f"{src.name}'s data pointer is not 16-byte aligned in this call"
     rank = len(src.shape)
     if rank > 5:
         return None, f"{src.name} has rank {rank} (TMA handles up to 5)"
-    ext = [_int(e) for _, e in srng]
+    ext = [const_int(e) for _, e in srng]
     if ext[:-2] != [1] * (rank - 2) or ext[-2:] != [int(x) for x in tile.shape]:
         return None, f"the copy from {src.name} must take a [rows, cols] tile from its last two dimensions"
-    inner = _int(src.shape[-1])
+    inner = const_int(src.shape[-1])
     if inner is None:
         return None, f"{src.name}'s last dimension is not a compile-time constant (TMA needs 16-byte row strides)"
     if inner * elem % 16:
