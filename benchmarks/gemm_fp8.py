@@ -37,6 +37,8 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
                                                env={"TILE_NB_PERSISTENT": "0"}),  # lowering switches while compiling
     "128x256x128 t256 s4 no TMA store": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
                                              env={"TILE_NB_TMA_STORE": "0"}),
+    "128x256x128 t256 s4 cluster": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
+                                        env={"TILE_NB_CLUSTER": "2"}),
     "128x128x128 t256 s5 precise": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5,
                                         precise_accum=True),  # fp8 only: float32 sums per k-tile (docs/IR.md)
 }

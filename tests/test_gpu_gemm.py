@@ -45,11 +45,11 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 
 
 def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
-             expect_pipeline=None, attrs=None, **cfg):
+             expect_pipeline=None, attrs=None, expect_notes=(), **cfg):
     """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "tma" (TMA also for
     one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
     prefix of the kernel's pipeline note (`kernel.pipeline`, from its lowering plan: which pipeline was built);
-    `attrs`: more lowering attributes."""
+    `attrs`: more lowering attributes; `expect_notes`: words each to be found in that note."""
     from tile_nb.runtime import compile as rt_compile
 
     dev = "cuda"
@@ -67,6 +67,8 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
     kernel = rt_compile(func, None)
     if expect_pipeline is not None:
         assert (kernel.pipeline or "").startswith(expect_pipeline), kernel.pipeline
+    for words in expect_notes:
+        assert words in (kernel.pipeline or ""), kernel.pipeline
     kernel(a, b, c)
     torch.cuda.synchronize()
     a64 = a.double().T if trans_A else a.double()
@@ -250,6 +252,54 @@ def test_tma_store_without_persistent_ctas(shape):
     assert not torch.isnan(c).any()
     ref = a.double() @ b.double()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 3e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("shape,trans_B,shared,sms", [
+    ((4000, 3000, 1000), False, "half of B_shared", None),  # 32 x 12 tiles on 132 CTAs; B's four panels split
+    ((4000, 3000, 1000), True, "half of B_shared", None),  # B stored [N, K]: its one box cut in two
+    ((3904, 4000, 520), False, "half of A_shared", None),  # 31 x 16 tiles: pairs along N share A
+    ((1000, 1032, 1000), False, "half of B_shared", 4),  # 8 x 5 tiles on 2 clusters; odd tile counts per CTA
+    ((256, 264, 4096), False, "half of B_shared", 2),  # 2 x 2 tiles: one cluster, two tiles each, 64 k-tiles
+])
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+def test_cluster_multicast_gemm(shape, trans_B, shared, sms, out_dtype):
+    """Clusters of two CTAs (`tile_nb.cluster` = 2): each CTA loads half of the shared operand and multicasts it
+    to both; stage releases reach both CTAs. Every tile written once (NaN poison), the product right, edges cut
+    by M, N and K."""
+    attrs = {"tile_nb.cluster": 2} | ({"tile_nb.sm_count": sms} if sms else {})
+    note = "TMA + mbarriers, producer warp (warp-specialized); persistent: "
+    assert run_case(*shape, out_dtype=out_dtype, trans_B=trans_B, block_N=256, block_K=64, threads=256, stages=4,
+                    expect_pipeline=note, attrs=attrs, expect_notes=("clusters of 2 CTAs", shared)) < 3e-3
+
+
+@needs_hopper
+@pytest.mark.parametrize("shape", [(4096, 4096, 1024), (1000, 1032, 1024)])
+def test_cluster_multicast_fp8_gemm(shape):
+    """fp8 with B stored [N, K] (K-major, as wgmma reads 8-bit operands): its 256-row box cut in two."""
+    from kernels.seed import gemm_fp8
+
+    from tile_nb.runtime import compile as rt_compile
+
+    M, N, K = shape
+    a = (torch.randn(M, K, device="cuda") * 3).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K, device="cuda") * 3).to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor([0.37], device="cuda"), torch.tensor([1.9], device="cuda")
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cfg = dict(block_N=256, block_K=128, threads=256, num_stages=4)
+    func = gemm_fp8.specialize(a, b, c, sa, sb, **cfg).with_attr("tile_nb.cluster", 2)
+    if M < 2048:
+        func = func.with_attr("tile_nb.sm_count", 4)
+    kernel = rt_compile(func, None)
+    assert "clusters of 2 CTAs" in kernel.pipeline and "half of B_shared" in kernel.pipeline, kernel.pipeline
+    kernel(a, b, c, sa, sb)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    ref = (a.double() @ b.double().T) * 0.37 * 1.9
+    scaled = torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16) if M % 16 == 0 else None
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    if scaled is not None:
+        torch.testing.assert_close(c.double(), scaled.double(), rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
 
 @needs_hopper

@@ -266,6 +266,27 @@ def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_warpgroups_at_head_dim_64_get_the_overlap_by_a_producer_warpgroup(causal, tmp_path):
+    """FlashAttention-3's head-dim-64 configuration, 192x128 tiles over three consumer warpgroups: a producer warp
+    would leave each thread 128 registers for about 138 of fragments, so the plan takes a producer warpgroup that
+    gives its registers away (setmaxnreg 24 / 160) and ptxas builds the overlapped loop without spills."""
+    func = flash_ir(64, 128, 3, causal=causal)
+    note = pipeline_note(func)
+    assert note.startswith("TMA + mbarriers") and "softmax/MMA overlap" in note and "setmaxnreg 24 / 160" in note, note
+    src = cuda_source(func, "sm_90a")
+    assert "__launch_bounds__(512)" in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
+
+
+def test_three_warpgroups_keep_cp_async_where_the_overlap_would_not_fit():
+    """Head dim 128 with 192x128 tiles counts about 170 registers of fragments: more than the 160 a producer
+    warpgroup leaves three consumer warpgroups, and more than a producer warp's 128."""
+    note = pipeline_note(flash_ir(128, 128, 3))
+    assert note.startswith("cp.async (with a producer warp each thread may use 128 registers"), note
+
+
 @tile_nb.jit
 def rescale_first(Q, K, V, O, block_M: int = 128, block_N: int = 128):
     """FlashAttention's loop with `acc *= rescale` moved up front (the previous block's factors): a statement

@@ -146,13 +146,14 @@ def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d,block_N", [(64, 64), (128, 64), (64, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_three_consumer_warpgroups_with_the_overlap(d, causal):
-    """192x64 tiles over 384 threads (three consumer warpgroups, a producer warpgroup: 512 launched): the overlap
+def test_three_consumer_warpgroups_with_the_overlap(d, block_N, causal):
+    """192-row tiles over 384 threads (three consumer warpgroups, a producer warpgroup: 512 launched): the overlap
     with setmaxnreg 24 / 160, where ptxas reports fewer entry registers at head dim 64 (106) than the 128 a
-    512-thread launch allows. Sequence lengths off the tiles, one block, and many."""
-    cfg = dict(causal=causal, block_M=192, block_N=64, threads=384)
+    512-thread launch allows; 192x128 at head dim 64 is FlashAttention-3's configuration. Sequence lengths off the
+    tiles, one block, and many."""
+    cfg = dict(causal=causal, block_M=192, block_N=block_N, threads=384)
     for s in (1, 333, 2048):
         Q, K, V = (torch.randn(1, 3, s, d, generator=_gen(50 + i)).half().cuda() for i in range(3))
         O = torch.full_like(Q, float("nan"))

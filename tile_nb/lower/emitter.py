@@ -96,6 +96,7 @@ class Emitter:
         self.regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else {}
         self.scope = Scope()
         self.tx = None
+        self.cluster_rank = None  # the CTA's rank in its cluster (cluster.py), None: no clusters
         self.warp_tx = None  # tx of the warp's lane 0 (warp-uniform): warp roles, wgmma warpgroups (see is_consumer)
         self.pool = None
         self.views: dict = {}  # shared tile buffer (or reduction call) -> its view in the pool
@@ -337,7 +338,7 @@ class Emitter:
             for hook in KERNEL_HOOKS["host"]:  # host code: before the first launch dimension
                 hook(self)
         self.bind_range(stmt.node.var, extent)
-        with T.attr(stmt.node, "thread_extent", extent):
+        with T.attr(stmt.node, "thread_extent", extent), self._cluster_axis(tag):
             if is_threads:
                 self.tx = stmt.node.var
                 if self.plan.uses_wgmma:  # (a TMA pipeline is built for wgmma loops only)
@@ -353,6 +354,20 @@ class Emitter:
             if is_threads:
                 for hook in KERNEL_HOOKS["end"]:
                     hook(self)
+
+    @contextlib.contextmanager
+    def _cluster_axis(self, tag: str):
+        """Under blockIdx.x of a kernel launched in clusters (cluster.py): TVM's `clusterCtaIdx.x` thread axis,
+        whose extent is the cluster size the runtime launches with; `self.cluster_rank` is the CTA's rank."""
+        multicast = self.plan.persistent.multicast if self.plan.persistent is not None else None
+        if tag != "blockIdx.x" or multicast is None:
+            yield
+            return
+        rank = tirx.IterVar(None, tirx.Var("clusterCtaIdx.x", "int32"), tirx.IterVar.ThreadIndex, "clusterCtaIdx.x")
+        self.bind_range(rank.var, multicast.size)
+        self.cluster_rank = rank.var
+        with T.attr(rank, "thread_extent", multicast.size):
+            yield
 
     def emit_pool(self):
         """One uint8 `shared.dyn` allocation; each shared tile and workspace is a DeclBuffer view at its offset."""
@@ -384,25 +399,27 @@ class Emitter:
         (bx, gx), (by, _) = self.plan.grid["blockIdx.x"], self.plan.grid["blockIdx.y"]
         self.var_map.update(self.bind_tile(by * int(gx) + bx))
 
-    def bind_tile(self, lin) -> dict:
+    def bind_tile(self, lin, pair=None) -> dict:
         """The grid variables of the CTA tile with linear index `lin` (emitted as Binds): {var: expression}.
         With `plan.raster_group` > 1, consecutive tiles walk `group` tiles down x before moving along y, so the
         tiles in flight at once share A row-tiles and B column-tiles; otherwise x varies fastest, as the
-        hardware launches a grid."""
+        hardware launches a grid. `pair` = (axis, rank): `lin` indexes pairs of tiles along that axis (the grid
+        with half its extent there), and the tile is the pair's `rank`-th (cluster.py)."""
         grid = self.plan.grid
-        bx, gx = grid["blockIdx.x"]
-        gx = int(gx)
-        if "blockIdx.y" not in grid:
+        extents = {tag: int(e) // (2 if pair is not None and tag == pair[0] else 1) for tag, (_, e) in grid.items()}
+        bx, by = grid["blockIdx.x"][0], grid.get("blockIdx.y", (None,))[0]
+        gx, group = extents["blockIdx.x"], self.plan.raster_group
+        if by is None:
             coords = {bx: lin}
+        elif group > 1 and gx % group == 0:
+            per_group = group * extents["blockIdx.y"]
+            gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
+            coords = {bx: gid * group + tirx.floormod(rem, group), by: tirx.floordiv(rem, group)}
         else:
-            by, gy = grid["blockIdx.y"]
-            gy, group = int(gy), self.plan.raster_group
-            if group > 1:
-                per_group = group * gy
-                gid, rem = tirx.floordiv(lin, per_group), tirx.floormod(lin, per_group)
-                coords = {bx: gid * group + tirx.floormod(rem, group), by: tirx.floordiv(rem, group)}
-            else:
-                coords = {bx: tirx.floormod(lin, gx), by: tirx.floordiv(lin, gx)}
+            coords = {bx: tirx.floormod(lin, gx), by: tirx.floordiv(lin, gx)}
+        if pair is not None:
+            var = grid[pair[0]][0]
+            coords[var] = coords[var] * 2 + pair[1]
         out = {}
         for var, value in coords.items():
             bound = T.Bind(value)

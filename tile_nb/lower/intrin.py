@@ -21,6 +21,7 @@ __all__ = [
     "cp_async_commit",
     "cp_async_wait",
     "cta_sync",
+    "device_helper",
     "fence_proxy_async",
     "ldmatrix_x4",
     "mma_m16n8k16",
@@ -115,6 +116,16 @@ __forceinline__ __device__ void tnb_cta_sync() {
   __syncthreads();
 }
 """
+
+
+def device_helper(name, params, body, *args) -> tirx.Expr:
+    """A call of the inline device function `name(params) { body }` (its source goes with the call)."""
+    src = f"""
+__forceinline__ __device__ void {name}({params}) {{
+{body}
+}}
+"""
+    return cuda_func_call(name, *args, source_code=src)
 
 
 def cta_sync() -> tirx.Expr:

@@ -29,10 +29,11 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .switches import setting, switch
-from .tma import emit_producer_loads, emit_producer_role, enter_consumer_role
+from .tma import emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role
 
 __all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
 
@@ -45,6 +46,7 @@ class Persistent:
     tiles: int  # CTAs of the kernel's grid as written: the tiles
     ctas: int  # CTAs launched
     barrier_per_tile: bool  # statements outside the pipelined loop touch shared memory
+    multicast: Multicast | None = None  # clusters of two CTAs sharing a tile by TMA multicast (cluster.py)
 
 
 def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: dict) -> tuple[Persistent | None, str]:
@@ -92,9 +94,11 @@ def _plan(func, tma, grid, threads_body, shared):
                                   "producer does not compute)")
     outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
     barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
-    return Persistent(threads_body, tiles, ctas, barrier), (
-        f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer loads "
-        "the next tile's first k-tiles during the epilogue")
+    multicast, why_not = plan_multicast(func, tma, grid, ctas)
+    note = (f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer "
+            "loads the next tile's first k-tiles during the epilogue")
+    return Persistent(threads_body, tiles, ctas, barrier, multicast), "; ".join(
+        x for x in (note, why_not) if x)
 
 
 def _sm_count(func) -> int:
@@ -106,20 +110,26 @@ def emit_persistent_body(em, body):
     """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles."""
     pp, tma = em.plan.persistent, em.plan.tma
     cta = em.plan.grid["blockIdx.x"][0]
-    count = tirx.floordiv(pp.tiles - cta + (pp.ctas - 1), pp.ctas)  # this CTA's tiles
+    if pp.multicast is None:
+        walker, walkers, walked, pair = cta, pp.ctas, pp.tiles, None
+    else:  # a cluster walks pairs of tiles (2c, 2c + 1 along the pair axis); its CTA of rank r takes tile 2c + r
+        walker, walkers, walked = tirx.floordiv(cta, CLUSTER_SIZE), pp.ctas // CLUSTER_SIZE, pp.tiles // CLUSTER_SIZE
+        pair = (pp.multicast.axis, em.cluster_rank)
+    count = tirx.floordiv(walked - walker + (walkers - 1), walkers)  # this CTA's tiles
 
     def tiles(name):
         """A loop over this CTA's tiles with the grid variables bound: yields (loop counter, var_map entries)."""
         with T.serial(0, count) as i:
             IRBuilder.name(name, i)
             em.bind_range(i, count)
-            yield i, em.bind_tile(cta + i * pp.ctas)
+            yield i, em.bind_tile(walker + i * walkers, pair)
 
     def loads():
         n = em.expr(tma.loop.extent)
         for i, coords in tiles("tile_load"):
             with em.bound("var_map", coords):
                 emit_producer_loads(em, tma, i * n)
+        emit_producer_tail(em, tma, count * n)
 
     with T.If(tirx.Not(em.is_consumer())):
         with T.Then():

@@ -38,20 +38,21 @@ import contextlib
 from dataclasses import dataclass
 
 from tvm import tirx
-from tvm.backend.cuda.op import cuda_func_call
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
+from .cluster import CLUSTER_SIZE, cluster_sync, mbarrier_arrive_cluster, tma_load_multicast
 from .emitter import register_kernel_hook, register_statement
 from .exprs import const_int
+from .intrin import device_helper
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "device_helper", "emit_barrier_init", "emit_consumer_loop",
-           "emit_producer_loads", "emit_producer_role", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
+           "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "tensormap"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
@@ -68,6 +69,10 @@ _L2_PROMOTION_256B = 3
 # counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
 # count is an estimate, ptxas has the last word (`kernel.resources`).
 _WGMMA_HEADROOM = 32
+# Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at head dim 64
+# with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
+# counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
+_OVERLAP_HEADROOM = 16
 _SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
 
 
@@ -188,8 +193,9 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     # 416 threads get 128 registers, not 157)
     budget = 65536 // -(-(threads + PRODUCER_THREADS) // 128) // 128
     largest = max(plan.accumulators[c].regs for c in accs)
+    warp_short = None  # why a producer warp leaves the consumers too few registers; a producer warpgroup may not
     if budget < plan.fragment_registers or budget < largest + _WGMMA_HEADROOM:
-        return None, (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
+        warp_short = (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
                       f"fragments alone take {plan.fragment_registers}, the largest accumulator {largest})")
     # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
     # in between: one T.gemm and no other statement in the loop, no rounding (16-bit accumulators are rounded
@@ -217,8 +223,10 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     overlap, why_not = _overlap(func, rest, gemms, planned, arrivals, pingpong)
     registers = None
     if overlap is not None:
-        registers, why_not = _overlap_registers(plan, threads)
+        registers, why_not = _overlap_registers(plan, threads, largest)
         overlap = overlap if registers is not None else None
+    if registers is None and warp_short:
+        return None, warp_short
     producer = 128 if registers is not None else PRODUCER_THREADS
     note = f"TMA + mbarriers, producer {'warpgroup' if registers else 'warp'} (warp-specialized)"
     if not in_flight and overlap is None:
@@ -237,12 +245,12 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
                    registers), note
 
 
-def _overlap_registers(plan, threads: int) -> tuple[tuple | None, str]:
+def _overlap_registers(plan, threads: int, largest: int) -> tuple[tuple | None, str]:
     """(producer, consumer) registers per thread for the overlapped loop, or (None, why not). The second T.gemm's
     operands stay live through the next iteration's softmax: a producer warpgroup keeps 24 registers (setmaxnreg)
     and the consumers share the rest."""
     consumer = min(240, (_REGISTER_POOL - 128 * _PRODUCER_REGISTERS) // threads // 8 * 8)
-    need = plan.fragment_registers + _WGMMA_HEADROOM
+    need = max(plan.fragment_registers + _OVERLAP_HEADROOM, largest + _WGMMA_HEADROOM)
     if threads + 128 > 1024 or consumer < need:
         return None, f"it needs about {need} registers per consumer thread; {consumer} are to be had at {threads} threads"
     return (_PRODUCER_REGISTERS, consumer), ""
@@ -382,10 +390,13 @@ def emit_tensor_maps(em):
     if plan is None:
         return
     seen = {}
-    for c in plan.copies:
-        key = (c.global_buf, c.boxes[0].dims, c.swizzle)
+    multicast = _multicast(em)
+    for i, c in enumerate(plan.copies):
+        # a multicast copy is loaded in halves (cluster.py), which may be boxes of their own extent
+        box = multicast.halves[0][0].dims if multicast is not None and i == multicast.copy else c.boxes[0].dims
+        key = (c.global_buf, box, c.swizzle)
         if key not in seen:
-            seen[key] = tensormap(c.global_buf, c.boxes[0].dims, c.swizzle)
+            seen[key] = tensormap(c.global_buf, box, c.swizzle)
         em.tensor_maps[c] = seen[key]
 
 
@@ -415,16 +426,6 @@ def _descriptor_dtype(dtype) -> str:
 
 
 # ---- device helpers -----------------------------------------------------------------------------------
-
-def device_helper(name, params, body, *args):
-    """A call of the inline device function `name(params) { body }` (its source goes with the call)."""
-    src = f"""
-__forceinline__ __device__ void {name}({params}) {{
-{body}
-}}
-"""
-    return cuda_func_call(name, *args, source_code=src)
-
 
 def mbarrier_init(bar, count):
     return device_helper("tnb_mbarrier_init", "void* bar, int count",
@@ -487,12 +488,23 @@ def _empty(em, plan: TmaPlan, s, group: int):
     return intrin.address_of(em.barriers, [(plan.stages + s) * len(plan.arrivals) + group])
 
 
+def _multicast(em):
+    """The persistent kernel's cluster multicast (cluster.py), or None."""
+    return em.plan.persistent.multicast if em.plan.persistent is not None else None
+
+
 def _release(em, plan: TmaPlan, s, groups, when=None):
-    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s`."""
+    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s` (in a cluster,
+    a multicast tile's stage is released in both CTAs: the peer's producer writes it too)."""
     cond = tirx.floormod(em.tx, 32) == 0
+    shared = _multicast(em).groups if _multicast(em) is not None else ()
     with T.If(cond if when is None else tirx.And(when, cond)), T.Then():
         for g in groups:
-            T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
+            if g in shared:
+                for cta in range(CLUSTER_SIZE):
+                    T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), cta))
+            else:
+                T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
 
 
 @register_kernel_hook("thread")
@@ -505,13 +517,16 @@ def emit_barrier_init(em):
                          scope="shared.dyn")
     IRBuilder.name("stage_barriers", view)
     em.barriers = view
+    multicast = _multicast(em)
     with T.If(em.tx == 0), T.Then():
         for s in range(plan.stages):
             for g in range(len(plan.arrivals)):
                 T.evaluate(mbarrier_init(_full(em, plan, s, g), 1))  # the producer's expect_tx arrival (+ bytes)
-                T.evaluate(mbarrier_init(_empty(em, plan, s, g), em.threads // 32))  # one arrival per consumer warp
+                # one arrival per consumer warp (of both CTAs of a cluster for a multicast tile)
+                ctas = CLUSTER_SIZE if multicast is not None and g in multicast.groups else 1
+                T.evaluate(mbarrier_init(_empty(em, plan, s, g), ctas * em.threads // 32))
         T.evaluate(fence_mbarrier_init())
-    T.evaluate(intrin.cta_sync())
+    T.evaluate(cluster_sync() if multicast is not None else intrin.cta_sync())
 
 
 @register_statement(lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), priority=1)
@@ -697,6 +712,20 @@ def emit_producer_loads(em, plan: TmaPlan, base):
     _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base)
 
 
+def emit_producer_tail(em, plan: TmaPlan, end):
+    """After the producer's last load (ring position `end`): wait until every stage of the shared tiles was
+    released, by both CTAs of a cluster. The peer's consumers arrive on this CTA's barriers until then, so this
+    CTA, which the producer's thread keeps alive, must not exit before (CUTLASS's producer tail does the same)."""
+    multicast = _multicast(em)
+    if multicast is None:
+        return
+    fd, fm = tirx.floordiv, tirx.floormod
+    for j in range(plan.stages):
+        for g in multicast.groups:
+            T.evaluate(mbarrier_wait(_empty(em, plan, fm(end + j, plan.stages), g),
+                                     tirx.bitwise_xor(fm(fd(end + j, plan.stages), 2), 1)))
+
+
 def _emit_loads(em, c, s, full):
     """The TMA loads of one copy into stage `s` (a box per TMA call)."""
     from .copy import Operand
@@ -704,8 +733,26 @@ def _emit_loads(em, c, s, full):
     src = Operand(em, c.call.args[1])
     rank = len(c.global_buf.shape)
     start_coords = [src.mins[rank - 1 - i] for i in range(rank)]  # innermost first
-    for box in c.boxes:
+
+    def load(box, multicast: bool):
         dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
         coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
                   for x, d in zip(start_coords, box.coord_shift)]
-        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords))
+        if multicast:
+            T.evaluate(tma_load_multicast(rank, dst, em.tensor_maps[c], full, coords, (1 << CLUSTER_SIZE) - 1))
+        else:
+            T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords))
+
+    multicast = _multicast(em)
+    if multicast is None or not c.call.same_as(em.plan.tma.copies[multicast.copy].call):
+        for box in c.boxes:
+            load(box, False)
+        return
+    # each CTA of the cluster loads its half of the tile into both (CLUSTER_SIZE == 2)
+    with T.If(em.cluster_rank == 0):
+        with T.Then():
+            for box in multicast.halves[0]:
+                load(box, True)
+        with T.Else():
+            for box in multicast.halves[1]:
+                load(box, True)
