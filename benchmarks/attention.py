@@ -4,7 +4,7 @@ torch.nn.functional.scaled_dot_product_attention on the same inputs, same run, s
     python benchmarks/attention.py [--shapes 4,32,4096 1,32,16384] [--dims 64 128] [--out r.json]
 
 TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA first (max abs error).
-tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations.
+tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations (CONFIGS; --all-configs for more).
 
 Beside SDPA: a plain Triton FlashAttention forward (benchmarks/triton_attention.py), the best of its few
 CONFIGS that compiles and agrees with SDPA to 1e-2; "x Triton" is tile_nb's speed over it. Without Triton
@@ -41,14 +41,15 @@ except Exception as exc:  # noqa: BLE001 - ImportError, or a Triton install that
 
 TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configuration is not timed
 
-# One consumer warpgroup (threads=128) over 64- or 128-row Q tiles; two or three (threads=256 / 384: K and V by
-# TMA from a producer warp where the registers allow, the warpgroups taking turns at the tensor cores) over 128
-# or 192 rows.
-CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
-           dict(block_M=64, block_N=128, num_stages=2),
-           dict(block_M=128, block_N=64, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=2, threads=256),
-           dict(block_M=128, block_N=128, num_stages=3, threads=256),
-           dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384)]
+# Two or three consumer warpgroups (threads=256 / 384: K and V by TMA from a producer warp(group) where the
+# registers allow, cp.async where two CTAs share an SM) over 128- or 192-row Q tiles: the configurations that won
+# a case in the runs of benchmarks/results/attention.md, and 192x128 (FlashAttention-3's head-dim-64 tiles).
+CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=3, threads=256),
+           dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384),
+           dict(block_M=192, block_N=128, num_stages=3, threads=384)]
+# --all-configs adds one consumer warpgroup (threads=128) over 64- or 128-row tiles, and 128x64 over two
+MORE_CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
+                dict(block_M=64, block_N=128, num_stages=2), dict(block_M=128, block_N=64, num_stages=2, threads=256)]
 
 
 def bench_triton(q, k, v, causal: bool, expected):
@@ -86,7 +87,9 @@ def main():
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)")
+    ap.add_argument("--all-configs", action="store_true", help="also time the configurations that never won")
     args = ap.parse_args()
+    configs = CONFIGS + (MORE_CONFIGS if args.all_configs else [])
     global tri, TRITON_MISSING
     if args.no_triton:
         tri, TRITON_MISSING = None, "--no-triton"
@@ -107,7 +110,7 @@ def main():
                 t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                   warmup_ms=10, rep_ms=60).median_ms * 1e-3
                 best, timed = None, []
-                for cfg in CONFIGS:
+                for cfg in configs:
                     try:
                         o.fill_(float("nan"))
                         ref.flash_attention(q, k, v, o, causal=causal, **cfg)

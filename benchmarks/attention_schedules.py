@@ -58,8 +58,11 @@ def main():
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--config", default=None, help="block_M,block_N,threads,num_stages (default: %s)" % CONFIG)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.config:
+        CONFIG.update(zip(("block_M", "block_N", "threads", "num_stages"), (int(x) for x in args.config.split(","))))
     b, h, s = (int(x) for x in args.shape.split(","))
     info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
             "config": CONFIG, "rounds": args.rounds}

@@ -52,6 +52,11 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
     "big, cluster": (BIG, {"tile_nb.cluster": 2}),  # 2-CTA clusters, B multicast (persistent kernels)
     "big s4, cluster": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2}),
+    # probes: is the cluster kernel short of co-resident clusters? (fewer persistent CTAs than SMs)
+    "big s4, cluster, 120 CTAs": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2, "tile_nb.sm_count": 120}),
+    "big s4, cluster, 66 CTAs": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2, "tile_nb.sm_count": 66}),
+    "big s4, 120 CTAs": (dict(BIG, num_stages=4), {"tile_nb.sm_count": 120}),
+    "big s4, 66 CTAs": (dict(BIG, num_stages=4), {"tile_nb.sm_count": 66}),
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)

@@ -234,6 +234,19 @@ def test_flash_attention_keeps_cp_async_where_two_ctas_share_an_sm(D, block_N, t
     assert note.startswith("TMA + mbarriers") if tma else "two CTAs fit an SM" in note, note
 
 
+@pytest.mark.parametrize("heavy_first", [0, 1])
+def test_two_ctas_per_sm_are_in_the_launch_bounds(heavy_first, tmp_path):
+    """Where the plan counts on two CTAs per SM, ptxas is told (`__launch_bounds__(256, 2)`): each thread keeps to
+    128 registers. Without it the causal kernel launched heaviest first got 163, one CTA per SM."""
+    func = flash_ir(64, 128, causal=True).with_attr("tile_nb.heavy_first", heavy_first)
+    src = cuda_source(func, "sm_90a")
+    assert 'extern "C" __global__ void __launch_bounds__(256, 2) flash_attention_kernel(' in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    used = [int(n) for n in re.findall(r"Used (\d+) registers", report)]
+    assert used and max(used) <= 128, report
+    assert "__launch_bounds__(384)" in cuda_source(flash_ir(128, 128), "sm_90a")  # one CTA: no second number
+
+
 # ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ------------------------------------------------------
 
 def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):

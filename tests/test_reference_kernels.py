@@ -123,6 +123,25 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("d,block_N", [(64, 128), (128, 128)])
+@pytest.mark.parametrize("s", [333, 2048])
+def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
+    """`tile_nb.heavy_first` = 1: blockIdx.x runs in reverse (the longest causal loops start first), with two CTAs
+    per SM kept by the launch bounds (head dim 64, cp.async) and with TMA (head dim 128)."""
+    from tile_nb.runtime import compile as rt_compile
+
+    Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(70 + i)).half().cuda() for i in range(3))
+    O = torch.full_like(Q, float("nan"))
+    cfg = dict(causal=True, block_M=128, block_N=block_N, threads=256)
+    kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.heavy_first", 1), None)
+    if kernel.arch == "sm_90a":
+        assert any("heaviest first" in n for n in kernel.plan["notes"]), kernel.plan["notes"]
+    kernel(Q, K, V, O)
+    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=True)
+    assert rel_err(O, expected) < 5e-3
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
     """The overlapped schedule (tile_nb/lower/tma.py: Overlap) reorders issue and waits, not arithmetic: its output

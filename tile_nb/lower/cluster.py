@@ -107,12 +107,14 @@ def cluster_sync():
 
 
 def mbarrier_arrive_cluster(bar, cta):
-    """One arrival on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster."""
+    """One arrival on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster. With the
+    default (release, CTA-scope) semantics, as CUTLASS's consumer release: the arriving warp only read the stage
+    (its wgmma reads are complete), so nothing it wrote has to become visible to the other CTA."""
     return device_helper("tnb_mbarrier_arrive_cluster", "void* bar, unsigned cta",
                          '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
                          '  asm volatile("{\\n.reg .b32 remote;\\n"\n'
                          '               "mapa.shared::cluster.u32 remote, %0, %1;\\n"\n'
-                         '               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}\\n"\n'
+                         '               "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"\n'
                          '               :: "r"(b), "r"(cta) : "memory");',
                          bar, cta)
 

@@ -338,7 +338,7 @@ class Emitter:
             for hook in KERNEL_HOOKS["host"]:  # host code: before the first launch dimension
                 hook(self)
         self.bind_range(stmt.node.var, extent)
-        with T.attr(stmt.node, "thread_extent", extent), self._cluster_axis(tag):
+        with T.attr(stmt.node, "thread_extent", extent), self._cluster_axis(tag), self._ctas_per_sm(is_threads):
             if is_threads:
                 self.tx = stmt.node.var
                 if self.plan.uses_wgmma:  # (a TMA pipeline is built for wgmma loops only)
@@ -354,6 +354,17 @@ class Emitter:
             if is_threads:
                 for hook in KERNEL_HOOKS["end"]:
                     hook(self)
+
+    @contextlib.contextmanager
+    def _ctas_per_sm(self, is_threads: bool):
+        """Under threadIdx.x: `__launch_bounds__(threads, n)` where the plan counts on n CTAs per SM, so that
+        ptxas keeps each thread's registers to what n CTAs leave (it chose 163 for a causal FlashAttention whose
+        plan counts on two 256-thread CTAs, 128 registers each: one CTA per SM, 27% slower)."""
+        if not is_threads or self.plan.ctas_per_sm <= 1:
+            yield
+            return
+        with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", self.plan.ctas_per_sm):
+            yield
 
     @contextlib.contextmanager
     def _cluster_axis(self, tag: str):

@@ -33,7 +33,7 @@ from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
 from .switches import switch
-from .tma import plan_tma
+from .tma import TWO_CTAS_PER_SM, plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -62,6 +62,7 @@ class KernelPlan:
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
     producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
+    ctas_per_sm: int  # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
     heavy_first: bool  # blockIdx.x launched in reverse: the CTAs with the longest loops start first (_heavy_first)
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
@@ -201,12 +202,13 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     plan = KernelPlan(
         name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators),
+        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators), ctas_per_sm=1,
         heavy_first=_heavy_first(func, grid),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note = None, ""
     if stages:
         tma, note = plan_tma(func, plan)
+    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM else 1
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
@@ -232,7 +234,8 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
                   "runs in reverse (tile_nb.heavy_first = 1)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
                    tma=tma, persistent=persistent, tma_store=tma_store, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
-                   producer_threads=tma.producer_threads if tma is not None else 0, notes=notes)
+                   producer_threads=tma.producer_threads if tma is not None else 0, ctas_per_sm=ctas_per_sm,
+                   notes=notes)
 
 
 def _fp8_accumulation_notes(func, accumulators) -> tuple:

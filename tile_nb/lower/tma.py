@@ -51,7 +51,7 @@ from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TmaPlan", "device_helper", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "device_helper", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "tensormap"]
 
@@ -69,6 +69,9 @@ _L2_PROMOTION_256B = 3
 # counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
 # count is an estimate, ptxas has the last word (`kernel.resources`).
 _WGMMA_HEADROOM = 32
+# plan_tma's answer where two CTAs of a kernel with several T.gemm share an SM (the launch bounds then say so)
+TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
+                   "producer warp; tile_nb.tma = 1 forces TMA)")
 # Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at head dim 64
 # with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
 # counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
@@ -184,8 +187,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80 KiB of
         # tiles runs 14-19% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
         # SM; the producer warp (registers are granted per warpgroup) leaves room for one.
-        return None, ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than "
-                      "TMA + a producer warp; tile_nb.tma = 1 forces TMA)")
+        return None, TWO_CTAS_PER_SM
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
         return None, "cp.async (a T.gemm of the loop is not on wgmma)"
@@ -494,17 +496,21 @@ def _multicast(em):
 
 
 def _release(em, plan: TmaPlan, s, groups, when=None):
-    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s` (in a cluster,
-    a multicast tile's stage is released in both CTAs: the peer's producer writes it too)."""
-    cond = tirx.floormod(em.tx, 32) == 0
+    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s`. In a cluster,
+    a multicast tile's stage is released in both CTAs (the peer's producer writes it too): lane r arrives on CTA
+    r's barrier, as CUTLASS spreads them."""
+    lane = tirx.floormod(em.tx, 32)
     shared = _multicast(em).groups if _multicast(em) is not None else ()
-    with T.If(cond if when is None else tirx.And(when, cond)), T.Then():
-        for g in groups:
-            if g in shared:
-                for cta in range(CLUSTER_SIZE):
-                    T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), cta))
-            else:
-                T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
+    local, remote = [g for g in groups if g not in shared], [g for g in groups if g in shared]
+    for lanes, gs in ((lane == 0, local), (lane < CLUSTER_SIZE, remote)):
+        if not gs:
+            continue
+        with T.If(lanes if when is None else tirx.And(when, lanes)), T.Then():
+            for g in gs:
+                if g in shared:
+                    T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), lane))
+                else:
+                    T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
 
 
 @register_kernel_hook("thread")
