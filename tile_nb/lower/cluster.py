@@ -2,13 +2,14 @@
 
 The two CTAs of a cluster walk their tiles in lock-step, on tiles that differ only along one grid axis (their
 coordinates 2c and 2c + 1): a GEMM whose grid is (M tiles, N tiles) pairs tiles along M, and the two CTAs then
-read the same B tile at every k-tile (the larger operand of 128x256 tiles; the largest such copy is chosen). Each CTA's producer loads half of that tile's TMA boxes and multicasts them
-into both CTAs' shared memory, so the L2 serves the shared operand once per pair (a 128x256x64 fp16 GEMM: 48 KiB
-per CTA and k-tile become 32 KiB). What changes in the pipeline (tma.py):
+read the same B tile at every k-tile (the larger operand of 128x256 tiles; the largest such copy is chosen). Each
+CTA's producer loads half of that tile's TMA boxes and multicasts them into both CTAs' shared memory, so the L2
+serves the shared operand once per pair (a 128x256x64 fp16 GEMM: 48 KiB per CTA and k-tile become 32 KiB). What
+changes in the pipeline (tma.py):
 
     full barrier:   each CTA's producer still expects the whole stage's bytes; half of them come from the peer
-    empty barrier:  counts the consumer warps of both CTAs, whose releases go to both (mapa + a cluster-scope
-                    arrive): a producer overwrites a stage of the peer only once the peer's consumers are done with it
+    empty barrier:  counts the consumer warps of both CTAs; lane r of each consumer warp arrives on CTA r's (mapa):
+                    a producer overwrites a stage of the peer only once the peer's consumers are done with it
     start:          a cluster barrier after the barriers' initialisation (the peer may signal them right away)
     end:            the producer waits until both CTAs released every stage before its CTA may exit (the peer's
                     consumers still arrive on this CTA's barriers)
@@ -18,8 +19,11 @@ dimension and reads the rank from `%cluster_ctarank`.
 
 Legal for a persistent kernel with an even CTA count and a pipelined copy that does not depend on a grid variable of
 even extent and splits in two (an even number of TMA boxes, or one box of a multiple of 16 rows); the largest such
-copy is the one multicast. `tile_nb.cluster` (or TILE_NB_CLUSTER) = 2 asks for it (then the plan says why a kernel did not
-get it), = 0 turns it off.
+copy is the one multicast. `tile_nb.cluster` (or TILE_NB_CLUSTER) = 2 asks for it (then the plan says why a kernel
+did not get it), = 0 turns it off (the default). Measured on the H200 (benchmarks/results/gemm.md, 2026-12-03): at
+parity with the same kernels without clusters (within 2% at 4096^3-8192^3 and on LLM shapes, fp16, bf16 and fp8),
+hence not on by default. Releasing with `.release.cluster` from one lane per warp made them 0.62x: see
+`mbarrier_arrive_cluster`.
 """
 from __future__ import annotations
 
