@@ -39,6 +39,11 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
                                              env={"TILE_NB_TMA_STORE": "0"}),
     "128x256x128 t256 s4 cluster": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
                                         env={"TILE_NB_CLUSTER": "2"}),
+    # small problems (1024^3: 128x128 tiles give 64 CTAs for 132 SMs): 128 CTAs of 64x128 or 128x64
+    "64x128x128 t128 s4": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4),
+    "64x128x128 t128 s4 TMA": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4,
+                                   env={"TILE_NB_TMA": "1"}),
+    "128x64x128 t256 s4": dict(block_M=128, block_N=64, block_K=128, threads=256, num_stages=4),
     "128x128x128 t256 s5 precise": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5,
                                         precise_accum=True),  # fp8 only: float32 sums per k-tile (docs/IR.md)
 }
@@ -64,8 +69,11 @@ def main():
     ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--int8", action="store_true", help="int8 x int8 -> int32 against torch._int_mm")
+    ap.add_argument("--only", nargs="+", default=None, help="time only these configurations (and cuBLAS)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.only and set(args.only) - set(CONFIGS):
+        sys.exit(f"--only: no configuration named {sorted(set(args.only) - set(CONFIGS))}; known: {sorted(CONFIGS)}")
     what = "int8 x int8 -> int32" if args.int8 else "e4m3 x e4m3 -> bf16, per-tensor scales"
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
           f"{what}")
@@ -95,7 +103,8 @@ def main():
                                                out_dtype=torch.bfloat16, use_fast_accum=True)}
         flop = 2.0 * m * n * k
         errs, firsts = {}, {}
-        configs = {name: cfg for name, cfg in CONFIGS.items() if not (args.int8 and "precise_accum" in cfg)}
+        configs = {name: cfg for name, cfg in CONFIGS.items() if not (args.int8 and "precise_accum" in cfg)
+                   and (not args.only or name in args.only)}
         for name, cfg in configs.items():
             t0 = time.perf_counter()
             cfg = dict(cfg)
