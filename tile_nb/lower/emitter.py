@@ -399,16 +399,36 @@ class Emitter:
         Legal because CTAs of one launch are independent: only which CTA computes which (bx, by) changes.
         """
         if self.plan.heavy_first:  # plan.py: _heavy_first (a 3-d attention grid gets no grouping below)
-            bx, gx = self.plan.grid["blockIdx.x"]
-            new_bx = T.Bind(int(gx) - 1 - bx)
-            IRBuilder.name("bx_heavy_first", new_bx)
-            self.var_map[bx] = new_bx
-            self.analyzer.bind(new_bx, tvm.ir.Range(0, int(gx)))
+            self._emit_heavy_first(self.plan.heavy_first)
             return
         if self.plan.raster_group <= 1:
             return
         (bx, gx), (by, _) = self.plan.grid["blockIdx.x"], self.plan.grid["blockIdx.y"]
         self.var_map.update(self.bind_tile(by * int(gx) + bx))
+
+    def _emit_heavy_first(self, group: int):
+        """The grid walked in groups of `group` (y, z) rows, each group from its largest bx down across its rows:
+        CTA number L = bx + gx (by + gy bz) in the hardware's launch order computes the tile below."""
+        grid = self.plan.grid
+        bx, gx = grid["blockIdx.x"][0], int(grid["blockIdx.x"][1])
+        rows = [(grid[t][0], int(grid[t][1])) for t in ("blockIdx.y", "blockIdx.z") if t in grid]
+        lin, stride = bx, gx
+        for var, extent in rows:
+            lin, stride = lin + var * stride, stride * extent
+        per_group = gx * group
+        rem = tirx.floormod(lin, per_group)
+        row = tirx.floordiv(lin, per_group) * group + tirx.floormod(rem, group)
+        coords = {bx: (gx - 1 - tirx.floordiv(rem, group), gx)}
+        for var, extent in rows:
+            coords[var] = (tirx.floormod(row, extent), extent)
+            row = tirx.floordiv(row, extent)
+        for var, (value, extent) in coords.items():
+            # one register each, read from lane 0: left as expressions, they were substituted into every use and
+            # ptxas needed 35 more registers (two CTAs per SM then spill); the shuffle keeps them warp-uniform
+            bound = T.Bind(intrin.warp_uniform(value))
+            IRBuilder.name(f"{var.name}_heavy_first", bound)
+            self.var_map[var] = bound
+            self.analyzer.bind(bound, tvm.ir.Range(0, extent))
 
     def bind_tile(self, lin, pair=None) -> dict:
         """The grid variables of the CTA tile with linear index `lin` (emitted as Binds): {var: expression}.

@@ -63,7 +63,7 @@ class KernelPlan:
     producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
     ctas_per_sm: int  # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
-    heavy_first: bool  # blockIdx.x launched in reverse: the CTAs with the longest loops start first (_heavy_first)
+    heavy_first: int  # >0: CTAs launched heaviest first, in groups of this many (y, z) rows (_heavy_first); 0: no
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
@@ -230,8 +230,9 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
     if plan.heavy_first:
-        notes += ("CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so blockIdx.x "
-                  "runs in reverse (tile_nb.heavy_first = 1)",)
+        notes += (f"CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so the grid "
+                  f"runs in groups of {plan.heavy_first} (y, z) rows, each from its largest blockIdx.x down "
+                  "(tile_nb.heavy_first = 1)",)
     return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
                    tma=tma, persistent=persistent, tma_store=tma_store, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
                    producer_threads=tma.producer_threads if tma is not None else 0, ctas_per_sm=ctas_per_sm,
@@ -335,30 +336,40 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
     return out
 
 
-def _heavy_first(func, grid: dict) -> bool:
-    """Whether to launch blockIdx.x in reverse, so that where the trip count of the kernel's T.Pipelined loop grows
-    with bx (causal attention: Q block bx reads bx + 1 KV blocks) the heaviest CTAs start first (longest processing
-    time first, as FlashAttention-3 orders its persistent tiles). Legal for any kernel (CTAs of one launch are
-    independent); applied only where every bx's trip count is a known constant, non-decreasing and not all equal.
-    Opt-in, `tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST = 1: on the H200 (benchmarks/results/attention.md,
-    2026-12-03) causal attention at seq 4096 ran 27% slower with it at head dim 64 (cp.async, two CTAs per SM) and
-    3.5% slower at 128; the hardware's in-order dispatch of a non-persistent grid seems to do better in launch
-    order."""
+def _heavy_first(func, grid: dict) -> int:
+    """Rows of (blockIdx.y, blockIdx.z) per group when CTAs are launched heaviest first, or 0. Where the trip count
+    of the kernel's T.Pipelined loop grows with bx (causal attention: Q block bx reads bx + 1 KV blocks), the
+    grid is run in groups of G rows (heads), each group from its largest bx down across its G rows: the heaviest
+    CTAs of a group start first and the grid ends on light ones (longest processing time first, as
+    FlashAttention-3 orders its persistent tiles), while the CTAs in flight stay within a few heads (their K and V
+    in L2). A greedy model of in-order dispatch (1 + bx blocks of work per CTA, 264 CTA slots, 32 x 128 CTAs)
+    puts launch order at 93% of the ideal and groups of 8 at 99.8%; reversing bx within one head (G = 1) at 93%.
+    Legal for any kernel (CTAs of one launch are independent); applied only where every bx's trip count is a
+    known constant, non-decreasing and not all equal. Opt-in, `tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST = 1:
+    the bx reversal alone measured slower on the H200 (benchmarks/results/attention.md)."""
     if switch(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "0") == "0" or "blockIdx.x" not in grid:
-        return False
+        return 0
+    rows = 1
+    for tag in ("blockIdx.y", "blockIdx.z"):
+        if tag in grid:
+            if not isinstance(grid[tag][1], tvm.ir.prim.expr.IntImm):
+                return 0
+            rows *= int(grid[tag][1])
     bx, gx = grid["blockIdx.x"]
     loops = [s for s in iter_stmts(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
     if not isinstance(gx, tvm.ir.prim.expr.IntImm) or not 2 <= int(gx) <= 1024 or len(loops) != 1:
-        return False
+        return 0
     analyzer = tvm.sym.Analyzer()
     counts = []
     for i in range(int(gx)):
         analyzer.bind(bx, tirx.const(i, "int32"), allow_override=True)
         count = analyzer.simplify(loops[0].extent)
         if not isinstance(count, tvm.ir.prim.expr.IntImm):
-            return False
+            return 0
         counts.append(int(count))
-    return counts == sorted(counts) and counts[0] < counts[-1]
+    if counts != sorted(counts) or counts[0] == counts[-1]:
+        return 0
+    return next(g for g in (8, 4, 2, 1) if rows % g == 0)
 
 
 def _raster_group(func, grid: dict, accumulators: dict) -> int:
