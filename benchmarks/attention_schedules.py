@@ -7,9 +7,10 @@ that drifting clocks and power caps hit every variant alike.
 
 Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default, the loop in order (no
 softmax/MMA overlap, TILE_NB_SOFTMAX_OVERLAP=0), ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA
-(TILE_NB_TMA=0), TMA wherever legal (TILE_NB_TMA=1), causal CTAs launched heaviest first (TILE_NB_HEAVY_FIRST=1).
-Each variant is its own `tile_nb.jit` of the reference
-kernel, compiled under its switches at its first call (the JIT keeps one kernel per call).
+(TILE_NB_TMA=0), TMA wherever legal (TILE_NB_TMA=1), causal CTAs heaviest first in groups of heads
+(TILE_NB_HEAVY_FIRST=1, the default since 2026-12-03) or in launch order (TILE_NB_HEAVY_FIRST=0). Each variant is its
+own `tile_nb.jit` of the reference kernel, compiled under its switches at its first call (the JIT keeps one kernel
+per call).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ import tile_nb  # noqa: E402
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
 VARIANTS = {"default": {}, "in-order": {"TILE_NB_SOFTMAX_OVERLAP": "0"}, "ping-pong": {"TILE_NB_PINGPONG": "1"},
-            "cp.async": {"TILE_NB_TMA": "0"}, "tma": {"TILE_NB_TMA": "1"}, "heavy-first": {"TILE_NB_HEAVY_FIRST": "1"}}
+            "cp.async": {"TILE_NB_TMA": "0"}, "tma": {"TILE_NB_TMA": "1"}, "heavy-first": {"TILE_NB_HEAVY_FIRST": "1"},
+            "launch-order": {"TILE_NB_HEAVY_FIRST": "0"}}
 CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 

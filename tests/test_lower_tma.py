@@ -388,13 +388,13 @@ def test_heavy_first_walks_every_cta_once_heaviest_first_in_groups_of_heads(B, H
 
 
 def test_causal_attention_can_launch_its_heaviest_ctas_first():
-    """Opt-in: causal Q block bx reads bx + 1 KV blocks, so with tile_nb.heavy_first = 1 the grid runs in groups of
-    heads, each from its largest bx down. Constant trip counts (non-causal, GEMM) or a trip count that is not a
-    known constant (a T.dynamic sequence length) keep the launch order even then; by default nothing changes."""
+    """On by default: causal Q block bx reads bx + 1 KV blocks, so the grid runs in groups of heads, each from its
+    largest bx down. Constant trip counts (non-causal, GEMM) or a trip count that is not a known constant (a
+    T.dynamic sequence length) keep the launch order, and so does tile_nb.heavy_first = 0."""
     from kernels.reference import flash_attention_gqa
 
     def plan(func, on=True):
-        return lower_with_plan(func.with_attr("tile_nb.heavy_first", 1) if on else func, target("sm_90a"))[1]
+        return lower_with_plan(func if on else func.with_attr("tile_nb.heavy_first", 0), target("sm_90a"))[1]
 
     causal = plan(flash_ir(128, 128, causal=True))
     assert causal.heavy_first and any("heaviest first" in n for n in causal.notes), causal.notes

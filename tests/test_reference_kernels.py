@@ -126,8 +126,9 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
 @pytest.mark.parametrize("d,block_N", [(64, 128), (128, 128)])
 @pytest.mark.parametrize("s", [333, 2048])
 def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
-    """`tile_nb.heavy_first` = 1: blockIdx.x runs in reverse (the longest causal loops start first), with two CTAs
-    per SM kept by the launch bounds (head dim 64, cp.async) and with TMA (head dim 128)."""
+    """`tile_nb.heavy_first` = 1 (the default since this test first ran): the grid runs in groups of heads, each
+    from its longest causal loops down, with two CTAs per SM kept by the launch bounds (head dim 64, cp.async) and
+    with TMA (head dim 128)."""
     from tile_nb.runtime import compile as rt_compile
 
     Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(70 + i)).half().cuda() for i in range(3))
