@@ -36,8 +36,7 @@ from .irwalk import region_of
 from .layout import tirx_bits
 from .switches import switch
 
-__all__ = ["CLUSTER_SIZE", "Multicast", "cluster_sync", "mbarrier_arrive_cluster", "plan_multicast",
-           "tma_load_multicast"]
+__all__ = ["CLUSTER_SIZE", "Multicast", "cluster_sync", "mbarrier_arrive_cluster", "plan_multicast"]
 
 CLUSTER_SIZE = 2
 
@@ -121,19 +120,3 @@ def mbarrier_arrive_cluster(bar, cta):
                          '               "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"\n'
                          '               :: "r"(b), "r"(cta) : "memory");',
                          bar, cta)
-
-
-def tma_load_multicast(rank, dst, tmap, bar, coords, mask: int):
-    """A TMA load of one box into `dst` and onto `bar`, at the same offsets in every CTA of `mask`."""
-    names = ", ".join(f"int c{i}" for i in range(rank))
-    ops = ", ".join(f"%{4 + i}" for i in range(rank))
-    cons = "".join(f', "r"(c{i})' for i in range(rank))
-    body = ('  unsigned d = (unsigned)__cvta_generic_to_shared(dst);\n'
-            '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes'
-            '.multicast::cluster"\n'
-            f'               " [%0], [%1, {{{ops}}}], [%2], %3;\\n"\n'
-            f'               :: "r"(d), "l"(tmap), "r"(b), "h"(mask){cons} : "memory");')
-    return device_helper(f"tnb_tma_load_multicast_{rank}d",
-                         f"void* dst, unsigned long long tmap, void* bar, unsigned short mask, {names}", body,
-                         dst, tirx.address_of(tmap), bar, tirx.const(mask, "uint16"), *coords)

@@ -42,7 +42,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .cluster import CLUSTER_SIZE, cluster_sync, mbarrier_arrive_cluster, tma_load_multicast
+from .cluster import CLUSTER_SIZE, cluster_sync, mbarrier_arrive_cluster
 from .emitter import register_kernel_hook, register_statement
 from .exprs import const_int
 from .intrin import device_helper
@@ -466,18 +466,25 @@ def mbarrier_expect_tx(bar, nbytes):
                    bar, nbytes)
 
 
-def tma_load(rank, dst, tmap, bar, coords):
+def tma_load(rank, dst, tmap, bar, coords, multicast: int = 0):
+    """A TMA load of one box into `dst`, completing on `bar`; with a `multicast` mask of CTAs of the cluster, into
+    the same offsets of each of them (cluster.py)."""
     names = ", ".join(f"int c{i}" for i in range(rank))
-    ops = ", ".join(f"%{3 + i}" for i in range(rank))
+    first = 4 if multicast else 3  # the operand number of the first coordinate
+    ops = ", ".join(f"%{first + i}" for i in range(rank))
     cons = "".join(f', "r"(c{i})' for i in range(rank))
+    suffix, mask_op, mask_in, mask_param = ((".multicast::cluster", ", %3", ', "h"(mask)', "unsigned short mask, ")
+                                            if multicast else ("", "", "", ""))
     body = ('  unsigned d = (unsigned)__cvta_generic_to_shared(dst);\n'
             '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"\n'
-            f'               " [%0], [%1, {{{ops}}}], [%2];\\n"\n'
-            f'               :: "r"(d), "l"(tmap), "r"(b){cons} : "memory");')
+            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes{suffix}"\n'
+            f'               " [%0], [%1, {{{ops}}}], [%2]{mask_op};\\n"\n'
+            f'               :: "r"(d), "l"(tmap), "r"(b){mask_in}{cons} : "memory");')
+    name = f"tnb_tma_load_multicast_{rank}d" if multicast else f"tnb_tma_load_{rank}d"
+    mask = (tirx.const(multicast, "uint16"),) if multicast else ()
     # The tensor map is a __grid_constant__ kernel parameter; TVM passes its address as an integer.
-    return device_helper(f"tnb_tma_load_{rank}d", f"void* dst, unsigned long long tmap, void* bar, {names}", body,
-                   dst, tirx.address_of(tmap), bar, *coords)
+    return device_helper(name, f"void* dst, unsigned long long tmap, void* bar, {mask_param}{names}", body,
+                         dst, tirx.address_of(tmap), bar, *mask, *coords)
 
 
 # ---- device side ------------------------------------------------------------------------------------
@@ -744,10 +751,7 @@ def _emit_loads(em, c, s, full):
         dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
         coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
                   for x, d in zip(start_coords, box.coord_shift)]
-        if multicast:
-            T.evaluate(tma_load_multicast(rank, dst, em.tensor_maps[c], full, coords, (1 << CLUSTER_SIZE) - 1))
-        else:
-            T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords))
+        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords, (1 << CLUSTER_SIZE) - 1 if multicast else 0))
 
     multicast = _multicast(em)
     if multicast is None or not c.call.same_as(em.plan.tma.copies[multicast.copy].call):
