@@ -23,7 +23,7 @@ copy is the one multicast. `tile_nb.cluster` (or TILE_NB_CLUSTER) = 2 asks for i
 did not get it), = 0 turns it off (the default). Measured on the H200 (benchmarks/results/gemm.md, 2026-12-03): at
 parity with the same kernels without clusters (within 2% at 4096^3-8192^3 and on LLM shapes, fp16, bf16 and fp8),
 hence not on by default. Releasing with `.release.cluster` from one lane per warp made them 0.62x: see
-`mbarrier_arrive_cluster`.
+`mbarrier.py: mbarrier_arrive_cluster`. The PTX of it all is in mbarrier.py.
 """
 from __future__ import annotations
 
@@ -31,12 +31,11 @@ from dataclasses import dataclass, replace
 
 from tvm import tirx
 
-from .intrin import asm_statement, device_helper
 from .irwalk import region_of
 from .layout import tirx_bits
 from .switches import switch
 
-__all__ = ["CLUSTER_SIZE", "Multicast", "cluster_sync", "mbarrier_arrive_cluster", "plan_multicast"]
+__all__ = ["CLUSTER_SIZE", "Multicast", "plan_multicast"]
 
 CLUSTER_SIZE = 2
 
@@ -100,23 +99,3 @@ def plan_multicast(func, tma, grid: dict, ctas: int) -> tuple[Multicast | None, 
     return Multicast(i, groups, axis, halves), (f"clusters of {CLUSTER_SIZE} CTAs on tiles that differ in "
                                         f"{grid[axis][0].name}: each loads half of {c.tile_buffer.name} and "
                                         "multicasts it to both")
-
-
-# ---- device helpers ---------------------------------------------------------------------------------------------
-
-def cluster_sync():
-    """Every thread of the cluster: what each CTA wrote before (its barriers' initialisation) is seen by all."""
-    return asm_statement("tnb_cluster_sync", 'barrier.cluster.arrive.release;\\n" "barrier.cluster.wait.acquire;')
-
-
-def mbarrier_arrive_cluster(bar, cta):
-    """One arrival on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster. With the
-    default (release, CTA-scope) semantics, as CUTLASS's consumer release: the arriving warp only read the stage
-    (its wgmma reads are complete), so nothing it wrote has to become visible to the other CTA."""
-    return device_helper("tnb_mbarrier_arrive_cluster", "void* bar, unsigned cta",
-                         '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-                         '  asm volatile("{\\n.reg .b32 remote;\\n"\n'
-                         '               "mapa.shared::cluster.u32 remote, %0, %1;\\n"\n'
-                         '               "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"\n'
-                         '               :: "r"(b), "r"(cta) : "memory");',
-                         bar, cta)

@@ -35,7 +35,8 @@ from .exprs import conjunction, const_int
 from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .switches import switch
-from .tma import device_helper, tensormap
+from .intrin import device_helper
+from .tma import tensormap
 
 __all__ = ["TmaStore", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
 

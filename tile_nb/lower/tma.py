@@ -42,16 +42,17 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .cluster import CLUSTER_SIZE, cluster_sync, mbarrier_arrive_cluster
+from .cluster import CLUSTER_SIZE
 from .emitter import register_kernel_hook, register_statement
 from .exprs import const_int
-from .intrin import device_helper
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_expect_tx,
+                       mbarrier_init, mbarrier_wait, tma_load)
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "device_helper", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "tensormap"]
 
@@ -425,66 +426,6 @@ def _descriptor_dtype(dtype) -> str:
     """The tensor map's element type: TMA only moves bytes, so 8-bit floats travel as uint8 (the driver's tensor
     map types have no fp8 entry)."""
     return "uint8" if tirx_bits(dtype) == 8 else str(dtype)
-
-
-# ---- device helpers -----------------------------------------------------------------------------------
-
-def mbarrier_init(bar, count):
-    return device_helper("tnb_mbarrier_init", "void* bar, int count",
-                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-                   '  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(b), "r"(count) : "memory");',
-                   bar, count)
-
-
-def fence_mbarrier_init():
-    # Makes the initialised barriers visible to the async proxy (the TMA unit) before first use.
-    return device_helper("tnb_fence_mbarrier_init", "",
-                   '  asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
-
-
-def mbarrier_wait(bar, parity):
-    return device_helper("tnb_mbarrier_wait", "void* bar, int parity",
-                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-                   '  asm volatile("{\\n.reg .pred done;\\nWAIT_%=:\\n"\n'
-                   '               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"\n'
-                   '               "@!done bra WAIT_%=;\\n}\\n" :: "r"(b), "r"(parity) : "memory");',
-                   bar, parity)
-
-
-def mbarrier_arrive(bar):
-    return device_helper("tnb_mbarrier_arrive", "void* bar",
-                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-                   '  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(b) : "memory");',
-                   bar)
-
-
-def mbarrier_expect_tx(bar, nbytes):
-    return device_helper("tnb_mbarrier_arrive_expect_tx", "void* bar, int nbytes",
-                   '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-                   '  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n"'
-                   ' :: "r"(b), "r"(nbytes) : "memory");',
-                   bar, nbytes)
-
-
-def tma_load(rank, dst, tmap, bar, coords, multicast: int = 0):
-    """A TMA load of one box into `dst`, completing on `bar`; with a `multicast` mask of CTAs of the cluster, into
-    the same offsets of each of them (cluster.py)."""
-    names = ", ".join(f"int c{i}" for i in range(rank))
-    first = 4 if multicast else 3  # the operand number of the first coordinate
-    ops = ", ".join(f"%{first + i}" for i in range(rank))
-    cons = "".join(f', "r"(c{i})' for i in range(rank))
-    suffix, mask_op, mask_in, mask_param = ((".multicast::cluster", ", %3", ', "h"(mask)', "unsigned short mask, ")
-                                            if multicast else ("", "", "", ""))
-    body = ('  unsigned d = (unsigned)__cvta_generic_to_shared(dst);\n'
-            '  unsigned b = (unsigned)__cvta_generic_to_shared(bar);\n'
-            f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes{suffix}"\n'
-            f'               " [%0], [%1, {{{ops}}}], [%2]{mask_op};\\n"\n'
-            f'               :: "r"(d), "l"(tmap), "r"(b){mask_in}{cons} : "memory");')
-    name = f"tnb_tma_load_multicast_{rank}d" if multicast else f"tnb_tma_load_{rank}d"
-    mask = (tirx.const(multicast, "uint16"),) if multicast else ()
-    # The tensor map is a __grid_constant__ kernel parameter; TVM passes its address as an integer.
-    return device_helper(name, f"void* dst, unsigned long long tmap, void* bar, {mask_param}{names}", body,
-                         dst, tirx.address_of(tmap), bar, *mask, *coords)
 
 
 # ---- device side ------------------------------------------------------------------------------------
