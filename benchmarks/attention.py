@@ -1,7 +1,7 @@
 """FlashAttention forward: the reference kernel of tests/kernels/reference.py (unchanged source) vs
 torch.nn.functional.scaled_dot_product_attention on the same inputs, same run, same timing harness.
 
-    python benchmarks/attention.py [--shapes 4,32,4096 1,32,16384] [--dims 64 128] [--rounds 5] [--out r.json]
+    python benchmarks/attention.py [--shapes 4,32,4096 1,32,16384] [--dims 64 128] [--rounds 3] [--out r.json]
 
 TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA first (max abs error).
 tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations (CONFIGS; --all-configs for more).
@@ -107,9 +107,10 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)")
     ap.add_argument("--all-configs", action="store_true", help="also time the configurations that never won")
-    ap.add_argument("--rounds", type=int, default=0,
+    ap.add_argument("--rounds", type=int, default=3,
                     help="then time the best configuration, SDPA and Triton's best in this many interleaved rounds "
-                         "(median of the round medians; the search's best-of-N is biased upward by noise)")
+                         "(median of the round medians; the search's best-of-N is biased upward by noise; 0: "
+                         "report the search's own figures)")
     args = ap.parse_args()
     configs = CONFIGS + (MORE_CONFIGS if args.all_configs else [])
     global tri, TRITON_MISSING

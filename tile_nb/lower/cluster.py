@@ -75,8 +75,8 @@ def plan_multicast(func, tma, grid: dict, ctas: int) -> tuple[Multicast | None, 
     if mode != str(CLUSTER_SIZE):
         return None, f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)"
     if ctas % CLUSTER_SIZE:
-        return None, f"no cluster (an even number of CTAs is launched, not {ctas})"
-    best = None  # (bytes, copy index, axis)
+        return None, f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)"
+    best = None  # (bytes of the copy's tile, copy index, grid axis, its halves)
     for axis, (var, extent) in grid.items():
         if int(extent) % CLUSTER_SIZE:
             continue
