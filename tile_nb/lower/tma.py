@@ -448,17 +448,18 @@ def _release(em, plan: TmaPlan, s, groups, when=None):
     a multicast tile's stage is released in both CTAs (the peer's producer writes it too): lane r arrives on CTA
     r's barrier, as CUTLASS spreads them."""
     lane = tirx.floormod(em.tx, 32)
-    shared = _multicast(em).groups if _multicast(em) is not None else ()
+    multicast = _multicast(em)
+    shared = multicast.groups if multicast is not None else ()
     local, remote = [g for g in groups if g not in shared], [g for g in groups if g in shared]
-    for lanes, gs in ((lane == 0, local), (lane < CLUSTER_SIZE, remote)):
-        if not gs:
-            continue
+    if local:
+        with T.If(lane == 0 if when is None else tirx.And(when, lane == 0)), T.Then():
+            for g in local:
+                T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
+    if remote:
+        lanes = lane < CLUSTER_SIZE
         with T.If(lanes if when is None else tirx.And(when, lanes)), T.Then():
-            for g in gs:
-                if g in shared:
-                    T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), lane))
-                else:
-                    T.evaluate(mbarrier_arrive(_empty(em, plan, s, g)))
+            for g in remote:
+                T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), lane))
 
 
 @register_kernel_hook("thread")
@@ -643,16 +644,14 @@ def _let_first_warpgroup_start(em, groups: int):
 
 def _emit_producer(em, plan: TmaPlan, start, n, base=0):
     """The producer's k-loop: k-tile k goes to ring position base + k (stage (base + k) % S)."""
-    stages = plan.stages
-    fd, fm = tirx.floordiv, tirx.floormod
     loop = plan.loop
     with T.serial(0, n) as k:
         IRBuilder.name(loop.loop_var.name + "_load", k)
         em.bind_range(k, n)
-        s = fm(base + k, stages)
+        s = tirx.floormod(base + k, plan.stages)
         with em.bound("var_map", {loop.loop_var: start + k}):
             for g, (_, group) in enumerate(plan.arrivals):
-                T.evaluate(mbarrier_wait(_empty(em, plan, s, g), tirx.bitwise_xor(fm(fd(base + k, stages), 2), 1)))
+                _wait_empty(em, plan, base + k, g)
                 T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
                 for ci in group:
                     c = plan.copies[ci]
@@ -673,11 +672,17 @@ def emit_producer_tail(em, plan: TmaPlan, end):
     multicast = _multicast(em)
     if multicast is None:
         return
-    fd, fm = tirx.floordiv, tirx.floormod
     for j in range(plan.stages):
         for g in multicast.groups:
-            T.evaluate(mbarrier_wait(_empty(em, plan, fm(end + j, plan.stages), g),
-                                     tirx.bitwise_xor(fm(fd(end + j, plan.stages), 2), 1)))
+            _wait_empty(em, plan, end + j, g)
+
+
+def _wait_empty(em, plan: TmaPlan, position, group: int):
+    """The producer waits until ring position `position`'s stage is free: released after its use at position -
+    stages (the first round passes at once: parity 1 of a fresh barrier counts as complete)."""
+    stages = plan.stages
+    T.evaluate(mbarrier_wait(_empty(em, plan, tirx.floormod(position, stages), group),
+                             tirx.bitwise_xor(tirx.floormod(tirx.floordiv(position, stages), 2), 1)))
 
 
 def _emit_loads(em, c, s, full):
