@@ -36,7 +36,10 @@ CONFIGS = {
 }
 VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp, and
     #            persistent CTAs where the grid has more tiles than the GPU has SMs)
-    "seed, TMA forced": (SEED, {"tile_nb.tma": 1}),
+    "seed, TMA forced": (SEED, {"tile_nb.tma": 1}),  # loads issued by the warpgroup's own first thread
+    "seed, TMA forced, producer warp": (SEED, {"tile_nb.tma": 1, "tile_nb.producer_warp": 1}),
+    "seed, TMA forced, no TMA store": (SEED, {"tile_nb.tma": 1, "tile_nb.tma_store": 0}),
+    "seed s4, TMA forced": (dict(SEED, num_stages=4), {"tile_nb.tma": 1}),
     "seed s4": (dict(SEED, num_stages=4), {}),
     "seed, mma.sync": (SEED, {"tile_nb.wgmma": 0}),
     "big, cp.async": (BIG, {"tile_nb.tma": 0}),
@@ -63,6 +66,9 @@ SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)
     "64x128x64 t128 s4": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
     "64x128x64 t128 s4 TMA": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
                               {"tile_nb.tma": 1}),
+    "64x128x64 t128 s4 TMA, producer warp": (
+        dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
+        {"tile_nb.tma": 1, "tile_nb.producer_warp": 1}),
     "64x256x64 t128 s3": (dict(block_M=64, block_N=256, block_K=64, threads=128, num_stages=3, out_dtype=T.float16), {}),
     "128x128x64 t256 s4": (dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4, out_dtype=T.float16), {}),
     "128x64x64 t128 s4": (dict(block_M=128, block_N=64, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),

@@ -42,7 +42,9 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
     # small problems (1024^3: 128x128 tiles give 64 CTAs for 132 SMs): 128 CTAs of 64x128 or 128x64
     "64x128x128 t128 s4": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4),
     "64x128x128 t128 s4 TMA": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4,
-                                   env={"TILE_NB_TMA": "1"}),
+                                   env={"TILE_NB_TMA": "1"}),  # the warpgroup's own first thread issues the loads
+    "64x128x128 t128 s4 TMA, producer warp": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4,
+                                                  env={"TILE_NB_TMA": "1", "TILE_NB_PRODUCER_WARP": "1"}),
     "128x64x128 t256 s4": dict(block_M=128, block_N=64, block_K=128, threads=256, num_stages=4),
     "128x128x128 t256 s5 precise": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5,
                                         precise_accum=True),  # fp8 only: float32 sums per k-tile (docs/IR.md)

@@ -167,6 +167,24 @@ def test_tma_and_cp_async_paths_agree():
                         expect_pipeline=note) < 1e-3
 
 
+INLINE = "TMA + mbarriers, loads issued by the first consumer thread (no producer warp)"
+
+
+@needs_hopper
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("producer_warp", [0, 1])
+def test_one_warpgroup_tma_with_and_without_a_producer_warp(producer_warp, out_dtype):
+    """The seed's launch shape (128 threads) with TMA forced: by default its own first thread issues the loads
+    between its k-tiles; `tile_nb.producer_warp` = 1 adds a producer warp. A float16 C also leaves through the
+    TMA store, one 64-column panel at a time (the staging tile may not cost a CTA per SM). Tiles cut at every
+    edge, and a K of one k-tile."""
+    expect = INLINE if not producer_warp else "TMA + mbarriers, producer warp"
+    notes = (f"{2 if producer_warp else 1} of 2 panels at a time",) if out_dtype == "float16" else ()
+    for M, N, K in ((1000, 1032, 1000), (256, 384, 32), (1, 8, 4096)):
+        assert run_case(M, N, K, out_dtype=out_dtype, path="tma", expect_pipeline=expect, expect_notes=notes,
+                        attrs={"tile_nb.producer_warp": producer_warp}) < (3e-3 if out_dtype == "float16" else 1e-3)
+
+
 @needs_hopper
 def test_ineligible_shapes_fall_back_to_cp_async_with_the_reason():
     """K = 999: A's rows are 1998 bytes, not a multiple of 16, so TMA cannot describe A; cp.async runs."""
@@ -328,7 +346,8 @@ def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
     (TMA forced), bf16 inputs, 2- and 4-stage rings."""
     for in_dtype, out_dtype, tol in (("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3)):
         assert run_case(1000, 1032, 1000, in_dtype=in_dtype, out_dtype=out_dtype, stages=stages, block_K=64,
-                        path="tma", expect_pipeline="TMA", attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5}) < tol
+                        path="tma", expect_pipeline="TMA", attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5,
+                                                                  "tile_nb.producer_warp": 1}) < tol
 
 
 @needs_hopper

@@ -37,7 +37,9 @@ def test_on_by_default_where_the_grid_is_larger_than_the_gpu():
     # one consumer warpgroup (TMA forced): CTAs share SMs, so not by default
     seed_tma = gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 1)
     assert "persistent" not in note(seed_tma)
-    assert "persistent: 132 CTAs" in note(seed_tma.with_attr("tile_nb.persistent", 1))
+    assert "no persistent CTAs (they need a producer warp" in note(seed_tma.with_attr("tile_nb.persistent", 1))
+    with_warp = seed_tma.with_attr("tile_nb.producer_warp", 1)
+    assert "persistent: 132 CTAs" in note(with_warp.with_attr("tile_nb.persistent", 1))
 
 
 def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():
@@ -67,7 +69,7 @@ def test_the_sm_count_sets_the_launch():
 def test_kernels_whose_accumulator_is_read_every_k_tile():
     """float16 accumulator (rounded after every T.gemm): each k-tile releases its own stage, nothing after."""
     func = seed_gemm.specialize(M=4096, N=4096, K=1024, out_dtype=T.float16, block_K=64)
-    func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.raster_group", 1))
+    func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.producer_warp", 1).with_attr("tile_nb.raster_group", 1))
     assert "persistent" in note(func) and "before its stage is released" in note(func)
     ir = lowered(func)
     assert "bx_tile: T.let[T.int32] = (bx + tile * 132) % 32" in ir  # no grouping: x fastest

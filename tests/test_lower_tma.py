@@ -37,6 +37,30 @@ def test_one_warpgroup_keeps_cp_async_unless_forced():
     assert pipeline_note(seed_tma()).startswith("TMA + mbarriers")
 
 
+def test_one_warpgroup_issues_its_own_loads_three_ctas_per_sm(tmp_path):
+    """TMA forced on the seed (128 threads, 128x128x32, 3 stages, fp16 C): no producer warp; thread 0 issues the
+    first two k-tiles before the loop and k-tile k + 2 in iteration k, after the stage it reuses (k - 1's) was
+    released; the TMA store stages one 64-column panel at a time so that three CTAs still fit an SM."""
+    func = seed_tma(8192, 8192, 8192, out_dtype=T.float16)
+    note = pipeline_note(func)
+    assert note.startswith("TMA + mbarriers, loads issued by the first consumer thread"), note
+    assert "(1 of 2 panels at a time)" in note, note
+    src = cuda_source(func, "sm_90a")
+    assert "__launch_bounds__(128)" in src
+    prologue, loop = src[:src.index("for (int k = 0;")], src[src.index("for (int k = 0;"):]
+    assert "for (int k_load = 0; k_load < 2; ++k_load)" in prologue
+    release = loop.index("tnb_mbarrier_arrive((&(((uint64_t*)smem_pool_ptr)[(((k + 2) % 3)")
+    issue = loop.index("if ((((int)threadIdx.x) == 0) && (k < 254))")
+    assert release < issue < loop.index("tnb_tma_load_2d(", issue) < loop.index("tnb_wgmma_wait0")
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    shared = lower_with_plan(func, target("sm_90a"))[1].pool_bytes
+    assert "0 bytes spill" in report and 65536 // (128 * registers) >= 3, report
+    assert 3 * (shared + 1024) <= 228 * 1024, shared  # 48 KiB of stages + a 16 KiB staging panel
+    with_warp = cuda_source(func.with_attr("tile_nb.producer_warp", 1), "sm_90a")
+    assert "__launch_bounds__(160)" in with_warp
+
+
 def test_cuda_source_of_the_warp_specialized_kernel():
     src = cuda_source(gemm_ir(1024, 1024, 1024, **BIG), "sm_90a")
     # the kernel gets one extra warp and two tensor maps, encoded on the host for each call
@@ -245,6 +269,25 @@ def test_two_ctas_per_sm_are_in_the_launch_bounds(heavy_first, tmp_path):
     used = [int(n) for n in re.findall(r"Used (\d+) registers", report)]
     assert used and max(used) <= 128, report
     assert "__launch_bounds__(384)" in cuda_source(flash_ir(128, 128), "sm_90a")  # one CTA: no second number
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_tma_without_a_producer_warp_keeps_two_ctas_per_sm(causal, tmp_path):
+    """`tile_nb.producer_warp` = 0 at head dim 64 (80 KiB of tiles, 256 threads): TMA loads without the warp that
+    would cost the second CTA; the first consumer thread issues k-tile k + 1 at the top of iteration k (the loop
+    waits for its MMAs, so k - 1's stage is free by then), in the 128 registers of two CTAs per SM."""
+    func = flash_ir(64, 128, causal=causal).with_attr("tile_nb.producer_warp", 0)
+    note = pipeline_note(func)
+    assert note.startswith("TMA + mbarriers, loads issued by the first consumer thread"), note
+    assert "no softmax/MMA overlap (no producer warpgroup" in note, note
+    src = cuda_source(func, "sm_90a")
+    assert 'extern "C" __global__ void __launch_bounds__(256, 2) flash_attention_kernel(' in src
+    loop = src[src.index("for (int k = 0;"):]
+    issue = loop.index("(((int)threadIdx.x) == 0) && (k < ")
+    assert issue < loop.index("tnb_tma_load_4d(") < loop.index("tnb_wgmma_commit()")
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert max(int(n) for n in re.findall(r"Used (\d+) registers", report)) <= 128, report
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
 # ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ------------------------------------------------------

@@ -144,6 +144,28 @@ def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,stages", [(64, 2), (64, 3), (128, 2)])
+@pytest.mark.parametrize("s", [1, 333, 2048])
+def test_flash_attention_tma_without_a_producer_warp(causal, d, stages, s):
+    """`tile_nb.producer_warp` = 0: K and V by TMA, issued by the first consumer thread at the top of each
+    iteration (no producer warp, so head dim 64 keeps two CTAs per SM); both T.gemm wait for their own tiles."""
+    from tile_nb.runtime import compile as rt_compile
+
+    Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(90 + i)).half().cuda() for i in range(3))
+    O = torch.full_like(Q, float("nan"))
+    cfg = dict(causal=causal, block_M=128, block_N=128, threads=256, num_stages=stages)
+    kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.producer_warp", 0),
+                        None)
+    if kernel.arch == "sm_90a":
+        assert kernel.plan["pipeline"].startswith("TMA + mbarriers, loads issued by the first consumer thread"), \
+            kernel.plan["pipeline"]
+    kernel(Q, K, V, O)
+    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+    assert rel_err(O, expected) < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
 def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
     """The overlapped schedule (tile_nb/lower/tma.py: Overlap) reorders issue and waits, not arithmetic: its output
     matches the in-order loop's to fp16 rounding, for one KV block (the peeled iteration only), two, and many.

@@ -12,7 +12,8 @@ otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
->= 2 consumer warpgroups), `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
+>= 2 consumer warpgroups; a single consumer warpgroup issues its own loads unless `tile_nb.producer_warp` = 1),
+`tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
 take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
 FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
 on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA kernel's grid larger than the GPU,
@@ -38,7 +39,7 @@ __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringErro
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
 ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG", "TILE_NB_SOFTMAX_OVERLAP",
                 "TILE_NB_HEAVY_FIRST", "TILE_NB_PERSISTENT", "TILE_NB_SM_COUNT", "TILE_NB_TMA_STORE",
-                "TILE_NB_CLUSTER")
+                "TILE_NB_CLUSTER", "TILE_NB_PRODUCER_WARP")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from .errors import LoweringError
 
-__all__ = ["MAX_REGISTERS_PER_THREAD", "check_registers", "check_shared", "layout_pool", "max_shared_bytes",
+__all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "ctas_per_sm", "check_shared", "layout_pool", "max_shared_bytes",
            "packed_registers"]
 
 # Dynamic shared memory a block may opt into, by compute capability (CUDA C Programming Guide, "Features and
@@ -18,6 +18,22 @@ _SHARED_PER_BLOCK = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024
                      89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024}
 MAX_REGISTERS_PER_THREAD = 255
 REGISTERS_PER_SM = 65536
+SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
+# Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a wgmma
+# instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154 registers for
+# 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the fragments must
+# fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167 registers for 170
+# counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
+# count is an estimate, ptxas has the last word (`kernel.resources`).
+WGMMA_HEADROOM = 32
+
+
+def ctas_per_sm(threads: int, registers: int, pool_bytes: int) -> int:
+    """CTAs of `threads` threads using about `registers` registers each and a `pool_bytes` shared pool that fit
+    one SM of sm_90 together (at least 1): registers go by the 8 per thread, shared memory has 1 KiB per CTA
+    reserved."""
+    by_registers = REGISTERS_PER_SM // (-(-threads // 32) * 32 * (-(-registers // 8) * 8))
+    return max(1, min(by_registers, SHARED_PER_SM // (pool_bytes + 1024)))
 
 
 def max_shared_bytes(arch: str) -> int:

@@ -507,7 +507,7 @@ class Emitter:
 
     def needs_consumer_guard(self, stmt) -> bool:
         tma = self.plan.tma
-        if tma is None or self.scope.consumer or self.tx is None:
+        if tma is None or tma.producer_threads == 0 or self.scope.consumer or self.tx is None:
             return False
         if isinstance(stmt, (tirx.SeqStmt, tirx.AttrStmt, tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
             return False

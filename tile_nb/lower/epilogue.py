@@ -29,7 +29,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .budget import layout_pool, max_shared_bytes
+from .budget import WGMMA_HEADROOM, SHARED_PER_SM, ctas_per_sm, layout_pool, max_shared_bytes
 from .emitter import register_kernel_hook, register_statement
 from .exprs import conjunction, const_int
 from .irwalk import region_of, scope_of, seq_items
@@ -53,7 +53,7 @@ class TmaStore:
     chunk: int  # panels staged at a time
 
 
-def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
+def plan_tma_store(func, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
     """(TmaStore or None, the plan's note on it, the staging SharedTile or None): `barrier_bytes` are the pool's
     mbarriers, placed after the tiles; `unaligned` the tensors whose data pointer is not 16-byte aligned in this
     call."""
@@ -62,13 +62,14 @@ def plan_tma_store(func, tma, persistent, threads_body, accumulators, shared, ba
         return None, "", None
     if tma is None:
         return None, ("no TMA store (it comes with the TMA pipeline)" if mode == "1" else ""), None
-    plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned)
+    plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned,
+                            threads + tma.producer_threads)
     if plan is not None and persistent is None:
         why += "; a CTA of one tile waits for its stores before it exits"
     return plan, (why if plan is not None or mode == "1" else ""), tile
 
 
-def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
+def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, launched):
     copies = [s for s in seq_items(threads_body) if isinstance(s, tirx.TilePrimitiveCall)
               and s.op.name == "tirx.tile.copy" and region_of(s.args[1])[0] in accumulators]
     if len(copies) != 1:
@@ -94,7 +95,7 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
         return None, f"no TMA store ({dst.name}'s rows are not a multiple of 16 bytes)", None
     panels = cols // _PANEL
     used = list(shared.values())
-    limit = max_shared_bytes(arch)
+    limit = _pool_limit(arch, launched, accumulators, used, barrier_bytes)
     chunk = panels
     while chunk >= 1:
         tile = SharedTile(_stage_buffer(rows, chunk, dst.dtype), (rows, chunk * _PANEL), str(dst.dtype), panel=True,
@@ -105,6 +106,16 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
                 f"epilogue through shared memory and TMA stores ({chunk} of {panels} panels at a time)"), tile
         chunk //= 2
     return None, "no TMA store (no shared memory left for a 64-column staging panel)", None
+
+
+def _pool_limit(arch, launched, accumulators, used, barrier_bytes) -> int:
+    """The shared pool the staging tile may grow to: what one CTA may have, but no more than keeps as many CTAs on
+    an SM as registers and the other tiles allow (the seed GEMM has three of 48 KiB; its whole 32 KiB output tile
+    staged at once would leave room for two)."""
+    registers = max(a.regs for a in accumulators.values()) + WGMMA_HEADROOM
+    _, end = layout_pool(used)
+    keep = ctas_per_sm(launched, registers, (end + 7) // 8 * 8 + barrier_bytes)
+    return min(max_shared_bytes(arch), SHARED_PER_SM // keep - 1024)
 
 
 def _stage_buffer(rows, panels, dtype):

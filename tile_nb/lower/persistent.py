@@ -65,6 +65,8 @@ def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: d
 def _plan(func, tma, grid, threads_body, shared):
     if tma is None:
         return None, "no persistent CTAs (they need the TMA pipeline's producer)"
+    if tma.producer_threads == 0:
+        return None, "no persistent CTAs (they need a producer warp: tile_nb.producer_warp = 1 adds one)"
     if set(grid) - {"blockIdx.x", "blockIdx.y"} or "blockIdx.x" not in grid:
         return None, "no persistent CTAs (a grid of one or two dimensions is supported)"
     extents = [v[1] for v in grid.values()]

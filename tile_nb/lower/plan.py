@@ -33,7 +33,7 @@ from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
 from .switches import switch
-from .tma import TWO_CTAS_PER_SM, plan_tma
+from .tma import TWO_CTAS_PER_SM, plan_tma, two_ctas_fit
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -208,14 +208,16 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     tma, note = None, ""
     if stages:
         tma, note = plan_tma(func, plan)
-    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM else 1
+    # two CTAs per SM: FlashAttention-like loops (several T.gemm) on cp.async, or with TMA loads but no producer warp
+    inline_two = tma is not None and tma.producer_threads == 0 and tma.gemm_count > 1 and two_ctas_fit(plan)
+    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM or inline_two else 1
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
     body = _threads_body(func)
     persistent, why = plan_persistent(func, tma, grid, threads, body, shared)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, body, accumulators, shared, barrier_bytes,
+    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, threads, body, accumulators, shared, barrier_bytes,
                                                  arch, unaligned)
     if stage is not None:
         shared[stage.buffer] = stage

@@ -25,6 +25,11 @@ zero fill), and stages are handed over through mbarriers, so consumers never wai
              (wait_group 0) and the warp arrives on empty[s] at the end of the iteration)
         wait_group 0
 
+A kernel of one consumer warpgroup (the seed GEMM's 128 threads) gets no producer warp: registers are granted per
+warp, and the extra warp would leave room for two such CTAs per SM instead of three. Its own first thread issues
+the first S - 1 k-tiles before the loop and, in iteration k, k-tile k + S - 1 into the stage that iteration just
+released (the producer's wait on empty[s] then passes at once, or after the warpgroup's other warps arrive).
+
 Everything outside the loop runs on the consumer threads only (`Lowerer.emit` guards it; CTA barriers become
 the named barrier 1 over the T consumer threads). Shared layouts are unchanged: the swizzled tiles of wgmma.py
 are exactly what TMA writes with its 64B/128B swizzle modes (tile bases are 1 KiB aligned in the pool), and a
@@ -42,6 +47,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
+from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .cluster import CLUSTER_SIZE
 from .emitter import register_kernel_hook, register_statement
 from .exprs import const_int
@@ -52,7 +58,7 @@ from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarr
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "two_ctas_fit", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "tensormap"]
 
@@ -63,13 +69,6 @@ _PRODUCER_REGISTERS = 24
 _REGISTER_POOL = 64512
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
-# Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a wgmma
-# instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154 registers for
-# 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the fragments must
-# fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167 registers for 170
-# counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
-# count is an estimate, ptxas has the last word (`kernel.resources`).
-_WGMMA_HEADROOM = 32
 # plan_tma's answer where two CTAs of a kernel with several T.gemm share an SM (the launch bounds then say so)
 TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
                    "producer warp; tile_nb.tma = 1 forces TMA)")
@@ -77,7 +76,6 @@ TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iterat
 # with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
 # counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
 _OVERLAP_HEADROOM = 16
-_SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
 
 
 @dataclass(frozen=True)
@@ -126,6 +124,10 @@ class TmaPlan:
     registers: tuple | None = None  # (producer, consumer) registers per thread after setmaxnreg, None: no change
 
     @property
+    def gemm_count(self) -> int:
+        return sum(isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" for s in self.rest)
+
+    @property
     def barrier_count(self) -> int:
         """full[s][group] for every stage and arrival group, then empty[s][group]."""
         return 2 * self.stages * len(self.arrivals)
@@ -154,11 +156,16 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
     if threads % 128 or threads + PRODUCER_THREADS > 1024:
         return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
+    # Loads issued by the consumers' first thread instead of a producer warp: by default for one consumer
+    # warpgroup (the warp would cost it a CTA per SM: registers are granted per warp, 160 threads of 154
+    # registers fit twice where 128 fit three times); tile_nb.producer_warp = 0 (TILE_NB_PRODUCER_WARP=0): for
+    # every TMA kernel, 1: never.
+    producer_mode = switch(func, "tile_nb.producer_warp", "TILE_NB_PRODUCER_WARP", "auto")
+    inline = producer_mode == "0" or (producer_mode == "auto" and threads == 128)
     if mode != "1" and threads < 256:
         # Measured on the H200 (benchmarks/results/gemm.md): with one consumer warpgroup, 3 CTAs per SM
         # already hide each other's barriers; the producer warp's registers leave room for only 2.
-        return None, ("cp.async (one consumer warpgroup: TMA + a producer warp measured no faster; "
-                      "tile_nb.tma = 1 forces TMA)")
+        return None, ("cp.async (one consumer warpgroup: TMA measured no faster; tile_nb.tma = 1 forces TMA)")
     loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
     nested = [s for s in _all_pipelined(func.body) if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
@@ -184,7 +191,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         if any(b in plan.shared for b in reads + writes):
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
-    if mode != "1" and len(gemms) > 1 and threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= _SHARED_PER_SM:
+    if mode != "1" and not inline and len(gemms) > 1 and two_ctas_fit(plan):
         # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80 KiB of
         # tiles runs 14-19% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
         # SM; the producer warp (registers are granted per warpgroup) leaves room for one.
@@ -197,7 +204,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     budget = 65536 // -(-(threads + PRODUCER_THREADS) // 128) // 128
     largest = max(plan.accumulators[c].regs for c in accs)
     warp_short = None  # why a producer warp leaves the consumers too few registers; a producer warpgroup may not
-    if budget < plan.fragment_registers or budget < largest + _WGMMA_HEADROOM:
+    if budget < plan.fragment_registers or budget < largest + WGMMA_HEADROOM:
         warp_short = (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
                       f"fragments alone take {plan.fragment_registers}, the largest accumulator {largest})")
     # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
@@ -224,14 +231,17 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     pingpong = _pingpong(func, threads, gemms)
     arrivals = _arrival_groups(rest, planned)
     overlap, why_not = _overlap(func, rest, gemms, planned, arrivals, pingpong)
+    if overlap is not None and inline:  # the overlap's registers come from a producer warpgroup (setmaxnreg)
+        overlap, why_not = None, "no producer warpgroup to take registers from"
     registers = None
     if overlap is not None:
         registers, why_not = _overlap_registers(plan, threads, largest)
         overlap = overlap if registers is not None else None
-    if registers is None and warp_short:
+    if registers is None and warp_short and not inline:
         return None, warp_short
-    producer = 128 if registers is not None else PRODUCER_THREADS
-    note = f"TMA + mbarriers, producer {'warpgroup' if registers else 'warp'} (warp-specialized)"
+    producer = 128 if registers is not None else 0 if inline else PRODUCER_THREADS
+    note = ("TMA + mbarriers, loads issued by the first consumer thread (no producer warp)" if producer == 0
+            else f"TMA + mbarriers, producer {'warpgroup' if registers else 'warp'} (warp-specialized)")
     if not in_flight and overlap is None:
         note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
     if pingpong:
@@ -248,12 +258,18 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
                    registers), note
 
 
+def two_ctas_fit(plan) -> bool:
+    """Whether two CTAs of this kernel share an SM's shared memory (and, at <= 256 threads, its registers at
+    128 per thread)."""
+    return plan.threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= SHARED_PER_SM
+
+
 def _overlap_registers(plan, threads: int, largest: int) -> tuple[tuple | None, str]:
     """(producer, consumer) registers per thread for the overlapped loop, or (None, why not). The second T.gemm's
     operands stay live through the next iteration's softmax: a producer warpgroup keeps 24 registers (setmaxnreg)
     and the consumers share the rest."""
     consumer = min(240, (_REGISTER_POOL - 128 * _PRODUCER_REGISTERS) // threads // 8 * 8)
-    need = max(plan.fragment_registers + _OVERLAP_HEADROOM, largest + _WGMMA_HEADROOM)
+    need = max(plan.fragment_registers + _OVERLAP_HEADROOM, largest + WGMMA_HEADROOM)
     if threads + 128 > 1024 or consumer < need:
         return None, f"it needs about {need} registers per consumer thread; {consumer} are to be had at {threads} threads"
     return (_PRODUCER_REGISTERS, consumer), ""
@@ -494,6 +510,13 @@ def emit_ws_loop(em, loop):
     if em.plan.persistent is not None:
         emit_consumer_loop(em, plan, start, n, em.scope.pipeline_base)
         return
+    if plan.producer_threads == 0:  # the consumers' first thread issues the loads, stages - 1 k-tiles ahead
+        with T.If(em.tx == 0), T.Then():
+            with T.serial(0, tirx.min(n, plan.stages - 1)) as k:
+                IRBuilder.name(loop.loop_var.name + "_load", k)
+                _load_position(em, plan, start, k)
+        emit_consumer_loop(em, plan, start, n)
+        return
     with T.If(tirx.Not(em.is_consumer())):
         with T.Then():
             emit_producer_role(em, plan, lambda: _emit_producer(em, plan, start, n))
@@ -562,6 +585,8 @@ def _emit_consumer(em, plan: TmaPlan, start, n, base):
         IRBuilder.name(plan.loop.loop_var.name, k)
         em.bind_range(k, n)
         it = _Iteration(em, plan, start, k, base)
+        if plan.producer_threads == 0 and not plan.in_flight:
+            _load_ahead(em, plan, start, k, n)  # into the stage released at the end of iteration k - 1
         with it.scope(mma_in_flight=plan.in_flight, pingpong=plan.pingpong):
             for i in range(len(plan.rest)):  # register-only besides the T.gemm: no CTA barriers
                 it.emit(i)
@@ -571,6 +596,8 @@ def _emit_consumer(em, plan: TmaPlan, start, n, base):
         else:
             # wait_group 0 in the gemm: this iteration's MMAs are done with stage s.
             _release(em, plan, it.s, everything)
+        if plan.producer_threads == 0 and plan.in_flight:
+            _load_ahead(em, plan, start, k, n)  # into k - 1's stage, released just now
     if plan.in_flight:
         drain_accumulators(em, plan.rest)
         if em.plan.persistent is not None:  # the last k-tile's stage, which no later iteration releases
@@ -644,19 +671,31 @@ def _let_first_warpgroup_start(em, groups: int):
 
 def _emit_producer(em, plan: TmaPlan, start, n, base=0):
     """The producer's k-loop: k-tile k goes to ring position base + k (stage (base + k) % S)."""
-    loop = plan.loop
     with T.serial(0, n) as k:
-        IRBuilder.name(loop.loop_var.name + "_load", k)
+        IRBuilder.name(plan.loop.loop_var.name + "_load", k)
         em.bind_range(k, n)
-        s = tirx.floormod(base + k, plan.stages)
-        with em.bound("var_map", {loop.loop_var: start + k}):
-            for g, (_, group) in enumerate(plan.arrivals):
-                _wait_empty(em, plan, base + k, g)
-                T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
-                for ci in group:
-                    c = plan.copies[ci]
-                    with em.marked(c.call):
-                        _emit_loads(em, c, s, _full(em, plan, s, g))
+        _load_position(em, plan, start, k, base)
+
+
+def _load_ahead(em, plan: TmaPlan, start, k, n):
+    """Without a producer warp: in iteration k the consumers' first thread loads k-tile k + S - 1 (stage
+    (k - 1) % S), once every consumer warp has released that stage."""
+    ahead = k + plan.stages - 1
+    with T.If(tirx.And(em.tx == 0, ahead < n)), T.Then():
+        _load_position(em, plan, start, ahead)
+
+
+def _load_position(em, plan: TmaPlan, start, k, base=0):
+    """k-tile k of the loop into ring position base + k (stage (base + k) % S), once its stage is free."""
+    s = tirx.floormod(base + k, plan.stages)
+    with em.bound("var_map", {plan.loop.loop_var: start + k}):
+        for g, (_, group) in enumerate(plan.arrivals):
+            _wait_empty(em, plan, base + k, g)
+            T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
+            for ci in group:
+                c = plan.copies[ci]
+                with em.marked(c.call):
+                    _emit_loads(em, c, s, _full(em, plan, s, g))
 
 
 def emit_producer_loads(em, plan: TmaPlan, base):
