@@ -105,18 +105,19 @@ def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
 @pytest.mark.parametrize("d,block_N,s", [(64, 128, 200), (128, 128, 333), (128, 128, 128), (128, 128, 129),
                                          (128, 64, 1), (64, 64, 4096)])
 def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
-    """threads=256 over a 128-row Q tile: two consumer warpgroups, K and V by TMA from a producer warp (or cp.async
-    where two CTAs share an SM), P in registers (wgmma's register form); sequence lengths off the tiles, a single
+    """threads=256 over a 128-row Q tile: two consumer warpgroups, K and V by TMA from a producer warpgroup (or
+    from the first consumer thread where two CTAs share an SM), P in registers (wgmma's register form); sequence lengths off the tiles, a single
     row, and a long one."""
     b, h = 2, 3
     Q, K, V = (torch.randn(b, h, s, d, generator=_gen(30 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=causal, block_M=128, block_N=block_N, threads=256)
     kernel = ref.flash_attention.compile(Q, K, V, O, **cfg)
-    if kernel.arch == "sm_90a":  # TMA where one CTA fills the SM's shared memory (tile_nb/lower/tma.py)
-        tma = d == 128 and block_N == 128
-        assert kernel.plan["pipeline"].startswith("TMA + mbarriers" if tma else "cp.async"), kernel.plan["pipeline"]
-        assert ("softmax/MMA overlap:" in kernel.plan["pipeline"]) == tma, kernel.plan["pipeline"]
+    if kernel.arch == "sm_90a":  # a producer where one CTA fills the SM's shared memory (tile_nb/lower/tma.py)
+        producer = d == 128 and block_N == 128
+        assert kernel.plan["pipeline"].startswith("TMA + mbarriers"), kernel.plan["pipeline"]
+        assert ("no producer warp" in kernel.plan["pipeline"]) != producer, kernel.plan["pipeline"]
+        assert ("softmax/MMA overlap:" in kernel.plan["pipeline"]) == producer, kernel.plan["pipeline"]
     ref.flash_attention(Q, K, V, O, **cfg)
     expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
     assert rel_err(O, expected) < 5e-3
@@ -127,8 +128,8 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
 @pytest.mark.parametrize("s", [333, 2048])
 def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
     """`tile_nb.heavy_first` = 1 (the default since this test first ran): the grid runs in groups of heads, each
-    from its longest causal loops down, with two CTAs per SM kept by the launch bounds (head dim 64, cp.async) and
-    with TMA (head dim 128)."""
+    from its longest causal loops down, with two CTAs per SM kept by the launch bounds (head dim 64, TMA without a
+    producer warp) and with a producer warpgroup (head dim 128)."""
     from tile_nb.runtime import compile as rt_compile
 
     Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(70 + i)).half().cuda() for i in range(3))

@@ -1,8 +1,7 @@
 """`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma loops.
 
-Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm`s run on wgmma (wgmma.py) over at least two
-consumer warpgroups (one warpgroup runs faster with cp.async, see below), every copy in the loop body is a
-whole global tile into a shared operand of one of them, and the loop's other statements touch registers only
+Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm`s run on wgmma (wgmma.py), every copy in the
+loop body is a whole global tile into a shared operand of one of them, and the loop's other statements touch registers only
 (GEMM epilogue math, FlashAttention's softmax between Q K^T and P V). Otherwise pipeline.py's cp.async schedule runs; the
 reason is kept in the lowered function's `tile_nb.pipeline` attribute. `tile_nb.tma` = 0 / 1 (or the
 environment variable TILE_NB_TMA) turns it off / on wherever it is legal.
@@ -25,10 +24,13 @@ zero fill), and stages are handed over through mbarriers, so consumers never wai
              (wait_group 0) and the warp arrives on empty[s] at the end of the iteration)
         wait_group 0
 
-A kernel of one consumer warpgroup (the seed GEMM's 128 threads) gets no producer warp: registers are granted per
-warp, and the extra warp would leave room for two such CTAs per SM instead of three. Its own first thread issues
-the first S - 1 k-tiles before the loop and, in iteration k, k-tile k + S - 1 into the stage that iteration just
-released (the producer's wait on empty[s] then passes at once, or after the warpgroup's other warps arrive).
+Without a producer warp (where two CTAs of a FlashAttention-like loop share an SM, which the warp's registers
+would not allow; `tile_nb.producer_warp` = 0 anywhere) the first consumer thread issues the first S - 1 k-tiles
+before the loop and, in iteration k, k-tile k + S - 1 into the stage of k - 1: at the top of the iteration when
+each iteration waits for its MMAs (that stage was released at the end of k - 1), or right after the release when
+one wgmma group stays in flight. Measured on the seed GEMM (one consumer warpgroup, H200, 2026-12-03): a producer
+warp at two CTAs per SM beat this at three (567.6 / 544.3 against 549.4 / 510.7 TFLOP/s at 4096^3 / 8192^3), and
+both beat cp.async (514.6 / 499.9), which one warpgroup had kept before the TMA store epilogue.
 
 Everything outside the loop runs on the consumer threads only (`Lowerer.emit` guards it; CTA barriers become
 the named barrier 1 over the T consumer threads). Shared layouts are unchanged: the swizzled tiles of wgmma.py
@@ -71,7 +73,7 @@ _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
 # plan_tma's answer where two CTAs of a kernel with several T.gemm share an SM (the launch bounds then say so)
 TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
-                   "producer warp; tile_nb.tma = 1 forces TMA)")
+                   "producer warp; tile_nb.tma = 1 forces TMA, tile_nb.producer_warp = 0 TMA without the warp)")
 # Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at head dim 64
 # with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
 # counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
@@ -156,16 +158,6 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
     if threads % 128 or threads + PRODUCER_THREADS > 1024:
         return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
-    # Loads issued by the consumers' first thread instead of a producer warp: by default for one consumer
-    # warpgroup (the warp would cost it a CTA per SM: registers are granted per warp, 160 threads of 154
-    # registers fit twice where 128 fit three times); tile_nb.producer_warp = 0 (TILE_NB_PRODUCER_WARP=0): for
-    # every TMA kernel, 1: never.
-    producer_mode = switch(func, "tile_nb.producer_warp", "TILE_NB_PRODUCER_WARP", "auto")
-    inline = producer_mode == "0" or (producer_mode == "auto" and threads == 128)
-    if mode != "1" and threads < 256:
-        # Measured on the H200 (benchmarks/results/gemm.md): with one consumer warpgroup, 3 CTAs per SM
-        # already hide each other's barriers; the producer warp's registers leave room for only 2.
-        return None, ("cp.async (one consumer warpgroup: TMA measured no faster; tile_nb.tma = 1 forces TMA)")
     loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
     nested = [s for s in _all_pipelined(func.body) if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
@@ -191,10 +183,16 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         if any(b in plan.shared for b in reads + writes):
             return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
                           "which the stage release does not order)")
-    if mode != "1" and not inline and len(gemms) > 1 and two_ctas_fit(plan):
-        # Measured on the H200 (benchmarks/results/attention.md, 2026-12-03): FlashAttention with 80 KiB of
-        # tiles runs 14-19% faster with cp.async, where two CTAs of 256 threads (up to 128 registers each) share an
-        # SM; the producer warp (registers are granted per warpgroup) leaves room for one.
+    # Where two CTAs of a FlashAttention-like loop (several T.gemm) fit an SM, a producer warp would leave room for
+    # one (registers are granted per warp; 256 threads at 128 registers fill half the SM): then the first consumer
+    # thread issues the loads (the H200, benchmarks/results/attention.md, 2026-12-03: with two CTAs per SM cp.async
+    # ran 14-19% faster than TMA with a producer warp at one; TMA without one 2-3% faster than cp.async at head
+    # dim 64, measured at 256 threads only: 128-thread kernels keep cp.async). tile_nb.producer_warp = 0
+    # (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one (cp.async where two CTAs fit).
+    producer_mode = switch(func, "tile_nb.producer_warp", "TILE_NB_PRODUCER_WARP", "auto")
+    two = len(gemms) > 1 and two_ctas_fit(plan)
+    inline = producer_mode == "0" or (producer_mode == "auto" and two and threads == 256)
+    if mode != "1" and two and not inline:
         return None, TWO_CTAS_PER_SM
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
