@@ -37,9 +37,7 @@ def test_on_by_default_where_the_grid_is_larger_than_the_gpu():
     # one consumer warpgroup (TMA forced): CTAs share SMs, so not by default
     seed_tma = gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 1)
     assert "persistent" not in note(seed_tma)
-    assert "no persistent CTAs (they need a producer warp" in note(seed_tma.with_attr("tile_nb.persistent", 1))
-    with_warp = seed_tma.with_attr("tile_nb.producer_warp", 1)
-    assert "persistent: 132 CTAs" in note(with_warp.with_attr("tile_nb.persistent", 1))
+    assert "persistent: 132 CTAs" in note(seed_tma.with_attr("tile_nb.persistent", 1))
 
 
 def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():
@@ -69,7 +67,7 @@ def test_the_sm_count_sets_the_launch():
 def test_kernels_whose_accumulator_is_read_every_k_tile():
     """float16 accumulator (rounded after every T.gemm): each k-tile releases its own stage, nothing after."""
     func = seed_gemm.specialize(M=4096, N=4096, K=1024, out_dtype=T.float16, block_K=64)
-    func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.producer_warp", 1).with_attr("tile_nb.raster_group", 1))
+    func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.raster_group", 1))
     assert "persistent" in note(func) and "before its stage is released" in note(func)
     ir = lowered(func)
     assert "bx_tile: T.let[T.int32] = (bx + tile * 132) % 32" in ir  # no grouping: x fastest
@@ -114,7 +112,8 @@ def triangular(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 6
 
 @pytest.mark.parametrize("func,why", [
     (lambda: gemm_ir(2048, 2048, 1024, **BIG), "128 tiles fit on 132 SMs at once"),
-    (lambda: gemm_ir(4096, 4096, 1024), "they need the TMA pipeline's producer"),  # one warpgroup: cp.async
+    (lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 0), "they need the TMA pipeline's producer"),
+    (lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.producer_warp", 0), "they need a producer warp"),
     (lambda: triangular.specialize(M=4096, N=4096, K=4096), "the pipelined loop's trip count differs from tile to tile"),
 ])
 def test_refusals_say_why(func, why):
@@ -200,6 +199,6 @@ def test_a_kernel_of_one_wave_gets_tma_stores_too():
                                "of one tile waits for its stores before it exits")
     ir = lowered(func)
     assert ir.count('"tnb_tma_store_2d"') == 4 and ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
-    cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16)  # one warpgroup: cp.async, no TMA pipeline
+    cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma", 0)  # no TMA pipeline
     assert "TMA store" not in note(cp_async)
     assert "no TMA store (it comes with the TMA pipeline)" in note(cp_async.with_attr("tile_nb.tma_store", 1))

@@ -114,14 +114,14 @@ def test_the_lowering_budget_refusals_count_as_pruned():
 @pytest.mark.slow
 def test_compile_only_search_prunes_by_resources_and_records_failures(monkeypatch, capsys):
     """No GPU: every configuration is elaborated here, compiled in worker processes and pruned; nothing is timed,
-    stored or chosen, and the result says so. The register file is shrunk to 8,000 so that ptxas's real register
-    counts (read back from the worker) decide one prune."""
+    stored or chosen, and the result says so. The register file is shrunk to 10,000 so that ptxas's real register
+    counts (read back from the worker) decide one prune (the launch's threads count: 128 and a producer warp)."""
     from tile_nb.bench import tuning
 
-    small = DeviceLimits("sm_90a", shared_per_block=232448, registers_per_sm=8000)
+    small = DeviceLimits("sm_90a", shared_per_block=232448, registers_per_sm=10000)
     monkeypatch.setattr(tuning, "limits_for", lambda arch, use_device=True: small)
-    configs = [{"block_M": 64, "block_N": 64, "block_K": 32, "threads": 128},                 # 58 regs x 128: fits
-               {"block_M": 128, "block_N": 64, "block_K": 32, "threads": 128},                # ~90 regs x 128 > 8,000
+    configs = [{"block_M": 64, "block_N": 64, "block_K": 32, "threads": 128},                 # 58 regs x 160: fits
+               {"block_M": 128, "block_N": 64, "block_K": 32, "threads": 128},                # ~90 regs x 160 > 10,000
                {"block_M": 256, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 4}, # 256 KiB of shared tiles
                {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 384},               # no warp split
                {"block_M": 128, "block_N": 128, "block_K": 0, "threads": 128}]                # division by zero
@@ -129,7 +129,7 @@ def test_compile_only_search_prunes_by_resources_and_records_failures(monkeypatc
     assert isinstance(result, TuneResult) and result.mode == "compile-only" and not result.gpu
     ok, regs, smem, split, zero = result.points
     assert ok.compiled and ok.timing is None and ok.resources["registers"] > 0 and ok.compile_s > 0
-    assert regs.pruned.startswith(f"{regs.resources['registers']} registers x 128 threads") and \
+    assert regs.pruned.startswith(f"{regs.resources['registers']} registers x 160 threads") and \
         regs.stage == "resources"
     assert smem.pruned == "shared memory 256.0 KiB > 227.0 KiB per block (sm_90a; refused by the lowering)"
     assert split.stage == "compile" and "cannot be split over 12 warps" in split.error
