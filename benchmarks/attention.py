@@ -78,22 +78,29 @@ def bench_triton(q, k, v, causal: bool, expected):
     return best
 
 
-def _settle(row: dict, rounds: int, flop: float, ours, sdpa, triton) -> None:
-    """Re-time the chosen configuration against SDPA (and Triton's best) in interleaved rounds; the row's
-    figures become the medians of the round medians, the search's own figures stay under `search_*`."""
-    fns = {"tile_nb": ours, "sdpa": sdpa} | ({"triton": triton} if triton is not None else {})
+def _settle(row: dict, rounds: int, flop: float, ours: list, sdpa, triton) -> None:
+    """Re-time the search's finalists (`ours`: (config, fn) of the configurations within 5% of its best: one
+    timing cannot tell them apart) against SDPA (and Triton's best) in interleaved rounds. The finalist with the
+    lowest median of round medians becomes the row's configuration; the row's figures become those medians, the
+    search's own figures stay under `search_*`."""
+    fns = {f"tile_nb {i}": fn for i, (_, fn) in enumerate(ours)} | {"sdpa": sdpa}
+    fns |= {"triton": triton} if triton is not None else {}
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             times[name].append(do_bench(fn, warmup_ms=5, rep_ms=40).median_ms * 1e-3)
     med = {name: statistics.median(ts) for name, ts in times.items()}
-    row.update(search_tflops=row["tflops"], search_sdpa_tflops=row["sdpa_tflops"], rounds=rounds,
-               tflops=flop / med["tile_nb"] / 1e12, sdpa_tflops=flop / med["sdpa"] / 1e12,
-               vs_sdpa=med["sdpa"] / med["tile_nb"],
-               spread={name: (max(ts) - min(ts)) / med[name] for name, ts in times.items()})
+    won = min(range(len(ours)), key=lambda i: med[f"tile_nb {i}"])
+    mine = f"tile_nb {won}"
+    row.update(search_tflops=row["tflops"], search_sdpa_tflops=row["sdpa_tflops"], search_config=row["config"],
+               rounds=rounds, config=ours[won][0], tflops=flop / med[mine] / 1e12,
+               sdpa_tflops=flop / med["sdpa"] / 1e12, vs_sdpa=med["sdpa"] / med[mine],
+               finalists=[dict(cfg, tflops=flop / med[f"tile_nb {i}"] / 1e12) for i, (cfg, _) in enumerate(ours)],
+               spread={name.replace(mine, "tile_nb"): (max(ts) - min(ts)) / med[name] for name, ts in times.items()
+                       if name == mine or not name.startswith("tile_nb")})
     if "triton" in med:
         row.update(search_triton_tflops=row["triton_tflops"], triton_tflops=flop / med["triton"] / 1e12,
-                   x_triton=med["triton"] / med["tile_nb"])
+                   x_triton=med["triton"] / med[mine])
 
 
 def _fmt(x, spec: str) -> str:
@@ -108,9 +115,9 @@ def main():
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)")
     ap.add_argument("--all-configs", action="store_true", help="also time the configurations that never won")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="then time the best configuration, SDPA and Triton's best in this many interleaved rounds "
-                         "(median of the round medians; the search's best-of-N is biased upward by noise; 0: "
-                         "report the search's own figures)")
+                    help="then time the search's finalists (within 5%% of its best, up to 3), SDPA and Triton's best "
+                         "in this many interleaved rounds; the fastest finalist is reported (median of the round "
+                         "medians; the search's best-of-N is biased upward by noise; 0: the search's own figures)")
     args = ap.parse_args()
     configs = CONFIGS + (MORE_CONFIGS if args.all_configs else [])
     global tri, TRITON_MISSING
@@ -160,10 +167,15 @@ def main():
                     if best is not None:
                         row["x_triton"] = tri_best[0] / best[0]  # tile_nb's TFLOP/s over Triton's
                 if args.rounds and best is not None:
-                    _settle(row, args.rounds, flop, lambda cfg=best[2]: ref.flash_attention(q, k, v, o, causal=causal,
-                                                                                          **cfg),
+                    top = max(c["tflops"] for c in timed)
+                    near = sorted((c for c in timed if c["tflops"] >= 0.95 * top), key=lambda c: -c["tflops"])[:3]
+                    finalists = [({key: c[key] for key in best[2]}, lambda c=c: ref.flash_attention(
+                        q, k, v, o, causal=causal, **{key: c[key] for key in best[2]})) for c in near]
+                    _settle(row, args.rounds, flop, finalists,
                             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                             None if tri_best is None else lambda cfg=tri_best[2]: tri.attention(q, k, v, causal, **cfg))
+                    row["max_abs_err"] = next(c["max_abs_err"] for c in near
+                                              if all(c[key] == value for key, value in row["config"].items()))
                 rows.append(row)
                 tri_cfg = f" ({tri.config_name(tri_best[2])})" if tri_best is not None else ""
                 print(f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "

@@ -101,7 +101,8 @@ def test_seed_gemm_through_the_runtime():
     B = torch.randn(K, N, device="cuda", dtype=torch.float16)
     C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
     kernel = gemm.compile(A, B, C)
-    assert kernel.launchable and kernel.resources.dynamic_shared_bytes == 49152
+    # 3 stages of A and B tiles, and a full and an empty mbarrier per stage (the TMA pipeline)
+    assert kernel.launchable and kernel.resources.dynamic_shared_bytes == 49152 + 48
     kernel(A, B, C)
     torch.cuda.synchronize()
     assert rel_err(C, A.double() @ B.double()) < 1e-3
