@@ -11,8 +11,10 @@ read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared mem
 otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
-`tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; default: kernels with
->= 2 consumer warpgroups; a single consumer warpgroup issues its own loads unless `tile_nb.producer_warp` = 1),
+`tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; by default wherever legal
+except loops with several T.gemm of 128 threads whose two CTAs fit an SM) with `tile_nb.producer_warp` (0: the
+first consumer thread issues the loads, no extra warp; 1: always a producer warp; by default none only for
+256-thread loops with several T.gemm whose two CTAs fit an SM, FlashAttention at head dim 64),
 `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
 take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
 FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
