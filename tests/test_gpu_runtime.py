@@ -92,7 +92,7 @@ def test_wrong_arguments_raise_instead_of_launching():
 
 
 def test_seed_gemm_through_the_runtime():
-    """The front end + tile_nb.lower path; 49152 B of dynamic shared memory (the >= 48 KB attribute path)."""
+    """The front end + tile_nb.lower path; 49200 B of dynamic shared memory (the >= 48 KB attribute path)."""
     from test_runtime_gemm import seed_gemm
 
     gemm = seed_gemm()
