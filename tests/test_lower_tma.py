@@ -296,6 +296,17 @@ def test_flash_attention_tma_without_a_producer_warp_keeps_two_ctas_per_sm(causa
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
+def test_one_warpgroup_flash_attention_keeps_cp_async():
+    """One consumer warpgroup and two T.gemm: cp.async, with the reason, where two CTAs fit (head dim 64) and where
+    they do not (head dim 256, never measured or tested with TMA on a GPU)."""
+    from kernels.reference import flash_attention
+
+    for D, why in ((64, "two CTAs fit an SM"), (256, "one consumer warpgroup and several T.gemm")):
+        func = flash_attention.specialize(B=1, H=2, S=1000, D=D, block_M=64, block_N=64, threads=128)
+        note = pipeline_note(func)
+        assert note.startswith("cp.async (") and why in note, note
+
+
 # ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ------------------------------------------------------
 
 def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):

@@ -12,7 +12,7 @@ otherwise. Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; by default wherever legal
-except loops with several T.gemm of 128 threads whose two CTAs fit an SM) with `tile_nb.producer_warp` (0: the
+except loops with several T.gemm over one consumer warpgroup (128 threads)) with `tile_nb.producer_warp` (0: the
 first consumer thread issues the loads, no extra warp; 1: always a producer warp; by default none only for
 256-thread loops with several T.gemm whose two CTAs fit an SM, FlashAttention at head dim 64),
 `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm

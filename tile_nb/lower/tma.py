@@ -194,6 +194,11 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     inline = producer_mode == "0" or (producer_mode == "auto" and two and threads == 256)
     if mode != "1" and two and not inline:
         return None, TWO_CTAS_PER_SM
+    if mode != "1" and threads < 256 and len(gemms) > 1:
+        # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256): no GPU measurement
+        # or test of TMA there yet, so it keeps the path it had
+        return None, ("cp.async (one consumer warpgroup and several T.gemm per iteration: TMA is not measured there "
+                      "yet; tile_nb.tma = 1 forces it)")
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
         return None, "cp.async (a T.gemm of the loop is not on wgmma)"
