@@ -227,11 +227,11 @@ try {
   const badge = async tab => (await cudaView.locator(`.tnb-tab[data-tab="${tab}"] .tnb-tab-count`).textContent().catch(() => '')) ?? '';
   const counts = { lowered: Number(await badge('lowered')), cuda: Number(await badge('cuda')) };
   check(counts.lowered > 0 && counts.cuda > 0, `the pinned T.copy(A...) line maps to ${counts.lowered} lowered IR and ${counts.cuda} CUDA lines (tab badges)`);
-  for (const [tab, pattern] of [['lowered', /cp_async/], ['cuda', /cp_async/]]) {
+  for (const [tab, pattern] of [['lowered', /tnb_tma_load_2d/], ['cuda', /tnb_tma_load_2d/]]) {
     await cudaView.locator(`.tnb-tab[data-tab="${tab}"]`).click();
     await page.waitForTimeout(200);
     const texts = await mappedText(cudaView, tab);
-    check(texts.length === counts[tab] && texts.some(t => pattern.test(t)), `the ${tab} tab highlights ${texts.length} lines, the async copies among them`);
+    check(texts.length === counts[tab] && texts.some(t => pattern.test(t)), `the ${tab} tab highlights ${texts.length} lines, the TMA loads among them`);
   }
   // ... and back: hovering a highlighted CUDA line names the kernel line it came from and lights it in the cell.
   await cudaView.locator('.tnb-line.tnb-mapped[data-section="cuda"]').first().hover();
