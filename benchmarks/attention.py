@@ -169,13 +169,13 @@ def main():
                 if args.rounds and best is not None:
                     top = max(c["tflops"] for c in timed)
                     near = sorted((c for c in timed if c["tflops"] >= 0.95 * top), key=lambda c: -c["tflops"])[:3]
-                    finalists = [({key: c[key] for key in best[2]}, lambda c=c: ref.flash_attention(
-                        q, k, v, o, causal=causal, **{key: c[key] for key in best[2]})) for c in near]
+                    configs_near = [{key: c[key] for key in best[2]} for c in near]
+                    finalists = [(cfg, lambda cfg=cfg: ref.flash_attention(q, k, v, o, causal=causal, **cfg))
+                                 for cfg in configs_near]
                     _settle(row, args.rounds, flop, finalists,
                             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                             None if tri_best is None else lambda cfg=tri_best[2]: tri.attention(q, k, v, causal, **cfg))
-                    row["max_abs_err"] = next(c["max_abs_err"] for c in near
-                                              if all(c[key] == value for key, value in row["config"].items()))
+                    row["max_abs_err"] = near[configs_near.index(row["config"])]["max_abs_err"]
                 rows.append(row)
                 tri_cfg = f" ({tri.config_name(tri_best[2])})" if tri_best is not None else ""
                 print(f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "

@@ -40,17 +40,17 @@ VARIANTS = {"default": {}, "in-order": {"TILE_NB_SOFTMAX_OVERLAP": "0"}, "ping-p
 CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 
-def compiled_variant(switches: dict, call):
-    """A fresh JIT of the reference kernel, compiled (by `call`) with `switches` set, and its pipeline note. (Its
-    later calls launch that kernel: the JIT's fast path does not look at the switches again.)"""
+def compiled_variant(switches: dict, *args, **kwargs):
+    """A fresh JIT of the reference kernel, called once on these arguments with `switches` set, and the pipeline
+    note of the kernel compiled then. (Its later calls launch that kernel: the JIT's fast path does not look at the
+    switches again.)"""
     kernel = tile_nb.jit(ref.flash_attention.fn)
     saved = {k: os.environ.get(k) for k in switches}
     os.environ.update(switches)
     try:
-        call(kernel)
+        kernel(*args, **kwargs)
         torch.cuda.synchronize()
-        pipeline = next(s for t in kernel._templates.values() for s in t.specializations.values()).compiled
-        pipeline = next(iter(pipeline.values())).pipeline
+        pipeline = kernel.compile(*args, **kwargs).pipeline  # the same specialization, switches and facts
     finally:
         for k, v in saved.items():
             if v is None:
@@ -85,7 +85,7 @@ def main():
             variants = {name: VARIANTS[name] for name in args.variants}
             kernels, times = {}, {name: [] for name in variants}
             for name, switches in variants.items():
-                kernels[name], pipeline = compiled_variant(switches, lambda f: f(q, k, v, o, causal=causal, **CONFIG))
+                kernels[name], pipeline = compiled_variant(switches, q, k, v, o, causal=causal, **CONFIG)
                 err = (o.float() - expected.float()).abs().max().item()
                 print(f"  d{d} causal={causal} {name}: max abs err {err:.1e}; {pipeline[:100]}")
             times["sdpa"] = []

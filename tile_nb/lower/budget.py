@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from .errors import LoweringError
 
-__all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "ctas_per_sm", "check_shared", "layout_pool", "max_shared_bytes",
-           "packed_registers"]
+__all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "check_shared",
+           "ctas_per_sm", "layout_pool", "max_shared_bytes", "packed_registers"]
 
 # Dynamic shared memory a block may opt into, by compute capability (CUDA C Programming Guide, "Features and
 # Technical Specifications").

@@ -29,7 +29,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .budget import WGMMA_HEADROOM, SHARED_PER_SM, ctas_per_sm, layout_pool, max_shared_bytes
+from .budget import SHARED_PER_SM, WGMMA_HEADROOM, ctas_per_sm, layout_pool, max_shared_bytes
 from .emitter import register_kernel_hook, register_statement
 from .exprs import conjunction, const_int
 from .irwalk import region_of, scope_of, seq_items

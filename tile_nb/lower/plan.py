@@ -33,7 +33,7 @@ from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
 from .switches import switch
-from .tma import TWO_CTAS_PER_SM, plan_tma, two_ctas_fit
+from .tma import TWO_CTAS_PER_SM, plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -209,8 +209,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     if stages:
         tma, note = plan_tma(func, plan)
     # two CTAs per SM: FlashAttention-like loops (several T.gemm) on cp.async, or with TMA loads but no producer warp
-    inline_two = tma is not None and tma.producer_threads == 0 and tma.gemm_count > 1 and two_ctas_fit(plan)
-    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM or inline_two else 1
+    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM else tma.ctas_per_sm if tma is not None else 1
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)

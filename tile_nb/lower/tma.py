@@ -60,7 +60,7 @@ from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarr
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "two_ctas_fit", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "tensormap"]
 
@@ -124,10 +124,7 @@ class TmaPlan:
     overlap: Overlap | None = None  # the softmax/MMA overlap inside a warpgroup (see _overlap), None: in order
     producer_threads: int = PRODUCER_THREADS
     registers: tuple | None = None  # (producer, consumer) registers per thread after setmaxnreg, None: no change
-
-    @property
-    def gemm_count(self) -> int:
-        return sum(isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" for s in self.rest)
+    ctas_per_sm: int = 1  # CTAs the plan counts on sharing an SM (2: no producer warp, so that two fit)
 
     @property
     def barrier_count(self) -> int:
@@ -190,7 +187,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     # dim 64, measured at 256 threads only: 128-thread kernels keep cp.async). tile_nb.producer_warp = 0
     # (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one (cp.async where two CTAs fit).
     producer_mode = switch(func, "tile_nb.producer_warp", "TILE_NB_PRODUCER_WARP", "auto")
-    two = len(gemms) > 1 and two_ctas_fit(plan)
+    two = len(gemms) > 1 and _two_ctas_fit(plan)
     inline = producer_mode == "0" or (producer_mode == "auto" and two and threads == 256)
     if mode != "1" and two and not inline:
         return None, TWO_CTAS_PER_SM
@@ -258,10 +255,10 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     elif why_not:
         note += f"; no softmax/MMA overlap ({why_not})"
     return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals, overlap, producer,
-                   registers), note
+                   registers, 2 if two and inline else 1), note
 
 
-def two_ctas_fit(plan) -> bool:
+def _two_ctas_fit(plan) -> bool:
     """Whether two CTAs of this kernel share an SM's shared memory (and, at <= 256 threads, its registers at
     128 per thread)."""
     return plan.threads <= 256 and 2 * (_pool_bytes(plan) + 1024) <= SHARED_PER_SM
@@ -515,9 +512,7 @@ def emit_ws_loop(em, loop):
         return
     if plan.producer_threads == 0:  # the consumers' first thread issues the loads, stages - 1 k-tiles ahead
         with T.If(em.tx == 0), T.Then():
-            with T.serial(0, tirx.min(n, plan.stages - 1)) as k:
-                IRBuilder.name(loop.loop_var.name + "_load", k)
-                _load_position(em, plan, start, k)
+            _emit_producer(em, plan, start, tirx.min(n, plan.stages - 1))
         emit_consumer_loop(em, plan, start, n)
         return
     with T.If(tirx.Not(em.is_consumer())):
