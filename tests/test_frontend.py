@@ -616,6 +616,60 @@ def test_fast_path_launches_directly_by_call_facts():
     assert len(launched) == 1 and torch.equal(fy, misaligned * 3)
 
 
+def test_direct_launch_leaves_dtype_and_layout_to_the_kernel_and_falls_back_when_it_refuses():
+    """After one checked call, a call with the same shapes and facts goes straight to the kernel's launch without
+    reading dtypes or strides in Python: the compiled host function checks them (TVM raises TypeError or
+    ValueError, as the stand-in below does) and a refused call takes the checked path, which names the problem.
+    A runtime scalar's type is part of the key, so True never reaches a launch kept for an int."""
+    import tile_nb
+    import tile_nb.language as T
+    from tile_nb.errors import ArgumentError
+
+    @tile_nb.jit
+    def scale(X, Y, k: T.int32):
+        N = T.const('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(N):
+                Y[i] = X[i] * k
+
+    class Tensor(torch.Tensor):  # a CPU tensor that says it is on CUDA (named so the checked path takes it)
+        @property
+        def is_cuda(self):
+            return True
+
+    ReportsCuda = Tensor
+
+    def host_function(x, y, k):      # what a TVM host function checks before it launches
+        if x.dtype != torch.float32 or y.dtype != torch.float32:
+            raise TypeError("Mismatched X.dtype on argument #0")
+        if not (x.is_contiguous() and y.is_contiguous()):
+            raise ValueError("Mismatched X.strides on argument #0")
+        launched.append((x, y, k))
+
+    launched = []
+    x, y = torch.randn(64), torch.empty(64)
+    scale(x, y, 2)
+    (spec,) = [s for t in scale._templates.values() for s in t.specializations.values()]
+    spec.launches[spec.facts_key((x, y, 2))] = host_function
+    fx, fy = x.as_subclass(ReportsCuda), y.as_subclass(ReportsCuda)
+    scale(fx, fy, 2)                              # checked in Python once, then kept under its direct key
+    (fast,) = scale._fast.values()
+    assert len(launched) == 1 and list(fast.direct.values()) == [host_function]
+    scale(fx, fy, 3)                              # direct: nothing read but shapes, pointers and types
+    assert len(launched) == 2 and launched[1][2] == 3
+    wrong = torch.randn(64, dtype=torch.float64).as_subclass(ReportsCuda)
+    with pytest.raises(ArgumentError, match="float64"):
+        scale(wrong, fy, 2)                       # the host function refused it; the checked path says why
+    strided = torch.randn(128).as_subclass(ReportsCuda)[::2]
+    with pytest.raises(ArgumentError, match="contiguous"):
+        scale(strided, fy, 2)
+    with pytest.raises(ArgumentError, match="bool"):
+        scale(fx, fy, True)
+    assert len(launched) == 2
+
+
 X = torch.randn(7)   # a module global with the name of the kernel's parameter, as notebooks have
 SCALE = torch.tensor([2.0])
 

@@ -216,6 +216,21 @@ def test_repeated_calls_launch_directly_and_new_call_facts_still_compile_their_k
     check(4001)
     assert axpy.stats["compilations"] == 3
     check(4096, device="cpu")       # same shapes on the CPU: the interpreter, not a launch
+    # The direct path leaves dtype, strides and device to the kernel's host function; when it refuses, the checked
+    # path names the problem (and nothing was launched).
+    from tile_nb.errors import ArgumentError
+
+    (fast,) = axpy._fast.values()
+    assert len(fast.direct) >= 2
+    x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
+    z = torch.full((4096,), float("nan"), device="cuda")
+    with pytest.raises(ArgumentError, match="float64"):
+        axpy(x.double(), y, z)
+    with pytest.raises(ArgumentError, match="contiguous"):
+        axpy(torch.randn(8192, device="cuda")[::2], y, z)
+    with pytest.raises(ArgumentError, match="device|cpu"):
+        axpy(x, y.cpu(), z)
+    assert torch.isnan(z).all()
 
 
 def test_pointer_arguments_without_tensors_find_their_memory():

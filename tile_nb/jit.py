@@ -77,15 +77,27 @@ class Specialization:
         return [(i, p.name) for i, p in enumerate(self.func.params) if is_buffer_var(p)]
 
     @functools.cached_property
+    def facts_terms(self) -> list[str]:
+        """Python expressions over `args` for the facts of a call: for each tensor, is its data pointer unaligned
+        to 16 bytes; for each T.dynamic dim, is it a multiple of 16."""
+        return ([f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
+                + [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()])
+
+    @functools.cached_property
     def facts_key(self):
-        """`facts_key(call_args)`: for each tensor, is its data pointer unaligned to 16 bytes; for each T.dynamic
-        dim, is it a multiple of 16: one tuple of bools, generated as straight-line Python (it runs on every GPU
-        call)."""
-        terms = [f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
-        terms += [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()]
-        env: dict = {}
-        exec(f"def facts_key(args):\n    return ({', '.join(terms)}{',' if len(terms) == 1 else ''})\n", env)  # noqa: S102
-        return env["facts_key"]
+        """`facts_key(call_args)`: `facts_terms` as one tuple of bools, generated as straight-line Python (it runs
+        on GPU calls)."""
+        return _generated("facts_key", self.facts_terms)
+
+    def direct_key(self):
+        """`direct_key(args)`: what picks a compiled kernel's launch for a positional call without looking at the
+        specialization: the shapes of the tensor arguments, whether the first is on a GPU, the type of each runtime
+        scalar, and the facts. The kernel's host function checks the rest in C (dtype, strides, device, and the
+        shapes again) and raises TypeError or ValueError on a mismatch."""
+        terms = [f"args[{e.index}].shape" for e in self.expectations.tensors]
+        terms.append(f"args[{self.device_arg}].is_cuda")
+        terms += [f"type(args[{s.index}])" for s in self.expectations.scalars]
+        return _generated("direct_key", terms + self.facts_terms)
 
     def facts(self, key: tuple) -> CallFacts:
         """The CallFacts a `facts_key` tuple stands for."""
@@ -146,8 +158,7 @@ class JITFunction:
         self._runtime_names = [p.name for p in self.signature.runtime]
         self._global_names = self._read_globals()
         self._reads_environment = bool(self._global_names or fn.__closure__)
-        # keyword arguments (a tuple of items) -> (n args, environment key, {shapes: Specialization}, shape reader)
-        self._fast: dict = {}
+        self._fast: dict = {}  # keyword arguments (a tuple of items) -> _FastEntry
         self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
         functools.update_wrapper(self, fn)
 
@@ -429,30 +440,46 @@ class JITFunction:
                 fast = self._fast.get(tuple(kwargs.items())) if kwargs else self._fast.get(())
             except TypeError:  # an unhashable keyword value: the slow path explains it
                 fast = None
-            if fast is not None and len(args) == fast[0]:
-                # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~2 us budget. The table is
-                # keyed by the shapes of every tensor argument, so only dtype, layout and device are left to check.
-                _, env_key, table, read_shapes = fast
-                spec = launch = None
+            # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~1 us budget.
+            if fast is not None and len(args) == fast.n_args \
+                    and not (self._reads_environment and self._environment_key() != fast.env_key):
                 try:
-                    if not (self._reads_environment and self._environment_key() != env_key):
-                        spec = table.get(read_shapes(args))
-                    if spec is not None and spec.check_layout(args):
-                        # a GPU call on tensors like an earlier one's launches its kernel directly
-                        if spec.launches and args[spec.device_arg].is_cuda:
-                            launch = spec.launches.get(spec.facts_key(args))
-                    else:
-                        spec = None
+                    key = fast.direct_key(args)
+                    launch = fast.direct.get(key)
                 except (AttributeError, IndexError, TypeError):
-                    spec = None
-                # outside the try: an error of the launch itself must not send the call down the slow path again
+                    key = launch = None
                 if launch is not None:
-                    launch(*args)
-                    return None
-                if spec is not None:
-                    device = None if spec.device_arg is None else args[spec.device_arg].device
-                    return self._launch(spec, list(args), device, None)
+                    try:
+                        launch(*args)
+                        return None
+                    except (TypeError, ValueError):
+                        pass  # the kernel's host function refused the arguments (dtype, layout): the slow path says why
+                else:
+                    result = self._call_seen_shapes(fast, key, args)
+                    if result is not _NOT_SEEN:
+                        return result
         return self._call_slow(args, kwargs, backend)
+
+    def _call_seen_shapes(self, fast: _FastEntry, key, args):
+        """A call whose shapes an earlier call had: check dtype, layout and device here, launch (and remember the
+        launch under `key` for the direct path) or interpret. `_NOT_SEEN` when the shapes are new or a check fails."""
+        try:
+            spec = fast.specs.get(fast.read_shapes(args))
+            if spec is None or not spec.check_layout(args):
+                return _NOT_SEEN
+            launch = spec.launches.get(spec.facts_key(args)) if spec.launches and args[spec.device_arg].is_cuda \
+                else None
+        except (AttributeError, IndexError, TypeError):
+            return _NOT_SEEN
+        if launch is None:
+            device = None if spec.device_arg is None else args[spec.device_arg].device
+            return self._launch(spec, list(args), device, None)
+        if key is not None:
+            if len(fast.direct) >= _FAST_TABLE_SIZE:
+                fast.direct.clear()
+            fast.direct[key] = launch
+        launch(*args)  # an error of the launch itself must not send the call down the slow path again
+        return None
 
     def _checked_call(self, args, kwargs):
         """Bind and check a call: (specialization, runtime arguments in order, their device)."""
@@ -483,20 +510,17 @@ class JITFunction:
             except TypeError:
                 fast, kw_key = None, None
             if kw_key is not None:
-                if fast is None or fast[1] != self._environment_key() or len(fast[2]) >= _FAST_TABLE_SIZE:
+                if fast is None or fast.env_key != self._environment_key() or len(fast.specs) >= _FAST_TABLE_SIZE:
                     if len(self._fast) >= _FAST_TABLE_SIZE:
                         self._fast.clear()
-                    fast = self._fast[kw_key] = (len(args), self._environment_key(), {}, self._shape_reader(spec))
-                fast[2][fast[3](args)] = spec
+                    fast = self._fast[kw_key] = _FastEntry(spec, len(args), self._environment_key())
+                fast.specs[fast.read_shapes(args)] = spec
         return self._launch(spec, ordered, device, backend)
 
-    def _shape_reader(self, spec: Specialization):
+    @staticmethod
+    def _shape_reader(spec: Specialization):
         """`read_shapes(args)`: the shapes of the tensor arguments, generated as one tuple expression."""
-        tensors = [e.index for e in spec.expectations.tensors]
-        parts = ", ".join(f"args[{i}].shape" for i in tensors)
-        env: dict = {}
-        exec(f"def read_shapes(args):\n    return ({parts}{',' if len(tensors) == 1 else ''})\n", env)  # noqa: S102
-        return env["read_shapes"]
+        return _generated("read_shapes", [f"args[{e.index}].shape" for e in spec.expectations.tensors])
 
     def _check(self, spec: Specialization, ordered):
         for e in spec.expectations.tensors:
@@ -703,7 +727,35 @@ class _MissingType:
 
 
 _Missing = _MissingType()
+_NOT_SEEN = _MissingType()
+
+
+class _FastEntry:
+    """The fast path's tables for one set of keyword arguments (one template): specializations by the shapes of
+    the tensor arguments, and compiled kernels' launches by `Specialization.direct_key` (shapes and facts), which a
+    call reaches without reading dtypes or layouts in Python (the kernel's host function checks them in C)."""
+
+    __slots__ = ("n_args", "env_key", "specs", "read_shapes", "direct", "direct_key")
+
+    def __init__(self, spec: Specialization, n_args: int, env_key: tuple):
+        self.n_args, self.env_key = n_args, env_key
+        self.specs: dict = {}   # shapes -> Specialization
+        self.read_shapes = JITFunction._shape_reader(spec)
+        self.direct: dict = {}  # direct_key -> tvm_ffi function
+        self.direct_key = spec.direct_key() if spec.device_arg is not None else _no_direct_key
+
+
+def _no_direct_key(args):
+    return None
 _FAST_TABLE_SIZE = 256  # shape tuples remembered for the fast path (a T.dynamic dim can take many values)
+
+
+def _generated(name: str, terms: list[str]):
+    """`name(args)` returning the tuple of `terms` (Python expressions over `args`), generated as straight-line
+    code: these run on every call, where a loop over expectations costs microseconds."""
+    env: dict = {}
+    exec(f"def {name}(args):\n    return ({', '.join(terms)}{',' if len(terms) == 1 else ''})\n", env)  # noqa: S102
+    return env[name]
 
 
 def _is_tensor(x) -> bool:
