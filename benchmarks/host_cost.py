@@ -1,6 +1,6 @@
 """Where the host time of one cached call goes (GPU): the seed GEMM at 128^3 in a host-bound loop, taken apart.
 
-    python benchmarks/host_cost.py [--n 3000] [--json out.json]
+    python benchmarks/host_cost.py [--n 3000] [--cuda-host] [--json out.json]
 
 Each line times N back-to-back calls of one piece of the call path, synchronised once at the end (per-call wall
 time), next to torch.matmul in the same loop:
@@ -8,9 +8,10 @@ time), next to torch.matmul in the same loop:
   - the front end alone (the launch replaced by a no-op): binding, checks, the compiled-kernel lookup;
   - `kernel(a, b, c)` and `kernel._func(a, b, c)`: the CompiledKernel and the raw tvm_ffi function on torch tensors;
   - the raw function on tensors converted to tvm_ffi once (what DLPack conversion per call costs);
-  - where the bare launch goes: a no-op tvm_ffi function on the same three tensors (the FFI's own cost), the seed
-    lowered with cp.async (no tensor maps to encode per call), and, with `--cuda-host`, the seed built through TVM's
-    `cuda_host` target (host code as CUDA C++ with direct cudaLaunchKernelEx, compiled by nvcc; an experiment);
+  - where the bare launch goes: a no-op tvm_ffi function on the same three tensors (the FFI's own cost), and the
+    seed lowered with cp.async (no tensor maps to encode per call);
+  - with `--cuda-host`, the same kernel built with host='cuda_host' (backend/cuda_host.py: TVM's host function as
+    CUDA C++ calling cuTensorMapEncodeTiled and cudaLaunchKernelEx itself): the whole call and the bare launch;
   - the GPU time of one launch (launches queued behind `torch.cuda._sleep`, so the host is never waited on).
 A loop is host-bound when its per-call time is above the GPU time per launch.
 Results: benchmarks/results/dispatch.md ("Host cost of a cached GPU call").
@@ -25,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import tile_nb  # noqa: E402
 from kernels.seed import gemm, gemm_variant  # noqa: E402
 from launch import per_call_us  # noqa: E402  (benchmarks/launch.py: N calls, one synchronisation)
 from tile_nb.runtime.kernel import CompiledKernel  # noqa: E402
@@ -55,42 +57,12 @@ def seed_func(size, **attrs):
     return func
 
 
-def cuda_host_launch(func):
-    """The seed built with TVM's `cuda_host` host target: one CUDA C++ unit (device code and a host wrapper that
-    encodes tensor maps and calls cudaLaunchKernelEx itself), built by tvm_ffi.cpp with nvcc. Returns
-    (tvm_ffi function, build seconds)."""
-    import tempfile
-
-    import tvm
-    import tvm_ffi
-    import tvm_ffi.cpp
-    from tvm.backend.cuda import export_cuda_host
-
-    from tile_nb.lower import lower
-    from tile_nb.runtime.compile import with_device_facts
-
-    start = time.perf_counter()
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
-    target = tvm.target.Target({"kind": "cuda", "arch": arch}, host="cuda_host")
-    built = tvm.compile(lower(with_device_facts(func, target), target), target=target)
-    source = export_cuda_host(getattr(built, "mod", built))
-    folder = tempfile.mkdtemp(prefix="tnb-cuda-host-")
-    with open(os.path.join(folder, "kernel.cu"), "w") as f:
-        f.write(source)
-    os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", f"{major}.{minor}{'a' if major >= 9 else ''}")
-    library = tvm_ffi.cpp.build("kernel", sources=[os.path.join(folder, "kernel.cu")], extra_cuda_cflags=["-O3"],
-                                extra_ldflags=["-lcuda"], build_directory=folder)
-    module = tvm_ffi.load_module(library)
-    return module[str(func.attrs["global_symbol"])], time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--cuda-host", action="store_true", help="also time the seed built with TVM's cuda_host")
+    parser.add_argument("--cuda-host", action="store_true", help="also time the build option host='cuda_host'")
     args = parser.parse_args()
     import tvm_ffi
 
@@ -134,17 +106,15 @@ def main():
     torch.testing.assert_close(c, (a.float() @ b.float()), atol=1e-2, rtol=1e-3)
     row("seed, cp.async: _func(a, b, c)  (no tensor maps)", lambda: cp_async(a, b, c))
     if args.cuda_host:
-        try:
-            direct, seconds = cuda_host_launch(seed_func(size))
-        except Exception as error:  # an experiment: report why it could not be built, time the rest
-            print(f"  cuda_host build failed: {type(error).__name__}: {str(error)[-600:]}")
-        else:
-            c.zero_()
-            direct(a, b, c)
-            torch.testing.assert_close(c, (a.float() @ b.float()), atol=1e-2, rtol=1e-3)
-            facts["cuda_host_build_s"] = round(seconds, 2)
-            print(f"  cuda_host build: {seconds:.1f} s")
-            row("seed, cuda_host build: fn(a, b, c)", lambda: direct(a, b, c))
+        lean_gemm = tile_nb.jit(gemm.fn, compile_options={"host": "cuda_host"})
+        c.zero_()
+        lean_gemm(a, b, c)
+        torch.testing.assert_close(c, (a.float() @ b.float()), atol=1e-2, rtol=1e-3)
+        lean = lean_gemm.compile(a, b, c)
+        facts["cuda_host_build_s"] = round(lean.timings.get("cuda_host", float("nan")), 2)
+        print(f"  cuda_host launcher build: {facts['cuda_host_build_s']} s")
+        row("host='cuda_host': gemm(a, b, c)  (whole call)", lambda: lean_gemm(a, b, c))
+        row("host='cuda_host': kernel._func(a, b, c)", lambda: lean._func(a, b, c))
     row("torch.cuda.current_stream()", torch.cuda.current_stream)
     row("a.data_ptr(), a.shape, a.dtype", lambda: (a.data_ptr(), a.shape, a.dtype))
     # The front end alone: every launch the call could reach (the CompiledKernel, and the direct launches the

@@ -2,6 +2,7 @@
 
 Tests that need a CUDA compiler skip with the reason when the machine has none."""
 import pickle
+import shutil
 
 import pytest
 
@@ -204,6 +205,26 @@ def test_build_options_are_checked():
         build(add_module(), "sm_90a", {"fastmath": True})
     with pytest.raises(ValueError, match="compiler must be"):
         build(add_module(), "sm_90a", {"compiler": "clang"})
+    with pytest.raises(ValueError, match="host must be 'llvm'.*'cuda_host'.*got 'c'"):
+        build(add_module(), "sm_90a", {"host": "c"})
+
+
+@pytest.mark.skipif(not (toolchain.find_tool("nvcc") and shutil.which("ninja")), reason="needs nvcc and ninja")
+def test_cuda_host_launcher_of_the_seed_gemm_compiles_with_nvcc(tmp_path):
+    """host='cuda_host': TVM writes the host function as CUDA C++ (tensor maps encoded and the kernel launched by
+    the CUDA APIs themselves, no packed calls into TVM's runtime), and nvcc builds it with the kernel. Without a
+    CUDA driver here only the object file is built (linking needs libcuda); the GPU tests load and run it."""
+    from kernels.seed import gemm_ir
+
+    from tile_nb.backend.cuda_host import build_launcher, cuda_host_source
+    from tile_nb.lower import lower
+
+    lowered = lower(gemm_ir(256, 256, 256, block_N=256, block_K=64, threads=256), resolve_target("sm_90a"))
+    source = cuda_host_source(lowered, "sm_90a")
+    assert "cudaLaunchKernelEx" in source and "cuTensorMapEncodeTiled(" in source
+    assert "runtime.cuTensorMapEncodeTiled" not in source          # no packed call per tensor map
+    path, seconds = build_launcher(source, "sm_90a", tmp_path, link=False)
+    assert path.suffix == ".o" and path.stat().st_size > 10_000 and seconds > 0
 
 
 @needs_compiler

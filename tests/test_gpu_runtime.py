@@ -255,3 +255,71 @@ def test_pointer_arguments_without_tensors_find_their_memory():
         torch.cuda.synchronize()
         assert torch.equal(y, x + 1), device
     assert add_one.stats["compilations"] == 1   # the CUDA call only
+
+
+CUDA_HOST = {"host": "cuda_host"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="the TMA GEMMs need sm_90")
+@pytest.mark.parametrize("config", [
+    dict(block_N=128, block_K=32, threads=128, num_stages=3),    # the seed: TMA + producer warp + TMA store
+    dict(block_N=256, block_K=64, threads=256, num_stages=4),    # persistent CTAs over two consumer warpgroups
+], ids=["seed", "persistent-128x256"])
+@pytest.mark.parametrize("shape", [(1000, 1032, 1000), (1, 8, 4096), (128, 128, 128)])
+def test_cuda_host_launcher_runs_tma_gemms_and_loads_from_the_disk_cache(own_cache, config, shape):
+    """host='cuda_host' (TVM's CUDA C++ host function, built by nvcc): the same results as the default launch on
+    ragged and one-row shapes, from a fresh build and from the disk cache in this process."""
+    from kernels.seed import gemm_ir
+
+    M, N, K = shape
+    func = gemm_ir(M, N, K, **config)
+    lean = rt.compile(func, None, options=CUDA_HOST)
+    assert lean.launchable and "cuda_host" in lean.timings and "module.so" in os.listdir(lean.cache_path)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = a.double() @ b.double()
+    for kernel in (lean, _reloaded(func, CUDA_HOST)):
+        c = torch.full((M, N), float("nan"), device="cuda")
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        assert rel_err(c, ref) < 1e-3
+    assert _reloaded(func, CUDA_HOST).from_cache
+    with pytest.raises((TypeError, ValueError), match="dtype"):
+        lean(a.float(), b, c)        # the launcher's own argument checks
+
+
+def _reloaded(func, options):
+    rt.clear_memory_cache()
+    return rt.compile(func, None, options=options)
+
+
+def test_cuda_host_launcher_through_the_jit_with_dynamic_dims():
+    """`@tile_nb.jit(compile_options={"host": "cuda_host"})`: a cp.async-free elementwise kernel over a T.dynamic
+    dim; repeated calls take the direct path to the launcher, and a refused call still gets the checked error."""
+    import tile_nb
+    import tile_nb.language as T
+    from tile_nb.errors import ArgumentError
+
+    @tile_nb.jit(compile_options=CUDA_HOST)
+    def axpy(X, Y, Z):
+        N = T.dynamic('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        Z: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < N:
+                    Z[bx * 128 + i] = X[bx * 128 + i] * 2.0 + Y[bx * 128 + i]
+
+    for n in (1, 4096, 4096, 4096, 1001):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        z = torch.full((n,), float("nan"), device="cuda")
+        axpy(x, y, z)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(z, 2 * x + y)
+    assert "cuda_host" in axpy.compile(x, y, z).timings
+    (fast,) = axpy._fast.values()
+    assert fast.direct
+    with pytest.raises(ArgumentError, match="float64"):
+        axpy(x.double(), y, z)

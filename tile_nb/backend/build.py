@@ -30,11 +30,12 @@ class BuildOptions:
     compiler: str = "auto"          # "auto" (NVRTC, else nvcc), "nvrtc" or "nvcc"
     fast_math: bool = True          # TVM's own default; approximate exp/log/division
     ptxas_options: tuple[str, ...] = ()
+    host: str = "llvm"              # the host function: TVM's LLVM host, or "cuda_host" (backend/cuda_host.py)
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> BuildOptions:
         options = dict(options or {})
-        known = {"compiler", "fast_math", "ptxas_options"}
+        known = {"compiler", "fast_math", "ptxas_options", "host"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown build option(s) {unknown}; known options: {sorted(known)}")
@@ -42,10 +43,16 @@ class BuildOptions:
             options["ptxas_options"] = tuple(options["ptxas_options"])
         if options.get("compiler", "auto") not in ("auto", "nvrtc", "nvcc"):
             raise ValueError(f"build option compiler must be 'auto', 'nvrtc' or 'nvcc'; got {options['compiler']!r}")
+        if options.get("host", "llvm") not in ("llvm", "cuda_host"):
+            raise ValueError(f"build option host must be 'llvm' (TVM's LLVM host function, the default) or "
+                             f"'cuda_host' (a leaner launch, built by nvcc); got {options['host']!r}")
         return cls(**options)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"compiler": self.compiler, "fast_math": self.fast_math, "ptxas_options": list(self.ptxas_options)}
+        options = {"compiler": self.compiler, "fast_math": self.fast_math, "ptxas_options": list(self.ptxas_options)}
+        if self.host != "llvm":   # absent by default: the cache keys of existing kernels stay as they were
+            options["host"] = self.host
+        return options
 
 
 @dataclass

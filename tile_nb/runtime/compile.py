@@ -11,6 +11,7 @@ build; key, cache_load on a disk hit.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
+from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
 from ..backend.resources import Resources
 from ..backend.target import device_arch, device_sm_count, resolve_target, target_arch
 from .cache import DiskCache, cache_enabled, compute_key, key_material
@@ -140,7 +142,8 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     """Compile a phase-2 PrimFunc (or an already lowered IRModule) for CUDA and return a CompiledKernel.
 
     `target`: None (the GPU's arch, else sm_90a), "sm_80", "cuda -arch=sm_80", a dict or a tvm Target.
-    `options`: build options (`compiler`: "auto" | "nvrtc" | "nvcc", `fast_math`, `ptxas_options`) and
+    `options`: build options (`compiler`: "auto" | "nvrtc" | "nvcc", `fast_math`, `ptxas_options`, `host`:
+    "llvm" | "cuda_host", the leaner launch of backend/cuda_host.py, ~5 s more to build) and
     `cache` (default True; `TILE_NB_DISABLE_CACHE=1` turns the disk cache off everywhere).
 
     Example::
@@ -201,14 +204,22 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         lowered_ir=lowered_ir, cubin=result.cubin, compiler=result.compiler,
         resources_by_kernel=dict(result.resources), key=key, plan=plan, _ptx=result.ptx,
         source_regions={"lowered": lowered_regions, "cuda": result.source_regions})
+    launcher = None
     if result.module is not None and problem is None:
         kernel._module = result.module
         kernel._func = result.module[name]
+        if build_options.host == "cuda_host":
+            t = time.perf_counter()
+            launcher = build_launcher(cuda_host_source(mod, arch), arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))[0]
+            kernel._module, kernel._func = load_launcher(launcher, name)
+            timings["cuda_host"] = time.perf_counter() - t
     else:
         kernel.not_launchable_reason = problem or "TVM built no loadable module"
 
     if use_disk:
-        _publish(disk, key, kernel, result, timings)
+        _publish(disk, key, kernel, result, timings, launcher=launcher)
+    if launcher is not None:
+        shutil.rmtree(launcher.parent, ignore_errors=True)   # loaded (and copied into the cache) already
     kernel.timings = timings
     kernel.build_timings = dict(timings)
     return _remember(key, kernel)
@@ -227,8 +238,10 @@ def _remember(key: str, kernel: CompiledKernel) -> CompiledKernel:
 
 # ------------------------------------------------------------------------------------------ disk entries
 
-def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings: dict[str, float]) -> None:
-    """Write the entry. With a launchable module, export it as module.so (TVM links host code + cubin)."""
+def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings: dict[str, float], *,
+             launcher: Path | None = None) -> None:
+    """Write the entry. With a launchable module, export it as module.so (TVM links host code + cubin); a
+    `cuda_host` launcher library is the entry's module.so instead."""
     files: dict[str, Any] = {"kernel.cu": kernel.cuda_source, "lowered.py": kernel.lowered_ir}
     if kernel.cubin is not None:
         files["kernel.cubin"] = kernel.cubin
@@ -237,7 +250,9 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
     with tempfile.TemporaryDirectory(prefix="tile_nb_export_") as tmp:
         # Export whenever TVM built a module, even one this process cannot launch (a tuning worker that keeps off
         # the GPU, or a build for another arch): the process that can launch it loads it from here.
-        if result.module is not None:
+        if launcher is not None:
+            files["module.so"] = launcher
+        elif result.module is not None:
             t = time.perf_counter()
             so_path = Path(tmp) / "module.so"
             try:   # links the host code with the system C++ compiler; without one, cache the artifacts only
@@ -250,7 +265,7 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
         t = time.perf_counter()
         meta = {
             "name": kernel.name, "params": list(kernel.params), "arch": kernel.arch, "target": str(kernel.target),
-            "compiler": kernel.compiler,
+            "compiler": kernel.compiler, "host": "cuda_host" if launcher is not None else "llvm",
             "resources": {k: r.to_dict() for k, r in kernel.resources_by_kernel.items()},
             "plan": kernel.plan,
             "source_regions": {text: {str(k): v for k, v in regions.items()}
@@ -280,10 +295,12 @@ def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
                         for text, regions in meta.get("source_regions", {}).items()},
         not_launchable_reason="the cached entry holds no loadable module")
     if load_module and entry.module_path is not None:
-        import tvm
+        if meta.get("host") == "cuda_host":
+            kernel._module, kernel._func = load_launcher(entry.module_path, kernel.name)
+        else:
+            import tvm
 
-        module = tvm.runtime.load_module(os.fspath(entry.module_path))
-        kernel._module = module
-        kernel._func = module[kernel.name]
+            kernel._module = tvm.runtime.load_module(os.fspath(entry.module_path))
+            kernel._func = kernel._module[kernel.name]
         kernel.not_launchable_reason = None
     return kernel
