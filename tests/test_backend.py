@@ -217,10 +217,12 @@ def test_cuda_host_launcher_of_the_seed_gemm_compiles_with_nvcc(tmp_path):
     from kernels.seed import gemm_ir
 
     from tile_nb.backend.cuda_host import build_launcher, cuda_host_source
-    from tile_nb.lower import lower
+    from tile_nb.lower.sourcemap import split_marks
+    from tile_nb.runtime.compile import _lower
 
-    lowered = lower(gemm_ir(256, 256, 256, block_N=256, block_K=64, threads=256), resolve_target("sm_90a"))
-    source = cuda_host_source(lowered, "sm_90a")
+    lowered, _ = _lower(gemm_ir(256, 256, 256, block_N=256, block_K=64, threads=256), resolve_target("sm_90a"))
+    assert "tile_nb_src_begin" in cuda_host_source(lowered, "sm_90a")   # the runtime lowers with source marks
+    source = cuda_host_source(lowered, "sm_90a", split_marks)
     assert "cudaLaunchKernelEx" in source and "cuTensorMapEncodeTiled(" in source
     assert "runtime.cuTensorMapEncodeTiled" not in source          # no packed call per tensor map
     path, seconds = build_launcher(source, "sm_90a", tmp_path, link=False)

@@ -23,8 +23,9 @@ from .toolchain import find_tool
 __all__ = ["build_launcher", "cuda_host_source", "load_launcher"]
 
 
-def cuda_host_source(mod, arch: str) -> str:
-    """One CUDA C++ translation unit for a lowered IRModule: the kernels, then TVM's host wrappers."""
+def cuda_host_source(mod, arch: str, take_marks=None) -> str:
+    """One CUDA C++ translation unit for a lowered IRModule: the kernels, then TVM's host wrappers.
+    `take_marks(code) -> (code, regions)` takes the lowering's source marks out (as `build` does)."""
     import tvm
     from tvm.backend.cuda import export_cuda_host
 
@@ -32,10 +33,11 @@ def cuda_host_source(mod, arch: str) -> str:
     try:
         with target:
             built = tvm.compile(mod, target=target, tir_pipeline="tirx")
-        return export_cuda_host(getattr(built, "mod", built))
+        source = export_cuda_host(getattr(built, "mod", built))
     except Exception as err:  # noqa: BLE001 - TVM refuses what its cuda_host codegen does not support; say so
         raise CudaCompileError("TVM's cuda_host codegen", arch, f"{type(err).__name__}: {err}\n(build option "
                                "host='cuda_host'; the default host='llvm' builds this kernel)") from None
+    return take_marks(source)[0] if take_marks is not None else source
 
 
 def build_launcher(source: str, arch: str, folder: str | os.PathLike, *, link: bool = True) -> tuple[Path, float]:

@@ -210,7 +210,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         kernel._func = result.module[name]
         if build_options.host == "cuda_host":
             t = time.perf_counter()
-            launcher = build_launcher(cuda_host_source(mod, arch), arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))[0]
+            launcher = build_launcher(cuda_host_source(mod, arch, split_marks), arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))[0]
             kernel._module, kernel._func = load_launcher(launcher, name)
             timings["cuda_host"] = time.perf_counter() - t
     else:
