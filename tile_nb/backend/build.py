@@ -126,14 +126,17 @@ def _no_marks(code: str) -> tuple[str, dict]:
 
 
 @contextlib.contextmanager
-def _capturing(arch: str, options: BuildOptions, take_marks):
-    _install_callback()
-    capture = _Capture(arch, options, take_marks)
-    _state.capture = capture
-    try:
-        yield capture
-    finally:
-        _state.capture = None
+def compiling_cuda(arch: str, options: BuildOptions, take_marks=None):
+    """Inside, TVM's CUDA compiles go through `cuda_compile` with `options` and `take_marks` applied (one build at
+    a time: TVM's compile callback is process-global); the capture lists what was compiled."""
+    with _build_lock:
+        _install_callback()
+        capture = _Capture(arch, options, take_marks or _no_marks)
+        _state.capture = capture
+        try:
+            yield capture
+        finally:
+            _state.capture = None
 
 
 # ------------------------------------------------------------------------------------------ the build
@@ -159,7 +162,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
     target = resolve_target(target)
     arch = target_arch(target)
     take_marks = take_marks or _no_marks
-    with _build_lock, _capturing(arch, options, take_marks) as capture, target:
+    with compiling_cuda(arch, options, take_marks) as capture, target:
         start = time.perf_counter()
         executable = tvm.compile(mod, target=target, tir_pipeline="tirx")
         total = time.perf_counter() - start

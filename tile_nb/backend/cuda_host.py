@@ -17,21 +17,23 @@ import shutil
 import time
 from pathlib import Path
 
+from .build import BuildOptions, compiling_cuda
 from .cuda_compile import CudaCompileError, ToolMissingError
 from .toolchain import find_tool
 
 __all__ = ["build_launcher", "cuda_host_source", "load_launcher"]
 
 
-def cuda_host_source(mod, arch: str, take_marks=None) -> str:
+def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | None = None) -> str:
     """One CUDA C++ translation unit for a lowered IRModule: the kernels, then TVM's host wrappers.
-    `take_marks(code) -> (code, regions)` takes the lowering's source marks out (as `build` does)."""
+    `take_marks(code) -> (code, regions)` takes the lowering's source marks out (as `build` does: TVM compiles the
+    device code on the way, where a GPU runtime is loaded, and keeps the text it generated)."""
     import tvm
     from tvm.backend.cuda import export_cuda_host
 
     target = tvm.target.Target({"kind": "cuda", "arch": arch}, host="cuda_host")
     try:
-        with target:
+        with compiling_cuda(arch, options or BuildOptions(), take_marks), target:
             built = tvm.compile(mod, target=target, tir_pipeline="tirx")
         source = export_cuda_host(getattr(built, "mod", built))
     except Exception as err:  # noqa: BLE001 - TVM refuses what its cuda_host codegen does not support; say so

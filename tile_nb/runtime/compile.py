@@ -210,7 +210,8 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         kernel._func = result.module[name]
         if build_options.host == "cuda_host":
             t = time.perf_counter()
-            launcher = build_launcher(cuda_host_source(mod, arch, split_marks), arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))[0]
+            source = cuda_host_source(mod, arch, split_marks, build_options)
+            launcher, _ = build_launcher(source, arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))
             kernel._module, kernel._func = load_launcher(launcher, name)
             timings["cuda_host"] = time.perf_counter() - t
     else:
