@@ -53,6 +53,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big, TMA store": (BIG, {"tile_nb.tma_store": 1}),  # also where the grid fits in one wave (not persistent)
     "big s4, TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 1}),
     "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
+    "big s4, consumer stores": (dict(BIG, num_stages=4), {"tile_nb.producer_stores": 0}),  # the epilogue until 12-03
+    "big, consumer stores": (BIG, {"tile_nb.producer_stores": 0}),
     "big, cluster": (BIG, {"tile_nb.cluster": 2}),  # 2-CTA clusters, B multicast (persistent kernels)
     "big s4, cluster": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2}),
     # probes: is the cluster kernel short of co-resident clusters? (fewer persistent CTAs than SMs)

@@ -218,14 +218,18 @@ def test_persistent_ctas_walk_every_tile(shape, sms):
 
 
 @needs_hopper
+@pytest.mark.parametrize("by_producer", [True, False], ids=["producer-stores", "consumer-stores"])
 @pytest.mark.parametrize("stages,staged", [(3, "4 of 4 panels"), (4, "2 of 4 panels")])
 @pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("shape,sms", [((1000, 1032, 1000), 3), ((4000, 4104, 512), None), ((1, 2056, 64), 2),
                                        ((513, 1288, 4096), 7)])
-def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged):
-    """A 16-bit C leaves through a staging tile in shared memory and TMA stores (the whole tile with 3 stages,
-    half of it at a time with 4), clipped at C's edges; the next tile's stores wait until the staging tile is
-    read. bf16 inputs for bf16 output; the accumulator is float32, rounded once on the way out."""
+def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged, by_producer):
+    """A 16-bit C leaves through a staging tile in shared memory and TMA stores, clipped at C's edges. By default
+    the producer warp issues them once the consumers staged a tile (with 4 stages half of it in the stage of the
+    tile's last k-tile), where the loop has at least `stages` k-tiles (K = 64 has one: the consumers' form); with
+    tile_nb.producer_stores = 0 the consumers issue them (the whole tile with 3 stages, half at a time with 4; the
+    next tile's stores wait until the staging tile is read). bf16 inputs for bf16 output; the accumulator is
+    float32, rounded once on the way out."""
     from kernels.seed import gemm_variant
 
     from tile_nb.runtime import compile as rt_compile
@@ -240,8 +244,13 @@ def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged):
     func = func.with_attr("tile_nb.persistent", 1)
     if sms:
         func = func.with_attr("tile_nb.sm_count", sms)
+    if not by_producer:
+        func = func.with_attr("tile_nb.producer_stores", 0)
     kernel = rt_compile(func, None)
-    assert f"epilogue through shared memory and TMA stores ({staged}" in kernel.pipeline, kernel.pipeline
+    if by_producer and -(-K // 64) >= stages:
+        assert "TMA stores issued by the producer warp" in kernel.pipeline, kernel.pipeline
+    else:
+        assert f"epilogue through shared memory and TMA stores ({staged}" in kernel.pipeline, kernel.pipeline
     kernel(a, b, c)
     torch.cuda.synchronize()
     assert not torch.isnan(c).any(), "unwritten (NaN) output elements"
@@ -388,7 +397,7 @@ FP8_ACCUMULATION_BOUND = 2.0 ** -9  # of sum |a b|: docs/IR.md, "8-bit floats" (
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 1024), (1, 1, 32), (130, 300, 1000),
-                                   (256, 512, 4096)])
+                                   (256, 512, 4096), (4000, 4104, 1024)])   # the last: persistent, producer stores
 @pytest.mark.parametrize("a_dtype,b_dtype,out_dtype", [("float8_e4m3fn", "float8_e4m3fn", "bfloat16"),
                                                         ("float8_e5m2", "float8_e4m3fn", "float16"),
                                                         ("float8_e4m3fn", "float8_e4m3fn", "float32")])

@@ -164,7 +164,8 @@ def test_persistent_kernels_build_without_spills(cfg):
 
 
 def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
-    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)
+    """The consumers' form (tile_nb.producer_stores = 0; the default where the producer may not issue them)."""
+    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG).with_attr("tile_nb.producer_stores", 0)
     assert "epilogue through shared memory and TMA stores (4 of 4 panels at a time)" in note(s3)
     ir = lowered(s3)
     # C's tensor map: 64-column boxes of 128 rows, 128-byte swizzle (the staging panels' layout)
@@ -174,9 +175,34 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
     assert "by_tile * 256 + 192, bx_tile * 128" in epilogue  # the last panel's coordinates, innermost first
     assert ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')  # the stores finish before the CTA exits
     # 4 stages leave room for half the tile: two rounds of two panels
-    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
+    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG).with_attr("tile_nb.producer_stores", 0)
     assert "(2 of 4 panels at a time)" in note(s4)
     assert lowered(s4).count("tnb_bulk_commit\")") == 2
+
+
+def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
+    """The consumers stage the tile (the panels the staging tile lacks go into the last k-tile's stage of B) and
+    release that stage; the producer, which waits for the stage before refilling it anyway, then issues the
+    stores: no barrier and no store wait in the consumers' epilogue."""
+    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
+    assert note(s4).endswith("epilogue through shared memory (4 panels, 2 of them in the last k-tile's stage of "
+                             "B_shared) and TMA stores issued by the producer warp")
+    ir = lowered(s4)
+    producer, consumers = ir[:ir.index("for tile in range")], ir[ir.index("for tile in range"):]
+    assert "tnb_bulk" not in consumers and "tnb_tma_store" not in consumers and "tnb_bar_sync" not in consumers
+    # the stage of the tile's last k-tile (K = 1024: 16 of them) is released after the staging writes
+    release = 'T.address_of(stage_barriers[4 + (tile * 16 + 16 - 1) % 4])'
+    assert consumers.index("tnb_fence_proxy_async") < consumers.index("tnb_warp_sync") < consumers.index(release)
+    # the producer: the previous tile's 4 stores at k-tile 3 of the next, then the last tile's after the loop
+    assert producer.count('"tnb_tma_store_2d"') == 8 and producer.count('"tnb_bulk_commit"') == 2
+    assert producer.count('"tnb_bulk_wait_read0"') == 1 and producer.count('"tnb_bulk_wait0"') == 1
+    assert "if k_load == 3 and tile_load > 0:" in producer
+    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)   # the whole tile fits the staging tile
+    assert note(s3).endswith("epilogue through shared memory (4 panels) and TMA stores issued by the producer warp")
+    # where the producer may not: fewer k-tiles than stages, clusters, or switched off
+    short = gemm_ir(4096, 4096, 128, out_dtype=T.float16, num_stages=4, **BIG)
+    assert "(2 of 4 panels at a time)" in note(short)
+    assert "(2 of 4 panels at a time)" in note(s4.with_attr("tile_nb.cluster", 2))
 
 
 def test_tma_store_switch_and_refusals():

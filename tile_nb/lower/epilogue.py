@@ -14,6 +14,20 @@ tile is then staged a chunk at a time.
                          thread 0: one TMA store per panel, commit_group
     at the kernel's end: thread 0 waits for its stores (wait_group 0)
 
+Stores by the producer (the default for a persistent kernel with a producer warp, one wgmma group in flight, no
+cluster, and a static loop of at least `stages` k-tiles; `tile_nb.producer_stores` / TILE_NB_PRODUCER_STORES = 0
+turns it off): the consumers write the whole tile, the panels the staging tile lacks into the stage of the tile's
+last k-tile (free once its MMAs are done; B's 32 KiB stage holds two panels of a 128x256 tile), then fence and
+release that stage, and go on to the next tile without any barrier or store wait. The producer waits for that
+stage anyway before refilling it (k-tile S - 1 of the next tile); there it issues the stores, waits until they have
+read shared memory (wait_group.read 0) and only then refills the stage. The consumers reach the next epilogue
+only after consuming that refill, so they never overwrite panels a store has not read. The last tile's stores are
+issued after the producer's loop, and waited for in full.
+
+    consumers:  registers -> panels (staging tile, last k-tile's stage); fence.proxy.async; release that stage
+    producer:   for tile i, k-tile S - 1: wait for the stage (released by tile i - 1's epilogue); tile i - 1's
+                stores; commit; wait_group.read 0; load k-tile S - 1 of tile i
+
 Chosen for kernels with the TMA pipeline when C is a contiguous 16-bit global tensor of static shape with 16-byte
 rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles. In a persistent kernel (persistent.py) the stores
 overlap the next tile; in a grid of one wave the CTA waits for them before it exits, and still gains from the
@@ -23,6 +37,7 @@ full-line writes: on the H200 (benchmarks/results/gemm.md, 2026-12-03) 128x256x6
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -36,9 +51,9 @@ from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .switches import switch
 from .intrin import device_helper
-from .tma import tensormap
+from .tma import release_stage, tensormap
 
-__all__ = ["TmaStore", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
+__all__ = ["TmaStore", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
 
 _PANEL = 64  # columns of a 128-byte panel of 16-bit elements
 
@@ -50,7 +65,9 @@ class TmaStore:
     global_buf: tirx.Buffer
     rows: int
     panels: int  # 64-column panels of the output tile
-    chunk: int  # panels staged at a time
+    chunk: int  # panels staged at a time (in the staging tile)
+    by_producer: bool = False  # the producer warp issues the stores (see "Stores by the producer" above)
+    spill: object = None  # by_producer: the tma.TmaCopy whose last-k-tile stage holds panels [chunk, panels)
 
 
 def plan_tma_store(func, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
@@ -66,7 +83,32 @@ def plan_tma_store(func, tma, persistent, threads, threads_body, accumulators, s
                             threads + tma.producer_threads)
     if plan is not None and persistent is None:
         why += "; a CTA of one tile waits for its stores before it exits"
+    elif plan is not None:
+        plan, why = _by_producer(func, plan, why, tma, persistent)
     return plan, (why if plan is not None or mode == "1" else ""), tile
+
+
+def _by_producer(func, store: TmaStore, why: str, tma, persistent) -> tuple[TmaStore, str]:
+    """The store with the producer warp issuing it, where that is legal (a persistent kernel with a producer warp,
+    no cluster, one wgmma group in flight, a static trip count of at least `stages`, and room in the last
+    k-tile's stage for the panels the staging tile lacks); else the store as planned."""
+    if switch(func, "tile_nb.producer_stores", "TILE_NB_PRODUCER_STORES", "auto") == "0":
+        return store, why
+    n = const_int(tma.loop.extent)
+    if persistent.multicast is not None or tma.producer_threads == 0 or tma.overlap is not None \
+            or not tma.in_flight or n is None or n < tma.stages:
+        return store, why
+    spill, where = None, ""
+    if store.chunk < store.panels:
+        need = (store.panels - store.chunk) * store.rows * _PANEL * tirx_bits(store.global_buf.dtype) // 8
+        fits = [c for c in tma.copies if c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 >= need
+                and c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 % 1024 == 0]
+        if not fits:
+            return store, why
+        spill = fits[0]
+        where = f", {store.panels - store.chunk} of them in the last k-tile's stage of {spill.tile_buffer.name}"
+    return dataclasses.replace(store, by_producer=True, spill=spill), (
+        f"epilogue through shared memory ({store.panels} panels{where}) and TMA stores issued by the producer warp")
 
 
 def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, launched):
@@ -159,6 +201,9 @@ def _bulk_wait():
 @register_statement(lambda em, s: em.plan.tma_store is not None and s.same_as(em.plan.tma_store.call), priority=1)
 def emit_tma_store(em, call):
     store = em.plan.tma_store
+    if store.by_producer:
+        _stage_for_the_producer(em, call, store)
+        return
     acc = region_of(call.args[1])[0]
     layout = em.plan.layout(acc)
     regs = em.registers[acc]
@@ -190,9 +235,54 @@ def emit_tma_store(em, call):
             T.evaluate(_bulk_commit())
 
 
+def _stage_for_the_producer(em, call, store: TmaStore):
+    """Consumers: every register of the tile into its panel (the staging tile's, or the spill tile's stage of this
+    tile's last k-tile), a proxy fence, and the release of that stage, which tells the producer the tile is
+    staged. Nothing waits: the stores of the previous tile have read both places before the producer refilled
+    that stage, which these consumers waited for."""
+    tma = em.plan.tma
+    acc = region_of(call.args[1])[0]
+    layout, regs = em.plan.layout(acc), em.registers[acc]
+    tile = em.tile(store.stage)
+    last = tirx.floormod(em.scope.pipeline_base + em.expr(tma.loop.extent) - 1, tma.stages)
+    staged_cols = store.chunk * _PANEL
+    width = layout.vector()
+    with T.unroll(0, layout.regs // width) as g:
+        r0 = g * width
+        row, col = layout.element(em.tx, r0)
+        places = [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))]
+        if store.spill is not None:
+            offset = last * store.spill.tile_elems + tile.offset2(row, col - staged_cols)
+            places.append((col >= staged_cols, em.view(store.spill.tile_buffer), offset))
+        for inside, view, offset in places:
+            with T.If(conjunction(layout.valid(em.tx, r0), inside)), T.Then():
+                T.evaluate(intrin.vector_store(intrin.address_of(view, [offset]), intrin.address_of(regs, [r0]),
+                                               width, regs.dtype, store.global_buf.dtype))
+    T.evaluate(intrin.fence_proxy_async())
+    release_stage(em, tma, last)
+
+
+def emit_producer_stores(em, stage, final: bool = False):
+    """The producer's thread, once the consumers released `stage` (the tile's last k-tile's) after staging the
+    tile (its grid variables bound by the caller): one TMA store per panel, then wait until they have read shared
+    memory (before the stage is refilled), or at the kernel's end until they are done."""
+    store = em.plan.tma_store
+    starts = [em.expr(m) for m, _ in region_of(store.call.args[0])[1]]
+    panel_elems = store.rows * _PANEL
+    for p in range(store.panels):
+        if p < store.chunk:
+            smem = intrin.address_of(em.view(store.stage), [p * panel_elems])
+        else:
+            smem = intrin.address_of(em.view(store.spill.tile_buffer),
+                                     [stage * store.spill.tile_elems + (p - store.chunk) * panel_elems])
+        T.evaluate(tma_store(smem, em.store_map, [starts[1] + p * _PANEL, starts[0]]))
+    T.evaluate(_bulk_commit())
+    T.evaluate(_bulk_wait() if final else _bulk_wait_read())
+
+
 @register_kernel_hook("end")
 def finish_stores(em):
     """The issuing thread's stores complete before the CTA (and its shared memory) goes."""
-    if em.plan.tma_store is not None:
+    if em.plan.tma_store is not None and not em.plan.tma_store.by_producer:
         with T.If(em.tx == 0), T.Then():
             T.evaluate(_bulk_wait())

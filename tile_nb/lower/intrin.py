@@ -241,6 +241,12 @@ def fence_proxy_async() -> tirx.Expr:
     return asm_statement("tnb_fence_proxy_async", "fence.proxy.async.shared::cta;")
 
 
+def warp_sync() -> tirx.Expr:
+    """`bar.warp.sync -1`: the warp's lanes meet, and their memory accesses before it are ordered before theirs
+    after it (so one lane may publish the warp's shared-memory writes, e.g. by an mbarrier arrival)."""
+    return asm_statement("tnb_warp_sync", "bar.warp.sync -1;")
+
+
 def named_barrier(threads: int) -> tirx.Expr:
     """`bar.sync 1, threads`: a CTA barrier over the first `threads` threads only (id 0 is __syncthreads)."""
     return asm_statement(f"tnb_bar_sync_1_{threads}", f"bar.sync 1, {threads};")

@@ -33,7 +33,8 @@ from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .switches import setting, switch
-from .tma import emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role
+from .epilogue import emit_producer_stores
+from .tma import emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, wait_stage_free
 
 __all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
 
@@ -126,11 +127,27 @@ def emit_persistent_body(em, body):
             em.bind_range(i, count)
             yield i, em.bind_tile(walker + i * walkers, pair)
 
+    store = em.plan.tma_store if em.plan.tma_store is not None and em.plan.tma_store.by_producer else None
+
+    def stores(i, n, final=False):
+        """Tile i's TMA stores (epilogue.py): its last k-tile's stage is free again once the consumers staged it."""
+        with em.bound("var_map", em.bind_tile(walker + i * walkers, pair)):
+            emit_producer_stores(em, tirx.floormod(i * n + n - 1, tma.stages), final)
+
     def loads():
         n = em.expr(tma.loop.extent)
         for i, coords in tiles("tile_load"):
+            before = None
+            if store is not None:
+                def before(k, i=i):  # the previous tile's stores, before its last stage is refilled
+                    with T.If(tirx.And(k == tma.stages - 1, i > 0)), T.Then():
+                        stores(i - 1, n)
             with em.bound("var_map", coords):
-                emit_producer_loads(em, tma, i * n)
+                emit_producer_loads(em, tma, i * n, before)
+        if store is not None:
+            with T.If(count > 0), T.Then():
+                wait_stage_free(em, tma, count * n + tma.stages - 1)
+                stores(count - 1, n, final=True)
         emit_producer_tail(em, tma, count * n)
 
     with T.If(tirx.Not(em.is_consumer())):

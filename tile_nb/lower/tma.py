@@ -62,7 +62,7 @@ from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_f
 
 __all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
-           "plan_tma", "tensormap"]
+           "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
 # setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
@@ -598,7 +598,9 @@ def _emit_consumer(em, plan: TmaPlan, start, n, base):
             _load_ahead(em, plan, start, k, n)  # into k - 1's stage, released just now
     if plan.in_flight:
         drain_accumulators(em, plan.rest)
-        if em.plan.persistent is not None:  # the last k-tile's stage, which no later iteration releases
+        # the last k-tile's stage, which no later iteration releases (the epilogue does, when the producer
+        # issues the TMA stores: epilogue.py)
+        if em.plan.persistent is not None and not (em.plan.tma_store is not None and em.plan.tma_store.by_producer):
             _release(em, plan, tirx.floormod(base + n + plan.stages - 1, plan.stages), everything, when=n > 0)
 
 
@@ -667,12 +669,13 @@ def _let_first_warpgroup_start(em, groups: int):
         T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER, 256))
 
 
-def _emit_producer(em, plan: TmaPlan, start, n, base=0):
-    """The producer's k-loop: k-tile k goes to ring position base + k (stage (base + k) % S)."""
+def _emit_producer(em, plan: TmaPlan, start, n, base=0, before=None):
+    """The producer's k-loop: k-tile k goes to ring position base + k (stage (base + k) % S). `before(k)` is
+    emitted in each iteration once the stage is free, before its loads."""
     with T.serial(0, n) as k:
         IRBuilder.name(plan.loop.loop_var.name + "_load", k)
         em.bind_range(k, n)
-        _load_position(em, plan, start, k, base)
+        _load_position(em, plan, start, k, base, before)
 
 
 def _load_ahead(em, plan: TmaPlan, start, k, n):
@@ -683,12 +686,16 @@ def _load_ahead(em, plan: TmaPlan, start, k, n):
         _load_position(em, plan, start, ahead)
 
 
-def _load_position(em, plan: TmaPlan, start, k, base=0):
+def _load_position(em, plan: TmaPlan, start, k, base=0, before=None):
     """k-tile k of the loop into ring position base + k (stage (base + k) % S), once its stage is free."""
     s = tirx.floormod(base + k, plan.stages)
     with em.bound("var_map", {plan.loop.loop_var: start + k}):
+        if before is not None:
+            wait_stage_free(em, plan, base + k)
+            before(k)
         for g, (_, group) in enumerate(plan.arrivals):
-            _wait_empty(em, plan, base + k, g)
+            if before is None:
+                _wait_empty(em, plan, base + k, g)
             T.evaluate(mbarrier_expect_tx(_full(em, plan, s, g), plan.group_bytes(group)))
             for ci in group:
                 c = plan.copies[ci]
@@ -696,10 +703,24 @@ def _load_position(em, plan: TmaPlan, start, k, base=0):
                     _emit_loads(em, c, s, _full(em, plan, s, g))
 
 
-def emit_producer_loads(em, plan: TmaPlan, base):
-    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller)."""
+def emit_producer_loads(em, plan: TmaPlan, base, before=None):
+    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller);
+    `before(k)` as in `_emit_producer`."""
     loop = plan.loop
-    _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base)
+    _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base, before)
+
+
+def wait_stage_free(em, plan: TmaPlan, position):
+    """The producer waits until ring position `position`'s stage is free in every arrival group."""
+    for g in range(len(plan.arrivals)):
+        _wait_empty(em, plan, position, g)
+
+
+def release_stage(em, plan: TmaPlan, s):
+    """Lane 0 of each consumer warp releases stage `s` in every arrival group (after a warp sync: the lane
+    publishes what the whole warp wrote there)."""
+    T.evaluate(intrin.warp_sync())
+    _release(em, plan, s, range(len(plan.arrivals)))
 
 
 def emit_producer_tail(em, plan: TmaPlan, end):
