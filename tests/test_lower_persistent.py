@@ -228,3 +228,37 @@ def test_a_kernel_of_one_wave_gets_tma_stores_too():
     cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma", 0)  # no TMA pipeline
     assert "TMA store" not in note(cp_async)
     assert "no TMA store (it comes with the TMA pipeline)" in note(cp_async.with_attr("tile_nb.tma_store", 1))
+
+
+@pytest.mark.parametrize("in_dtype", ["float16", "float8_e4m3fn"])
+def test_producer_stores_read_the_panels_the_consumers_wrote(in_dtype):
+    """Byte addresses in the generated CUDA: the producer's TMA stores read exactly the four 16 KiB panels the
+    consumers write (two in the staging tile, two in the B tile's stage of the last k-tile, 1 KiB aligned), also
+    where B is 8-bit and the panels hold 16-bit C (a unit slip there made misaligned stores on the GPU)."""
+    from kernels.seed import gemm_fp8, gemm_variant
+    from tile_nb.runtime import compile as rt_compile
+
+    if in_dtype == "float16":
+        func = gemm_variant.specialize(M=4000, N=4104, K=1024, block_N=256, block_K=64, threads=256, num_stages=4,
+                                       in_dtype=T.float16, out_dtype=T.float16)
+    else:
+        func = gemm_fp8.specialize(M=4000, N=4104, K=1024, out_dtype=T.bfloat16)
+    kernel = rt_compile(func, "sm_90a", options={"cache": False})
+    assert "2 of them in the last k-tile's stage of B_shared" in kernel.pipeline
+    shared = {t["name"]: t for t in kernel.plan["shared"]}
+    size = {"half": 2, "bfloat16_t": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2}
+    pointer = r"\(&\(\(\((\w+)\*\)smem_pool_ptr\)\[\(?(.*?)\)?\]\)\)"
+
+    def byte(kind, index):
+        return size[kind] * int(index)
+
+    stores = {byte(k, i) for k, i in re.findall(r"tnb_tma_store_2d\(" + pointer, kernel.cuda_source)}
+    b = shared["B_shared"]
+    last_stage = b["offset"] + 3 * b["bytes"] // 4          # 16 k-tiles: the last one is in stage 3 of 4
+    staging = shared["C_stage"]["offset"]
+    assert stores == {staging, staging + 16384, last_stage, last_stage + 16384}
+    assert all(s % 1024 == 0 for s in stores)
+    # the consumers' 4-byte writes: each panel's base plus the swizzled offset of a thread's pair of columns
+    writes = re.findall(r"tnb_vst_float32x2_\w+\(" + pointer, kernel.cuda_source)
+    bases = {byte(k, i.rsplit(" + ", 1)[1]) for k, i in writes}
+    assert {base // 16384 * 16384 for base in bases} == stores

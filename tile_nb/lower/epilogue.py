@@ -41,6 +41,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
@@ -102,7 +103,7 @@ def _by_producer(func, store: TmaStore, why: str, tma, persistent) -> tuple[TmaS
     if store.chunk < store.panels:
         need = (store.panels - store.chunk) * store.rows * _PANEL * tirx_bits(store.global_buf.dtype) // 8
         fits = [c for c in tma.copies if c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 >= need
-                and c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 % 1024 == 0]
+                and c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 % 1024 == 0]   # 1 KiB: swizzled panels
         if not fits:
             return store, why
         spill = fits[0]
@@ -174,6 +175,25 @@ def emit_store_map(em):
 
 
 # ---- device ---------------------------------------------------------------------------------------------------
+
+@register_kernel_hook("thread")
+def declare_spill_view(em):
+    """The spill tile's stages seen as C's dtype (an fp8 B tile holds 16-bit output panels): `em.spill_view`."""
+    store = em.plan.tma_store
+    if store is None or store.spill is None:
+        return
+    tile = em.tile(store.spill.tile_buffer)
+    view = T.decl_buffer((tile.stages * _spill_stage_elems(store),), str(store.global_buf.dtype), data=em.pool.data,
+                         byte_offset=tile.byte_offset, scope="shared.dyn")
+    IRBuilder.name(f"{tile.buffer.name}_as_{store.global_buf.name}", view)
+    em.spill_view = view
+
+
+def _spill_stage_elems(store: TmaStore) -> int:
+    """One stage of the spill tile, in elements of C's dtype."""
+    bits = tirx_bits(store.spill.tile_buffer.dtype)
+    return store.spill.tile_elems * bits // tirx_bits(store.global_buf.dtype)
+
 
 def tma_store(dst_smem, tmap, coords):
     ops = ", ".join(f"%{2 + i}" for i in range(len(coords)))
@@ -252,8 +272,8 @@ def _stage_for_the_producer(em, call, store: TmaStore):
         row, col = layout.element(em.tx, r0)
         places = [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))]
         if store.spill is not None:
-            offset = last * store.spill.tile_elems + tile.offset2(row, col - staged_cols)
-            places.append((col >= staged_cols, em.view(store.spill.tile_buffer), offset))
+            offset = last * _spill_stage_elems(store) + tile.offset2(row, col - staged_cols)
+            places.append((col >= staged_cols, em.spill_view, offset))
         for inside, view, offset in places:
             with T.If(conjunction(layout.valid(em.tx, r0), inside)), T.Then():
                 T.evaluate(intrin.vector_store(intrin.address_of(view, [offset]), intrin.address_of(regs, [r0]),
@@ -273,8 +293,8 @@ def emit_producer_stores(em, stage, final: bool = False):
         if p < store.chunk:
             smem = intrin.address_of(em.view(store.stage), [p * panel_elems])
         else:
-            smem = intrin.address_of(em.view(store.spill.tile_buffer),
-                                     [stage * store.spill.tile_elems + (p - store.chunk) * panel_elems])
+            smem = intrin.address_of(em.spill_view,
+                                     [stage * _spill_stage_elems(store) + (p - store.chunk) * panel_elems])
         T.evaluate(tma_store(smem, em.store_map, [starts[1] + p * _PANEL, starts[0]]))
     T.evaluate(_bulk_commit())
     T.evaluate(_bulk_wait() if final else _bulk_wait_read())
