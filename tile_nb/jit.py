@@ -727,7 +727,7 @@ class _MissingType:
 
 
 _Missing = _MissingType()
-_NOT_SEEN = _MissingType()
+_NOT_SEEN = object()  # _call_seen_shapes: the shapes (or the checks) send the call down the slow path
 
 
 class _FastEntry:
