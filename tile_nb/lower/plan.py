@@ -33,7 +33,7 @@ from .persistent import plan_persistent
 from .schedule import schedule_pipeline
 from .switches import setting as _attr
 from .switches import switch
-from .tma import TWO_CTAS_PER_SM, plan_tma
+from .tma import plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "make_plan"]
@@ -205,11 +205,9 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
         tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators), ctas_per_sm=1,
         heavy_first=_heavy_first(func, grid),
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
-    tma, note = None, ""
+    tma, note, ctas_per_sm = None, "", 1
     if stages:
-        tma, note = plan_tma(func, plan)
-    # two CTAs per SM: FlashAttention-like loops (several T.gemm) on cp.async, or with TMA loads but no producer warp
-    ctas_per_sm = 2 if note == TWO_CTAS_PER_SM else tma.ctas_per_sm if tma is not None else 1
+        tma, note, ctas_per_sm = plan_tma(func, plan)
     kept = [n for sched in pipelines.values() for n in sched.notes]
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)

@@ -60,7 +60,7 @@ from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarr
 from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TWO_CTAS_PER_SM", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
 
@@ -71,8 +71,8 @@ _PRODUCER_REGISTERS = 24
 _REGISTER_POOL = 64512
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
-# plan_tma's answer where two CTAs of a kernel with several T.gemm share an SM (the launch bounds then say so)
-TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
+# plan_tma's note where two CTAs of a kernel with several T.gemm share an SM on cp.async
+_TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
                    "producer warp; tile_nb.tma = 1 forces TMA, tile_nb.producer_warp = 0 TMA without the warp)")
 # Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at head dim 64
 # with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
@@ -144,9 +144,18 @@ class TmaPlan:
         return total
 
 
-def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
-    """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not). `plan` is the kernel's
-    plan so far (plan.py: accumulators, shared tiles, pipeline schedules)."""
+def plan_tma(func, plan) -> tuple[TmaPlan | None, str, int]:
+    """(the warp-specialized TMA plan of this kernel's pipelined loop or None, the pipeline note: what was built or
+    why not, the CTAs per SM the launch bounds promise: 2 where two CTAs of a FlashAttention-like loop share an SM,
+    with TMA loads but no producer warp or on cp.async). `plan` is the kernel's plan so far (plan.py: accumulators,
+    shared tiles, pipeline schedules)."""
+    tma, note = _plan_tma(func, plan)
+    if tma is not None:
+        return tma, note, tma.ctas_per_sm
+    return None, note, 2 if note is _TWO_CTAS_PER_SM else 1
+
+
+def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     mode = switch(func, "tile_nb.tma", "TILE_NB_TMA", "auto")
     threads = plan.threads
     if mode == "0":
@@ -190,7 +199,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     two = len(gemms) > 1 and _two_ctas_fit(plan)
     inline = producer_mode == "0" or (producer_mode == "auto" and two and threads == 256)
     if mode != "1" and two and not inline:
-        return None, TWO_CTAS_PER_SM
+        return None, _TWO_CTAS_PER_SM
     if mode != "1" and threads < 256 and len(gemms) > 1:
         # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256): no GPU measurement
         # or test of TMA there yet, so it keeps the path it had
