@@ -209,6 +209,25 @@ def test_build_options_are_checked():
         build(add_module(), "sm_90a", {"host": "c"})
 
 
+def test_the_host_option_joins_the_cache_key_only_when_set():
+    """host='llvm' (the default) leaves the build options' dict, and so every existing kernel's cache key, as it
+    was; host='cuda_host' is part of the key."""
+    from tile_nb.backend.build import BuildOptions
+
+    assert "host" not in BuildOptions().to_dict() and "host" not in BuildOptions.from_dict({"host": "llvm"}).to_dict()
+    assert BuildOptions.from_dict({"host": "cuda_host"}).to_dict()["host"] == "cuda_host"
+
+
+def test_cuda_host_launcher_names_the_missing_tools(monkeypatch, tmp_path):
+    from tile_nb.backend import cuda_host
+    from tile_nb.backend.cuda_compile import ToolMissingError
+
+    monkeypatch.setattr(cuda_host.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cuda_host, "find_tool", lambda name: None)
+    with pytest.raises(ToolMissingError, match="host='cuda_host' needs nvcc and ninja on PATH.*host='llvm'"):
+        cuda_host.build_launcher("", "sm_90a", tmp_path)
+
+
 @pytest.mark.skipif(not (toolchain.find_tool("nvcc") and shutil.which("ninja")), reason="needs nvcc and ninja")
 def test_cuda_host_launcher_of_the_seed_gemm_compiles_with_nvcc(tmp_path):
     """host='cuda_host': TVM writes the host function as CUDA C++ (tensor maps encoded and the kernel launched by
