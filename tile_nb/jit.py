@@ -89,6 +89,7 @@ class Specialization:
         on GPU calls)."""
         return _generated("facts_key", self.facts_terms)
 
+    @functools.cached_property
     def direct_key(self):
         """`direct_key(args)`: what picks a compiled kernel's launch for a positional call without looking at the
         specialization: the shapes of the tensor arguments, whether the first is on a GPU, the type of each runtime
@@ -742,7 +743,7 @@ class _FastEntry:
         self.specs: dict = {}   # shapes -> Specialization
         self.read_shapes = JITFunction._shape_reader(spec)
         self.direct: dict = {}  # direct_key -> tvm_ffi function
-        self.direct_key = spec.direct_key() if spec.device_arg is not None else _no_direct_key
+        self.direct_key = spec.direct_key if spec.device_arg is not None else _no_direct_key
 
 
 def _no_direct_key(args):

@@ -52,7 +52,7 @@ from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .switches import switch
 from .intrin import device_helper
-from .tma import release_stage, tensormap
+from .tma import last_stage, release_stage, tensormap
 
 __all__ = ["TmaStore", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
 
@@ -102,8 +102,8 @@ def _by_producer(func, store: TmaStore, why: str, tma, persistent) -> tuple[TmaS
     spill, where = None, ""
     if store.chunk < store.panels:
         need = (store.panels - store.chunk) * store.rows * _PANEL * tirx_bits(store.global_buf.dtype) // 8
-        fits = [c for c in tma.copies if c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 >= need
-                and c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 % 1024 == 0]   # 1 KiB: swizzled panels
+        stage_bytes = {c: c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 for c in tma.copies}
+        fits = [c for c in tma.copies if stage_bytes[c] >= need and stage_bytes[c] % 1024 == 0]  # swizzled panels
         if not fits:
             return store, why
         spill = fits[0]
@@ -230,20 +230,14 @@ def emit_tma_store(em, call):
     view, tile = em.view(store.stage), em.tile(store.stage)
     starts = [em.expr(m) for m, _ in region_of(call.args[0])[1]]
     issuer = em.tx == 0
-    width = layout.vector()
     chunk_cols = store.chunk * _PANEL
     for first in range(0, store.panels, store.chunk):
         with T.If(issuer), T.Then():
             T.evaluate(_bulk_wait_read())  # earlier stores have read the staging tile
         em.sync()
-        with T.unroll(0, layout.regs // width) as g:
-            r0 = g * width
-            row, col = layout.element(em.tx, r0)
-            inside = tirx.And(col >= first * _PANEL, col < first * _PANEL + chunk_cols)
-            with T.If(conjunction(layout.valid(em.tx, r0), inside)), T.Then():
-                ptr = intrin.address_of(view, [tile.offset2(row, col - first * _PANEL)])
-                T.evaluate(intrin.vector_store(ptr, intrin.address_of(regs, [r0]), width, regs.dtype,
-                                               store.global_buf.dtype))
+        low = first * _PANEL
+        _write_registers(em, layout, regs, store, lambda row, col, low=low: [
+            (tirx.And(col >= low, col < low + chunk_cols), view, tile.offset2(row, col - low))])
         T.evaluate(intrin.fence_proxy_async())
         em.sync()
         with T.If(issuer), T.Then():
@@ -262,24 +256,33 @@ def _stage_for_the_producer(em, call, store: TmaStore):
     that stage, which these consumers waited for."""
     tma = em.plan.tma
     acc = region_of(call.args[1])[0]
-    layout, regs = em.plan.layout(acc), em.registers[acc]
     tile = em.tile(store.stage)
-    last = tirx.floormod(em.scope.pipeline_base + em.expr(tma.loop.extent) - 1, tma.stages)
+    last = last_stage(tma, em.scope.pipeline_base, em.expr(tma.loop.extent))
     staged_cols = store.chunk * _PANEL
+
+    def places(row, col):
+        out = [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))]
+        if store.spill is not None:
+            offset = last * _spill_stage_elems(store) + tile.offset2(row, col - staged_cols)
+            out.append((col >= staged_cols, em.spill_view, offset))
+        return out
+
+    _write_registers(em, em.plan.layout(acc), em.registers[acc], store, places)
+    T.evaluate(intrin.fence_proxy_async())
+    release_stage(em, tma, last)
+
+
+def _write_registers(em, layout, regs, store: TmaStore, places):
+    """Each thread's accumulator registers, converted to C's dtype, into shared memory: `places(row, col)` lists
+    (condition, view, element offset) for the element at (row, col) of the tile."""
     width = layout.vector()
     with T.unroll(0, layout.regs // width) as g:
         r0 = g * width
         row, col = layout.element(em.tx, r0)
-        places = [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))]
-        if store.spill is not None:
-            offset = last * _spill_stage_elems(store) + tile.offset2(row, col - staged_cols)
-            places.append((col >= staged_cols, em.spill_view, offset))
-        for inside, view, offset in places:
+        for inside, view, offset in places(row, col):
             with T.If(conjunction(layout.valid(em.tx, r0), inside)), T.Then():
                 T.evaluate(intrin.vector_store(intrin.address_of(view, [offset]), intrin.address_of(regs, [r0]),
                                                width, regs.dtype, store.global_buf.dtype))
-    T.evaluate(intrin.fence_proxy_async())
-    release_stage(em, tma, last)
 
 
 def emit_producer_stores(em, stage, final: bool = False):

@@ -34,7 +34,8 @@ from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .switches import setting, switch
 from .epilogue import emit_producer_stores
-from .tma import emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, wait_stage_free
+from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
+                  wait_stage_free)
 
 __all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
 
@@ -132,7 +133,7 @@ def emit_persistent_body(em, body):
     def stores(i, n, final=False):
         """Tile i's TMA stores (epilogue.py): its last k-tile's stage is free again once the consumers staged it."""
         with em.bound("var_map", em.bind_tile(walker + i * walkers, pair)):
-            emit_producer_stores(em, tirx.floormod(i * n + n - 1, tma.stages), final)
+            emit_producer_stores(em, last_stage(tma, i * n, n), final)
 
     def loads():
         n = em.expr(tma.loop.extent)

@@ -62,7 +62,7 @@ from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_f
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
-           "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
+           "last_stage", "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
 # setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
@@ -717,6 +717,11 @@ def emit_producer_loads(em, plan: TmaPlan, base, before=None):
     `before(k)` as in `_emit_producer`."""
     loop = plan.loop
     _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base, before)
+
+
+def last_stage(plan: TmaPlan, base, n):
+    """The stage of the last k-tile of a loop of `n` k-tiles at ring position `base`."""
+    return tirx.floormod(base + n - 1, plan.stages)
 
 
 def wait_stage_free(em, plan: TmaPlan, position):

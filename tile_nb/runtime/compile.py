@@ -210,9 +210,13 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         kernel._func = result.module[name]
         if build_options.host == "cuda_host":
             t = time.perf_counter()
-            source = cuda_host_source(mod, arch, split_marks, build_options)
-            launcher, _ = build_launcher(source, arch, tempfile.mkdtemp(prefix="tile_nb_launcher_"))
-            kernel._module, kernel._func = load_launcher(launcher, name)
+            folder = tempfile.mkdtemp(prefix="tile_nb_launcher_")
+            try:
+                launcher, _ = build_launcher(cuda_host_source(mod, arch, split_marks, build_options), arch, folder)
+                kernel._module, kernel._func = load_launcher(launcher, name)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
             timings["cuda_host"] = time.perf_counter() - t
     else:
         kernel.not_launchable_reason = problem or "TVM built no loadable module"
