@@ -55,6 +55,8 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
     "big s4, consumer stores": (dict(BIG, num_stages=4), {"tile_nb.producer_stores": 0}),  # the epilogue until 12-03
     "big, consumer stores": (BIG, {"tile_nb.producer_stores": 0}),
+    "big s4, no stream-K": (dict(BIG, num_stages=4), {"tile_nb.stream_k": 0}),  # the last wave's tiles whole (to 12-03)
+    "big, no stream-K": (BIG, {"tile_nb.stream_k": 0}),
     "big, cluster": (BIG, {"tile_nb.cluster": 2}),  # 2-CTA clusters, B multicast (persistent kernels)
     "big s4, cluster": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2}),
     # probes: is the cluster kernel short of co-resident clusters? (fewer persistent CTAs than SMs)

@@ -39,6 +39,8 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
                                              env={"TILE_NB_TMA_STORE": "0"}),
     "128x256x128 t256 s4 consumer stores": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
                                                 env={"TILE_NB_PRODUCER_STORES": "0"}),  # the epilogue until 12-03
+    "128x256x128 t256 s4 no stream-K": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
+                                            env={"TILE_NB_STREAM_K": "0"}),  # the last wave's tiles whole (to 12-03)
     "128x256x128 t256 s4 cluster": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
                                         env={"TILE_NB_CLUSTER": "2"}),
     # small problems (1024^3: 128x128 tiles give 64 CTAs for 132 SMs): 128 CTAs of 64x128 or 128x64

@@ -378,6 +378,48 @@ def test_persistent_ctas_with_a_shared_memory_epilogue_and_the_device_sm_count()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3
 
 
+@needs_hopper
+@pytest.mark.parametrize("shape,out_dtype,stages,attrs", [
+    ((4096, 4096, 4096), "float16", 4, {}),  # 512 tiles: a tail of 116 over 132 CTAs, producer stores
+    ((4096, 4096, 4096), "float16", 4, {"tile_nb.producer_stores": 0}),
+    ((2100, 4300, 1000), "float16", 3, {}),  # edge tiles in M, N and K; a tail of 25 over 50 CTAs
+    ((896, 4864, 2048), "bfloat16", 4, {}),  # 133 tiles: one tail tile in two halves
+    ((4096, 11008, 4096), "float16", 4, {}),  # 1376 tiles: a tail of 56 over 112 CTAs
+    ((4096, 4096, 1024), "float32", 3, {}),  # a float32 C: the register epilogue
+    ((1, 34048, 1024), "float16", 4, {}),  # M = 1: 133 tiles of one valid row
+    ((1000, 1032, 1000), "float16", 4, {"tile_nb.sm_count": 3}),  # 40 tiles on 3 CTAs: one tail tile
+], ids=["4096-producer-stores", "4096-consumer-stores", "edges", "bf16-one-tail-tile", "4096x11008", "fp32-out",
+        "m1", "3-ctas"])
+def test_stream_k_gemm_agrees_with_torch_twice(shape, out_dtype, stages, attrs):
+    """Stream-K for the last wave (stream_k.py): every output element against a float64 product, element by element
+    (a k-tile lost or counted twice in one tile shows), and a second launch with other inputs (the flags and the
+    workspace left by the first must not leak into it)."""
+    from kernels.seed import gemm_variant
+
+    from tile_nb.runtime import compile as rt_compile
+
+    M, N, K = shape
+    in_dtype = "bfloat16" if out_dtype == "bfloat16" else "float16"
+    func = gemm_variant.specialize(M=M, N=N, K=K, block_N=256, block_K=64, threads=256, num_stages=stages,
+                                   in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype))
+    for name, value in attrs.items():
+        func = func.with_attr(name, value)
+    kernel = rt_compile(func, None)
+    assert "stream-K: the last" in kernel.pipeline, kernel.pipeline
+    tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-5}[out_dtype]
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        a = torch.randn(M, K, device="cuda").to(_DT[in_dtype])
+        b = torch.randn(K, N, device="cuda").to(_DT[in_dtype])
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=_DT[out_dtype])
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        assert not torch.isnan(c).any(), "unwritten (NaN) output elements"
+        worst = ((c.double() - ref).abs() / ref.abs().max()).max().item()
+        assert worst < tol, f"launch {seed + 1}: max error {worst:.2e} of the largest |C|"
+
+
 @pytest.mark.parametrize("shape, split", [((1, 1, 1), 4), ((130, 300, 200), 3), ((1024, 1024, 1024), 4),
                                           ((256, 512, 4096), 8), ((96, 64, 1000), 5)])
 def test_split_k(shape, split):

@@ -15,9 +15,14 @@ from tile_nb.lower import lower, lower_with_plan
 BIG = dict(block_N=256, block_K=64, threads=256)
 
 
-def persistent(func, sms=None):
-    func = func.with_attr("tile_nb.persistent", 1)
+def persistent(func, sms=None, stream_k=0):
+    """Persistent CTAs asked for; the last wave's tiles whole (stream-K off: tests/test_lower_stream_k.py has it)."""
+    func = func.with_attr("tile_nb.persistent", 1).with_attr("tile_nb.stream_k", stream_k)
     return func if sms is None else func.with_attr("tile_nb.sm_count", sms)
+
+
+def whole_tiles(func):
+    return func.with_attr("tile_nb.stream_k", 0)
 
 
 def note(func):
@@ -165,7 +170,7 @@ def test_persistent_kernels_build_without_spills(cfg):
 
 def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
     """The consumers' form (tile_nb.producer_stores = 0; the default where the producer may not issue them)."""
-    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG).with_attr("tile_nb.producer_stores", 0)
+    s3 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG).with_attr("tile_nb.producer_stores", 0))
     assert "epilogue through shared memory and TMA stores (4 of 4 panels at a time)" in note(s3)
     ir = lowered(s3)
     # C's tensor map: 64-column boxes of 128 rows, 128-byte swizzle (the staging panels' layout)
@@ -175,7 +180,8 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
     assert "by_tile * 256 + 192, bx_tile * 128" in epilogue  # the last panel's coordinates, innermost first
     assert ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')  # the stores finish before the CTA exits
     # 4 stages leave room for half the tile: two rounds of two panels
-    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG).with_attr("tile_nb.producer_stores", 0)
+    s4 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
+                     .with_attr("tile_nb.producer_stores", 0))
     assert "(2 of 4 panels at a time)" in note(s4)
     assert lowered(s4).count("tnb_bulk_commit\")") == 2
 
@@ -184,7 +190,7 @@ def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
     """The consumers stage the tile (the panels the staging tile lacks go into the last k-tile's stage of B) and
     release that stage; the producer, which waits for the stage before refilling it anyway, then issues the
     stores: no barrier and no store wait in the consumers' epilogue."""
-    s4 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
+    s4 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG))
     assert note(s4).endswith("epilogue through shared memory (4 panels, 2 of them in the last k-tile's stage of "
                              "B_shared) and TMA stores issued by the producer warp")
     ir = lowered(s4)

@@ -42,7 +42,7 @@ __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringErro
 # Environment variables read by the lowering (process-wide defaults of the attributes above).
 ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG", "TILE_NB_SOFTMAX_OVERLAP",
                 "TILE_NB_HEAVY_FIRST", "TILE_NB_PERSISTENT", "TILE_NB_SM_COUNT", "TILE_NB_TMA_STORE",
-                "TILE_NB_CLUSTER", "TILE_NB_PRODUCER_WARP", "TILE_NB_PRODUCER_STORES")
+                "TILE_NB_CLUSTER", "TILE_NB_PRODUCER_WARP", "TILE_NB_PRODUCER_STORES", "TILE_NB_STREAM_K")
 
 
 def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:

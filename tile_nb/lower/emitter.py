@@ -80,6 +80,7 @@ class Scope:
     pingpong: int = 0  # consumer warpgroups issuing their wgmma groups in turns (tma.py), 0: no turns
     pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
     pipeline_base: object = 0  # k-tiles of the TMA stage ring used by earlier tiles (persistent.py)
+    k_segment: object = None  # (first k-tile, count): the part of the pipelined loop a stream-K CTA runs (stream_k.py)
     loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
     replica_guard: object = None  # in a loop over a replicated layout: the condition "first replica", which
     #                               stores to memory and atomics run under (registers are written by every replica)

@@ -52,9 +52,10 @@ from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .switches import switch
 from .intrin import device_helper
-from .tma import last_stage, release_stage, tensormap
+from .tma import last_stage, loop_bounds, release_stage, tensormap
 
-__all__ = ["TmaStore", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_stores", "plan_tma_store"]
+__all__ = ["TmaStore", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_producer_stores", "finish_stores",
+           "plan_tma_store"]
 
 _PANEL = 64  # columns of a 128-byte panel of 16-bit elements
 
@@ -257,7 +258,7 @@ def _stage_for_the_producer(em, call, store: TmaStore):
     tma = em.plan.tma
     acc = region_of(call.args[1])[0]
     tile = em.tile(store.stage)
-    last = last_stage(tma, em.scope.pipeline_base, em.expr(tma.loop.extent))
+    last = last_stage(tma, em.scope.pipeline_base, loop_bounds(em, tma)[1])
     staged_cols = store.chunk * _PANEL
 
     def places(row, col):
@@ -301,6 +302,12 @@ def emit_producer_stores(em, stage, final: bool = False):
         T.evaluate(tma_store(smem, em.store_map, [starts[1] + p * _PANEL, starts[0]]))
     T.evaluate(_bulk_commit())
     T.evaluate(_bulk_wait() if final else _bulk_wait_read())
+
+
+def finish_producer_stores():
+    """The producer's thread, at its end where its last stores were waited for only until they read shared memory:
+    wait until they are done."""
+    T.evaluate(_bulk_wait())
 
 
 @register_kernel_hook("end")

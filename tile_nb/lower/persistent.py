@@ -32,10 +32,12 @@ from tvm.script.ir_builder import tirx as T
 from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
+from .stream_k import StreamK, emit_contribution, emit_fixup, plan_stream_k, tail_range
 from .switches import setting, switch
-from .epilogue import emit_producer_stores
+from .epilogue import emit_producer_stores, finish_producer_stores
+from .exprs import const_int
 from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
-                  wait_stage_free)
+                  release_stage, wait_stage_free)
 
 __all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
 
@@ -49,22 +51,24 @@ class Persistent:
     ctas: int  # CTAs launched
     barrier_per_tile: bool  # statements outside the pipelined loop touch shared memory
     multicast: Multicast | None = None  # clusters of two CTAs sharing a tile by TMA multicast (cluster.py)
+    stream_k: StreamK | None = None  # the last wave's tiles shared by k-tiles (stream_k.py)
 
 
-def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: dict) -> tuple[Persistent | None, str]:
+def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: dict,
+                    accumulators: dict) -> tuple[Persistent | None, str]:
     """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not). On by default where legal;
     the reason it was refused is given only when it was asked for (`tile_nb.persistent` = 1)."""
     mode = switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto")
     if mode == "0":
         return None, ""
-    plan, why = _plan(func, tma, grid, threads_body, shared)
+    plan, why = _plan(func, tma, grid, threads, threads_body, shared, accumulators)
     if plan is not None and mode != "1" and threads < 256:
         # One consumer warpgroup (TMA forced): several such CTAs share an SM, which one CTA per SM would give up.
         return None, ""
     return plan, why if plan is not None or mode == "1" else ""
 
 
-def _plan(func, tma, grid, threads_body, shared):
+def _plan(func, tma, grid, threads, threads_body, shared, accumulators):
     if tma is None:
         return None, "no persistent CTAs (they need the TMA pipeline's producer)"
     if tma.producer_threads == 0:
@@ -99,10 +103,11 @@ def _plan(func, tma, grid, threads_body, shared):
     outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
     barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
     multicast, why_not = plan_multicast(func, tma, grid, ctas)
+    stream_k, why_sk = plan_stream_k(func, tma, threads_body, accumulators, tiles, ctas, multicast is not None, threads)
     note = (f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer "
             "loads the next tile's first k-tiles during the epilogue")
-    return Persistent(threads_body, tiles, ctas, barrier, multicast), "; ".join(
-        x for x in (note, why_not) if x)
+    return Persistent(threads_body, tiles, ctas, barrier, multicast, stream_k), "; ".join(
+        x for x in (note, why_not, why_sk) if x)
 
 
 def _sm_count(func) -> int:
@@ -111,44 +116,58 @@ def _sm_count(func) -> int:
 
 @register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)
 def emit_persistent_body(em, body):
-    """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles."""
+    """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles (and, with
+    stream-K, its share of the last wave's k-tiles)."""
     pp, tma = em.plan.persistent, em.plan.tma
     cta = em.plan.grid["blockIdx.x"][0]
+    sk = pp.stream_k
     if pp.multicast is None:
         walker, walkers, walked, pair = cta, pp.ctas, pp.tiles, None
     else:  # a cluster walks pairs of tiles (2c, 2c + 1 along the pair axis); its CTA of rank r takes tile 2c + r
         walker, walkers, walked = tirx.floordiv(cta, CLUSTER_SIZE), pp.ctas // CLUSTER_SIZE, pp.tiles // CLUSTER_SIZE
         pair = (pp.multicast.axis, em.cluster_rank)
-    count = tirx.floordiv(walked - walker + (walkers - 1), walkers)  # this CTA's tiles
+    # this CTA's whole tiles
+    count = sk.waves if sk is not None else tirx.floordiv(walked - walker + (walkers - 1), walkers)
+    n = const_int(tma.loop.extent) if sk is not None else em.expr(tma.loop.extent)
+
+    def tile_of(i):
+        return walker + i * walkers  # the linear index of this CTA's i-th whole tile
+
+    def tail_tile(t):
+        return sk.waves * pp.ctas + t  # the linear index of tail tile t (stream-K)
 
     def tiles(name):
-        """A loop over this CTA's tiles with the grid variables bound: yields (loop counter, var_map entries)."""
+        """A loop over this CTA's whole tiles with the grid variables bound: yields (loop counter, var_map entries)."""
         with T.serial(0, count) as i:
             IRBuilder.name(name, i)
             em.bind_range(i, count)
-            yield i, em.bind_tile(walker + i * walkers, pair)
+            yield i, em.bind_tile(tile_of(i), pair)
 
     store = em.plan.tma_store if em.plan.tma_store is not None and em.plan.tma_store.by_producer else None
 
-    def stores(i, n, final=False):
-        """Tile i's TMA stores (epilogue.py): its last k-tile's stage is free again once the consumers staged it."""
-        with em.bound("var_map", em.bind_tile(walker + i * walkers, pair)):
-            emit_producer_stores(em, last_stage(tma, i * n, n), final)
+    def stores(lin, stage, final=False):
+        """The TMA stores of tile `lin`, staged in the consumers' epilogue with the last k-tile's stage `stage`."""
+        with em.bound("var_map", em.bind_tile(lin, pair)):
+            emit_producer_stores(em, stage, final)
+
+    def whole_tile_stores(i, final=False):
+        stores(tile_of(i), last_stage(tma, i * n, n), final)
 
     def loads():
-        n = em.expr(tma.loop.extent)
         for i, coords in tiles("tile_load"):
             before = None
             if store is not None:
                 def before(k, i=i):  # the previous tile's stores, before its last stage is refilled
                     with T.If(tirx.And(k == tma.stages - 1, i > 0)), T.Then():
-                        stores(i - 1, n)
+                        whole_tile_stores(i - 1)
             with em.bound("var_map", coords):
                 emit_producer_loads(em, tma, i * n, before)
-        if store is not None:
+        if sk is not None:
+            _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores)
+        elif store is not None:
             with T.If(count > 0), T.Then():
                 wait_stage_free(em, tma, count * n + tma.stages - 1)
-                stores(count - 1, n, final=True)
+                whole_tile_stores(count - 1, final=True)
         emit_producer_tail(em, tma, count * n)
 
     with T.If(tirx.Not(em.is_consumer())):
@@ -156,10 +175,77 @@ def emit_persistent_body(em, body):
             emit_producer_role(em, tma, loads)
         with T.Else(), em.scoped(consumer=True):
             enter_consumer_role(em, tma)
-            n = em.expr(tma.loop.extent)
             for i, coords in tiles("tile"):
                 with em.bound("var_map", coords), em.scoped(pipeline_base=i * n):
                     em.emit_seq(seq_items(body))
                 if pp.barrier_per_tile:
                     em.sync()
+            if sk is not None:
+                _stream_k_consumers(em, sk, cta, tail_tile, body, store is not None, pair)
 
+
+def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
+    """The producer's share of the tail: the loads of its contribution, then of its finish. With producer stores,
+    the last whole tile's stores go before ring position base + S - 1 is refilled (each range has more than S
+    k-tiles: stream_k.py), and the finished tile's after the loads."""
+    tma, n, stages = em.plan.tma, sk.n, em.plan.tma.stages
+    base = sk.waves * n
+    with T.If(cta < sk.ctas):
+        with T.Then():
+            r = tail_range(sk, cta)
+
+            def before_at(offset):
+                if store is None:
+                    return None
+
+                def before(k):
+                    with T.If(offset + k == stages - 1), T.Then():
+                        whole_tile_stores(sk.waves - 1)
+                return before
+
+            with T.If(r.partial_count > 0), T.Then():
+                with em.bound("var_map", em.bind_tile(tail_tile(r.partial_tile))), \
+                        em.scoped(k_segment=(r.partial_start, r.partial_count)):
+                    emit_producer_loads(em, tma, base, before_at(0))
+            finish_count = n - r.finish_start
+            with T.If(r.finishes), T.Then():
+                with em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile))), \
+                        em.scoped(k_segment=(r.finish_start, finish_count)):
+                    emit_producer_loads(em, tma, base + r.partial_count, before_at(r.partial_count))
+            if store is not None:
+                with T.If(r.finishes):
+                    with T.Then():
+                        end = base + r.partial_count + finish_count
+                        wait_stage_free(em, tma, end + stages - 1)
+                        stores(tail_tile(r.finish_tile), last_stage(tma, base + r.partial_count, finish_count),
+                               final=True)
+                    with T.Else():
+                        finish_producer_stores()
+        if store is not None:
+            with T.Else():
+                wait_stage_free(em, tma, base + stages - 1)
+                whole_tile_stores(sk.waves - 1, final=True)
+
+
+def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
+    """The consumers' share of the tail: the contribution (k-loop, then the registers to the workspace), then the
+    finish (k-loop, the contributors' partial sums added, then the kernel's statements after the loop)."""
+    tma, n = em.plan.tma, sk.n
+    items = seq_items(body)
+    upto = next(i for i, s in enumerate(items) if s.same_as(tma.loop)) + 1
+    base = sk.waves * n
+    with T.If(cta < sk.ctas), T.Then():
+        r = tail_range(sk, cta)
+        with T.If(r.partial_count > 0), T.Then():
+            with em.bound("var_map", em.bind_tile(tail_tile(r.partial_tile), pair)), \
+                    em.scoped(pipeline_base=base, k_segment=(r.partial_start, r.partial_count)):
+                em.emit_seq(items[:upto])
+                if by_producer:  # no epilogue releases the last k-tile's stage
+                    release_stage(em, tma, last_stage(tma, base, r.partial_count))
+                emit_contribution(em, sk, cta)
+        with T.If(r.finishes), T.Then():
+            with em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)), \
+                    em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, n - r.finish_start)):
+                em.emit_seq(items[:upto])
+                emit_fixup(em, sk, cta, r.finish_tile)  # its consumer barrier also orders the loop and what follows
+                em.emit_seq(items[upto:])

@@ -212,7 +212,7 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
     body = _threads_body(func)
-    persistent, why = plan_persistent(func, tma, grid, threads, body, shared)
+    persistent, why = plan_persistent(func, tma, grid, threads, body, shared, accumulators)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
     tma_store, why_store, stage = plan_tma_store(func, tma, persistent, threads, body, accumulators, shared, barrier_bytes,
                                                  arch, unaligned)

@@ -62,7 +62,7 @@ from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_f
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
-           "last_stage", "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
+           "last_stage", "loop_bounds", "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
 
 PRODUCER_THREADS = 32  # a producer warp; a producer warpgroup (128) where registers move to the consumers
 # setmaxnreg: the producer warpgroup keeps 24 registers per thread; the consumers share what is left of the
@@ -515,7 +515,7 @@ def emit_ws_loop(em, loop):
     kernel (persistent.py) the roles split around the loop over tiles instead, and only the consumers' part of
     the loop is emitted here, at ring position `em.scope.pipeline_base` (the k-tiles of earlier tiles)."""
     plan = em.plan.tma
-    start, n = em.expr(loop.min), em.expr(loop.extent)
+    start, n = loop_bounds(em, plan)
     if em.plan.persistent is not None:
         emit_consumer_loop(em, plan, start, n, em.scope.pipeline_base)
         return
@@ -530,6 +530,16 @@ def emit_ws_loop(em, loop):
         with T.Else(), em.scoped(consumer=True):
             enter_consumer_role(em, plan)
             emit_consumer_loop(em, plan, start, n)
+
+
+def loop_bounds(em, plan: TmaPlan) -> tuple:
+    """(first k-tile, trip count) of the pipelined loop being emitted: the whole loop, or the segment of its k-tiles
+    a stream-K CTA runs of a tile (`em.scope.k_segment`, stream_k.py)."""
+    start, n = em.expr(plan.loop.min), em.expr(plan.loop.extent)
+    if em.scope.k_segment is None:
+        return start, n
+    first, count = em.scope.k_segment
+    return start + first, count
 
 
 def emit_producer_role(em, plan: TmaPlan, loads):
@@ -713,10 +723,10 @@ def _load_position(em, plan: TmaPlan, start, k, base=0, before=None):
 
 
 def emit_producer_loads(em, plan: TmaPlan, base, before=None):
-    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller);
-    `before(k)` as in `_emit_producer`."""
-    loop = plan.loop
-    _emit_producer(em, plan, em.expr(loop.min), em.expr(loop.extent), base, before)
+    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller;
+    a stream-K segment by `em.scope.k_segment`); `before(k)` as in `_emit_producer`."""
+    start, n = loop_bounds(em, plan)
+    _emit_producer(em, plan, start, n, base, before)
 
 
 def last_stage(plan: TmaPlan, base, n):

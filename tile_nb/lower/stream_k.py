@@ -1,0 +1,244 @@
+"""Stream-K for the last wave of a persistent GEMM: the tiles that do not fill a wave share the SMs by k-tiles.
+
+A persistent kernel (persistent.py) with `tiles` = waves * ctas + tail tiles runs `waves` whole tiles on every
+CTA, and the `tail` tiles of the last wave on `tail` of the `ctas` SMs while the others idle: 512 tiles of a
+4096^3 GEMM on 132 SMs take 4 tile times for 3.88 tiles of work, 688 tiles of 4096x11008x4096 take 6 for 5.21.
+Stream-K (Osama et al., PPoPP'23) splits the tail's k-tiles (`iters` = tail * n, n k-tiles per tile) evenly over
+`ctas` CTAs instead: CTA c runs the k-tiles [c * iters / ctas, (c + 1) * iters / ctas) of the tail, laid out tile
+after tile. A range is shorter than a tile, so it covers the end of one tile (the CTA *finishes* that tile) and/or
+the start of the next (it *contributes* a partial sum to it):
+
+    contributor:  the k-loop over its k-tiles of the tile; its accumulator registers into its slot of a global
+                  workspace (float32); a consumer barrier; a flag set with release semantics
+    finisher:     the k-loop over the tile's last k-tiles; wait for the flags of the tile's contributors (the CTAs
+                  just below it: their ranges precede its own), add their slots to the registers, reset the flags;
+                  then the kernel's statements after the loop (the epilogue), as for a whole tile
+
+Each CTA contributes first and finishes second, so the partial sums it waits for were written at the start of
+its neighbours' stream-K phase, not the end. A finisher only waits for CTAs of lower index, which the GPU
+launched before it (all are resident: one per SM), so the waits cannot deadlock. The workspace and the flags are
+`__device__` arrays of the kernel's module (zeroed when the module loads; a finisher resets the flags it
+consumed), so launches on one stream are independent; two launches of the same compiled kernel running at once
+on two streams would share them (documented limit).
+
+Legal for a persistent kernel without clusters, ping-pong or the overlapped loop schedule, whose loop has a static
+trip count and whose threads' body is: allocations, `T.clear` of one float32 wgmma accumulator, the pipelined loop
+whose only statement besides the TMA copies is a T.gemm into that accumulator, then any statements (the
+finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
+only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
+are issued within the range: epilogue.py). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 also says
+in the plan why a kernel did not get it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.backend.cuda.op import cuda_func_call
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from . import intrin
+from .exprs import const_int
+from .irwalk import region_of, seq_items
+from .layout import WgmmaAccLayout
+from .switches import switch
+
+__all__ = ["Range", "StreamK", "contributors", "emit_contribution", "emit_fixup", "plan_stream_k", "tail_range"]
+
+
+@dataclass(frozen=True)
+class StreamK:
+    waves: int  # whole tiles every CTA runs first
+    tail: int  # tiles left for the last wave, shared by k-tiles
+    ctas: int  # CTAs sharing them (CTA c < ctas)
+    n: int  # k-tiles per tile
+    accumulator: tirx.Buffer  # the T.gemm accumulator whose partial sums are added
+    registers: int  # float32 registers of the accumulator per consumer thread
+    threads: int  # consumer threads
+
+    @property
+    def iters(self) -> int:
+        return self.tail * self.n
+
+    @property
+    def tag(self) -> str:
+        """Names the workspace of this kernel's shape in the generated source."""
+        return f"{self.ctas}x{self.registers}x{self.threads}"
+
+    def workspace_bytes(self) -> int:
+        return self.ctas * self.registers * self.threads * 4
+
+
+def plan_stream_k(func, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
+                  threads: int) -> tuple[StreamK | None, str]:
+    """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked)."""
+    mode = switch(func, "tile_nb.stream_k", "TILE_NB_STREAM_K", "auto")
+    if mode == "0":
+        return None, ""
+    plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
+    return plan, (why if plan is not None or mode == "1" else "")
+
+
+def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):
+    waves, tail = divmod(tiles, ctas)
+    if tail == 0:
+        return None, f"no stream-K ({tiles} tiles fill {waves} waves of {ctas} CTAs)"
+    if clustered or tma.overlap is not None or tma.pingpong:
+        return None, "no stream-K (not with clusters, ping-pong or the overlapped loop schedule)"
+    n = const_int(tma.loop.extent)
+    if n is None:
+        return None, "no stream-K (the pipelined loop's trip count is not a constant)"
+    acc = _accumulator(tma, threads_body, accumulators)
+    if acc is None:
+        return None, ("no stream-K (the body is not: clear one float32 wgmma accumulator, a loop of T.gemm into it, "
+                      "then the epilogue)")
+    sharing = min(ctas, 2 * tail)  # at most two contributors per tile
+    if tail * n // sharing <= tma.stages:
+        return None, f"no stream-K ({tail * n} k-tiles over {sharing} CTAs: fewer than the {tma.stages} stages each"
+    if sharing * tail * n >= 2 ** 31:
+        return None, "no stream-K (the k-tile ranges overflow 32-bit arithmetic)"
+    layout = accumulators[acc].linear()
+    plan = StreamK(waves, tail, sharing, n, acc, layout.regs, threads)
+    return plan, (f"stream-K: the last {tail} tiles ({tail * n} k-tiles) shared by {sharing} CTAs "
+                  f"({tail * n / sharing:.1f} k-tiles each) after {waves} whole tile{'s' if waves > 1 else ''} "
+                  f"each; partial sums through a {plan.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
+
+
+def _accumulator(tma, threads_body, accumulators):
+    """The accumulator the loop sums into, where the body has stream-K's shape (see the module doc), else None."""
+    gemms = [s for s in tma.rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
+    if len(gemms) != 1 or len(tma.rest) != 1:
+        return None
+    acc = region_of(gemms[0].args[0])[0]
+    layout = accumulators.get(acc)
+    if not isinstance(layout, WgmmaAccLayout) or str(acc.dtype) != "float32" or layout.linear().regs % 4:
+        return None
+    items = seq_items(threads_body)
+    before = items[:next(i for i, s in enumerate(items) if s.same_as(tma.loop))]
+    cleared = False
+    for s in before:
+        if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer)):
+            continue
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.fill" \
+                and region_of(s.args[0])[0].same_as(acc) and _is_zero(s.args[1]):
+            cleared = True
+            continue
+        return None
+    return acc if cleared else None
+
+
+def _is_zero(value) -> bool:
+    return isinstance(value, (tirx.FloatImm, tirx.IntImm)) and float(value.value) == 0.0
+
+
+# ---- the ranges --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Range:
+    """CTA `cta`'s share of the tail (bound once per role): a contribution to tile `partial_tile` (its k-tiles
+    [partial_start, partial_start + partial_count); count 0: none), then the end of tile `finish_tile` from k-tile
+    `finish_start` (when `finishes`). Tiles are numbered within the tail."""
+    partial_tile: object
+    partial_start: object
+    partial_count: object
+    finish_tile: object
+    finish_start: object
+    finishes: object
+
+
+def tail_range(sk: StreamK, cta, bind=None) -> Range:
+    """CTA `cta`'s range [a, b) of the tail's k-tiles and what it covers; `bind(name, value)` emits each value as a
+    Bind (the default), or, given a constant `cta` and `lambda name, v: v`, folds them to constants (tests)."""
+    n, iters, m = sk.n, sk.iters, sk.ctas
+    bind = bind or _bind
+    a = bind("sk_begin", tirx.floordiv(cta * iters, m))
+    b = bind("sk_end", tirx.floordiv((cta + 1) * iters, m))
+    first, last = bind("sk_first_tile", tirx.floordiv(a, n)), bind("sk_last_tile", tirx.floordiv(b - 1, n))
+    partial_start = bind("sk_partial_start", tirx.max(a, last * n) - last * n)
+    partial_count = bind("sk_partial_count", tirx.Select(tirx.floormod(b, n) != 0, b - last * n - partial_start, 0))
+    return Range(last, partial_start, partial_count, first, a - first * n, (first + 1) * n <= b)
+
+
+def _bind(name, value):
+    var = T.Bind(value)
+    IRBuilder.name(name, var)
+    return var
+
+
+def contributors(sk: StreamK, tile):
+    """The first CTA whose partial sum tail tile `tile` takes (its finisher takes those of the CTAs from there up
+    to itself): the owner of the tile's first k-tile, the largest c with c * iters // ctas <= tile * n."""
+    return tirx.floordiv((tile * sk.n + 1) * sk.ctas - 1, sk.iters)
+
+
+# ---- device code -------------------------------------------------------------------------------------------
+
+def _helpers(sk: StreamK) -> str:
+    """The workspace (module globals, declared once whichever helper is printed first) and the helpers."""
+    tag, regs, threads = sk.tag, sk.registers, sk.threads
+    quads = regs // 4
+    return f"""
+#ifndef TNB_STREAM_K_{tag}
+#define TNB_STREAM_K_{tag}
+// Stream-K (tile_nb/lower/stream_k.py): CTA c's partial sums, thread-major (float4 j of thread t at j * threads + t),
+// and its flag (1: written, not yet added). Zeroed when the module loads; the finisher resets what it consumed.
+__device__ __align__(16) float tnb_sk_partials_{tag}[{sk.ctas * regs * threads}];
+__device__ unsigned tnb_sk_flags_{tag}[{sk.ctas}];
+__forceinline__ __device__ float4* tnb_sk_slot_{tag}(int cta, int tid) {{
+  return reinterpret_cast<float4*>(tnb_sk_partials_{tag}) + (size_t)cta * {quads * threads} + tid;
+}}
+__forceinline__ __device__ void tnb_sk_put_{tag}(int cta, int tid, const float* regs) {{
+  float4* slot = tnb_sk_slot_{tag}(cta, tid);
+#pragma unroll
+  for (int j = 0; j < {quads}; ++j)
+    __stcg(slot + j * {threads}, make_float4(regs[4 * j], regs[4 * j + 1], regs[4 * j + 2], regs[4 * j + 3]));
+  __threadfence();
+}}
+__forceinline__ __device__ void tnb_sk_add_{tag}(int cta, int tid, float* regs) {{
+  const float4* slot = tnb_sk_slot_{tag}(cta, tid);
+#pragma unroll
+  for (int j = 0; j < {quads}; ++j) {{
+    float4 v = __ldcg(slot + j * {threads});  // L2: another SM wrote it
+    regs[4 * j] += v.x; regs[4 * j + 1] += v.y; regs[4 * j + 2] += v.z; regs[4 * j + 3] += v.w;
+  }}
+}}
+__forceinline__ __device__ void tnb_sk_signal_{tag}(int cta) {{
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\\n" :: "l"(tnb_sk_flags_{tag} + cta), "r"(1u) : "memory");
+}}
+__forceinline__ __device__ void tnb_sk_wait_{tag}(int cta) {{
+  unsigned* flag = tnb_sk_flags_{tag} + cta;
+  unsigned ready;
+  do {{
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\\n" : "=r"(ready) : "l"(flag) : "memory");
+  }} while (ready == 0);
+  *flag = 0;  // consumed: the next launch on this stream finds it clear
+}}
+#endif
+"""
+
+
+def _call(sk: StreamK, what: str, *args):
+    return cuda_func_call(f"tnb_sk_{what}_{sk.tag}", *args, source_code=_helpers(sk))
+
+
+def emit_contribution(em, sk: StreamK, cta):
+    """Consumers, after a contributor's k-loop: the accumulator into CTA `cta`'s slot, then its flag."""
+    regs = intrin.address_of(em.registers[sk.accumulator], [0])
+    T.evaluate(_call(sk, "put", cta, em.tx, regs))
+    em.sync()
+    with T.If(em.tx == 0), T.Then():
+        T.evaluate(_call(sk, "signal", cta))
+
+
+def emit_fixup(em, sk: StreamK, cta, tile):
+    """Consumers, after a finisher's k-loop of tail tile `tile`: add the partial sums of its contributors (the CTAs
+    from the owner of its first k-tile up to `cta`)."""
+    first = _bind("sk_contributor", contributors(sk, tile))
+    with T.If(em.tx == 0), T.Then():
+        with T.serial(first, cta) as j:
+            T.evaluate(_call(sk, "wait", j))
+    em.sync()
+    regs = intrin.address_of(em.registers[sk.accumulator], [0])
+    with T.serial(first, cta) as j:
+        T.evaluate(_call(sk, "add", j, em.tx, regs))
