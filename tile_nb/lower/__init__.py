@@ -22,7 +22,9 @@ on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA ke
 persistent.py; on by default, 0 turns it off) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it
 from the GPU), `tile_nb.tma_store` (0: the epilogue of a TMA kernel stores its accumulator from registers instead
 of through shared memory and TMA stores, epilogue.py; on by default) with `tile_nb.producer_stores` (0: in a
-persistent kernel the consumers issue those stores instead of the producer warp), `tile_nb.cluster` (2: a persistent TMA
+persistent kernel the consumers issue those stores instead of the producer warp), `tile_nb.stream_k` (0: a
+persistent GEMM runs the tiles of its last, partial wave whole instead of sharing their k-tiles among all CTAs,
+stream_k.py; on by default where legal), `tile_nb.cluster` (2: a persistent TMA
 kernel runs in clusters of two CTAs sharing one operand by TMA multicast, cluster.py; off by default). The
 environment variables in
 `ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).

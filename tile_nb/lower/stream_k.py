@@ -120,12 +120,17 @@ def _accumulator(tma, threads_body, accumulators):
     for s in before:
         if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer)):
             continue
-        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.fill" \
-                and region_of(s.args[0])[0].same_as(acc) and _is_zero(s.args[1]):
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.fill" and _is_zero(s.args[1]) \
+                and _whole(region_of(s.args[0]), acc):
             cleared = True
             continue
         return None
     return acc if cleared else None
+
+
+def _whole(region, buf) -> bool:
+    target, ranges = region
+    return target.same_as(buf) and [const_int(e) for _, e in ranges] == [int(x) for x in buf.shape]
 
 
 def _is_zero(value) -> bool:
