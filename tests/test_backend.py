@@ -244,8 +244,18 @@ def test_cuda_host_launcher_of_the_seed_gemm_compiles_with_nvcc(tmp_path):
     source = cuda_host_source(lowered, "sm_90a", split_marks)
     assert "cudaLaunchKernelEx" in source and "cuTensorMapEncodeTiled(" in source
     assert "runtime.cuTensorMapEncodeTiled" not in source          # no packed call per tensor map
+    # the launch caches (cache_launch_setup): both tensor maps and the shared-memory attribute go through them
+    assert "tensormap_error = tile_nb_encode_tiled<0>(" in source
+    assert "tensormap_error_1 = tile_nb_encode_tiled<1>(" in source
+    assert "tile_nb_set_max_dynamic_smem<0>(::gemm_variant_kernel, cuda_device, cuda_arg_6)" in source
     path, seconds = build_launcher(source, "sm_90a", tmp_path, link=False)
     assert path.suffix == ".o" and path.stat().st_size > 10_000 and seconds > 0
+
+    # a cp.async kernel has no tensor map to cache, only the shared-memory attribute
+    lowered, _ = _lower(gemm_ir(256, 256, 256).with_attr("tile_nb.tma", 0), resolve_target("sm_90a"))
+    source = cuda_host_source(lowered, "sm_90a", split_marks)
+    assert "__grid_constant__ CUtensorMap" not in source and "tile_nb_encode_tiled<0>" not in source
+    assert "tile_nb_set_max_dynamic_smem<0>(::gemm_variant_kernel, cuda_device, cuda_arg_6)" in source
 
 
 @needs_compiler

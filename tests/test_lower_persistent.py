@@ -195,10 +195,16 @@ def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
                              "B_shared) and TMA stores issued by the producer warp")
     ir = lowered(s4)
     producer, consumers = ir[:ir.index("for tile in range")], ir[ir.index("for tile in range"):]
-    assert "tnb_bulk" not in consumers and "tnb_tma_store" not in consumers and "tnb_bar_sync" not in consumers
-    # the stage of the tile's last k-tile (K = 1024: 16 of them) is released after the staging writes
+    assert "tnb_bulk" not in consumers and "tnb_tma_store" not in consumers
+    # the staging tile's panels, then one consumer barrier (both warpgroups' MMAs have read B's last stage), then
+    # the panels into that stage; the stage of the tile's last k-tile (K = 1024: 16 of them) is released after
+    staging, spill = "T.address_of(C_stage[", "T.address_of(B_shared_as_C[(tile * 16 + 16 - 1) % 4"
+    assert consumers.count("tnb_bar_sync_1_256") == 1
+    assert consumers.index("tnb_wgmma_wait0") < consumers.index(staging) < consumers.index("tnb_bar_sync_1_256") \
+        < consumers.index(spill)
     release = 'T.address_of(stage_barriers[4 + (tile * 16 + 16 - 1) % 4])'
-    assert consumers.index("tnb_fence_proxy_async") < consumers.index("tnb_warp_sync") < consumers.index(release)
+    assert consumers.index(spill) < consumers.index("tnb_fence_proxy_async") < consumers.index("tnb_warp_sync") \
+        < consumers.index(release)
     # the producer: the previous tile's 4 stores at k-tile 3 of the next, then the last tile's after the loop
     assert producer.count('"tnb_tma_store_2d"') == 8 and producer.count('"tnb_bulk_commit"') == 2
     assert producer.count('"tnb_bulk_wait_read0"') == 1 and producer.count('"tnb_bulk_wait0"') == 1

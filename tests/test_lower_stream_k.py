@@ -142,6 +142,10 @@ def test_the_workspace_is_declared_once_in_the_module():
     src = _helpers(sk)
     assert "#ifndef TNB_STREAM_K_132x128x256" in src
     assert "__device__ __align__(16) float tnb_sk_partials_132x128x256[4325376];" in src  # 132 x 128 KiB
+    # the flags start at 1 as initialized data of the module (uninitialized device globals need not be zero);
+    # a contributor sets 2, its finisher waits for 2 and sets 1 again
+    assert "__device__ unsigned tnb_sk_flags_132x128x256[132] = {" + ", ".join(["1u"] * 132) + "};" in src
+    assert '"r"(2u)' in src and "while (ready != 2);" in src and "*flag = 1;" in src
 
 
 @pytest.mark.parametrize("cfg", [dict(BIG, num_stages=4, out_dtype=T.float16), dict(BIG, num_stages=3)],

@@ -17,14 +17,16 @@ tile is then staged a chunk at a time.
 Stores by the producer (the default for a persistent kernel with a producer warp, one wgmma group in flight, no
 cluster, and a static loop of at least `stages` k-tiles; `tile_nb.producer_stores` / TILE_NB_PRODUCER_STORES = 0
 turns it off): the consumers write the whole tile, the panels the staging tile lacks into the stage of the tile's
-last k-tile (free once its MMAs are done; B's 32 KiB stage holds two panels of a 128x256 tile), then fence and
-release that stage, and go on to the next tile without any barrier or store wait. The producer waits for that
+last k-tile (free once every warpgroup's MMAs are done, which one consumer barrier before those panels ensures; B's
+32 KiB stage holds two panels of a 128x256 tile), then fence and release that stage, and go on to the next tile
+without a store wait. The producer waits for that
 stage anyway before refilling it (k-tile S - 1 of the next tile); there it issues the stores, waits until they have
 read shared memory (wait_group.read 0) and only then refills the stage. The consumers reach the next epilogue
 only after consuming that refill, so they never overwrite panels a store has not read. The last tile's stores are
 issued after the producer's loop, and waited for in full.
 
-    consumers:  registers -> panels (staging tile, last k-tile's stage); fence.proxy.async; release that stage
+    consumers:  registers -> staging tile; consumer barrier; registers -> last k-tile's stage (the spill, if any);
+                fence.proxy.async; release that stage
     producer:   for tile i, k-tile S - 1: wait for the stage (released by tile i - 1's epilogue); tile i - 1's
                 stores; commit; wait_group.read 0; load k-tile S - 1 of tile i
 
@@ -253,22 +255,23 @@ def emit_tma_store(em, call):
 def _stage_for_the_producer(em, call, store: TmaStore):
     """Consumers: every register of the tile into its panel (the staging tile's, or the spill tile's stage of this
     tile's last k-tile), a proxy fence, and the release of that stage, which tells the producer the tile is
-    staged. Nothing waits: the stores of the previous tile have read both places before the producer refilled
-    that stage, which these consumers waited for."""
+    staged. The stores of the previous tile have read both places before the producer refilled that stage, which
+    these consumers waited for. The spill panels wait for a consumer barrier: every warpgroup's MMAs read the whole
+    B tile of that stage, and a warpgroup's own wait covers only its own MMAs (without the barrier, one
+    warpgroup's panels overwrote B under the other's last MMAs: wrong tiles on the H200, 2026-12-03)."""
     tma = em.plan.tma
     acc = region_of(call.args[1])[0]
     tile = em.tile(store.stage)
     last = last_stage(tma, em.scope.pipeline_base, loop_bounds(em, tma)[1])
     staged_cols = store.chunk * _PANEL
+    layout, regs = em.plan.layout(acc), em.registers[acc]
 
-    def places(row, col):
-        out = [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))]
-        if store.spill is not None:
-            offset = last * _spill_stage_elems(store) + tile.offset2(row, col - staged_cols)
-            out.append((col >= staged_cols, em.spill_view, offset))
-        return out
-
-    _write_registers(em, em.plan.layout(acc), em.registers[acc], store, places)
+    _write_registers(em, layout, regs, store,
+                     lambda row, col: [(col < staged_cols, em.view(store.stage), tile.offset2(row, col))])
+    if store.spill is not None:
+        em.sync()
+        _write_registers(em, layout, regs, store, lambda row, col: [
+            (col >= staged_cols, em.spill_view, last * _spill_stage_elems(store) + tile.offset2(row, col - staged_cols))])
     T.evaluate(intrin.fence_proxy_async())
     release_stage(em, tma, last)
 

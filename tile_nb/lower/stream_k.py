@@ -17,9 +17,10 @@ the start of the next (it *contributes* a partial sum to it):
 Each CTA contributes first and finishes second, so the partial sums it waits for were written at the start of
 its neighbours' stream-K phase, not the end. A finisher only waits for CTAs of lower index, which the GPU
 launched before it (all are resident: one per SM), so the waits cannot deadlock. The workspace and the flags are
-`__device__` arrays of the kernel's module (zeroed when the module loads; a finisher resets the flags it
-consumed), so launches on one stream are independent; two launches of the same compiled kernel running at once
-on two streams would share them (documented limit).
+`__device__` arrays of the kernel's module; the flags start as initialized data of the module (the first GPU run
+found an uninitialized flag set on a module's first launch) and a finisher resets those it consumed, so launches
+on one stream are independent; two launches of the same compiled kernel running at once on two streams would
+share them (documented limit).
 
 Legal for a persistent kernel without clusters, ping-pong or the overlapped loop schedule, whose loop has a static
 trip count and whose threads' body is: allocations, `T.clear` of one float32 wgmma accumulator, the pipelined loop
@@ -187,9 +188,10 @@ def _helpers(sk: StreamK) -> str:
 #ifndef TNB_STREAM_K_{tag}
 #define TNB_STREAM_K_{tag}
 // Stream-K (tile_nb/lower/stream_k.py): CTA c's partial sums, thread-major (float4 j of thread t at j * threads + t),
-// and its flag (1: written, not yet added). Zeroed when the module loads; the finisher resets what it consumed.
+// and its flag: 2 once written, 1 once added (the finisher resets it). The flags' initial 1s are data of the module
+// (.nv.global.init, copied when it loads): uninitialized device globals are not guaranteed to be zero.
 __device__ __align__(16) float tnb_sk_partials_{tag}[{sk.ctas * regs * threads}];
-__device__ unsigned tnb_sk_flags_{tag}[{sk.ctas}];
+__device__ unsigned tnb_sk_flags_{tag}[{sk.ctas}] = {{{", ".join(["1u"] * sk.ctas)}}};
 __forceinline__ __device__ float4* tnb_sk_slot_{tag}(int cta, int tid) {{
   return reinterpret_cast<float4*>(tnb_sk_partials_{tag}) + (size_t)cta * {quads * threads} + tid;
 }}
@@ -209,15 +211,15 @@ __forceinline__ __device__ void tnb_sk_add_{tag}(int cta, int tid, float* regs) 
   }}
 }}
 __forceinline__ __device__ void tnb_sk_signal_{tag}(int cta) {{
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\\n" :: "l"(tnb_sk_flags_{tag} + cta), "r"(1u) : "memory");
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\\n" :: "l"(tnb_sk_flags_{tag} + cta), "r"(2u) : "memory");
 }}
 __forceinline__ __device__ void tnb_sk_wait_{tag}(int cta) {{
   unsigned* flag = tnb_sk_flags_{tag} + cta;
   unsigned ready;
   do {{
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\\n" : "=r"(ready) : "l"(flag) : "memory");
-  }} while (ready == 0);
-  *flag = 0;  // consumed: the next launch on this stream finds it clear
+  }} while (ready != 2);
+  *flag = 1;  // consumed: the next launch on this stream finds it clear
 }}
 #endif
 """
