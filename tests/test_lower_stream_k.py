@@ -26,14 +26,29 @@ def lowered(func) -> str:
     return re.sub(r', source_code="(?:[^"\\]|\\.)*"', "", lower(func, target("sm_90a")).script())
 
 
-def test_the_last_wave_is_shared_by_k_tiles_by_default():
+def forced(func):
+    return func.with_attr("tile_nb.stream_k", 1)
+
+
+def test_the_last_wave_is_shared_by_k_tiles():
     # 512 tiles on 132 SMs: 3 whole tiles each, then 116 tiles' 7424 k-tiles over 132 CTAs
     assert ("stream-K: the last 116 tiles (7424 k-tiles) shared by 132 CTAs (56.2 k-tiles each) after 3 whole tiles "
-            "each; partial sums through a 16.5 MiB workspace") in note(gemm_ir(4096, 4096, 4096, **BIG))
+            "each; partial sums through a 16.5 MiB workspace") in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
     # 1376 tiles: a tail of 56 goes to 112 CTAs (at most two contributors per tile)
     assert "the last 56 tiles (3584 k-tiles) shared by 112 CTAs (32.0 k-tiles each) after 10 whole tiles" in note(
         gemm_ir(4096, 11008, 4096, **BIG))
-    assert "stream-K" not in note(gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+    assert "stream-K" not in note(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+
+
+@pytest.mark.parametrize("shape,built", [
+    ((4096, 4096, 4096), False),  # the last wave is 88% full: 7.8 k-tiles per SM freed, fewer than it costs
+    ((8192, 8192, 8192), True),  # 2048 tiles: 64 of 132 SMs idle for 128 k-tiles: 62 freed
+    ((4096, 11008, 4096), True),  # 36.8 freed
+    ((16384, 4096, 4096), False),  # 31.0 freed
+])
+def test_by_default_where_it_frees_more_time_than_it_costs(shape, built):
+    assert ("stream-K: the last" in note(gemm_ir(*shape, **BIG))) == built
+    assert "stream-K: the last" in note(forced(gemm_ir(*shape, **BIG)))  # = 1: wherever legal
 
 
 @tile_nb.jit
@@ -114,7 +129,7 @@ def test_the_ranges_cover_the_tail_once_and_each_finisher_waits_for_its_contribu
 
 
 def test_contributors_publish_then_finishers_wait_add_and_store():
-    ir = lowered(gemm_ir(4096, 4096, 4096, out_dtype=T.float16, num_stages=4, **BIG))
+    ir = lowered(forced(gemm_ir(4096, 4096, 4096, out_dtype=T.float16, num_stages=4, **BIG)))
     consumers = ir[ir.index("for tile in range(3)"):]
     tail = consumers[consumers.index("if bx < 132:"):]
     contribution, finish = tail[:tail.index("if (sk_first_tile + 1) * 64 <= sk_end:")], \
@@ -156,7 +171,7 @@ def test_stream_k_kernels_build_without_spills(cfg):
 
     if available_compiler("nvcc") != "nvcc":
         pytest.skip("nvcc is not installed here")
-    kernel = rt_compile(gemm_ir(4096, 4096, 4096, **cfg), "sm_90a", options={"cache": False})
+    kernel = rt_compile(forced(gemm_ir(4096, 4096, 4096, **cfg)), "sm_90a", options={"cache": False})
     assert "stream-K" in kernel.pipeline
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0

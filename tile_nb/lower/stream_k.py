@@ -27,8 +27,10 @@ trip count and whose threads' body is: allocations, `T.clear` of one float32 wgm
 whose only statement besides the TMA copies is a T.gemm into that accumulator, then any statements (the
 finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
 only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
-are issued within the range: epilogue.py). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 also says
-in the plan why a kernel did not get it.
+are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
+its cost (`MIN_FREED_K_TILES`, measured): at 8192^3 fp16 on the H200 it gained 4%, at 4096^3 it lost 4% (the
+last wave there is 88% full). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
+legal and says in the plan why a kernel did not get it.
 """
 from __future__ import annotations
 
@@ -71,13 +73,26 @@ class StreamK:
         return self.ctas * self.registers * self.threads * 4
 
 
+# What stream-K costs a CTA, in k-tiles of its main loop: its partial sums out and in (128 KiB each way for a
+# 128x256 tile), the flag hand-off and two more pipeline drains. Fitted on the H200 (benchmarks/results/gemm.md,
+# 2026-12-03, 128x256x64 fp16, five shapes): stream-K lost 4% at 4096^3, where it frees 8 k-tiles of an SM's
+# time, gained 0.5-0.7% where it frees 27-37, and 4% at 8192^3 (62): about 25 k-tiles (~18 us) of overhead.
+MIN_FREED_K_TILES = 32
+
+
 def plan_stream_k(func, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
                   threads: int) -> tuple[StreamK | None, str]:
-    """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked)."""
+    """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked).
+    By default only where it frees more SM time than it costs (MIN_FREED_K_TILES); `tile_nb.stream_k` = 1 builds
+    it wherever legal."""
     mode = switch(func, "tile_nb.stream_k", "TILE_NB_STREAM_K", "auto")
     if mode == "0":
         return None, ""
     plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
+    if plan is not None and mode != "1":
+        freed = (ctas - plan.tail) * plan.n / ctas  # k-tiles of idle time per SM in the last wave, shared out
+        if freed < MIN_FREED_K_TILES:
+            return None, ""
     return plan, (why if plan is not None or mode == "1" else "")
 
 
