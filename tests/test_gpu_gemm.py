@@ -555,3 +555,39 @@ def test_gemm_with_a_from_registers(shape):
     c_cpu = torch.empty(M, N)
     gemm_a_in_registers(a.cpu(), b.cpu(), c_cpu)
     torch.testing.assert_close(c.cpu(), c_cpu, rtol=1e-3, atol=1e-3)
+
+
+@needs_hopper
+def test_stream_k_launches_on_two_streams_take_turns():
+    """Stream-K's workspace lives in the kernel's module, so launches on two streams must not overlap: the kernel
+    launches through runtime.kernel.OneStreamAtATime. Two streams each launch it 4 times on their own inputs,
+    queued behind a sleep kernel on each so that both queues start together (the CTAs of one launch would
+    otherwise meet the next launch's at the tail, where the workspace is used); every output is checked."""
+    from kernels.seed import gemm_variant
+
+    from tile_nb.runtime import compile as rt_compile
+    from tile_nb.runtime.kernel import OneStreamAtATime
+
+    M = N = K = 4096
+    func = gemm_variant.specialize(M=M, N=N, K=K, block_N=256, block_K=64, threads=256, num_stages=4,
+                                   out_dtype=T.float16).with_attr("tile_nb.stream_k", 1)
+    kernel = rt_compile(func, None)
+    assert isinstance(kernel._func, OneStreamAtATime), kernel.pipeline
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    inputs = [[(torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()) for _ in range(4)]
+              for _ in streams]
+    outputs = [[torch.empty(M, N, device="cuda", dtype=torch.float16) for _ in range(4)] for _ in streams]
+    torch.cuda.synchronize()
+    for stream in streams:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(50_000_000)  # ~25 ms: every launch is queued before either stream runs one
+    for i in range(4):
+        for s, stream in enumerate(streams):
+            with torch.cuda.stream(stream):
+                kernel(*inputs[s][i], outputs[s][i])
+    torch.cuda.synchronize()
+    for s in range(2):
+        for i, ((a, b), c) in enumerate(zip(inputs[s], outputs[s])):
+            ref = a.double() @ b.double()
+            worst = ((c.double() - ref).abs() / ref.abs().max()).max().item()
+            assert worst < 2e-3, f"stream {s}, launch {i}: max error {worst:.2e}"

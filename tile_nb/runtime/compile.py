@@ -206,14 +206,13 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         source_regions={"lowered": lowered_regions, "cuda": result.source_regions})
     launcher = None
     if result.module is not None and problem is None:
-        kernel._module = result.module
-        kernel._func = result.module[name]
+        kernel._set_launch(result.module, result.module[name])
         if build_options.host == "cuda_host":
             t = time.perf_counter()
             folder = tempfile.mkdtemp(prefix="tile_nb_launcher_")
             try:
                 launcher, _ = build_launcher(cuda_host_source(mod, arch, split_marks, build_options), arch, folder)
-                kernel._module, kernel._func = load_launcher(launcher, name)
+                kernel._set_launch(*load_launcher(launcher, name))
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
@@ -301,11 +300,11 @@ def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
         not_launchable_reason="the cached entry holds no loadable module")
     if load_module and entry.module_path is not None:
         if meta.get("host") == "cuda_host":
-            kernel._module, kernel._func = load_launcher(entry.module_path, kernel.name)
+            kernel._set_launch(*load_launcher(entry.module_path, kernel.name))
         else:
             import tvm
 
-            kernel._module = tvm.runtime.load_module(os.fspath(entry.module_path))
-            kernel._func = kernel._module[kernel.name]
+            module = tvm.runtime.load_module(os.fspath(entry.module_path))
+            kernel._set_launch(module, module[kernel.name])
         kernel.not_launchable_reason = None
     return kernel

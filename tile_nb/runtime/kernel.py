@@ -12,7 +12,10 @@ from typing import Any
 from ..backend.resources import Resources
 from ..errors import TileNBError
 
-__all__ = ["CompiledKernel", "KernelNotLaunchableError"]
+__all__ = ["CompiledKernel", "KernelNotLaunchableError", "OneStreamAtATime"]
+
+STREAM_K_NOTE = "stream-K: the last"  # how the plan's note names a stream-K kernel (tile_nb/lower/stream_k.py)
+
 
 class KernelNotLaunchableError(TileNBError, RuntimeError):
     """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
@@ -111,7 +114,41 @@ class CompiledKernel:
                             f"got {len(args)}")
         return func(*args)
 
+    def _set_launch(self, module, func) -> None:
+        """Keep `module` alive and launch through `func`; a kernel whose module holds state across a launch
+        (stream-K's workspace and flags) launches through `OneStreamAtATime`."""
+        self._module = module
+        self._func = OneStreamAtATime(func) if STREAM_K_NOTE in (self.pipeline or "") else func
+
     def __repr__(self) -> str:
         where = "from cache" if self.from_cache else "built"
         run = "launchable" if self.launchable else "not launchable"
         return f"<CompiledKernel {self.name}({', '.join(self.params)}) {self.arch}, {where}, {run}>"
+
+
+class OneStreamAtATime:
+    """Launches of a kernel whose module keeps state during a launch (stream-K's partial sums and flags live in
+    `__device__` arrays of the module) must not overlap. Launches on one stream never do; a launch on another
+    stream than the previous one (per device) first waits for the previous one (a CUDA event), so that two streams
+    take turns instead of sharing the workspace. Costs a stream query and an event record per launch (~10 us on
+    the host), for kernels that run for hundreds of microseconds."""
+
+    def __init__(self, func):
+        self.func = func
+        self.last: dict = {}  # device index -> (stream, event recorded after the launch on it)
+
+    def __call__(self, *args):
+        import torch
+
+        device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
+        if device is None:
+            return self.func(*args)  # not on the GPU: tvm_ffi's own checks say why
+        stream = torch.cuda.current_stream(device)
+        previous = self.last.get(device.index)
+        if previous is not None and previous[0] != stream:
+            stream.wait_event(previous[1])
+        out = self.func(*args)
+        event = previous[1] if previous is not None else torch.cuda.Event()
+        event.record(stream)
+        self.last[device.index] = (stream, event)
+        return out
