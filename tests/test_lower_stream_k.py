@@ -40,6 +40,14 @@ def test_the_last_wave_is_shared_by_k_tiles():
     assert "stream-K" not in note(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
 
 
+def test_the_runtime_recognises_a_stream_k_plan():
+    """runtime.kernel finds stream-K kernels (to launch them one stream at a time) by the plan's note."""
+    from tile_nb.runtime.kernel import STREAM_K_NOTE
+
+    assert STREAM_K_NOTE in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
+    assert STREAM_K_NOTE not in note(gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+
+
 @pytest.mark.parametrize("shape,built", [
     ((4096, 4096, 4096), False),  # the last wave is 88% full: 7.8 k-tiles per SM freed, fewer than it costs
     ((8192, 8192, 8192), True),  # 2048 tiles: 64 of 132 SMs idle for 128 k-tiles: 62 freed

@@ -116,6 +116,7 @@ def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):
         return None, "no stream-K (the k-tile ranges overflow 32-bit arithmetic)"
     layout = accumulators[acc].linear()
     plan = StreamK(waves, tail, sharing, n, acc, layout.regs, threads)
+    # runtime.kernel.STREAM_K_NOTE finds stream-K kernels by this note's start (they launch one stream at a time)
     return plan, (f"stream-K: the last {tail} tiles ({tail * n} k-tiles) shared by {sharing} CTAs "
                   f"({tail * n / sharing:.1f} k-tiles each) after {waves} whole tile{'s' if waves > 1 else ''} "
                   f"each; partial sums through a {plan.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
