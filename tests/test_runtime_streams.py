@@ -31,6 +31,7 @@ def fake_cuda(monkeypatch):
     log, current = [], {"stream": None}
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current["stream"])
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: current.get("capturing", False))
     return log, current
 
 
@@ -71,3 +72,16 @@ def test_only_stream_k_kernels_launch_through_it():
 
     assert isinstance(kernel("TMA + mbarriers; " + STREAM_K_NOTE + " 116 tiles ..."), OneStreamAtATime)
     assert kernel("TMA + mbarriers, producer warp") is print
+
+
+def test_a_graph_capture_launches_without_events(fake_cuda):
+    log, current = fake_cuda
+    one, two = FakeStream("one", log), FakeStream("two", log)
+    launch = OneStreamAtATime(lambda *args: log.append(f"launch on {current['stream'].name}"))
+    current["stream"] = one
+    launch(tensor_on(0))
+    current.update(stream=two, capturing=True)
+    launch(tensor_on(0))  # captured: no wait on an event recorded outside the capture, none recorded
+    current.update(capturing=False)
+    launch(tensor_on(0))  # after the capture: ordered after the last launch outside it, on stream one
+    assert log == ["launch on one", "launch on two", "two waits for the event recorded on one", "launch on two"]

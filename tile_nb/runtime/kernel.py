@@ -131,7 +131,9 @@ class OneStreamAtATime:
     `__device__` arrays of the module) must not overlap. Launches on one stream never do; a launch on another
     stream than the previous one (per device) first waits for the previous one (a CUDA event), so that two streams
     take turns instead of sharing the workspace. Costs a stream query and an event record per launch (~10 us on
-    the host), for kernels that run for hundreds of microseconds."""
+    the host), for kernels that run for hundreds of microseconds. Under CUDA graph capture it stays out of the
+    way (events recorded outside a capture must not enter it); replaying one graph on two streams at once is the
+    one case it does not order."""
 
     def __init__(self, func):
         self.func = func
@@ -143,6 +145,8 @@ class OneStreamAtATime:
         device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
         if device is None:
             return self.func(*args)  # not on the GPU: tvm_ffi's own checks say why
+        if torch.cuda.is_current_stream_capturing():
+            return self.func(*args)  # a CUDA graph being captured: its launches are ordered by the graph's stream
         stream = torch.cuda.current_stream(device)
         previous = self.last.get(device.index)
         if previous is not None and previous[0] != stream:
