@@ -184,3 +184,14 @@ def test_stream_k_kernels_build_without_spills(cfg):
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     assert kernel.cuda_source.count("__device__ __align__(16) float tnb_sk_partials_132x128x256[4325376];") >= 1
+
+
+def test_eight_bit_inputs_get_it_only_when_asked():
+    """fp8 stream-K kernels have not run on a GPU yet: by default they keep whole tiles even where it would pay."""
+    from kernels.seed import gemm_variant
+
+    fp8 = gemm_variant.specialize(M=8192, N=8192, K=16384, block_N=256, block_K=128, threads=256, num_stages=4,
+                                  in_dtype=T.float8_e4m3fn, out_dtype=T.bfloat16, trans_B=True)
+    assert "stream-K" not in note(fp8)  # 2048 tiles, 128 k-tiles each: 62 idle k-tiles per SM to share
+    assert "stream-K: the last 68 tiles" in note(forced(fp8))
+    assert "stream-K: the last 68 tiles" in note(gemm_ir(8192, 8192, 16384, **BIG))  # fp16 at the same tiling

@@ -30,7 +30,8 @@ only where every CTA's range has more k-tiles than the pipeline has stages (the 
 are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
 its cost (`MIN_FREED_K_TILES`, measured): at 8192^3 fp16 on the H200 it gained 4%, at 4096^3 it lost 4% (the
 last wave there is 88% full). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
-legal and says in the plan why a kernel did not get it.
+legal and says in the plan why a kernel did not get it (and is the only way to get it for 8-bit inputs, whose
+stream-K kernels have not run on a GPU yet).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .exprs import const_int
 from .irwalk import region_of, seq_items
-from .layout import WgmmaAccLayout
+from .layout import WgmmaAccLayout, tirx_bits
 from .switches import switch
 
 __all__ = ["Range", "StreamK", "contributors", "emit_contribution", "emit_fixup", "plan_stream_k", "tail_range"]
@@ -91,7 +92,7 @@ def plan_stream_k(func, tma, threads_body, accumulators, tiles: int, ctas: int, 
     plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
     if plan is not None and mode != "1":
         freed = (ctas - plan.tail) * plan.n / ctas  # k-tiles of idle time per SM in the last wave, shared out
-        if freed < MIN_FREED_K_TILES:
+        if freed < MIN_FREED_K_TILES or not _sixteen_bit_inputs(tma):
             return None, ""
     return plan, (why if plan is not None or mode == "1" else "")
 
@@ -120,6 +121,13 @@ def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):
     return plan, (f"stream-K: the last {tail} tiles ({tail * n} k-tiles) shared by {sharing} CTAs "
                   f"({tail * n / sharing:.1f} k-tiles each) after {waves} whole tile{'s' if waves > 1 else ''} "
                   f"each; partial sums through a {plan.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
+
+
+def _sixteen_bit_inputs(tma) -> bool:
+    """fp16/bf16 operands: what stream-K has run on the GPU (its 8-bit kernels were not run there yet, so only
+    `tile_nb.stream_k` = 1 builds them)."""
+    gemm = tma.rest[0]
+    return all(tirx_bits(region_of(gemm.args[i])[0].dtype) == 16 for i in (1, 2))
 
 
 def _accumulator(tma, threads_body, accumulators):
