@@ -2,7 +2,8 @@
 
 A persistent kernel (persistent.py) with `tiles` = waves * ctas + tail tiles runs `waves` whole tiles on every
 CTA, and the `tail` tiles of the last wave on `tail` of the `ctas` SMs while the others idle: 512 tiles of a
-4096^3 GEMM on 132 SMs take 4 tile times for 3.88 tiles of work, 688 tiles of 4096x11008x4096 take 6 for 5.21.
+4096^3 GEMM in 128x256 tiles on 132 SMs take 4 tile times for 3.88 tiles of work, 2048 tiles of 8192^3 16 for
+15.52.
 Stream-K (Osama et al., PPoPP'23) splits the tail's k-tiles (`iters` = tail * n, n k-tiles per tile) evenly over
 `ctas` CTAs instead: CTA c runs the k-tiles [c * iters / ctas, (c + 1) * iters / ctas) of the tail, laid out tile
 after tile. A range is shorter than a tile, so it covers the end of one tile (the CTA *finishes* that tile) and/or
@@ -19,8 +20,7 @@ its neighbours' stream-K phase, not the end. A finisher only waits for CTAs of l
 launched before it (all are resident: one per SM), so the waits cannot deadlock. The workspace and the flags are
 `__device__` arrays of the kernel's module; the flags start as initialized data of the module (the first GPU run
 found an uninitialized flag set on a module's first launch) and a finisher resets those it consumed, so launches
-on one stream are independent; two launches of the same compiled kernel running at once on two streams would
-share them (documented limit).
+on one stream are independent; launches on two streams take turns (runtime.kernel.OneStreamAtATime).
 
 Legal for a persistent kernel without clusters, ping-pong or the overlapped loop schedule, whose loop has a static
 trip count and whose threads' body is: allocations, `T.clear` of one float32 wgmma accumulator, the pipelined loop
@@ -28,7 +28,7 @@ whose only statement besides the TMA copies is a T.gemm into that accumulator, t
 finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
 only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
 are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
-its cost (`MIN_FREED_K_TILES`, measured): at 8192^3 fp16 on the H200 it gained 4%, at 4096^3 it lost 4% (the
+its cost (`MIN_FREED_K_TILES`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at 4096^3 it lost 4% (the
 last wave there is 88% full). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
 legal and says in the plan why a kernel did not get it (and is the only way to get it for 8-bit inputs, whose
 stream-K kernels have not run on a GPU yet).
