@@ -122,10 +122,11 @@ def test_the_ranges_cover_the_tail_once_and_each_finisher_waits_for_its_contribu
         if r["finishes"]:
             assert r["finish_start"] > 0 or not r["partial_count"]
             finisher[r["finish_tile"]] = c
-            for k in range(r["finish_start"], n):
+            assert r["finish_start"] + r["finish_count"] == n  # a finish runs to its tile's end
+            for k in range(r["finish_start"], r["finish_start"] + r["finish_count"]):
                 covered.setdefault((r["finish_tile"], k), []).append(c)
         # every CTA's share is longer than the ring (the producer's stores go inside it)
-        share = r["partial_count"] + (n - r["finish_start"] if r["finishes"] else 0)
+        share = r["partial_count"] + (r["finish_count"] if r["finishes"] else 0)
         assert share > 3 or tiles == 300  # (300 tiles, n = 7: a share of 4 k-tiles, ruled out by the plan for S >= 4)
     assert sorted(covered) == [(t, k) for t in range(sk.tail) for k in range(n)]
     assert all(len(owners) == 1 for owners in covered.values())

@@ -191,8 +191,8 @@ def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
     """The producer's share of the tail: the loads of its contribution, then of its finish. With producer stores,
     the last whole tile's stores go before ring position base + S - 1 is refilled (each range has more than S
     k-tiles: stream_k.py), and the finished tile's after the loads."""
-    tma, n, stages = em.plan.tma, sk.n, em.plan.tma.stages
-    base = sk.waves * n
+    tma, stages = em.plan.tma, em.plan.tma.stages
+    base = sk.waves * sk.n
     with T.If(cta < sk.ctas):
         with T.Then():
             r = tail_range(sk, cta)
@@ -210,17 +210,16 @@ def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
                 with em.bound("var_map", em.bind_tile(tail_tile(r.partial_tile))), \
                         em.scoped(k_segment=(r.partial_start, r.partial_count)):
                     emit_producer_loads(em, tma, base, before_at(0))
-            finish_count = n - r.finish_start
             with T.If(r.finishes), T.Then():
                 with em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile))), \
-                        em.scoped(k_segment=(r.finish_start, finish_count)):
+                        em.scoped(k_segment=(r.finish_start, r.finish_count)):
                     emit_producer_loads(em, tma, base + r.partial_count, before_at(r.partial_count))
             if store is not None:
                 with T.If(r.finishes):
                     with T.Then():
-                        end = base + r.partial_count + finish_count
+                        end = base + r.partial_count + r.finish_count
                         wait_stage_free(em, tma, end + stages - 1)
-                        stores(tail_tile(r.finish_tile), last_stage(tma, base + r.partial_count, finish_count),
+                        stores(tail_tile(r.finish_tile), last_stage(tma, base + r.partial_count, r.finish_count),
                                final=True)
                     with T.Else():
                         finish_producer_stores()
@@ -233,10 +232,10 @@ def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
 def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
     """The consumers' share of the tail: the contribution (k-loop, then the registers to the workspace), then the
     finish (k-loop, the contributors' partial sums added, then the kernel's statements after the loop)."""
-    tma, n = em.plan.tma, sk.n
+    tma = em.plan.tma
     items = seq_items(body)
     upto = next(i for i, s in enumerate(items) if s.same_as(tma.loop)) + 1
-    base = sk.waves * n
+    base = sk.waves * sk.n
     with T.If(cta < sk.ctas), T.Then():
         r = tail_range(sk, cta)
         with T.If(r.partial_count > 0), T.Then():
@@ -248,7 +247,7 @@ def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
                 emit_contribution(em, sk, cta)
         with T.If(r.finishes), T.Then():
             with em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)), \
-                    em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, n - r.finish_start)):
+                    em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, r.finish_count)):
                 em.emit_seq(items[:upto])
                 emit_fixup(em, sk, cta, r.finish_tile)  # its consumer barrier also orders the loop and what follows
                 em.emit_seq(items[upto:])

@@ -167,13 +167,14 @@ def _is_zero(value) -> bool:
 @dataclass(frozen=True)
 class Range:
     """CTA `cta`'s share of the tail (bound once per role): a contribution to tile `partial_tile` (its k-tiles
-    [partial_start, partial_start + partial_count); count 0: none), then the end of tile `finish_tile` from k-tile
-    `finish_start` (when `finishes`). Tiles are numbered within the tail."""
+    [partial_start, partial_start + partial_count); count 0: none), then the end of tile `finish_tile`, its
+    `finish_count` k-tiles from `finish_start` (when `finishes`). Tiles are numbered within the tail."""
     partial_tile: object
     partial_start: object
     partial_count: object
     finish_tile: object
     finish_start: object
+    finish_count: object
     finishes: object
 
 
@@ -187,7 +188,8 @@ def tail_range(sk: StreamK, cta, bind=None) -> Range:
     first, last = bind("sk_first_tile", tirx.floordiv(a, n)), bind("sk_last_tile", tirx.floordiv(b - 1, n))
     partial_start = bind("sk_partial_start", tirx.max(a, last * n) - last * n)
     partial_count = bind("sk_partial_count", tirx.Select(tirx.floormod(b, n) != 0, b - last * n - partial_start, 0))
-    return Range(last, partial_start, partial_count, first, a - first * n, (first + 1) * n <= b)
+    finish_start = a - first * n
+    return Range(last, partial_start, partial_count, first, finish_start, n - finish_start, (first + 1) * n <= b)
 
 
 def _bind(name, value):
