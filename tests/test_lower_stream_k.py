@@ -143,17 +143,28 @@ def test_contributors_publish_then_finishers_wait_add_and_store():
     tail = consumers[consumers.index("if bx < 132:"):]
     contribution, finish = tail[:tail.index("if (sk_first_tile + 1) * 64 <= sk_end:")], \
         tail[tail.index("if (sk_first_tile + 1) * 64 <= sk_end:"):]
-    # the contribution: the k-loop, the drain, its last stage released (no epilogue), registers out, a consumer
-    # barrier, then one thread's release-flag
+    finish, no_finish = finish[:finish.index("else:")], finish[finish.index("else:"):]
+    # the contribution: the k-loop, the drain, its last stage released (no epilogue), the registers stored; no
+    # flag yet
     order = ["for k in range(sk_partial_count)", "tnb_wgmma_wait0", "stage_barriers[4 + (192 + sk_partial_count - 1) % 4]",
-             "tnb_sk_put_132x128x256", "tnb_bar_sync_1_256", "tnb_sk_signal_132x128x256"]
+             "tnb_sk_put_132x128x256"]
     assert [contribution.index(x) for x in order] == sorted(contribution.index(x) for x in order)
-    assert "tnb_vst" not in contribution  # nothing goes to C
-    # the finish: the loop over the tile's last k-tiles, one thread waits for the contributors' flags, a barrier,
-    # every thread adds their slots, then the epilogue (stage the tile for the producer's stores)
-    order = ["for k in range(sk_first_tile * 64 + 64 - sk_begin)", "tnb_wgmma_wait0", "tnb_sk_wait_132x128x256",
-             "tnb_bar_sync_1_256", "tnb_sk_add_132x128x256", "tnb_vst_float32x2_float16", "tnb_fence_proxy_async"]
-    assert [finish.index(x) for x in order] == sorted(finish.index(x) for x in order)
+    assert "tnb_vst" not in contribution and "tnb_sk_signal" not in contribution  # nothing to C, no flag
+    # the finish: the loop over the tile's last k-tiles; then the contribution's flag (its stores drained under
+    # that loop): a consumer barrier and one thread's release; then one thread waits for the contributors' flags, a
+    # barrier, every thread adds their slots, then the epilogue (stage the tile for the producer's stores)
+    order = ["for k in range(sk_first_tile * 64 + 64 - sk_begin)", "tnb_wgmma_wait0", "if sk_partial_count > 0",
+             "tnb_bar_sync_1_256", "tnb_sk_signal_132x128x256", "tnb_sk_wait_132x128x256", "tnb_bar_sync_1_256",
+             "tnb_sk_add_132x128x256", "tnb_vst_float32x2_float16", "tnb_fence_proxy_async"]
+    at, pos = 0, []
+    for x in order:  # in this order, each after the one before (the barrier appears twice)
+        at = finish.index(x, at)
+        pos.append(at)
+    assert pos == sorted(pos)
+    # a CTA that finishes nothing (its share inside one tile) publishes right after its contribution
+    order = ["if sk_partial_count > 0", "tnb_bar_sync_1_256", "tnb_sk_signal_132x128x256"]
+    assert [no_finish.index(x) for x in order] == sorted(no_finish.index(x) for x in order)
+    assert "tnb_sk_wait" not in no_finish
     # the producer issues the last whole tile's stores at the 4th k-tile of this CTA's share
     producer = ir[:ir.index("for tile in range(3)")]
     assert "if k_load == 3:" in producer and "if sk_partial_count + k_load == 3:" in producer

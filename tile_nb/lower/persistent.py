@@ -35,7 +35,7 @@ from tvm.script.ir_builder import tirx as T
 from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
-from .stream_k import StreamK, emit_contribution, emit_fixup, plan_stream_k, tail_range
+from .stream_k import StreamK, emit_fixup, emit_partial_sums, emit_signal, plan_stream_k, tail_range
 from .switches import setting, switch
 from .epilogue import emit_producer_stores, finish_producer_stores
 from .exprs import const_int
@@ -244,10 +244,18 @@ def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
                 em.emit_seq(items[:upto])
                 if by_producer:  # no epilogue releases the last k-tile's stage
                     release_stage(em, tma, last_stage(tma, base, r.partial_count))
-                emit_contribution(em, sk, cta)
-        with T.If(r.finishes), T.Then():
-            with em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)), \
+                emit_partial_sums(em, sk, cta)
+
+        def signal():
+            with T.If(r.partial_count > 0), T.Then():
+                emit_signal(em, sk, cta)
+
+        with T.If(r.finishes):
+            with T.Then(), em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)), \
                     em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, r.finish_count)):
                 em.emit_seq(items[:upto])
+                signal()  # only now: the contribution's stores drained under this k-loop's MMAs
                 emit_fixup(em, sk, cta, r.finish_tile)  # its consumer barrier also orders the loop and what follows
                 em.emit_seq(items[upto:])
+            with T.Else():
+                signal()

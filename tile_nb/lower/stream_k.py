@@ -10,14 +10,16 @@ after tile. A range is shorter than a tile, so it covers the end of one tile (th
 the start of the next (it *contributes* a partial sum to it):
 
     contributor:  the k-loop over its k-tiles of the tile; its accumulator registers into its slot of a global
-                  workspace (float32); a consumer barrier; a flag set with release semantics
+                  workspace (float32); after its finish's k-loop (if it has one: the stores drain under those
+                  MMAs), a consumer barrier and a flag set with release semantics
     finisher:     the k-loop over the tile's last k-tiles; wait for the flags of the tile's contributors (the CTAs
                   just below it: their ranges precede its own), add their slots to the registers, reset the flags;
                   then the kernel's statements after the loop (the epilogue), as for a whole tile
 
-Each CTA contributes first and finishes second, so the partial sums it waits for were written at the start of
-its neighbours' stream-K phase, not the end. A finisher only waits for CTAs of lower index, which the GPU
-launched before it (all are resident: one per SM), so the waits cannot deadlock. The workspace and the flags are
+Each CTA contributes first and finishes second; every range has the same length, so a finisher's contributors
+raise their flags about when it reaches its wait. A finisher only waits for CTAs of lower index, which raise
+their flags before waiting themselves and which the GPU launched before it (all are resident: one per SM), so
+the waits cannot deadlock. The workspace and the flags are
 `__device__` arrays of the kernel's module; the flags start as initialized data of the module (the first GPU run
 found an uninitialized flag set on a module's first launch) and a finisher resets those it consumed, so launches
 on one stream are independent; launches on two streams take turns (runtime.kernel.OneStreamAtATime).
@@ -48,7 +50,7 @@ from .irwalk import region_of, seq_items
 from .layout import WgmmaAccLayout, tirx_bits
 from .switches import switch
 
-__all__ = ["Range", "StreamK", "contributors", "emit_contribution", "emit_fixup", "plan_stream_k", "tail_range"]
+__all__ = ["Range", "StreamK", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k", "tail_range"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class StreamK:
 # 128x256 tile), the flag hand-off and two more pipeline drains. Fitted on the H200 (benchmarks/results/gemm.md,
 # 2026-12-03, 128x256x64 fp16, five shapes): stream-K lost 4% at 4096^3, where it frees 8 k-tiles of an SM's
 # time, gained 0.5-0.7% where it frees 27-37, and 4% at 8192^3 (62): about 25 k-tiles (~18 us) of overhead.
+# Taken apart at 4096^3 (2026-12-04, by leaving parts out): the stores ~6 us and the adds ~8 us, the waits ~0;
+# publishing after the next k-loop took 0.3-2.4% off, the rest is traffic (132 slots of 128 KiB each way).
 MIN_FREED_K_TILES = 32
 
 
@@ -226,7 +230,6 @@ __forceinline__ __device__ void tnb_sk_put_{tag}(int cta, int tid, const float* 
 #pragma unroll
   for (int j = 0; j < {quads}; ++j)
     __stcg(slot + j * {threads}, make_float4(regs[4 * j], regs[4 * j + 1], regs[4 * j + 2], regs[4 * j + 3]));
-  __threadfence();
 }}
 __forceinline__ __device__ void tnb_sk_add_{tag}(int cta, int tid, float* regs) {{
   const float4* slot = tnb_sk_slot_{tag}(cta, tid);
@@ -237,6 +240,7 @@ __forceinline__ __device__ void tnb_sk_add_{tag}(int cta, int tid, float* regs) 
   }}
 }}
 __forceinline__ __device__ void tnb_sk_signal_{tag}(int cta) {{
+  __threadfence();  // after a consumer barrier: every consumer thread's stores of the slot come before the flag
   asm volatile("st.release.gpu.global.u32 [%0], %1;\\n" :: "l"(tnb_sk_flags_{tag} + cta), "r"(2u) : "memory");
 }}
 __forceinline__ __device__ void tnb_sk_wait_{tag}(int cta) {{
@@ -255,10 +259,16 @@ def _call(sk: StreamK, what: str, *args):
     return cuda_func_call(f"tnb_sk_{what}_{sk.tag}", *args, source_code=_helpers(sk))
 
 
-def emit_contribution(em, sk: StreamK, cta):
-    """Consumers, after a contributor's k-loop: the accumulator into CTA `cta`'s slot, then its flag."""
+def emit_partial_sums(em, sk: StreamK, cta):
+    """Consumers, after a contributor's k-loop: the accumulator into CTA `cta`'s slot. Stores only: emit_signal
+    publishes them, after the CTA's next k-loop where it has one, so they drain under its MMAs."""
     regs = intrin.address_of(em.registers[sk.accumulator], [0])
     T.evaluate(_call(sk, "put", cta, em.tx, regs))
+
+
+def emit_signal(em, sk: StreamK, cta):
+    """Consumers: once every thread has stored its part of the slot (a consumer barrier), one thread fences and
+    sets CTA `cta`'s flag with release semantics (CUTLASS's barrier does the same: bar.sync, fence, flag)."""
     em.sync()
     with T.If(em.tx == 0), T.Then():
         T.evaluate(_call(sk, "signal", cta))
