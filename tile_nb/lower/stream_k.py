@@ -30,8 +30,8 @@ whose only statement besides the TMA copies is a T.gemm into that accumulator, t
 finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
 only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
 are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
-its cost (`MIN_FREED_K_TILES`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at 4096^3 it lost 4% (the
-last wave there is 88% full). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
+its cost (`MIN_FREED_K_TILES`, `MIN_FREED_SHARE`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at 4096^3
+it lost 4% (the last wave there is 88% full), at 16384x14336x4096 (54 waves) 1-4%. `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
 legal and says in the plan why a kernel did not get it (and is the only way to get it for 8-bit inputs, whose
 stream-K kernels have not run on a GPU yet).
 """
@@ -83,20 +83,26 @@ class StreamK:
 # Taken apart at 4096^3 (2026-12-04, by leaving parts out): the stores ~6 us and the adds ~8 us, the waits ~0;
 # publishing after the next k-loop took 0.3-2.4% off, the rest is traffic (132 slots of 128 KiB each way).
 MIN_FREED_K_TILES = 32
+# ...and what it frees must also be a share of a CTA's whole run: at 16384x14336x4096 (54 waves) it frees 45 k-tiles,
+# 1.3% of a CTA's 3475, and lost 0.6-3.6% in four H200 runs (2026-12-03/04; 2.1% burst), where 8192^3 (3.1%) and
+# 4096x11008x4096 (5.5%) gained 1-4%. Long runs cost it more than the fixed traffic (the CTAs' drift apart, whose
+# waits a finisher inherits, is the likely part); this rule keeps it where it was measured to pay.
+MIN_FREED_SHARE = 0.02
 
 
 def plan_stream_k(func, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
                   threads: int) -> tuple[StreamK | None, str]:
     """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked).
-    By default only where it frees more SM time than it costs (MIN_FREED_K_TILES); `tile_nb.stream_k` = 1 builds
-    it wherever legal."""
+    By default only where it frees more SM time than it costs (MIN_FREED_K_TILES, MIN_FREED_SHARE);
+    `tile_nb.stream_k` = 1 builds it wherever legal."""
     mode = switch(func, "tile_nb.stream_k", "TILE_NB_STREAM_K", "auto")
     if mode == "0":
         return None, ""
     plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
     if plan is not None and mode != "1":
         freed = (ctas - plan.tail) * plan.n / ctas  # k-tiles of idle time per SM in the last wave, shared out
-        if freed < MIN_FREED_K_TILES or not _sixteen_bit_inputs(tma):
+        share = freed / (tiles * plan.n / ctas)  # of the k-tiles a CTA runs in all
+        if freed < MIN_FREED_K_TILES or share < MIN_FREED_SHARE or not _sixteen_bit_inputs(tma):
             return None, ""
     return plan, (why if plan is not None or mode == "1" else "")
 
