@@ -30,10 +30,10 @@ whose only statement besides the TMA copies is a T.gemm into that accumulator, t
 finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
 only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
 are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
-its cost (`MIN_FREED_K_TILES`, `MIN_FREED_SHARE`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at 4096^3
-it lost 4% (the last wave there is 88% full), at 16384x14336x4096 (54 waves) 1-4%. `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever
-legal and says in the plan why a kernel did not get it (and is the only way to get it for 8-bit inputs, whose
-stream-K kernels have not run on a GPU yet).
+its cost (`MIN_FREED_K_TILES`, `MIN_FREED_SHARE`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at
+4096^3 it lost 4% (the last wave there is 88% full), at 16384x14336x4096 (54 waves) 1-4%. `tile_nb.stream_k`
+(TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever legal and says in the plan why a kernel did not get it
+(and is the only way to get it for 8-bit inputs, whose stream-K kernels have not run on a GPU yet).
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ from .irwalk import region_of, seq_items
 from .layout import WgmmaAccLayout, tirx_bits
 from .switches import switch
 
-__all__ = ["Range", "StreamK", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k", "tail_range"]
+__all__ = ["Range", "StreamK", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k",
+           "tail_range"]
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,9 @@ class StreamK:
 MIN_FREED_K_TILES = 32
 # ...and what it frees must also be a share of a CTA's whole run: at 16384x14336x4096 (54 waves) it frees 45 k-tiles,
 # 1.3% of a CTA's 3475, and lost 0.6-3.6% in four H200 runs (2026-12-03/04; 2.1% burst), where 8192^3 (3.1%) and
-# 4096x11008x4096 (5.5%) gained 1-4%. Long runs cost it more than the fixed traffic (the CTAs' drift apart, whose
-# waits a finisher inherits, is the likely part); this rule keeps it where it was measured to pay.
+# 4096x11008x4096 (5.5%) gained 1-4%. Long runs cost it more than the fixed traffic (a guess, not measured: the
+# CTAs drift apart over 54 tiles, and a finisher inherits its contributors' lateness); this rule keeps it where it
+# was measured to pay.
 MIN_FREED_SHARE = 0.02
 
 
