@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import tile_nb.language as T  # noqa: E402
 from kernels.seed import gemm_variant  # noqa: E402
+from tile_nb.lower.stream_k import StreamK, contributors, tail_range  # noqa: E402
 from tile_nb.runtime import compile as rt_compile  # noqa: E402
 
 VARIANTS = {"default": {}, "no stream-K": {"tile_nb.stream_k": 0}, "stream-K forced": {"tile_nb.stream_k": 1},
@@ -30,6 +31,17 @@ def linear_tile(bx: int, by: int, tiles_n: int) -> int:
     return (bx // GROUP) * GROUP * tiles_n + by * GROUP + bx % GROUP
 
 
+def stream_k_owners(waves, tail, ctas, n):
+    """Tail tile -> (its finisher, its first contributor), by stream_k.py's own range arithmetic (constants folded)."""
+    sk = StreamK(waves, tail, min(ctas, 2 * tail), n, None, 128, 256)
+    finisher = {}
+    for c in range(sk.ctas):
+        r = tail_range(sk, c, lambda name, value: value)
+        if bool(r.finishes):
+            finisher[int(r.finish_tile)] = c
+    return {t: (finisher[t], int(contributors(sk, t))) for t in range(tail)}
+
+
 def wrong_tiles(M, N, K, attrs, launches, ctas):
     func = gemm_variant.specialize(M=M, N=N, K=K, block_N=256, block_K=64, threads=256, num_stages=4,
                                    in_dtype=T.float16, out_dtype=T.float16)
@@ -38,7 +50,7 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
     kernel = rt_compile(func, None)
     n, tiles_m, tiles_n = -(-K // 64), -(-M // 128), -(-N // 256)
     waves, tail = divmod(tiles_m * tiles_n, ctas)
-    sharing = min(ctas, 2 * tail)
+    owners = stream_k_owners(waves, tail, ctas, n) if "stream-K" in kernel.pipeline else {}
     for launch in range(launches):
         torch.manual_seed(launch)
         a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
@@ -58,8 +70,7 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
                     bad.setdefault(("whole tile, wave", lin // ctas), []).append((f"CTA {lin % ctas}", round(worst, 3)))
                 else:
                     t = lin - waves * ctas
-                    iters = tail * n
-                    finisher, first = ((t + 1) * n * sharing - 1) // iters, ((t * n + 1) * sharing - 1) // iters
+                    finisher, first = owners[t]
                     bad.setdefault(("tail tile, contributors", finisher - first), []).append(
                         (f"tile {t}, finisher {finisher}", round(worst, 3)))
         summary = {k: (len(v), v[:4]) for k, v in bad.items()} or "none"

@@ -162,10 +162,10 @@ def cache_launch_setup(source: str) -> str:
     The generated host function calls `cuTensorMapEncodeTiled` for every tensor map and `cudaFuncSetAttribute(kernel,
     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)` on every launch, though both results depend only on their
     arguments, which repeat from call to call. Measured on the H200 (2026-12-03, launches queued behind a GPU
-    sleep): 5.70 -> 5.16 us per launch of the seed GEMM, mostly the attribute (a direct encode costs ~0.07 us). Each encode call goes through
-    `tile_nb_encode_tiled<site>` (a thread_local cache of the last arguments and map per call site) and each set
-    through `tile_nb_set_max_dynamic_smem<site>` (the last size set, per device); both are in
-    `LAUNCH_CACHE_PRELUDE`, inserted before the host functions. A source with neither call (a cp.async kernel
+    sleep): 5.70 -> 5.16 us per launch of the seed GEMM, mostly the attribute (a direct encode costs ~0.07 us).
+    Each encode call goes through `tile_nb_encode_tiled<site>` (a thread_local cache of the last arguments and map
+    per call site) and each set through `tile_nb_set_max_dynamic_smem<site>` (the last size set, per device); both
+    are in `LAUNCH_CACHE_PRELUDE`, inserted before the host functions. A source with neither call (a cp.async kernel
     with at most 48 KiB of dynamic shared memory) comes back unchanged; one whose calls are not spelled as
     expected raises LaunchCacheError rather than launching uncached without a word."""
     if _PRELUDE_MARK in source:
