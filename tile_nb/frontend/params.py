@@ -28,9 +28,11 @@ class Param:
     name: str
     index: int
     kind: str  # RUNTIME (annotated in the body), POINTER (T.ptr), SCALAR (signature dtype) or COMPILE_TIME
-    default: Any = inspect.Parameter.empty
-    keyword_only: bool = False
-    annotation: Any = inspect.Parameter.empty  # the signature's annotation (compile-time values are checked by it)
+    # No field defaults: a default of inspect.Parameter.empty reads as "no default" to the inspect.signature that
+    # Python 3.11.0-3.11.3's dataclass builds for __doc__, which then raised at import.
+    default: Any  # inspect.Parameter.empty when the signature gives none
+    keyword_only: bool
+    annotation: Any  # the signature's annotation (compile-time values are checked by it), or Parameter.empty
 
     @property
     def is_runtime(self) -> bool:
