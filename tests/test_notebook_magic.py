@@ -131,7 +131,7 @@ def test_bench_times_the_call_after_the_view(ip):
     ("%%tilekernel --shapes M\n", "NAME=VALUE"),
     ("%%tilekernel --call gemm\n", "call expression"),
     ("%%tilekernel --cpu\n", "need --call"),
-    ("%%tilekernel --name nope\n", "defines gemm"),
+    ("%%tilekernel --name nope\n", "defines no function 'nope'; its kernels: gemm"),
 ])
 def test_usage_errors(ip, capsys, line, message):
     run_cell(ip, line + GEMM_BODY)
@@ -139,8 +139,9 @@ def test_usage_errors(ip, capsys, line, message):
 
 
 def test_cell_without_a_function(ip, capsys):
-    run_cell(ip, "%%tilekernel\nx = 1\n")
-    assert "must define a kernel function" in capsys.readouterr().err
+    result = run_cell(ip, "%%tilekernel\nx = 1\n")
+    assert type(result.error_in_exec).__name__ == "NotAKernelError"
+    assert "must define a kernel function" in capsys.readouterr().out
 
 
 BAD_ANNOTATION = GEMM_BODY.replace("B: T.Tensor[[K, N], T.float16]", "B: T.Tensor[[K, N], 'float17']")

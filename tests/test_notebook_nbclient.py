@@ -32,7 +32,8 @@ CELLS = [
     ("X = torch.arange(64, dtype=torch.float32); Y = torch.zeros(64)\n"
     "tile_nb.notebook.show(add_one, X, Y)"),
     '%%tilekernel --call "add_one(X, Y)" --expect "X + 1"\n# (the kernel defined above)',
-    "%%tilekernel\ndef broken(X):\n    N = T.const('N')\n    X: T.Tensor[[N], T.float32]\n    while True:\n        pass",
+    "%%tilekernel\ndef broken(X):\n    N = T.const('N')\n    X: T.Tensor[[N], T.float32]\n"
+    "    with T.Kernel(1) as bx:\n        while True:\n            pass",
 ]
 
 
@@ -106,6 +107,7 @@ def test_error_cell_is_short(runs):
     text = "\n".join(err.traceback)
     assert "while True:" in text and "^" in text and "%tb" in text
     assert "tile_nb/frontend" not in text
+    assert f"In[{runs[0].cells[4].execution_count}], line 6" in text  # the cell as ipykernel numbers it
 
 
 def test_text_plain_is_stable_across_runs(runs):

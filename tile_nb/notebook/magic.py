@@ -2,11 +2,18 @@
 
 The cell is executed in the user namespace like an ordinary cell, but compiled through IPython's caching compiler
 with a first line standing for the `%%tilekernel` line, so `linecache` holds the source (the front end needs it for
-in-body annotations) and line numbers in errors are the lines of the cell as the editor shows them.
+in-body annotations) and line numbers in errors are the lines of the cell as the editor shows them. The source is
+registered under the number IPython shows for the running cell, so errors name that cell (`In[2]`), also when they
+are raised later by a call in another cell.
+
+Every function of the cell whose own body opens `with T.Kernel(...)` (whatever the language module is called), and
+every function already decorated with `@tile_nb.jit`, is a kernel: the magic decorates the undecorated ones. Other
+functions (references, helpers) stay plain Python functions.
 """
 from __future__ import annotations
 
 import ast
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -17,11 +24,15 @@ from tile_nb.errors import TileNBError
 from tile_nb.notebook.api import kernel_view
 from tile_nb.notebook.tracebacks import refresh
 
-__all__ = ["CellSyntaxError", "TileKernelMagics"]
+__all__ = ["CellSyntaxError", "NotAKernelError", "TileKernelMagics", "cell_kernels", "opens_kernel", "running_cell_number"]
 
 
 class CellSyntaxError(TileNBError):
     """The `%%tilekernel` cell is not valid Python (shown in the short form: the line and a caret)."""
+
+
+class NotAKernelError(TileNBError):
+    """The `%%tilekernel` cell defines no kernel, or `--name` names a function that is not one."""
 
 
 def _eval(node: ast.expr, namespace: dict, label: str) -> Any:
@@ -66,6 +77,80 @@ def parse_call(text: str, namespace: dict) -> tuple[Any, tuple, dict]:
         else:
             kwargs[kw.arg] = value
     return func, tuple(args), kwargs
+
+
+_MISSING = object()
+
+
+def _resolve(node: ast.expr, namespace: dict) -> Any:
+    """The value of a dotted name (`T.Kernel`, `tile_nb.language.Kernel`) in `namespace`, else `_MISSING`."""
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id, _MISSING)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, namespace)
+        return _MISSING if base is _MISSING else getattr(base, node.attr, _MISSING)
+    return _MISSING
+
+
+def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef):
+    """The nodes of the function's body, without those of functions, classes and lambdas nested in it."""
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def opens_kernel(func: ast.FunctionDef | ast.AsyncFunctionDef, namespace: dict) -> bool:
+    """Whether the function's own body has a `with T.Kernel(...)` statement, `T` being any name of the language.
+
+    The callee is looked up in `namespace` (the cell's globals, after it ran); a name that is not bound there is
+    taken by its spelling (`...Kernel`), so a kernel whose module import failed is still reported as a kernel.
+    """
+    language = sys.modules.get("tile_nb.language")  # not loaded: no cell can have used its Kernel
+    marker = getattr(language, "Kernel", _MISSING)
+    for node in _own_nodes(func):
+        if not isinstance(node, ast.With):
+            continue
+        for item in node.items:
+            call = item.context_expr
+            if not isinstance(call, ast.Call):
+                continue
+            target = _resolve(call.func, namespace)
+            if target is not _MISSING and target is marker:
+                return True
+            spelled = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+            if target is _MISSING and spelled == "Kernel":
+                return True
+    return False
+
+
+def cell_kernels(tree: ast.Module, namespace: dict) -> tuple[dict[str, ast.AST], list[str]]:
+    """The cell's top-level functions by name (in order; a name defined twice keeps its last definition) and the
+    names of those that are kernels: already a tile_nb kernel in `namespace`, or opening `T.Kernel` in their body."""
+    defs: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = node
+    kernels = [name for name, node in defs.items() if name in namespace  # (a `del` in the cell unbinds it)
+               and (hasattr(namespace[name], "template") or opens_kernel(node, namespace))]
+    return defs, kernels
+
+
+def _names(names) -> str:
+    return ", ".join(names) or "none"
+
+
+def running_cell_number(shell) -> int:
+    """The number IPython shows for the running cell (`In [n]`).
+
+    IPython 9 counts the cell before running it and earlier versions after, so `shell.execution_count` names the
+    next cell on one of them; the running cell's result object carries its own number on both.
+    """
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    number = getattr(result, "execution_count", None)
+    return number if isinstance(number, int) else shell.execution_count
 
 
 def _has_code(cell: str) -> bool:
@@ -117,12 +202,16 @@ class TileKernelMagics(Magics):
     @argument("--results", metavar="PATH", help="with --sweep/--tune: write the results to this JSON file (after every "
                                                "configuration)")
     @argument("--name", metavar="NAME",
-              help="the kernel, when the cell defines several functions (default: the last one defined)")
+              help="the kernel to show, when the cell defines several (default: the only kernel, else the last "
+                   "one, and the view lists the others)")
     def tilekernel(self, line: str, cell: str):
         """Define a tile kernel in the cell and show its view (template IR beside the specialized IR).
 
-        The cell holds a kernel definition, decorated with `@tile_nb.jit` or not (an undecorated function is
-        decorated by the magic). It runs in the notebook's namespace, so the kernel is usable afterwards.
+        The cell holds kernel definitions, decorated with `@tile_nb.jit` or not, and may hold other code. It runs
+        in the notebook's namespace, so everything it defines is usable afterwards. Every function whose body opens
+        `with T.Kernel(...)` is a kernel (the magic decorates the undecorated ones); other functions, such as a
+        `def reference(x)`, stay plain functions. The view shows the kernel `--name` (or `--call`) names, else the
+        only kernel, else the last one (the view then lists the others).
         With a body of only comments (IPython refuses a cell magic whose body is empty), the magic shows a kernel
         defined before: the one `--name` or `--call` names.
 
@@ -160,15 +249,17 @@ class TileKernelMagics(Magics):
         opts = parse_argstring(self.tilekernel, line)
         shell = self.shell
         if _has_code(cell):
-            name = self._define(line, cell, opts.name)
+            name, kernels = self._define(line, cell, opts.name)
         else:
-            name = self._existing(opts)
+            name, kernels = self._existing(opts), []
         kernel = shell.user_ns[name]
         kwargs = parse_shapes(opts.shapes, shell.user_ns)
         args: tuple = ()
+        called = False
         if opts.call:
             func, args, call_kwargs = parse_call(_unquote(opts.call), shell.user_ns)
-            kernel = func if hasattr(func, "template") else kernel
+            called = hasattr(func, "template")
+            kernel = func if called else kernel
             kwargs = {**kwargs, **call_kwargs}
         elif opts.cpu or opts.expect or (opts.bench and not opts.shapes):
             raise UsageError("--cpu, --bench and --expect need --call \"kernel(args...)\" to run the kernel "
@@ -178,6 +269,10 @@ class TileKernelMagics(Magics):
             expect_text = _unquote(opts.expect)
             expected = lambda: _eval(ast.parse(expect_text, mode="eval").body, shell.user_ns, "--expect")
         notes = []
+        if len(kernels) > 1 and opts.name is None and not called:
+            others = [k for k in kernels if k != name]
+            notes.append(f"this cell defines the kernels {', '.join(kernels)}; shown: {name} (the last); "
+                         f"--name {others[-1]} shows another")
         try:
             view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
                                lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
@@ -214,33 +309,54 @@ class TileKernelMagics(Magics):
             raise UsageError(f"%%tilekernel: '{name}' is not a tile_nb kernel in the namespace")
         return name
 
-    def _define(self, line: str, cell: str, wanted: str | None) -> str:
-        """Execute the cell in the user namespace; return the kernel's name (decorating it when needed)."""
+    def _define(self, line: str, cell: str, wanted: str | None) -> tuple[str, list[str]]:
+        """Execute the cell in the user namespace, decorate its kernels; return (the kernel to show, all kernels)."""
         shell = self.shell
         body = shell.transform_cell(cell)
         # The first line stands for the magic line, so that line k of the source is line k of the cell.
         source = f"# %%tilekernel {line}".rstrip() + "\n" + body
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=source)
+        filename = shell.compile.cache(source, running_cell_number(shell), raw_code=source)
         try:
             tree = shell.compile.ast_parse(source, filename=filename)
         except SyntaxError as err:  # the short form, not IPython's traceback through the magic machinery
             col = (err.offset - 1) if err.offset else None
             end = (err.end_offset - 1) if err.end_offset and err.end_lineno == err.lineno else None
             raise CellSyntaxError(err.msg, filename=filename, lineno=err.lineno, col=col, end_col=end) from None
-        defs = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        if not defs:
-            raise UsageError("%%tilekernel: the cell must define a kernel function (def name(...): ...)")
-        if wanted is not None and wanted not in defs:
-            raise UsageError(f"%%tilekernel --name {wanted}: the cell defines {', '.join(defs)}")
-        name = wanted or defs[-1]
         code = shell.compile(tree, filename, "exec")
         exec(code, shell.user_ns)  # noqa: S102 - the user's cell, run as IPython would run it
-        kernel = shell.user_ns[name]
-        if not hasattr(kernel, "template"):
-            import tile_nb
+        defs, kernels = cell_kernels(tree, shell.user_ns)
+        others = [n for n in defs if n not in kernels]
+        if wanted is not None and wanted not in defs:
+            raise UsageError(f"%%tilekernel --name {wanted}: the cell defines no function '{wanted}'; its kernels: "
+                             f"{_names(kernels)}" + (f"; other functions: {_names(others)}" if others else ""))
+        import tile_nb
 
-            kernel = tile_nb.jit(kernel)
-            shell.user_ns[name] = kernel
-        return name
+        for name in kernels:
+            if not hasattr(shell.user_ns[name], "template"):
+                shell.user_ns[name] = tile_nb.jit(shell.user_ns[name])
+        if wanted is not None and wanted not in kernels:
+            node = defs[wanted]
+            raise NotAKernelError(
+                f"%%tilekernel --name {wanted}: '{wanted}' is not a kernel (its body has no `with T.Kernel(...)`); "
+                f"the cell's kernels: {_names(kernels)}", filename=filename, lineno=node.lineno,
+                col=node.col_offset, end_col=_def_end_col(node, source),
+                hint=f"name one of the kernels: --name {kernels[-1]}" if kernels else
+                "a kernel's body opens `with T.Kernel(grid...) as ...:`")
+        if not kernels:
+            node = next(iter(defs.values()), None)
+            where = {} if node is None else dict(filename=filename, lineno=node.lineno, col=node.col_offset,
+                                                  end_col=_def_end_col(node, source))
+            found = f"it defines {_names(defs)}, none with" if defs else "it defines no function with"
+            raise NotAKernelError(f"%%tilekernel: the cell must define a kernel function; {found} "
+                                  "`with T.Kernel(...)` in its body", **where,
+                                  hint="a kernel's body opens `with T.Kernel(grid...) as ...:`; decorating a "
+                                       "function with @tile_nb.jit also makes it one")
+        return wanted or kernels[-1], kernels
 
 
+def _def_end_col(node: ast.AST, source: str) -> int | None:
+    """The end column of the `def ...:` line (the caret spans the header, not the body)."""
+    lines = source.splitlines()
+    if not 0 < node.lineno <= len(lines):
+        return None
+    return len(lines[node.lineno - 1].rstrip())
