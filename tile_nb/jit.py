@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._locks import KeyedLocks, build_once
 from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankMismatchError,
                      UnhashableArgumentError)
 from .frontend.checks import Expectations, check_devices, check_tensor_kind
@@ -161,6 +163,10 @@ class JITFunction:
         self._reads_environment = bool(self._global_names or fn.__closure__)
         self._fast: dict = {}  # keyword arguments (a tuple of items) -> _FastEntry
         self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
+        # Threads may call one kernel at once: a template, specialization or compiled kernel is built by the first
+        # caller of its key while the others wait for it (the cached call path reads dicts and takes no lock).
+        self._building = KeyedLocks()
+        self._stats_lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -267,13 +273,21 @@ class JITFunction:
         key = (tuple(_key_part(compile_values[p.name]) for p in self.signature.compile_time), self._environment_key())
         template = self._templates.get(key)
         if template is None:
-            elab = elaborate(self.definition, self.signature, compile_values, None)
-            template = Template(elab, dict(compile_values), *self._sources(elab))
-            self._templates[key] = template
-            self.stats["templates"] += 1
-            self._log("template %s: %.2f ms%s", compile_values, elab.seconds * 1e3,
-                      f" (stopped at line {elab.stopped.lineno}: {elab.stopped.reason})" if elab.stopped else "")
+            template = build_once(self._templates, key, lambda: self._new_template(compile_values), self._building,
+                                  ("template", key))
         return key, template
+
+    def _new_template(self, compile_values: dict) -> Template:
+        elab = elaborate(self.definition, self.signature, compile_values, None)
+        template = Template(elab, dict(compile_values), *self._sources(elab))
+        self._count("templates")
+        self._log("template %s: %.2f ms%s", compile_values, elab.seconds * 1e3,
+                  f" (stopped at line {elab.stopped.lineno}: {elab.stopped.reason})" if elab.stopped else "")
+        return template
+
+    def _count(self, what: str) -> None:
+        with self._stats_lock:  # `+=` on a dict item is not atomic between threads
+            self.stats[what] += 1
 
     def _sources(self, elab: Elaboration):
         """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it."""
@@ -343,19 +357,23 @@ class JITFunction:
         key = tuple(const_values[c] for c in template.consts)
         spec = template.specializations.get(key)
         if spec is None:
-            elab = elaborate(self.definition, self.signature, template.compile_values, const_values)
-            expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
-                                        template.const_sources)
-            outputs = []
-            for out in elab.outputs:
-                shape = [int(d) if _static(d) is not None else ("dyn", str(d)) for d in elab.buffers[out].annotation.shape]
-                outputs.append((out, shape, torch_dtype(elab.buffers[out].annotation.dtype)))
-            dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
-            spec = Specialization(elab, expectations, outputs, dynamic, expectations.check_layout,
-                                  expectations.tensors[0].index if expectations.tensors else None)
-            template.specializations[key] = spec
-            self.stats["specializations"] += 1
-            self._log("specialized %s: %.2f ms", const_values, elab.seconds * 1e3)
+            spec = build_once(template.specializations, key, lambda: self._new_specialization(template, const_values),
+                              self._building, ("specialization", id(template), key))
+        return spec
+
+    def _new_specialization(self, template: Template, const_values: dict) -> Specialization:
+        elab = elaborate(self.definition, self.signature, template.compile_values, const_values)
+        expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
+                                    template.const_sources)
+        outputs = []
+        for out in elab.outputs:
+            shape = [int(d) if _static(d) is not None else ("dyn", str(d)) for d in elab.buffers[out].annotation.shape]
+            outputs.append((out, shape, torch_dtype(elab.buffers[out].annotation.dtype)))
+        dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
+        spec = Specialization(elab, expectations, outputs, dynamic, expectations.check_layout,
+                              expectations.tensors[0].index if expectations.tensors else None)
+        self._count("specializations")
+        self._log("specialized %s: %.2f ms", const_values, elab.seconds * 1e3)
         return spec
 
     # -- public API --------------------------------------------------------------------------------------------
@@ -427,12 +445,15 @@ class JITFunction:
         key = (target_text, facts, tuple(os.environ.get(name) for name in ENV_SWITCHES))
         kernel = spec.compiled.get(key)
         if kernel is None:
-            func = facts.apply(spec.func)
-            kernel = rt.compile(func, target, options=self.compile_options or None)
-            kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
-            spec.compiled[key] = kernel
-            self.stats["compilations"] += 1
-            self._log("compiled for %s: %s", target, ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in kernel.timings.items()))
+            def build():
+                kernel = rt.compile(facts.apply(spec.func), target, options=self.compile_options or None)
+                kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
+                self._count("compilations")
+                self._log("compiled for %s: %s", target,
+                          ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in kernel.timings.items()))
+                return kernel
+
+            kernel = build_once(spec.compiled, key, build, self._building, ("compiled", id(spec), key))
         return kernel
 
     def __call__(self, *args, backend: str | None = None, **kwargs):
@@ -499,6 +520,9 @@ class JITFunction:
         return spec, ordered, device
 
     def _call_slow(self, args, kwargs, backend):
+        # Read before the call is bound: if another thread changes a global the body reads meanwhile, this call's
+        # specialization may be the old one and must not be filed under the new values.
+        env_key = self._environment_key()
         spec, ordered, device = self._checked_call(args, kwargs)
         leading = [p.name for p in self.signature.params[: len(args)]]
         if backend is None and leading == self._runtime_names \
@@ -510,11 +534,11 @@ class JITFunction:
                 fast = self._fast.get(kw_key)
             except TypeError:
                 fast, kw_key = None, None
-            if kw_key is not None:
-                if fast is None or fast.env_key != self._environment_key() or len(fast.specs) >= _FAST_TABLE_SIZE:
+            if kw_key is not None and self._environment_key() == env_key:
+                if fast is None or fast.env_key != env_key or len(fast.specs) >= _FAST_TABLE_SIZE:
                     if len(self._fast) >= _FAST_TABLE_SIZE:
                         self._fast.clear()
-                    fast = self._fast[kw_key] = _FastEntry(spec, len(args), self._environment_key())
+                    fast = self._fast[kw_key] = _FastEntry(spec, len(args), env_key)
                 fast.specs[fast.read_shapes(args)] = spec
         return self._launch(spec, ordered, device, backend)
 

@@ -7,6 +7,7 @@ here from the tensors) or scalar vars (Python numbers). The body is compiled to 
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 
 import torch
@@ -23,6 +24,7 @@ __all__ = ["Program", "compile_func", "run"]
 
 _CACHE_SIZE = 64
 _cache: OrderedDict[int, tuple] = OrderedDict()
+_cache_lock = threading.Lock()  # threads may interpret at once: an eviction must not race a lookup's move_to_end
 
 
 class Program:
@@ -122,14 +124,16 @@ class _BufferParam:
 def compile_func(func: tirx.PrimFunc) -> Program:
     """The closures of `func`, from the cache when this PrimFunc object was run before."""
     key = func.__chandle__()
-    hit = _cache.get(key)
-    if hit is not None and hit[0].same_as(func):
-        _cache.move_to_end(key)
-        return hit[1]
-    program = Program(func)
-    _cache[key] = (func, program)  # holding func keeps its handle from being reused by another object
-    if len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None and hit[0].same_as(func):
+            _cache.move_to_end(key)
+            return hit[1]
+    program = Program(func)  # built outside the lock: two threads may both build one, either result is right
+    with _cache_lock:
+        _cache[key] = (func, program)  # holding func keeps its handle from being reused by another object
+        if len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
     return program
 
 

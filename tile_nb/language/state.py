@@ -7,6 +7,7 @@ cleanly when phase 1 has to stop early.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -64,24 +65,26 @@ class State:
                         end_col=self.end_col, hint=hint)
 
 
-_active: State | None = None
+# Per thread (and per asyncio task): several threads may elaborate kernels at once, each with its own State, as
+# TVM's IRBuilder stack is thread-local too.
+_active: contextvars.ContextVar[State | None] = contextvars.ContextVar("tile_nb_elaboration", default=None)
 
 
 def active(what: str = "this T.* call") -> State:
-    if _active is None:
+    st = _active.get()
+    if st is None:
         raise DSLError(f"{what} can only run inside the body of a @tile_nb.jit kernel while it is elaborated",
                        hint="call the decorated function (or its .specialize / .template) instead of the body")
-    return _active
+    return st
 
 
 @contextlib.contextmanager
 def activated(state: State):
-    global _active
-    previous, _active = _active, state
+    token = _active.set(state)
     try:
         yield state
     finally:
-        _active = previous
+        _active.reset(token)
 
 
 @contextlib.contextmanager
@@ -98,7 +101,8 @@ def frame(builder_frame):
     try:
         yield entered
     except Exception as err:
-        stopping = isinstance(err, StopTemplate) or (_active is not None and _active.symbolic)
+        st = _active.get()
+        stopping = isinstance(err, StopTemplate) or (st is not None and st.symbolic)
         if stopping:  # phase 1 keeps the IR built so far; phase 2 errors propagate and discard it
             if not getattr(err, "_closed_inner", False):
                 T.evaluate(0)

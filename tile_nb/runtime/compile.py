@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._locks import KeyedLocks
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
 from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
 from ..backend.resources import Resources
@@ -30,6 +31,7 @@ __all__ = ["clear_cache", "clear_memory_cache", "compile", "with_device_facts"]
 
 _memory: dict[str, CompiledKernel] = {}
 _memory_lock = threading.Lock()
+_building = KeyedLocks()  # one build per key at a time: a second thread asking for it waits and gets the same kernel
 
 
 def clear_memory_cache() -> None:
@@ -152,8 +154,6 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         kernel(a, b, c)
         kernel.cuda_source, kernel.resources, kernel.timings
     """
-    import tvm
-
     start = time.perf_counter()
     options = dict(options or {})
     use_disk = bool(options.pop("cache", True)) and cache_enabled()
@@ -170,6 +170,18 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
         kernel = _memory.get(key)
     if kernel is not None:
         return kernel
+    with _building.hold(key):
+        with _memory_lock:
+            kernel = _memory.get(key)
+        if kernel is not None:  # another thread built it while this one waited
+            return kernel
+        return _load_or_build(func, target, key, arch, problem, build_options, use_disk, timings)
+
+
+def _load_or_build(func, target, key: str, arch: str, problem: str | None, build_options: BuildOptions,
+                   use_disk: bool, timings: dict[str, float]) -> CompiledKernel:
+    """The kernel from the disk cache, else lowered and built (and published to the disk cache)."""
+    import tvm
 
     disk = DiskCache()
     if use_disk:
