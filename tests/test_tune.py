@@ -367,3 +367,31 @@ def test_retime_best_rounds_the_fastest_working_points():
     assert top == [1, 2] and calls == [1, 2, 1, 2]
     assert points[1].rounds_ms == [11.0, 11.0] and points[2].rounds_ms == [12.0]
     assert points[0].rounds_ms is None and "confirm" in result.timings
+
+
+@needs_compiler
+@pytest.mark.parametrize("damage", ["no_result", "empty_result", "best_outside_the_space"])
+def test_a_damaged_stored_result_is_searched_again_with_a_warning_and_overwritten(monkeypatch, damage):
+    from tile_nb.runtime.cache_guard import CacheWarning
+
+    fake_gpu.install(monkeypatch.setattr)
+    configs = {"block_M": [64, 128], "block_N": [64], "block_K": [32]}
+    args = (torch.randn(128, 64).half(), torch.randn(64, 128).half(), torch.zeros(128, 128))
+    first = tune(gemm_variant, configs, *args, pool="inline", progress=None)
+    path = Path(first.results)
+    record = json.loads(path.read_text())
+    if damage == "no_result":
+        del record["result"]
+    elif damage == "empty_result":
+        record["result"] = {}
+    else:
+        record["result"]["best"] = dict(first.best_config, block_M=256)
+    path.write_text(json.dumps(record))
+    timed = fake_gpu.CALLS["timed"]
+    with pytest.warns(CacheWarning, match="stored tuning .* is damaged"):
+        again = tune(gemm_variant, configs, *args, pool="inline", progress=None)
+    assert not again.from_cache and fake_gpu.CALLS["timed"] > timed          # searched again
+    assert again.best_config == first.best_config
+    assert json.loads(path.read_text())["result"]["best"] == first.best_config   # the record was rewritten
+    third = tune(gemm_variant, configs, *args, pool="inline", progress=None)
+    assert third.from_cache and third.best_config == first.best_config

@@ -95,15 +95,18 @@ def _entry_has_module(kernel) -> bool:
 
 
 def _entry_files(kernel) -> tuple[dict, dict]:
-    """The published cache entry's files (name -> bytes) and metadata, to send to a parent on another machine."""
-    from pathlib import Path
+    """The published cache entry's files (name -> bytes) and metadata (its file listing and key material
+    included, so the receiver can check both), read back through the cache's checks."""
+    from ..runtime.cache import DiskCache
+    from ..runtime.cache_guard import read_private
 
-    if not kernel.cache_path or not (Path(kernel.cache_path) / "meta.json").is_file():
+    entry = DiskCache().load(kernel.key) if kernel.key else None
+    if entry is None:
         return {}, {}
-    folder = Path(kernel.cache_path)
-    meta = json.loads((folder / "meta.json").read_text())
-    files = {name: (folder / name).read_bytes() for name in meta.get("files", {})}
-    keep = {k: v for k, v in meta.items() if k not in ("format", "key", "files", "created")}
+    files = dict(entry.files)
+    if entry.module_path is not None:
+        files["module.so"] = read_private(entry.module_path)[0]
+    keep = {k: v for k, v in entry.meta.items() if k not in ("format", "key", "created")}
     return files, keep
 
 

@@ -11,17 +11,26 @@ its job, publishes it to its machine's cache and loads the kernel from there (no
 makes random inputs of the call's shapes and dtypes on its GPU and times with `do_bench`. Timings of different
 GPUs are not compared for the final choice: the best few are re-timed, interleaved over rounds, on one actor.
 
+A shipped entry is checked before it is stored (`publish_entry`): its key must be the key of its material, and
+the key this process computes for the job it sent (same IR, target, options, switches, tile_nb and TVM); its
+files must match their checksums. Anything else is refused with a `ShippedEntryError` (the configuration fails
+with it). This catches a worker with another version or environment, or a damaged transfer; it cannot catch a
+worker that lies about what it built (the cluster runs the code it is sent, so it is trusted like this machine).
+
 `device="cpu"` makes CPU actors that time the CPU interpreter on the same jobs: it exists so the whole Ray path
 (scheduling, shipping entries, inputs from specs, timing) is tested on machines without a GPU; its timings measure
 the interpreter, and the result says so.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
 
-__all__ = ["RayPool", "time_on_actors"]
+from ..errors import TileNBError
+
+__all__ = ["RayPool", "ShippedEntryError", "publish_entry", "time_on_actors"]
 
 _remote_compile = None
 _Bencher = None
@@ -60,17 +69,72 @@ def _compile_on_ray_worker(job: dict) -> dict:
     return compile_job(dict(job, ship_entry=True))
 
 
-def publish_entry(key: str | None, files: dict | None, meta: dict | None) -> None:
-    """Put a shipped cache entry into this machine's disk cache unless an equal or better one is there."""
+class ShippedEntryError(TileNBError, ValueError):
+    """A cache entry sent by a Ray worker does not match the job it was sent for; it is not stored."""
+
+
+_BOOKKEEPING = ("format", "key", "files", "created")   # fields the cache writes itself
+
+
+def check_shipped(key: str, files: dict, meta: dict | None, expected_key: str | None = None) -> None:
+    """Raise `ShippedEntryError` unless `files` and `meta` are a whole entry for `key`: the key recomputed from the
+    material in `meta` (and equal to `expected_key`, the receiver's own key for the job), every file listed with
+    its sha256 and size, and nothing unlisted."""
+    from ..runtime.cache import check_file_name, compute_key
+
+    where = f"the cache entry a Ray worker sent for key {str(key)[:16]}..."
+    material = (meta or {}).get("material")
+    if not isinstance(material, dict):
+        raise ShippedEntryError(f"{where} has no key material in its meta.json, so its key cannot be checked",
+                                hint="the worker runs an older tile_nb; install the same version on every node")
+    if compute_key(material) != key:
+        raise ShippedEntryError(f"{where} is not the key of its own material (recomputed {compute_key(material)})")
+    if expected_key is not None and key != expected_key:
+        raise ShippedEntryError(
+            f"{where} is not the key this process computes for the job it sent ({expected_key})",
+            hint="the worker differs in tile_nb, TVM, its lowering switches or the target; the key material "
+                 f"it used: { {k: v for k, v in material.items() if k != 'ir_sha256'} }")
+    listing = meta.get("files")
+    if not isinstance(listing, dict) or set(listing) != set(files):
+        raise ShippedEntryError(f"{where} lists files {sorted(listing or {})} but sent {sorted(files)}")
+    for name in files:
+        try:
+            check_file_name(name)
+        except ValueError as err:
+            raise ShippedEntryError(f"{where}: {err}") from None
+    for name, data in files.items():
+        info = listing[name]
+        data = bytes(data)
+        if not isinstance(info, dict) or info.get("size") != len(data) or \
+                info.get("sha256") != hashlib.sha256(data).hexdigest():
+            raise ShippedEntryError(f"{where}: {name} does not match its sha256 and size in meta.json")
+
+
+def publish_entry(key: str | None, files: dict | None, meta: dict | None, *, expected_key: str | None = None) -> None:
+    """Put a shipped cache entry into this machine's disk cache unless an equal or better one is there, after
+    `check_shipped` (`expected_key`: the key this process computes for the job, see `expected_key_of`)."""
     if not key or not files:
         return
+    check_shipped(key, files, meta, expected_key)
     from ..runtime.cache import DiskCache
 
     disk = DiskCache()
     existing = disk.load(key)
     if existing is not None and (existing.module_path is not None or "module.so" not in files):
         return
-    disk.store(key, meta or {}, {name: bytes(data) for name, data in files.items()}, replace=existing is not None)
+    keep = {k: v for k, v in meta.items() if k not in _BOOKKEEPING}
+    disk.store(key, keep, {name: bytes(data) for name, data in files.items()}, replace=existing is not None)
+
+
+def expected_key_of(job: dict, func=None) -> str:
+    """The disk-cache key this process gives the job's phase-2 IR, target, options and lowering switches."""
+    from ..runtime.compile import cache_key
+
+    if func is None:
+        import tvm
+
+        func = tvm.script.from_source(job["ir"])
+    return cache_key(func, job["target"], job.get("options"), env=job.get("env") or {})[0]
 
 
 class RayPool:
@@ -87,10 +151,11 @@ class RayPool:
 
     def run(self, jobs):
         ray = self.ray
-        pending = {_remote_compile.remote(job): job["id"] for job in jobs}
+        pending = {_remote_compile.remote(job): job for job in jobs}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
-            job_id = pending.pop(ready[0])
+            job = pending.pop(ready[0])
+            job_id = job["id"]
             try:
                 out = ray.get(ready[0])
             except Exception as err:  # noqa: BLE001 - a dead Ray worker costs its job only
@@ -98,9 +163,12 @@ class RayPool:
                        "error": f"RayError: the Ray task compiling this configuration failed: {err}"}
             files, meta = out.pop("files", None), out.pop("meta", None)
             if out.get("ok"):
-                publish_entry(out.get("key"), files, meta)
-                out["shipped"] = files
-                out["shipped_meta"] = meta
+                try:
+                    publish_entry(out.get("key"), files, meta, expected_key=expected_key_of(job))
+                    out["shipped"] = files
+                    out["shipped_meta"] = meta
+                except ShippedEntryError as err:
+                    out.update(ok=False, stage="publish", error=f"ShippedEntryError: {err}")
             yield out
 
     def close(self) -> None:
@@ -161,8 +229,8 @@ def bench_job(job: dict, device: str) -> dict:
         from .results import timing_dict
 
         _set_switches(job.get("env") or {})
-        publish_entry(job.get("key"), job.get("files"), job.get("meta"))
         func = tvm.script.from_source(job["ir"])
+        publish_entry(job.get("key"), job.get("files"), job.get("meta"), expected_key=expected_key_of(job, func))
         args = _inputs(job["specs"], device)
         if device == "cpu":
             from .. import interp

@@ -14,6 +14,11 @@ The key is a sha256 over:
 A file holds the key material (so `entries()` can say what each one is for), the chosen configuration and the
 whole search (every configuration's time, pruning reason or error). Written atomically (a temporary file, then a
 rename), so any number of processes may read and write the store at once; JSON only, nothing is unpickled.
+
+The store's folders are private like the kernel cache's (`tile_nb.runtime.cache_guard`: created 0700, refused with
+a `CacheSecurityError` when someone else could write them). A damaged record (unreadable, without a result, or
+whose best configuration is not in the search space) is reported with a `CacheWarning` and removed, so the search
+runs again and stores a good one; temporary files that a killed writer left are removed by later writers.
 """
 from __future__ import annotations
 
@@ -22,11 +27,15 @@ import hashlib
 import json
 import os
 import time
+import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT", "StoredTuning", "TuneStore", "key_of", "stable_repr"]
+from ..runtime.cache_guard import CacheWarning, ensure_private, read_private, remove_leftovers, write_private
+
+__all__ = ["FORMAT", "StoredTuning", "TuneStore", "best_in", "key_of", "stable_repr"]
 
 FORMAT = "tile_nb-tune-v1"
 
@@ -77,6 +86,34 @@ class StoredTuning:
         return f"<tuning {self.kernel} [{shapes}] on {self.device}: best {self.best} ({when}, {self.key[:12]})>"
 
 
+def best_in(best: Any, configs: list[dict]) -> dict | None:
+    """The configuration of `configs` that a stored best configuration is (compared as the store wrote it: JSON,
+    anything else as its str), or None when it is none of them."""
+    as_stored = lambda value: json.loads(json.dumps(value, default=str))  # noqa: E731
+    if not isinstance(best, dict) or not best:
+        return None
+    for config in configs:
+        if as_stored(config) == best:
+            return config
+    return None
+
+
+def _problem(record: Any, key: str, configs: list[dict] | None) -> str | None:
+    """Why a parsed record cannot be used for `key` (and the search space `configs`, when given), or None."""
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return f"it is not a {FORMAT} record"
+    if record.get("key") != key:
+        return "it names another key"
+    result = record.get("result")
+    if not isinstance(result, dict) or not result:
+        return "it holds no search result"
+    if not isinstance(result.get("points"), list) or not isinstance(result.get("best"), dict):
+        return "its search result has no points or no best configuration"
+    if configs is not None and best_in(result["best"], configs) is None:
+        return f"its best configuration {result['best']} is not in the search space"
+    return None
+
+
 class TuneStore:
     """The tuning folder. Safe to use from several processes at once."""
 
@@ -84,38 +121,75 @@ class TuneStore:
         if root is None:
             from ..runtime.cache import cache_dir
 
-            root = cache_dir() / "tune-v1"
-        self.root = Path(root)
+            self.anchor = cache_dir()          # the folder whose ownership is checked first
+            self.root = self.anchor / "tune-v1"
+        else:
+            self.anchor = self.root = Path(root)
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def load(self, key: str) -> dict | None:
-        """The stored record for `key`, or None; a file that does not parse or names another key is ignored."""
-        try:
-            record = json.loads(self.path(key).read_text())
-        except (OSError, ValueError):
+    def load(self, key: str, configs: list[dict] | None = None) -> dict | None:
+        """The stored record for `key`, or None when there is none. A damaged one (not JSON, another key, no
+        result, or, with `configs`, a best configuration outside them) is reported with a `CacheWarning` and
+        removed, so the caller searches again."""
+        path = self.path(key)
+        if not ensure_private(self.anchor, path.parent, create=False):
             return None
-        if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("key") != key:
+        try:
+            data, st = read_private(path)
+        except FileNotFoundError:
+            return None
+        try:
+            record = json.loads(data)
+        except ValueError:
+            record, why = None, "it is not JSON"
+        else:
+            why = _problem(record, key, configs)
+        if why is not None:
+            self._reject(path, why, st)
             return None
         return record
 
+    def reject(self, key: str, why: str) -> None:
+        """Report the record of `key` as damaged (`why`) and remove it."""
+        self._reject(self.path(key), why, None)
+
+    def _reject(self, path: Path, why: str, seen: os.stat_result | None) -> None:
+        warnings.warn(f"tile_nb: the stored tuning {path} is damaged ({why}); it is ignored, removed, and the "
+                      f"configurations are searched again", CacheWarning, stacklevel=3)
+        try:
+            now = os.lstat(path)
+            # another process may have just replaced it with a good record: remove only the file that was read
+            if seen is None or (now.st_ino, now.st_mtime_ns) == (seen.st_ino, seen.st_mtime_ns):
+                os.unlink(path)
+        except OSError:
+            pass
+
     def save(self, key: str, material: dict, result: dict) -> Path:
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_private(self.anchor, path.parent, create=True)
+        remove_leftovers(path.parent, (".",))    # only temporary files are hidden here: a killed writer's
         record = {"format": FORMAT, "key": key, "material": material, "best": result.get("best"),
                   "created": time.time(), "result": result}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-        tmp.replace(path)
+        tmp = path.with_name(f".tmp-{key[:12]}-{uuid.uuid4().hex[:8]}.tmp")
+        write_private(tmp, (json.dumps(record, indent=1, default=str) + "\n").encode())
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def entries(self, kernel: str | None = None) -> list[StoredTuning]:
         """Every stored tuning (of the kernel named `kernel`, when given), oldest first."""
         out = []
+        if not ensure_private(self.anchor, self.root, create=False):
+            return out
         for path in sorted(self.root.glob("*/*.json")):
             try:
-                record = json.loads(path.read_text())
+                ensure_private(self.anchor, path.parent, create=False)
+                record = json.loads(read_private(path)[0])
                 material = record["material"]
                 entry = StoredTuning(path, record["key"], material["kernel"]["name"], material["key"],
                                      material["device"], record.get("best"), float(record.get("created", 0)))

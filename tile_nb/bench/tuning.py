@@ -36,7 +36,7 @@ from .progress import make_reporter
 from .results import SweepPoint, TuneResult, label, retime_best
 from .run import error_text
 from .timing import do_bench
-from .tune_store import TuneStore, key_material, key_of
+from .tune_store import TuneStore, best_in, key_material, key_of
 
 __all__ = ["ConfigError", "expand_configs", "tune", "tuning_key"]
 
@@ -217,10 +217,8 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     use_store = store and mode == "gpu" and identity["persistable"]
     tune_store = TuneStore()
     if use_store and not force:
-        record = tune_store.load(store_key)
-        if record is not None:
-            cached = TuneResult.from_dict(record["result"], results=str(tune_store.path(store_key)))
-            cached.from_cache = True
+        cached = _stored_result(tune_store, store_key, configs)
+        if cached is not None:
             return cached
 
     result = TuneResult(name, params_of(configs), gpu=mode == "gpu", device_name=dev_name, mode=mode,
@@ -329,6 +327,22 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     if results is not None:
         result.save(results)
     return result
+
+
+def _stored_result(store: TuneStore, key: str, configs: list[dict]) -> TuneResult | None:
+    """The stored search for `key` whose best configuration is one of `configs`, or None; a damaged record is
+    reported and removed by the store (or here, when it does not read back), so the caller searches again."""
+    record = store.load(key, configs)
+    if record is None:
+        return None
+    try:
+        cached = TuneResult.from_dict(record["result"], results=str(store.path(key)))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        store.reject(key, f"its search result does not read back: {type(err).__name__}: {err}")
+        return None
+    cached.best_config = best_in(record["result"]["best"], configs)   # the space's values (JSON made lists)
+    cached.from_cache = True
+    return cached
 
 
 def _begin(reporter, phase: str, total: int) -> None:

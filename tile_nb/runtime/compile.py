@@ -24,10 +24,10 @@ from ..backend.build import BuildOptions, build, cuda_runtime_loaded
 from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
 from ..backend.resources import Resources
 from ..backend.target import device_arch, device_sm_count, resolve_target, target_arch
-from .cache import DiskCache, cache_enabled, compute_key, key_material
+from .cache import CacheWarning, CorruptEntry, DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
-__all__ = ["clear_cache", "clear_memory_cache", "compile", "with_device_facts"]
+__all__ = ["cache_key", "clear_cache", "clear_memory_cache", "compile", "with_device_facts"]
 
 _memory: dict[str, CompiledKernel] = {}
 _memory_lock = threading.Lock()
@@ -82,7 +82,7 @@ def _lower(func, target):
     return tvm.IRModule({name: lowered.with_attr("global_symbol", name)}), plan.summary()
 
 
-def _lowering_switches(func) -> dict[str, str]:
+def _lowering_switches(func, env=None) -> dict[str, str]:
     """Environment switches that change the lowering (e.g. TILE_NB_TMA=0): part of the cache key when set."""
     import tvm
 
@@ -90,7 +90,25 @@ def _lowering_switches(func) -> dict[str, str]:
         return {}
     from ..lower import ENV_SWITCHES
 
-    return {name: os.environ[name] for name in ENV_SWITCHES if name in os.environ}
+    env = os.environ if env is None else env
+    return {name: str(env[name]) for name in ENV_SWITCHES if name in env}
+
+
+def _key(func, target, build_options: BuildOptions, env=None) -> tuple[str, dict[str, Any]]:
+    """The disk-cache key of `func` (device facts applied) for a resolved target, and what it is made of."""
+    material = key_material(_keyed_script(func), str(target),
+                            dict(build_options.to_dict(), **_lowering_switches(func, env)))
+    return compute_key(material), material
+
+
+def cache_key(func, target=None, options: dict[str, Any] | None = None, *,
+              env: dict[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+    """The key `compile(func, target, options=options)` would use in this process, and its material; `env`
+    stands for the lowering switches of the environment (so a process can check a key another one computed)."""
+    options = dict(options or {})
+    options.pop("cache", None)
+    target = resolve_target(target)
+    return _key(with_device_facts(func, target), target, BuildOptions.from_dict(options), env)
 
 
 def with_device_facts(func, target=None):
@@ -161,8 +179,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     target = resolve_target(target)
     arch = target_arch(target)
     func = with_device_facts(func, target)
-    ir_text = _keyed_script(func)
-    key = compute_key(key_material(ir_text, str(target), dict(build_options.to_dict(), **_lowering_switches(func))))
+    key, _ = _key(func, target, build_options)
     problem = _launch_problem(arch)
     timings = {"key": time.perf_counter() - start}
 
@@ -190,7 +207,11 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
         if entry is not None:
             try:
                 kernel = _kernel_from_entry(entry, target, load_module=problem is None)
-            except Exception:  # noqa: BLE001 - a module that verified but fails to load: rebuild instead
+            except Exception as err:  # noqa: BLE001 - an entry that verified but does not load: say so, rebuild
+                warnings.warn(f"tile_nb: the cached kernel {entry.path} could not be loaded "
+                              f"({type(err).__name__}: {err}); it is removed and rebuilt", CacheWarning,
+                              stacklevel=2)
+                disk.discard(entry.path)
                 kernel = None
             if kernel is not None:
                 kernel.not_launchable_reason = problem
@@ -233,7 +254,7 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
         kernel.not_launchable_reason = problem or "TVM built no loadable module"
 
     if use_disk:
-        _publish(disk, key, kernel, result, timings, launcher=launcher)
+        _publish(disk, key, _key(func, target, build_options)[1], kernel, result, timings, launcher=launcher)
     if launcher is not None:
         shutil.rmtree(launcher.parent, ignore_errors=True)   # loaded (and copied into the cache) already
     kernel.timings = timings
@@ -254,8 +275,8 @@ def _remember(key: str, kernel: CompiledKernel) -> CompiledKernel:
 
 # ------------------------------------------------------------------------------------------ disk entries
 
-def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings: dict[str, float], *,
-             launcher: Path | None = None) -> None:
+def _publish(disk: DiskCache, key: str, material: dict[str, Any], kernel: CompiledKernel, result,
+             timings: dict[str, float], *, launcher: Path | None = None) -> None:
     """Write the entry. With a launchable module, export it as module.so (TVM links host code + cubin); a
     `cuda_host` launcher library is the entry's module.so instead."""
     files: dict[str, Any] = {"kernel.cu": kernel.cuda_source, "lowered.py": kernel.lowered_ir}
@@ -287,6 +308,7 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
             "source_regions": {text: {str(k): v for k, v in regions.items()}
                                for text, regions in kernel.source_regions.items()},
             "build_timings": dict(timings),
+            "material": material,   # so whoever receives the entry can recompute its key
         }
         try:
             path = disk.store(key, meta, files, replace="module.so" in files)
@@ -298,8 +320,14 @@ def _publish(disk: DiskCache, key: str, kernel: CompiledKernel, result, timings:
     kernel.cache_path = str(path or disk.entry_path(key))
 
 
+_REQUIRED = {"name": str, "arch": str, "params": list, "key": str}
+
+
 def _kernel_from_entry(entry, target, *, load_module: bool) -> CompiledKernel:
     meta = entry.meta
+    wrong = [f"'{k}'" for k, kind in _REQUIRED.items() if not isinstance(meta.get(k), kind)]
+    if wrong:
+        raise CorruptEntry(f"meta.json lacks {', '.join(wrong)} (or has the wrong type)")
     kernel = CompiledKernel(
         name=meta["name"], target=target, arch=meta["arch"], params=tuple(meta["params"]),
         cuda_source=entry.text("kernel.cu") or "", lowered_ir=entry.text("lowered.py") or "",
