@@ -20,6 +20,7 @@ from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankM
                      UnhashableArgumentError)
 from .frontend.checks import Expectations, check_devices, check_tensor_kind
 from .frontend.elaborate import Elaboration, elaborate
+from .frontend.environment import Environment, value_key
 from .frontend.kernel import KernelDefinition
 from .frontend.params import COMPILE_TIME, POINTER, check_compile_value, static_const_sources
 from .language.dtypes import torch_dtype
@@ -124,24 +125,9 @@ class Template:
         return self.elaboration.consts
 
 
-def _key_part(value):
-    """Closure and global values enter cache keys by type and value: 1, 1.0 and True are equal in Python but build
-    different IR, and a dict or list the body reads is keyed by its current contents (a change must rebuild)."""
-    if isinstance(value, (dict, list, tuple, set, frozenset)):
-        items = sorted(value.items(), key=repr) if isinstance(value, dict) else \
-            sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-        return (type(value), tuple(_key_part(v) for v in items))
-    if hasattr(value, "__array_interface__") or hasattr(value, "__dlpack__"):
-        return ("<array>", id(value))  # a tensor: `==` compares elements (and raises on other shapes)
-    try:
-        hash(value)
-    except TypeError:
-        # Another mutable object: its attributes are its value when it has plain ones (a config object).
-        state = getattr(value, "__dict__", None)
-        if isinstance(state, dict):
-            return (type(value), _key_part(state))
-        return ("<id>", id(value))
-    return (type(value), value)
+# Compile-time values enter cache keys by type and current contents, as the environment's values do: 1, 1.0 and
+# True are equal in Python but build different IR, and a changed list or config object must rebuild.
+_key_part = value_key
 
 
 _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
@@ -159,8 +145,10 @@ class JITFunction:
         self.compile_options = dict(compile_options or {})
         self._templates: dict = {}
         self._runtime_names = [p.name for p in self.signature.runtime]
+        # Everything the body's elaboration reads (globals, cells, attributes, helpers, transitively), keyed per call.
+        self._environment = Environment.of_kernel(self.definition)
         self._global_names = self._read_globals()
-        self._reads_environment = bool(self._global_names or fn.__closure__)
+        self._reads_environment = self._environment.reads_anything
         self._fast: dict = {}  # keyword arguments (a tuple of items) -> _FastEntry
         self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
         # Threads may call one kernel at once: a template, specialization or compiled kernel is built by the first
@@ -174,22 +162,15 @@ class JITFunction:
 
     # -- cache keys --------------------------------------------------------------------------------------------
     def _read_globals(self) -> tuple[str, ...]:
-        """Module globals the body reads that are values (not modules, functions or classes)."""
-        import ast
-
-        tree = self.definition.source.tree
-        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        # Parameters and names the body assigns are its own, even when a global of that name exists (a notebook's
-        # `X = torch.randn(...)` next to a kernel whose parameter is X).
-        local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-        local |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+        """Module globals the body reads that are values now (not modules, functions or classes). Parameters and
+        names the body assigns are its own, even when a global of that name exists (a notebook's `X = ...` next to
+        a kernel whose parameter is X). The key uses all of `self._environment`, helpers and attributes included."""
         g = self.fn.__globals__
-        return tuple(sorted(n for n in names - local if n in g and not isinstance(g[n], _SKIP_GLOBAL_TYPES)))
+        return tuple(sorted(r.name for r in self._environment.reads.globals
+                            if r.name in g and not isinstance(g[r.name], _SKIP_GLOBAL_TYPES)))
 
     def _environment_key(self) -> tuple:
-        g = self.fn.__globals__
-        return (tuple(_key_part(g.get(n)) for n in self._global_names),
-                tuple(_key_part(v) for v in self.definition.closure_values()))
+        return self._environment.key()
 
     # -- binding -----------------------------------------------------------------------------------------------
     def _bind(self, args, kwargs):
@@ -712,17 +693,12 @@ class JITFunction:
 
     def identity(self) -> dict:
         """What identifies this kernel across processes (tuning results are stored under it): its name, the sha256
-        of its source, and the closure and global values its body reads by type and repr. `persistable` is False
-        (with `why`) when one of those values has no stable repr (it prints an object address)."""
+        of its source, and every value its body reads (closure cells, globals, attributes, helper functions by their
+        code and what they read, arrays and tensors by content hash) as stable text. `persistable` is False (with
+        `why`) when one of those values has no stable text (its repr prints an object address)."""
         import hashlib
 
-        from .bench.tune_store import stable_repr
-
-        g = self.fn.__globals__
-        values = {f"global {n}": g.get(n) for n in self._global_names}
-        names = self.fn.__code__.co_freevars
-        values.update({f"closure {n}": v for n, v in zip(names, self.definition.closure_values())})
-        reprs = {k: stable_repr(v) for k, v in values.items()}
+        reprs = self._environment.describe()
         unstable = [k for k, v in reprs.items() if v is None]
         return {"name": self.definition.name,
                 "source_sha256": hashlib.sha256(self.definition.source.text.encode()).hexdigest(),
