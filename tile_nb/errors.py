@@ -25,6 +25,10 @@ __all__ = [
     "MissingConstError",
     "ArgumentCountError",
     "UnhashableArgumentError",
+    "ConstValueError",
+    "EmptyGridError",
+    "UnsupportedTensorError",
+    "RequiresGradError",
     "SignatureError",
     "AnnotationError",
     "UnsupportedSyntaxError",
@@ -140,6 +144,22 @@ class ArgumentCountError(ArgumentError):
 
 class UnhashableArgumentError(ArgumentError):
     pass
+
+
+class ConstValueError(ArgumentError, ValueError):
+    """A const given as a keyword is not a tensor dim (an int >= 0)."""
+
+
+class EmptyGridError(ArgumentError, ValueError):
+    """The call's shapes leave the kernel no block to launch, where that cannot simply do nothing."""
+
+
+class UnsupportedTensorError(ArgumentError, ValueError):
+    """A tensor tile_nb cannot read: no data (meta device), not dense (sparse layouts), quantized, another device."""
+
+
+class RequiresGradError(ArgumentError, RuntimeError):
+    """The kernel would write a tensor that autograd tracks (tile_nb kernels have no backward yet)."""
 
 
 class SignatureError(TileNBError, TypeError):

@@ -18,7 +18,9 @@ from typing import Any
 from ._locks import KeyedLocks, build_once
 from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankMismatchError,
                      UnhashableArgumentError)
-from .frontend.checks import Expectations, check_devices, check_tensor_kind
+from .frontend.checks import (Expectations, check_const_value, check_device_type, check_devices,
+                              check_not_autograd, check_tensor_kind, check_tensor_storage, const_where,
+                              empty_grid_error, kernel_where)
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.environment import Environment, value_key
 from .frontend.kernel import KernelDefinition
@@ -307,7 +309,10 @@ class JITFunction:
                                           f"consts are {', '.join(template.consts) or 'none'}")
         for const in template.consts:
             if const in extra:
-                values[const] = _as_int(extra[const], const, name)
+                value = extra[const]
+                if type(value) is not int or value < 0:  # the error (or a numpy int's value) at the T.const line
+                    value = check_const_value(name, const, value, const_where(self.definition.source, const))
+                values[const] = value
                 continue
             source = template.const_sources.get(const)
             if source is None:
@@ -409,6 +414,10 @@ class JITFunction:
     def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None):
         """The compiled kernel for `target` and this call's `facts` (pointer alignment, divisibility of the
         T.dynamic dims: each combination gets its own kernel, as Triton specializes on divisibility by 16)."""
+        if spec.expectations.empty_grid:
+            raise empty_grid_error(self.definition.name, spec.expectations.empty_grid, "there is no kernel to compile",
+                                   kernel_where(self.definition.source),
+                                   hint="a call with these shapes runs nothing; compile for sizes of 1 or more")
         facts = facts or _ALIGNED
         from . import runtime as rt
 
@@ -449,7 +458,7 @@ class JITFunction:
                 try:
                     key = fast.direct_key(args)
                     launch = fast.direct.get(key)
-                except (AttributeError, IndexError, TypeError):
+                except (AttributeError, IndexError, TypeError, RuntimeError):  # RuntimeError: sparse, no data_ptr
                     key = launch = None
                 if launch is not None:
                     try:
@@ -472,7 +481,7 @@ class JITFunction:
                 return _NOT_SEEN
             launch = spec.launches.get(spec.facts_key(args)) if spec.launches and args[spec.device_arg].is_cuda \
                 else None
-        except (AttributeError, IndexError, TypeError):
+        except (AttributeError, IndexError, TypeError, RuntimeError):
             return _NOT_SEEN
         if launch is None:
             device = None if spec.device_arg is None else args[spec.device_arg].device
@@ -488,6 +497,11 @@ class JITFunction:
         """Bind and check a call: (specialization, runtime arguments in order, their device)."""
         runtime, compile_values, extra = self._bind(args, kwargs)
         tkey, template = self._template_for(compile_values)
+        given = {name: value for name, value in runtime.items() if _is_tensor(value)}
+        one_device = len({t.device for t in given.values()}) <= 1  # else check_devices names them all, below
+        for name, value in given.items():  # before anything reads a layout: meta, sparse, quantized tensors
+            check_tensor_storage(self.definition.name, name, value, self._param_where(template, name),
+                                 device=one_device)
         const_values = self._const_values(template, runtime, extra)
         spec = self._specialization(template, const_values)
         ordered = [runtime.get(n) for n in self._runtime_names]
@@ -497,8 +511,30 @@ class JITFunction:
             raise error
         tensors = {e.name: ordered[e.index] for e in spec.expectations.tensors}
         check_devices(self.definition.name, tensors)
+        self._check_writes(spec, tensors)
         device = next(iter(tensors.values())).device if tensors else None
         return spec, ordered, device
+
+    def _param_where(self, template: Template, name: str) -> dict:
+        param = template.elaboration.buffers.get(name)
+        if param is None or not param.lineno:  # declared in the signature, or after the template stopped
+            return self._def_where()
+        return dict(filename=param.filename, lineno=param.lineno, col=param.col, end_col=param.end_col)
+
+    def _check_writes(self, spec: Specialization, tensors: dict) -> None:
+        """A tensor the kernel writes must not require grad (the write would bypass autograd); inputs it only
+        reads may. Checked where a call's shapes are first seen, not on the cached path."""
+        if not any(t.requires_grad for t in tensors.values()):
+            return
+        expectations = spec.expectations
+        if expectations.written is None:
+            from .lower.irwalk import buffers_touched
+
+            _, writes = buffers_touched(spec.func.body)
+            expectations.written = frozenset(p.name for p in spec.func.params if any(p.same_as(w) for w in writes))
+        for e in expectations.tensors:
+            if e.name in expectations.written:
+                check_not_autograd(self.definition.name, e.name, tensors[e.name], expectations._where(e.param))
 
     def _call_slow(self, args, kwargs, backend):
         # Read before the call is bound: if another thread changes a global the body reads meanwhile, this call's
@@ -570,6 +606,15 @@ class JITFunction:
         if backend not in (None, "cpu", "cuda"):
             raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
                                 f"{backend!r}", **self._def_where())
+        if spec.expectations.empty_grid:
+            # No block to run (M=0, as torch ops take empty tensors): nothing to launch, as long as no T.empty
+            # output would come back unwritten.
+            unwritten = [(name, tuple(t.shape)) for (name, _, _), t in zip(spec.output_shapes, outputs) if t.numel()]
+            if unwritten:
+                raise empty_grid_error(self.definition.name, spec.expectations.empty_grid,
+                                       f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be "
+                                       "written", kernel_where(self.definition.source))
+            return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
         use_cpu = backend == "cpu" or (backend is None and (device is None or device.type == "cpu"))
         if backend == "cuda" and (device is None or device.type != "cuda"):
             where = "no tensor arguments" if device is None else f"tensors on {device}"
@@ -577,8 +622,16 @@ class JITFunction:
                                 "compiled kernel runs on CUDA tensors", **self._def_where(),
                                 hint="move the tensors with .cuda(), or drop backend= to run the CPU interpreter")
         if use_cpu:
-            self._interpret(spec, call_args)
+            import torch
+
+            if any(t.requires_grad for t in call_args if _is_tensor(t)):
+                self._check_writes(spec, {e.name: ordered[e.index] for e in spec.expectations.tensors})
+            with torch.no_grad():  # as on the GPU: the kernel's reads and writes are not recorded by autograd
+                self._interpret(spec, call_args)
         else:
+            if device is not None and device.type != "cuda":  # the meta device, say, reached by the cached path
+                first = spec.expectations.tensors[0]
+                check_device_type(self.definition.name, first.name, device, spec.expectations._where(first.param))
             key = spec.facts_key(call_args)
             kernel = self._compiled(spec, None, facts=spec.facts(key))
             if not outputs and kernel.launchable and len(call_args) == len(kernel.params):
@@ -792,12 +845,6 @@ def _bare_var(expr, elab: Elaboration) -> str | None:
         if hasattr(expr, "same_as") and expr.same_as(var):
             return name
     return None
-
-
-def _as_int(value, const: str, kernel: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentError(f"{kernel}() const '{const}' must be an int; got {value!r}")
-    return value
 
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None):

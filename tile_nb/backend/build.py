@@ -118,6 +118,9 @@ def _install_callback() -> None:
     import tvm_ffi
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", _callback, override=True)
+    # A Ctrl-C in nvcc crosses TVM's C++ on its way back; unregistered, it would come out as a RuntimeError.
+    tvm_ffi.register_error("KeyboardInterrupt", KeyboardInterrupt)
+    tvm_ffi.register_error("SystemExit", SystemExit)
     _installed = True
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,8 +74,10 @@ WORKER_COMMAND = (sys.executable, "-m", "tile_nb.bench.compile_worker")
 class _Worker:
     def __init__(self, env: dict, command=WORKER_COMMAND):
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the worker's life; close() closes it
+        # Its own session: a Ctrl-C sent to the terminal's or the notebook kernel's process group interrupts the
+        # parent only, which then kills the workers (and their nvcc) as a group.
         self.proc = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=env)
+                                     stderr=self.stderr, env=env, start_new_session=hasattr(os, "killpg"))
         os.set_blocking(self.proc.stdout.fileno(), False)
         self.buffer = b""
         self.ready = False
@@ -106,7 +109,13 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            if hasattr(os, "killpg"):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # the compilers it started go with it
+                except ProcessLookupError:
+                    pass
+            else:
+                self.proc.kill()
         self.proc.wait()
 
     def close(self) -> None:
@@ -125,8 +134,6 @@ def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
@@ -217,6 +224,10 @@ class ProcessPool:
                         yield from self._replace(w, selector, "start timeout", bool(pending) or busy > 0)
                 if not self._pool and (pending or busy):
                     raise WorkerStartError("every compile worker failed; see the errors above")
+        except BaseException:
+            # Ctrl-C, or a consumer that stopped early: the jobs in flight are abandoned, and their workers with them
+            self.close()
+            raise
         finally:
             selector.close()
 
@@ -250,5 +261,7 @@ class ProcessPool:
 
     def close(self) -> None:
         for w in self._pool:
+            if w.job is not None:
+                w.kill()  # nobody will read its outcome: don't wait for a compile that may take minutes
             w.close()
         self._pool = []

@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (DeviceMismatchError, DtypeMismatchError, NotContiguousError, RankMismatchError,
-                      ShapeMismatchError, ArgumentError)
+from ..errors import (ArgumentError, ConstValueError, DeviceMismatchError, DtypeMismatchError, EmptyGridError,
+                      NotContiguousError, RankMismatchError, RequiresGradError, ShapeMismatchError,
+                      UnsupportedTensorError)
 from ..language.dtypes import torch_dtype
 from .elaborate import BufferParam, Elaboration, ScalarParam
 
-__all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind"]
+__all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind", "check_tensor_storage",
+           "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "const_where",
+           "kernel_where"]
 
 
 def _static(x) -> int | None:
@@ -168,6 +171,8 @@ class Expectations:
             ScalarExpectation(name, index, spec.scalars[name]) for index, name in enumerate(runtime_names)
             if name in spec.scalars]
         self.derived_dims = _derived_dims(self.tensors, spec.dynamic)
+        self.empty_grid = empty_grid(spec.func, template.func)  # a launch of these shapes has no block to run
+        self.written: frozenset | None = None  # tensor parameters the kernel writes: filled when first needed
         self.check = self._compile_check(shapes=True)
         self.check_layout = self._compile_check(shapes=False)  # for callers that matched the shapes already
 
@@ -290,3 +295,140 @@ def check_devices(kernel_name: str, tensors: dict[str, Any]):
         listing = ", ".join(f"'{n}' is on {d}" for d, n in devices.items())
         raise DeviceMismatchError(f"{kernel_name}() arguments must all be on one device; {listing}",
                                   hint="move them with .to(device) before the call")
+
+
+# ---- what the shape and dtype checks take for granted -----------------------------------------------------------
+
+def check_tensor_storage(kernel_name: str, name: str, value, where: dict, device: bool = True):
+    """A tensor whose elements a kernel can address: strided (dense) memory, on the CPU or a CUDA device (unless
+    `device=False`), not quantized. Checked where a call's tensors are first seen, before anything reads their
+    layout."""
+    import torch
+
+    if device:
+        check_device_type(kernel_name, name, value.device, where)
+    if value.layout is not torch.strided:
+        raise UnsupportedTensorError(
+            f"{kernel_name}() argument '{name}' has layout {value.layout}; tile_nb kernels take dense tensors "
+            "(layout torch.strided)", **where, hint=f"pass {name}.to_dense()")
+    if value.is_quantized:
+        raise UnsupportedTensorError(
+            f"{kernel_name}() argument '{name}' is a quantized tensor ({value.dtype}); tile_nb kernels take plain "
+            "dtypes", **where, hint=f"pass {name}.int_repr() and its scale and zero point as separate arguments")
+
+
+def check_device_type(kernel_name: str, name: str, device, where: dict):
+    """Tensors with data on the CPU (the interpreter) or a CUDA device (the compiled kernel)."""
+    if device.type == "meta":
+        raise UnsupportedTensorError(
+            f"{kernel_name}() argument '{name}' is on the meta device: tensors on the meta device have no data; "
+            "tile_nb runs on cpu or cuda tensors", **where, hint=f"create '{name}' on 'cpu' or 'cuda'")
+    if device.type not in ("cpu", "cuda"):
+        raise UnsupportedTensorError(
+            f"{kernel_name}() argument '{name}' is on {device}; tile_nb runs on cpu or cuda tensors", **where,
+            hint=f"move it with {name}.cpu() or {name}.cuda()")
+
+
+def check_not_autograd(kernel_name: str, name: str, value, where: dict):
+    """A tensor the kernel writes must not be tracked by autograd: the write would bypass it."""
+    import torch
+
+    if value.requires_grad and torch.is_grad_enabled():
+        raise RequiresGradError(
+            f"{kernel_name}() writes argument '{name}', which requires grad: autograd is not supported for tile_nb "
+            "kernels yet, and the kernel's write would bypass it", **where,
+            hint=f"pass {name}.detach() (same memory, so the result still lands in '{name}'), or call the kernel "
+                 "under torch.no_grad()")
+
+
+def check_const_value(kernel_name: str, const: str, value, where: dict) -> int:
+    """A const given as a keyword (`M=1024`) stands for a tensor dim: an int >= 0."""
+    import operator
+
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None:
+        raise ConstValueError(f"{kernel_name}() const '{const}' must be an int; got {type(value).__name__} "
+                              f"{value!r}", **where)
+    if number < 0:
+        raise ConstValueError(f"{kernel_name}() const '{const}' must be >= 0 (it stands for a tensor dim); got "
+                              f"{const}={number}", **where)
+    return int(number)
+
+
+def _grid(func) -> dict:
+    """blockIdx tag -> extent of a kernel's T.Kernel launch."""
+    from tvm import tirx
+
+    grid, todo = {}, [func.body] if func is not None else []
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+            tag = str(stmt.node.thread_tag)
+            if not tag.startswith("blockIdx."):
+                continue  # the grid's launches come first: nothing below threadIdx is part of it
+            grid[tag] = stmt.value
+        if isinstance(stmt, tirx.SeqStmt):
+            todo.extend(reversed(list(stmt.seq)))
+        elif isinstance(getattr(stmt, "body", None), tirx.Stmt):
+            todo.append(stmt.body)
+    return grid
+
+
+def empty_grid(func, template_func=None) -> tuple[str, ...]:
+    """`blockIdx.x = (M + 127) // 128 = 0` for each grid extent of a specialized kernel that is the constant 0 (no
+    block runs), with the template's expression for it when there is one."""
+    from tvm import tirx
+
+    symbolic = _grid(template_func) if template_func is not None else {}
+    out = []
+    for tag, extent in _grid(func).items():
+        if isinstance(extent, tirx.IntImm) and int(extent) == 0:
+            formula = symbolic.get(tag)
+            shown = f" = {formula}" if formula is not None and not isinstance(formula, tirx.IntImm) else ""
+            out.append(f"{tag}{shown} = 0")
+    return tuple(out)
+
+
+def empty_grid_error(kernel_name: str, grid: tuple, what: str, where: dict, hint: str | None = None):
+    """`what` cannot be done for a specialization whose grid is empty."""
+    return EmptyGridError(f"{kernel_name}() launches no block with these arguments (T.Kernel's grid: "
+                          f"{', '.join(grid)}), so {what}", **where, hint=hint)
+
+
+def _const_names(node) -> list[str]:
+    import ast
+
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "const" \
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return node.args[0].value.replace(",", " ").split()
+    return []
+
+
+def _node_where(source, node) -> dict:
+    end = node.end_col_offset + source.indent if node.end_lineno == node.lineno else None
+    return dict(filename=source.filename, lineno=source.first_line + node.lineno - 1,
+                col=node.col_offset + source.indent, end_col=end)
+
+
+def const_where(source, const: str) -> dict:
+    """Where `const` is declared (`M, N = T.const('M, N')`) in the kernel's source; the `def` line if nowhere."""
+    import ast
+
+    node = next((n for n in ast.walk(source.tree) if const in _const_names(n)), None)
+    return _node_where(source, node) if node is not None else _def_where(source)
+
+
+def kernel_where(source) -> dict:
+    """Where the kernel's `T.Kernel(...)` is called; the `def` line if nowhere."""
+    import ast
+
+    node = next((n for n in ast.walk(source.tree) if isinstance(n, ast.Call)
+                 and getattr(n.func, "attr", getattr(n.func, "id", None)) == "Kernel"), None)
+    return _node_where(source, node) if node is not None else _def_where(source)
+
+
+def _def_where(source) -> dict:
+    return dict(filename=source.filename, lineno=source.first_line + source.tree.lineno - 1)

@@ -427,7 +427,9 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         try:
             fn(*call_args, **call_kwargs)
         except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
-            if not symbolic or isinstance(err, (KeyboardInterrupt, SystemExit)):
+            if not isinstance(err, Exception):
+                raise  # Ctrl-C, SystemExit: the user's request to stop, never a kernel error or a template stop
+            if not symbolic:
                 raise _as_user_error(err, st, kernel) from (err if not isinstance(err, TileNBError) else None)
             reason = err.reason if isinstance(err, _state.StopTemplate) else _short(err)
             result.stopped = Stop(st.lineno, reason)

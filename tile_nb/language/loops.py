@@ -22,6 +22,15 @@ def _is_intlike(x) -> bool:
     return isinstance(x, int) or is_expr(x) and dtype_of(x).startswith(("int", "uint"))
 
 
+def _constant(x) -> int | None:
+    """The value of an int or an integer constant expression; None for anything symbolic."""
+    if isinstance(x, int):
+        return x
+    from tvm import tirx
+
+    return int(x) if isinstance(x, tirx.IntImm) else None
+
+
 class Kernel:
     """`with T.Kernel(gx, gy, threads=128) as (bx, by):` launches a grid of CTAs of `threads` threads each."""
 
@@ -32,6 +41,10 @@ class Kernel:
         for i, extent in enumerate(grid):
             if not _is_intlike(extent):
                 raise st.error(f"T.Kernel grid extent {i} must be an integer expression; got {extent!r}")
+            if _constant(extent) is not None and _constant(extent) < 0:
+                consts = ", ".join(f"{k}={v}" for k, v in st.const_values.items()) if not st.symbolic else ""
+                raise st.error(f"T.Kernel grid extent {i} is {_constant(extent)}; a grid extent must be >= 0",
+                               hint=f"the consts of this call: {consts}" if consts else None)
         if not isinstance(threads, int) or not 1 <= threads <= 1024 or threads % 32:
             raise st.error(f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {threads!r}")
         self.grid = grid
@@ -118,13 +131,64 @@ def unroll(start, stop=None) -> LoopSpec:
     return spec
 
 
-def Pipelined(n, num_stages: int = 2) -> LoopSpec:  # noqa: N802 - the DSL's name
+_TILELANG_PIPELINE_OPTIONS = ("order", "stage", "sync", "group")
+
+
+def Pipelined(*bounds, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N802 - the DSL's name
     """`for k in T.Pipelined(n, num_stages=3)`: a sequential loop whose copies overlap the compute of earlier
-    iterations (a `num_stages`-deep software pipeline on the GPU; iterations run in order on the interpreter)."""
+    iterations (a `num_stages`-deep software pipeline on the GPU; iterations run in order on the interpreter).
+
+    As in tilelang, one bound is the trip count (k runs 0..n-1) and two are `start, stop` (k runs start..stop-1,
+    none when stop <= start); `num_stages` is a keyword. 0 and 1 stages issue no copy ahead (tilelang's default 0).
+
+    >>> for k in T.Pipelined(1, T.ceildiv(K, block_K), num_stages=3):   # doctest: +SKIP
+    ...     T.copy(A[bx * block_M, k * block_K], A_shared)
+    """
     st = _state.active("T.Pipelined")
-    if not isinstance(num_stages, int) or num_stages < 1:
-        raise st.error(f"T.Pipelined(num_stages=...) must be a positive int; got {num_stages!r}")
-    return _Serial(n, annotations={"num_stages": num_stages})
+    if not 1 <= len(bounds) <= 2:
+        raise st.error(f"T.Pipelined takes a trip count, or a start and a stop; got {len(bounds)} positional "
+                       "arguments", hint="num_stages is a keyword: T.Pipelined(start, stop, num_stages=3)")
+    for name, value in options.items():
+        if name not in _TILELANG_PIPELINE_OPTIONS:
+            raise st.error(f"T.Pipelined got an unexpected keyword argument '{name}'",
+                           hint="it takes T.Pipelined(n, num_stages=...) or T.Pipelined(start, stop, num_stages=...)")
+        if value is not None:
+            raise st.error(f"T.Pipelined({name}=...) (tilelang's hand-written pipeline schedule) is not supported "
+                           f"yet; got {name}={value!r}", hint=f"drop {name}=: tile_nb schedules the copies itself")
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
+        raise st.error(f"T.Pipelined(num_stages=...) must be an int >= 0; got {num_stages!r}")
+    for value in bounds:
+        if not _is_intlike(value):
+            raise st.error(f"T.Pipelined bounds must be integer expressions; got {value!r} "
+                           f"({type(value).__name__})")
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+    return _ShiftedSerial(start, stop, annotations={"num_stages": num_stages})
+
+
+class _ShiftedSerial(_Serial):
+    """A serial loop over start..stop-1 built as a loop from 0 whose variable is offset by `start`: the lowering's
+    pipelines (cp.async, TMA, stream-K) then only ever see zero-based loops."""
+
+    def __init__(self, start, stop, annotations=None):
+        self.start = start
+        if isinstance(start, int) and start == 0:
+            super().__init__(stop, annotations=annotations)
+        else:
+            super().__init__(_span(start, stop), annotations=annotations)
+
+    @contextlib.contextmanager
+    def open(self, names):
+        with super().open(names) as var:
+            yield var if isinstance(self.start, int) and self.start == 0 else self.start + var
+
+
+def _span(start, stop):
+    """max(stop - start, 0): the trip count of start..stop-1; start and stop may be IR expressions."""
+    if isinstance(start, int) and isinstance(stop, int):
+        return max(stop - start, 0)
+    from tvm import tirx
+
+    return tirx.max(stop - start, 0)
 
 
 class _Parallel(LoopSpec):
