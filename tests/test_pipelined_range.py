@@ -179,12 +179,15 @@ def test_no_stages_and_tilelangs_unset_keywords_are_accepted(make_loop):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", ["1", "0"])
-@pytest.mark.parametrize("M,N,K,k_first,k_last", [(200, 130, 256, 2, 7), (64, 64, 96, 1, 3), (1, 70, 64, 1, 2)])
+@pytest.mark.parametrize("M,N,K,k_first,k_last", [(200, 136, 256, 2, 7), (64, 64, 96, 1, 3), (1, 64, 64, 1, 2),
+                                                  (33, 70, 128, 1, 4)])
 def test_gpu_a_gemm_over_a_k_range_matches_torch(M, N, K, k_first, k_last, tma, monkeypatch):
-    """TMA (the H200's default for this GEMM) and cp.async (TILE_NB_TMA=0)."""
+    """TMA (the H200's default for this GEMM where B's rows are 16-byte multiples) and cp.async (TILE_NB_TMA=0)."""
     monkeypatch.setenv("TILE_NB_TMA", tma)
     A, B = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
     C = torch.full((M, N), 3.0, device="cuda")
+    pipeline = gemm_k_range.compile(A, B, C, k_first=k_first, k_last=k_last).plan["pipeline"]
+    assert pipeline.startswith("TMA") == (tma == "1" and N % 8 == 0), pipeline
     gemm_k_range(A, B, C, k_first=k_first, k_last=k_last)
     torch.testing.assert_close(C, _gemm_reference(A, B, 32 * k_first, 32 * k_last), rtol=1e-3, atol=1e-3)
 
