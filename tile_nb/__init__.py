@@ -21,6 +21,9 @@ from .autotune import Autotuner, autotune
 from .errors import TileNBError
 from .frontend.source import register_source, run_source
 from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
+from .torch.ops import install_dynamo_hook as _install_dynamo_hook
+
+_install_dynamo_hook()  # kernels called inside torch.compile become their custom ops (tile_nb/torch; no import)
 
 __version__ = "0.1.0"
 

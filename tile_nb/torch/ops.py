@@ -1,0 +1,495 @@
+"""A `@tile_nb.jit` kernel as a torch custom op (`torch.library.custom_op`), one op per compile-time key.
+
+The op of a kernel for one set of compile-time values (and keyword consts) has:
+- a schema of the kernel's runtime parameters in signature order: a `T.Tensor` parameter is `Tensor`, or
+  `Tensor(a!)` when the kernel writes it (read from the phase-1 IR: the tile ops and stores of the body); a runtime
+  scalar (`x: T.float32`) is `float` / `int` / `bool`; the returns are the `T.empty` outputs (`()`, `Tensor` or a
+  tuple of them);
+- a CPU kernel (the interpreter) and a CUDA kernel (the compiled kernel), both the kernel's own call;
+- a fake implementation derived from the template: every `T.empty` output's shape is its annotation with each
+  `T.const` and `T.dynamic` replaced by the size it is read from (symbolic sizes stay symbolic), its dtype the
+  annotation's, its device the first tensor argument's.
+
+`KernelOp` (`tile_nb.torch.op(kernel)`) is called like the kernel and picks the op for the call's compile-time
+values. In eager mode, when nothing above the backend needs the dispatcher (plain tensors, no dispatch mode, no
+functorch transform, no tensor that requires grad), it calls the kernel directly, so the op costs a few checks
+more than the bare call; otherwise the call goes through `torch.ops.tile_nb.<op>`.
+
+Dynamo: a `@tile_nb.jit` kernel called inside `torch.compile` becomes a call of its op in the graph (see
+`install_dynamo_hook`); tile_nb's Python never runs under Dynamo's tracer, only at trace time, to pick the op.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TileNBError
+from ..frontend.params import POINTER, SCALAR
+
+__all__ = ["op", "KernelOp", "OpEntry", "TorchOpError", "install_dynamo_hook"]
+
+NAMESPACE = "tile_nb"
+
+
+class TorchOpError(TileNBError):
+    """A kernel (or a call) that cannot become a torch custom op: the message says why and what to do."""
+
+
+_SCALAR_SCHEMA = {"float": "float", "bfloat": "float", "int": "int", "uint": "int", "bool": "bool"}
+
+
+def _scalar_schema_type(dtype: str) -> str:
+    for prefix, kind in _SCALAR_SCHEMA.items():
+        if str(dtype).startswith(prefix):
+            return kind
+    raise TorchOpError(f"no torch schema type for a runtime scalar of dtype {dtype}")
+
+
+@dataclass
+class OpEntry:
+    """The custom op of one kernel for one compile-time key, and how a call maps onto it."""
+
+    kernel: Any
+    qualname: str  # "tile_nb::name_3"
+    schema: str
+    static: dict  # compile-time values (and keyword consts) passed to the kernel as keywords
+    runtime_names: list  # runtime parameters, in schema order
+    tensor_names: list
+    mutated: tuple  # runtime tensor parameters the kernel writes
+    outputs: list  # (name, shape expressions, torch dtype) of the T.empty outputs
+    template: Any
+    positional: bool  # the runtime parameters are the kernel's leading positional parameters
+    custom_op: Any = None  # torch.library.CustomOpDef
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def overload(self):
+        """`torch.ops.tile_nb.<name>.default`."""
+        return self.custom_op._opoverload
+
+    @property
+    def opname(self) -> str:
+        return self.qualname.split("::", 1)[1]
+
+    def call_kernel(self, *runtime):
+        """The op's CPU and CUDA kernel: the kernel's own call (interpreter or compiled kernel)."""
+        if self.positional:
+            result = self.kernel(*runtime, **self.static)
+        else:
+            result = self.kernel(**dict(zip(self.runtime_names, runtime)), **self.static)
+        return result
+
+    def fake(self, *runtime):
+        """Outputs of the right shapes, dtypes and device, from the template (sizes may be symbolic)."""
+        import torch
+
+        values = dict(zip(self.runtime_names, runtime))
+        env = _const_env(self, values)
+        device = next((values[n].device for n in self.tensor_names), torch.device("cpu"))
+        outs = []
+        for name, shape, dtype in self.outputs:
+            dims = [_evaluate(d, env, self, name) for d in shape]
+            outs.append(torch.empty(dims, dtype=dtype, device=device))
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _const_env(entry: OpEntry, values: dict) -> dict:
+    """Each const and dynamic dim of the template -> its value in this call (an int or a SymInt), checking ranks,
+    dtypes and the dims two tensors share (with torch._check, which also holds for symbolic sizes)."""
+    import torch
+
+    from ..language.dtypes import torch_dtype
+
+    template = entry.template
+    kernel = entry.kernel.definition.name
+    for name in entry.tensor_names:
+        t = values[name]
+        ann = template.elaboration.buffers[name].annotation
+        if not isinstance(t, torch.Tensor):
+            raise TorchOpError(f"{kernel}() argument '{name}' must be a torch.Tensor; got {type(t).__name__}")
+        if t.dim() != len(ann.shape):
+            raise TorchOpError(f"{kernel}() argument '{name}' must have {len(ann.shape)} dims ({ann!r}); got "
+                               f"{t.dim()}: {tuple(t.shape)}")
+        expected = torch_dtype(ann.dtype)
+        if t.dtype != expected:
+            raise TorchOpError(f"{kernel}() argument '{name}' must have dtype {expected}; got {t.dtype}")
+    env = dict(entry.extra)
+    for const, (param, kind, dim) in template.const_sources.items():
+        if const in env:
+            continue
+        t = values[param]
+        env[const] = t.shape[dim] if kind == "shape" else t.stride(dim)
+    for dyn, (param, dim) in template.dynamic_sources.items():
+        env[dyn] = values[param].shape[dim]
+    for name in entry.tensor_names:  # a dim that is a const or dynamic var must agree with its value
+        ann = template.elaboration.buffers[name].annotation
+        for dim, expr in enumerate(ann.shape):
+            var = getattr(expr, "name", None)
+            if var in env and not isinstance(env[var], (bool,)):
+                size = values[name].shape[dim]
+                torch._check(size == env[var], lambda n=name, d=dim, v=var: (
+                    f"{kernel}() argument '{n}' dim {d} must be {v} = {env[v]}; got {values[n].shape[d]}"))
+    return env
+
+
+def _evaluate(expr, env: dict, entry: OpEntry, output: str):
+    """A template shape expression (TVM PrimExpr over const and dynamic vars) as an int or SymInt."""
+    from tvm import tirx
+
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tirx.Var):
+        if expr.name in env:
+            return env[expr.name]
+        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has a dim '{expr.name}' that no "
+                           "argument's shape gives, so its size is not known before the kernel runs")
+    binary = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+              tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b,
+              tirx.Min: lambda a, b: a if a <= b else b, tirx.Max: lambda a, b: a if a >= b else b}
+    for kind, fn in binary.items():
+        if isinstance(expr, kind):
+            return fn(_evaluate(expr.a, env, entry, output), _evaluate(expr.b, env, entry, output))
+    raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has shape expression {expr}, which the "
+                       "fake implementation cannot evaluate")
+
+
+def _shape_vars(expr, out: set) -> set:
+    from tvm import tirx
+
+    if isinstance(expr, tirx.Var):
+        out.add(expr.name)
+    for part in ("a", "b"):
+        if hasattr(expr, part) and not isinstance(expr, tirx.IntImm):
+            _shape_vars(getattr(expr, part), out)
+    return out
+
+
+_counter = itertools.count()
+_registry_lock = threading.RLock()
+
+
+def _written_params(func) -> set:
+    """Names of the PrimFunc's buffer parameters its body writes (tile ops' destinations, stores, atomics)."""
+    from ..lower.irwalk import buffers_touched
+
+    _, writes = buffers_touched(func.body)
+    written = {w.name for w in writes}
+    _atomic_targets(func.body, written)
+    return written
+
+
+def _atomic_targets(stmt, out: set) -> None:
+    """`T.atomic_add(dst, value)` writes dst: an Evaluate of `call_extern("atomicAdd", address_of(dst[...]), ...)`,
+    which buffers_touched counts as loads. Any buffer whose address an evaluated call takes counts as written."""
+    import re
+
+    from tvm import tirx
+
+    from ..lower.irwalk import iter_stmts
+
+    for s in iter_stmts(stmt):
+        if isinstance(s, tirx.Evaluate):
+            out.update(re.findall(r"address_of\(\s*(\w+)\[", str(s.value)))
+
+
+class KernelOp:
+    """A kernel as torch custom ops: `op = tile_nb.torch.op(kernel)`; `op(A, B, block=64)` runs the kernel like
+    `kernel(A, B, block=64)`, through `torch.ops.tile_nb.<name>` where torch needs it (autograd, fake tensors,
+    torch.compile, functorch), and `op.custom_op(block=64)` is the `torch.library.CustomOpDef` itself."""
+
+    def __init__(self, kernel, *, suffix: str = ""):
+        self.kernel = kernel
+        self.suffix = suffix
+        self._entries: dict = {}  # static key -> OpEntry
+        self._by_kwargs: dict = {}  # (n positional args, kwargs items) -> OpEntry, for the eager fast path
+        self._on_new_entry = []  # callbacks (entry) -> None: autograd pairing registers on each new op
+        functools.update_wrapper(self, kernel, updated=())
+
+    def __repr__(self) -> str:
+        return f"<tile_nb torch op of {self.kernel.definition.name}>"
+
+    # -- binding -----------------------------------------------------------------------------------------------
+    def _split(self, n_args: int, keys: tuple) -> tuple:
+        """(runtime positions, static positions, runtime keywords, static keywords) of a call with `n_args`
+        positional arguments and these keywords, from the signature alone."""
+        sig = self.kernel.signature
+        positional = [p for p in sig.params if not p.keyword_only]
+        rpos = tuple(i for i, p in enumerate(positional[:n_args]) if p.is_runtime)
+        spos = tuple(i for i, p in enumerate(positional[:n_args]) if not p.is_runtime)
+        rkeys = tuple(k for k in keys if sig.by_name(k) is not None and sig.by_name(k).is_runtime)
+        skeys = tuple(k for k in keys if k not in rkeys)
+        return rpos, spos, rkeys, skeys
+
+    def entry(self, static_named: dict) -> OpEntry:
+        """The op for these compile-time values (by parameter name; consts as keywords), registered on first use."""
+        kernel = self.kernel
+        _, compile_values, extra = kernel._bind_compile_only(dict(static_named))
+        from ..frontend.environment import value_key
+
+        key = (tuple(value_key(compile_values[p.name]) for p in kernel.signature.compile_time),
+               tuple(sorted((k, value_key(v)) for k, v in extra.items())), kernel._environment_key())
+        found = self._entries.get(key)
+        if found is not None:
+            return found
+        with _registry_lock:
+            found = self._entries.get(key)
+            if found is None:
+                found = self._register(compile_values, extra)
+                for callback in self._on_new_entry:
+                    callback(found)
+                self._entries[key] = found
+        return found
+
+    def _register(self, compile_values: dict, extra: dict) -> OpEntry:
+        import torch
+
+        kernel = self.kernel
+        name = kernel.definition.name
+        where = kernel._def_where()
+        _, template = kernel._template_for(compile_values)
+        elab = template.elaboration
+        if elab.stopped is not None:
+            raise TorchOpError(
+                f"{name}() cannot be a torch op: its template (phase 1) stops at line {elab.stopped.lineno} "
+                f"({elab.stopped.reason}), so its parameters, outputs and writes are not known for every shape",
+                **where, hint="keep Python control flow on consts (if, range over a const) out of the body, e.g. "
+                              "T.serial(...) for loops and T.if_then_else for values")
+        bad_extra = [k for k in extra if k not in template.consts]
+        if bad_extra:
+            raise TorchOpError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, bad_extra))}",
+                               **where)
+        runtime_names, tensor_names, args = [], [], []
+        written = _written_params(elab.func)
+        outputs = []
+        for out in elab.outputs:
+            ann = elab.buffers[out].annotation
+            from ..language.dtypes import torch_dtype
+
+            outputs.append((out, tuple(ann.shape), torch_dtype(ann.dtype)))
+        known = set(template.const_sources) | set(template.dynamic_sources) | set(extra)
+        for out, shape, _ in outputs:
+            unknown = set().union(*(_shape_vars(d, set()) for d in shape)) - known if shape else set()
+            if unknown:
+                raise TorchOpError(
+                    f"{name}() cannot have a fake implementation: the shape of its output '{out}' depends on "
+                    f"{', '.join(sorted(unknown))}, which no argument's shape gives (a size known only when the "
+                    "kernel runs)", **where,
+                    hint=f"make {', '.join(sorted(unknown))} a dim of an input tensor, or pass it as a keyword "
+                         f"const ({name}(..., {sorted(unknown)[0]}=...))")
+        for p in kernel.signature.runtime:
+            if p.kind == POINTER:
+                raise TorchOpError(f"{name}() cannot be a torch op: '{p.name}' is a T.ptr (an address carries no "
+                                   "shape, dtype or device for torch to track)", **where,
+                                   hint=f"annotate '{p.name}' as a T.Tensor in the body")
+            runtime_names.append(p.name)
+            if p.name in elab.buffers:
+                tensor_names.append(p.name)
+                alias = f"({chr(ord('a') + len([a for a in args if '!' in a]))}!)" if p.name in written else ""
+                args.append(f"Tensor{alias} {p.name}")
+            elif p.name in elab.scalars or p.kind == SCALAR:
+                scalar = elab.scalars.get(p.name)
+                args.append(f"{_scalar_schema_type(scalar.dtype if scalar else p.annotation)} {p.name}")
+            else:
+                raise TorchOpError(f"{name}() runtime parameter '{p.name}' is neither a tensor nor a scalar in the "
+                                   "template", **where)
+        returns = "()" if not outputs else "Tensor" if len(outputs) == 1 else \
+            "(" + ", ".join("Tensor" for _ in outputs) + ")"
+        schema = f"({', '.join(args)}) -> {returns}"
+        qualname = f"{NAMESPACE}::{_op_basename(name)}{self.suffix}_{next(_counter)}"
+        positional = [p.name for p in kernel.signature.params[: len(runtime_names)]] == runtime_names and \
+            not any(p.keyword_only for p in kernel.signature.runtime)
+        static = dict(extra)
+        static.update({k: v for k, v in compile_values.items()})
+        mutated = tuple(n for n in tensor_names if n in written)
+        entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
+                        positional, extra=dict(extra))
+        custom = torch.library.custom_op(qualname, _impl_of(entry), mutates_args=mutated, schema=schema)
+        custom.register_fake(_fake_of(entry))
+        if outputs and not mutated:  # a functional op: a backward through it names the pairing API
+            custom.register_autograd(_no_backward(entry))
+        entry.custom_op = custom
+        return entry
+
+    def custom_op(self, **static):
+        """The `torch.library.CustomOpDef` for these compile-time values (consts as keywords); it takes the
+        runtime arguments only: `op.custom_op(block=64)(A, B)`."""
+        return self.entry(static).custom_op
+
+    # -- calls -------------------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        try:
+            entry = self._by_kwargs.get((len(args), tuple(kwargs.items())))
+        except TypeError:  # an unhashable keyword value: the kernel's binding explains it
+            entry = None
+        if entry is None:
+            entry, runtime = self._bind(args, kwargs)
+        else:
+            runtime = args
+        if _needs_dispatcher(runtime):
+            return entry.overload(*runtime)
+        return self.kernel(*args, **kwargs)
+
+    def _bind(self, args, kwargs):
+        rpos, spos, rkeys, skeys = self._split(len(args), tuple(kwargs))
+        positional = [p for p in self.kernel.signature.params if not p.keyword_only]
+        static = {positional[i].name: args[i] for i in spos}
+        static.update({k: kwargs[k] for k in skeys})
+        entry = self.entry(static)
+        given = {positional[i].name: args[i] for i in rpos}
+        given.update({k: kwargs[k] for k in rkeys})
+        missing = [n for n in entry.runtime_names if n not in given]
+        if missing:
+            from ..errors import ArgumentCountError
+
+            raise ArgumentCountError(f"{self.kernel.definition.name}() missing {len(missing)} runtime argument(s): "
+                                     f"{', '.join(repr(m) for m in missing)}", **self.kernel._def_where())
+        runtime = tuple(given[n] for n in entry.runtime_names)
+        if not rkeys and rpos == tuple(range(len(entry.runtime_names))):
+            try:
+                self._by_kwargs[(len(args), tuple(kwargs.items()))] = entry
+            except TypeError:
+                pass
+        return entry, runtime
+
+    def _dynamo_call(self):
+        """The function Dynamo traces in place of a call of the kernel (see `install_dynamo_hook`): the op is picked
+        at trace time (constant-folded), and the graph gets one call of `torch.ops.tile_nb.<op>.default`."""
+        import torch
+
+        fn = getattr(self, "_dynamo_fn", None)
+        if fn is not None:
+            return fn
+        me = self
+
+        @torch._dynamo.assume_constant_result
+        def split(n_args, keys):
+            return (*me._split(n_args, keys), me._names_of_positions(n_args))
+
+        @torch._dynamo.assume_constant_result
+        def opname(static_positional, static_keywords):
+            positional = [p for p in me.kernel.signature.params if not p.keyword_only]
+            named = {positional[i].name: v for i, v in static_positional}
+            named.update(static_keywords)
+            entry = me.entry(named)
+            return entry.opname, tuple(entry.runtime_names)
+
+        def call(*args, **kwargs):
+            rpos, spos, rkeys, skeys, names = split(len(args), tuple(kwargs))
+            name, runtime_names = opname(tuple((i, args[i]) for i in spos), {k: kwargs[k] for k in skeys})
+            by_name = {names[i]: args[i] for i in rpos}
+            for k in rkeys:
+                by_name[k] = kwargs[k]
+            return getattr(getattr(torch.ops, NAMESPACE), name).default(*[by_name[n] for n in runtime_names])
+
+        self._dynamo_fn = call
+        return call
+
+    def _names_of_positions(self, n: int) -> tuple:
+        return tuple(p.name for p in self.kernel.signature.params if not p.keyword_only)[:n]
+
+
+def _op_basename(name: str) -> str:
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return safe if safe and not safe[0].isdigit() else f"k_{safe}"
+
+
+def _impl_of(entry: OpEntry):
+    def impl(*runtime):
+        return entry.call_kernel(*runtime)
+
+    impl.__name__ = entry.opname
+    return impl
+
+
+def _no_backward(entry: OpEntry):
+    def backward(ctx, *grads):
+        from .autograd import NoBackwardError
+
+        name = entry.kernel.definition.name
+        raise NoBackwardError(
+            f"{name}() has no backward kernel paired, so there is no gradient through {entry.qualname} (an input "
+            "requires grad, and a backward reached this op)", **entry.kernel._def_where(),
+            hint=f"pair one: tile_nb.torch.autograd({name}, backward=<kernel>, save=(...)); or pass tensors "
+                 "that do not require grad (.detach(), torch.no_grad())")
+
+    return backward
+
+
+def _fake_of(entry: OpEntry):
+    def fake(*runtime):
+        return entry.fake(*runtime)
+
+    return fake
+
+
+_DISPATCH_FREE_TYPES: tuple = ()
+
+
+def _needs_dispatcher(runtime) -> bool:
+    """Whether an eager call must go through the op (torch needs to see it): a tensor that is not a plain
+    torch.Tensor (fake, functional, subclass), an active dispatch mode (FakeTensorMode, make_fx), a functorch
+    transform (vmap, grad), or a tensor requiring grad while grad mode is on."""
+    import torch
+
+    global _DISPATCH_FREE_TYPES
+    if not _DISPATCH_FREE_TYPES:
+        _DISPATCH_FREE_TYPES = (torch.Tensor, torch.nn.Parameter)
+    if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
+        return True
+    grad = torch.is_grad_enabled()
+    for t in runtime:
+        kind = type(t)
+        if kind in _DISPATCH_FREE_TYPES:
+            if grad and t.requires_grad:
+                return True
+        elif isinstance(t, torch.Tensor):
+            return True
+    return False
+
+
+_ops: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def op(kernel) -> KernelOp:
+    """The torch custom ops of a `@tile_nb.jit` kernel: `tile_nb.torch.op(kernel)(A, B)` runs the kernel as
+    `torch.ops.tile_nb.<name>` (one op per compile-time key, registered on first use) with a fake implementation
+    for torch.compile, FakeTensorMode and make_fx. The same object for every call on one kernel."""
+    from ..jit import JITFunction
+
+    if isinstance(kernel, KernelOp):
+        return kernel
+    if not isinstance(kernel, JITFunction):
+        raise TypeError(f"tile_nb.torch.op takes a @tile_nb.jit kernel; got {type(kernel).__name__}")
+    with _registry_lock:
+        found = _ops.get(kernel)
+        if found is None:
+            found = _ops[kernel] = KernelOp(kernel)
+    return found
+
+
+def install_dynamo_hook() -> None:
+    """Make a call of a `@tile_nb.jit` kernel inside `torch.compile` a call of its custom op, with no graph break
+    and without Dynamo tracing tile_nb's Python.
+
+    Dynamo treats an object whose class has the attribute `__script_if_tracing_wrapper` as a wrapper and traces
+    its `__original_fn` instead (the protocol of `torch.jit._script_if_tracing`, in Dynamo since torch 2.1;
+    `substitute_in_graph` serves C functions, not Python methods, and `allow_in_graph` would run the kernel's
+    Python on fake tensors). `__original_fn` here is a small function that asks for the op at trace time
+    (constant-folded with `torch._dynamo.assume_constant_result`) and calls it. Setting two class attributes
+    imports nothing; eager calls never read them."""
+    from ..jit import JITFunction
+
+    if "__original_fn" in JITFunction.__dict__:
+        return
+    setattr(JITFunction, "__script_if_tracing_wrapper", True)
+    setattr(JITFunction, "__original_fn", property(lambda kernel: op(kernel)._dynamo_call()))
+    setattr(KernelOp, "__script_if_tracing_wrapper", True)
+    setattr(KernelOp, "__original_fn", property(lambda kop: kop._dynamo_call()))
