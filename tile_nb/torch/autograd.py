@@ -15,7 +15,8 @@ The backward is a kernel, bound by names:
 
 Or the backward is a Python function with torch's contract: `setup_context(ctx, inputs, output)` and
 `backward(ctx, *grads)` returning one gradient (or None) per runtime argument of the forward, in signature order;
-it may call kernels (call them through `tile_nb.torch.op(kernel)` so that torch.compile can trace it).
+`ctx.compile_values` holds the forward call's compile-time values. It may call kernels: call them through
+`tile_nb.torch.op(kernel)`, so that torch.compile can trace the backward.
 """
 from __future__ import annotations
 
@@ -89,8 +90,21 @@ class Differentiable(KernelOp):
         if isinstance(self.backward, JITFunction):
             setup, backward = _kernel_backward(self, entry)
         else:
-            setup, backward = self.setup_context, self.backward
+            setup, backward = _with_compile_values(self.setup_context, entry), self.backward
         entry.custom_op.register_autograd(backward, setup_context=setup)
+
+
+def _with_compile_values(setup_context, entry: OpEntry):
+    """The user's setup_context, with `ctx.compile_values` set first: the forward call's compile-time values and
+    keyword consts (a Python backward passes them on to its kernels)."""
+    static = dict(entry.static)
+
+    def setup(ctx, inputs, output):
+        ctx.compile_values = static
+        if setup_context is not None:
+            setup_context(ctx, inputs, output)
+
+    return setup
 
 
 def _kernel_backward(pair: Differentiable, entry: OpEntry):
