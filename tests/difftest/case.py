@@ -58,7 +58,8 @@ POISON = {"float16": "float('nan')", "bfloat16": "float('nan')", "float32": "flo
 class TensorArg:
     """How one tensor argument is built.
 
-    values: "normal" (randn * scale), "int" (non-zero integers in [-hi, hi], any dtype: exact in every float
+    values: "normal" (randn * scale), "nan" (normal with NaN in about one element of eight: max / min must
+    propagate them), "int" (non-zero integers in [-hi, hi], any dtype: exact in every float
     dtype used here), "natural" (integers in [0, hi]), "index" (integers in [0, hi]), "poison" (an output:
     NaN, or the dtype's most negative value / 255, which no input takes).
     view: "contiguous", "guarded" (a contiguous window into a larger poisoned buffer, so stray writes show),
@@ -96,6 +97,9 @@ class TensorArg:
             value = f"torch.full({shape}, {POISON[self.dtype]}, dtype={dt})"
         elif self.values == "normal":
             value = f"(torch.randn({shape}, generator=g) * {self.scale}).to({dt})"
+        elif self.values == "nan":  # normal, with NaN in about one element of eight
+            value = (f"torch.where(torch.rand({shape}, generator=g) < 0.125, float('nan'), "
+                     f"torch.randn({shape}, generator=g) * {self.scale}).to({dt})")
         elif self.values == "int":
             value = (f"(torch.randint(1, {self.hi + 1}, {shape}, generator=g) * "
                      f"(torch.randint(0, 2, {shape}, generator=g) * 2 - 1)).to({dt})")

@@ -50,6 +50,21 @@ KNOWN = {
     "prime_gemm": GemmSpec(mnk=(97, 61, 31), block=(64, 64, 32), stages=3, epilogue="parallel"),
     "prime_copy_offsets": CopySpec(shape=(97, 61), tile=(32, 32), src_off=(1, -1), dst_off=(-1, 1),
                                    path=("shared",), y_view="transposed"),
+    # issue 29: integer sums wrap around at 32 bits (int32 values up to 2^30), in registers across warps and in
+    # shared memory, accumulated over tiles
+    "int32_sum_wraps_fragment": ReduceSpec(
+        shape=(37, 300), tile=(4, 128), op="sum", dim=1, in_dtype="int32", acc_dtype="int32", out_dtype="int32",
+        values="wrap", buffer="fragment", combine="accum", loop="serial", threads=256),
+    "int32_sum_wraps_shared_columns": ReduceSpec(
+        shape=(70, 45), tile=(16, 32), op="sum", dim=0, in_dtype="int32", acc_dtype="int32", out_dtype="int32",
+        values="wrap", buffer="shared", combine="partial", loop="pipelined"),
+    # issue 29: a NaN makes max / min NaN (reductions, and T.max / T.min combining the partials)
+    "max_propagates_nan": ReduceSpec(
+        shape=(37, 100), tile=(8, 32), op="max", dim=1, in_dtype="float32", acc_dtype="float32",
+        out_dtype="float32", values="nan", buffer="fragment", masked=True, combine="partial", loop="serial"),
+    "min_propagates_nan_float16": ReduceSpec(
+        shape=(50, 61), tile=(16, 8), op="min", dim=0, in_dtype="float16", acc_dtype="float16",
+        out_dtype="float16", values="nan", buffer="shared", combine="accum", loop="range"),
     # item 6: 384 KiB of shared memory (sm_90a allows 227 KiB): must be refused at compile, not at launch
     "shared_memory_over_limit": CopySpec(shape=(512, 192), tile=(512, 192), path=("shared",)),
 }

@@ -13,6 +13,7 @@ from ..errors import (ArgumentError, ConstValueError, DeviceMismatchError, Dtype
                       UnsupportedTensorError)
 from ..language.dtypes import torch_dtype
 from .elaborate import BufferParam, Elaboration, ScalarParam
+from .indexing import INDEX_LIMIT, tensor_span
 
 __all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind", "check_tensor_storage",
            "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "const_where",
@@ -148,6 +149,39 @@ def _python_of(expr, names: dict, tirx) -> str | None:
     return None
 
 
+@dataclass
+class IndexRange:
+    """A tensor with T.dynamic dims, which the kernel indexes in 32 bits (frontend/indexing.py): Python expressions
+    over the call's `args` for the elements it spans and for its shape, checked when the call's shapes are new."""
+
+    param: BufferParam
+    span: str
+    shape: str
+
+
+def _index_ranges(tensors: list[TensorExpectation], spec: Elaboration) -> list[IndexRange]:
+    """The tensor arguments and `T.empty` outputs whose annotation has a T.dynamic dim or stride."""
+    from tvm import tirx
+
+    out, sources = [], {}
+    for e in tensors:
+        for dim, expr in enumerate(e.param.annotation.shape):
+            if isinstance(expr, tirx.Var):
+                sources.setdefault(expr, f"args[{e.index}].shape[{dim}]")
+        if None in e.shape or (e.strides is not None and None in e.strides):
+            a = f"args[{e.index}]"
+            out.append(IndexRange(e.param, f"{a}.numel()" if e.strides is None else f"tensor_span({a})",
+                                  f"tuple({a}.shape)"))
+    for name in spec.outputs:
+        param = spec.buffers[name]
+        if all(_static(d) is not None for d in param.annotation.shape):
+            continue
+        dims = [str(d) if isinstance(d, int) else _python_of(d, sources, tirx) for d in param.annotation.shape]
+        if None not in dims:  # (an output dim that no tensor gives cannot be allocated: the call fails before)
+            out.append(IndexRange(param, " * ".join(dims), "(" + ", ".join(dims) + ",)"))
+    return out
+
+
 class Expectations:
     """Per-specialization expectations of every tensor argument, and the error for a mismatch."""
 
@@ -171,6 +205,7 @@ class Expectations:
             ScalarExpectation(name, index, spec.scalars[name]) for index, name in enumerate(runtime_names)
             if name in spec.scalars]
         self.derived_dims = _derived_dims(self.tensors, spec.dynamic)
+        self.index_ranges = _index_ranges(self.tensors, spec)
         self.empty_grid = empty_grid(spec.func, template.func)  # a launch of these shapes has no block to run
         self.written: frozenset | None = None  # tensor parameters the kernel writes: filled when first needed
         self.check = self._compile_check(shapes=True)
@@ -203,6 +238,8 @@ class Expectations:
                 terms.append(f"type(args[{sc.index}]) is not bool")
         if shapes:
             terms += [f"({d.given}) == ({d.expected})" for d in self.derived_dims]
+            terms += [f"{r.span} < {INDEX_LIMIT}" for r in self.index_ranges]  # dynamic dims: 32-bit indices
+            env["tensor_span"] = tensor_span
         if len(self.tensors) > 1:  # one device for all
             first = f"args[{self.tensors[0].index}].device"
             terms.append(f"{first} == " + " == ".join(f"args[{e.index}].device" for e in self.tensors[1:]))
@@ -256,6 +293,25 @@ class Expectations:
                     f"{self.kernel_name}() argument '{e.name}' must have {d.text} = "
                     f"{eval(d.expected, {'args': args})} in dim {d.dim}; got shape {tuple(t.shape)}",  # noqa: S307
                     **self._where(e.param), hint=d.hint)
+        return self._explain_index_range(args)
+
+    def _explain_index_range(self, args) -> ArgumentError | None:
+        """A tensor with T.dynamic dims that spans 2^31 elements or more: its 32-bit indices would wrap around."""
+        for r in self.index_ranges:
+            env = {"args": args, "tensor_span": tensor_span}
+            count = eval(r.span, env)  # noqa: S307 - our own text
+            if count < INDEX_LIMIT:
+                continue
+            p = r.param
+            what = "output" if p.kind == "output" else "argument"
+            spans = "elements" if p.annotation.strides is None else "elements of memory (from its strides)"
+            dynamic = ", ".join(str(d) for d in p.annotation.shape if _static(d) is None)
+            return ArgumentError(
+                f"{self.kernel_name}() {what} '{p.name}' has shape {eval(r.shape, env)} ({count} {spans}); a "  # noqa: S307
+                f"tensor with T.dynamic dims ({dynamic}) is indexed with 32-bit integers, so it may span at most "
+                f"{INDEX_LIMIT - 1} elements", **self._where(p),
+                hint="declare those dims with T.const: a kernel specialized to the sizes indexes such tensors in "
+                     "64 bits; or split the call into parts below 2^31 elements")
         return None
 
     def _hint(self, e: TensorExpectation, dim: int, args) -> str | None:

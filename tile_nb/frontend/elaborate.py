@@ -18,6 +18,7 @@ from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
 from ..language.irutil import is_expr, unwrap_comparison
+from .indexing import index_dims
 from .params import COMPILE_TIME, POINTER, SCALAR, KernelSignature
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
@@ -135,8 +136,8 @@ class Hooks:
         from tvm.script.ir_builder import tirx as T
 
         handle = T.arg(name, T.handle())
-        buf = T.match_buffer(handle, list(annotation.shape), str(annotation.dtype),
-                             strides=list(annotation.strides) if annotation.strides is not None else None)
+        shape, strides = index_dims(annotation.shape, annotation.strides)  # int64 dims for >= 2^31 elements
+        buf = T.match_buffer(handle, shape, str(annotation.dtype), strides=strides)
         IRBuilder.name(name, buf)
         st = self.st
         self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col,
@@ -163,7 +164,7 @@ class Hooks:
         index = len(self.pending_outputs)
         name = f"out{index}"
         handle = T.arg(name, T.handle())
-        buf = T.match_buffer(handle, list(shape), str(dtype))
+        buf = T.match_buffer(handle, index_dims(shape)[0], str(dtype))
         st = self.st
         param = BufferParam(name, "output", TensorAnnotation(tuple(shape), dtype), buf, st.lineno, st.col,
                             st.end_col, st.filename)

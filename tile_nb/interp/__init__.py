@@ -16,7 +16,8 @@ Global-memory regions of `T.copy` past a tensor's edge are not errors: they are 
 
 Semantics worth knowing: CTAs run one after another (x fastest); `threadIdx.x` is 0 in block-level code;
 buffers start zeroed; `local`/`local.var` buffers written inside `T.Parallel` are private per iteration;
-`T.gemm` computes in float32 (float64 for float64/integer accumulators) and rounds to C's dtype once per call;
+`T.gemm` computes in float32 (float64 for float64, int64 for integer accumulators, which then wrap around to C's
+width) and rounds to C's dtype once per call; max / min propagate NaN (docs/IR.md's numeric contract);
 torch runs with one intra-op thread while a kernel runs (`run(..., threads=None)` keeps torch's setting).
 
 Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rules), `memory.py` (loads, stores,

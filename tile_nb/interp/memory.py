@@ -120,10 +120,13 @@ def _buffer_store(comp: Compiler, node):
     loops = tuple(comp.par_vars.values())
     local = node.buffer.scope() in _LOCAL_SCOPES
     sliced = compile_slice_access(comp, node.indices)
+    wrap = _int_wrapper(str(node.buffer.dtype))
 
     def store(f):
         t = f.vals[slot]
         value = value_fn(f)
+        if wrap is not None and type(value) is int:
+            value = wrap(value)
         if sliced is not None and not (f.overlays and slot in f.overlays):
             view = sliced.view(f, t)
             if view is not None and store_into(view, value, f.mask):
@@ -140,6 +143,17 @@ def _buffer_store(comp: Compiler, node):
         idx = _check_index(comp, f, slot, t, idx, location, loops)
         _scatter(t, idx, value, f.mask, accumulate=False)
     return store
+
+
+def _int_wrapper(dtype: str):
+    """For an integer buffer, the function a Python int stored into it goes through: block-level integer values are
+    exact Python ints, and the store keeps their low bits as the GPU's integer arithmetic does (docs/IR.md)."""
+    tdtype = V.torch_dtype(dtype)
+    if tdtype.is_floating_point or tdtype == torch.bool:
+        return None
+    info = torch.iinfo(tdtype)
+    lo, hi = info.min, info.max
+    return lambda x: x if lo <= x <= hi else V.wrap_scalar(x, tdtype)
 
 
 def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool):

@@ -115,9 +115,7 @@ def _gemm(comp: Compiler, node):
         if _core(out.shape) != _core(d_exts):
             raise InterpreterError(f"T.gemm: result {list(out.shape)} does not fit {d_reg.name}{d_exts}",
                                    location)
-        if not d_reg.dtype.is_floating_point:
-            out = out.round()
-        d_reg.write(f, out.reshape(d_exts).to(d_reg.dtype))
+        d_reg.write(f, V.wrap_int(out.reshape(d_exts), d_reg.dtype))
     return gemm
 
 
@@ -143,16 +141,16 @@ def _reduce_rule(kind: str):
         dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
         axes = [int(_const(a, "reduce axis")) for a in node.args[2]]
         accum = bool(_const(node.args[3], "accum")) if len(node.args) > 3 else False
-        acc = V.accum_dtype(dst.dtype) if kind == "sum" else dst.dtype
+        # docs/IR.md: sums in the destination's accumulation dtype, max/min in one that holds the source exactly
+        acc = V.accum_dtype(dst.dtype) if kind == "sum" else V.compare_dtype(src.dtype)
         location = comp.location
         absolute = bool(int((node.config or {}).get("absolute", 0)))  # T.reduce_absmax
 
         def reduction(f):
             tile = src.read(f)
-            if absolute:
-                tile = tile.abs()
             dims = [a % tile.dim() for a in axes]
-            out = reduce(tile.to(acc), dims)
+            tile = tile.to(acc)
+            out = reduce(tile.abs() if absolute else tile, dims)
             _, _, d_exts = dst.resolve(f)
             if _core(out.shape) != _core(d_exts):
                 raise InterpreterError(
@@ -161,7 +159,7 @@ def _reduce_rule(kind: str):
             out = out.reshape(d_exts)
             if accum:
                 out = combine(out, dst.read(f).to(acc))
-            dst.write(f, out.to(dst.dtype))
+            dst.write(f, V.wrap_int(out, dst.dtype))
         return reduction
     return rule
 

@@ -13,6 +13,7 @@ import torch
 __all__ = [
     "accum_dtype",
     "cast",
+    "compare_dtype",
     "floordiv",
     "floormod",
     "is_tensor",
@@ -23,6 +24,8 @@ __all__ = [
     "vmax",
     "vmin",
     "where",
+    "wrap_int",
+    "wrap_scalar",
 ]
 
 _DTYPES = {
@@ -58,11 +61,40 @@ def is_tensor(x) -> bool:
 
 
 def accum_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype to compute a matmul or reduction in before casting to `dtype` (tensor cores accumulate fp16 in
-    fp32; integers go through float64, exact for the sums of int8/int32 products that kernels produce)."""
-    if dtype == torch.float64 or not dtype.is_floating_point:
+    """The dtype a matmul or a sum into `dtype` is computed in before it is converted to `dtype` (docs/IR.md's
+    numeric contract): float32 for 16- and 8-bit floats, float64 for float64, and int64 for integers, whose result
+    then wraps around to `dtype`'s width (`wrap_int`) as the GPU's int32 arithmetic does."""
+    if dtype == torch.float64:
         return torch.float64
-    return torch.float32
+    return torch.float32 if dtype.is_floating_point else torch.int64
+
+
+def compare_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a max or min of `dtype` values is taken in: one that holds every value exactly, as on the GPU
+    (16- and 8-bit floats compare in float32, integers in int64 here; values of uint64 above 2^63 excepted)."""
+    if dtype.is_floating_point:
+        return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.int64
+
+
+def wrap_int(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An int64 tensor converted to `dtype`; an integer dtype keeps the low bits (two's complement wrap-around, as
+    CUDA's and torch's integer arithmetic); a float or bool dtype converts as `.to` does."""
+    if dtype.is_floating_point or dtype == torch.bool or t.dtype.is_floating_point:
+        return t.to(dtype)
+    bits = torch.iinfo(dtype).bits
+    if bits < 64:
+        t = t & ((1 << bits) - 1)
+        if dtype.is_signed:
+            t = t - ((t >> (bits - 1)) << bits)  # the top bit set: the value minus 2^bits
+    return t.to(dtype)
+
+
+def wrap_scalar(x: int, dtype: torch.dtype) -> int:
+    """A Python int wrapped around to an integer `dtype`'s range (what a store into such a buffer keeps)."""
+    bits = torch.iinfo(dtype).bits
+    x &= (1 << bits) - 1
+    return x - (1 << bits) if dtype.is_signed and x >> (bits - 1) else x
 
 
 def cast(x, dtype: str):
@@ -77,28 +109,29 @@ def cast(x, dtype: str):
             if math.isnan(x) or math.isinf(x):
                 return torch.tensor(x).to(tdtype).item()
             x = int(x)  # C casts truncate toward zero, as int() does
-        bits = torch.iinfo(tdtype).bits
-        if tdtype.is_signed:
-            x = (int(x) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
-        else:
-            x = int(x) % (1 << bits)
-        return x
+        return wrap_scalar(int(x), tdtype)
     if tdtype == torch.float64:
         return float(x)
     return torch.tensor(float(x), dtype=tdtype)
 
 
 def vmin(a, b):
+    """`T.min`: a NaN operand makes the result NaN (torch.minimum; the GPU's `min.NaN`)."""
     if is_tensor(a) or is_tensor(b):
         a, b = _as_tensors(a, b)
         return torch.minimum(a, b)
+    if a != a or b != b:  # noqa: PLR0124 - the NaN test for Python floats
+        return math.nan
     return min(a, b)
 
 
 def vmax(a, b):
+    """`T.max`: a NaN operand makes the result NaN (torch.maximum; the GPU's `max.NaN`)."""
     if is_tensor(a) or is_tensor(b):
         a, b = _as_tensors(a, b)
         return torch.maximum(a, b)
+    if a != a or b != b:  # noqa: PLR0124 - the NaN test for Python floats
+        return math.nan
     return max(a, b)
 
 

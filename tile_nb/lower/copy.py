@@ -58,7 +58,7 @@ class Operand:
         for d, i in enumerate(idx):
             for c in (i >= 0, i < self.buf.shape[d]):
                 if not self.em.prove(c):
-                    conds.append(c)
+                    conds.append(self.em.fit_int32(c))
         return conjunction(*conds)
 
 
@@ -198,6 +198,7 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
     loading = regs_side is dst
     regs = em.registers[regs_side.buf]
     with T.unroll(0, layout.regs // width) as g:
+        em.bind_range(g, layout.regs // width)  # (index arithmetic near 2^31 must see its range: exprs.fit_int32)
         r0 = g * width
         coords = layout.element(tx, r0)
         oidx = other.indices([coords[d] for d in regs_side.dims])

@@ -24,7 +24,7 @@ from tvm.tirx.script.builder import ir as _ir
 from . import intrin
 from .diagnostics import SourceLines
 from .errors import LoweringError
-from .exprs import rewrite
+from .exprs import fit_int32, reaches_int32_limit, rewrite, widen_index
 from .irwalk import buffers_touched, scope_of
 from .layout import accumulator_register_dtype
 from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
@@ -160,7 +160,11 @@ class Emitter:
     # ---- expressions and buffer access -----------------------------------------------------------------------
     def expr(self, e):
         """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
-        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx))
+        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx), fit=self.fit_int32)
+
+    def fit_int32(self, cond):
+        """`cond` with its int32 index arithmetic in int64 where it can reach the int32 limits (docs/IR.md)."""
+        return fit_int32(cond, self.analyzer)
 
     def prove(self, cond) -> bool:
         return bool(self.analyzer.can_prove(cond))
@@ -207,6 +211,8 @@ class Emitter:
         (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM 0.27's
         CUDA code generation flattens a strided parameter as if it were row-major (seen on the H200: a transposed
         view read 99.8% wrong)."""
+        if self._wide_offsets(buf, indices):  # docs/IR.md's index width
+            indices = [widen_index(i) for i in indices]
         flat = self.flat_views.get(buf)
         if flat is None:
             return buf, list(indices)
@@ -214,6 +220,23 @@ class Emitter:
         for i, stride in zip(indices, buf.strides):
             offset = offset + i * stride
         return flat, [offset]
+
+    def _wide_offsets(self, buf, indices) -> bool:
+        """Whether an access computes its offset into a global tensor in int64: the tensor has int64 dims (2^31
+        elements or more), or the offset of this access can reach the int32 limits (an edge tile's rows past
+        a tensor just below 2^31 elements)."""
+        if any(str(n.ty) == "int64" for n in buf.shape):
+            return True
+        strides = list(buf.strides) or [None] * len(indices)
+        if not all(isinstance(n, tirx.IntImm) for n in list(buf.shape) + list(buf.strides)):
+            return False  # T.dynamic dims: 32-bit, checked at the call
+        if list(buf.strides):
+            offset = sum((i * st for i, st in zip(indices, strides)), tirx.const(0, "int32"))
+        else:
+            offset, stride = tirx.const(0, "int32"), 1
+            for i, n in zip(reversed(indices), reversed(list(buf.shape))):
+                offset, stride = offset + i * stride, stride * int(n)
+        return reaches_int32_limit(offset, self.analyzer)
 
     def global_pointer(self, buf, indices):
         return intrin.address_of(*self.global_ref(buf, indices))

@@ -11,9 +11,11 @@ import tvm
 from tvm import tirx
 from tvm.ir import prim
 
+from . import intrin
 from .errors import LoweringError
 
-__all__ = ["conjunction", "const_int", "is_const_int", "rewrite", "walk_loads"]
+__all__ = ["conjunction", "const_int", "fit_int32", "is_const_int", "reaches_int32_limit", "rewrite", "walk_loads",
+           "widen_index"]
 
 _BINARY = tuple(
     getattr(prim.expr, name)
@@ -24,7 +26,12 @@ _BINARY = tuple(
 _LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
 
 
-def rewrite(expr, var_map: dict, on_load: Callable | None = None):
+_COMPARE = tuple(getattr(prim.expr, name) for name in ("EQ", "NE", "LT", "LE", "GT", "GE"))
+
+
+def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None):
+    """`fit(comparison)`, when given, may replace each rebuilt comparison (the emitter widens index arithmetic
+    that reaches the int32 limits there, `fit_int32`)."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]
@@ -35,6 +42,12 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
             return var_map.get(e, e)
         if isinstance(e, _LEAF) or not isinstance(e, tvm.ir.Expr):
             return e
+        if isinstance(e, (prim.expr.Max, prim.expr.Min)) and str(e.ty).startswith(("float", "bfloat")):
+            # docs/IR.md: a NaN operand makes T.max / T.min NaN (CUDA's fmaxf would drop it)
+            kind = "max" if isinstance(e, prim.expr.Max) else "min"
+            return intrin.minmax_nan(kind, go(e.a), go(e.b), str(e.ty))
+        if fit is not None and isinstance(e, _COMPARE):
+            return fit(type(e)(go(e.a), go(e.b)))
         if isinstance(e, _BINARY):
             return type(e)(go(e.a), go(e.b))
         if isinstance(e, prim.expr.Not):
@@ -64,6 +77,62 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None):
         return e  # StringImm and other leaves
 
     return go(expr)
+
+
+_INDEX_ARITH = tuple(getattr(prim.expr, name) for name in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod",
+                                                             "Min", "Max"))
+
+
+def widen_index(expr):
+    """An int32 index expression computed in int64, exactly: constants and arithmetic rebuilt in int64, every
+    other leaf (variables, loads, calls) cast. Offsets into a tensor with int64 dims (frontend/indexing.py) go
+    through it, so no intermediate wraps around at 2^31 (TVM's simplifier would push a cast over + and * by
+    constants, not over // or a product of variables)."""
+    if not isinstance(expr, tvm.ir.Expr) or str(expr.ty) != "int32":
+        return expr
+    if isinstance(expr, prim.expr.IntImm):
+        return tirx.IntImm("int64", int(expr.value))
+    if isinstance(expr, _INDEX_ARITH):
+        return type(expr)(widen_index(expr.a), widen_index(expr.b))
+    if isinstance(expr, prim.expr.Select):
+        return prim.expr.Select(expr.condition, widen_index(expr.true_value), widen_index(expr.false_value))
+    return prim.expr.Cast("int64", expr)
+
+
+_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def _has_load(expr) -> bool:
+    found = []
+    walk_loads(expr, found.append)
+    return bool(found)
+
+
+def reaches_int32_limit(expr, analyzer) -> bool:
+    """Whether int32 arithmetic `expr` can reach the int32 limits, from the ranges `analyzer` knows (grid, loops).
+    False for an expression holding a load or a variable of unknown range: data-dependent and T.dynamic indices
+    stay 32-bit (docs/IR.md)."""
+    if not isinstance(expr, tvm.ir.Expr) or str(expr.ty) != "int32" or isinstance(expr, prim.expr.IntImm):
+        return False
+    if _has_load(expr):
+        return False
+    for var in tirx.analysis.undefined_vars(expr):
+        bound = analyzer.const_int_bound(var)
+        if bound.min_value <= _INT32_MIN and bound.max_value >= _INT32_MAX:
+            return False
+    bound = analyzer.const_int_bound(expr)
+    # TVM's own passes fail on an int32 expression whose bound is the limit itself ("Literal value 2147483648")
+    return bound.max_value >= _INT32_MAX or bound.min_value <= _INT32_MIN
+
+
+def fit_int32(cond, analyzer):
+    """A comparison of int32 operands redone in int64 when either can reach the int32 limits (`bx * 1024 + i < N`
+    over a grid that covers 2^31 elements), else `cond` itself."""
+    if not isinstance(cond, _COMPARE) or str(cond.a.ty) != "int32":
+        return cond
+    if reaches_int32_limit(cond.a, analyzer) or reaches_int32_limit(cond.b, analyzer):
+        return type(cond)(widen_index(cond.a), widen_index(cond.b))
+    return cond
 
 
 def walk_loads(expr, visit: Callable) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "device_helper",
     "fence_proxy_async",
     "ldmatrix_x4",
+    "minmax_nan",
     "mma_m16n8k16",
     "named_barrier",
     "named_barrier_arrive",
@@ -214,6 +215,50 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask)
 }}
 """
     return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)
+
+
+# The float max/min of docs/IR.md (torch.maximum's): a NaN operand gives NaN. PTX `max.NaN` / `min.NaN` (sm_80+) is
+# one FMNMX as fmaxf is; before sm_80 a compare-select. 16-bit floats have CUDA's __hmax_nan / __hmin_nan; float64
+# has no NaN-propagating instruction.
+_MINMAX_NAN = {
+    "float32": """
+__forceinline__ __device__ float {name}(float a, float b) {{
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("{kind}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : f{kind}f(a, b);
+#endif
+}}
+""",
+    "float64": """
+__forceinline__ __device__ double {name}(double a, double b) {{
+  return (a != a || b != b) ? a + b : f{kind}(a, b);
+}}
+""",
+    "float16": """
+__forceinline__ __device__ half {name}(half a, half b) {{
+  return __h{kind}_nan(a, b);
+}}
+""",
+    "bfloat16": """
+__forceinline__ __device__ nv_bfloat16 {name}(nv_bfloat16 a, nv_bfloat16 b) {{
+  return __h{kind}_nan(a, b);
+}}
+""",
+}
+
+
+def minmax_nan(kind: str, a, b, dtype: str) -> tirx.Expr:
+    """`max(a, b)` (kind "max") or `min(a, b)` of floats where a NaN operand gives NaN, as torch.maximum and the
+    interpreter; a dtype without such a helper (8-bit floats) keeps TVM's own max/min."""
+    dtype = str(dtype)
+    template = _MINMAX_NAN.get(dtype)
+    if template is None:
+        return tirx.max(a, b) if kind == "max" else tirx.min(a, b)
+    name = f"tnb_{kind}_nan_{dtype}"
+    return cuda_func_call(name, a, b, source_code=template.format(name=name, kind=kind), return_type=dtype)
 
 
 def warp_uniform(value) -> tirx.Expr:

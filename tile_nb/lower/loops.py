@@ -109,6 +109,7 @@ def _emit_over_registers(em, loops, body, layout):
     rank = len(layout.shape)
     related = {}  # fragment -> (indices it must be accessed at, register), from the loop's point of view
     with T.unroll(0, layout.regs) as r:
+        em.bind_range(r, layout.regs)  # (index arithmetic near 2^31 must see its range: exprs.fit_int32)
         coords = layout.element(tx, r)
         loop_vars = [l.loop_var for l in loops]
         for buf in em.registers:

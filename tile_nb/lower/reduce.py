@@ -11,8 +11,10 @@ The result, in `L.slice(dim)`, goes to dst's registers (inference gives dst that
 is stored once (first replica). A source in memory is reduced serially: each thread computes the results it holds
 (a register dst) or a share of them (round-robin).
 
-docs/IR.md's rule: sums accumulate in float32 (float64 for float64, int32/int64 for integers) and are rounded to
-dst's dtype once; with accum the old dst value joins in that precision. Max and min start from -inf / +inf.
+docs/IR.md's rule: sums accumulate in float32 (float64 for float64, int32/int64 for integers, wrapping around) and
+are rounded to dst's dtype once; with accum the old dst value joins in that precision. Max and min compare in a
+dtype that holds the source exactly (`compare_dtype`), start from -inf / +inf (the integer limits), and a NaN
+operand makes the result NaN (intrin.minmax_nan), as torch's amax / amin.
 """
 from __future__ import annotations
 
@@ -26,16 +28,31 @@ from .exprs import conjunction
 from .irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
 
-__all__ = ["accumulation_dtype", "lower_reduce"]
+__all__ = ["accumulation_dtype", "compare_dtype", "lower_reduce", "reduction_dtype"]
 
 
 def accumulation_dtype(dtype: str) -> str:
+    """The dtype a sum into `dtype` accumulates in (integers wrap around in it; the cast to `dtype` keeps the low
+    bits, so the result is the exact sum modulo 2^bits of `dtype`)."""
     dtype = str(dtype)
     if dtype == "float64":
         return "float64"
     if dtype.startswith(("float", "bfloat")):
         return "float32"
     return "int64" if dtype in ("int64", "uint64") else "int32"
+
+
+def compare_dtype(dtype: str) -> str:
+    """The dtype a max or min over `dtype` values is taken in: every value of `dtype` exactly (uint32 above 2^31
+    would turn negative in int32)."""
+    dtype = str(dtype)
+    if dtype.startswith(("float", "bfloat")):
+        return "float64" if dtype == "float64" else "float32"
+    return dtype if dtype in ("uint32", "int64", "uint64") else "int32"
+
+
+def reduction_dtype(kind: str, src_dtype: str, dst_dtype: str) -> str:
+    return accumulation_dtype(dst_dtype) if kind == "sum" else compare_dtype(src_dtype)
 
 
 def _init(kind: str, dtype: str):
@@ -49,6 +66,9 @@ def _init(kind: str, dtype: str):
 def _combine(kind: str, a, b):
     if kind == "sum":
         return a + b
+    dtype = str(a.ty)
+    if dtype.startswith(("float", "bfloat")):
+        return intrin.minmax_nan(kind, a, b, dtype)
     return tirx.max(a, b) if kind == "max" else tirx.min(a, b)
 
 
@@ -74,7 +94,7 @@ def lower_reduce(em, call):
 def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
     layout = em.plan.layout(src)
     out = layout.slice(dim)
-    acc = accumulation_dtype(dst.dtype if kind == "sum" else src.dtype)
+    acc = reduction_dtype(kind, src.dtype, dst.dtype)
     init = _init(kind, acc)
     tx = em.tx
     src_regs = em.registers[src]
@@ -149,6 +169,7 @@ def _write_result(em, kind, dst, drng, out, partial, accum, acc):
         return
     dmins = [em.expr(m) for m, _ in drng]
     with T.unroll(0, out.regs) as o:
+        em.bind_range(o, out.regs)  # (index arithmetic near 2^31 must see its range: exprs.fit_int32)
         idx = _place(dmins, drng, out.element(tx, o), out.shape)
         guard = conjunction(out.valid(tx, o), out.replica_zero(tx))
         value = tirx.BufferLoad(partial, [o])
@@ -184,7 +205,7 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
     dmins = [em.expr(m) for m, _ in drng]
     out_dims = [d for d in range(len(sext)) if d not in axes]
     red_ext = [sext[d] for d in axes]
-    acc = accumulation_dtype(dst.dtype if kind == "sum" else src.dtype)
+    acc = reduction_dtype(kind, src.dtype, dst.dtype)
     init = _init(kind, acc)
 
     def reduce_into(running, out_idx):

@@ -29,6 +29,8 @@ def distribute(em, extents, body_fn):
     static = isinstance(total, int)
     steps = (total + threads - 1) // threads if static else tirx.floordiv(total + threads - 1, threads)
     with T.serial(0, steps) as it:
+        if static:
+            em.bind_range(it, steps)  # so index arithmetic near 2^31 is seen to need 64 bits (exprs.fit_int32)
         flat = it * threads + em.tx
         idx, rest = [], flat
         for e in reversed(extents):

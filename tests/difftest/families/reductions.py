@@ -27,7 +27,8 @@ class ReduceSpec:
     in_dtype: str
     acc_dtype: str
     out_dtype: str
-    values: str = "int"     # "int": integer-valued inputs (exact sums), "normal": randn * 3
+    values: str = "int"     # "int": integer-valued inputs (exact sums), "normal": randn * 3, and (known.py only)
+    #                         "wrap": int32 up to 2^30 (sums wrap around), "nan": randn * 3 with NaNs
     buffer: str = "shared"  # scope of the tile the reduction reads
     masked: bool = False    # edges set to the identity (else they are read as 0 and take part)
     combine: str = "accum"  # "accum": reduce with clear=False; "partial": reduce into a partial, then combine
@@ -78,8 +79,9 @@ def render(spec: ReduceSpec) -> Case:
     name = kernel_name("reduce", spec)
     # integer sums stay exact: |sum| <= 130 * hi must be below 2048 (float16) or 256 (bfloat16)
     hi = {"float16": 4, "bfloat16": 1}.get(spec.acc_dtype, 100)
-    X = TensorArg("X", spec.shape, spec.in_dtype,
-                  **({"values": "int", "hi": hi} if spec.values == "int" else {"values": "normal", "scale": 3.0}))
+    values = {"int": {"values": "int", "hi": hi}, "wrap": {"values": "int", "hi": 2 ** 30},
+              "nan": {"values": "nan", "scale": 3.0}}.get(spec.values, {"values": "normal", "scale": 3.0})
+    X = TensorArg("X", spec.shape, spec.in_dtype, **values)
     out_len = spec.shape[keep]
     Y = TensorArg("Y", (out_len,), spec.out_dtype, values="poison", view="guarded")
     n_tiles_expr = f"T.ceildiv({'MN'[spec.dim]}, {spec.tile[spec.dim]})"
@@ -123,7 +125,7 @@ def render(spec: ReduceSpec) -> Case:
         fill = _torch_identity(spec.op, spec.in_dtype) if spec.masked else "0"
         model(f"value = tiled_reduce(X, {spec.tile}, {spec.dim}, {spec.op!r}, torch.{spec.acc_dtype}, {fill})")
         model(f"return {{'Y': value.to(torch.{spec.out_dtype})}}")
-    if spec.op != "sum" or spec.values == "int":
+    if spec.op != "sum" or spec.values in ("int", "wrap"):
         rules = {"model": exact(), "gpu": exact()}
     else:
         terms = spec.shape[spec.dim]
