@@ -152,6 +152,16 @@ def test_op_call_equals_direct_call():
     torch.testing.assert_close(got, direct)
 
 
+def test_op_eager_path_goes_through_the_dispatcher_only_when_needed():
+    """Plain tensors: the kernel's own call (no dispatcher); a tensor that requires grad with grad mode on: the op."""
+    op = tt.op(scaled_mul)
+    x, w = rand(16).requires_grad_(), rand(16, seed=1)
+    with torch.no_grad():
+        assert not op(x, w, scale=2.0).requires_grad
+    y = op(x, w, scale=2.0)
+    assert y.grad_fn is not None and "tile_nb" in y.grad_fn.name()
+
+
 def test_op_call_mutates_like_the_kernel():
     x, y = rand(70), rand(70, seed=1)
     expected = y + x
