@@ -248,6 +248,26 @@ def test_compile_graph_holds_the_op(fresh_dynamo):
     assert any("tile_nb.scaled_mul" in t for t in targets), targets
 
 
+def test_compile_kernel_held_by_a_module(fresh_dynamo):
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel = scaled_mul
+            self.w = torch.nn.Parameter(rand(40, seed=1))
+
+        def forward(self, x):
+            return self.kernel(x, self.w, 3.0) - 1          # the compile-time scale given positionally
+
+    module = Scale()
+    x = rand(40)
+    with torch.no_grad():
+        expected = module(x)
+        got = torch.compile(module, fullgraph=True, backend="aot_eager")(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(expected, 3.0 * x * module.w.detach() - 1)
+    assert graph_breaks() == {}
+
+
 def test_compile_mutating_kernel(fresh_dynamo):
     def f(x, y):
         add_into(x * 2, y)

@@ -277,7 +277,6 @@ class KernelOp:
         return found
 
     def _register(self, compile_values: dict, extra: dict) -> OpEntry:
-        import torch
 
         kernel = self.kernel
         name = kernel.definition.name
@@ -339,7 +338,7 @@ class KernelOp:
         mutated = tuple(n for n in tensor_names if n in written)
         entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
                         positional, extra=dict(extra))
-        custom = torch.library.custom_op(qualname, _impl_of(entry), mutates_args=mutated, schema=schema)
+        custom = _custom_op(qualname, _impl_of(entry), mutated, schema)
         custom.register_fake(_fake_of(entry))
         if outputs and not mutated:  # a functional op: a backward through it names the pairing API
             custom.register_autograd(_no_backward(entry))
@@ -426,6 +425,20 @@ class KernelOp:
         return tuple(p.name for p in self.kernel.signature.params if not p.keyword_only)[:n]
 
 
+def _custom_op(qualname: str, impl, mutated: tuple, schema: str):
+    """torch.library.custom_op with the tag that keeps inductor from changing the strides the kernel sees (its
+    tensors are checked for the layout their annotation asks, as in eager mode): needs_exact_strides where torch
+    has it, else needs_fixed_stride_order; no tag before torch 2.5 (no tags= then)."""
+    import torch
+
+    tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order", None)
+    try:
+        return torch.library.custom_op(qualname, impl, mutates_args=mutated, schema=schema,
+                                       tags=(tag,) if tag is not None else ())
+    except TypeError:
+        return torch.library.custom_op(qualname, impl, mutates_args=mutated, schema=schema)
+
+
 def _op_basename(name: str) -> str:
     safe = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return safe if safe and not safe[0].isdigit() else f"k_{safe}"
@@ -446,7 +459,8 @@ def _no_backward(entry: OpEntry):
         name = entry.kernel.definition.name
         raise NoBackwardError(
             f"{name}() has no backward kernel paired, so there is no gradient through {entry.qualname} (an input "
-            "requires grad, and a backward reached this op)", **entry.kernel._def_where(),
+            "requires grad, and autograd, or the backward torch.compile traces, reached it)",
+            **entry.kernel._def_where(),
             hint=f"pair one: tile_nb.torch.autograd({name}, backward=<kernel>, save=(...)); or pass tensors "
                  "that do not require grad (.detach(), torch.no_grad())")
 
