@@ -190,6 +190,14 @@ def test_rmsnorm_gradients_match_torch():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("which", ["kernel backward", "python backward"])
+def test_opcheck_paired(which):
+    if which == "kernel backward":
+        torch.library.opcheck(mul.custom_op(scale=2.0), (rand(20), rand(20, seed=1)))
+    else:
+        torch.library.opcheck(rmsnorm.custom_op(), (rand(6, 48), rand(48, seed=1)))
+
+
 def test_compile_values_reach_the_backward():
     """A backward kernel's compile-time parameters named like the forward's take the forward call's values."""
     x, w = rand(10), rand(10, seed=1)

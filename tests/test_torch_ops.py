@@ -177,6 +177,27 @@ def test_op_scalars_and_two_outputs():
     torch.testing.assert_close(scaled, 0.5 * x.double())
 
 
+def _opcheck_cases(device="cpu"):
+    return {
+        "functional": (lambda: tt.op(scaled_mul).custom_op(scale=2.0), lambda: (rand(100, device=device),
+                                                                              rand(100, seed=1, device=device))),
+        "mutating": (lambda: tt.op(add_into).custom_op(), lambda: (rand(70, device=device),
+                                                                 rand(70, seed=1, device=device))),
+        "scalar, two outputs": (lambda: tt.op(row_stats).custom_op(out_dtype=T.float64),
+                                lambda: (rand(6, 32, device=device), 0.5)),
+        "atomic writes": (lambda: tt.op(col_sums).custom_op(), lambda: (rand(8, 5, device=device),
+                                                                      torch.zeros(5, device=device))),
+    }
+
+
+@pytest.mark.parametrize("case", list(_opcheck_cases()))
+def test_opcheck(case):
+    """torch.library.opcheck: the schema's mutations are the real ones, the fake implementation agrees with the
+    kernel, the autograd registration is sound, and AOT dispatch works with dynamic shapes."""
+    make_op, make_args = _opcheck_cases()[case]
+    torch.library.opcheck(make_op(), make_args())
+
+
 # ---- fake tensors, make_fx ----------------------------------------------------------------------------------------
 def test_fake_tensor_shapes_dtypes_devices():
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -404,6 +425,13 @@ def test_gpu_compile_dynamic_and_mutating(fresh_dynamo):
         torch.testing.assert_close(compiled(x, y2), f(x, y1))
         torch.testing.assert_close(y2, y1)
     assert graph_breaks() == {}
+
+
+@gpu
+@pytest.mark.parametrize("case", list(_opcheck_cases()))
+def test_gpu_opcheck(case):
+    make_op, make_args = _opcheck_cases("cuda")[case]
+    torch.library.opcheck(make_op(), make_args())
 
 
 @gpu
