@@ -205,6 +205,54 @@ def test_compile_values_reach_the_backward():
     torch.testing.assert_close(gx, 5.0 * w.detach())
 
 
+# ---- two outputs, gradients named by inputs= -------------------------------------------------------------------------
+@tile_nb.jit
+def prod_sum_bwd(X, W, grad_P, grad_S, block: int = 64):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float64]
+    W: T.Tensor[[N], T.float64]
+    grad_P: T.Tensor[[N], T.float64]
+    grad_S: T.Tensor[[N], T.float64]
+    dW = T.empty((N,), T.float64)
+    dX = T.empty((N,), T.float64)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            k = bx * block + i
+            if k < N:
+                dX[k] = grad_P[k] * W[k] + grad_S[k]
+                dW[k] = grad_P[k] * X[k] + grad_S[k]
+    return dW, dX
+
+
+@tt.autograd(backward=prod_sum_bwd, inputs=("W", "X"))
+@tile_nb.jit
+def prod_sum(X, W, block: int = 64):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float64]
+    W: T.Tensor[[N], T.float64]
+    P = T.empty((N,), T.float64)
+    S = T.empty((N,), T.float64)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            k = bx * block + i
+            if k < N:
+                P[k] = X[k] * W[k]
+                S[k] = X[k] + W[k]
+    return P, S
+
+
+def test_two_outputs_gradcheck():
+    x, w = rand(30), rand(30, seed=1)
+    assert torch.autograd.gradcheck(lambda a, b: prod_sum(a, b), (x, w))
+
+
+def test_two_outputs_one_unused():
+    x, w = rand(30), rand(30, seed=1)
+    gx, gw = grads(lambda a, b: prod_sum(a, b)[0].sum(), x, w)
+    torch.testing.assert_close(gx, w.detach())
+    torch.testing.assert_close(gw, x.detach())
+
+
 # ---- torch.compile -----------------------------------------------------------------------------------------------
 def _loss(a, b):
     return (mul(a.sin(), b, scale=2.0) ** 2).sum() + rmsnorm(a.view(4, 16) * 2, b[:16]).cos().sum()

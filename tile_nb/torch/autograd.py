@@ -169,6 +169,7 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
         values.update(zip(out_names, outs))
         ctx.save_for_backward(*[values[n] for n in saved_tensors])
         ctx.tile_nb_scalars = {n: values[n] for n in scalar_names}
+        ctx.tile_nb_outputs = [(o.shape, o.dtype, o.device) for o in outs]  # a None gradient becomes zeros
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
@@ -176,7 +177,10 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
         for pname, (kind, key) in feeds.items():
             if kind == "grad":
                 g = grads[key]
-                kwargs[pname] = g.contiguous() if g is not None else torch.zeros_like(saved[0])
+                if g is None:
+                    shape, dtype, device = ctx.tile_nb_outputs[key]
+                    g = torch.zeros(shape, dtype=dtype, device=device)
+                kwargs[pname] = g.contiguous()
             elif kind == "saved":
                 kwargs[pname] = saved[key]
             else:

@@ -98,8 +98,8 @@ class OpEntry:
                "grad": torch._C.is_grad_enabled, "PLAIN": (torch.Tensor, torch.nn.Parameter),
                "overload": self.overload, "kernel": self.kernel}
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
-        grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"
-        exec(template.format(test=f"stack() or functorch(){types} or (grad() and ({grads}))"), env)  # noqa: S102
+        grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
+        exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
         return env[name]
 
     def call_kernel(self, *runtime):
