@@ -302,6 +302,31 @@ def test_compile_mutating_kernel(fresh_dynamo):
     assert graph_breaks() == {}
 
 
+def test_writing_a_tensor_that_requires_grad_is_refused(fresh_dynamo):
+    """As the bare kernel refuses it: the write would bypass autograd (torch refuses in-place ops on such leaves)."""
+    from tile_nb.errors import RequiresGradError
+
+    x, y = rand(10), rand(10, seed=1).requires_grad_()
+    with pytest.raises(RequiresGradError, match="writes argument 'Y', which requires grad"):
+        tt.op(add_into)(x, y)
+
+    def f(x, y):
+        add_into(x, y)
+        return y * 2
+
+    with pytest.raises(Exception, match="writes argument 'Y', which requires grad"):
+        torch.compile(f, fullgraph=True, backend="aot_eager")(x, y)
+
+    def g(x, y):
+        with torch.no_grad():
+            add_into(x, y)
+        return y * 2
+
+    expected = y.detach() + x
+    torch.testing.assert_close(torch.compile(g, fullgraph=True, backend="aot_eager")(x, y), 2 * expected)
+    torch.testing.assert_close(y.detach(), expected)
+
+
 def test_compile_keyword_compile_time_values_and_scalars(fresh_dynamo):
     def f(x):
         sums, scaled = row_stats(x, 0.25, out_dtype=T.float64, block_M=8)

@@ -87,7 +87,7 @@ class OpEntry:
     def eager(self):
         """`eager(args, kwargs)`: the kernel's own call when `plain(args)`, else the op's; for a call whose
         positional arguments are exactly the runtime arguments (the rest are compile-time keywords)."""
-        return self._generated("eager", "def eager(a, kw):\n    if {test}:\n        return overload(*a)\n"
+        return self._generated("eager", "def eager(a, kw):\n    if {test}:\n        return dispatch(a)\n"
                                         "    return kernel(*a, **kw)\n")
 
     def _generated(self, name: str, template: str):
@@ -96,11 +96,30 @@ class OpEntry:
         idx = [self.runtime_names.index(n) for n in self.tensor_names]
         env = {"stack": torch._C._len_torch_dispatch_stack, "functorch": torch._C._are_functorch_transforms_active,
                "grad": torch._C.is_grad_enabled, "PLAIN": (torch.Tensor, torch.nn.Parameter),
-               "overload": self.overload, "kernel": self.kernel}
+               "dispatch": self.dispatch, "kernel": self.kernel}
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
         grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
         exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
         return env[name]
+
+    def dispatch(self, runtime):
+        """The call through torch's dispatcher. A tensor the kernel writes must not require grad while grad mode is
+        on (the write would bypass autograd): the bare kernel's RequiresGradError, where torch would raise its
+        in-place-on-a-leaf error."""
+        if self.mutated:
+            import torch
+
+            if torch.is_grad_enabled():
+                from ..frontend.checks import check_not_autograd
+
+                for name in self.mutated:
+                    value = runtime[self.runtime_names.index(name)]
+                    if getattr(value, "requires_grad", False):
+                        param = self.template.elaboration.buffers[name]
+                        check_not_autograd(self.kernel.definition.name, name, value,
+                                           dict(filename=param.filename, lineno=param.lineno, col=param.col,
+                                                end_col=param.end_col))
+        return self.overload(*runtime)
 
     def call_kernel(self, *runtime):
         """The op's CPU and CUDA kernel: the kernel's own call (interpreter or compiled kernel)."""
@@ -360,7 +379,7 @@ class KernelOp:
             entry, runtime = self._bind(args, kwargs)
             if entry.plain(runtime):
                 return self.kernel(*args, **kwargs)
-            return entry.overload(*runtime)
+            return entry.dispatch(runtime)
         return entry.eager(args, kwargs)
 
     def _bind(self, args, kwargs):
@@ -378,7 +397,7 @@ class KernelOp:
             raise ArgumentCountError(f"{self.kernel.definition.name}() missing {len(missing)} runtime argument(s): "
                                      f"{', '.join(repr(m) for m in missing)}", **self.kernel._def_where())
         runtime = tuple(given[n] for n in entry.runtime_names)
-        if not rkeys and rpos == tuple(range(len(entry.runtime_names))):  # the runtime arguments come first
+        if not rkeys and len(args) == len(rpos) == len(entry.runtime_names):  # positional: the runtime arguments
             try:
                 if kwargs:
                     self._by_kwargs[(len(args), tuple(kwargs.items()))] = entry
@@ -408,14 +427,24 @@ class KernelOp:
             named = {positional[i].name: v for i, v in static_positional}
             named.update(static_keywords)
             entry = me.entry(named)
-            return entry.opname, tuple(entry.runtime_names)
+            return entry.opname, tuple(entry.runtime_names), entry.mutated
+
+        @torch._dynamo.assume_constant_result
+        def refuse(name, written):
+            entry = next(e for e in me._entries.values() if e.opname == name)
+            entry.dispatch([_RequiresGrad() if n in written else None for n in entry.runtime_names])
 
         def call(*args, **kwargs):
             rpos, spos, rkeys, skeys, names = split(len(args), tuple(kwargs))
-            name, runtime_names = opname(tuple((i, args[i]) for i in spos), {k: kwargs[k] for k in skeys})
+            name, runtime_names, mutated = opname(tuple((i, args[i]) for i in spos),
+                                                  {k: kwargs[k] for k in skeys})
             by_name = {names[i]: args[i] for i in rpos}
             for k in rkeys:
                 by_name[k] = kwargs[k]
+            if mutated and torch.is_grad_enabled():  # constants while tracing: grad mode, requires_grad
+                written = tuple(n for n in mutated if by_name[n].requires_grad)
+                if written:
+                    refuse(name, written)
             return getattr(getattr(torch.ops, NAMESPACE), name).default(*[by_name[n] for n in runtime_names])
 
         self._dynamo_fn = call
@@ -423,6 +452,13 @@ class KernelOp:
 
     def _names_of_positions(self, n: int) -> tuple:
         return tuple(p.name for p in self.kernel.signature.params if not p.keyword_only)[:n]
+
+
+class _RequiresGrad:
+    """Stands for a written tensor that requires grad in `KernelOp._dynamo_call`'s refusal (a real tensor is not
+    at hand at trace time)."""
+
+    requires_grad = True
 
 
 def _custom_op(qualname: str, impl, mutated: tuple, schema: str):
