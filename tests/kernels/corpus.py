@@ -71,19 +71,19 @@ CORPUS = {
 
 
 def cuda_source(name: str) -> str:
-    """The CUDA source the corpus kernel `name` compiles to (nvcc builds it; the disk cache is not used)."""
+    """The CUDA source the corpus kernel `name` compiles to with the lowering's defaults (every TILE_NB_* switch
+    unset but the SM count; nvcc builds it; the disk cache is not used)."""
+    from tile_nb.lower import ENV_SWITCHES
     from tile_nb.runtime import compile as rt_compile
 
     make, arch = CORPUS[name]
-    previous = os.environ.get("TILE_NB_SM_COUNT")
+    saved = {k: os.environ.pop(k) for k in ENV_SWITCHES if k in os.environ}
     os.environ["TILE_NB_SM_COUNT"] = SM_COUNT
     try:
         return rt_compile(make(), arch, options={"cache": False}).cuda_source
     finally:
-        if previous is None:
-            os.environ.pop("TILE_NB_SM_COUNT")
-        else:
-            os.environ["TILE_NB_SM_COUNT"] = previous
+        os.environ.pop("TILE_NB_SM_COUNT")
+        os.environ.update(saved)
 
 
 def sha256(text: str) -> str:
