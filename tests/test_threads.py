@@ -314,3 +314,41 @@ def test_launch_from_threads_on_gpu():
     assert kernel.stats["compilations"] == len(items)
     X, Y = (a.cuda() for a in inputs(2, 33, seed=7))
     check_result([r.cpu() for r in kernel(X, Y)], X.cpu(), Y.cpu())
+
+
+def test_autotuner_searches_each_key_once_under_threads(monkeypatch):
+    """Threads calling an autotuned kernel with new shapes at once: one searches, the others wait for its choice."""
+    import time
+    import types
+
+    from tile_nb.bench import tuning
+
+    searches = []
+
+    def fake_search(self, args, kwargs, configs, **overrides):
+        searches.append(tuple(args[0].shape))
+        time.sleep(0.05)  # long enough for the other threads to arrive while the search runs
+        return types.SimpleNamespace(best_config=dict(configs[-1]), from_cache=False)
+
+    monkeypatch.setattr(tuning, "gpu_available", lambda args: (True, None))
+    monkeypatch.setattr(tile_nb.Autotuner, "_search", fake_search)
+    tuned = tile_nb.autotune(configs={"block_M": [4, 8]})(make_kernel().fn)
+    shapes = [(m, 5) for m in MS]
+    chosen, errors = [], []
+
+    def work(t):
+        try:
+            for m, n in rotated(shapes, t):
+                chosen.append(tuned.config_for(torch.randn(m, n), torch.randn(m, n)))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert sorted(searches) == sorted((m, n) for m, n in shapes)  # one search per tuning key
+    assert all(c == {"block_M": 8} for c in chosen) and len(chosen) == THREADS * len(shapes)
+    assert tuned.stats["searched"] == len(shapes)

@@ -21,10 +21,12 @@ Everything else (`template`, `specialize`, `compile`, `show`, `bench`, ...) is t
 from __future__ import annotations
 
 import functools
+import threading
 import types
 import warnings
 from typing import Any
 
+from ._locks import KeyedLocks, build_once
 from .jit import JITFunction, jit
 
 __all__ = ["Autotuner", "autotune"]
@@ -57,6 +59,8 @@ class Autotuner:
         self._fast: dict[tuple, dict] = {}      # call shapes -> configuration
         self._warned_cpu = False
         self.stats = {"searched": 0, "from_store": 0, "from_memory": 0}
+        self._stats_lock = threading.Lock()
+        self._searching = KeyedLocks()
         functools.update_wrapper(self, kernel.fn)
 
     def __getattr__(self, name: str):
@@ -123,16 +127,23 @@ class Autotuner:
         memo = tuple(sorted((k, repr(v)) for k, v in key_values.items()))
         config = self._chosen.get(memo)
         if config is not None:
-            self.stats["from_memory"] += 1
+            self._count("from_memory")
             return config
+        # Threads calling with new shapes at once: one searches, the others wait for its choice.
+        return build_once(self._chosen, memo, lambda: self._choose(memo, key_values, args, kwargs), self._searching)
+
+    def _choose(self, memo: tuple, key_values: dict, args, kwargs) -> dict:
         result = self._search(args, kwargs, self.configs)
         if result.best_config is None:
             raise NoConfigurationError(f"{self.__name__}: no configuration of {len(self.configs)} ran for "
                                        f"{key_values}:\n{result.table()}")
-        self.stats["from_store" if result.from_cache else "searched"] += 1
+        self._count("from_store" if result.from_cache else "searched")
         self.results[memo] = result
-        self._chosen[memo] = dict(result.best_config)
-        return self._chosen[memo]
+        return dict(result.best_config)
+
+    def _count(self, what: str) -> None:
+        with self._stats_lock:
+            self.stats[what] += 1
 
     def _search(self, args, kwargs, configs, **overrides):
         from .bench.tuning import tune
