@@ -9,10 +9,12 @@ TVM is imported inside `compile`, so importing this package is cheap.
 """
 from ..backend.resources import Resources
 from .cache import DiskCache, cache_dir
+from .cache_guard import CacheSecurityError
 from .compile import clear_cache, clear_memory_cache, compile, with_device_facts
 from .kernel import CompiledKernel, KernelNotLaunchableError
 
 __all__ = [
+           "CacheSecurityError",
            "CompiledKernel",
            "DiskCache",
            "KernelNotLaunchableError",
