@@ -143,10 +143,8 @@ def _exit_text(code: int | None) -> str:
 
 def worker_env(hide_gpus: bool = True) -> dict:
     """The workers' environment: the parent's, tile_nb importable, GPUs hidden, one thread each."""
-    import tile_nb
-
     env = dict(os.environ)
-    root = str(Path(tile_nb.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])   # the folder holding the tile_nb package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if hide_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -19,13 +19,14 @@ A code line that came from a line of the kernel's source has a tooltip naming it
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tile_nb.notebook.diff import align
 from tile_nb.notebook.highlight import escape, highlight_lines
 
-if TYPE_CHECKING:  # views.py renders through this module: the types only, no import cycle
-    from tile_nb.notebook.views import KernelView, Section
+# views.py renders through this module, so this one reads its objects by their fields and imports nothing of it.
+KernelView = Any   # a tile_nb.notebook.views.KernelView
+Section = Any      # a tile_nb.notebook.views.Section
 
 __all__ = ["render_kernel_view"]
 
