@@ -8,9 +8,9 @@ interleave the lines and the median is reported. Two kernels, both at tiny sizes
   - the seed GEMM at 128^3 writing C in place (a mutating op: `Tensor(a!) C`), next to torch.matmul;
   - an elementwise y = scale * x * w on 4096 fp16 values returning a T.empty output (a functional op).
 For each: the bare cached call `kernel(...)`; `tile_nb.torch.op(kernel)(...)` (the op object in eager mode: the
-kernel directly when torch needs no dispatcher, which is the target: <= 1 us over the bare call); the CustomOpDef
-and the OpOverload `torch.ops.tile_nb.<op>.default` (through torch's dispatcher and custom_op's Python autograd
-kernel); the op with inputs that require grad (the autograd path). Then a small model (`relu(kernel(x + 1, w)) * 3`)
+kernel directly when torch needs no dispatcher, which is the target: <= 1 us over the bare call); the OpOverload
+`torch.ops.tile_nb.<op>.default` (torch's dispatcher, the op's Python Autograd kernel and backend kernel: what a
+compiled graph pays per call); the op with inputs that require grad (the autograd path). Then a small model (`relu(kernel(x + 1, w)) * 3`)
 in eager mode against torch.compile (inductor; the claim: the compiled graph is no slower than eager) and, where
 CUDA graphs capture it, mode="reduce-overhead".
 """
@@ -88,10 +88,8 @@ def main():
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
 
     gemm_op = tt.op(gemm)
-    gemm_custom = gemm_op.custom_op()
     gemm_overload = gemm_op.entry({}).overload
     mul_op = tt.op(scaled_mul)
-    mul_custom = mul_op.custom_op(scale=2.0)
     mul_overload = mul_op.entry({"scale": 2.0}).overload
 
     gemm(a, b, c)
@@ -113,12 +111,10 @@ def main():
         "torch.matmul(a, b, out=c16)": lambda: torch.matmul(a, b, out=c16),
         "gemm(a, b, c)  (bare cached call)": lambda: gemm(a, b, c),
         "op(gemm)(a, b, c)  (op object, eager)": lambda: gemm_op(a, b, c),
-        "CustomOpDef(a, b, c)  (dispatcher)": lambda: gemm_custom(a, b, c),
         "torch.ops.tile_nb.gemm_N.default(a, b, c)": lambda: gemm_overload(a, b, c),
         "x * w  (torch, for scale)": lambda: x * w,
         "scaled_mul(x, w, scale=2.0)  (bare cached call)": lambda: scaled_mul(x, w, scale=2.0),
         "op(scaled_mul)(x, w, scale=2.0)  (op object, eager)": lambda: mul_op(x, w, scale=2.0),
-        "CustomOpDef(x, w)  (dispatcher)": lambda: mul_custom(x, w),
         "torch.ops.tile_nb.scaled_mul_N.default(x, w)": lambda: mul_overload(x, w),
         "op(scaled_mul)(xg, wg)  (requires grad: autograd path)": lambda: mul_op(xg, wg, scale=2.0),
     }

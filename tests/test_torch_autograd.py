@@ -193,9 +193,9 @@ def test_rmsnorm_gradients_match_torch():
 @pytest.mark.parametrize("which", ["kernel backward", "python backward"])
 def test_opcheck_paired(which):
     if which == "kernel backward":
-        torch.library.opcheck(mul.custom_op(scale=2.0), (rand(20), rand(20, seed=1)))
+        torch.library.opcheck(mul.torch_op(scale=2.0), (rand(20), rand(20, seed=1)))
     else:
-        torch.library.opcheck(rmsnorm.custom_op(), (rand(6, 48), rand(48, seed=1)))
+        torch.library.opcheck(rmsnorm.torch_op(), (rand(6, 48), rand(48, seed=1)))
 
 
 def test_compile_values_reach_the_backward():

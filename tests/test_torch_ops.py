@@ -144,7 +144,7 @@ def test_op_call_equals_direct_call():
     x, w = rand(100), rand(100, seed=1)
     direct = scaled_mul(x, w, scale=2.0)
     through = tt.op(scaled_mul)(x, w, scale=2.0)
-    via_dispatcher = tt.op(scaled_mul).custom_op(scale=2.0)(x, w)
+    via_dispatcher = tt.op(scaled_mul).torch_op(scale=2.0)(x, w)
     torch.testing.assert_close(through, direct)
     torch.testing.assert_close(via_dispatcher, direct)
     torch.testing.assert_close(direct, 2.0 * x * w)
@@ -165,13 +165,13 @@ def test_op_eager_path_goes_through_the_dispatcher_only_when_needed():
 def test_op_call_mutates_like_the_kernel():
     x, y = rand(70), rand(70, seed=1)
     expected = y + x
-    assert tt.op(add_into).custom_op()(x, y) is None
+    assert tt.op(add_into).torch_op()(x, y) is None
     torch.testing.assert_close(y, expected)
 
 
 def test_op_scalars_and_two_outputs():
     x = rand(6, 32)
-    sums, scaled = tt.op(row_stats).custom_op(out_dtype=T.float64)(x, 0.5)
+    sums, scaled = tt.op(row_stats).torch_op(out_dtype=T.float64)(x, 0.5)
     assert sums.dtype == scaled.dtype == torch.float64
     torch.testing.assert_close(sums, 0.5 * x.double().sum(1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(scaled, 0.5 * x.double())
@@ -179,13 +179,13 @@ def test_op_scalars_and_two_outputs():
 
 def _opcheck_cases(device="cpu"):
     return {
-        "functional": (lambda: tt.op(scaled_mul).custom_op(scale=2.0), lambda: (rand(100, device=device),
+        "functional": (lambda: tt.op(scaled_mul).torch_op(scale=2.0), lambda: (rand(100, device=device),
                                                                               rand(100, seed=1, device=device))),
-        "mutating": (lambda: tt.op(add_into).custom_op(), lambda: (rand(70, device=device),
+        "mutating": (lambda: tt.op(add_into).torch_op(), lambda: (rand(70, device=device),
                                                                  rand(70, seed=1, device=device))),
-        "scalar, two outputs": (lambda: tt.op(row_stats).custom_op(out_dtype=T.float64),
+        "scalar, two outputs": (lambda: tt.op(row_stats).torch_op(out_dtype=T.float64),
                                 lambda: (rand(6, 32, device=device), 0.5)),
-        "atomic writes": (lambda: tt.op(col_sums).custom_op(), lambda: (rand(8, 5, device=device),
+        "atomic writes": (lambda: tt.op(col_sums).torch_op(), lambda: (rand(8, 5, device=device),
                                                                       torch.zeros(5, device=device))),
     }
 
@@ -339,7 +339,7 @@ def test_compile_keyword_compile_time_values_and_scalars(fresh_dynamo):
 
 def test_compile_the_op_object(fresh_dynamo):
     op = tt.op(scaled_mul)
-    custom = op.custom_op(scale=2.0)
+    custom = op.torch_op(scale=2.0)
 
     def f(x, w):
         return op(x, w, scale=2.0) + custom(x, w)
@@ -421,10 +421,10 @@ def test_gpu_op_call_equals_direct_call():
     x, w = rand(1000, device="cuda"), rand(1000, seed=1, device="cuda")
     direct = scaled_mul(x, w, scale=2.0)
     torch.testing.assert_close(tt.op(scaled_mul)(x, w, scale=2.0), direct)
-    torch.testing.assert_close(tt.op(scaled_mul).custom_op(scale=2.0)(x, w), direct)
+    torch.testing.assert_close(tt.op(scaled_mul).torch_op(scale=2.0)(x, w), direct)
     y = rand(1000, seed=2, device="cuda")
     expected = y + x
-    tt.op(add_into).custom_op()(x, y)
+    tt.op(add_into).torch_op()(x, y)
     torch.testing.assert_close(y, expected)
 
 

@@ -2,7 +2,7 @@
 
 The result (`Differentiable`) is called like the forward kernel and is differentiable in eager mode, under
 `torch.compile` and in `torch.autograd.gradcheck`: its ops are the forward's custom ops with an autograd formula
-registered (`CustomOpDef.register_autograd`), separate from the bare kernel's ops (which have none: a backward
+registered (`torch.library.register_autograd`), separate from the bare kernel's ops (which have none: a backward
 through them raises `NoBackwardError`).
 
 The backward is a kernel, bound by names:
@@ -37,6 +37,7 @@ class Differentiable(KernelOp):
 
     def __init__(self, forward, backward, *, save=None, inputs=None, setup_context=None):
         super().__init__(forward, suffix="_ad")
+        self.paired = True
         self.forward = forward
         self.backward = backward
         self.save = tuple(save) if save is not None else None
@@ -91,7 +92,11 @@ class Differentiable(KernelOp):
             setup, backward = _kernel_backward(self, entry)
         else:
             setup, backward = _with_compile_values(self.setup_context, entry), self.backward
-        entry.custom_op.register_autograd(backward, setup_context=setup)
+        import torch
+
+        from .ops import _lib
+
+        torch.library.register_autograd(entry.qualname, backward, setup_context=setup, lib=_lib())
 
 
 def _with_compile_values(setup_context, entry: OpEntry):

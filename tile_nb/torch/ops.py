@@ -1,4 +1,4 @@
-"""A `@tile_nb.jit` kernel as a torch custom op (`torch.library.custom_op`), one op per compile-time key.
+"""A `@tile_nb.jit` kernel as a torch custom op (`torch.library.Library.define`), one op per compile-time key.
 
 The op of a kernel for one set of compile-time values (and keyword consts) has:
 - a schema of the kernel's runtime parameters in signature order: a `T.Tensor` parameter is `Tensor`, or
@@ -63,13 +63,8 @@ class OpEntry:
     outputs: list  # (name, shape expressions, torch dtype) of the T.empty outputs
     template: Any
     positional: bool  # the runtime parameters are the kernel's leading positional parameters
-    custom_op: Any = None  # torch.library.CustomOpDef
     extra: dict = field(default_factory=dict)
-
-    @property
-    def overload(self):
-        """`torch.ops.tile_nb.<name>.default`."""
-        return self.custom_op._opoverload
+    overload: Any = None  # torch.ops.tile_nb.<name>.default
 
     @property
     def opname(self) -> str:
@@ -249,7 +244,7 @@ def _atomic_targets(stmt, out: set) -> None:
 class KernelOp:
     """A kernel as torch custom ops: `op = tile_nb.torch.op(kernel)`; `op(A, B, block=64)` runs the kernel like
     `kernel(A, B, block=64)`, through `torch.ops.tile_nb.<name>` where torch needs it (autograd, fake tensors,
-    torch.compile, functorch), and `op.custom_op(block=64)` is the `torch.library.CustomOpDef` itself."""
+    torch.compile, functorch), and `op.torch_op(block=64)` is that op (`torch.ops.tile_nb.<name>.default`)."""
 
     def __init__(self, kernel, *, suffix: str = ""):
         self.kernel = kernel
@@ -258,6 +253,7 @@ class KernelOp:
         self._by_kwargs: dict = {}  # (n positional args, kwargs items) -> OpEntry, for the eager fast path
         self._by_count: dict = {}  # n positional args -> OpEntry, for calls without keywords
         self._on_new_entry = []  # callbacks (entry) -> None: autograd pairing registers on each new op
+        self.paired = False  # a backward is registered on each op (tile_nb.torch.autograd)
         functools.update_wrapper(self, kernel, updated=())
 
     def __repr__(self) -> str:
@@ -357,17 +353,13 @@ class KernelOp:
         mutated = tuple(n for n in tensor_names if n in written)
         entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
                         positional, extra=dict(extra))
-        custom = _custom_op(qualname, _impl_of(entry), mutated, schema)
-        custom.register_fake(_fake_of(entry))
-        if outputs and not mutated:  # a functional op: a backward through it names the pairing API
-            custom.register_autograd(_no_backward(entry))
-        entry.custom_op = custom
+        _define(entry, paired=self.paired)
         return entry
 
-    def custom_op(self, **static):
-        """The `torch.library.CustomOpDef` for these compile-time values (consts as keywords); it takes the
-        runtime arguments only: `op.custom_op(block=64)(A, B)`."""
-        return self.entry(static).custom_op
+    def torch_op(self, **static):
+        """The op for these compile-time values (consts as keywords): `torch.ops.tile_nb.<name>.default`, which
+        takes the runtime arguments only: `op.torch_op(block=64)(A, B)`."""
+        return self.entry(static).overload
 
     # -- calls -------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -461,18 +453,44 @@ class _RequiresGrad:
     requires_grad = True
 
 
-def _custom_op(qualname: str, impl, mutated: tuple, schema: str):
-    """torch.library.custom_op with the tag that keeps inductor from changing the strides the kernel sees (its
-    tensors are checked for the layout their annotation asks, as in eager mode): needs_exact_strides where torch
-    has it, else needs_fixed_stride_order; no tag before torch 2.5 (no tags= then)."""
+_library = None
+
+
+def _lib():
+    """The torch.library.Library("tile_nb", "FRAGMENT") every op is defined in (kept alive for the process)."""
+    global _library
+    if _library is None:
+        import torch
+
+        _library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    return _library
+
+
+def _define(entry: OpEntry, paired: bool) -> None:
+    """Define the op (torch.library.Library.define) with its CPU and CUDA kernels (the kernel's own call), its fake
+    implementation, and, unless a backward is paired (registered by the pairing), an Autograd kernel that attaches
+    a grad_fn raising NoBackwardError to the outputs of inputs that require grad.
+
+    Not torch.library.custom_op: its per-call Python layers (an autograd kernel with a context manager, an aliasing
+    check of the outputs, a version-bump kernel) cost ~2.5x the dispatcher overhead of this registration. The op is
+    tagged pt2_compliant, and needs_exact_strides (needs_fixed_stride_order on older torch) so that inductor keeps
+    the strides the kernel would see in eager mode."""
     import torch
 
-    tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order", None)
-    try:
-        return torch.library.custom_op(qualname, impl, mutates_args=mutated, schema=schema,
-                                       tags=(tag,) if tag is not None else ())
-    except TypeError:
-        return torch.library.custom_op(qualname, impl, mutates_args=mutated, schema=schema)
+    lib = _lib()
+    tags = [torch.Tag.pt2_compliant_tag]
+    stride_tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order",
+                                                                            None)
+    if stride_tag is not None:
+        tags.append(stride_tag)
+    lib.define(entry.opname + entry.schema, tags=tags)
+    entry.overload = getattr(getattr(torch.ops, NAMESPACE), entry.opname).default
+    impl = _impl_of(entry)
+    lib.impl(entry.opname, impl, "CPU")
+    lib.impl(entry.opname, impl, "CUDA")
+    torch.library.register_fake(entry.qualname, _fake_of(entry), lib=lib)
+    if not paired:
+        lib.impl(entry.opname, _no_backward_kernel(entry), "Autograd", with_keyset=True)
 
 
 def _op_basename(name: str) -> str:
@@ -481,26 +499,70 @@ def _op_basename(name: str) -> str:
 
 
 def _impl_of(entry: OpEntry):
-    def impl(*runtime):
-        return entry.call_kernel(*runtime)
+    """The CPU / CUDA kernel of the op: the kernel's own call, and a version bump of the tensors it writes (what
+    torch's in-place ops do, so autograd notices a saved tensor changed)."""
+    import torch
+
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    written = [entry.runtime_names.index(n) for n in entry.mutated] if bump is not None else []
+    kernel, static, names = entry.kernel, entry.static, entry.runtime_names
+
+    if not written and entry.positional:
+        def impl(*runtime):
+            return kernel(*runtime, **static)
+    else:
+        def impl(*runtime):
+            if entry.positional:
+                result = kernel(*runtime, **static)
+            else:
+                result = kernel(**dict(zip(names, runtime)), **static)
+            for i in written:
+                bump(runtime[i])
+            return result
 
     impl.__name__ = entry.opname
     return impl
 
 
-def _no_backward(entry: OpEntry):
+def _no_backward_error(entry: OpEntry):
+    from .autograd import NoBackwardError
+
+    name = entry.kernel.definition.name
+    return NoBackwardError(
+        f"{name}() has no backward kernel paired, so there is no gradient through {entry.qualname} (an input "
+        "requires grad, and autograd, or the backward torch.compile traces, reached it)",
+        **entry.kernel._def_where(),
+        hint=f"pair one: tile_nb.torch.autograd({name}, backward=<kernel>, save=(...)); or pass tensors "
+             "that do not require grad (.detach(), torch.no_grad())")
+
+
+def _no_backward_kernel(entry: OpEntry):
+    """The Autograd kernel of an op without a paired backward: below autograd when no input requires grad (or grad
+    mode is off); otherwise through an autograd.Function whose backward raises NoBackwardError (not a silent
+    detach: torch's convention for an op without a derivative)."""
+    import torch
+    from torch import _C
+
+    after_autograd = _C._after_autograd_keyset
+    grad_enabled, any_requires_grad = _C.is_grad_enabled, _C._any_requires_grad
+    overload = entry.overload
+
+    def forward(ctx, keyset, *args):
+        return overload.redispatch(keyset & after_autograd, *args)
+
     def backward(ctx, *grads):
-        from .autograd import NoBackwardError
+        raise _no_backward_error(entry)
 
-        name = entry.kernel.definition.name
-        raise NoBackwardError(
-            f"{name}() has no backward kernel paired, so there is no gradient through {entry.qualname} (an input "
-            "requires grad, and autograd, or the backward torch.compile traces, reached it)",
-            **entry.kernel._def_where(),
-            hint=f"pair one: tile_nb.torch.autograd({name}, backward=<kernel>, save=(...)); or pass tensors "
-                 "that do not require grad (.detach(), torch.no_grad())")
+    # named after the op: the grad_fn reads NoBackwardFor_<op>Backward
+    NoBackward = type(f"NoBackwardFor_{NAMESPACE}_{entry.opname}", (torch.autograd.Function,),
+                      {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
-    return backward
+    def autograd_kernel(keyset, *args):
+        if entry.outputs and grad_enabled() and any_requires_grad(*args):
+            return NoBackward.apply(keyset, *args)
+        return overload.redispatch(keyset & after_autograd, *args)
+
+    return autograd_kernel
 
 
 def _fake_of(entry: OpEntry):
