@@ -8,7 +8,7 @@ that drifting clocks and power caps hit every variant alike.
 Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default, the loop in order (no
 softmax/MMA overlap, TILE_NB_SOFTMAX_OVERLAP=0), ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA
 (TILE_NB_TMA=0), TMA wherever legal (TILE_NB_TMA=1), causal CTAs heaviest first in groups of heads
-(TILE_NB_HEAVY_FIRST=1, the default since 2026-12-03) or in launch order (TILE_NB_HEAVY_FIRST=0), TMA loads issued by
+(TILE_NB_HEAVY_FIRST=1, the default) or in launch order (TILE_NB_HEAVY_FIRST=0), TMA loads issued by
 the first consumer thread instead of a producer warp (TILE_NB_PRODUCER_WARP=0). Each variant is its
 own `tile_nb.jit` of the reference kernel, compiled under its switches at its first call (the JIT keeps one kernel
 per call).

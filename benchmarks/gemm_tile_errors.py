@@ -5,8 +5,8 @@
 For each shape and lowering variant (default; stream-K off; the consumers' stores) the kernel runs `--launches`
 times on fresh random inputs; every 128x256 tile whose largest error exceeds 2e-3 of the largest |C| is reported
 by what produced it: a whole tile (its wave, and the CTA that ran it) or a tail tile of stream-K (its index, its
-finisher, how many CTAs contributed). This is how the eleventh session found that the producer-stores epilogue's
-spill panels raced with the other warpgroup's last MMAs (benchmarks/results/gemm-stream-k-tile-errors-*.txt).
+finisher, how many CTAs contributed), which is what tells a race in the epilogue from one in stream-K's fix-up
+(docs/decisions.md#the-producer-warp-issues-the-epilogues-stores; benchmarks/results/gemm-stream-k-tile-errors-*.txt).
 Needs an sm_90 GPU; the raster is tile_nb's default (groups of 8 tiles down M).
 """
 import argparse

@@ -100,8 +100,8 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
 # ---------------------------------------------------------------------------------------------------- NVRTC
 
 # TVM's generated header pulls in <cuda/std/type_traits> under NVRTC for a few `std::` aliases. Parsing that
-# header costs NVRTC over a second (measured: 1.3 s of a 1.4 s compile of a small kernel), so when the kernel uses
-# none of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
+# header is most of NVRTC's compile time (see docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped),
+# so when the kernel uses none of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
 _TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n",
                            re.DOTALL)
 
@@ -174,8 +174,8 @@ def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple
         nvrtc.nvrtcDestroyProgram(prog)
     resources = parse_ptxas_log(log)
     if not resources and ptx:
-        # NVRTC 13.0 (seen on the H200 machine, 2026-12-02) leaves the ptxas -v report out of the program log,
-        # while 13.5 includes it. Then run ptxas on the PTX for the report (the cubin stays NVRTC's).
+        # Some NVRTC versions (13.0; docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped) leave
+        # the ptxas -v report out of the program log: then run ptxas on the PTX for it (the cubin stays NVRTC's).
         report = _ptxas_report(ptx, arch, ptxas_options)
         if report:
             log += "\n" + report

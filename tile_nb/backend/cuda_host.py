@@ -3,9 +3,9 @@
 The default host function (LLVM) reaches the kernel through packed calls into TVM's runtime: one to set the device,
 one per tensor map (`runtime.cuTensorMapEncodeTiled`) and one to launch. TVM's `cuda_host` target writes the same
 host function as CUDA C++ instead (argument checks, `cuTensorMapEncodeTiled` and `cudaLaunchKernelEx` called
-directly), which nvcc builds together with the kernel into a shared library that tvm_ffi loads. Measured on the
-H200 (benchmarks/results/dispatch.md): the seed GEMM's bare launch 8.0 -> 5.1 us; the price is an nvcc build of
-host and device code (~5 s more per kernel), so it is opt-in: the build option `host="cuda_host"`. The generated
+directly), which nvcc builds together with the kernel into a shared library that tvm_ffi loads. It shortens the
+launch, but the nvcc build of host and device code costs seconds per kernel, so it is opt-in: the build option
+`host="cuda_host"` (see docs/decisions.md#host-cost-of-a-cached-call). The generated
 source is rewritten first (`cache_launch_setup`) so that repeated launches skip re-encoding unchanged tensor maps
 and re-setting the kernel's dynamic shared memory size.
 
@@ -161,8 +161,8 @@ def cache_launch_setup(source: str) -> str:
 
     The generated host function calls `cuTensorMapEncodeTiled` for every tensor map and `cudaFuncSetAttribute(kernel,
     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)` on every launch, though both results depend only on their
-    arguments, which repeat from call to call. Measured on the H200 (2026-12-03, launches queued behind a GPU
-    sleep): 5.70 -> 5.16 us per launch of the seed GEMM, mostly the attribute (a direct encode costs ~0.07 us).
+    arguments, which repeat from call to call; skipping them is most of what is left to save in a launch, the
+    attribute more than the encode (see docs/decisions.md#host-cost-of-a-cached-call).
     Each encode call goes through `tile_nb_encode_tiled<site>` (a thread_local cache of the last arguments and map
     per call site) and each set through `tile_nb_set_max_dynamic_smem<site>` (the last size set, per device); both
     are in `LAUNCH_CACHE_PRELUDE`, inserted before the host functions. A source with neither call (a cp.async kernel
