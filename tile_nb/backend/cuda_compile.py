@@ -100,8 +100,9 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
 # ---------------------------------------------------------------------------------------------------- NVRTC
 
 # TVM's generated header pulls in <cuda/std/type_traits> under NVRTC for a few `std::` aliases. Parsing that
-# header is most of NVRTC's compile time (see docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped),
-# so when the kernel uses none of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
+# header is most of NVRTC's compile time (docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped),
+# so when the kernel uses none of the aliases the block is dropped before compiling. The names are checked in the
+# rest of the source.
 _TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n",
                            re.DOTALL)
 

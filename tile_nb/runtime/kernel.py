@@ -131,9 +131,9 @@ class OneStreamAtATime:
     `__device__` arrays of the module) must not overlap. Launches on one stream never do; a launch on another
     stream than the previous one (per device) first waits for the previous one (a CUDA event), so that two streams
     take turns instead of sharing the workspace. A stream query and an event record per launch are cheap beside
-    kernels that run for hundreds of microseconds (docs/decisions.md#stream-k-and-its-cost-model). Under CUDA graph capture it stays out of the
-    way (events recorded outside a capture must not enter it); replaying one graph on two streams at once is the
-    one case it does not order."""
+    kernels that run for hundreds of microseconds (docs/decisions.md#stream-k-and-its-cost-model). Under CUDA graph
+    capture it stays out of the way (events recorded outside a capture must not enter it); replaying one graph on two
+    streams at once is the one case it does not order."""
 
     def __init__(self, func):
         self.func = func
