@@ -169,6 +169,21 @@ def test_op_call_mutates_like_the_kernel():
     torch.testing.assert_close(y, expected)
 
 
+@pytest.mark.parametrize("path", ["eager", "dispatcher"])
+def test_op_bumps_the_version_of_written_tensors(path):
+    """As torch's in-place ops: autograd notices that a tensor it saved was overwritten by the kernel."""
+    a, b, x = rand(10).requires_grad_(), rand(10, seed=1), rand(10, seed=2)
+    z = a * b                                                     # saves b for the backward
+    version = b._version
+    if path == "eager":
+        tt.op(add_into)(x, b)
+    else:
+        tt.op(add_into).torch_op()(x, b)
+    assert b._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
 def test_op_scalars_and_two_outputs():
     x = rand(6, 32)
     sums, scaled = tt.op(row_stats).torch_op(out_dtype=T.float64)(x, 0.5)

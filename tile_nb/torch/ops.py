@@ -80,10 +80,17 @@ class OpEntry:
 
     @functools.cached_property
     def eager(self):
-        """`eager(args, kwargs)`: the kernel's own call when `plain(args)`, else the op's; for a call whose
-        positional arguments are exactly the runtime arguments (the rest are compile-time keywords)."""
+        """`eager(args, kwargs)`: the kernel's own call when `plain(args)` (and the version bump of the tensors it
+        writes, as torch's in-place ops do), else the op's; for a call whose positional arguments are exactly the
+        runtime arguments (the rest are compile-time keywords)."""
+        import torch
+
+        bump = getattr(torch.autograd.graph, "increment_version", None)
+        written = [self.runtime_names.index(n) for n in self.mutated] if bump is not None else []
+        call = "kernel(*a, **kw)" if not written else \
+            "result = kernel(*a, **kw)\n" + "".join(f"    bump(a[{i}])\n" for i in written) + "    return result"
         return self._generated("eager", "def eager(a, kw):\n    if {test}:\n        return dispatch(a)\n"
-                                        "    return kernel(*a, **kw)\n")
+                                        f"    {'return ' if not written else ''}{call}\n")
 
     def _generated(self, name: str, template: str):
         import torch
@@ -91,7 +98,8 @@ class OpEntry:
         idx = [self.runtime_names.index(n) for n in self.tensor_names]
         env = {"stack": torch._C._len_torch_dispatch_stack, "functorch": torch._C._are_functorch_transforms_active,
                "grad": torch._C.is_grad_enabled, "PLAIN": (torch.Tensor, torch.nn.Parameter),
-               "dispatch": self.dispatch, "kernel": self.kernel}
+               "dispatch": self.dispatch, "kernel": self.kernel,
+               "bump": getattr(torch.autograd.graph, "increment_version", None)}
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
         grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
         exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
