@@ -169,7 +169,7 @@ def test_op_call_mutates_like_the_kernel():
     torch.testing.assert_close(y, expected)
 
 
-@pytest.mark.parametrize("path", ["eager", "dispatcher"])
+@pytest.mark.parametrize("path", ["eager", "eager, keywords", "dispatcher"])
 def test_op_bumps_the_version_of_written_tensors(path):
     """As torch's in-place ops: autograd notices that a tensor it saved was overwritten by the kernel."""
     a, b, x = rand(10).requires_grad_(), rand(10, seed=1), rand(10, seed=2)
@@ -177,6 +177,8 @@ def test_op_bumps_the_version_of_written_tensors(path):
     version = b._version
     if path == "eager":
         tt.op(add_into)(x, b)
+    elif path == "eager, keywords":
+        tt.op(add_into)(X=x, Y=b, block=32)
     else:
         tt.op(add_into).torch_op()(x, b)
     assert b._version > version

@@ -105,6 +105,15 @@ class OpEntry:
         exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
         return env[name]
 
+    def bump_written(self, runtime) -> None:
+        """Bump the version of the tensors the kernel wrote (after a call that did not go through the op)."""
+        if self.mutated:
+            import torch
+
+            bump = getattr(torch.autograd.graph, "increment_version", None)
+            for name in self.mutated if bump is not None else ():
+                bump(runtime[self.runtime_names.index(name)])
+
     def dispatch(self, runtime):
         """The call through torch's dispatcher. A tensor the kernel writes must not require grad while grad mode is
         on (the write would bypass autograd): the bare kernel's RequiresGradError, where torch would raise its
@@ -377,9 +386,11 @@ class KernelOp:
             entry = self._by_kwargs[(len(args), tuple(kwargs.items()))] if kwargs else self._by_count[len(args)]
         except (KeyError, TypeError):  # new keywords, or an unhashable value (the kernel's binding explains it)
             entry, runtime = self._bind(args, kwargs)
-            if entry.plain(runtime):
-                return self.kernel(*args, **kwargs)
-            return entry.dispatch(runtime)
+            if not entry.plain(runtime):
+                return entry.dispatch(runtime)
+            result = self.kernel(*args, **kwargs)
+            entry.bump_written(runtime)
+            return result
         return entry.eager(args, kwargs)
 
     def _bind(self, args, kwargs):
