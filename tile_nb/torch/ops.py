@@ -189,7 +189,7 @@ def _const_env(entry: OpEntry, values: dict) -> dict:
         ann = template.elaboration.buffers[name].annotation
         for dim, expr in enumerate(ann.shape):
             var = getattr(expr, "name", None)
-            if var in env and not isinstance(env[var], (bool,)):
+            if var in env:
                 size = values[name].shape[dim]
                 torch._check(size == env[var], lambda n=name, d=dim, v=var: (
                     f"{kernel}() argument '{n}' dim {d} must be {v} = {env[v]}; got {values[n].shape[d]}"))
@@ -626,6 +626,16 @@ def install_dynamo_hook() -> None:
     if "__original_fn" in JITFunction.__dict__:
         return
     setattr(JITFunction, "__script_if_tracing_wrapper", True)
-    setattr(JITFunction, "__original_fn", property(lambda kernel: op(kernel)._dynamo_call()))
+    setattr(JITFunction, "__original_fn", property(lambda kernel: _traced_call(op(kernel))))
     setattr(KernelOp, "__script_if_tracing_wrapper", True)
-    setattr(KernelOp, "__original_fn", property(lambda kop: kop._dynamo_call()))
+    setattr(KernelOp, "__original_fn", property(_traced_call))
+
+
+def _traced_call(kernel_op: KernelOp):
+    """`__original_fn`: only Dynamo reads it (then torch._dynamo is loaded); introspection (dir, inspect.getmembers,
+    help) before that sees no such attribute rather than importing Dynamo."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        raise AttributeError("__original_fn")
+    return kernel_op._dynamo_call()
