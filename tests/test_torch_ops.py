@@ -387,6 +387,33 @@ def test_import_loads_no_torch_dynamo():
     assert out.strip() == "[]"
 
 
+@tile_nb.autotune(configs={"block": [32, 64]})
+@tile_nb.jit
+def tuned_scale(X, factor: float = 2.0, block: int = 64):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float32]
+    out = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                out[bx * block + i] = X[bx * block + i] * factor
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_autotuned_kernel_is_one_op(fresh_dynamo):
+    """An autotuned kernel: one op per non-tuned compile-time key; its configuration is picked when it runs."""
+    op = tt.op(tuned_scale)
+    entry = op.entry({"factor": 3.0})
+    assert "block" not in entry.static and entry.static["factor"] == 3.0
+    x = rand(100)
+    torch.testing.assert_close(op(x, factor=3.0), 3.0 * x)
+    torch.testing.assert_close(op.torch_op(factor=3.0)(x), 3.0 * x)
+    compiled = torch.compile(lambda t: tuned_scale(t, factor=3.0) + 1, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), 3.0 * x + 1)
+    assert graph_breaks() == {}
+
+
 # ---- kernels that cannot be ops ----------------------------------------------------------------------------------
 @tile_nb.jit
 def data_dependent(X, block: int = 64):
@@ -474,6 +501,14 @@ def test_gpu_compile_dynamic_and_mutating(fresh_dynamo):
 def test_gpu_opcheck(case):
     make_op, make_args = _opcheck_cases("cuda")[case]
     torch.library.opcheck(make_op(), make_args())
+
+
+@gpu
+def test_gpu_autotuned_kernel_under_compile(fresh_dynamo):
+    x = rand(10000, device="cuda")
+    compiled = torch.compile(lambda t: tuned_scale(t, factor=3.0) + 1, fullgraph=True, backend="inductor")
+    torch.testing.assert_close(compiled(x), 3.0 * x + 1)
+    assert graph_breaks() == {}
 
 
 @gpu

@@ -64,6 +64,7 @@ class OpEntry:
     template: Any
     positional: bool  # the runtime parameters are the kernel's leading positional parameters
     extra: dict = field(default_factory=dict)
+    caller: Any = None  # what runs the kernel: the JITFunction, or its Autotuner
     overload: Any = None  # torch.ops.tile_nb.<name>.default
 
     @property
@@ -98,7 +99,7 @@ class OpEntry:
         idx = [self.runtime_names.index(n) for n in self.tensor_names]
         env = {"stack": torch._C._len_torch_dispatch_stack, "functorch": torch._C._are_functorch_transforms_active,
                "grad": torch._C.is_grad_enabled, "PLAIN": (torch.Tensor, torch.nn.Parameter),
-               "dispatch": self.dispatch, "kernel": self.kernel,
+               "dispatch": self.dispatch, "kernel": self.caller,
                "bump": getattr(torch.autograd.graph, "increment_version", None)}
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
         grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
@@ -136,9 +137,9 @@ class OpEntry:
     def call_kernel(self, *runtime):
         """The op's CPU and CUDA kernel: the kernel's own call (interpreter or compiled kernel)."""
         if self.positional:
-            result = self.kernel(*runtime, **self.static)
+            result = self.caller(*runtime, **self.static)
         else:
-            result = self.kernel(**dict(zip(self.runtime_names, runtime)), **self.static)
+            result = self.caller(**dict(zip(self.runtime_names, runtime)), **self.static)
         return result
 
     def fake(self, *runtime):
@@ -263,8 +264,10 @@ class KernelOp:
     `kernel(A, B, block=64)`, through `torch.ops.tile_nb.<name>` where torch needs it (autograd, fake tensors,
     torch.compile, functorch), and `op.torch_op(block=64)` is that op (`torch.ops.tile_nb.<name>.default`)."""
 
-    def __init__(self, kernel, *, suffix: str = ""):
-        self.kernel = kernel
+    def __init__(self, kernel, *, suffix: str = "", caller=None):
+        self.kernel = kernel  # the JITFunction: signature, templates, errors
+        self.caller = caller if caller is not None else kernel  # what a call runs: the kernel, or its Autotuner
+        self.tuned = frozenset(getattr(caller, "tuned", ()))  # compile-time names an autotuner picks per call
         self.suffix = suffix
         self._entries: dict = {}  # static key -> OpEntry
         self._by_kwargs: dict = {}  # (n positional args, kwargs items) -> OpEntry, for the eager fast path
@@ -309,7 +312,30 @@ class KernelOp:
         return found
 
     def _register(self, compile_values: dict, extra: dict) -> OpEntry:
+        kernel = self.kernel
+        name = kernel.definition.name
+        schema, runtime_names, tensor_names, mutated, outputs, template = self._describe(compile_values, extra)
+        if self.tuned:  # an autotuner: every configuration must be the same op (its choice is made per call)
+            shown = (schema, [(o[0], str(o[1]), o[2]) for o in outputs])
+            for config in self.caller.configs:
+                other = self._describe({**compile_values, **config}, extra)
+                if (other[0], [(o[0], str(o[1]), o[2]) for o in other[4]]) != shown:
+                    raise TorchOpError(
+                        f"{name}() cannot be one torch op over its autotuning configurations: with {config} its "
+                        f"schema or outputs are {other[0]} {[(o[0], str(o[1]), o[2]) for o in other[4]]}, with the "
+                        f"defaults {shown[0]} {shown[1]}", **kernel._def_where())
+        qualname = f"{NAMESPACE}::{_op_basename(name)}{self.suffix}_{next(_counter)}"
+        positional = [p.name for p in kernel.signature.params[: len(runtime_names)]] == runtime_names and \
+            not any(p.keyword_only for p in kernel.signature.runtime)
+        static = dict(extra)
+        static.update({k: v for k, v in compile_values.items() if k not in self.tuned})
+        entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
+                        positional, extra=dict(extra), caller=self.caller)
+        _define(entry, paired=self.paired)
+        return entry
 
+    def _describe(self, compile_values: dict, extra: dict) -> tuple:
+        """(schema, runtime names, tensor names, written tensors, outputs, template) of the op for these values."""
         kernel = self.kernel
         name = kernel.definition.name
         where = kernel._def_where()
@@ -362,16 +388,8 @@ class KernelOp:
         returns = "()" if not outputs else "Tensor" if len(outputs) == 1 else \
             "(" + ", ".join("Tensor" for _ in outputs) + ")"
         schema = f"({', '.join(args)}) -> {returns}"
-        qualname = f"{NAMESPACE}::{_op_basename(name)}{self.suffix}_{next(_counter)}"
-        positional = [p.name for p in kernel.signature.params[: len(runtime_names)]] == runtime_names and \
-            not any(p.keyword_only for p in kernel.signature.runtime)
-        static = dict(extra)
-        static.update({k: v for k, v in compile_values.items()})
         mutated = tuple(n for n in tensor_names if n in written)
-        entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
-                        positional, extra=dict(extra))
-        _define(entry, paired=self.paired)
-        return entry
+        return schema, runtime_names, tensor_names, mutated, outputs, template
 
     def torch_op(self, **static):
         """The op for these compile-time values (consts as keywords): `torch.ops.tile_nb.<name>.default`, which
@@ -388,7 +406,7 @@ class KernelOp:
             entry, runtime = self._bind(args, kwargs)
             if not entry.plain(runtime):
                 return entry.dispatch(runtime)
-            result = self.kernel(*args, **kwargs)
+            result = self.caller(*args, **kwargs)
             entry.bump_written(runtime)
             return result
         return entry.eager(args, kwargs)
@@ -524,7 +542,7 @@ def _impl_of(entry: OpEntry):
 
     bump = getattr(torch.autograd.graph, "increment_version", None)
     written = [entry.runtime_names.index(n) for n in entry.mutated] if bump is not None else []
-    kernel, static, names = entry.kernel, entry.static, entry.runtime_names
+    kernel, static, names = entry.caller, entry.static, entry.runtime_names
 
     if not written and entry.positional:
         def impl(*runtime):
@@ -597,17 +615,25 @@ _ops: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def op(kernel) -> KernelOp:
     """The torch custom ops of a `@tile_nb.jit` kernel: `tile_nb.torch.op(kernel)(A, B)` runs the kernel as
     `torch.ops.tile_nb.<name>` (one op per compile-time key, registered on first use) with a fake implementation
-    for torch.compile, FakeTensorMode and make_fx. The same object for every call on one kernel."""
+    for torch.compile, FakeTensorMode and make_fx. The same object for every call on one kernel.
+
+    An `@tile_nb.autotune` kernel is one op per compile-time key of the values it does not tune: its call picks
+    the configuration at run time (every configuration must give the same schema and outputs)."""
+    from ..autotune import Autotuner
     from ..jit import JITFunction
 
     if isinstance(kernel, KernelOp):
         return kernel
-    if not isinstance(kernel, JITFunction):
+    if not isinstance(kernel, (JITFunction, Autotuner)):
         raise TypeError(f"tile_nb.torch.op takes a @tile_nb.jit kernel; got {type(kernel).__name__}")
     with _registry_lock:
         found = _ops.get(kernel)
         if found is None:
-            found = _ops[kernel] = KernelOp(kernel)
+            if isinstance(kernel, Autotuner):
+                found = KernelOp(kernel.kernel, caller=kernel)
+            else:
+                found = KernelOp(kernel)
+            _ops[kernel] = found
     return found
 
 
@@ -629,6 +655,10 @@ def install_dynamo_hook() -> None:
     setattr(JITFunction, "__original_fn", property(lambda kernel: _traced_call(op(kernel))))
     setattr(KernelOp, "__script_if_tracing_wrapper", True)
     setattr(KernelOp, "__original_fn", property(_traced_call))
+    from ..autotune import Autotuner
+
+    setattr(Autotuner, "__script_if_tracing_wrapper", True)
+    setattr(Autotuner, "__original_fn", property(lambda tuner: _traced_call(op(tuner))))
 
 
 def _traced_call(kernel_op: KernelOp):
