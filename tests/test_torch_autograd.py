@@ -253,6 +253,47 @@ def test_two_outputs_one_unused():
     torch.testing.assert_close(gw, x.detach())
 
 
+# ---- autotuned kernels on both sides ------------------------------------------------------------------------------
+@tile_nb.autotune(configs={"block": [32, 64]})
+@tile_nb.jit
+def tuned_mul_bwd(X, W, grad_out, scale: float = 1.0, block: int = 64):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float64]
+    W: T.Tensor[[N], T.float64]
+    grad_out: T.Tensor[[N], T.float64]
+    grad_X = T.empty((N,), T.float64)
+    grad_W = T.empty((N,), T.float64)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            k = bx * block + i
+            if k < N:
+                grad_X[k] = scale * W[k] * grad_out[k]
+                grad_W[k] = scale * X[k] * grad_out[k]
+    return grad_X, grad_W
+
+
+@tt.autograd(backward=tuned_mul_bwd, save=("X", "W"))
+@tile_nb.autotune(configs={"block": [32, 64]})
+@tile_nb.jit
+def tuned_mul(X, W, scale: float = 1.0, block: int = 64):
+    N = T.const('N')
+    X: T.Tensor[[N], T.float64]
+    W: T.Tensor[[N], T.float64]
+    out = T.empty((N,), T.float64)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            k = bx * block + i
+            if k < N:
+                out[k] = scale * X[k] * W[k]
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_autotuned_forward_and_backward_gradcheck():
+    x, w = rand(50), rand(50, seed=1)
+    assert torch.autograd.gradcheck(lambda a, b: tuned_mul(a, b, scale=1.5), (x, w))
+
+
 # ---- torch.compile -----------------------------------------------------------------------------------------------
 def _loss(a, b):
     return (mul(a.sin(), b, scale=2.0) ** 2).sum() + rmsnorm(a.view(4, 16) * 2, b[:16]).cos().sum()

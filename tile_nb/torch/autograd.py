@@ -35,8 +35,8 @@ class NoBackwardError(TileNBError, RuntimeError):
 class Differentiable(KernelOp):
     """A forward kernel paired with its backward (see `tile_nb.torch.autograd`); called like the forward."""
 
-    def __init__(self, forward, backward, *, save=None, inputs=None, setup_context=None):
-        super().__init__(forward, suffix="_ad")
+    def __init__(self, forward, backward, *, save=None, inputs=None, setup_context=None, caller=None):
+        super().__init__(forward, suffix="_ad", caller=caller)
         self.paired = True
         self.forward = forward
         self.backward = backward
@@ -51,11 +51,9 @@ class Differentiable(KernelOp):
         return f"<tile_nb differentiable {self.forward.definition.name} (backward {name})>"
 
     def _check_pairing(self) -> None:
-        from ..jit import JITFunction
-
         fwd = self.forward.signature
         where = self.forward._def_where()
-        if isinstance(self.backward, JITFunction):
+        if _is_kernel(self.backward):
             if self.setup_context is not None:
                 raise TorchOpError("setup_context= goes with a Python backward function; a backward kernel takes "
                                    "save= (the names of the forward's tensors to keep)", **where)
@@ -78,8 +76,6 @@ class Differentiable(KernelOp):
 
     # -- registration --------------------------------------------------------------------------------------------
     def _pair(self, entry: OpEntry) -> None:
-        from ..jit import JITFunction
-
         name = self.forward.definition.name
         if entry.mutated or not entry.outputs:
             raise TorchOpError(
@@ -88,7 +84,7 @@ class Differentiable(KernelOp):
                 f"{'nothing' if not entry.outputs else 'T.empty outputs'}; torch differentiates functions that "
                 "return new tensors", **self.forward._def_where(),
                 hint="allocate the results with T.empty(...) and return them")
-        if isinstance(self.backward, JITFunction):
+        if _is_kernel(self.backward):
             setup, backward = _kernel_backward(self, entry)
         else:
             setup, backward = _with_compile_values(self.setup_context, entry), self.backward
@@ -97,6 +93,14 @@ class Differentiable(KernelOp):
         from .ops import _lib
 
         torch.library.register_autograd(entry.qualname, backward, setup_context=setup, lib=_lib())
+
+
+def _is_kernel(obj) -> bool:
+    """A @tile_nb.jit kernel, or an @tile_nb.autotune one."""
+    from ..autotune import Autotuner
+    from ..jit import JITFunction
+
+    return isinstance(obj, (JITFunction, Autotuner))
 
 
 def _with_compile_values(setup_context, entry: OpEntry):
@@ -130,7 +134,9 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
                            f"{', '.join(out_names)})", **pair.forward._def_where())
     saved_tensors = [n for n in save if n not in scalar_names]
     bsig = bwd.signature
-    static = {p.name: entry.static[p.name] for p in bsig.compile_time if p.name in entry.static}
+    bwd_op = op(bwd)
+    static = {p.name: entry.static[p.name] for p in bsig.compile_time
+              if p.name in entry.static and p.name not in bwd_op.tuned}  # an autotuned backward picks its own
     feeds = {}  # backward runtime parameter -> ("saved", name) | ("grad", output index) | ("scalar", name)
     for p in bsig.runtime:
         if p.name.startswith("grad_") and p.name[5:] in out_names:
@@ -146,7 +152,6 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
                 f"passes back: a backward kernel's runtime parameters are named after saved tensors (save=), the "
                 f"forward's runtime scalars, or grad_<output>; here: {', '.join(options)}", **where,
                 hint=f"add '{p.name}' to save= if it is a forward input or output")
-    bwd_op = op(bwd)
     bwd_entry = bwd_op.entry(static)
     grad_outs = [o[0] for o in bwd_entry.outputs]
     if pair.inputs is not None:
@@ -228,10 +233,14 @@ def autograd(forward=None, *, backward, save=None, inputs=None, setup_context=No
     inputs whose gradients the backward kernel returns, in order (default: by the names grad_<input>)."""
     if forward is None:
         return lambda fwd: autograd(fwd, backward=backward, save=save, inputs=inputs, setup_context=setup_context)
-    from ..jit import JITFunction
+    from ..autotune import Autotuner
 
+    caller = None
     if isinstance(forward, KernelOp):
-        forward = forward.kernel
-    if not isinstance(forward, JITFunction):
+        forward, caller = forward.kernel, forward.caller
+    if isinstance(forward, Autotuner):
+        forward, caller = forward.kernel, forward
+    if not _is_kernel(forward):
         raise TypeError(f"tile_nb.torch.autograd pairs a @tile_nb.jit kernel; got {type(forward).__name__}")
-    return Differentiable(forward, backward, save=save, inputs=inputs, setup_context=setup_context)
+    return Differentiable(forward, backward, save=save, inputs=inputs, setup_context=setup_context,
+                          caller=caller)
