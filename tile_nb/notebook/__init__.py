@@ -29,6 +29,9 @@ def load_ipython_extension(ip) -> None:
     from tile_nb.notebook.tracebacks import install
 
     ip.register_magics(TileKernelMagics)
+    from tile_nb.notebook.tilelang_magic import TilelangMagics  # %tilelang_on_tile_nb (docs/tilelang.md)
+
+    ip.register_magics(TilelangMagics)
     install(ip)
     connect(ip)   # bench/sweep/tune results display as tables; tuning progress as a widget
 

@@ -1,0 +1,154 @@
+"""`import tilelang` on tile_nb: the stand-in module, `python -m tile_nb.run`, the shadowing refusal, the magic.
+
+The tilelang-spelled scripts here are this project's own, written for these tests."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tile_nb.tilelang as stand_in
+from tile_nb.tilelang import UnsupportedTilelangAPI, mapping
+
+SCRIPT = '''
+import sys
+import torch
+import tilelang
+import tilelang.language as T
+
+
+@tilelang.jit
+def scale(A, factor: float = 2.0, block: int = 32):
+    N = T.const("N")
+    A: T.Tensor[[N], T.float32]
+    B = T.empty([N], T.float32)
+    with T.Kernel(tilelang.cdiv(N, block), threads=32) as bx:
+        for i in T.Parallel(block):
+            B[bx * block + i] = A[bx * block + i] * factor
+    return B
+
+
+def main(n=64):
+    a = torch.randn(n, device="cuda")          # the --cpu run makes this a CPU tensor
+    assert a.device.type == "cpu" and torch.cuda.is_available()
+    b = scale(a, factor=3.0)
+    torch.testing.assert_close(b, a * 3.0)
+    kernel = scale.compile(factor=0.5)         # tilelang's spelling: bind compile-time values, call later
+    torch.testing.assert_close(kernel(a), a * 0.5)
+    print("scaled", sys.argv[1:], tilelang.__name__, T.float is T.float32)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.fixture
+def clean_mapping():
+    yield
+    mapping.uninstall()
+
+
+def _run(args, cwd, timeout=120):
+    return subprocess.run([sys.executable, "-m", "tile_nb.run", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_script_runs_on_the_interpreter(tmp_path):
+    script = tmp_path / "scale.py"
+    script.write_text(SCRIPT)
+    out = _run(["--cpu", "--result-json", str(tmp_path / "r.json"), str(script), "--flag"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "scaled ['--flag'] tile_nb.tilelang True" in out.stdout
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "pass" and result["max_error"] == 0.0
+
+
+def test_missing_api_is_named_and_failed_checks_are_failures(tmp_path):
+    (tmp_path / "swz.py").write_text("import tilelang.language as T\nT.use_swizzle(10)\n")
+    (tmp_path / "bad.py").write_text("import tilelang\nassert tilelang.cdiv(7, 2) == 3, 'cdiv'\n")
+    out = _run(["--result-json", str(tmp_path / "r.json"), "swz.py"], tmp_path)
+    assert out.returncode == 1 and "tile_nb does not support tilelang.language.use_swizzle yet" in out.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert (result["status"], result["missing"]) == ("error", "tilelang.language.use_swizzle")
+    out = _run(["--result-json", str(tmp_path / "r.json"), "bad.py"], tmp_path)
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert out.returncode == 1 and (result["status"], result["error"]) == ("fail", "AssertionError: cdiv")
+
+
+def test_refuses_to_shadow_a_real_tilelang(tmp_path):
+    (tmp_path / "tilelang").mkdir()
+    (tmp_path / "tilelang" / "__init__.py").write_text("REAL = True\n")
+    (tmp_path / "s.py").write_text("import tilelang\nprint(tilelang.__name__)\n")
+    out = _run(["s.py"], tmp_path)          # the script's folder holds a real tilelang
+    assert out.returncode == 3 and out.stdout == ""
+    assert "a real tilelang is importable here" in out.stderr and "--shadow" in out.stderr
+    out = _run(["--shadow", "s.py"], tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "tile_nb.tilelang"
+    assert "hiding the real tilelang" in out.stderr
+
+
+def test_mapping_in_process(tmp_path, monkeypatch, clean_mapping):
+    pkg = tmp_path / "tilelang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(mapping.RealTilelangError, match="tile_nb will not hide it silently"):
+        mapping.install()
+    assert not mapping.installed()
+    mapping.install(shadow=True)
+    import tilelang
+    import tilelang.language as T
+
+    assert tilelang is stand_in and T.Kernel is __import__("tile_nb.language").language.Kernel
+    mapping.uninstall()
+    sys.modules.pop("tilelang", None)
+    import tilelang as real
+
+    assert getattr(real, "REAL", False)
+    sys.modules.pop("tilelang", None)
+
+
+def test_unsupported_names_say_which_api(clean_mapping):
+    with pytest.raises(UnsupportedTilelangAPI, match=r"does not support tilelang\.language\.use_swizzle yet"):
+        stand_in.language.use_swizzle
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autodd"):
+        stand_in.autodd
+    assert not hasattr(stand_in.language, "__wrapped__")      # dunder probes stay AttributeErrors
+    mapping.install()
+    namespace = {}
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver\.arch\.CUDA"):
+        exec("from tilelang.carver.arch import CUDA", namespace)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autotuner yet \(imported with \*\)"):
+        exec("from tilelang.autotuner import *", namespace)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.language\.prim_func"):
+        exec(textwrap.dedent("""
+            import tilelang
+            import tilelang.language as T
+
+            @tilelang.jit(out_idx=[-1])
+            def factory(M):
+                @T.prim_func
+                def main(A: T.Tensor((M,), T.float32)):
+                    pass
+                return main
+        """), namespace)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"pass_configs=\{'tl.some_new_key'"):
+        stand_in.jit(pass_configs={"tl.some_new_key": True})
+    assert stand_in.cdiv(7, 2) == 4 and stand_in.next_power_of_2(33) == 64
+    assert stand_in._compile_options({stand_in.PassConfigKey.TL_ENABLE_FAST_MATH: True,
+                                      "tl.disable_tma_lower": True}) == {"fast_math": True}
+
+
+def test_line_magic(clean_mapping):
+    from tile_nb.notebook.tilelang_magic import tilelang_on_tile_nb
+
+    assert "now resolves to tile_nb's stand-in" in tilelang_on_tile_nb("")
+    import tilelang
+
+    assert tilelang is stand_in
+    assert "back to normal" in tilelang_on_tile_nb("off")
+    assert "tilelang" not in sys.modules and not mapping.installed()
+    with pytest.raises(ValueError, match="usage"):
+        tilelang_on_tile_nb("--nope")

@@ -1,0 +1,223 @@
+"""tile_nb's stand-in for `tilelang`: what tile_nb can honor of tilelang's Python API, under tilelang's names, so an
+unchanged tilelang script or notebook runs on tile_nb when you ask for it:
+
+    python -m tile_nb.run script.py [args]          # `import tilelang` resolves here for that run
+    %tilelang_on_tile_nb                            # the same in a notebook (after `%load_ext tile_nb`)
+
+It is never installed by importing tile_nb, and a real tilelang is not hidden unless you say so (`--shadow`).
+Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated in the body or the signature; the
+object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `get_profiler()`), `tilelang.language`
+(tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
+`tilelang.next_power_of_2`, `tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math; lowering
+hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
+requires_cuda*, set_random_seed) and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
+"tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from ._support import UnsupportedTilelangAPI, forwarding_getattr, unsupported
+
+__version__ = "0.0.0+tile_nb"
+
+# pass_configs keys: those tile_nb honors, and lowering hints it accepts and ignores (its own lowering decides
+# warp specialization, TMA and barriers; dropping such a hint changes speed, never results).
+_FAST_MATH = "tl.enable_fast_math"
+_IGNORED_HINTS = {"tl.disable_warp_specialized", "tl.disable_tma_lower", "tl.disable_thread_storage_sync",
+                  "tl.ptxas_register_usage_level", "tl.disable_safe_memory_legalize"}
+_JIT_IGNORED = {"execution_backend", "debug_root_path", "target_host"}  # tilelang host-side choices, no meaning here
+
+
+class _PassConfigKeyMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise unsupported(f"tilelang.PassConfigKey.{name}")
+
+
+class PassConfigKey(metaclass=_PassConfigKeyMeta):
+    """The pass_configs keys tile_nb understands (their values are tilelang's key strings)."""
+    TL_ENABLE_FAST_MATH = _FAST_MATH
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+    TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+
+
+def _key_name(key) -> str:
+    return str(getattr(key, "value", key))
+
+
+def _compile_options(pass_configs: dict | None) -> dict:
+    options = {}
+    for key, value in (pass_configs or {}).items():
+        name = _key_name(key)
+        if name == _FAST_MATH:
+            options["fast_math"] = bool(value)
+        elif name not in _IGNORED_HINTS:
+            raise unsupported(f"tilelang.jit(pass_configs={{{name!r}: ...}})")
+    return options
+
+
+def _target(target):
+    if target is None or target == "auto":
+        return None
+    text = str(target)
+    if text.split()[0] != "cuda":
+        raise unsupported(f"tilelang.jit(target={text!r})", "tile_nb compiles for CUDA and interprets on the CPU")
+    return text
+
+
+def _prim_func_factory(fn) -> bool:
+    """True when `fn` builds a `@T.prim_func` inside (tilelang's older kernel-factory style): its code reads the
+    name `prim_func` (the nested function's decorator is evaluated by the factory's own code)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and "prim_func" in code.co_names
+
+
+class JITKernel:
+    """What tilelang's `f.compile(**consts)` returns: a kernel with its compile-time values bound. Calling it calls
+    the tile_nb kernel (compiled on CUDA tensors, interpreted on CPU tensors)."""
+
+    def __init__(self, fn, args: tuple, kwargs: dict):
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*self._args, *args, **{**self._kwargs, **kwargs})
+
+    @property
+    def tile_nb_kernel(self):
+        return self._fn
+
+    def compiled(self):
+        """tile_nb's compiled kernel (CUDA source, PTX, resources): compiling needs no GPU."""
+        return self._fn.compile(*self._args, **self._kwargs)
+
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        return self.compiled().cuda_source
+
+    def get_profiler(self, tensor_supply_type=None):
+        from .profiler import Profiler
+
+        return Profiler(self, tensor_supply_type)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise unsupported(f"tilelang JITKernel.{name}")
+
+
+class JITImpl:
+    """What `@tilelang.jit` returns: calls go to the tile_nb kernel; `.compile(**consts)` binds compile-time values
+    (tilelang's spelling); other tile_nb kernel attributes (`template`, `specialize`, `bench`, ...) pass through."""
+
+    def __init__(self, fn, **options):
+        from .. import jit as _jit
+
+        self._tile_nb = _jit(fn, **options)
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        return self._tile_nb(*args, **kwargs)
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        return JITKernel(self._tile_nb, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in ("get_tir", "par_compile", "get_kernel_source"):
+            raise unsupported(f"tilelang.jit(...).{name}")
+        return getattr(self._tile_nb, name)
+
+    def __repr__(self):
+        return f"<tilelang.jit on tile_nb: {self._tile_nb!r}>"
+
+
+def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
+    """tilelang.jit on tile_nb. Honored: `verbose`, `target` (CUDA), `pass_configs` fast math (lowering hints that
+    tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `@T.prim_func` factories, `out_idx`,
+    `compile_flags`, other targets and pass_configs keys."""
+    for key in options:
+        if key not in _JIT_IGNORED:
+            raise unsupported(f"tilelang.jit({key}=)")
+    if compile_flags:
+        raise unsupported("tilelang.jit(compile_flags=)")
+    compile_options = _compile_options(pass_configs)
+    tile_nb_target = _target(target)
+
+    def decorate(fn):
+        if _prim_func_factory(fn):
+            raise unsupported("tilelang.language.prim_func", "a @T.prim_func kernel factory under tilelang.jit")
+        if out_idx is not None:
+            raise unsupported("tilelang.jit(out_idx=)", "tile_nb kernels return their T.empty outputs")
+        if not inspect.isfunction(fn):
+            raise unsupported(f"tilelang.jit of a {type(fn).__name__}")
+        return JITImpl(fn, target=tile_nb_target, verbose=bool(verbose), compile_options=compile_options or None)
+
+    return decorate if func is None else decorate(func)
+
+
+lazy_jit = jit
+
+
+def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # noqa: A001 - tilelang's name
+    """tilelang.compile of a TVM PrimFunc: tile_nb's runtime compiles it for CUDA (no `out_idx`)."""
+    import tvm
+
+    if out_idx is not None:
+        raise unsupported("tilelang.compile(out_idx=)")
+    if not isinstance(func, tvm.tir.PrimFunc):
+        raise unsupported(f"tilelang.compile of a {type(func).__name__}", "it takes a TVM PrimFunc")
+    for key in options:
+        if key not in _JIT_IGNORED:
+            raise unsupported(f"tilelang.compile({key}=)")
+    from .. import runtime
+
+    compile_options = _compile_options(pass_configs)
+    return runtime.compile(func, _target(target), options=compile_options or None)
+
+
+def cdiv(a, b):
+    """ceil(a / b): Python ints on the host, T.ceildiv on IR expressions."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    from .. import language as T
+
+    return T.ceildiv(a, b)
+
+
+def next_power_of_2(x: int) -> int:
+    return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()
+
+
+def _submodule(name):
+    return lambda: importlib.import_module(f"{__name__}.{name}")
+
+
+def _tvm():
+    import tvm
+
+    return tvm
+
+
+def _supply_type():
+    from .profiler import TensorSupplyType
+
+    return TensorSupplyType
+
+
+__getattr__ = forwarding_getattr(__name__, "tilelang", {
+    "language": _submodule("language"), "testing": _submodule("testing"), "profiler": _submodule("profiler"),
+    "math": _submodule("math"), "tvm": _tvm, "TensorSupplyType": _supply_type,
+}, package=True)
+
+__all__ = ["jit", "lazy_jit", "compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",
+           "UnsupportedTilelangAPI"]

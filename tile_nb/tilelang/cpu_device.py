@@ -1,0 +1,144 @@
+"""Run a CUDA-minded tilelang script on the CPU interpreter: torch's "cuda" device requests become "cpu".
+
+`python -m tile_nb.run --cpu script.py` (and the conformance runner's `--backend interp`) installs this in the
+script's process before the script runs. It patches, for that process only:
+- torch's tensor factories (`torch.randn(..., device="cuda")`, `zeros`, `empty`, `*_like`, `arange`, `tensor`, ...)
+  and `Tensor.to(...)`: a "cuda" / "cuda:N" / `torch.device("cuda")` / integer device becomes "cpu";
+  `Tensor.cuda()` returns the tensor itself (already on the CPU);
+- `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's main target, sm_90a),
+  `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do nothing, `Event` times on the host clock.
+tile_nb kernels then see CPU tensors and run on the interpreter. Nothing else changes: a script that needs a real
+GPU for something else (its own CUDA extension, cuBLAS through a library) fails there, as it should.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import types
+
+__all__ = ["install", "active", "map_device"]
+
+_active = False
+_FACTORIES = ("tensor", "as_tensor", "asarray", "empty", "zeros", "ones", "full", "rand", "randn", "randint",
+              "randperm", "arange", "range", "linspace", "logspace", "eye", "empty_like", "zeros_like", "ones_like",
+              "full_like", "rand_like", "randn_like", "randint_like", "empty_strided", "normal", "tril_indices",
+              "triu_indices", "scalar_tensor", "frombuffer", "bernoulli", "multinomial", "poisson")
+
+
+def active() -> bool:
+    return _active
+
+
+def map_device(device):
+    """The CPU for any CUDA device spelling; other devices unchanged."""
+    import torch
+
+    if isinstance(device, bool):
+        return device
+    if isinstance(device, int):
+        return "cpu"
+    if isinstance(device, str):
+        return "cpu" if device.split(":")[0] == "cuda" else device
+    if isinstance(device, torch.device):
+        return torch.device("cpu") if device.type == "cuda" else device
+    return device
+
+
+def _wrap_factory(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "device" in kwargs:
+            kwargs["device"] = map_device(kwargs["device"])
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _wrap_to(to):
+    @functools.wraps(to)
+    def wrapper(self, *args, **kwargs):
+        import torch
+
+        if args and isinstance(args[0], (str, int, torch.device)) and not isinstance(args[0], bool):
+            args = (map_device(args[0]), *args[1:])
+        if "device" in kwargs:
+            kwargs["device"] = map_device(kwargs["device"])
+        return to(self, *args, **kwargs)
+
+    return wrapper
+
+
+class _Event:
+    """torch.cuda.Event on the host clock."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end) -> float:
+        return (end.t - self.t) * 1e3
+
+
+class _Stream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def install() -> None:
+    """Patch torch in this process (idempotent)."""
+    global _active
+    if _active:
+        return
+    import torch
+
+    for name in _FACTORIES:
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            setattr(torch, name, _wrap_factory(fn))
+    torch.Tensor.to = _wrap_to(torch.Tensor.to)
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+
+    props = types.SimpleNamespace(name="tile_nb interpreter (CPU)", major=9, minor=0, multi_processor_count=132,
+                                  total_memory=80 * 2**30, L2_cache_size=50 * 2**20, warp_size=32,
+                                  gcnArchName="")
+    cuda = torch.cuda
+    nothing = lambda *args, **kwargs: None  # noqa: E731
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: 1
+    cuda.current_device = lambda: 0
+    cuda.set_device = nothing
+    cuda.synchronize = nothing
+    cuda.empty_cache = nothing
+    cuda.manual_seed = nothing
+    cuda.manual_seed_all = nothing
+    cuda.get_device_capability = lambda device=None: (9, 0)
+    cuda.get_device_name = lambda device=None: props.name
+    cuda.get_device_properties = lambda device=None: props
+    cuda.Event = _Event
+    cuda.Stream = _Stream
+    cuda.current_stream = lambda device=None: _Stream()
+    cuda.stream = lambda stream=None: _Stream()
+    _active = True

@@ -1,0 +1,73 @@
+"""`tilelang.profiler` on tile_nb: `do_bench` and the profiler of a compiled kernel (`kernel.get_profiler()`).
+
+On CUDA it is tile_nb.bench.do_bench (warm-up, L2 flush, CUDA events, median). On the CPU interpreter (tensors on the
+CPU) timing means nothing, so `do_bench` runs the function once and returns that wall time in milliseconds: scripts
+that benchmark after their check still run, quickly."""
+from __future__ import annotations
+
+import enum
+import time
+
+from ._support import forwarding_getattr, unsupported
+
+__all__ = ["do_bench", "Profiler", "TensorSupplyType"]
+
+
+class TensorSupplyType(enum.Enum):
+    Integer = 1
+    Uniform = 2
+    Normal = 3
+    Randn = 4
+    Zero = 5
+    One = 6
+    Auto = 7
+
+
+def _gpu() -> bool:
+    import torch
+
+    from .cpu_device import active
+
+    return not active() and torch.cuda.is_available()
+
+
+def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, backend=None,
+             quantiles=None, return_mode: str = "mean", **_ignored) -> float:
+    """Milliseconds per call of `fn()`: tile_nb.bench.do_bench's median on CUDA, one run on the interpreter."""
+    if quantiles is not None:
+        raise unsupported("tilelang.profiler.do_bench(quantiles=)")
+    if not _gpu():
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    from ..bench import do_bench as bench
+
+    return bench(fn, warmup_ms=float(warmup), rep_ms=float(rep)).median_ms
+
+
+class Profiler:
+    """`kernel.get_profiler()`: `do_bench()` times the kernel on inputs tile_nb makes for it (or `do_bench(func)`)."""
+
+    def __init__(self, kernel, supply_type=None):
+        self.kernel = kernel
+        self.supply_type = supply_type
+
+    def _inputs(self):
+        from ..bench import make_inputs
+
+        device = "cuda" if _gpu() else "cpu"
+        return make_inputs(self.kernel.tile_nb_kernel, device=device, **self.kernel._kwargs)
+
+    def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
+                 input_tensors=None, backend=None, **_ignored) -> float:
+        args = tuple(input_tensors) if input_tensors is not None else self._inputs()
+        target = func if func is not None else self.kernel
+        return do_bench(lambda: target(*args), warmup=warmup, rep=rep)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise unsupported(f"tilelang Profiler.{name}")
+
+
+__getattr__ = forwarding_getattr(__name__, "tilelang.profiler", {})

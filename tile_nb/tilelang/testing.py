@@ -1,0 +1,88 @@
+"""`tilelang.testing` on tile_nb: `main()` (pytest on the calling file), the `requires_cuda*` skips (read from torch,
+so under `tile_nb.run --cpu` the interpreter counts as CUDA with compute capability 9.0) and `set_random_seed`."""
+from __future__ import annotations
+
+import inspect
+import random
+import sys
+
+from ._support import forwarding_getattr
+
+__all__ = ["main", "requires_cuda", "requires_cuda_compute_version", "requires_cuda_compute_version_ge",
+           "requires_cuda_compute_version_gt", "requires_cuda_compute_version_eq", "requires_cuda_compute_version_lt",
+           "requires_cuda_compute_version_le", "set_random_seed"]
+
+
+def main():
+    import pytest
+
+    caller = inspect.stack()[1].filename
+    sys.exit(pytest.main([caller, *sys.argv[1:]]))
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _capability():
+    import torch
+
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+def _skipif(condition: bool, reason: str):
+    import pytest
+
+    return pytest.mark.skipif(condition, reason=reason)
+
+
+def requires_cuda(func=None):
+    mark = _skipif(not _cuda(), "needs CUDA")
+    return mark if func is None else mark(func)
+
+
+def requires_cuda_compute_version(major_version: int, minor_version: int = 0, mode: str = "ge"):
+    ops = {"ge": lambda a, b: a >= b, "gt": lambda a, b: a > b, "eq": lambda a, b: a == b,
+           "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
+    capability = _capability()
+    wanted = (major_version, minor_version)
+    ok = capability is not None and ops[mode](tuple(capability), wanted)
+    return _skipif(not ok, f"needs CUDA compute capability {mode} {major_version}.{minor_version}")
+
+
+def requires_cuda_compute_version_ge(major_version: int, minor_version: int = 0):
+    return requires_cuda_compute_version(major_version, minor_version, "ge")
+
+
+def requires_cuda_compute_version_gt(major_version: int, minor_version: int = 0):
+    return requires_cuda_compute_version(major_version, minor_version, "gt")
+
+
+def requires_cuda_compute_version_eq(major_version: int, minor_version: int = 0):
+    return requires_cuda_compute_version(major_version, minor_version, "eq")
+
+
+def requires_cuda_compute_version_lt(major_version: int, minor_version: int = 0):
+    return requires_cuda_compute_version(major_version, minor_version, "lt")
+
+
+def requires_cuda_compute_version_le(major_version: int, minor_version: int = 0):
+    return requires_cuda_compute_version(major_version, minor_version, "le")
+
+
+def set_random_seed(seed: int = 42) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+
+
+__getattr__ = forwarding_getattr(__name__, "tilelang.testing", {})
