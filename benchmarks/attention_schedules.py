@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -41,22 +40,13 @@ CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 
 def compiled_variant(switches: dict, *args, **kwargs):
-    """A fresh JIT of the reference kernel, called once on these arguments with `switches` set, and the pipeline
-    note of the kernel compiled then. (Its later calls launch that kernel: the JIT's fast path does not look at the
-    switches again.)"""
-    kernel = tile_nb.jit(ref.flash_attention.fn)
-    saved = {k: os.environ.get(k) for k in switches}
-    os.environ.update(switches)
-    try:
-        kernel(*args, **kwargs)
-        torch.cuda.synchronize()
-        pipeline = kernel.compile(*args, **kwargs).pipeline  # the same specialization, switches and facts
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """A fresh JIT of the reference kernel with the lowering options `switches` spell (TILE_NB_* variables, read
+    as tile_nb.LoweringOptions fields: the kernel's own options), called once on these arguments, and the pipeline
+    note of the kernel compiled then."""
+    kernel = tile_nb.jit(ref.flash_attention.fn, options=tile_nb.LoweringOptions.from_environment(switches))
+    kernel(*args, **kwargs)
+    torch.cuda.synchronize()
+    pipeline = kernel.compile(*args, **kwargs).pipeline  # the same specialization, options and facts
     return kernel, pipeline or ""
 
 

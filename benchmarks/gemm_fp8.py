@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import functools
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,6 +25,8 @@ ROOT = __file__.rsplit("/benchmarks/", 1)[0]
 sys.path[:0] = [ROOT, ROOT + "/tests", ROOT + "/benchmarks"]
 from gemm import bench  # noqa: E402  (one timing loop for every GEMM benchmark)
 from kernels.seed import gemm_fp8, gemm_int8  # noqa: E402
+
+import tile_nb  # noqa: E402
 
 FAST = "torch._scaled_mm fast_accum"
 CONFIGS = {  # name -> gemm_fp8 compile-time arguments
@@ -57,17 +58,9 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
 
 @contextlib.contextmanager
 def switches(env: dict):
-    """Lowering switches (tile_nb/lower/__init__.py: ENV_SWITCHES, part of compile-cache keys) set while inside."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    """The lowering options these TILE_NB_* variables spell (tile_nb.LoweringOptions), set while inside."""
+    with tile_nb.options(**tile_nb.LoweringOptions.from_environment(env)):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name)
-            else:
-                os.environ[name] = value
 
 
 def main():

@@ -41,10 +41,10 @@ def child(mode: str, workers: int) -> dict:
 
     from tile_nb.bench import expand_configs
     from tile_nb.bench.pool import InlinePool, ProcessPool
-    from tile_nb.bench.tuning import _lowering_switches
+    from tile_nb.bench.tuning import _lowering_options
 
     jobs = [{"id": i, "ir": gemm_variant.specialize(M=2048, N=2048, K=2048, **c).script(), "target": "sm_90a",
-             "options": {}, "env": _lowering_switches()} for i, c in enumerate(expand_configs(GRID))]
+             "options": {}, "lowering": _lowering_options()} for i, c in enumerate(expand_configs(GRID))]
     t0 = time.perf_counter()
     ready_at = None
     if mode == "serial":

@@ -13,6 +13,8 @@ gemm(A, B, C)                 # compiles on first call (CUDA tensors) or interpr
 gemm.template().script()      # phase 1: TVMScript with M, N, K symbolic
 gemm.specialize(M=1024, N=1024, K=1024)   # phase 2: the PrimFunc for those shapes
 ```
+Lowering options (TMA, persistent CTAs, stream-K, ...): `tile_nb.LoweringOptions`, per kernel with
+`@tile_nb.jit(options={"tma": False})`, for the process with `tile_nb.set_options(...)` or `with tile_nb.options(...)`.
 Importing tile_nb loads no Jupyter, widget or plotting package; the notebook pieces load on `%load_ext tile_nb`.
 """
 import sys as _sys
@@ -21,6 +23,7 @@ from .autotune import Autotuner, autotune
 from .errors import TileNBError
 from .frontend.source import register_source, run_source
 from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
+from .lower.options import LoweringOptions, options, reset_options, set_options
 from .torch.ops import install_dynamo_hook as _install_dynamo_hook
 
 _install_dynamo_hook()  # kernels called inside torch.compile become their custom ops (tile_nb/torch; no import)
@@ -28,7 +31,8 @@ _install_dynamo_hook()  # kernels called inside torch.compile become their custo
 __version__ = "0.1.0"
 
 __all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning", "autotune", "Autotuner", "TileNBError",
-           "run_source", "register_source", "__version__", "load_ipython_extension"]
+           "run_source", "register_source", "__version__", "load_ipython_extension", "LoweringOptions", "options",
+           "set_options", "reset_options"]
 
 
 def load_ipython_extension(ip):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 import types
@@ -138,8 +137,13 @@ _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctio
 class JITFunction:
     """A kernel: call it on tensors, or look at its phases with `template`, `specialize` and `compile`."""
 
-    def __init__(self, fn, *, target=None, verbose: bool = False, compile_options: dict | None = None):
+    def __init__(self, fn, *, target=None, verbose: bool = False, compile_options: dict | None = None,
+                 options=None):
+        from .lower.options import kernel_options, on_change
+
         self.fn = fn
+        # the kernel's lowering options (tile_nb.lower.LoweringOptions, or a dict of its fields over the process's)
+        self.options = kernel_options(options)
         self.definition = KernelDefinition.from_function(fn)
         self.signature = self.definition.signature
         self.target = target
@@ -157,7 +161,16 @@ class JITFunction:
         # caller of its key while the others wait for it (the cached call path reads dicts and takes no lock).
         self._building = KeyedLocks()
         self._stats_lock = threading.Lock()
+        on_change(self, JITFunction._forget_launches)  # tile_nb.set_options: launches kept below are stale
         functools.update_wrapper(self, fn)
+
+    def _forget_launches(self) -> None:
+        """The lowering options changed (tile_nb.set_options / tile_nb.options): drop the fast path's tables and
+        the launches kept per specialization, so the next call of every shape goes through `_compiled`."""
+        self._fast.clear()
+        for template in list(self._templates.values()):
+            for spec in list(template.specializations.values()):
+                spec.launches.clear()
 
     def __repr__(self) -> str:
         return f"<tile_nb kernel {self.definition.name}{self.signature.signature}>"
@@ -429,14 +442,17 @@ class JITFunction:
 
             target = resolve_target(target or self.target)
             target_text = str(target)
-        from .lower import ENV_SWITCHES
+        from .lower.options import current
 
-        # the lowering's environment switches too (TILE_NB_TMA=0 set between two calls builds another kernel)
-        key = (target_text, facts, tuple(os.environ.get(name) for name in ENV_SWITCHES))
+        # the lowering options as of now (the kernel's options=, tile_nb.set_options, the environment: TILE_NB_TMA=0
+        # set between two calls builds another kernel), resolved once for the key and the compilation
+        lowering = current(self.options)
+        key = (target_text, facts, lowering.key())
         kernel = spec.compiled.get(key)
         if kernel is None:
             def build():
-                kernel = rt.compile(facts.apply(spec.func), target, options=self.compile_options or None)
+                kernel = rt.compile(facts.apply(spec.func), target, options=self.compile_options or None,
+                                    lowering=lowering)
                 kernel.timings = {"elaborate": elaborate_s + spec.elaboration.seconds, **dict(kernel.timings)}
                 self._count("compilations")
                 self._log("compiled for %s: %s", target,
@@ -847,17 +863,21 @@ def _bare_var(expr, elab: Elaboration) -> str | None:
     return None
 
 
-def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None):
+def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None):
     """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
     `verbose=` (log each template, specialization and compilation), `compile_options=` (a dict for the backend:
-    `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the list)."""
+    `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the list),
+    `options=` (the lowering options: a dict of `tile_nb.LoweringOptions` fields such as `{"tma": False}`, over
+    `tile_nb.set_options` and the environment, or a whole `LoweringOptions`; unknown names are refused with the
+    list; a function attribute `tile_nb.<option>` still overrides them)."""
     if fn is None:
-        return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options)
+        return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options,
+                                 options=options)
     if isinstance(fn, JITFunction):
         return fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"tile_nb.jit decorates a Python function; got {type(fn).__name__}")
-    return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options)
+    return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options, options=options)
 
 
 lazy_jit = jit

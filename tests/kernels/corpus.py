@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from kernels import rowwise  # noqa: E402
 from kernels.seed import gemm_fp8, gemm_int8, gemm_ir  # noqa: E402
 
 HASHES = HERE.parent / "golden_cuda.json"
-SM_COUNT = "132"  # the H200's, fixed so the persistent and stream-K plans do not depend on this machine
+SM_COUNT = 132  # the H200's, fixed so the persistent and stream-K plans do not depend on this machine
 
 _BIG = dict(block_N=256, block_K=64, threads=256, num_stages=4, out_dtype="float16")
 _FA = dict(block_M=128, block_N=128, threads=256)
@@ -71,19 +70,14 @@ CORPUS = {
 
 
 def cuda_source(name: str) -> str:
-    """The CUDA source the corpus kernel `name` compiles to with the lowering's defaults (every TILE_NB_* switch
-    unset but the SM count; nvcc builds it; the disk cache is not used)."""
-    from tile_nb.lower import ENV_SWITCHES
+    """The CUDA source the corpus kernel `name` compiles to with the lowering's defaults (every lowering option at its
+    default but the SM count, whatever the environment or tile_nb.set_options say; nvcc builds it; the disk cache is
+    not used)."""
+    from tile_nb.lower import LoweringOptions
     from tile_nb.runtime import compile as rt_compile
 
     make, arch = CORPUS[name]
-    saved = {k: os.environ.pop(k) for k in ENV_SWITCHES if k in os.environ}
-    os.environ["TILE_NB_SM_COUNT"] = SM_COUNT
-    try:
-        return rt_compile(make(), arch, options={"cache": False}).cuda_source
-    finally:
-        os.environ.pop("TILE_NB_SM_COUNT")
-        os.environ.update(saved)
+    return rt_compile(make(), arch, options={"cache": False}, lowering=LoweringOptions(sm_count=SM_COUNT)).cuda_source
 
 
 def sha256(text: str) -> str:

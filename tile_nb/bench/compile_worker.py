@@ -1,7 +1,7 @@
 """Compiling one tuning candidate away from the parent process: `compile_job(job) -> outcome`.
 
 A job is plain data (JSON): the candidate's phase-2 IR as TVMScript text, the target, the build options and the
-lowering switches. The worker parses the text back into a PrimFunc, checks that it prints to the same text (so the
+lowering options (whole: the worker's environment does not change them). The worker parses the text back into a PrimFunc, checks that it prints to the same text (so the
 disk-cache key it publishes under is the key the parent will look up), and compiles it through
 `tile_nb.runtime.compile`, which lowers, builds and publishes the entry (CUDA source, cubin, and on a machine
 with a CUDA driver the exported module) to the disk cache. The parent then loads the kernel from that cache
@@ -29,23 +29,22 @@ __all__ = ["compile_job", "main"]
 _THREADS = re.compile(r'launch_thread\("threadIdx\.x", (\d+)\)')
 
 
-def _set_switches(env: dict) -> None:
-    """The parent's lowering switches (TILE_NB_TMA, ...): part of the cache key, so they must match exactly."""
-    from ..lower import ENV_SWITCHES
+def job_lowering(job: dict):
+    """The lowering options a job is compiled under: its "lowering" (every field of a LoweringOptions, resolved by
+    the parent: part of the cache key, so they must match exactly); a job without them gives its "env" (the
+    parent's TILE_NB_* variables) as the environment to read them from. os.environ is not touched."""
+    from ..lower.options import LoweringOptions, current
 
-    for name in ENV_SWITCHES:
-        value = (env or {}).get(name)
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = str(value)
+    if job.get("lowering") is not None:
+        return LoweringOptions.from_dict(job["lowering"])
+    return current(None, env=job.get("env") or {})
 
 
 def compile_job(job: dict) -> dict:
     """Compile one candidate; never raises (a failure is an outcome with `ok: False`, the stage and the error).
 
-    job: {"id", "ir" (TVMScript of the phase-2 PrimFunc), "target" (str), "options" (build options), "env"
-    (lowering switches), "ship_entry" (return the cache entry's files, for a parent on another machine)}.
+    job: {"id", "ir" (TVMScript of the phase-2 PrimFunc), "target" (str), "options" (build options),
+    "lowering" (LoweringOptions.to_dict(); or "env": TILE_NB_* variables to read them from), "ship_entry" (return the cache entry's files, for a parent on another machine)}.
     outcome: {"id", "ok", "stage", "error", "key", "resources", "threads", "timings", "has_module", "seconds",
     "pid", "host", "files" (when shipped)}.
     """
@@ -57,13 +56,13 @@ def compile_job(job: dict) -> dict:
 
         from .. import runtime as rt
 
-        _set_switches(job.get("env") or {})
         func = tvm.script.from_source(job["ir"])
         if func.script() != job["ir"]:
             raise RuntimeError("the phase-2 IR does not print back to the text it was parsed from, so the worker "
                                "cannot publish it under the parent's cache key")
         stage = "compile"
-        kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}))
+        kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}),
+                            lowering=job_lowering(job))
         resources = kernel.resources
         out.update(ok=True, key=kernel.key, resources=resources.to_dict() if resources else None,
                    threads=_launch_threads(kernel), timings=dict(kernel.build_timings or kernel.timings),

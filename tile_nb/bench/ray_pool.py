@@ -134,7 +134,9 @@ def expected_key_of(job: dict, func=None) -> str:
         import tvm
 
         func = tvm.script.from_source(job["ir"])
-    return cache_key(func, job["target"], job.get("options"), env=job.get("env") or {})[0]
+    from .compile_worker import job_lowering
+
+    return cache_key(func, job["target"], job.get("options"), lowering=job_lowering(job))[0]
 
 
 class RayPool:
@@ -225,10 +227,9 @@ def bench_job(job: dict, device: str) -> dict:
         import tvm
 
         from . import do_bench
-        from .compile_worker import _set_switches
+        from .compile_worker import job_lowering
         from .results import timing_dict
 
-        _set_switches(job.get("env") or {})
         func = tvm.script.from_source(job["ir"])
         publish_entry(job.get("key"), job.get("files"), job.get("meta"), expected_key=expected_key_of(job, func))
         args = _inputs(job["specs"], device)
@@ -239,7 +240,8 @@ def bench_job(job: dict, device: str) -> dict:
         else:
             from .. import runtime as rt
 
-            kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}))
+            kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}),
+                                lowering=job_lowering(job))
             out["from_cache"] = kernel.from_cache
             launch = lambda: kernel(*args)
         stage = "run"
@@ -270,7 +272,7 @@ def _specs(kernel, args: tuple, kwargs: dict, config: dict) -> tuple[list, list]
 
 
 def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter, *, target: str,
-                   options: dict, env: dict, device: str, flops, nbytes, warmup_ms, rep_ms, confirm, rounds) -> None:
+                   options: dict, lowering: dict, device: str, flops, nbytes, warmup_ms, rep_ms, confirm, rounds) -> None:
     """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor at a
     time; then re-time the best `confirm` in `rounds` on the first actor."""
     from .results import retime_best, timing_from
@@ -288,7 +290,7 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
     for i in survivors:
         out = outcomes[i]
         specs, call_args[i] = _specs(kernel, args, kwargs, points[i].config)
-        jobs[i] = {"id": i, "ir": funcs[i].script(), "target": target, "options": options, "env": env,
+        jobs[i] = {"id": i, "ir": funcs[i].script(), "target": target, "options": options, "lowering": lowering,
                    "key": out.get("key"), "files": out.get("shipped"), "meta": out.get("shipped_meta"),
                    "specs": specs, "warmup_ms": warmup_ms, "rep_ms": rep_ms}
     t0 = time.perf_counter()

@@ -213,6 +213,11 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     dev_name = (ray_gpu_name or gpu_name()) if gpu else f"no GPU ({why_not})"
     identity = kernel.identity()
     material = key_material(identity, key_values, configs, dev_name, arch)
+    from ..lower.options import current
+
+    lowering_options = current(getattr(kernel, "options", None))  # resolved once, for the store key and every job
+    if lowering_options.changed():  # other lowering options build other kernels: their tuning is stored apart
+        material["lowering"] = lowering_options.changed()
     store_key = key_of(material)
     use_store = store and mode == "gpu" and identity["persistable"]
     tune_store = TuneStore()
@@ -238,7 +243,7 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     from ..runtime.cache import cache_enabled
 
     use_disk = bool(options.pop("cache", True)) and cache_enabled()
-    env = _lowering_switches()
+    lowering = lowering_options.to_dict()  # whole: a worker compiles under these, whatever its environment
     with_tensors = any(is_tensor(a) for a in args)
     for i, p in enumerate(points):
         try:
@@ -248,8 +253,9 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
             p.error, p.stage = error_text(err), "elaborate"
             continue
         # workers hide the GPU: what the lowering needs to know of it goes with the IR (and the cache key)
-        funcs[i] = func = with_device_facts(func, target)
-        jobs.append({"id": i, "ir": func.script(), "target": str(target), "options": options, "env": env})
+        funcs[i] = func = with_device_facts(func, target, lowering_options)
+        jobs.append({"id": i, "ir": func.script(), "target": str(target), "options": options,
+                     "lowering": lowering})
     result.timings["elaborate"] = time.perf_counter() - t0
 
     # 2. compile in parallel, 3. prune
@@ -302,7 +308,7 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
                 from .ray_pool import time_on_actors
 
                 time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter,
-                               target=str(target), options=options, env=env, device=ray_actor_device,
+                               target=str(target), options=options, lowering=lowering, device=ray_actor_device,
                                flops=flops, nbytes=bytes, warmup_ms=warmup_ms, rep_ms=rep_ms, confirm=confirm,
                                rounds=rounds)
             else:
@@ -351,10 +357,12 @@ def _begin(reporter, phase: str, total: int) -> None:
         begin(phase, total)
 
 
-def _lowering_switches() -> dict:
-    from ..lower import ENV_SWITCHES
+def _lowering_options(kernel=None) -> dict:
+    """The kernel's lowering options as of now (its options=, tile_nb.set_options, the environment), whole: a
+    job carries them as its options (compile_worker.job_lowering), not as environment variables."""
+    from ..lower.options import current
 
-    return {n: os.environ[n] for n in ENV_SWITCHES if n in os.environ}
+    return current(getattr(kernel, "options", None)).to_dict()
 
 
 def _threads_of(func) -> int | None:

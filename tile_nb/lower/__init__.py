@@ -25,35 +25,45 @@ of through shared memory and TMA stores, epilogue.py; on by default) with `tile_
 persistent kernel the consumers issue those stores instead of the producer warp), `tile_nb.stream_k` (0: a
 persistent GEMM runs the tiles of its last, partial wave whole instead of sharing their k-tiles among all CTAs,
 stream_k.py; on by default where legal), `tile_nb.cluster` (2: a persistent TMA
-kernel runs in clusters of two CTAs sharing one operand by TMA multicast, cluster.py; off by default). The
-environment variables in
-`ENV_SWITCHES` set the same defaults for every kernel (they are part of compile-cache keys).
+kernel runs in clusters of two CTAs sharing one operand by TMA multicast, cluster.py; off by default). These are the
+fields of `LoweringOptions` (options.py: each documented, with its environment variable in `ENV_SWITCHES`),
+resolved once per compilation (function attribute > the kernel's options > `tile_nb.set_options` > environment >
+default) and part of every compile-cache key.
 """
 from __future__ import annotations
 
-import tvm
+from .options import ENV_SWITCHES, LoweringOptionError, LoweringOptions, resolve
 
-from .diagnostics import LINE_ATTRS
-from .emitter import TILE_OPS
-from .errors import LoweringError
-from .lowering import lower_with_plan
-from .plan import KernelPlan
+__all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "LoweringOptionError",
+           "LoweringOptions", "lower", "lower_with_plan", "resolve"]
 
-__all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "lower", "lower_with_plan"]
-
-# Environment variables read by the lowering (process-wide defaults of the attributes above).
-ENV_SWITCHES = ("TILE_NB_WGMMA", "TILE_NB_RASTER", "TILE_NB_TMA", "TILE_NB_PINGPONG", "TILE_NB_SOFTMAX_OVERLAP",
-                "TILE_NB_HEAVY_FIRST", "TILE_NB_PERSISTENT", "TILE_NB_SM_COUNT", "TILE_NB_TMA_STORE",
-                "TILE_NB_CLUSTER", "TILE_NB_PRODUCER_WARP", "TILE_NB_PRODUCER_STORES", "TILE_NB_STREAM_K")
+# The rest loads TVM: imported on first use, so that `tile_nb.lower.options` (the JIT's cache keys) stays light.
+_LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emitter", "LoweringError": ".errors",
+         "lower_with_plan": ".lowering", "KernelPlan": ".plan"}
 
 
-def lower(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:
-    """Lower a phase-2 tile-IR PrimFunc (docs/IR.md) to an IRModule of thread-level TIRx.
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def lower(func, target=None, options: LoweringOptions | None = None):
+    """Lower a phase-2 tile-IR PrimFunc (docs/IR.md) to an IRModule of thread-level TIRx; `options` (resolved:
+    `resolve(func, ...)`) default to the function's attributes over the process's options and environment.
 
     Raises `LoweringError` (a TileNBError and NotImplementedError) naming the op and operands it cannot lower,
     at the user's line.
     """
+    import tvm
+
+    from .lowering import lower_with_plan
+
     name = str((func.attrs or {}).get("global_symbol", "main"))
-    lowered, _ = lower_with_plan(func, target, source_marks=False)  # marks need runtime.compile to take them out
+    lowered, _ = lower_with_plan(func, target, source_marks=False, options=options)  # marks: see runtime.compile
     lowered = lowered.with_attr("global_symbol", name)
     return tvm.IRModule({name: lowered})

@@ -33,7 +33,6 @@ from tvm import tirx
 
 from .irwalk import region_of
 from .layout import tirx_bits
-from .switches import switch
 
 __all__ = ["CLUSTER_SIZE", "Multicast", "plan_multicast"]
 
@@ -66,13 +65,13 @@ def split_boxes(boxes: tuple) -> tuple | None:
     return (halves[0],), (halves[1],)
 
 
-def plan_multicast(func, tma, grid: dict, ctas: int) -> tuple[Multicast | None, str]:
+def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | None, str]:
     """The multicast of a persistent kernel's pipeline, or (None, why not); the reason is given only when a
     cluster was asked for (`tile_nb.cluster` = 2)."""
-    mode = switch(func, "tile_nb.cluster", "TILE_NB_CLUSTER", "0")
-    if mode == "0":
+    mode = options.cluster
+    if mode == 0:
         return None, ""
-    if mode != str(CLUSTER_SIZE):
+    if mode != CLUSTER_SIZE:
         return None, f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)"
     if ctas % CLUSTER_SIZE:
         return None, f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)"

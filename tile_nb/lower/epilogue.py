@@ -52,7 +52,6 @@ from .emitter import register_kernel_hook, register_statement
 from .exprs import conjunction, const_int
 from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
-from .switches import switch
 from .intrin import device_helper
 from .tma import last_stage, loop_bounds, release_stage, tensormap
 
@@ -74,29 +73,29 @@ class TmaStore:
     spill: object = None  # by_producer: the tma.TmaCopy whose last-k-tile stage holds panels [chunk, panels)
 
 
-def plan_tma_store(func, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
+def plan_tma_store(options, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned):
     """(TmaStore or None, the plan's note on it, the staging SharedTile or None): `barrier_bytes` are the pool's
     mbarriers, placed after the tiles; `unaligned` the tensors whose data pointer is not 16-byte aligned in this
     call."""
-    mode = switch(func, "tile_nb.tma_store", "TILE_NB_TMA_STORE", "auto")
-    if mode == "0":
+    mode = options.tma_store
+    if mode is False:
         return None, "", None
     if tma is None:
-        return None, ("no TMA store (it comes with the TMA pipeline)" if mode == "1" else ""), None
+        return None, ("no TMA store (it comes with the TMA pipeline)" if mode else ""), None
     plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned,
                             threads + tma.producer_threads)
     if plan is not None and persistent is None:
         why += "; a CTA of one tile waits for its stores before it exits"
     elif plan is not None:
-        plan, why = _by_producer(func, plan, why, tma, persistent)
-    return plan, (why if plan is not None or mode == "1" else ""), tile
+        plan, why = _by_producer(options, plan, why, tma, persistent)
+    return plan, (why if plan is not None or mode else ""), tile
 
 
-def _by_producer(func, store: TmaStore, why: str, tma, persistent) -> tuple[TmaStore, str]:
+def _by_producer(options, store: TmaStore, why: str, tma, persistent) -> tuple[TmaStore, str]:
     """The store with the producer warp issuing it, where that is legal (a persistent kernel with a producer warp,
     no cluster, one wgmma group in flight, a static trip count of at least `stages`, and room in the last
     k-tile's stage for the panels the staging tile lacks); else the store as planned."""
-    if switch(func, "tile_nb.producer_stores", "TILE_NB_PRODUCER_STORES", "auto") == "0":
+    if options.producer_stores is False:
         return store, why
     n = const_int(tma.loop.extent)
     if persistent.multicast is not None or tma.producer_threads == 0 or tma.overlap is not None \

@@ -22,15 +22,18 @@ from . import pipeline as _pipeline  # noqa: F401  (T.Pipelined: the cp.async pi
 from . import reduce as _reduce  # noqa: F401  (T.tile.sum / max / min)
 from . import tma as _tma  # noqa: F401  (T.Pipelined: the warp-specialized TMA pipeline)
 from .emitter import Emitter
+from .options import LoweringOptions, resolve
 from .plan import KernelPlan, make_plan
 
 __all__ = ["lower_with_plan"]
 
 
-def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True) -> tuple[tirx.PrimFunc, KernelPlan]:
+def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True,
+                    options: LoweringOptions | None = None) -> tuple[tirx.PrimFunc, KernelPlan]:
     """The lowered PrimFunc of `func` and the plan it follows. With `source_marks`, the code of each statement
-    is bracketed by marks (sourcemap.py) that `split_marks` takes out of the printed IR and the CUDA source."""
-    plan = make_plan(func, target)
+    is bracketed by marks (sourcemap.py) that `split_marks` takes out of the printed IR and the CUDA source.
+    `options`: resolved lowering options (options.resolve); None resolves them here from `func` and the process."""
+    plan = make_plan(func, target, resolve(func) if options is None else options)
     lowered = Emitter(func, plan, target, source_marks=source_marks).run()
     if plan.pipeline_note:
         lowered = lowered.with_attr("tile_nb.pipeline", plan.pipeline_note)

@@ -36,7 +36,6 @@ from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .stream_k import StreamK, emit_fixup, emit_partial_sums, emit_signal, plan_stream_k, tail_range
-from .switches import setting, switch
 from .epilogue import emit_producer_stores, finish_producer_stores
 from .exprs import const_int
 from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
@@ -57,21 +56,21 @@ class Persistent:
     stream_k: StreamK | None = None  # the last wave's tiles shared by k-tiles (stream_k.py)
 
 
-def plan_persistent(func, tma, grid: dict, threads: int, threads_body, shared: dict,
+def plan_persistent(func, options, tma, grid: dict, threads: int, threads_body, shared: dict,
                     accumulators: dict) -> tuple[Persistent | None, str]:
     """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not). On by default where legal;
     the reason it was refused is given only when it was asked for (`tile_nb.persistent` = 1)."""
-    mode = switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto")
-    if mode == "0":
+    mode = options.persistent
+    if mode is False:
         return None, ""
-    plan, why = _plan(func, tma, grid, threads, threads_body, shared, accumulators)
-    if plan is not None and mode != "1" and threads < 256:
+    plan, why = _plan(func, options, tma, grid, threads, threads_body, shared, accumulators)
+    if plan is not None and mode is not True and threads < 256:
         # One consumer warpgroup (TMA forced): several such CTAs share an SM, which one CTA per SM would give up.
         return None, ""
-    return plan, why if plan is not None or mode == "1" else ""
+    return plan, why if plan is not None or mode else ""
 
 
-def _plan(func, tma, grid, threads, threads_body, shared, accumulators):
+def _plan(func, options, tma, grid, threads, threads_body, shared, accumulators):
     if tma is None:
         return None, "no persistent CTAs (they need the TMA pipeline's producer)"
     if tma.producer_threads == 0:
@@ -84,7 +83,7 @@ def _plan(func, tma, grid, threads, threads_body, shared, accumulators):
     tiles = 1
     for e in extents:
         tiles *= int(e)
-    sm_count = _sm_count(func)
+    sm_count = DEFAULT_SM_COUNT if options.sm_count is None else options.sm_count
     # One CTA per SM: ptxas may give a TMA kernel's threads all of an SM's registers (plan_tma's budget), and a
     # persistent CTA that has to wait for a free SM would run all of its tiles late.
     ctas = min(tiles, sm_count)
@@ -105,16 +104,12 @@ def _plan(func, tma, grid, threads, threads_body, shared, accumulators):
                                   "producer does not compute)")
     outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
     barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
-    multicast, why_not = plan_multicast(func, tma, grid, ctas)
-    stream_k, why_sk = plan_stream_k(func, tma, threads_body, accumulators, tiles, ctas, multicast is not None, threads)
+    multicast, why_not = plan_multicast(options, tma, grid, ctas)
+    stream_k, why_sk = plan_stream_k(options, tma, threads_body, accumulators, tiles, ctas, multicast is not None, threads)
     note = (f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer "
             "loads the next tile's first k-tiles during the epilogue")
     return Persistent(threads_body, tiles, ctas, barrier, multicast, stream_k), "; ".join(
         x for x in (note, why_not, why_sk) if x)
-
-
-def _sm_count(func) -> int:
-    return int(setting(func, "tile_nb.sm_count", "TILE_NB_SM_COUNT", DEFAULT_SM_COUNT))
 
 
 @register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)

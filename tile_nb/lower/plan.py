@@ -31,8 +31,7 @@ from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_regist
 from .epilogue import plan_tma_store
 from .persistent import plan_persistent
 from .schedule import schedule_pipeline
-from .switches import setting as _attr
-from .switches import switch
+from .options import LoweringOptions
 from .tma import plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
@@ -69,6 +68,7 @@ class KernelPlan:
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
     packed: frozenset = frozenset()  # 16-bit register fragments held two to a register (wgmma's register A)
     notes: tuple = field(default_factory=tuple)
+    options: LoweringOptions = LoweringOptions()  # what the plan was made under (options.resolve)
 
     # ---- queries the emitters use --------------------------------------------------------------------------
     def layout(self, buf) -> FragmentLayout | None:
@@ -139,6 +139,11 @@ class KernelPlan:
         }
 
 
+def _attr(func, name: str):
+    """A function attribute that is not a lowering option (the call's facts, the symbol), else None."""
+    return (func.attrs or {}).get(name, None)
+
+
 def _shape(buf) -> list:
     return [int(x) for x in buf.shape]
 
@@ -147,14 +152,15 @@ def _arch(target) -> str:
     return str(target.attrs.get("arch", "sm_90a")) if target is not None else "sm_90a"
 
 
-def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
+def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = None) -> KernelPlan:
+    options = LoweringOptions() if options is None else options
     lines = SourceLines(func)
     arch = _arch(target)
     threads, grid = _launch(func)
     if threads is None:
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
     try:
-        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(func, target, threads, lines)
+        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(func, target, threads, lines, options)
     except LoweringError as err:
         raise lines.locate(err) from None
     pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
@@ -194,16 +200,16 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
                               panel=buf in panel_operands)
             shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle())
     workspaces = _workspaces(func, accumulators, fragments, threads)
-    unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned", default=[]) or [])
-    divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible", default=[]) or [])
-    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and bool(
-        int(_attr(func, "tile_nb.wgmma_overlap", default=0))) and all(
+    unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned") or [])
+    divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
+    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and options.wgmma_overlap and all(
         str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
     plan = KernelPlan(
-        name=str(_attr(func, "global_symbol", default="main")), arch=arch, threads=threads, grid=grid,
+        name=str(_attr(func, "global_symbol") or "main"), arch=arch, threads=threads, grid=grid,
         accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0, raster_group=_raster_group(func, grid, accumulators), ctas_per_sm=1,
-        heavy_first=_heavy_first(func, grid),
+        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0,
+        raster_group=_raster_group(options, grid, accumulators), ctas_per_sm=1,
+        heavy_first=_heavy_first(options, func, grid), options=options,
         wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
     tma, note, ctas_per_sm = None, "", 1
     if stages:
@@ -212,9 +218,9 @@ def make_plan(func: tirx.PrimFunc, target) -> KernelPlan:
     if kept and tma is None:
         note = "; ".join(([note] if note else []) + kept)
     body = _threads_body(func)
-    persistent, why = plan_persistent(func, tma, grid, threads, body, shared, accumulators)
+    persistent, why = plan_persistent(func, options, tma, grid, threads, body, shared, accumulators)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(func, tma, persistent, threads, body, accumulators, shared, barrier_bytes,
+    tma_store, why_store, stage = plan_tma_store(options, tma, persistent, threads, body, accumulators, shared, barrier_bytes,
                                                  arch, unaligned)
     if stage is not None:
         shared[stage.buffer] = stage
@@ -273,11 +279,10 @@ def _launch(func):
     return threads or None, grid
 
 
-def _choose_mma(func, target, threads: int, lines):
+def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B in
     64-column panels)."""
-    use_wgmma = str(_attr(func, "tile_nb.wgmma", "TILE_NB_WGMMA", "1")) != "0"
-    register_form = str(_attr(func, "tile_nb.wgmma_register_a", default="1")) != "0"
+    use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
     for s in iter_stmts(func.body):
@@ -335,7 +340,7 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
     return out
 
 
-def _heavy_first(func, grid: dict) -> int:
+def _heavy_first(options: LoweringOptions, func, grid: dict) -> int:
     """Rows of (blockIdx.y, blockIdx.z) per group when CTAs are launched heaviest first, or 0. Where the trip count
     of the kernel's T.Pipelined loop grows with bx (causal attention: Q block bx reads bx + 1 KV blocks), the
     grid is run in groups of G rows (heads), each group from its largest bx down across its G rows: the heaviest
@@ -348,7 +353,7 @@ def _heavy_first(func, grid: dict) -> int:
     0 turns it off): causal FlashAttention on the H200 (benchmarks/results/attention.md, 2026-12-03) ran 5.8% / 3.7%
     faster at seq 4096 (head dim 64 / 128) and 5.4% / 0.9% at 16384; the bx reversal within one head had
     measured 6% slower."""
-    if switch(func, "tile_nb.heavy_first", "TILE_NB_HEAVY_FIRST", "1") == "0" or "blockIdx.x" not in grid:
+    if not options.heavy_first or "blockIdx.x" not in grid:
         return 0
     rows = 1
     for tag in ("blockIdx.y", "blockIdx.z"):
@@ -373,10 +378,10 @@ def _heavy_first(func, grid: dict) -> int:
     return next(g for g in (8, 4, 2, 1) if rows % g == 0)
 
 
-def _raster_group(func, grid: dict, accumulators: dict) -> int:
+def _raster_group(options: LoweringOptions, grid: dict, accumulators: dict) -> int:
     """Grouped CTA order for GEMM grids (L2 reuse), `tile_nb.raster_group` / TILE_NB_RASTER (default 8, 1: off):
     only for 2-d grids of constant extents dividing into whole groups."""
-    group = int(_attr(func, "tile_nb.raster_group", "TILE_NB_RASTER", "8"))
+    group = options.raster
     if group <= 1 or not accumulators or set(grid) != {"blockIdx.x", "blockIdx.y"}:
         return 1
     (_, gx), (_, gy) = grid["blockIdx.x"], grid["blockIdx.y"]

@@ -48,7 +48,6 @@ from . import intrin
 from .exprs import const_int
 from .irwalk import region_of, seq_items
 from .layout import WgmmaAccLayout, tirx_bits
-from .switches import switch
 
 __all__ = ["Range", "StreamK", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k",
            "tail_range"]
@@ -92,21 +91,21 @@ MIN_FREED_K_TILES = 32
 MIN_FREED_SHARE = 0.02
 
 
-def plan_stream_k(func, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
+def plan_stream_k(options, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
                   threads: int) -> tuple[StreamK | None, str]:
     """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked).
     By default only where it frees more SM time than it costs (MIN_FREED_K_TILES, MIN_FREED_SHARE);
     `tile_nb.stream_k` = 1 builds it wherever legal."""
-    mode = switch(func, "tile_nb.stream_k", "TILE_NB_STREAM_K", "auto")
-    if mode == "0":
+    mode = options.stream_k
+    if mode is False:
         return None, ""
     plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
-    if plan is not None and mode != "1":
+    if plan is not None and mode is not True:
         freed = (ctas - plan.tail) * plan.n / ctas  # k-tiles of idle time per SM in the last wave, shared out
         share = freed / (tiles * plan.n / ctas)  # of the k-tiles a CTA runs in all
         if freed < MIN_FREED_K_TILES or share < MIN_FREED_SHARE or not _sixteen_bit_inputs(tma):
             return None, ""
-    return plan, (why if plan is not None or mode == "1" else "")
+    return plan, (why if plan is not None or mode else "")
 
 
 def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):

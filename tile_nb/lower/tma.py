@@ -57,7 +57,6 @@ from .irwalk import buffers_touched, region_of, scope_of, seq_items
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_expect_tx,
                        mbarrier_init, mbarrier_wait, tma_load)
-from .switches import switch
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
 __all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
@@ -156,9 +155,10 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, str, int]:
 
 
 def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
-    mode = switch(func, "tile_nb.tma", "TILE_NB_TMA", "auto")
+    options = plan.options
+    mode = options.tma
     threads = plan.threads
-    if mode == "0":
+    if mode is False:
         return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
     if not plan.uses_wgmma:
         return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
@@ -195,12 +195,12 @@ def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     # ran 14-19% faster than TMA with a producer warp at one; TMA without one 2-3% faster than cp.async at head
     # dim 64, measured at 256 threads only: 128-thread kernels keep cp.async). tile_nb.producer_warp = 0
     # (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one (cp.async where two CTAs fit).
-    producer_mode = switch(func, "tile_nb.producer_warp", "TILE_NB_PRODUCER_WARP", "auto")
+    producer_mode = options.producer_warp
     two = len(gemms) > 1 and _two_ctas_fit(plan)
-    inline = producer_mode == "0" or (producer_mode == "auto" and two and threads == 256)
-    if mode != "1" and two and not inline:
+    inline = producer_mode is False or (producer_mode is None and two and threads == 256)
+    if mode is not True and two and not inline:
         return None, _TWO_CTAS_PER_SM
-    if mode != "1" and threads < 256 and len(gemms) > 1:
+    if mode is not True and threads < 256 and len(gemms) > 1:
         # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256): no GPU measurement
         # or test of TMA there yet, so it keeps the path it had
         return None, ("cp.async (one consumer warpgroup and several T.gemm per iteration: TMA is not measured there "
@@ -237,9 +237,9 @@ def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         planned.append(tc)
     if not planned:
         return None, "cp.async (no global->shared copies in the loop)"
-    pingpong = _pingpong(func, threads, gemms)
+    pingpong = _pingpong(options, threads, gemms)
     arrivals = _arrival_groups(rest, planned)
-    overlap, why_not = _overlap(func, rest, gemms, planned, arrivals, pingpong)
+    overlap, why_not = _overlap(options, rest, gemms, planned, arrivals, pingpong)
     if overlap is not None and inline:  # the overlap's registers come from a producer warpgroup (setmaxnreg)
         overlap, why_not = None, "no producer warpgroup to take registers from"
     registers = None
@@ -284,7 +284,7 @@ def _overlap_registers(plan, threads: int, largest: int) -> tuple[tuple | None, 
     return (_PRODUCER_REGISTERS, consumer), ""
 
 
-def _overlap(func, rest, gemms, copies, arrivals, pingpong) -> tuple[Overlap | None, str]:
+def _overlap(options, rest, gemms, copies, arrivals, pingpong) -> tuple[Overlap | None, str]:
     """Whether the loop can overlap its second T.gemm with the next iteration's register work (Overlap), or
     (None, why not); (None, "") where the question does not arise (not two T.gemm).
 
@@ -295,8 +295,7 @@ def _overlap(func, rest, gemms, copies, arrivals, pingpong) -> tuple[Overlap | N
     TILE_NB_SOFTMAX_OVERLAP=0) turns it off."""
     if len(gemms) != 2:
         return None, ""
-    mode = switch(func, "tile_nb.softmax_overlap", "TILE_NB_SOFTMAX_OVERLAP", "1")
-    if mode == "0":
+    if not options.softmax_overlap:
         return None, "tile_nb.softmax_overlap = 0"
     if pingpong:
         return None, "ping-pong schedules its T.gemm by turns"
@@ -330,7 +329,7 @@ def _arrival_groups(rest, copies) -> tuple:
     return tuple((i, tuple(first[i])) for i in sorted(first))
 
 
-def _pingpong(func, threads: int, gemms) -> int:
+def _pingpong(options, threads: int, gemms) -> int:
     """Consumer warpgroups that take turns at the tensor cores, or 0.
 
     With several T.gemm per iteration and register work between them (FlashAttention's softmax), warpgroups that
@@ -341,9 +340,8 @@ def _pingpong(func, threads: int, gemms) -> int:
     2026-12-03) the reference FlashAttention was 3-10% slower with it, or within noise, without the overlap of
     softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
     (or TILE_NB_PINGPONG=1) turns it on."""
-    mode = switch(func, "tile_nb.wgmma_pingpong", "TILE_NB_PINGPONG", "0")
     groups = threads // 128
-    if mode == "0" or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
+    if not options.pingpong or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
         return 0
     return groups
 

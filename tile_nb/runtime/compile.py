@@ -65,9 +65,10 @@ def _param_names(func) -> tuple[str, ...]:
     return tuple(str(getattr(p, "name", None) or p.name_hint) for p in func.params)
 
 
-def _lower(func, target):
+def _lower(func, target, lowering=None):
     """Thread-level TIRx for tvm.compile and the lowering plan's summary: an IRModule is taken as already lowered
-    (no plan); a PrimFunc goes through tile_nb.lower."""
+    (no plan); a PrimFunc goes through tile_nb.lower, under `lowering` (the kernel's options: see
+    tile_nb.lower.options.resolve)."""
     import tvm
 
     if isinstance(func, tvm.IRModule):
@@ -75,55 +76,59 @@ def _lower(func, target):
     if not isinstance(func, tvm.tirx.PrimFunc):
         raise TypeError(f"compile() takes a tvm PrimFunc (phase-2 IR) or a lowered IRModule; got "
                         f"{type(func).__name__}")
-    from ..lower import lower_with_plan
+    from ..lower import lower_with_plan, resolve
 
     name = str((func.attrs or {}).get("global_symbol", "main"))
-    lowered, plan = lower_with_plan(func, target)
+    lowered, plan = lower_with_plan(func, target, options=resolve(func, lowering))
     return tvm.IRModule({name: lowered.with_attr("global_symbol", name)}), plan.summary()
 
 
-def _lowering_switches(func, env=None) -> dict[str, str]:
-    """Environment switches that change the lowering (e.g. TILE_NB_TMA=0): part of the cache key when set."""
+def _lowering_key(func, lowering) -> dict[str, Any]:
+    """The lowering options that differ from the defaults (the function's own attributes are in its IR text):
+    part of the cache key when there are any."""
     import tvm
 
-    if isinstance(func, tvm.IRModule):
+    if isinstance(func, tvm.IRModule) or lowering is None:
         return {}
-    from ..lower import ENV_SWITCHES
-
-    env = os.environ if env is None else env
-    return {name: str(env[name]) for name in ENV_SWITCHES if name in env}
+    changed = lowering.changed()
+    return {"lowering": changed} if changed else {}
 
 
-def _key(func, target, build_options: BuildOptions, env=None) -> tuple[str, dict[str, Any]]:
-    """The disk-cache key of `func` (device facts applied) for a resolved target, and what it is made of."""
+def _key(func, target, build_options: BuildOptions, lowering=None) -> tuple[str, dict[str, Any]]:
+    """The disk-cache key of `func` (device facts applied) for a resolved target and the kernel's lowering options
+    (`current(...)`: without the function's attributes), and what it is made of."""
     material = key_material(_keyed_script(func), str(target),
-                            dict(build_options.to_dict(), **_lowering_switches(func, env)))
+                            dict(build_options.to_dict(), **_lowering_key(func, lowering)))
     return compute_key(material), material
 
 
-def cache_key(func, target=None, options: dict[str, Any] | None = None, *,
-              env: dict[str, str] | None = None) -> tuple[str, dict[str, Any]]:
-    """The key `compile(func, target, options=options)` would use in this process, and its material; `env`
-    stands for the lowering switches of the environment (so a process can check a key another one computed)."""
+def cache_key(func, target=None, options: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
+              lowering=None) -> tuple[str, dict[str, Any]]:
+    """The key `compile(func, target, options=options, lowering=lowering)` would use in this process, and its
+    material; `env` stands for the environment (so a process can check a key another one computed)."""
+    from ..lower.options import current
+
     options = dict(options or {})
     options.pop("cache", None)
     target = resolve_target(target)
-    return _key(with_device_facts(func, target), target, BuildOptions.from_dict(options), env)
+    lowering = current(lowering, env)
+    return _key(with_device_facts(func, target, lowering), target, BuildOptions.from_dict(options), lowering)
 
 
-def with_device_facts(func, target=None):
+def with_device_facts(func, target=None, lowering=None):
     """The PrimFunc with what its lowering needs to know of this process's GPU, when it is built for it: the SM
-    count (`tile_nb.sm_count`: the CTAs a persistent kernel launches), unless the kernel sets one or turns
-    persistent CTAs off.
+    count (`tile_nb.sm_count`: the CTAs a persistent kernel launches), unless its options (`lowering`, the
+    process's, the environment) set one or turn persistent CTAs off.
     Part of the IR text, so of the cache key: code that compiles elsewhere (tuning workers hide the GPU) applies
     it first."""
     import tvm
 
-    from ..lower.switches import switch
+    from ..lower.options import resolve
 
-    if not isinstance(func, tvm.tirx.PrimFunc) or "tile_nb.sm_count" in (func.attrs or {}):
+    if not isinstance(func, tvm.tirx.PrimFunc):
         return func
-    if switch(func, "tile_nb.persistent", "TILE_NB_PERSISTENT", "auto") == "0":
+    options = resolve(func, lowering)
+    if options.sm_count is not None or options.persistent is False:
         return func
     if device_arch() != target_arch(resolve_target(target)):
         return func
@@ -158,13 +163,15 @@ def _launch_problem(arch: str) -> str | None:
     return None
 
 
-def compile(func, target=None, *, options: dict[str, Any] | None = None) -> CompiledKernel:
+def compile(func, target=None, *, options: dict[str, Any] | None = None, lowering=None) -> CompiledKernel:
     """Compile a phase-2 PrimFunc (or an already lowered IRModule) for CUDA and return a CompiledKernel.
 
     `target`: None (the GPU's arch, else sm_90a), "sm_80", "cuda -arch=sm_80", a dict or a tvm Target.
     `options`: build options (`compiler`: "auto" | "nvrtc" | "nvcc", `fast_math`, `ptxas_options`, `host`:
     "llvm" | "cuda_host", the leaner launch of backend/cuda_host.py, ~5 s more to build) and
     `cache` (default True; `TILE_NB_DISABLE_CACHE=1` turns the disk cache off everywhere).
+    `lowering`: the kernel's lowering options (a `tile_nb.lower.LoweringOptions`, or a dict of its fields over the
+    process's options and the environment); the function's `tile_nb.*` attributes override them.
 
     Example::
 
@@ -178,8 +185,11 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
     build_options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    func = with_device_facts(func, target)
-    key, _ = _key(func, target, build_options)
+    from ..lower.options import current
+
+    lowering = current(lowering)  # resolved once: the key and the lowering read this value
+    func = with_device_facts(func, target, lowering)
+    key, _ = _key(func, target, build_options, lowering)
     problem = _launch_problem(arch)
     timings = {"key": time.perf_counter() - start}
 
@@ -192,11 +202,11 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None) -> Comp
             kernel = _memory.get(key)
         if kernel is not None:  # another thread built it while this one waited
             return kernel
-        return _load_or_build(func, target, key, arch, problem, build_options, use_disk, timings)
+        return _load_or_build(func, target, key, arch, problem, build_options, use_disk, timings, lowering)
 
 
 def _load_or_build(func, target, key: str, arch: str, problem: str | None, build_options: BuildOptions,
-                   use_disk: bool, timings: dict[str, float]) -> CompiledKernel:
+                   use_disk: bool, timings: dict[str, float], lowering=None) -> CompiledKernel:
     """The kernel from the disk cache, else lowered and built (and published to the disk cache)."""
     import tvm
 
@@ -219,7 +229,7 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
                 return _remember(key, kernel)
 
     t = time.perf_counter()
-    mod, plan = _lower(func, target)
+    mod, plan = _lower(func, target, lowering)
     if isinstance(func, tvm.IRModule):
         entry_func, name = _entry_function(mod)
     else:
@@ -254,7 +264,7 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
         kernel.not_launchable_reason = problem or "TVM built no loadable module"
 
     if use_disk:
-        _publish(disk, key, _key(func, target, build_options)[1], kernel, result, timings, launcher=launcher)
+        _publish(disk, key, _key(func, target, build_options, lowering)[1], kernel, result, timings, launcher=launcher)
     if launcher is not None:
         shutil.rmtree(launcher.parent, ignore_errors=True)   # loaded (and copied into the cache) already
     kernel.timings = timings
