@@ -1,0 +1,101 @@
+"""The conformance runner on a tiny fake tilelang checkout made here (this project's own scripts, not tilelang's):
+a passing, a failing, an erroring (missing API) and a timing-out example, an excluded sm_100 one, and two tests."""
+import json
+import textwrap
+
+from tile_nb import conformance
+
+
+def _write(root, rel, text):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+def _fake_checkout(root):
+    _write(root, "examples/ok/example_ok.py", """
+        import tilelang
+
+        def main(n=10):
+            import torch
+            assert tilelang.cdiv(n, 4) == 2, "called with the test file's size"
+            torch.testing.assert_close(torch.tensor([1.0]), torch.tensor([1.0005]), atol=1e-2, rtol=0)
+
+        if __name__ == "__main__":
+            main(100)   # not this: the test file's call wins
+    """)
+    _write(root, "examples/ok/test_example_ok.py", """
+        import example_ok
+
+        def test_ok():
+            example_ok.main(n=8)
+    """)
+    _write(root, "examples/bad/example_bad.py", """
+        import tilelang
+        assert tilelang.next_power_of_2(5) == 4, "reference check failed"
+    """)
+    _write(root, "examples/swz/example_swizzle.py", """
+        import tilelang.language as T
+        T.use_swizzle(panel_size=10)
+    """)
+    _write(root, "examples/slow/example_slow.py", """
+        import time
+        import tilelang
+        time.sleep(60)
+    """)
+    _write(root, "examples/bw/example_tmem.py", """
+        import tilelang.language as T
+        T.alloc_tmem([128, 128], T.float32)
+    """)
+    _write(root, "testing/python/language/test_tilelang_language_eager_jit.py", """
+        import tilelang
+
+        def test_passes():
+            assert tilelang.cdiv(3, 2) == 2
+
+        def test_uses_macro():
+            import tilelang.language as T
+            T.macro
+    """)
+
+
+def test_classify():
+    assert conformance.classify("import tilelang\nT.alloc_barrier(1)\nT.tma_copy(a, b)")[0] == "low-level"
+    assert conformance.classify("import tilelang\nT.tcgen05_gemm(a)")[0] == "sm_100"
+    assert conformance.classify("import tilelang\n", "examples/amd/example_x.py")[0] == "AMD"
+    assert conformance.classify("import tilelang\nT.copy(a, b)\nT.gemm(a, b, c)") == ("tile-level", [])
+    assert conformance.classify("import triton\n")[0] == "no tilelang"
+
+
+def test_runner_on_a_fake_checkout(tmp_path, capsys):
+    root = tmp_path / "tilelang"
+    _fake_checkout(root)
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    rc = conformance.main([str(root), "--backend", "interp", "--timeout", "12", "--jobs", "6", "--commit", "abc123",
+                           "--json", str(out_json), "--markdown", str(out_md)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    cases = {c["name"]: c for c in json.loads(out_json.read_text())["cases"]}
+    ok = cases["examples/ok/example_ok.py"]
+    assert (ok["status"], ok["call"]) == ("pass", [[], {"n": 8}]) and abs(ok["max_error"] - 5e-4) < 1e-6, ok
+    bad = cases["examples/bad/example_bad.py"]
+    assert (bad["status"], bad["error"]) == ("fail", "AssertionError: reference check failed")
+    swz = cases["examples/swz/example_swizzle.py"]
+    assert (swz["status"], swz["missing"]) == ("error", "tilelang.language.use_swizzle")
+    assert cases["examples/slow/example_slow.py"]["status"] == "timeout"
+    tmem = cases["examples/bw/example_tmem.py"]
+    assert (tmem["klass"], tmem["status"]) == ("sm_100", "excluded")
+    tests = "testing/python/language/test_tilelang_language_eager_jit.py::"
+    assert cases[tests + "test_passes"]["status"] == "pass"
+    macro = cases[tests + "test_uses_macro"]
+    assert (macro["status"], macro["missing"]) == ("error", "tilelang.language.macro")
+    assert "| examples/bad/example_bad.py | tile-level | fail | AssertionError: reference check failed |  |" \
+        in printed
+    assert "| examples/swz/example_swizzle.py | tile-level | error | missing: tilelang.language.use_swizzle |" \
+        in printed
+    assert "| tile-level | 4 | 1 | 1 | 1 | 1 | 0 | 0 |" in printed
+    assert "| sm_100 | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in printed
+    assert "| test | 2 | 1 | 0 | 1 | 0 | 0 | 0 |" in printed
+    doc = out_md.read_text()
+    assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc
+    assert "| `tilelang.language.macro` | 1 |" in doc and "| `tilelang.language.use_swizzle` | 1 |" in doc
