@@ -22,14 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TileNBError
-from .ops import KernelOp, OpEntry, TorchOpError, op
+from .ops import KernelOp, NoBackwardError, OpEntry, TorchOpError, op
 
 __all__ = ["autograd", "Differentiable", "NoBackwardError"]
-
-
-class NoBackwardError(TileNBError, RuntimeError):
-    """A backward through a kernel that has no backward paired."""
 
 
 class Differentiable(KernelOp):

@@ -39,6 +39,10 @@ class TorchOpError(TileNBError):
     """A kernel (or a call) that cannot become a torch custom op: the message says why and what to do."""
 
 
+class NoBackwardError(TileNBError, RuntimeError):
+    """A backward through a kernel that has no backward paired."""
+
+
 _SCALAR_SCHEMA = {"float": "float", "bfloat": "float", "int": "int", "uint": "int", "bool": "bool"}
 
 
@@ -562,8 +566,6 @@ def _impl_of(entry: OpEntry):
 
 
 def _no_backward_error(entry: OpEntry):
-    from .autograd import NoBackwardError
-
     name = entry.kernel.definition.name
     return NoBackwardError(
         f"{name}() has no backward kernel paired, so there is no gradient through {entry.qualname} (an input "
