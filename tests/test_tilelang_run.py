@@ -120,8 +120,8 @@ def test_unsupported_names_say_which_api(clean_mapping):
     namespace = {}
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver\.arch\.CUDA"):
         exec("from tilelang.carver.arch import CUDA", namespace)
-    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autotuner yet \(imported with \*\)"):
-        exec("from tilelang.autotuner import *", namespace)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver yet \(imported with \*\)"):
+        exec("from tilelang.carver import *", namespace)
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.language\.prim_func"):
         exec(textwrap.dedent("""
             import tilelang
@@ -152,3 +152,11 @@ def test_line_magic(clean_mapping):
     assert "tilelang" not in sys.modules and not mapping.installed()
     with pytest.raises(ValueError, match="usage"):
         tilelang_on_tile_nb("--nope")
+
+
+def test_autotune_runs_a_given_configuration():
+    tuned = stand_in.autotune(configs=[{"block": 32}, {"block": 64, "stages": 2}])(lambda x, **kw: (x, kw))
+    assert tuned(1, block=32, stages=3) == (1, {"block": 32, "stages": 3})
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autotune search yet \(give the tuned parameters "
+                                                     r"block, stages"):
+        tuned(1)

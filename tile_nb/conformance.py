@@ -71,6 +71,7 @@ class Case:
     missing: str | None = None
     max_error: float | None = None
     seconds: float = 0.0
+    items: list | None = None      # tests: [pytest items passed, pytest items] (parametrized tests have several)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -214,6 +215,7 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
             return case
         order = {"error": 0, "fail": 1, "pass": 2, "skip": 3}
         worst = min(entries, key=lambda e: order.get(e["status"], 0))
+        case.items = [sum(e["status"] == "pass" for e in entries), len(entries)]
         case.status, case.error, case.missing = worst["status"], worst.get("error", ""), worst.get("missing")
         errors = [e["max_error"] for e in entries if e.get("max_error") is not None]
     else:
@@ -268,8 +270,11 @@ def missing_ranked(cases: list[Case]) -> list[tuple[str, int, list[str]]]:
 
 def other_errors_ranked(cases: list[Case]) -> list[tuple[str, int]]:
     """The first lines of failures not caused by a missing API, grouped (numbers blanked), most first."""
-    counts = collections.Counter(re.sub(r"\d+", "N", c.error)[:140] for c in cases
-                                 if c.status in ("fail", "error") and not c.missing)
+    def general(text: str) -> str:
+        text = re.sub(r"kernel '\w+'", "kernel 'K'", re.sub(r"\b\w+\(\)", "K()", text))
+        return re.sub(r"\d+", "N", text)[:140]
+
+    counts = collections.Counter(general(c.error) for c in cases if c.status in ("fail", "error") and not c.missing)
     return counts.most_common()
 
 
@@ -338,7 +343,8 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
         f"Examples: {sum(c.status == 'pass' for c in ran)} of {len(ran)} pass "
         f"({len(examples) - len(ran)} excluded and counted apart: sm_100-only, AMD-only, and examples that do not "
         f"import tilelang (Triton/torch baselines)). "
-        f"LazyJIT/eager tests: {sum(c.status == 'pass' for c in tests)} of {len(tests)} pass.",
+        f"LazyJIT/eager tests: {sum(c.status == 'pass' for c in tests)} of {len(tests)} test functions pass "
+        f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} pytest items).",
         "",
         totals_table(cases),
         "",

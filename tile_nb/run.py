@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import runpy
 import sys
 import traceback
@@ -144,6 +145,18 @@ class _PytestRecorder:
 
     def pytest_runtest_setup(self, item):
         _errors.clear()
+
+    def pytest_collectreport(self, report):
+        from .tilelang._support import missing_feature
+
+        if report.failed:
+            text = str(report.longrepr)
+            lines = [line[2:].strip() for line in text.splitlines()
+                     if line.startswith("E ") and re.match(r"[\w.]+(Error|Exception|API)\b", line[2:].strip())]
+            self.tests[report.nodeid or "collect"] = {"status": "error", "missing": missing_feature(text),
+                                                      "error": "collection: " + (lines[-1] if lines
+                                                                                 else _first_line(text)),
+                                                      "max_error": None}
 
     def pytest_runtest_logreport(self, report):
         from .tilelang._support import missing_feature

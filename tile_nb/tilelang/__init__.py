@@ -8,7 +8,8 @@ It is never installed by importing tile_nb, and a real tilelang is not hidden un
 Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated in the body or the signature; the
 object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `get_profiler()`), `tilelang.language`
 (tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
-`tilelang.next_power_of_2`, `tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math; lowering
+`tilelang.next_power_of_2`, `tilelang.autotune` (a call giving the tuned parameters; no search yet),
+`tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math; lowering
 hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
 requires_cuda*, set_random_seed) and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
 "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
@@ -208,6 +209,12 @@ def _tvm():
     return tvm
 
 
+def _autotune():
+    from .autotuner import autotune
+
+    return autotune
+
+
 def _supply_type():
     from .profiler import TensorSupplyType
 
@@ -217,6 +224,7 @@ def _supply_type():
 __getattr__ = forwarding_getattr(__name__, "tilelang", {
     "language": _submodule("language"), "testing": _submodule("testing"), "profiler": _submodule("profiler"),
     "math": _submodule("math"), "tvm": _tvm, "TensorSupplyType": _supply_type,
+    "autotune": _autotune,
 }, package=True)
 
 __all__ = ["jit", "lazy_jit", "compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",

@@ -11,7 +11,7 @@ from ..errors import TileNBError
 
 __all__ = ["UnsupportedTilelangAPI", "unsupported", "missing_feature", "forwarding_getattr", "stub_module"]
 
-_PATTERN = re.compile(r"tile_nb does not support (\S+?) yet")
+_PATTERN = re.compile(r"tile_nb does not support (.+?) yet\b")
 
 
 class UnsupportedTilelangAPI(TileNBError, NotImplementedError):
@@ -42,11 +42,11 @@ def missing_feature(text: str) -> str | None:
 
 def forwarding_getattr(module_name: str, tilelang_name: str, known: dict, package: bool = False):
     """A module `__getattr__`: names in `known` (name -> zero-argument loader) load lazily, and so do the real
-    submodules of a `package`; dunder and private names are plain AttributeErrors (Python's import machinery, pytest
+    submodules of a `package`; dunder names are plain AttributeErrors (Python's import machinery, pytest
     and inspect probe for those); anything else is an UnsupportedTilelangAPI naming `tilelang_name.<name>`."""
 
     def __getattr__(name: str):
-        if name.startswith("_"):
+        if name.startswith("__") and name.endswith("__"):
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         loader = known.get(name)
         if loader is not None:
