@@ -160,3 +160,22 @@ def test_autotune_runs_a_given_configuration():
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autotune search yet \(give the tuned parameters "
                                                      r"block, stages"):
         tuned(1)
+
+
+def test_magic_in_an_ipython_shell(clean_mapping, capsys):
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "tile_nb.notebook")
+    try:
+        shell.run_line_magic("tilelang_on_tile_nb", "")
+        result = shell.run_cell("import tilelang\nimport tilelang.language as T\nname = tilelang.__name__\n"
+                                "n = tilelang.cdiv(10, 4)")
+        result.raise_error()
+        assert (shell.user_ns["name"], shell.user_ns["n"]) == ("tile_nb.tilelang", 3)
+        shell.run_line_magic("tilelang_on_tile_nb", "off")
+        assert "now resolves to tile_nb's stand-in" in capsys.readouterr().out
+    finally:
+        from tile_nb.notebook.tracebacks import uninstall
+
+        uninstall(shell)

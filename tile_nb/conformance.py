@@ -200,6 +200,12 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
             proc.communicate()
             case.status, case.error, case.seconds = "timeout", f"no result in {timeout:g} s", timeout
             return case
+        except BaseException:  # Ctrl-C: the case's processes go too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise
         case.seconds = time.perf_counter() - start
         try:
             with open(result_path) as f:

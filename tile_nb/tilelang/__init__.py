@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
 
 from ._support import UnsupportedTilelangAPI, forwarding_getattr, unsupported
 
@@ -74,9 +75,16 @@ def _target(target):
 
 def _prim_func_factory(fn) -> bool:
     """True when `fn` builds a `@T.prim_func` inside (tilelang's older kernel-factory style): its code reads the
-    name `prim_func` (the nested function's decorator is evaluated by the factory's own code)."""
-    code = getattr(fn, "__code__", None)
-    return code is not None and "prim_func" in code.co_names
+    name `prim_func`, or a function nested in it does (a decorator is evaluated by the enclosing function's code)."""
+    todo = [getattr(fn, "__code__", None)]
+    while todo:
+        code = todo.pop()
+        if code is None:
+            continue
+        if "prim_func" in code.co_names:
+            return True
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]   # nested functions
+    return False
 
 
 class JITKernel:
