@@ -50,7 +50,8 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
     kernel = rt_compile(func, None)
     n, tiles_m, tiles_n = -(-K // 64), -(-M // 128), -(-N // 256)
     waves, tail = divmod(tiles_m * tiles_n, ctas)
-    owners = stream_k_owners(waves, tail, ctas, n) if "stream-K" in kernel.pipeline else {}
+    stream_k = bool(kernel.plan and kernel.plan.get("stream_k"))
+    owners = stream_k_owners(waves, tail, ctas, n) if stream_k else {}
     for launch in range(launches):
         torch.manual_seed(launch)
         a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
@@ -66,7 +67,7 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
                 if worst < 2e-3:
                     continue
                 lin = linear_tile(bx, by, tiles_n)
-                if lin < waves * ctas or "stream-K" not in kernel.pipeline:
+                if lin < waves * ctas or not stream_k:
                     bad.setdefault(("whole tile, wave", lin // ctas), []).append((f"CTA {lin % ctas}", round(worst, 3)))
                 else:
                     t = lin - waves * ctas

@@ -18,8 +18,12 @@ from tile_nb.lower.stream_k import StreamK, contributors, tail_range
 BIG = dict(block_N=256, block_K=64, threads=256)
 
 
+def plan(func):
+    return lower_with_plan(func, target("sm_90a"))[1]
+
+
 def note(func):
-    return lower_with_plan(func, target("sm_90a"))[1].pipeline_note
+    return plan(func).pipeline_note
 
 
 def lowered(func) -> str:
@@ -40,12 +44,12 @@ def test_the_last_wave_is_shared_by_k_tiles():
     assert "stream-K" not in note(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
 
 
-def test_the_runtime_recognises_a_stream_k_plan():
-    """runtime.kernel finds stream-K kernels (to launch them one stream at a time) by the plan's note."""
-    from tile_nb.runtime.kernel import STREAM_K_NOTE
-
-    assert STREAM_K_NOTE in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
-    assert STREAM_K_NOTE not in note(gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+def test_the_plan_says_stream_k_as_a_field():
+    """runtime.kernel finds stream-K kernels (to launch them one stream at a time) by the summary's field."""
+    on, off = (plan(f) for f in (forced(gemm_ir(4096, 4096, 4096, **BIG)),
+                                 gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.stream_k", 0)))
+    assert on.stream_k is not None and on.summary()["stream_k"] is True
+    assert off.stream_k is None and off.summary()["stream_k"] is False
 
 
 @pytest.mark.parametrize("shape,built", [
@@ -56,8 +60,8 @@ def test_the_runtime_recognises_a_stream_k_plan():
     ((16384, 14336, 4096), False),  # 44.6 freed, but 1.3% of a CTA's 3475 k-tiles (lost 1-4% on the H200)
 ])
 def test_by_default_where_it_frees_more_time_than_it_costs(shape, built):
-    assert ("stream-K: the last" in note(gemm_ir(*shape, **BIG))) == built
-    assert "stream-K: the last" in note(forced(gemm_ir(*shape, **BIG)))  # = 1: wherever legal
+    assert (plan(gemm_ir(*shape, **BIG)).stream_k is not None) == built
+    assert plan(forced(gemm_ir(*shape, **BIG))).stream_k is not None  # = 1: wherever legal
 
 
 @tile_nb.jit

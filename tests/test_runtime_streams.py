@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tile_nb.runtime.kernel import STREAM_K_NOTE, CompiledKernel, OneStreamAtATime  # noqa: E402
+from tile_nb.runtime.kernel import CompiledKernel, OneStreamAtATime  # noqa: E402
 
 
 class FakeEvent:
@@ -64,14 +64,14 @@ def test_devices_are_ordered_separately_and_cpu_calls_pass_through(fake_cuda):
 
 
 def test_only_stream_k_kernels_launch_through_it():
-    def kernel(note):
+    def kernel(stream_k):
         k = CompiledKernel(name="k", target=None, arch="sm_90a", params=("a",), cuda_source="", lowered_ir="",
-                           plan={"pipeline": note})
+                           plan={"pipeline": "TMA + mbarriers, producer warp", "stream_k": stream_k})
         k._set_launch(object(), print)
         return k._func
 
-    assert isinstance(kernel("TMA + mbarriers; " + STREAM_K_NOTE + " 116 tiles ..."), OneStreamAtATime)
-    assert kernel("TMA + mbarriers, producer warp") is print
+    assert isinstance(kernel(True), OneStreamAtATime)
+    assert kernel(False) is print
 
 
 def test_a_graph_capture_launches_without_events(fake_cuda):

@@ -31,10 +31,11 @@ from dataclasses import dataclass, replace
 
 from tvm import tirx
 
+from .decisions import Refusal
 from .irwalk import region_of
 from .layout import tirx_bits
 
-__all__ = ["CLUSTER_SIZE", "Multicast", "plan_multicast"]
+__all__ = ["CLUSTER_SIZE", "Multicast", "describe_multicast", "plan_multicast"]
 
 CLUSTER_SIZE = 2
 
@@ -65,16 +66,16 @@ def split_boxes(boxes: tuple) -> tuple | None:
     return (halves[0],), (halves[1],)
 
 
-def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | None, str]:
+def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | None, Refusal | None]:
     """The multicast of a persistent kernel's pipeline, or (None, why not); the reason is given only when a
     cluster was asked for (`tile_nb.cluster` = 2)."""
     mode = options.cluster
     if mode == 0:
-        return None, ""
+        return None, None
     if mode != CLUSTER_SIZE:
-        return None, f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)"
+        return None, Refusal("cluster.size", f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)")
     if ctas % CLUSTER_SIZE:
-        return None, f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)"
+        return None, Refusal("cluster.odd_ctas", f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)")
     best = None  # (bytes of the copy's tile, copy index, grid axis, its halves)
     for axis, (var, extent) in grid.items():
         if int(extent) % CLUSTER_SIZE:
@@ -90,11 +91,15 @@ def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | Non
             if best is None or size > best[0]:
                 best = (size, i, axis, halves)
     if best is None:
-        return None, ("no cluster (no pipelined copy that splits into two halves of TMA boxes is the same for tiles "
+        return None, Refusal("cluster.no_copy", "no cluster (no pipelined copy that splits into two halves of TMA boxes is the same for tiles "
                       "that differ along a grid axis of even extent)")
     _, i, axis, halves = best
     groups = tuple(g for g, (_, members) in enumerate(tma.arrivals) if i in members)
-    c = tma.copies[i]
-    return Multicast(i, groups, axis, halves), (f"clusters of {CLUSTER_SIZE} CTAs on tiles that differ in "
-                                        f"{grid[axis][0].name}: each loads half of {c.tile_buffer.name} and "
-                                        "multicasts it to both")
+    return Multicast(i, groups, axis, halves), None
+
+
+def describe_multicast(multicast: Multicast, tma, grid: dict) -> str:
+    """The plan's note on a multicast, for people."""
+    c = tma.copies[multicast.copy]
+    return (f"clusters of {multicast.size} CTAs on tiles that differ in {grid[multicast.axis][0].name}: each loads "
+            f"half of {c.tile_buffer.name} and multicasts it to both")

@@ -50,12 +50,13 @@ from . import intrin
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM, ctas_per_sm, layout_pool, max_shared_bytes
 from .emitter import register_kernel_hook, register_statement
 from .exprs import conjunction, const_int
+from .decisions import Refusal
 from .irwalk import region_of, scope_of, seq_items
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .intrin import device_helper
 from .tma import last_stage, loop_bounds, release_stage, tensormap
 
-__all__ = ["TmaStore", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_producer_stores", "finish_stores",
+__all__ = ["TmaStore", "describe_store", "emit_producer_stores", "emit_store_map", "emit_tma_store", "finish_producer_stores", "finish_stores",
            "plan_tma_store"]
 
 _PANEL = 64  # columns of a 128-byte panel of 16-bit elements
@@ -79,65 +80,71 @@ def plan_tma_store(options, tma, persistent, threads, threads_body, accumulators
     call."""
     mode = options.tma_store
     if mode is False:
-        return None, "", None
+        return None, None, None
     if tma is None:
-        return None, ("no TMA store (it comes with the TMA pipeline)" if mode else ""), None
+        return None, (Refusal("tma_store.no_tma", "no TMA store (it comes with the TMA pipeline)") if mode else None), None
     plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned,
                             threads + tma.producer_threads)
-    if plan is not None and persistent is None:
-        why += "; a CTA of one tile waits for its stores before it exits"
-    elif plan is not None:
-        plan, why = _by_producer(options, plan, why, tma, persistent)
-    return plan, (why if plan is not None or mode else ""), tile
+    if plan is not None and persistent is not None:
+        plan = _by_producer(options, plan, tma, persistent)
+    return plan, (why if plan is None and mode else None), tile
 
 
-def _by_producer(options, store: TmaStore, why: str, tma, persistent) -> tuple[TmaStore, str]:
+def describe_store(store: TmaStore, persistent) -> str:
+    """The plan's note on the TMA-store epilogue, for people."""
+    if store.by_producer:
+        where = (f", {store.panels - store.chunk} of them in the last k-tile's stage of {store.spill.tile_buffer.name}"
+                 if store.spill is not None else "")
+        return f"epilogue through shared memory ({store.panels} panels{where}) and TMA stores issued by the producer warp"
+    note = f"epilogue through shared memory and TMA stores ({store.chunk} of {store.panels} panels at a time)"
+    return note + ("; a CTA of one tile waits for its stores before it exits" if persistent is None else "")
+
+
+def _by_producer(options, store: TmaStore, tma, persistent) -> TmaStore:
     """The store with the producer warp issuing it, where that is legal (a persistent kernel with a producer warp,
     no cluster, one wgmma group in flight, a static trip count of at least `stages`, and room in the last
     k-tile's stage for the panels the staging tile lacks); else the store as planned."""
     if options.producer_stores is False:
-        return store, why
+        return store
     n = const_int(tma.loop.extent)
     if persistent.multicast is not None or tma.producer_threads == 0 or tma.overlap is not None \
             or not tma.in_flight or n is None or n < tma.stages:
-        return store, why
-    spill, where = None, ""
+        return store
+    spill = None
     if store.chunk < store.panels:
         need = (store.panels - store.chunk) * store.rows * _PANEL * tirx_bits(store.global_buf.dtype) // 8
         stage_bytes = {c: c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 for c in tma.copies}
         fits = [c for c in tma.copies if stage_bytes[c] >= need and stage_bytes[c] % 1024 == 0]  # swizzled panels
         if not fits:
-            return store, why
+            return store
         spill = fits[0]
-        where = f", {store.panels - store.chunk} of them in the last k-tile's stage of {spill.tile_buffer.name}"
-    return dataclasses.replace(store, by_producer=True, spill=spill), (
-        f"epilogue through shared memory ({store.panels} panels{where}) and TMA stores issued by the producer warp")
+    return dataclasses.replace(store, by_producer=True, spill=spill)
 
 
 def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, launched):
     copies = [s for s in seq_items(threads_body) if isinstance(s, tirx.TilePrimitiveCall)
               and s.op.name == "tirx.tile.copy" and region_of(s.args[1])[0] in accumulators]
     if len(copies) != 1:
-        return None, "no TMA store (the epilogue is not one T.copy of the accumulator to global memory)", None
+        return None, Refusal("tma_store.epilogue", "no TMA store (the epilogue is not one T.copy of the accumulator to global memory)"), None
     call = copies[0]
     dst, drng = region_of(call.args[0])
     acc = region_of(call.args[1])[0]
     if scope_of(dst) != "global" or not isinstance(accumulators[acc], WgmmaAccLayout):
-        return None, "no TMA store (the accumulator is not copied to a global tensor from wgmma registers)", None
+        return None, Refusal("tma_store.not_wgmma", "no TMA store (the accumulator is not copied to a global tensor from wgmma registers)"), None
     rows, cols = (int(x) for x in acc.shape)
     if tirx_bits(dst.dtype) != 16 or len(dst.shape) != 2 or list(dst.strides) or cols % _PANEL or rows > 256:
-        return None, (f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
+        return None, Refusal("tma_store.shape", f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
                       "most 256 rows)"), None
     if [const_int(e) for _, e in drng] != [rows, cols]:
-        return None, f"no TMA store (the copy does not write the whole tile into {dst.name})", None
+        return None, Refusal("tma_store.partial", f"no TMA store (the copy does not write the whole tile into {dst.name})"), None
     if dst.name in unaligned:
-        return None, f"no TMA store ({dst.name}'s data pointer is not 16-byte aligned in this call)", None
+        return None, Refusal("tma_store.unaligned", f"no TMA store ({dst.name}'s data pointer is not 16-byte aligned in this call)"), None
     if any(const_int(d) is None for d in dst.shape):
         # Kept to static shapes until the GPU tests cover T.dynamic outputs (TMA loads of dynamic tensors are).
-        return None, f"no TMA store ({dst.name} has a T.dynamic dimension)", None
+        return None, Refusal("tma_store.dynamic", f"no TMA store ({dst.name} has a T.dynamic dimension)"), None
     inner = const_int(dst.shape[-1])
     if inner * 2 % 16:
-        return None, f"no TMA store ({dst.name}'s rows are not a multiple of 16 bytes)", None
+        return None, Refusal("tma_store.rows", f"no TMA store ({dst.name}'s rows are not a multiple of 16 bytes)"), None
     panels = cols // _PANEL
     used = list(shared.values())
     limit = _pool_limit(arch, launched, accumulators, used, barrier_bytes)
@@ -147,10 +154,9 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, la
                           name=f"{dst.name}_stage")
         _, end = layout_pool(used + [tile])
         if (end + 7) // 8 * 8 + barrier_bytes <= limit:
-            return TmaStore(call, tile.buffer, dst, rows, panels, chunk), (
-                f"epilogue through shared memory and TMA stores ({chunk} of {panels} panels at a time)"), tile
+            return TmaStore(call, tile.buffer, dst, rows, panels, chunk), None, tile
         chunk //= 2
-    return None, "no TMA store (no shared memory left for a 64-column staging panel)", None
+    return None, Refusal("tma_store.no_room", "no TMA store (no shared memory left for a 64-column staging panel)"), None
 
 
 def _pool_limit(arch, launched, accumulators, used, barrier_bytes) -> int:

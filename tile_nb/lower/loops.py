@@ -28,7 +28,7 @@ def _is_parallel(loop) -> bool:
     return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
 
 
-@register_statement(lambda em, s: isinstance(s, tirx.For) and "num_stages" not in (s.annotations or {}))
+@register_statement(lambda em, s: isinstance(s, tirx.For) and s not in em.plan.pipelines)
 def emit_for(em, loop):
     if _is_parallel(loop):
         emit_parallel(em, loop)

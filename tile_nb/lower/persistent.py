@@ -34,6 +34,7 @@ from tvm.script.ir_builder import tirx as T
 
 from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
+from .decisions import Refusal
 from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .stream_k import StreamK, emit_fixup, emit_partial_sums, emit_signal, plan_stream_k, tail_range
 from .epilogue import emit_producer_stores, finish_producer_stores
@@ -41,7 +42,7 @@ from .exprs import const_int
 from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
                   release_stage, wait_stage_free)
 
-__all__ = ["DEFAULT_SM_COUNT", "Persistent", "emit_persistent_body", "plan_persistent"]
+__all__ = ["DEFAULT_SM_COUNT", "Persistent", "describe_persistent", "emit_persistent_body", "plan_persistent"]
 
 DEFAULT_SM_COUNT = 132  # H100 SXM and H200
 
@@ -57,29 +58,32 @@ class Persistent:
 
 
 def plan_persistent(func, options, tma, grid: dict, threads: int, threads_body, shared: dict,
-                    accumulators: dict) -> tuple[Persistent | None, str]:
-    """The persistent form of a kernel with a TMA pipeline (`tma`), or (None, why not). On by default where legal;
-    the reason it was refused is given only when it was asked for (`tile_nb.persistent` = 1)."""
+                    accumulators: dict) -> tuple[Persistent | None, tuple[Refusal, ...]]:
+    """The persistent form of a kernel with a TMA pipeline (`tma`) and what its cluster and stream-K analyses
+    declined, or (None, why not). On by default where legal; the reason it was refused is given only when it was
+    asked for (`tile_nb.persistent` = 1)."""
     mode = options.persistent
     if mode is False:
-        return None, ""
+        return None, ()
     plan, why = _plan(func, options, tma, grid, threads, threads_body, shared, accumulators)
     if plan is not None and mode is not True and threads < 256:
         # One consumer warpgroup (TMA forced): several such CTAs share an SM, which one CTA per SM would give up.
-        return None, ""
-    return plan, why if plan is not None or mode else ""
+        return None, ()
+    if plan is None:
+        return None, (why,) if mode else ()
+    return plan, why
 
 
 def _plan(func, options, tma, grid, threads, threads_body, shared, accumulators):
     if tma is None:
-        return None, "no persistent CTAs (they need the TMA pipeline's producer)"
+        return None, Refusal("persistent.no_tma", "no persistent CTAs (they need the TMA pipeline's producer)")
     if tma.producer_threads == 0:
-        return None, "no persistent CTAs (they need a producer warp: tile_nb.producer_warp = 1 adds one)"
+        return None, Refusal("persistent.no_producer", "no persistent CTAs (they need a producer warp: tile_nb.producer_warp = 1 adds one)")
     if set(grid) - {"blockIdx.x", "blockIdx.y"} or "blockIdx.x" not in grid:
-        return None, "no persistent CTAs (a grid of one or two dimensions is supported)"
+        return None, Refusal("persistent.grid_rank", "no persistent CTAs (a grid of one or two dimensions is supported)")
     extents = [v[1] for v in grid.values()]
     if not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
-        return None, "no persistent CTAs (the grid depends on a T.dynamic dimension)"
+        return None, Refusal("persistent.dynamic_grid", "no persistent CTAs (the grid depends on a T.dynamic dimension)")
     tiles = 1
     for e in extents:
         tiles *= int(e)
@@ -88,28 +92,33 @@ def _plan(func, options, tma, grid, threads, threads_body, shared, accumulators)
     # persistent CTA that has to wait for a free SM would run all of its tiles late.
     ctas = min(tiles, sm_count)
     if tiles <= sm_count:
-        return None, f"no persistent CTAs ({tiles} tiles fit on {sm_count} SMs at once)"
+        return None, Refusal("persistent.fits", f"no persistent CTAs ({tiles} tiles fit on {sm_count} SMs at once)")
     loop = tma.loop
     grid_vars = [v[0] for v in grid.values()]
     local = vars_bound_in(func.body)
     for e in (loop.min, loop.extent):
         used = tirx.analysis.undefined_vars(e)
         if any(v.same_as(g) for v in used for g in grid_vars + local):
-            return None, "no persistent CTAs (the pipelined loop's trip count differs from tile to tile)"
+            return None, Refusal("persistent.trip_count", "no persistent CTAs (the pipelined loop's trip count differs from tile to tile)")
     for c in tma.copies:
         for start, _ in region_of(c.call.args[1])[1]:
             for v in tirx.analysis.undefined_vars(start):
                 if any(v.same_as(x) for x in local) and not v.same_as(loop.loop_var):
-                    return None, (f"no persistent CTAs (the copy into {c.tile_buffer.name} uses {v.name}, which the "
+                    return None, Refusal("persistent.copy_index", f"no persistent CTAs (the copy into {c.tile_buffer.name} uses {v.name}, which the "
                                   "producer does not compute)")
     outside = [s for s in seq_items(threads_body) if not s.same_as(loop)]
     barrier = any(b in shared for s in outside for b in sum(buffers_touched(s), []))
     multicast, why_not = plan_multicast(options, tma, grid, ctas)
-    stream_k, why_sk = plan_stream_k(options, tma, threads_body, accumulators, tiles, ctas, multicast is not None, threads)
-    note = (f"persistent: {ctas} CTA{'s' if ctas > 1 else ''} (one per SM) walk the {tiles} tiles; the producer "
-            "loads the next tile's first k-tiles during the epilogue")
-    return Persistent(threads_body, tiles, ctas, barrier, multicast, stream_k), "; ".join(
-        x for x in (note, why_not, why_sk) if x)
+    stream_k, why_sk = plan_stream_k(options, tma, threads_body, accumulators, tiles, ctas, multicast is not None,
+                                     threads)
+    return Persistent(threads_body, tiles, ctas, barrier, multicast, stream_k), tuple(
+        r for r in (why_not, why_sk) if r is not None)
+
+
+def describe_persistent(pp: Persistent) -> str:
+    """The plan's note on persistent CTAs, for people."""
+    return (f"persistent: {pp.ctas} CTA{'s' if pp.ctas > 1 else ''} (one per SM) walk the {pp.tiles} tiles; the "
+            "producer loads the next tile's first k-tiles during the epilogue")
 
 
 @register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)

@@ -40,7 +40,7 @@ def _issue(em, copies, loop_var, iteration, stages):
                 issue_async_copy(em, c)
 
 
-@register_statement(lambda em, s: isinstance(s, tirx.For) and "num_stages" in (s.annotations or {}))
+@register_statement(lambda em, s: isinstance(s, tirx.For) and s in em.plan.pipelines)
 def emit_pipelined(em, loop):
     schedule = em.plan.pipelines[loop]
     body = seq_items(loop.body)

@@ -15,7 +15,9 @@ kernel keeps `plan.summary()`, which the notebook view renders.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 
 import tvm
 import tvm.sym
@@ -28,47 +30,39 @@ from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
-from .epilogue import plan_tma_store
-from .persistent import plan_persistent
-from .schedule import schedule_pipeline
+from .cluster import describe_multicast
+from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
+from .epilogue import TmaStore, describe_store, plan_tma_store
 from .options import LoweringOptions
-from .tma import plan_tma
+from .persistent import Persistent, describe_persistent, plan_persistent
+from .schedule import schedule_pipeline
+from .stream_k import StreamK, describe_stream_k
+from .tma import TmaPlan, describe_tma, plan_tma
 from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
-__all__ = ["KernelPlan", "make_plan"]
+__all__ = ["KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
 
 _REDUCTIONS = ("tirx.tile.sum", "tirx.tile.max", "tirx.tile.min")
 
 
 @dataclass(frozen=True)
-class KernelPlan:
-    """What the lowering decided for one phase-2 PrimFunc."""
+class PlanFacts:
+    """What the analyses before the TMA choice decided (launch, MMAs, layouts, shared tiles, schedules): the input
+    of plan_tma, and the first fields of the KernelPlan. Mappings are read-only (MappingProxyType)."""
 
     name: str
     arch: str
     threads: int
-    grid: dict  # "blockIdx.x" -> (var, extent)
-    accumulators: dict  # T.gemm C buffer -> MmaAccLayout | WgmmaAccLayout
+    grid: Mapping  # "blockIdx.x" -> (var, extent)
+    accumulators: Mapping  # T.gemm C buffer -> MmaAccLayout | WgmmaAccLayout
     fragments: FragmentPlan
-    shared: dict  # buffer -> SharedTile, offsets assigned (shared tiles and shared-memory fragments)
-    workspaces: dict  # reduction call -> SharedTile (cross-warp partial results)
-    pipelines: dict  # T.Pipelined For -> schedule.PipelineSchedule
-    tma: object  # tma.TmaPlan | None
-    persistent: object  # persistent.Persistent | None: one CTA per SM walks the grid's tiles
-    tma_store: object  # epilogue.TmaStore | None: the accumulator leaves through shared memory and TMA stores
-    pipeline_note: str
-    pool_bytes: int
-    barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
-    producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
-    raster_group: int  # CTA grouping of GEMM grids (1: none)
-    ctas_per_sm: int  # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
-    heavy_first: int  # >0: CTAs launched heaviest first, in groups of this many (y, z) rows (_heavy_first); 0: no
-    wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
+    shared: Mapping  # buffer -> SharedTile, offsets assigned (shared tiles and shared-memory fragments)
+    workspaces: Mapping  # reduction call -> SharedTile (cross-warp partial results)
+    pipelines: Mapping  # T.Pipelined For -> schedule.PipelineSchedule (its `stages`: what num_stages became)
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
-    packed: frozenset = frozenset()  # 16-bit register fragments held two to a register (wgmma's register A)
-    notes: tuple = field(default_factory=tuple)
-    options: LoweringOptions = LoweringOptions()  # what the plan was made under (options.resolve)
+    packed: frozenset  # 16-bit register fragments held two to a register (wgmma's register A)
+    options: LoweringOptions  # what the plan was made under (options.resolve)
 
     # ---- queries the emitters use --------------------------------------------------------------------------
     def layout(self, buf) -> FragmentLayout | None:
@@ -97,6 +91,48 @@ class KernelPlan:
     @property
     def uses_wgmma(self) -> bool:
         return any(isinstance(a, WgmmaAccLayout) for a in self.accumulators.values())
+
+
+@dataclass(frozen=True)
+class KernelPlan(PlanFacts):
+    """What the lowering decided for one phase-2 PrimFunc: built once, read-only; every decision is a field
+    (`pipeline_note` renders them for people)."""
+
+    tma: TmaPlan | None  # the warp-specialized TMA pipeline (its producer_warp, stages, overlap, ...)
+    persistent: Persistent | None  # one CTA per SM walks the grid's tiles (its stream_k, multicast)
+    tma_store: TmaStore | None  # the accumulator leaves through shared memory and TMA stores
+    refusals: tuple  # Refusal(code, text) of the analyses that declined (decisions.py), in the note's order
+    pool_bytes: int
+    barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
+    producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
+    raster_group: int  # CTA grouping of GEMM grids (1: none)
+    ctas_per_sm: int  # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
+    heavy_first: int  # >0: CTAs launched heaviest first, in groups of this many (y, z) rows (_heavy_first); 0: no
+    wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
+    notes: tuple = ()
+
+    # ---- decisions, as fields for code --------------------------------------------------------------------
+    @property
+    def pipeline_kind(self) -> PipelineKind | None:
+        """How the pipelined loops run: TMA, cp.async, or None without a T.Pipelined loop."""
+        return PipelineKind.TMA if self.tma is not None else PipelineKind.CP_ASYNC if self.pipelines else None
+
+    @property
+    def stream_k(self) -> StreamK | None:
+        return self.persistent.stream_k if self.persistent is not None else None
+
+    @property
+    def launch_threads(self) -> int:
+        """Threads per block as launched: the kernel's and the producer warp's."""
+        return self.threads + self.producer_threads
+
+    def refusal(self, area: str) -> Refusal | None:
+        """What the analysis of `area` (decisions.AREAS) declined, when the plan says it."""
+        return next((r for r in self.refusals if r.area == area), None)
+
+    @property
+    def pipeline_note(self) -> str:
+        return render_pipeline_note(self)
 
     def keeps_mma_in_flight(self, loop) -> bool:
         """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across iterations (the TMA
@@ -136,7 +172,35 @@ class KernelPlan:
             "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
             "assumes": [f"{n} % 16 == 0" for n in sorted(self.divisible)] +
                        [f"{n} not 16-byte aligned" for n in sorted(self.unaligned)],
+            # the decisions as fields (code reads these, never the note)
+            "pipeline_kind": self.pipeline_kind.value if self.pipeline_kind is not None else None,
+            "producer_warp": self.tma.producer_warp if self.tma is not None else None,
+            "launch_threads": self.launch_threads, "ctas_per_sm": self.ctas_per_sm,
+            "persistent_ctas": self.persistent.ctas if self.persistent is not None else None,
+            "stream_k": self.stream_k is not None, "cluster": self.persistent.multicast.size
+            if self.persistent is not None and self.persistent.multicast is not None else 0,
+            "tma_store": self.tma_store is not None, "refusals": [r.to_dict() for r in self.refusals],
+            "options": self.options.changed(),
         }
+
+
+def render_pipeline_note(plan: KernelPlan) -> str:
+    """The plan's pipeline note, for people (the notebook view, `kernel.pipeline`): what the TMA, persistent,
+    cluster, stream-K and epilogue analyses built, or why not, from the plan's fields."""
+    said = {r.area: r.text for r in plan.refusals}
+    first = describe_tma(plan.tma) if plan.tma is not None else said.get("tma", "")
+    kept = [n for schedule in plan.pipelines.values() for n in schedule.notes]
+    if kept and plan.tma is None:
+        first = "; ".join(([first] if first else []) + kept)
+    pp = plan.persistent
+    if pp is not None:
+        cluster = describe_multicast(pp.multicast, plan.tma, plan.grid) if pp.multicast else said.get("cluster", "")
+        stream_k = describe_stream_k(pp.stream_k) if pp.stream_k else said.get("stream_k", "")
+        walk = "; ".join(x for x in (describe_persistent(pp), cluster, stream_k) if x)
+    else:
+        walk = said.get("persistent", "")
+    store = describe_store(plan.tma_store, pp) if plan.tma_store is not None else said.get("tma_store", "")
+    return "; ".join(x for x in (first, walk, store) if x)
 
 
 def _attr(func, name: str):
@@ -202,29 +266,24 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     workspaces = _workspaces(func, accumulators, fragments, threads)
     unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned") or [])
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
-    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and options.wgmma_overlap and all(
-        str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
-    plan = KernelPlan(
-        name=str(_attr(func, "global_symbol") or "main"), arch=arch, threads=threads, grid=grid,
-        accumulators=accumulators, fragments=fragments, shared=shared, workspaces=workspaces, pipelines=pipelines,
-        tma=None, persistent=None, tma_store=None, pipeline_note="", pool_bytes=0, barrier_offset=0, producer_threads=0,
-        raster_group=_raster_group(options, grid, accumulators), ctas_per_sm=1,
-        heavy_first=_heavy_first(options, func, grid), options=options,
-        wgmma_overlap=wgmma_overlap, unaligned=unaligned, divisible=divisible, packed=packed)
-    tma, note, ctas_per_sm = None, "", 1
-    if stages:
-        tma, note, ctas_per_sm = plan_tma(func, plan)
-    kept = [n for sched in pipelines.values() for n in sched.notes]
-    if kept and tma is None:
-        note = "; ".join(([note] if note else []) + kept)
+    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and options.wgmma_overlap \
+        and all(str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
+    facts = PlanFacts(
+        name=str(_attr(func, "global_symbol") or "main"), arch=arch, threads=threads, grid=MappingProxyType(grid),
+        accumulators=MappingProxyType(accumulators), fragments=fragments, shared=MappingProxyType(dict(shared)),
+        workspaces=MappingProxyType(workspaces), pipelines=MappingProxyType(pipelines), unaligned=unaligned,
+        divisible=divisible, packed=packed, options=options)
+    tma, why_tma = plan_tma(func, facts) if stages else (None, None)
+    ctas_per_sm = tma.ctas_per_sm if tma is not None else \
+        2 if why_tma is not None and why_tma.code == TWO_CTAS_PER_SM else 1
     body = _threads_body(func)
-    persistent, why = plan_persistent(func, options, tma, grid, threads, body, shared, accumulators)
+    persistent, why_persistent = plan_persistent(func, options, tma, grid, threads, body, shared, accumulators)
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(options, tma, persistent, threads, body, accumulators, shared, barrier_bytes,
-                                                 arch, unaligned)
+    tma_store, why_store, stage = plan_tma_store(options, tma, persistent, threads, body, accumulators, shared,
+                                                 barrier_bytes, arch, unaligned)
     if stage is not None:
         shared[stage.buffer] = stage
-    note = "; ".join(x for x in (note, why, why_store) if x)
+    refusals = tuple(r for r in (why_tma, *why_persistent, why_store) if r is not None)
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
     barrier_offset = (end + 7) // 8 * 8
@@ -234,14 +293,19 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
-    if plan.heavy_first:
+    heavy_first = _heavy_first(options, func, grid, pipelines)
+    if heavy_first:
         notes += (f"CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so the grid "
-                  f"runs in groups of {plan.heavy_first} (y, z) rows, each from its largest blockIdx.x down "
+                  f"runs in groups of {heavy_first} (y, z) rows, each from its largest blockIdx.x down "
                   "(tile_nb.heavy_first = 0 keeps the launch order)",)
-    return replace(plan, shared={b: by_key[b] for b in shared}, workspaces={c: by_key[c] for c in workspaces},
-                   tma=tma, persistent=persistent, tma_store=tma_store, pipeline_note=note, pool_bytes=pool_bytes, barrier_offset=barrier_offset,
-                   producer_threads=tma.producer_threads if tma is not None else 0, ctas_per_sm=ctas_per_sm,
-                   notes=notes)
+    placed_facts = replace(facts, shared=MappingProxyType({b: by_key[b] for b in shared}),
+                           workspaces=MappingProxyType({c: by_key[c] for c in workspaces}))
+    return KernelPlan(
+        **{f.name: getattr(placed_facts, f.name) for f in fields(PlanFacts)},
+        tma=tma, persistent=persistent, tma_store=tma_store, refusals=refusals, pool_bytes=pool_bytes,
+        barrier_offset=barrier_offset, producer_threads=tma.producer_threads if tma is not None else 0,
+        raster_group=_raster_group(options, grid, accumulators), ctas_per_sm=ctas_per_sm, heavy_first=heavy_first,
+        wgmma_overlap=wgmma_overlap, notes=notes)
 
 
 def _fp8_accumulation_notes(func, accumulators) -> tuple:
@@ -340,7 +404,7 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
     return out
 
 
-def _heavy_first(options: LoweringOptions, func, grid: dict) -> int:
+def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping) -> int:
     """Rows of (blockIdx.y, blockIdx.z) per group when CTAs are launched heaviest first, or 0. Where the trip count
     of the kernel's T.Pipelined loop grows with bx (causal attention: Q block bx reads bx + 1 KV blocks), the
     grid is run in groups of G rows (heads), each group from its largest bx down across its G rows: the heaviest
@@ -362,7 +426,7 @@ def _heavy_first(options: LoweringOptions, func, grid: dict) -> int:
                 return 0
             rows *= int(grid[tag][1])
     bx, gx = grid["blockIdx.x"]
-    loops = [s for s in iter_stmts(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
+    loops = list(pipelines)
     if not isinstance(gx, tvm.ir.prim.expr.IntImm) or not 2 <= int(gx) <= 1024 or len(loops) != 1:
         return 0
     analyzer = tvm.sym.Analyzer()

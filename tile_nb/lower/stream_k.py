@@ -46,10 +46,11 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .exprs import const_int
+from .decisions import Refusal
 from .irwalk import region_of, seq_items
 from .layout import WgmmaAccLayout, tirx_bits
 
-__all__ = ["Range", "StreamK", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k",
+__all__ = ["Range", "StreamK", "contributors", "describe_stream_k", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k",
            "tail_range"]
 
 
@@ -92,46 +93,49 @@ MIN_FREED_SHARE = 0.02
 
 
 def plan_stream_k(options, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
-                  threads: int) -> tuple[StreamK | None, str]:
+                  threads: int) -> tuple[StreamK | None, Refusal | None]:
     """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked).
     By default only where it frees more SM time than it costs (MIN_FREED_K_TILES, MIN_FREED_SHARE);
     `tile_nb.stream_k` = 1 builds it wherever legal."""
     mode = options.stream_k
     if mode is False:
-        return None, ""
+        return None, None
     plan, why = _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads)
     if plan is not None and mode is not True:
         freed = (ctas - plan.tail) * plan.n / ctas  # k-tiles of idle time per SM in the last wave, shared out
         share = freed / (tiles * plan.n / ctas)  # of the k-tiles a CTA runs in all
         if freed < MIN_FREED_K_TILES or share < MIN_FREED_SHARE or not _sixteen_bit_inputs(tma):
-            return None, ""
-    return plan, (why if plan is not None or mode else "")
+            return None, None
+    return plan, (why if mode else None)
 
 
 def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):
     waves, tail = divmod(tiles, ctas)
     if tail == 0:
-        return None, f"no stream-K ({tiles} tiles fill {waves} waves of {ctas} CTAs)"
+        return None, Refusal("stream_k.full_waves", f"no stream-K ({tiles} tiles fill {waves} waves of {ctas} CTAs)")
     if clustered or tma.overlap is not None or tma.pingpong:
-        return None, "no stream-K (not with clusters, ping-pong or the overlapped loop schedule)"
+        return None, Refusal("stream_k.schedule", "no stream-K (not with clusters, ping-pong or the overlapped loop schedule)")
     n = const_int(tma.loop.extent)
     if n is None:
-        return None, "no stream-K (the pipelined loop's trip count is not a constant)"
+        return None, Refusal("stream_k.trip_count", "no stream-K (the pipelined loop's trip count is not a constant)")
     acc = _accumulator(tma, threads_body, accumulators)
     if acc is None:
-        return None, ("no stream-K (the body is not: clear one float32 wgmma accumulator, a loop of T.gemm into it, "
+        return None, Refusal("stream_k.body", "no stream-K (the body is not: clear one float32 wgmma accumulator, a loop of T.gemm into it, "
                       "then the epilogue)")
     sharing = min(ctas, 2 * tail)  # at most two contributors per tile
     if tail * n // sharing <= tma.stages:
-        return None, f"no stream-K ({tail * n} k-tiles over {sharing} CTAs: fewer than the {tma.stages} stages each"
+        return None, Refusal("stream_k.short_ranges", f"no stream-K ({tail * n} k-tiles over {sharing} CTAs: fewer than the {tma.stages} stages each")
     if sharing * tail * n >= 2 ** 31:
-        return None, "no stream-K (the k-tile ranges overflow 32-bit arithmetic)"
+        return None, Refusal("stream_k.overflow", "no stream-K (the k-tile ranges overflow 32-bit arithmetic)")
     layout = accumulators[acc].linear()
-    plan = StreamK(waves, tail, sharing, n, acc, layout.regs, threads)
-    # runtime.kernel.STREAM_K_NOTE finds stream-K kernels by this note's start (they launch one stream at a time)
-    return plan, (f"stream-K: the last {tail} tiles ({tail * n} k-tiles) shared by {sharing} CTAs "
-                  f"({tail * n / sharing:.1f} k-tiles each) after {waves} whole tile{'s' if waves > 1 else ''} "
-                  f"each; partial sums through a {plan.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
+    return StreamK(waves, tail, sharing, n, acc, layout.regs, threads), None
+
+
+def describe_stream_k(sk: StreamK) -> str:
+    """The plan's note on stream-K, for people (code reads `plan.stream_k`)."""
+    return (f"stream-K: the last {sk.tail} tiles ({sk.iters} k-tiles) shared by {sk.ctas} CTAs "
+            f"({sk.iters / sk.ctas:.1f} k-tiles each) after {sk.waves} whole tile{'s' if sk.waves > 1 else ''} "
+            f"each; partial sums through a {sk.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
 
 
 def _sixteen_bit_inputs(tma) -> bool:

@@ -51,6 +51,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .cluster import CLUSTER_SIZE
+from .decisions import TWO_CTAS_PER_SM, Refusal
 from .emitter import register_kernel_hook, register_statement
 from .exprs import const_int
 from .irwalk import buffers_touched, region_of, scope_of, seq_items
@@ -59,7 +60,7 @@ from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarr
                        mbarrier_init, mbarrier_wait, tma_load)
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
-__all__ = ["PRODUCER_THREADS", "TmaPlan", "emit_barrier_init", "emit_consumer_loop",
+__all__ = ["PRODUCER_THREADS", "TmaPlan", "describe_tma", "emit_barrier_init", "emit_consumer_loop",
            "emit_producer_loads", "emit_producer_role", "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role",
            "last_stage", "loop_bounds", "plan_tma", "release_stage", "tensormap", "wait_stage_free"]
 
@@ -70,6 +71,10 @@ _PRODUCER_REGISTERS = 24
 _REGISTER_POOL = 64512
 _SWIZZLE_KIND = {64: 2, 128: 3}  # CUtensorMapSwizzle for 64- and 128-byte rows
 _L2_PROMOTION_256B = 3
+def _refuse(reason: str, text: str) -> Refusal:
+    return Refusal(f"tma.{reason}", text)
+
+
 # plan_tma's note where two CTAs of a kernel with several T.gemm share an SM on cp.async
 _TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
                    "producer warp; tile_nb.tma = 1 forces TMA, tile_nb.producer_warp = 0 TMA without the warp)")
@@ -124,6 +129,13 @@ class TmaPlan:
     producer_threads: int = PRODUCER_THREADS
     registers: tuple | None = None  # (producer, consumer) registers per thread after setmaxnreg, None: no change
     ctas_per_sm: int = 1  # CTAs the plan counts on sharing an SM (2: no producer warp, so that two fit)
+    waits: tuple = ()  # why each k-tile's MMAs complete before its stage is released (in_flight False), for people
+    no_overlap: str = ""  # why a loop of two T.gemm runs in order (overlap None), for people; "": not asked
+
+    @property
+    def producer_warp(self) -> bool:
+        """A producer warp (or warpgroup) issues the loads; False: the first consumer thread does."""
+        return self.producer_threads > 0
 
     @property
     def barrier_count(self) -> int:
@@ -143,52 +155,44 @@ class TmaPlan:
         return total
 
 
-def plan_tma(func, plan) -> tuple[TmaPlan | None, str, int]:
-    """(the warp-specialized TMA plan of this kernel's pipelined loop or None, the pipeline note: what was built or
-    why not, the CTAs per SM the launch bounds promise: 2 where two CTAs of a FlashAttention-like loop share an SM,
-    with TMA loads but no producer warp or on cp.async). `plan` is the kernel's plan so far (plan.py: accumulators,
-    shared tiles, pipeline schedules)."""
-    tma, note = _plan_tma(func, plan)
-    if tma is not None:
-        return tma, note, tma.ctas_per_sm
-    return None, note, 2 if note is _TWO_CTAS_PER_SM else 1
-
-
-def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
+def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
+    """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not: a Refusal whose code
+    `TWO_CTAS_PER_SM` means two CTAs of a FlashAttention-like loop share an SM on cp.async). `plan` is the kernel's
+    plan so far (plan.py: accumulators, shared tiles, pipeline schedules). `describe_tma` renders a plan's note."""
     options = plan.options
     mode = options.tma
     threads = plan.threads
     if mode is False:
-        return None, "cp.async (TMA turned off: tile_nb.tma = 0)"
+        return None, _refuse("off", "cp.async (TMA turned off: tile_nb.tma = 0)")
     if not plan.uses_wgmma:
-        return None, "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
+        return None, _refuse("no_wgmma", "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)")
     if threads % 128 or threads + PRODUCER_THREADS > 1024:
-        return None, "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)"
-    loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
-    nested = [s for s in _all_pipelined(func.body) if not any(s.same_as(t) for t in loops)]
+        return None, _refuse("threads", "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)")
+    loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and s in plan.pipelines]
+    nested = [s for s in plan.pipelines if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
-        return None, "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)"
+        return None, _refuse("loops", "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)")
     loop = loops[0]
-    stages = int(loop.annotations["num_stages"])
-    if stages < 2:
-        return None, "cp.async (num_stages < 2)"
     schedule = plan.pipelines[loop]
+    stages = schedule.stages
+    if stages < 2:
+        return None, _refuse("stages", "cp.async (num_stages < 2)")
     if schedule.kept_in_order:
-        return None, "cp.async (a copy of the loop cannot be issued ahead)"
+        return None, _refuse("in_order_copy", "cp.async (a copy of the loop cannot be issued ahead)")
     body = seq_items(loop.body)
     copies = list(schedule.prefetched)
     rest = [s for s in body if not schedule.is_prefetched(s)]
     gemms = [s for s in rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
     if not gemms:
-        return None, "cp.async (the pipelined loop body holds no T.gemm)"
+        return None, _refuse("no_gemm", "cp.async (the pipelined loop body holds no T.gemm)")
     others = [s for s in rest if not any(s.same_as(g) for g in gemms)]
     for s in others:
         reads, writes = buffers_touched(s)
         # plan.shared: shared tiles and the fragments the plan keeps in shared memory (FlashAttention's P without
         # wgmma's register form), as the emitter's touches_shared counts them
         if any(b in plan.shared for b in reads + writes):
-            return None, ("cp.async (a statement of the pipelined loop besides its T.gemm uses shared memory, "
-                          "which the stage release does not order)")
+            return None, _refuse("shared_memory", "cp.async (a statement of the pipelined loop besides its T.gemm "
+                                 "uses shared memory, which the stage release does not order)")
     # Where two CTAs of a FlashAttention-like loop (several T.gemm) fit an SM, a producer warp would leave room for
     # one (registers are granted per warp; 256 threads at 128 registers fill half the SM): then the first consumer
     # thread issues the loads (the H200, benchmarks/results/attention.md, 2026-12-03: with two CTAs per SM cp.async
@@ -199,15 +203,15 @@ def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     two = len(gemms) > 1 and _two_ctas_fit(plan)
     inline = producer_mode is False or (producer_mode is None and two and threads == 256)
     if mode is not True and two and not inline:
-        return None, _TWO_CTAS_PER_SM
+        return None, Refusal(TWO_CTAS_PER_SM, _TWO_CTAS_PER_SM)
     if mode is not True and threads < 256 and len(gemms) > 1:
         # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256): no GPU measurement
         # or test of TMA there yet, so it keeps the path it had
-        return None, ("cp.async (one consumer warpgroup and several T.gemm per iteration: TMA is not measured there "
-                      "yet; tile_nb.tma = 1 forces it)")
+        return None, _refuse("one_warpgroup", "cp.async (one consumer warpgroup and several T.gemm per iteration: "
+                             "TMA is not measured there yet; tile_nb.tma = 1 forces it)")
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
-        return None, "cp.async (a T.gemm of the loop is not on wgmma)"
+        return None, _refuse("gemm_not_wgmma", "cp.async (a T.gemm of the loop is not on wgmma)")
     # ptxas caps a thread's registers at 65536 over the launch's threads rounded up to whole warpgroups (seen:
     # 416 threads get 128 registers, not 157)
     budget = 65536 // -(-(threads + PRODUCER_THREADS) // 128) // 128
@@ -233,10 +237,10 @@ def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
     for c in copies:
         tc, why = _plan_copy(plan, c, operands)
         if tc is None:
-            return None, f"cp.async ({why})"
+            return None, _refuse("copy", f"cp.async ({why})")
         planned.append(tc)
     if not planned:
-        return None, "cp.async (no global->shared copies in the loop)"
+        return None, _refuse("no_copies", "cp.async (no global->shared copies in the loop)")
     pingpong = _pingpong(options, threads, gemms)
     arrivals = _arrival_groups(rest, planned)
     overlap, why_not = _overlap(options, rest, gemms, planned, arrivals, pingpong)
@@ -247,24 +251,29 @@ def _plan_tma(func, plan) -> tuple[TmaPlan | None, str]:
         registers, why_not = _overlap_registers(plan, threads, largest)
         overlap = overlap if registers is not None else None
     if registers is None and warp_short and not inline:
-        return None, warp_short
+        return None, _refuse("registers", warp_short)
     producer = 128 if registers is not None else 0 if inline else PRODUCER_THREADS
-    note = ("TMA + mbarriers, loads issued by the first consumer thread (no producer warp)" if producer == 0
-            else f"TMA + mbarriers, producer {'warpgroup' if registers else 'warp'} (warp-specialized)")
-    if not in_flight and overlap is None:
-        note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(waits)})"
-    if pingpong:
-        note += f"; {pingpong} consumer warpgroups take turns issuing their T.gemm (ping-pong)"
-    if len(arrivals) > 1:
+    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals, overlap, producer,
+                   registers, 2 if two and inline else 1, tuple(waits), "" if overlap is not None else why_not), None
+
+
+def describe_tma(tma: TmaPlan) -> str:
+    """The pipeline note of a TMA plan, for people (the plan's `pipeline_note` starts with it)."""
+    note = ("TMA + mbarriers, loads issued by the first consumer thread (no producer warp)" if tma.producer_threads == 0
+            else f"TMA + mbarriers, producer {'warpgroup' if tma.registers else 'warp'} (warp-specialized)")
+    if not tma.in_flight and tma.overlap is None:
+        note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(tma.waits)})"
+    if tma.pingpong:
+        note += f"; {tma.pingpong} consumer warpgroups take turns issuing their T.gemm (ping-pong)"
+    if len(tma.arrivals) > 1:
         note += "; each T.gemm waits only for the tiles it reads"
-    if overlap is not None:
+    if tma.overlap is not None:
         note += ("; softmax/MMA overlap: the second T.gemm of iteration k-1 runs under iteration k's statements "
                  "between the two T.gemm; each stage's tiles are released when the T.gemm reading them is done; the "
-                 f"producer hands its registers to the consumers (setmaxnreg {registers[0]} / {registers[1]})")
-    elif why_not:
-        note += f"; no softmax/MMA overlap ({why_not})"
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals, overlap, producer,
-                   registers, 2 if two and inline else 1), note
+                 f"producer hands its registers to the consumers (setmaxnreg {tma.registers[0]} / {tma.registers[1]})")
+    elif tma.no_overlap:
+        note += f"; no softmax/MMA overlap ({tma.no_overlap})"
+    return note
 
 
 def _two_ctas_fit(plan) -> bool:
@@ -360,12 +369,6 @@ def _top_level(stmt):
         yield from _top_level(stmt.body)
     else:
         yield stmt
-
-
-def _all_pipelined(stmt):
-    from .irwalk import iter_stmts
-
-    return [s for s in iter_stmts(stmt) if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})]
 
 
 def _plan_copy(plan, call, operands):

@@ -14,9 +14,6 @@ from ..errors import TileNBError
 
 __all__ = ["CompiledKernel", "KernelNotLaunchableError", "OneStreamAtATime"]
 
-STREAM_K_NOTE = "stream-K: the last"  # how the plan's note names a stream-K kernel (tile_nb/lower/stream_k.py)
-
-
 class KernelNotLaunchableError(TileNBError, RuntimeError):
     """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
 
@@ -118,7 +115,7 @@ class CompiledKernel:
         """Keep `module` alive and launch through `func`; a kernel whose module holds state across a launch
         (stream-K's workspace and flags) launches through `OneStreamAtATime`."""
         self._module = module
-        self._func = OneStreamAtATime(func) if STREAM_K_NOTE in (self.pipeline or "") else func
+        self._func = OneStreamAtATime(func) if (self.plan or {}).get("stream_k") else func
 
     def __repr__(self) -> str:
         where = "from cache" if self.from_cache else "built"
