@@ -19,8 +19,10 @@ def clustered(func):
 
 
 def test_off_unless_asked_for():
-    assert "cluster" not in note(gemm_ir(4096, 4096, 1024, **BIG))
-    assert "cluster" not in note(gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.cluster", 0))
+    func = gemm_ir(4096, 4096, 1024, **BIG)
+    for func in (func, func.with_attr("tile_nb.cluster", 0)):
+        p = lower_with_plan(func, target("sm_90a"))[1]
+        assert p.persistent.multicast is None and p.refusal("cluster") is None and p.summary()["cluster"] == 0
 
 
 def test_pairs_tiles_along_m_and_multicasts_b():

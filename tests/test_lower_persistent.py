@@ -25,8 +25,12 @@ def whole_tiles(func):
     return func.with_attr("tile_nb.stream_k", 0)
 
 
+def plan(func):
+    return lower_with_plan(func, target("sm_90a"))[1]
+
+
 def note(func):
-    return lower_with_plan(func, target("sm_90a"))[1].pipeline_note
+    return plan(func).pipeline_note
 
 
 def lowered(func) -> str:
@@ -35,14 +39,18 @@ def lowered(func) -> str:
 
 
 def test_on_by_default_where_the_grid_is_larger_than_the_gpu():
-    assert "persistent: 132 CTAs" in note(gemm_ir(4096, 4096, 1024, **BIG))
-    assert "persistent" not in note(gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.persistent", 0))
+    assert plan(gemm_ir(4096, 4096, 1024, **BIG)).persistent.ctas == 132
+    off = plan(gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.persistent", 0))
+    assert off.persistent is None and off.refusal("persistent") is None
     # refused without being asked for: nothing said
-    assert "persistent" not in note(gemm_ir(2048, 2048, 1024, **BIG))
+    fits = plan(gemm_ir(2048, 2048, 1024, **BIG))
+    assert fits.persistent is None and fits.refusal("persistent") is None
+    assert plan(gemm_ir(2048, 2048, 1024, **BIG).with_attr("tile_nb.persistent", 1)).refusal(
+        "persistent").code == "persistent.fits"
     # one consumer warpgroup (TMA forced): CTAs share SMs, so not by default
     seed_tma = gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 1)
-    assert "persistent" not in note(seed_tma)
-    assert "persistent: 132 CTAs" in note(seed_tma.with_attr("tile_nb.persistent", 1))
+    assert plan(seed_tma).persistent is None
+    assert plan(seed_tma.with_attr("tile_nb.persistent", 1)).persistent.ctas == 132
 
 
 def test_one_cta_per_sm_walks_the_tiles_in_grouped_order():
@@ -149,7 +157,7 @@ def test_a_dynamic_grid_is_refused():
     assert "no persistent CTAs (the grid depends on a T.dynamic dimension)" in text, text
     # nor TMA stores of a 16-bit C (kept to static shapes until a GPU run covers T.dynamic outputs)
     fp16 = dyn.specialize(N=4096, K=1024, out_dtype=T.float16)
-    assert "TMA store" not in note(fp16)
+    assert plan(fp16).tma_store is None and plan(fp16).refusal("tma_store") is None
     assert "no TMA store (C has a T.dynamic dimension)" in note(fp16.with_attr("tile_nb.tma_store", 1))
 
 
@@ -219,14 +227,15 @@ def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
 
 def test_tma_store_switch_and_refusals():
     fp16 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)
-    assert "TMA stores" not in note(fp16.with_attr("tile_nb.tma_store", 0))
-    assert "TMA stores" in note(fp16.with_attr("tile_nb.persistent", 0))
+    assert plan(fp16.with_attr("tile_nb.tma_store", 0)).tma_store is None
+    assert plan(fp16.with_attr("tile_nb.persistent", 0)).tma_store is not None
     fp32 = gemm_ir(4096, 4096, 1024, **BIG)
-    assert "TMA store" not in note(fp32)  # not asked for: nothing said
+    assert plan(fp32).tma_store is None and not plan(fp32).refusals  # not asked for: nothing said
     assert "no TMA store (C is not a 2-d 16-bit tensor" in note(fp32.with_attr("tile_nb.tma_store", 1))
     # a C whose data pointer is not 16-byte aligned in this call (the JIT specializes on it): register stores
     shifted = fp16.with_attr("tile_nb.unaligned", ["C"])
-    assert "TMA store" not in note(shifted)
+    assert plan(shifted).tma_store is None and not plan(shifted).refusals
+    assert plan(shifted.with_attr("tile_nb.tma_store", 1)).refusal("tma_store").code == "tma_store.unaligned"
     assert "no TMA store (C's data pointer is not 16-byte aligned" in note(shifted.with_attr("tile_nb.tma_store", 1))
 
 
@@ -238,7 +247,7 @@ def test_a_kernel_of_one_wave_gets_tma_stores_too():
     ir = lowered(func)
     assert ir.count('"tnb_tma_store_2d"') == 4 and ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
     cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma", 0)  # no TMA pipeline
-    assert "TMA store" not in note(cp_async)
+    assert plan(cp_async).tma_store is None and plan(cp_async).refusal("tma_store") is None
     assert "no TMA store (it comes with the TMA pipeline)" in note(cp_async.with_attr("tile_nb.tma_store", 1))
 
 

@@ -13,6 +13,7 @@ from kernels.seed import gemm_ir
 from test_lower_gemm import cuda_source, ptxas_report, target
 
 from tile_nb.lower import lower, lower_with_plan
+from tile_nb.lower.decisions import TWO_CTAS_PER_SM, PipelineKind
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
@@ -22,20 +23,27 @@ def seed_tma(M=1024, N=1024, K=1024, **cfg):
     return gemm_ir(M, N, K, **cfg).with_attr("tile_nb.tma", 1)
 
 
+def plan(func, arch="sm_90a"):
+    return lower_with_plan(func, target(arch))[1]
+
+
 def pipeline_note(func, arch="sm_90a"):
-    return lower_with_plan(func, target(arch))[1].pipeline_note
+    return plan(func, arch).pipeline_note
 
 
 @pytest.mark.parametrize("cfg", [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],
                          ids=["big", "big_trans_B", "4_warpgroups"])
 def test_gemm_kernels_get_the_tma_pipeline(cfg):
-    assert pipeline_note(gemm_ir(1024, 1024, 1024, **cfg)).startswith("TMA + mbarriers, producer warp")
+    p = plan(gemm_ir(1024, 1024, 1024, **cfg))
+    assert p.pipeline_kind is PipelineKind.TMA and p.tma.producer_warp and p.producer_threads == 32
 
 
 def test_one_warpgroup_gets_tma_and_a_producer_warp():
     """Measured faster than cp.async on the H200 (2026-12-03) once the TMA store epilogue came with it."""
-    assert pipeline_note(gemm_ir(1024, 1024, 1024)).startswith("TMA + mbarriers, producer warp")
-    assert "no producer warp" in pipeline_note(seed_tma().with_attr("tile_nb.producer_warp", 0))
+    assert plan(gemm_ir(1024, 1024, 1024)).tma.producer_warp
+    inline = plan(seed_tma().with_attr("tile_nb.producer_warp", 0))
+    assert not inline.tma.producer_warp and inline.launch_threads == 128
+    assert "no producer warp" in inline.pipeline_note
 
 
 def test_one_warpgroup_issues_its_own_loads_three_ctas_per_sm(tmp_path):
@@ -152,7 +160,9 @@ def test_register_only_statements_in_the_loop_keep_tma(tmp_path):
 
 
 def test_sm80_has_no_tma():
-    assert "no wgmma" in pipeline_note(gemm_ir(1024, 1024, 1024), "sm_80")
+    sm80 = plan(gemm_ir(1024, 1024, 1024), "sm_80")
+    assert sm80.pipeline_kind is PipelineKind.CP_ASYNC and sm80.refusal("tma").code == "tma.no_wgmma"
+    assert "no wgmma" in sm80.pipeline_note
     src = cuda_source(gemm_ir(1024, 1024, 1024), "sm_80")
     assert "CUtensorMap" not in src and "__launch_bounds__(128)" in src
 
@@ -185,7 +195,7 @@ def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
     from kernels.seed import gemm_smem_epilogue
 
     func = gemm_smem_epilogue.specialize(M=1000, N=1032, K=1000)
-    assert pipeline_note(func).startswith("TMA + mbarriers")
+    assert plan(func).pipeline_kind is PipelineKind.TMA
     src = cuda_source(func, "sm_90a")
     after_loop = src[src.rindex("tnb_wgmma_wait0_r128(("):]  # the drain after the consumer loop
     assert "bar.sync 1, 256;" in src and "tnb_bar_sync_1_256();" in after_loop
@@ -258,10 +268,16 @@ def test_flash_attention_drops_the_producer_warp_where_two_ctas_share_an_sm(D, b
     """80-96 KiB of tiles and 256 threads: two CTAs per SM, which a producer warp's registers would not allow, so
     the first consumer thread issues the TMA loads (with a producer warp, cp.async: measured faster than TMA at
     one CTA per SM); 160 KiB (head dim 128, 128x128 tiles) leaves one CTA either way: a producer warpgroup."""
-    note = pipeline_note(flash_ir(D, block_N))
-    assert note.startswith("TMA + mbarriers") and producer in note, note
-    warp = pipeline_note(flash_ir(D, block_N).with_attr("tile_nb.producer_warp", 1))
-    assert warp.startswith("TMA + mbarriers") if D == 128 and block_N == 128 else "two CTAs fit an SM" in warp, warp
+    p = plan(flash_ir(D, block_N))
+    assert p.pipeline_kind is PipelineKind.TMA and producer in p.pipeline_note, p.pipeline_note
+    assert p.tma.producer_warp == (producer == "producer warpgroup")
+    assert p.ctas_per_sm == (1 if p.tma.producer_warp else 2)
+    warp = plan(flash_ir(D, block_N).with_attr("tile_nb.producer_warp", 1))
+    if D == 128 and block_N == 128:
+        assert warp.pipeline_kind is PipelineKind.TMA
+    else:  # cp.async at two CTAs per SM, a typed refusal
+        assert warp.tma is None and warp.refusal("tma").code == TWO_CTAS_PER_SM and warp.ctas_per_sm == 2
+        assert "two CTAs fit an SM" in warp.pipeline_note
 
 
 @pytest.mark.parametrize("heavy_first", [0, 1])
