@@ -115,9 +115,9 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
     kernel = ref.flash_attention.compile(Q, K, V, O, **cfg)
     if kernel.arch == "sm_90a":  # a producer where one CTA fills the SM's shared memory (tile_nb/lower/tma.py)
         producer = d == 128 and block_N == 128
-        assert kernel.plan["pipeline"].startswith("TMA + mbarriers"), kernel.plan["pipeline"]
-        assert ("no producer warp" in kernel.plan["pipeline"]) != producer, kernel.plan["pipeline"]
-        assert ("softmax/MMA overlap:" in kernel.plan["pipeline"]) == producer, kernel.plan["pipeline"]
+        assert kernel.plan["pipeline_kind"] == "tma", kernel.plan["pipeline"]
+        assert kernel.plan["producer_warp"] == producer, kernel.plan["pipeline"]
+        assert kernel.plan["softmax_overlap"] == producer, kernel.plan["pipeline"]
     ref.flash_attention(Q, K, V, O, **cfg)
     expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
     assert rel_err(O, expected) < 5e-3
@@ -158,7 +158,7 @@ def test_flash_attention_tma_without_a_producer_warp(causal, d, stages, s):
     kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.producer_warp", 0),
                         None)
     if kernel.arch == "sm_90a":
-        assert kernel.plan["pipeline"].startswith("TMA + mbarriers, loads issued by the first consumer thread"), \
+        assert kernel.plan["pipeline_kind"] == "tma" and kernel.plan["producer_warp"] is False, \
             kernel.plan["pipeline"]
     kernel(Q, K, V, O)
     expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)

@@ -25,7 +25,7 @@ def test_warp_specialized_kernels_run_wgmma_on_tma_tiles_without_spills(name):
     mix = instruction_mix(kernel.sass)
     assert mix["HGMMA"] + mix["QGMMA"] > 0 and mix["UTMALDG"] > 0 and mix["SYNCS"] > 0, mix
     assert mix["STL"] == 0 and mix["LDL"] == 0 and mix["HMMA"] == 0, mix
-    if "TMA stores" in kernel.pipeline:  # the epilogue of epilogue.py: one TMA store per 64-column panel
+    if kernel.plan["tma_store"]:  # the epilogue of epilogue.py: one TMA store per 64-column panel
         assert mix["UTMASTG"] > 0, mix
 
 

@@ -175,6 +175,7 @@ class KernelPlan(PlanFacts):
             # the decisions as fields (code reads these, never the note)
             "pipeline_kind": self.pipeline_kind.value if self.pipeline_kind is not None else None,
             "producer_warp": self.tma.producer_warp if self.tma is not None else None,
+            "softmax_overlap": self.tma is not None and self.tma.overlap is not None,
             "launch_threads": self.launch_threads, "ctas_per_sm": self.ctas_per_sm,
             "persistent_ctas": self.persistent.ctas if self.persistent is not None else None,
             "stream_k": self.stream_k is not None, "cluster": self.persistent.multicast.size
