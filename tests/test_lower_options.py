@@ -152,3 +152,17 @@ def test_a_job_carries_its_options_whole(monkeypatch):
     monkeypatch.setenv("TILE_NB_TMA", "0")
     assert job_lowering({"lowering": LoweringOptions().to_dict()}) == LoweringOptions()
     assert job_lowering({"env": {"TILE_NB_CLUSTER": "2"}}) == LoweringOptions(cluster=2)
+
+
+def test_the_plan_is_built_once_and_read_only():
+    import dataclasses
+
+    plan = lower_with_plan(gemm_ir(1024, 1024, 1024), target("sm_90a"))[1]
+    for mapping in (plan.shared, plan.accumulators, plan.pipelines, plan.grid, plan.workspaces,
+                    plan.fragments.layouts, plan.fragments.shared):
+        with pytest.raises(TypeError):
+            mapping[object()] = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.tma = None
+    assert isinstance(plan.refusals, tuple) and isinstance(plan.notes, tuple)
+    assert plan.summary()["options"] == {} and plan.options == LoweringOptions()

@@ -269,6 +269,8 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
     wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and options.wgmma_overlap \
         and all(str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
+    fragments = replace(fragments, layouts=MappingProxyType(fragments.layouts),
+                        shared=MappingProxyType(fragments.shared), loop_layouts=MappingProxyType(fragments.loop_layouts))
     facts = PlanFacts(
         name=str(_attr(func, "global_symbol") or "main"), arch=arch, threads=threads, grid=MappingProxyType(grid),
         accumulators=MappingProxyType(accumulators), fragments=fragments, shared=MappingProxyType(dict(shared)),
