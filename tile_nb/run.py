@@ -21,12 +21,13 @@ import runpy
 import sys
 import traceback
 
-__all__ = ["main"]
+__all__ = ["main", "record_error"]
 
 _errors: list[float] = []
 
 
-def _record_error(actual, expected) -> None:
+def record_error(actual, expected) -> None:
+    """Note the largest finite absolute difference of a check (the conformance runner's max error)."""
     try:
         import torch
 
@@ -51,7 +52,7 @@ def _watch_checks() -> None:
 
     @functools.wraps(original)
     def assert_close(actual, expected, *args, **kwargs):
-        _record_error(actual, expected)
+        record_error(actual, expected)
         return original(actual, expected, *args, **kwargs)
 
     torch.testing.assert_close = assert_close
@@ -59,7 +60,7 @@ def _watch_checks() -> None:
 
     @functools.wraps(allclose)
     def watched_allclose(input, other, *args, **kwargs):  # noqa: A002 - torch's names
-        _record_error(input, other)
+        record_error(input, other)
         return allclose(input, other, *args, **kwargs)
 
     torch.allclose = watched_allclose

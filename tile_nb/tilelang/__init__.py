@@ -139,10 +139,14 @@ class JITImpl:
     def compile(self, *args, **kwargs) -> JITKernel:
         return JITKernel(self._tile_nb, args, kwargs)
 
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The CUDA source of the kernel for these arguments (tensors or consts as keywords; no GPU needed)."""
+        return self._tile_nb.compile(*args, **kwargs).cuda_source
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in ("get_tir", "par_compile", "get_kernel_source"):
+        if name in ("get_tir", "par_compile"):
             raise unsupported(f"tilelang.jit(...).{name}")
         return getattr(self._tile_nb, name)
 

@@ -4,7 +4,7 @@
 script's process before the script runs. It patches, for that process only:
 - torch's tensor factories (`torch.randn(..., device="cuda")`, `zeros`, `empty`, `*_like`, `arange`, `tensor`, ...)
   and `Tensor.to(...)`: a "cuda" / "cuda:N" / `torch.device("cuda")` / integer device becomes "cpu";
-  `Tensor.cuda()` returns the tensor itself (already on the CPU);
+  `Tensor.cuda()` returns the tensor itself (already on the CPU); `torch.Generator(device="cuda")` is a CPU one;
 - `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's main target, sm_90a),
   `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do nothing, `Event` times on the host clock.
 tile_nb kernels then see CPU tensors and run on the interpreter. Nothing else changes: a script that needs a real
@@ -120,6 +120,18 @@ def install() -> None:
             setattr(torch, name, _wrap_factory(fn))
     torch.Tensor.to = _wrap_to(torch.Tensor.to)
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    base = torch.Generator
+
+    class Generator(base):
+        """torch.Generator whose "cuda" device is the CPU."""
+
+        def __new__(cls, device="cpu"):
+            return base.__new__(cls, map_device(device))
+
+        def __init__(self, device="cpu"):
+            pass
+
+    torch.Generator = Generator
 
     props = types.SimpleNamespace(name="tile_nb interpreter (CPU)", major=9, minor=0, multi_processor_count=132,
                                   total_memory=80 * 2**30, L2_cache_size=50 * 2**20, warp_size=32,
@@ -140,5 +152,6 @@ def install() -> None:
     cuda.Event = _Event
     cuda.Stream = _Stream
     cuda.current_stream = lambda device=None: _Stream()
+    cuda.default_stream = lambda device=None: _Stream()
     cuda.stream = lambda stream=None: _Stream()
     _active = True

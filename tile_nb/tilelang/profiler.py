@@ -46,7 +46,8 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
 
 
 class Profiler:
-    """`kernel.get_profiler()`: `do_bench()` times the kernel on inputs tile_nb makes for it (or `do_bench(func)`)."""
+    """`kernel.get_profiler()`: `do_bench()` times the kernel on inputs tile_nb makes for it (or `do_bench(func)`);
+    `assert_allclose(reference)` checks it against a reference program on such inputs."""
 
     def __init__(self, kernel, supply_type=None):
         self.kernel = kernel
@@ -63,6 +64,34 @@ class Profiler:
         args = tuple(input_tensors) if input_tensors is not None else self._inputs()
         target = func if func is not None else self.kernel
         return do_bench(lambda: target(*args), warmup=warmup, rep=rep)
+
+    def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
+                        max_mismatched_ratio: float = 0.01) -> None:
+        """Run the kernel and `reference_program` on the same inputs (made by tile_nb, or `input_tensors`) and
+        compare what they return: at most `max_mismatched_ratio` of the elements may lie outside
+        `atol + rtol * |reference|`, else AssertionError."""
+        import torch
+
+        from ..run import record_error
+
+        args = tuple(input_tensors) if input_tensors is not None else self._inputs()
+        expected = reference_program(*args)
+        actual = self.kernel(*args)
+
+        def as_list(x):
+            return [] if x is None else [x] if isinstance(x, torch.Tensor) else list(x)
+
+        actual, expected = as_list(actual), as_list(expected)
+        assert len(actual) == len(expected), \
+            f"the kernel returned {len(actual)} outputs, the reference {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            a64, e64 = a.detach().to("cpu", torch.float64), torch.as_tensor(e).detach().to("cpu", torch.float64)
+            record_error(a64, e64)
+            bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
+            ratio = bad.float().mean().item() if bad.numel() else 0.0
+            assert ratio <= max_mismatched_ratio, (
+                f"output {i}: {ratio:.2%} of elements differ (allowed {max_mismatched_ratio:.2%}; atol={atol}, "
+                f"rtol={rtol}; greatest absolute difference {(a64 - e64).abs().max().item():.4g})")
 
     def __getattr__(self, name):
         if name.startswith("_"):
