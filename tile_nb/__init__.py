@@ -42,6 +42,40 @@ def load_ipython_extension(ip):
     load(ip)
 
 
+class _Face:
+    """A method of `JITFunction` that a layer above jit provides (`gemm.bench`, `.sweep`, `.tune` from
+    tile_nb/bench/faces.py; `gemm.show` from tile_nb/notebook/faces.py). jit.py imports neither layer: the first
+    use of a face imports its layer's faces module and puts those methods on the class in place of these stand-ins,
+    so `import tile_nb` stays light and the methods work where the user never imported those layers."""
+
+    def __init__(self, name: str, load):
+        self.name, self.load = name, load
+
+    def __get__(self, obj, owner=None):
+        faces = self.load()
+        for name, method in faces.items():
+            setattr(JITFunction, name, method)
+        method = faces[self.name]
+        return method if obj is None else method.__get__(obj, owner)
+
+
+def _bench_faces() -> dict:
+    from .bench.faces import FACES
+
+    return FACES
+
+
+def _notebook_faces() -> dict:
+    from .notebook.faces import FACES
+
+    return FACES
+
+
+for _name in ("bench", "sweep", "tune"):
+    setattr(JITFunction, _name, _Face(_name, _bench_faces))
+JITFunction.show = _Face("show", _notebook_faces)
+
+
 def _connect_notebook() -> None:
     """Imported inside a running IPython: let it display bench results (HTML tables, plots) and tuning progress
     (a widget bar) without `%load_ext tile_nb`. Registers lazy hooks only: nothing heavy is imported here, and

@@ -11,119 +11,33 @@ import logging
 import threading
 import time
 import types
-from dataclasses import dataclass, field
 from typing import Any
 
 from ._locks import KeyedLocks, build_once
-from .errors import (ArgumentCountError, ArgumentError, MissingConstError, RankMismatchError,
-                     UnhashableArgumentError)
-from .frontend.checks import (Expectations, check_const_value, check_device_type, check_devices,
-                              check_not_autograd, check_tensor_kind, check_tensor_storage, const_where,
-                              empty_grid_error, kernel_where)
+from .errors import ArgumentError
+from .frontend.binding import (Missing, Template, bind, bind_compile_only, const_values, definition_where,
+                               is_tensor, value_sources)
+from .frontend.checks import (Expectations, check_device_type, check_devices, check_not_autograd,
+                              check_tensor_storage, empty_grid_error, kernel_where)
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.environment import Environment, value_key
 from .frontend.kernel import KernelDefinition
-from .frontend.params import COMPILE_TIME, POINTER, check_compile_value, static_const_sources
+from .frontend.params import POINTER
 from .language.dtypes import torch_dtype
+from .runtime.launch import (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN, CallFacts, FastEntry, Launcher, Specialization,
+                             allocate_outputs, resolve_pointers)
 
 __all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning"]
+
+# Names kept for code that imports them from here; the records and tables live in their layers now.
+_ALIGNED, _FAST_TABLE_SIZE, _NOT_SEEN, _FastEntry, _Missing, _is_tensor = (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN,
+                                                                          FastEntry, Missing, is_tensor)
 
 
 class NotLowerableWarning(UserWarning):
     """The CPU interpreter ran a kernel that the GPU lowering refuses."""
 
 log = logging.getLogger("tile_nb")
-
-
-@dataclass(frozen=True)
-class CallFacts:
-    """What the GPU kernel of one call may assume beyond the shapes: which tensors' data pointers are NOT 16-byte
-    aligned (they get no vector, cp.async or TMA access) and which T.dynamic dims are multiples of 16 (vector and
-    async paths stay open for them). Checked on every call; each combination is its own compiled kernel."""
-
-    unaligned: tuple = ()
-    divisible: tuple = ()
-
-    def apply(self, func):
-        if self.unaligned:
-            func = func.with_attr("tile_nb.unaligned", list(self.unaligned))
-        if self.divisible:
-            func = func.with_attr("tile_nb.divisible", list(self.divisible))
-        return func
-
-
-_ALIGNED = CallFacts()
-
-
-@dataclass
-class Specialization:
-    """Phase 2 for one set of const values: the PrimFunc, its argument checks, and compiled kernels per target."""
-
-    elaboration: Elaboration
-    expectations: Expectations
-    output_shapes: list  # (name, shape with ("dyn", name) entries, torch dtype)
-    dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
-    check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
-    device_arg: int | None  # a tensor argument whose device is the call's device
-    compiled: dict = field(default_factory=dict)  # (target string, CallFacts) -> CompiledKernel
-    launches: dict = field(default_factory=dict)  # facts_key -> tvm_ffi function: the fast path's direct launch
-    lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
-
-    @property
-    def func(self):
-        return self.elaboration.func
-
-    @functools.cached_property
-    def buffer_args(self) -> list[tuple[int, str]]:
-        """(position among the call's arguments, name) of every tensor parameter, outputs included."""
-        from tvm.tirx.buffer import is_buffer_var
-
-        return [(i, p.name) for i, p in enumerate(self.func.params) if is_buffer_var(p)]
-
-    @functools.cached_property
-    def facts_terms(self) -> list[str]:
-        """Python expressions over `args` for the facts of a call: for each tensor, is its data pointer unaligned
-        to 16 bytes; for each T.dynamic dim, is it a multiple of 16."""
-        return ([f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
-                + [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()])
-
-    @functools.cached_property
-    def facts_key(self):
-        """`facts_key(call_args)`: `facts_terms` as one tuple of bools, generated as straight-line Python (it runs
-        on GPU calls)."""
-        return _generated("facts_key", self.facts_terms)
-
-    @functools.cached_property
-    def direct_key(self):
-        """`direct_key(args)`: what picks a compiled kernel's launch for a positional call without looking at the
-        specialization: the shapes of the tensor arguments, whether the first is on a GPU, the type of each runtime
-        scalar, and the facts. The kernel's host function checks the rest in C (dtype, strides, device, and the
-        shapes again) and raises TypeError or ValueError on a mismatch."""
-        terms = [f"args[{e.index}].shape" for e in self.expectations.tensors]
-        terms.append(f"args[{self.device_arg}].is_cuda")
-        terms += [f"type(args[{s.index}])" for s in self.expectations.scalars]
-        return _generated("direct_key", terms + self.facts_terms)
-
-    def facts(self, key: tuple) -> CallFacts:
-        """The CallFacts a `facts_key` tuple stands for."""
-        n = len(self.buffer_args)
-        return CallFacts(tuple(name for (_, name), unaligned in zip(self.buffer_args, key[:n]) if unaligned),
-                         tuple(name for name, divisible in zip(self.dynamic_sources, key[n:]) if divisible))
-
-
-@dataclass
-class Template:
-    """Phase 1 for one compile-time key, and where each const's value is read from in a call."""
-
-    elaboration: Elaboration
-    compile_values: dict
-    const_sources: dict  # const name -> (param name, "shape" | "stride", dim)
-    dynamic_sources: dict  # dynamic name -> (param name, dim)
-    specializations: dict = field(default_factory=dict)  # const-value tuple -> Specialization
-
-    @property
-    def consts(self) -> list[str]:
-        return self.elaboration.consts
 
 
 # Compile-time values enter cache keys by type and current contents, as the environment's values do: 1, 1.0 and
@@ -187,70 +101,10 @@ class JITFunction:
     def _environment_key(self) -> tuple:
         return self._environment.key()
 
-    # -- binding -----------------------------------------------------------------------------------------------
+    # -- binding (tile_nb/frontend/binding.py) ---------------------------------------------------------------
     def _bind(self, args, kwargs):
         """Split a call into runtime values, compile-time values, and extra keywords (const values)."""
-        name = self.definition.name
-        positional = [p for p in self.signature.params if not p.keyword_only]
-        if len(args) > len(positional):
-            raise ArgumentCountError(f"{name}() takes {len(positional)} positional arguments but {len(args)} were "
-                                     "given", **self._def_where())
-        values = {p.name: a for p, a in zip(positional, args)}
-        extra = {}
-        for key, value in kwargs.items():
-            if self.signature.by_name(key) is None:
-                extra[key] = value
-            elif key in values:
-                raise ArgumentCountError(f"{name}() got multiple values for argument '{key}'", **self._def_where())
-            else:
-                values[key] = value
-        runtime, compile_values = {}, {}
-        for p in self.signature.params:
-            if p.name in values:
-                (compile_values if p.kind == COMPILE_TIME else runtime)[p.name] = values[p.name]
-            elif p.default is not _EMPTY:
-                (compile_values if p.kind == COMPILE_TIME else runtime)[p.name] = p.default
-            elif p.kind == COMPILE_TIME:
-                raise ArgumentCountError(f"{name}() missing compile-time argument '{p.name}'", **self._def_where())
-            else:
-                missing = [q.name for q in self.signature.runtime if q.name not in values]
-                raise ArgumentCountError(f"{name}() missing {len(missing)} runtime argument(s): "
-                                         f"{', '.join(repr(m) for m in missing)}", **self._def_where())
-        for p in self.signature.compile_time:
-            value = compile_values[p.name]
-            if _is_tensor(value):
-                continue  # reported below, with the hint for a missing annotation
-            try:
-                compile_values[p.name] = check_compile_value(p, value)
-            except TypeError as err:
-                raise ArgumentError(f"{name}() compile-time argument '{p.name}' {err}", **self._def_where(),
-                                    hint=f"the signature declares `{p.name}: {_annotation_text(p.annotation)}`"
-                                    ) from None
-        for key, value in compile_values.items():
-            try:
-                hash(value)
-            except TypeError:
-                raise UnhashableArgumentError(
-                    f"{name}() compile-time argument '{key}' must be hashable (it keys the kernel cache); got "
-                    f"{type(value).__name__}", **self._def_where(),
-                    hint="pass a tuple instead of a list, or annotate it in the body if it is a runtime tensor") from None
-            if _is_tensor(value):
-                tensors = [p.name for p in self.signature.runtime]
-                index, param = next((i, p) for i, p in enumerate(self.signature.params) if p.name == key)
-                # A tensor landing on a compile-time parameter that has a default: an extra positional argument.
-                if index < len(args) and param.default is not _EMPTY and \
-                        all(p.is_runtime for p in self.signature.params[:len(tensors)]):
-                    raise ArgumentCountError(
-                        f"{name}() got a tensor as positional argument {index + 1}, which is the compile-time "
-                        f"parameter '{key}'; the kernel takes {len(tensors)} runtime argument(s): "
-                        f"{', '.join(tensors)}", **self._def_where(),
-                        hint=f"if '{key}' is meant to be a tensor, annotate it in the body, e.g. "
-                             f"`{key}: T.Tensor[[M, N], T.float16]`")
-                raise ArgumentError(
-                    f"{name}() argument '{key}' is a tensor but has no annotation in the kernel body, so it is "
-                    "treated as a compile-time value", **self._def_where(),
-                    hint=f"declare it, e.g. `{key}: T.Tensor[[M, N], T.float16]`, at the top of the body")
-        return runtime, compile_values, extra
+        return bind(self.definition, args, kwargs)
 
     def _log(self, message: str, *args) -> None:
         """`verbose=True` reports each template, specialization and compilation (logger 'tile_nb')."""
@@ -261,8 +115,7 @@ class JITFunction:
             log.info(f"[tile_nb] {self.definition.name}: " + message, *args)
 
     def _def_where(self) -> dict:
-        src = self.definition.source
-        return dict(filename=src.filename, lineno=src.first_line + src.tree.lineno - 1)
+        return definition_where(self.definition)
 
     # -- phases ------------------------------------------------------------------------------------------------
     def _template_for(self, compile_values: dict) -> tuple[tuple, Template]:
@@ -275,7 +128,7 @@ class JITFunction:
 
     def _new_template(self, compile_values: dict) -> Template:
         elab = elaborate(self.definition, self.signature, compile_values, None)
-        template = Template(elab, dict(compile_values), *self._sources(elab))
+        template = Template(elab, dict(compile_values), *value_sources(self.definition, elab))
         self._count("templates")
         self._log("template %s: %.2f ms%s", compile_values, elab.seconds * 1e3,
                   f" (stopped at line {elab.stopped.lineno}: {elab.stopped.reason})" if elab.stopped else "")
@@ -285,72 +138,8 @@ class JITFunction:
         with self._stats_lock:  # `+=` on a dict item is not atomic between threads
             self.stats[what] += 1
 
-    def _sources(self, elab: Elaboration):
-        """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it."""
-        consts, dynamics = {}, {}
-        pointers = {p.name for p in self.signature.runtime if p.kind == POINTER}  # an address carries no shape
-        for name in self._runtime_names:
-            param = elab.buffers.get(name)
-            if param is None or name in pointers:
-                continue
-            for dim, expr in enumerate(param.annotation.shape):
-                hit = _bare_var(expr, elab)
-                if hit in elab.consts:
-                    consts.setdefault(hit, (name, "shape", dim))
-                elif hit in elab.dynamic:
-                    dynamics.setdefault(hit, (name, dim))
-            for dim, expr in enumerate(param.annotation.strides or ()):
-                hit = _bare_var(expr, elab)
-                if hit in elab.consts:
-                    consts.setdefault(hit, (name, "stride", dim))
-        if elab.stopped is not None:  # the annotations may not have run: read them from the source
-            static = static_const_sources(self.definition.source.tree, set(self._runtime_names))
-            for name, source in static.items():
-                consts.setdefault(name, source)
-                if name not in elab.consts:
-                    elab.consts.append(name)
-        return consts, dynamics
-
     def _const_values(self, template: Template, runtime: dict, extra: dict) -> dict:
-        name = self.definition.name
-        values = {}
-        unknown = [k for k in extra if k not in template.consts]
-        if unknown:
-            raise ArgumentCountError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}",
-                                     **self._def_where(),
-                                     hint=f"parameters are {', '.join(p.name for p in self.signature.params)}; "
-                                          f"consts are {', '.join(template.consts) or 'none'}")
-        for const in template.consts:
-            if const in extra:
-                value = extra[const]
-                if type(value) is not int or value < 0:  # the error (or a numpy int's value) at the T.const line
-                    value = check_const_value(name, const, value, const_where(self.definition.source, const))
-                values[const] = value
-                continue
-            source = template.const_sources.get(const)
-            if source is None:
-                pointers = [p.name for p in self.signature.runtime if p.kind == POINTER]
-                why = f" (pointer arguments carry no shape: {', '.join(pointers)})" if pointers else ""
-                raise MissingConstError(
-                    f"{name}() needs a value for const '{const}': no tensor dim is exactly {const}{why}",
-                    **self._def_where(), hint=f"pass it as a keyword, e.g. {name}(..., {const}=1024)")
-            param, kind, dim = source
-            if param not in runtime:
-                raise MissingConstError(f"{name}() needs a value for const '{const}' (from '{param}'), but "
-                                        f"'{param}' was not given", **self._def_where(),
-                                        hint=f"pass '{param}' or {const}=... as a keyword")
-            tensor = runtime[param]
-            bp = template.elaboration.buffers.get(param)
-            if bp is not None:
-                check_tensor_kind(name, param, tensor, len(bp.annotation.shape),
-                                  dict(filename=bp.filename, lineno=bp.lineno, col=bp.col, end_col=bp.end_col))
-            else:  # the template stopped before this annotation; phase 2 checks the rest
-                check_tensor_kind(name, param, tensor, None, self._def_where())
-            if dim >= tensor.dim():
-                raise RankMismatchError(f"{name}() argument '{param}' has {tensor.dim()} dims, but const '{const}' "
-                                        f"is its dim {dim}", **self._def_where())
-            values[const] = int(tensor.shape[dim] if kind == "shape" else tensor.stride(dim))
-        return values
+        return const_values(self.definition, template, runtime, extra)
 
     def _specialization(self, template: Template, const_values: dict) -> Specialization:
         key = tuple(const_values[c] for c in template.consts)
@@ -383,9 +172,7 @@ class JITFunction:
         return self._template_for(compile_values)[1].elaboration
 
     def _bind_compile_only(self, kwargs):
-        placeholders = {p.name: _Missing for p in self.signature.runtime if p.name not in kwargs}
-        runtime, compile_values, extra = self._bind((), {**placeholders, **kwargs})
-        return runtime, compile_values, extra
+        return bind_compile_only(self.definition, kwargs)
 
     def specialize(self, *args, **kwargs):
         """Phase 2: the `PrimFunc` specialized to these arguments; consts can be given as keywords (`M=1024`), so
@@ -404,9 +191,9 @@ class JITFunction:
         given = {p.name for p in positional[: len(args)]} | set(named)
         for p in self.signature.runtime:
             if p.name not in given:
-                named[p.name] = _Missing
+                named[p.name] = Missing
         runtime, compile_values, extra = self._bind(args, named)
-        runtime = {k: v for k, v in runtime.items() if v is not _Missing}
+        runtime = {k: v for k, v in runtime.items() if v is not Missing}
         _, template = self._template_for(compile_values)
         return template, self._const_values(template, runtime, extra), runtime
 
@@ -421,7 +208,7 @@ class JITFunction:
         facts = None
         if len(runtime) == len(self._runtime_names):
             spec, ordered, device = self._checked_call(args, kwargs)
-            facts = self._call_facts(spec, [a for a in ordered if a is not None] + self._outputs(spec, ordered, device))
+            facts = spec.call_facts([a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device))
         return self._compiled(spec, target, elaborate_s, facts)
 
     def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None):
@@ -431,7 +218,7 @@ class JITFunction:
             raise empty_grid_error(self.definition.name, spec.expectations.empty_grid, "there is no kernel to compile",
                                    kernel_where(self.definition.source),
                                    hint="a call with these shapes runs nothing; compile for sizes of 1 or more")
-        facts = facts or _ALIGNED
+        facts = facts or ALIGNED
         from . import runtime as rt
 
         if target is None and self.target is None:
@@ -484,26 +271,26 @@ class JITFunction:
                         pass  # the kernel's host function refused the arguments (dtype, layout): the slow path says why
                 else:
                     result = self._call_seen_shapes(fast, key, args)
-                    if result is not _NOT_SEEN:
+                    if result is not NOT_SEEN:
                         return result
         return self._call_slow(args, kwargs, backend)
 
-    def _call_seen_shapes(self, fast: _FastEntry, key, args):
+    def _call_seen_shapes(self, fast: FastEntry, key, args):
         """A call whose shapes an earlier call had: check dtype, layout and device here, launch (and remember the
-        launch under `key` for the direct path) or interpret. `_NOT_SEEN` when the shapes are new or a check fails."""
+        launch under `key` for the direct path) or interpret. `NOT_SEEN` when the shapes are new or a check fails."""
         try:
             spec = fast.specs.get(fast.read_shapes(args))
             if spec is None or not spec.check_layout(args):
-                return _NOT_SEEN
+                return NOT_SEEN
             launch = spec.launches.get(spec.facts_key(args)) if spec.launches and args[spec.device_arg].is_cuda \
                 else None
         except (AttributeError, IndexError, TypeError, RuntimeError):
-            return _NOT_SEEN
+            return NOT_SEEN
         if launch is None:
             device = None if spec.device_arg is None else args[spec.device_arg].device
             return self._launch(spec, list(args), device, None)
         if key is not None:
-            if len(fast.direct) >= _FAST_TABLE_SIZE:
+            if len(fast.direct) >= FAST_TABLE_SIZE:
                 fast.direct.clear()
             fast.direct[key] = launch
         launch(*args)  # an error of the launch itself must not send the call down the slow path again
@@ -513,7 +300,7 @@ class JITFunction:
         """Bind and check a call: (specialization, runtime arguments in order, their device)."""
         runtime, compile_values, extra = self._bind(args, kwargs)
         tkey, template = self._template_for(compile_values)
-        given = {name: value for name, value in runtime.items() if _is_tensor(value)}
+        given = {name: value for name, value in runtime.items() if is_tensor(value)}
         one_device = len({t.device for t in given.values()}) <= 1  # else check_devices names them all, below
         for name, value in given.items():  # before anything reads a layout: meta, sparse, quantized tensors
             check_tensor_storage(self.definition.name, name, value, self._param_where(template, name),
@@ -521,7 +308,7 @@ class JITFunction:
         const_values = self._const_values(template, runtime, extra)
         spec = self._specialization(template, const_values)
         ordered = [runtime.get(n) for n in self._runtime_names]
-        ordered = self._resolve_pointers(spec, ordered)
+        ordered = resolve_pointers(spec, ordered, self._runtime_names)
         error = self._check(spec, ordered)
         if error is not None:
             raise error
@@ -568,22 +355,17 @@ class JITFunction:
             except TypeError:
                 fast, kw_key = None, None
             if kw_key is not None and self._environment_key() == env_key:
-                if fast is None or fast.env_key != env_key or len(fast.specs) >= _FAST_TABLE_SIZE:
-                    if len(self._fast) >= _FAST_TABLE_SIZE:
+                if fast is None or fast.env_key != env_key or len(fast.specs) >= FAST_TABLE_SIZE:
+                    if len(self._fast) >= FAST_TABLE_SIZE:
                         self._fast.clear()
-                    fast = self._fast[kw_key] = _FastEntry(spec, len(args), env_key)
+                    fast = self._fast[kw_key] = FastEntry(spec, len(args), env_key)
                 fast.specs[fast.read_shapes(args)] = spec
         return self._launch(spec, ordered, device, backend)
-
-    @staticmethod
-    def _shape_reader(spec: Specialization):
-        """`read_shapes(args)`: the shapes of the tensor arguments, generated as one tuple expression."""
-        return _generated("read_shapes", [f"args[{e.index}].shape" for e in spec.expectations.tensors])
 
     def _check(self, spec: Specialization, ordered):
         for e in spec.expectations.tensors:
             value = ordered[e.index]
-            if not _is_tensor(value):
+            if not is_tensor(value):
                 return ArgumentError(f"{self.definition.name}() argument '{e.name}' must be a torch.Tensor; got "
                                      f"{type(value).__name__}", **spec.expectations._where(e.param))
         if spec.expectations.check(ordered):
@@ -593,31 +375,8 @@ class JITFunction:
             error.filename, error.lineno = self._def_where()["filename"], self._def_where()["lineno"]
         return error
 
-    def _resolve_pointers(self, spec: Specialization, ordered):
-        from ._pointers import tensor_from_pointer
-
-        out = list(ordered)
-        tensors = [v for v in ordered if _is_tensor(v)]
-        device = tensors[0].device if tensors else None
-        for i, name in enumerate(self._runtime_names):
-            param = spec.elaboration.buffers.get(name)
-            if param is not None and param.kind == "pointer" and isinstance(out[i], int):
-                ann = param.annotation
-                out[i] = tensor_from_pointer(out[i], [int(d) for d in ann.shape], torch_dtype(ann.dtype), device)
-        return out
-
-    def _outputs(self, spec: Specialization, ordered, device) -> list:
-        import torch
-
-        outputs = []
-        for name, shape, dtype in spec.output_shapes:
-            dims = [d if isinstance(d, int) else int(ordered[spec.dynamic_sources[d[1]][0]].shape[spec.dynamic_sources[d[1]][1]])
-                    for d in shape]
-            outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
-        return outputs
-
     def _launch(self, spec: Specialization, ordered, device, backend):
-        outputs = self._outputs(spec, ordered, device)
+        outputs = allocate_outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
             raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
@@ -640,7 +399,7 @@ class JITFunction:
         if use_cpu:
             import torch
 
-            if any(t.requires_grad for t in call_args if _is_tensor(t)):
+            if any(t.requires_grad for t in call_args if is_tensor(t)):
                 self._check_writes(spec, {e.name: ordered[e.index] for e in spec.expectations.tensors})
             with torch.no_grad():  # as on the GPU: the kernel's reads and writes are not recorded by autograd
                 self._interpret(spec, call_args)
@@ -657,20 +416,16 @@ class JITFunction:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    @staticmethod
-    def _call_facts(spec: Specialization, call_args) -> CallFacts:
-        return spec.facts(spec.facts_key(call_args))
-
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
 
         if not spec.lowering_checked:
             spec.lowering_checked = True
             self._warn_if_not_lowerable(spec)
-        on_cpu = [a.cpu() if _is_tensor(a) else a for a in call_args]
+        on_cpu = [a.cpu() if is_tensor(a) else a for a in call_args]
         interp.run(spec.func, on_cpu)
         for original, result in zip(call_args, on_cpu):
-            if _is_tensor(original) and original is not result:
+            if is_tensor(original) and original is not result:
                 original.copy_(result)
 
     @functools.cached_property
@@ -700,36 +455,9 @@ class JITFunction:
                 f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
                 f"failed ({type(err).__name__}: {err}); please report this"), stacklevel=_user_stacklevel())
 
-    def show(self, *args, **kwargs):
-        """The notebook view of this kernel (phase 1 and 2 side by side, CUDA, resources, timings)."""
-        from .notebook import show
-
-        return show(self, *args, **kwargs)
-
-    def bench(self, *args, **kwargs):
-        """Time a call: `gemm.bench(A, B, C, flops=..., baseline=lambda: torch.matmul(A, B))` (see
-        `tile_nb.bench.bench`); returns a `BenchResult` with median/p20/p80, throughput and the ratio."""
-        from .bench import bench
-
-        return bench(self, *args, **kwargs)
-
-    def sweep(self, params: dict, make_args=None, **kwargs):
-        """Time every combination of `params` (`{"block_M": [64, 128]}`), recording failures; shows progress,
-        can persist to JSON (`results=`); returns a `SweepResult` (see `tile_nb.bench.sweep`)."""
-        from .bench import sweep
-
-        return sweep(self, params, make_args, **kwargs)
-
-    def tune(self, *args, configs, **kwargs):
-        """Search `configs` (a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`) for
-        the fastest on these arguments (tensors, or consts as keywords: `gemm.tune(M=8192, N=8192, K=8192,
-        configs=...)`): compiled in parallel worker processes, pruned by resources, timed one at a time on the
-        GPU (compile-only without one); the result is stored. See `tile_nb.bench.tuning` for the options."""
-        from .bench.tuning import tune
-
-        return tune(self, configs, *args, **kwargs)
-
     # -- what tuning needs from a call -------------------------------------------------------------------------
+    # (`bench`, `sweep`, `tune` and `show` are attached by their layers: tile_nb/bench/faces.py and
+    # tile_nb/notebook/faces.py, through tile_nb/__init__.py)
     def call_values(self, *args, **kwargs) -> tuple[dict, dict]:
         """(compile-time values, const values) a call with these arguments specializes with; consts may be given
         as keywords instead of tensors. Nothing is compiled."""
@@ -740,23 +468,23 @@ class JITFunction:
         """(phase-2 PrimFunc, the argument list the compiled kernel takes: runtime arguments then outputs, which
         are allocated here) for a checked call. What a launcher or a remote benchmark needs."""
         spec, ordered, device = self._checked_call(args, kwargs)
-        return spec.func, [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+        return spec.func, [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
 
     def launch_func(self, *args, **kwargs):
         """The PrimFunc a launch on these tensors compiles: phase 2 with this call's facts (pointer alignment,
         divisibility of T.dynamic dims) as attributes. Tuning sends its text to the compile workers."""
         spec, ordered, device = self._checked_call(args, kwargs)
-        call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
-        return self._call_facts(spec, call_args).apply(spec.func)
+        call_args = [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
+        return spec.call_facts(call_args).apply(spec.func)
 
     def launcher(self, *args, **kwargs) -> Launcher:
         """Bind, check and compile once: a zero-argument callable that launches the compiled kernel on these
         arguments (CUDA tensors) or runs the interpreter (CPU tensors). Tuning times this, so each timed launch
         pays no argument binding."""
         spec, ordered, device = self._checked_call(args, kwargs)
-        call_args = [a for a in ordered if a is not None] + self._outputs(spec, ordered, device)
+        call_args = [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
         if device is not None and device.type == "cuda":
-            kernel = self._compiled(spec, None, facts=self._call_facts(spec, call_args))
+            kernel = self._compiled(spec, None, facts=spec.call_facts(call_args))
             return Launcher(functools.partial(kernel, *call_args), kernel, call_args)
         return Launcher(functools.partial(self._interpret, spec, call_args), None, call_args)
 
@@ -775,63 +503,6 @@ class JITFunction:
                 "why": f"{', '.join(unstable)} has no stable value across processes" if unstable else None}
 
 
-@dataclass
-class Launcher:
-    """A checked, compiled call on fixed arguments: `launcher()` launches it; `.kernel` is the CompiledKernel
-    (None on the CPU interpreter), `.args` the argument list (outputs included)."""
-
-    fn: Any
-    kernel: Any
-    args: list
-
-    def __call__(self):
-        return self.fn()
-
-
-_EMPTY = __import__("inspect").Parameter.empty
-
-
-class _MissingType:
-    def __repr__(self) -> str:
-        return "<not given>"
-
-
-_Missing = _MissingType()
-_NOT_SEEN = object()  # _call_seen_shapes: the shapes (or the checks) send the call down the slow path
-
-
-class _FastEntry:
-    """The fast path's tables for one set of keyword arguments (one template): specializations by the shapes of
-    the tensor arguments, and compiled kernels' launches by `Specialization.direct_key` (shapes and facts), which a
-    call reaches without reading dtypes or layouts in Python (the kernel's host function checks them in C)."""
-
-    __slots__ = ("n_args", "env_key", "specs", "read_shapes", "direct", "direct_key")
-
-    def __init__(self, spec: Specialization, n_args: int, env_key: tuple):
-        self.n_args, self.env_key = n_args, env_key
-        self.specs: dict = {}   # shapes -> Specialization
-        self.read_shapes = JITFunction._shape_reader(spec)
-        self.direct: dict = {}  # direct_key -> tvm_ffi function
-        self.direct_key = spec.direct_key if spec.device_arg is not None else _no_direct_key
-
-
-def _no_direct_key(args):
-    return None
-_FAST_TABLE_SIZE = 256  # shape tuples remembered for the fast path (a T.dynamic dim can take many values)
-
-
-def _generated(name: str, terms: list[str]):
-    """`name(args)` returning the tuple of `terms` (Python expressions over `args`), generated as straight-line
-    code: these run on every call, where a loop over expectations costs microseconds."""
-    env: dict = {}
-    exec(f"def {name}(args):\n    return ({', '.join(terms)}{',' if len(terms) == 1 else ''})\n", env)  # noqa: S102
-    return env[name]
-
-
-def _is_tensor(x) -> bool:
-    return type(x).__name__ in ("Tensor", "Parameter") and hasattr(x, "data_ptr")
-
-
 def _user_stacklevel() -> int:
     """The `stacklevel` of a warning raised from inside tile_nb that points at the first frame outside it."""
     import os
@@ -844,23 +515,11 @@ def _user_stacklevel() -> int:
     return level
 
 
-def _annotation_text(annotation) -> str:
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-
-
 def _static(x):
     try:
         return int(x)
     except (TypeError, ValueError):
         return None
-
-
-def _bare_var(expr, elab: Elaboration) -> str | None:
-    """The name of `expr` if it is exactly a const or dynamic Var of this elaboration."""
-    for name, var in list(elab.const_vars.items()) + list(elab.dynamic.items()):
-        if hasattr(expr, "same_as") and expr.same_as(var):
-            return name
-    return None
 
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None):

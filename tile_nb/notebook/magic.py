@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from tile_nb.errors import TileNBError
+from tile_nb.jit import jit
 from tile_nb.notebook.api import kernel_view
 from tile_nb.notebook.tracebacks import refresh
 
@@ -329,11 +330,9 @@ class TileKernelMagics(Magics):
         if wanted is not None and wanted not in defs:
             raise UsageError(f"%%tilekernel --name {wanted}: the cell defines no function '{wanted}'; its kernels: "
                              f"{_names(kernels)}" + (f"; other functions: {_names(others)}" if others else ""))
-        import tile_nb
-
         for name in kernels:
             if not hasattr(shell.user_ns[name], "template"):
-                shell.user_ns[name] = tile_nb.jit(shell.user_ns[name])
+                shell.user_ns[name] = jit(shell.user_ns[name])
         if wanted is not None and wanted not in kernels:
             node = defs[wanted]
             raise NotAKernelError(
