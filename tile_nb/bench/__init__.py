@@ -5,6 +5,7 @@
     r = bench(gemm, A, B, C, flops=gemm_flops(M, N, K))   # a BenchResult (gemm.bench(...) is the same)
     s = sweep(gemm, {"block_M": [64, 128]}, args=(A, B, C))          # a SweepResult
     t = tune(gemm, {"block_M": [64, 128], "num_stages": [2, 3]}, A, B, C)   # a TuneResult, stored on disk
+    t = tune(gemm, configs, A, B, C, options=TuneOptions(pool="inline", rounds=5))   # how it searches
 
 Modules: `timing` (do_bench), `counts` (FLOPs, bytes, roofline), `results` (BenchResult, SweepPoint,
 SweepResult, TuneResult), `inputs` (make_inputs), `run` (bench, sweep), `progress` (reporters), `tuning` (the search),
@@ -18,7 +19,7 @@ from .results import BenchResult, SweepPoint, SweepResult, TuneResult
 from .run import bench, sweep
 from .timing import Timing, do_bench, l2_flush_bytes, quantile
 from .tune_store import TuneStore
-from .tuning import ConfigError, expand_configs, tune
+from .tuning import ConfigError, TuneOptions, expand_configs, tune
 
 __all__ = [
            "BenchResult",
@@ -26,6 +27,7 @@ __all__ = [
            "SweepPoint",
            "SweepResult",
            "Timing",
+           "TuneOptions",
            "TuneResult",
            "TuneStore",
            "bench",

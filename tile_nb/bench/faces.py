@@ -30,7 +30,8 @@ def tune(self, *args, configs, **kwargs):
     """Search `configs` (a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`) for
     the fastest on these arguments (tensors, or consts as keywords: `gemm.tune(M=8192, N=8192, K=8192,
     configs=...)`): compiled in parallel worker processes, pruned by resources, timed one at a time on the
-    GPU (compile-only without one); the result is stored. See `tile_nb.bench.tuning` for the options."""
+    GPU (compile-only without one); the result is stored. How it searches: `options=TuneOptions(...)`
+    (`tile_nb.bench.TuneOptions`), or its field names as keywords (`pool="inline"`)."""
     return _tune(self, configs, *args, **kwargs)
 
 

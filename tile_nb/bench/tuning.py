@@ -20,6 +20,7 @@ Without a GPU (or on CPU tensors) the search stops after step 3: compile-only tu
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import itertools
@@ -38,7 +39,7 @@ from .run import error_text
 from .timing import do_bench
 from .tune_store import TuneStore, best_in, key_material, key_of
 
-__all__ = ["ConfigError", "expand_configs", "tune", "tuning_key"]
+__all__ = ["ConfigError", "TuneOptions", "expand_configs", "tune", "tuning_key"]
 
 
 class ConfigError(ValueError):
@@ -152,18 +153,11 @@ def gpu_name() -> str:
     return device_name(True)
 
 
-def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = True, force: bool = False,
-         progress="auto", pool: str = "process", workers: int | None = None, flops: float | Callable | None = None,
-         bytes: float | Callable | None = None, warmup_ms: float = 25.0, rep_ms: float = 100.0, confirm: int = 3,
-         rounds: int = 3, max_spill_bytes: int | None = 0, compile_timeout_s: float = 600.0,
-         restore: list[str] | None = None, results: str | None = None, ray_actor_device: str | None = None,
-         **kwargs) -> TuneResult:
-    """Search `configs` for `kernel`'s fastest configuration on these arguments; return a `TuneResult`.
+@dataclasses.dataclass(frozen=True)
+class TuneOptions:
+    """How `tune` searches and what it keeps. Every field has its default; `tune(..., options=TuneOptions(...))`,
+    or the same names as keywords of `tune` (`pool="inline"`), which replace the fields of `options`.
 
-    - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
-    - arguments: tensors (`A, B, C`; outputs are overwritten while timing, `restore=["C"]` puts named tensors back
-      afterwards), or consts as keywords (`M=8192, N=8192, K=8192`: random inputs are made on the GPU). Other
-      keywords are fixed compile-time arguments (`out_dtype=T.float16`).
     - `key`: the consts the result is stored under (default: all of them; fixed compile-time arguments always).
     - `store=False`: neither read nor write the tuning store; `force=True`: search again and overwrite.
     - `pool`: "process" (worker processes on this machine; `workers` of them, default one per core), "inline"
@@ -174,10 +168,68 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     - `warmup_ms`, `rep_ms`: `do_bench` per configuration; `confirm`, `rounds`: re-time the best `confirm`
       configurations `rounds` times, interleaved, and rank them by the median of those rounds.
     - `max_spill_bytes`: prune configurations whose kernels spill more (None: never prune for spills).
+    - `compile_timeout_s`: a worker's compile of one configuration is given up after this long.
+    - `restore`: runtime arguments (outputs the timing overwrites) put back afterwards, by name.
     - `progress`: "auto", "print", "tqdm", None, or a reporter (`tile_nb.bench.progress`).
     - `results`: also write the result as JSON to this path.
     """
+
+    key: tuple[str, ...] | None = None
+    store: bool = True
+    force: bool = False
+    progress: Any = "auto"
+    pool: str = "process"
+    workers: int | None = None
+    flops: float | Callable | None = None
+    bytes: float | Callable | None = None
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    confirm: int = 3
+    rounds: int = 3
+    max_spill_bytes: int | None = 0
+    compile_timeout_s: float = 600.0
+    restore: tuple[str, ...] | None = None
+    results: str | None = None
+    ray_actor_device: str | None = None
+
+    def __post_init__(self):
+        for name in ("key", "restore"):   # lists as given by a call; a frozen value holds tuples
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def split(cls, options: TuneOptions | dict | None, keywords: dict) -> tuple[TuneOptions, dict]:
+        """(the options: `options` with the fields named in `keywords` replaced, the other keywords: the call's)."""
+        if options is None:
+            options = cls()
+        elif isinstance(options, dict):
+            options = cls(**options)
+        elif not isinstance(options, cls):
+            raise TypeError(f"tune() options must be a TuneOptions (or a dict of its fields); got "
+                            f"{type(options).__name__}")
+        names = cls.names()
+        given = {k: v for k, v in keywords.items() if k in names}
+        rest = {k: v for k, v in keywords.items() if k not in names}
+        return (dataclasses.replace(options, **given) if given else options), rest
+
+
+def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kwargs) -> TuneResult:
+    """Search `configs` for `kernel`'s fastest configuration on these arguments; return a `TuneResult`.
+
+    - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
+    - arguments: tensors (`A, B, C`; outputs are overwritten while timing, `restore=["C"]` puts named tensors back
+      afterwards), or consts as keywords (`M=8192, N=8192, K=8192`: random inputs are made on the GPU). Other
+      keywords are fixed compile-time arguments (`out_dtype=T.float16`).
+    - `options`: a `TuneOptions` (the store, the pool, the timing, progress, ...); its field names are accepted as
+      keywords too (`pool="inline", rounds=5`) and replace those fields.
+    """
     t_start = time.perf_counter()
+    opts, kwargs = TuneOptions.split(options, kwargs)
     configs = expand_configs(configs)
     check_config_names(kernel, configs)
     tuned = {k for c in configs for k in c}
@@ -185,27 +237,28 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     clash = sorted(tuned & set(kwargs))
     if clash:
         raise ConfigError(f"{name}(): {', '.join(clash)} is tuned (it is in the configs), so the call must not set it")
-    if restore:
+    if opts.restore:
         known = [p.name for p in kernel.signature.runtime]
-        bad = [r for r in restore if r not in known]
+        bad = [r for r in opts.restore if r not in known]
         if bad:
             raise ConfigError(f"restore names {bad}, which are not runtime parameters of {name}(); they are {known}")
 
     gpu, why_not = gpu_available(args)
     ray_gpu_name = None
-    if pool == "ray" and ray_actor_device in (None, "cuda"):
+    ray_actor_device = opts.ray_actor_device
+    if opts.pool == "ray" and ray_actor_device in (None, "cuda"):
         from .ray_pool import cluster_gpu_name
 
         ray_gpu_name = cluster_gpu_name()       # None when the Ray cluster has no GPU
         if ray_gpu_name is not None:
             ray_actor_device, gpu, why_not = "cuda", True, None
-    via_ray_actors = pool == "ray" and ray_actor_device is not None
+    via_ray_actors = opts.pool == "ray" and ray_actor_device is not None
     mode = "gpu" if gpu else "compile-only"
     if via_ray_actors and ray_actor_device == "cpu":
         mode = "interpreter"
 
     probe = {**kwargs, **configs[0]}
-    key_values = tuning_key(kernel, args, probe, tuned, key)
+    key_values = tuning_key(kernel, args, probe, tuned, opts.key)
     from ..backend.target import resolve_target, target_arch
 
     target = resolve_target(getattr(kernel, "target", None))
@@ -219,16 +272,16 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     if lowering_options.changed():  # other lowering options build other kernels: their tuning is stored apart
         material["lowering"] = lowering_options.changed()
     store_key = key_of(material)
-    use_store = store and mode == "gpu" and identity["persistable"]
+    use_store = opts.store and mode == "gpu" and identity["persistable"]
     tune_store = TuneStore()
-    if use_store and not force:
+    if use_store and not opts.force:
         cached = _stored_result(tune_store, store_key, configs)
         if cached is not None:
             return cached
 
     result = TuneResult(name, params_of(configs), gpu=mode == "gpu", device_name=dev_name, mode=mode,
                         key=key_values, date=datetime.datetime.now().isoformat(timespec="seconds"))
-    if not identity["persistable"] and store and mode == "gpu":
+    if not identity["persistable"] and opts.store and mode == "gpu":
         result.notes.append(f"not stored: {identity['why']}")
     if mode == "compile-only":
         result.notes.append(f"compile-only because {why_not}")
@@ -239,10 +292,10 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     t0 = time.perf_counter()
     result.timings["setup"] = t0 - t_start     # binding, the key, the store lookup (and TVM's import, if first)
     jobs, funcs = [], {}
-    options = dict(getattr(kernel, "compile_options", None) or {})
+    compile_options = dict(getattr(kernel, "compile_options", None) or {})
     from ..runtime.cache import cache_enabled
 
-    use_disk = bool(options.pop("cache", True)) and cache_enabled()
+    use_disk = bool(compile_options.pop("cache", True)) and cache_enabled()
     lowering = lowering_options.to_dict()  # whole: a worker compiles under these, whatever its environment
     with_tensors = any(is_tensor(a) for a in args)
     for i, p in enumerate(points):
@@ -254,17 +307,17 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
             continue
         # workers hide the GPU: what the lowering needs to know of it goes with the IR (and the cache key)
         funcs[i] = func = with_device_facts(func, target, lowering_options)
-        jobs.append({"id": i, "ir": func.script(), "target": str(target), "options": options,
+        jobs.append({"id": i, "ir": func.script(), "target": str(target), "options": compile_options,
                      "lowering": lowering})
     result.timings["elaborate"] = time.perf_counter() - t0
 
     # 2. compile in parallel, 3. prune
-    reporter = make_reporter(progress, len(points), name)
+    reporter = make_reporter(opts.progress, len(points), name)
     _begin(reporter, "compile", len(points))
     for p in points:
         if p.error is not None:
             reporter.update(result, p, "compile")
-    compile_pool = _make_pool(pool, workers, len(jobs), use_disk, compile_timeout_s, result)
+    compile_pool = _make_pool(opts.pool, opts.workers, len(jobs), use_disk, opts.compile_timeout_s, result)
     result.pool, result.workers = compile_pool.kind, compile_pool.workers
     limits = limits_for(arch, use_device=gpu)
     outcomes: dict[int, dict] = {}
@@ -288,7 +341,7 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
             else:
                 p.resources = out.get("resources") or {}
                 threads = out.get("threads") or _threads_of(funcs[i])
-                p.pruned = resource_problem(p.resources, threads, limits, max_spill_bytes)
+                p.pruned = resource_problem(p.resources, threads, limits, opts.max_spill_bytes)
                 if p.pruned is not None:
                     p.stage = "resources"
             reporter.update(result, p, "compile")
@@ -302,19 +355,17 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
     # 4. time, one configuration at a time
     if mode != "compile-only" and survivors:
         _begin(reporter, "time", len(survivors))
-        snapshot = _snapshot(kernel, args, restore)
+        snapshot = _snapshot(kernel, args, opts.restore)
         try:
             if via_ray_actors:
                 from .ray_pool import time_on_actors
 
                 time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter,
-                               target=str(target), options=options, lowering=lowering, device=ray_actor_device,
-                               flops=flops, nbytes=bytes, warmup_ms=warmup_ms, rep_ms=rep_ms, confirm=confirm,
-                               rounds=rounds)
+                               target=str(target), options=compile_options, lowering=lowering, device=ray_actor_device,
+                               flops=opts.flops, nbytes=opts.bytes, warmup_ms=opts.warmup_ms, rep_ms=opts.rep_ms,
+                               confirm=opts.confirm, rounds=opts.rounds)
             else:
-                _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, compile_pool.kind,
-                           flops=flops, nbytes=bytes, warmup_ms=warmup_ms, rep_ms=rep_ms, confirm=confirm,
-                           rounds=rounds)
+                _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, opts)
         finally:
             _restore(snapshot)
             if via_ray_actors:
@@ -330,8 +381,8 @@ def tune(kernel, configs, *args, key: list[str] | None = None, store: bool = Tru
         result.notes.append("every configuration failed or was pruned")
     if use_store and best is not None:
         result.results = str(tune_store.save(store_key, material, result.to_dict()))
-    if results is not None:
-        result.save(results)
+    if opts.results is not None:
+        result.save(opts.results)
     return result
 
 
@@ -394,7 +445,7 @@ def _make_pool(pool: str, workers: int | None, n_jobs: int, use_disk: bool, time
     return ProcessPool(workers or default_workers(n_jobs), timeout_s=timeout_s)
 
 
-def _snapshot(kernel, args: tuple, restore: list[str] | None) -> list:
+def _snapshot(kernel, args: tuple, restore: tuple[str, ...] | None) -> list:
     if not restore:
         return []
     names = [p.name for p in kernel.signature.runtime]
@@ -406,9 +457,9 @@ def _restore(snapshot: list) -> None:
         tensor.copy_(saved)
 
 
-def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, pool_kind, *, flops, nbytes,
-               warmup_ms, rep_ms, confirm, rounds) -> None:
+def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, opts: TuneOptions) -> None:
     """Time the survivors on this process's GPU, then re-time the best few in interleaved rounds."""
+    flops, nbytes, warmup_ms, rep_ms = opts.flops, opts.bytes, opts.warmup_ms, opts.rep_ms
     if not any(is_tensor(a) for a in args):
         args = make_inputs(kernel, device="cuda", **kwargs, **points[survivors[0]].config)
     t0 = time.perf_counter()
@@ -435,6 +486,6 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
     if rebuilt:
         result.notes.append(f"{len(rebuilt)} configuration(s) were built again in this process (the worker's cache "
                             f"entry had no loadable module): {', '.join(rebuilt[:4])}")
-    retime_best(result, points, launchers, confirm=confirm, rounds=rounds, flops=flops, nbytes=nbytes,
+    retime_best(result, points, launchers, confirm=opts.confirm, rounds=opts.rounds, flops=flops, nbytes=nbytes,
                 time_one=lambda i: do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda").median_ms,
                 args_of=lambda i: launchers[i].args)
