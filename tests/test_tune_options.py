@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+import tile_nb
 from tile_nb.bench import TuneOptions, tune
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,3 +53,13 @@ def test_tune_takes_the_options_object_or_the_old_keywords_alike(tmp_path, capsy
     assert [p.stage for p in by_object.points] == [p.stage for p in by_keywords.points] == ["elaborate"]
     assert gemm_variant.tune(M=128, N=128, K=64, configs=ZERO, options=TuneOptions(pool="inline", progress=None)
                              ).points[0].stage == "elaborate"
+
+
+def test_an_autotuned_kernel_takes_the_options_object_too(capsys):
+    gemm = tile_nb.autotune(configs=ZERO, options=TuneOptions(pool="inline", progress="print"))(gemm_variant)
+    assert gemm.tune(M=128, N=128, K=64).points[0].stage == "elaborate"
+    assert "compile]" in capsys.readouterr().out
+    assert gemm.tune(M=128, N=128, K=64, options=TuneOptions(progress=None)).points[0].stage == "elaborate"
+    assert capsys.readouterr().out == ""
+    with pytest.raises(TypeError, match="unknown option"):
+        tile_nb.autotune(configs=ZERO, option=TuneOptions())(gemm_variant)

@@ -31,8 +31,9 @@ from .jit import JITFunction, jit
 
 __all__ = ["Autotuner", "autotune"]
 
-_TUNE_OPTIONS = {"progress", "pool", "workers", "flops", "bytes", "warmup_ms", "rep_ms", "confirm", "rounds",
-                 "max_spill_bytes", "compile_timeout_s", "restore", "store"}
+# `options` is a whole tile_nb.bench.TuneOptions; the other names replace its fields (tile_nb.bench.tuning.tune)
+_TUNE_OPTIONS = {"options", "progress", "pool", "workers", "flops", "bytes", "warmup_ms", "rep_ms", "confirm",
+                 "rounds", "max_spill_bytes", "compile_timeout_s", "restore", "store"}
 
 
 class NoConfigurationError(RuntimeError):
@@ -198,8 +199,9 @@ def autotune(configs=None, key: list[str] | None = None, **options):
     - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
     - `key`: the consts whose values select a result (default: every const); compile-time arguments that are not
       tuned always do.
-    - options for the search (`tile_nb.bench.tuning`): `progress`, `pool`, `workers`, `flops`, `bytes`,
-      `warmup_ms`, `rep_ms`, `confirm`, `rounds`, `max_spill_bytes`, `compile_timeout_s`, `restore`, `store`.
+    - options for the search: `options=tile_nb.bench.TuneOptions(...)`, or these fields of it as keywords:
+      `progress`, `pool`, `workers`, `flops`, `bytes`, `warmup_ms`, `rep_ms`, `confirm`, `rounds`,
+      `max_spill_bytes`, `compile_timeout_s`, `restore`, `store`.
     """
     if configs is None:
         raise TypeError("autotune() needs configs=[{...}, ...] or a grid {'block_M': [64, 128], ...}")
