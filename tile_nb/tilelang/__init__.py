@@ -139,6 +139,11 @@ class JITImpl:
     def compile(self, *args, **kwargs) -> JITKernel:
         return JITKernel(self._tile_nb, args, kwargs)
 
+    def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
+        """tilelang's warm-up of several configurations (dicts of keywords, or tuples of positional arguments):
+        each becomes a kernel with those values bound. tile_nb compiles each on its first call (CUDA tensors)."""
+        return [self.compile(**c) if isinstance(c, dict) else self.compile(*c) for c in configs]
+
     def get_kernel_source(self, *args, **kwargs) -> str:
         """The CUDA source of the kernel for these arguments (tensors or consts as keywords; no GPU needed)."""
         return self._tile_nb.compile(*args, **kwargs).cuda_source
@@ -146,7 +151,7 @@ class JITImpl:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name in ("get_tir", "par_compile"):
+        if name == "get_tir":
             raise unsupported(f"tilelang.jit(...).{name}")
         return getattr(self._tile_nb, name)
 
