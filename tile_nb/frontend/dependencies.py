@@ -118,7 +118,10 @@ _CELL_OPS = {"LOAD_DEREF", "LOAD_CLASSDEREF"}
 def _scan_code(code: types.CodeType, freevars: tuple[str, ...], found: _ReadSet) -> None:
     """A load of a global or of one of the helper's closure cells, followed by attribute loads, is one chain."""
     chain = None  # [scope, name, attrs, site]
+    line_now = code.co_firstlineno  # Python 3.10's instructions have no positions: the line they start is kept
     for ins in dis.get_instructions(code):
+        if type(ins.starts_line) is int:  # an int before 3.13 (a bool from 3.13 on, with positions beside it)
+            line_now = ins.starts_line
         if ins.opname in _ATTRIBUTE_OPS and chain is not None:
             chain[2].append(ins.argval)
             continue
@@ -129,7 +132,7 @@ def _scan_code(code: types.CodeType, freevars: tuple[str, ...], found: _ReadSet)
             "closure" if ins.opname in _CELL_OPS and ins.argval in freevars else None
         if scope is not None:
             pos = getattr(ins, "positions", None)
-            line = (pos.lineno if pos is not None else None) or code.co_firstlineno
+            line = (pos.lineno if pos is not None else None) or line_now
             site = (code.co_filename, line, getattr(pos, "col_offset", None), getattr(pos, "end_col_offset", None))
             chain = [scope, ins.argval, [], site]
     if chain is not None:
