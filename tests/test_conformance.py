@@ -47,6 +47,13 @@ def _fake_checkout(root):
         import tilelang.language as T
         T.alloc_tmem([128, 128], T.float32)
     """)
+    cells = [{"cell_type": "markdown", "source": ["# a demo"]},
+             {"cell_type": "code", "source": ["%matplotlib inline\n", "import tilelang\n", "n = tilelang.cdiv(9, 2)"],
+              "outputs": []},
+             {"cell_type": "code", "source": "raise ValueError('shown on purpose')",
+              "outputs": [{"output_type": "error", "ename": "ValueError"}]},
+             {"cell_type": "code", "source": "assert n == 5", "outputs": []}]
+    _write(root, "examples/demo/demo.ipynb", json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5}))
     _write(root, "testing/python/language/test_tilelang_language_eager_jit.py", """
         import tilelang
 
@@ -71,7 +78,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     root = tmp_path / "tilelang"
     _fake_checkout(root)
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    rc = conformance.main([str(root), "--backend", "interp", "--timeout", "12", "--jobs", "6", "--commit", "abc123",
+    rc = conformance.main([str(root), "--backend", "interp", "--timeout", "10", "--jobs", "7", "--commit", "abc123",
                            "--json", str(out_json), "--markdown", str(out_md)])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -85,6 +92,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert cases["examples/slow/example_slow.py"]["status"] == "timeout"
     tmem = cases["examples/bw/example_tmem.py"]
     assert (tmem["klass"], tmem["status"]) == ("sm_100", "excluded")
+    assert cases["examples/demo/demo.ipynb"]["status"] == "pass"
     tests = "testing/python/language/test_tilelang_language_eager_jit.py::"
     assert cases[tests + "test_passes"]["status"] == "pass"
     macro = cases[tests + "test_uses_macro"]
@@ -96,6 +104,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert "| tile-level | 4 | 1 | 1 | 1 | 1 | 0 | 0 |" in printed
     assert "| sm_100 | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in printed
     assert "| test | 2 | 1 | 0 | 1 | 0 | 0 | 0 |" in printed
+    assert "| notebook | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in printed
     doc = out_md.read_text()
-    assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc
+    assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
     assert "| `tilelang.language.macro` | 1 |" in doc and "| `tilelang.language.use_swizzle` | 1 |" in doc

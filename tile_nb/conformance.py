@@ -9,6 +9,8 @@ Cases:
   stand-in) with its own checks as the reference. When a test file next to it calls `<example>.main(...)` with
   literal arguments (tilelang's CI sizes, usually small), the case imports the example and makes that call; otherwise
   it runs the example as `__main__` with its default arguments.
+- every `examples/**/*.ipynb`: its code cells in order in one process (a cell whose stored outputs show an error may
+  raise again; magics become comments), classified like the examples;
 - every test function of `testing/python/language/*eager*.py` and `*lazy*.py` (more with `--tests GLOB`), run
   under pytest through `python -m tile_nb.run --pytest`, one process per test.
 Each example is classified by the tilelang API names its source uses: `sm_100` (tcgen05, TMEM, ...; Blackwell only),
@@ -44,7 +46,7 @@ from pathlib import Path
 
 __all__ = ["Case", "discover", "classify", "run_case", "run_all", "table", "markdown", "main"]
 
-CLASSES = ("tile-level", "low-level", "sm_100", "AMD", "no tilelang", "test")
+CLASSES = ("tile-level", "low-level", "sm_100", "AMD", "no tilelang", "notebook", "test")
 EXCLUDED_CLASSES = ("sm_100", "AMD", "no tilelang")   # counted apart, not run unless --run-excluded
 DEFAULT_TESTS = ("testing/python/language/*eager*.py", "testing/python/language/*lazy*.py")
 
@@ -167,6 +169,18 @@ def discover(root: str | os.PathLike, cases: list[str] | None = None,
         source = path.read_text(encoding="utf-8", errors="replace")
         klass, why = classify(source, rel)
         found.append(Case(rel, "example", str(path), klass, why, call=_main_call(path)))
+    for path in sorted((root / "examples").glob("**/*.ipynb")):
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        rel = path.relative_to(root).as_posix()
+        try:
+            from .run import notebook_cells
+
+            source = "\n".join(text for _, text, _ in notebook_cells(str(path)))
+        except (OSError, ValueError):
+            source = ""
+        klass, why = classify(source, rel)
+        found.append(Case(rel, "notebook", str(path), klass, why))
     test_files = sorted({p for pattern in tests for p in root.glob(pattern)})
     for path in test_files:
         rel = path.relative_to(root).as_posix()
@@ -280,10 +294,11 @@ def _cell(text: str, width: int = 110) -> str:
 
 
 def totals(cases: list[Case]) -> dict:
-    """{class: Counter of statuses}."""
+    """{class: Counter of statuses}: examples by class, then one row for notebooks and one for tests."""
     out: dict[str, collections.Counter] = {}
     for case in cases:
-        out.setdefault(case.klass, collections.Counter())[case.status] += 1
+        key = case.klass if case.kind == "example" else case.kind   # notebooks and tests get their own rows
+        out.setdefault(key, collections.Counter())[case.status] += 1
     return out
 
 
@@ -356,6 +371,7 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
     """The results document: where and how it ran, totals, ranked missing features, the per-case table."""
     date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     examples = [c for c in cases if c.kind == "example"]
+    notebooks = [c for c in cases if c.kind == "notebook" and c.status != "excluded"]
     tests = [c for c in cases if c.kind == "test"]
     ran = [c for c in examples if c.status != "excluded"]
     lines = [
@@ -374,7 +390,8 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
         f"({len(examples) - len(ran)} excluded and counted apart: sm_100-only, AMD-only, and examples that do not "
         f"import tilelang (Triton/torch baselines)). "
         f"LazyJIT/eager tests: {sum(c.status == 'pass' for c in tests)} of {len(tests)} test functions pass "
-        f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} pytest items).",
+        f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} pytest items). "
+        f"Notebooks: {sum(c.status == 'pass' for c in notebooks)} of {len(notebooks)} run to the end.",
         "",
         totals_table(cases),
         "",

@@ -5,6 +5,7 @@
     python -m tile_nb.run --cpu script.py              # torch's "cuda" device requests become "cpu": the interpreter
     python -m tile_nb.run --call main --args '[[], {"M": 256}]' example.py   # import it, then call main(M=256)
     python -m tile_nb.run --pytest -- path/test_x.py::test_y -q              # pytest with the same mapping
+    python -m tile_nb.run --cpu notebook.ipynb         # a notebook's code cells in order, in one namespace
 
 If a real tilelang is importable, tile_nb says where and refuses (exit status 3) unless `--shadow` is given.
 `--result-json PATH` writes the outcome as JSON (what the conformance runner reads): pass / fail (an
@@ -200,6 +201,50 @@ def _write(path: str | None, result: dict) -> None:
             json.dump(result, f, indent=1)
 
 
+def notebook_cells(path: str) -> list[tuple[int, str, bool]]:
+    """The code cells of a notebook: (cell number among code cells, source, whether its stored outputs hold an
+    error). Line magics and shell escapes become comments; a cell magic (`%%...`) makes the whole cell a comment."""
+    with open(path, encoding="utf-8") as f:
+        notebook = json.load(f)
+    cells = []
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        if source.lstrip().startswith("%%"):
+            source = "\n".join("# " + line for line in source.splitlines())
+        else:
+            lines = []
+            for line in source.splitlines():
+                body = line.lstrip()
+                if body.startswith(("%", "!")):
+                    line = line[: len(line) - len(body)] + "pass  # " + body
+                lines.append(line)
+            source = "\n".join(lines)
+        expected = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        cells.append((len(cells) + 1, source, expected))
+    return cells
+
+
+def _run_notebook(path: str) -> None:
+    """Run a notebook's code cells in order in one namespace, as a kernel would. A cell whose stored outputs show an
+    error may raise again (the notebook demonstrates that error); any other exception stops the run."""
+    from . import run_source
+
+    namespace = {"__name__": "__main__"}
+    name = os.path.basename(path)
+    for number, source, expected in notebook_cells(path):
+        try:
+            run_source(source, namespace, filename=f"{path} [code cell {number}]")
+        except Exception as e:
+            if expected:
+                continue
+            if hasattr(e, "add_note"):
+                e.add_note(f"(in code cell {number} of {name})")
+            raise
+
+
 def _run_script(args) -> int:
     script = os.path.abspath(args.script)
     sys.argv = [script, *args.script_args]
@@ -207,7 +252,9 @@ def _run_script(args) -> int:
     exc = None
     text = ""
     try:
-        if args.call:
+        if script.endswith(".ipynb"):
+            _run_notebook(script)
+        elif args.call:
             name = os.path.splitext(os.path.basename(script))[0]
             namespace = runpy.run_path(script, run_name=name)
             call_args, call_kwargs = json.loads(args.args) if args.args else ([], {})

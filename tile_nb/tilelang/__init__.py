@@ -93,11 +93,16 @@ class JITKernel:
 
     def __init__(self, fn, args: tuple, kwargs: dict):
         self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
+        self._args = args   # what compile() was given: tensors say the shapes, other values are bound by name
+        self._kwargs = dict(kwargs)
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for name, value in zip(names, args):
+            if not hasattr(value, "data_ptr"):
+                self._kwargs.setdefault(name, value)
 
     def __call__(self, *args, **kwargs):
-        return self._fn(*self._args, *args, **{**self._kwargs, **kwargs})
+        return self._fn(*args, **{**self._kwargs, **kwargs})
 
     @property
     def tile_nb_kernel(self):
