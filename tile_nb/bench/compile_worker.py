@@ -78,8 +78,8 @@ def compile_job(job: dict) -> dict:
 
 def _launch_threads(kernel) -> int | None:
     """Threads per block as launched (a warp-specialized TMA kernel adds its producer warp to the T.Kernel
-    threads): what registers x threads is checked against. From the plan when it says; until it does, from the
-    lowered IR's threadIdx.x launch (the plan's `threads` is the T.Kernel figure, without the producer warp)."""
+    threads): what registers x threads is checked against. From the plan (`launch_threads`); a kernel compiled
+    from an already lowered IRModule has no plan: then from its IR's threadIdx.x launch."""
     plan = kernel.plan or {}
     if plan.get("launch_threads"):
         return int(plan["launch_threads"])
