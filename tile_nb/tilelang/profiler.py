@@ -72,7 +72,7 @@ class Profiler:
         `atol + rtol * |reference|`, else AssertionError."""
         import torch
 
-        from ..run import record_error
+        from .checks import record_error
 
         args = tuple(input_tensors) if input_tensors is not None else self._inputs()
         expected = reference_program(*args)
