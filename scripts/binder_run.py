@@ -39,13 +39,16 @@ class PeakSampler(threading.Thread):
     """Samples the memory of this process and of the descendants it starts until stopped; keeps the peaks.
 
     Processes that were already there when it was made (the previous notebook's kernel, still shutting down)
-    are not counted: they are not this notebook's memory."""
+    are not counted: they are not this notebook's memory. Nor is a fork of this process that has not yet run
+    the program it was made for (starting a kernel forks this driver, and until the exec the child shares the
+    driver's pages: its PSS is half the driver's)."""
 
     def __init__(self, interval: float = 0.05):
         super().__init__(daemon=True)
         self.interval = interval
         self.me = psutil.Process()
         self.earlier = {proc.pid for proc in self.me.children(recursive=True)}
+        self.own_cmdline = self.me.cmdline()
         self.peak_children = 0
         self.peak_total = 0
         self._stop_event = threading.Event()
@@ -56,6 +59,8 @@ class PeakSampler(threading.Thread):
             if proc.pid in self.earlier:
                 continue
             try:
+                if proc.cmdline() == self.own_cmdline:  # forked, not yet exec'd: the driver's own pages
+                    continue
                 children += footprint(proc)
             except psutil.Error:  # a process that just ended
                 pass
