@@ -113,6 +113,7 @@ def uninstall() -> None:
         sys.meta_path.remove(_finder)
     _finder = None
     for name in [n for n, m in list(sys.modules.items())
-                 if (n == "tilelang" or n.startswith("tilelang.")) and getattr(m, "__name__", "").startswith(_PREFIX)]:
+                 if (n == "tilelang" or n.startswith("tilelang.")) and getattr(m, "__name__", "").startswith(_PREFIX)
+                 or getattr(m, "__tile_nb_stub__", False)]:  # stubs are also under their tile_nb names
         del sys.modules[name]
     os.environ.pop("TILE_NB_TILELANG", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from .._support import unsupported
+from .._support import UnsupportedTilelangName, unsupported
 
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "uint": "uint32",
             "bfloat": "bfloat16"}
@@ -24,7 +24,7 @@ def __getattr__(name: str):
     language = _language()
     value = getattr(language, _ALIASES.get(name, name), _MISSING)
     if value is _MISSING:
-        raise unsupported(f"tilelang.language.{name}")
+        raise unsupported(f"tilelang.language.{name}", kind=UnsupportedTilelangName)
     return value
 
 
