@@ -701,3 +701,24 @@ def test_a_global_tensor_in_the_environment_is_keyed_by_identity():
 
     a, b = torch.randn(3), torch.randn(5)
     assert _key_part(a) == _key_part(a) and _key_part(a) != _key_part(b)   # no elementwise comparison
+
+
+def test_error_misspelled_tile_name_suggests_and_underlines_it():
+    @tile_nb.jit
+    def typo(A):
+        A: T.Tensor[[16], T.float32]
+        with T.Kernel(1):
+            X = T.alloc_fragmnet((16,), T.float32)  # error: did you mean T.alloc_fragment?
+            T.copy(A, X)
+
+    err = _raise(typo, torch.zeros(16))
+    assert isinstance(err, errors.UnknownNameError) and isinstance(err, AttributeError)
+    text = str(err)
+    assert "T.alloc_fragmnet is not part of the tile language; did you mean T.alloc_fragment?" in text
+    lines = text.splitlines()
+    source = next(i for i, line in enumerate(lines) if "X = T.alloc_fragmnet((16,), T.float32)" in line)
+    caret = lines[source + 1]
+    start = lines[source].index("T.alloc_fragmnet")
+    assert caret.index("^") == start and caret.count("^") == len("T.alloc_fragmnet")
+    assert "elaborate.py" not in text and "language/__init__" not in text
+    assert not hasattr(T, "alloc_fragmnet") and not hasattr(T, "__no_such_dunder__")

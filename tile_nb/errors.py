@@ -178,6 +178,11 @@ class SourceNotFoundError(TileNBError, OSError):
     """The kernel's source text cannot be found (in-body annotations need it)."""
 
 
+class UnknownNameError(TileNBError, AttributeError):
+    """`T.<name>` for a name the tile language does not have. Also an AttributeError, so `hasattr(T, name)` and
+    code that probes modules for names keep working; `name` is the name asked for."""
+
+
 class DSLError(TileNBError, ValueError):
     """A tile-language call used wrongly (bad region, shape, dtype...)."""
 

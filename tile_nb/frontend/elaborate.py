@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import linecache
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -498,11 +500,22 @@ def _as_user_error(err: BaseException, st: _state.State, kernel) -> BaseExceptio
     if isinstance(err, TileNBError):
         if err.lineno is None:
             err.filename, err.lineno, err.col, err.end_col = st.filename, st.lineno or None, st.col, st.end_col
+            if isinstance(err, AttributeError) and err.name:  # `T.alloc_fragmnet`: underline that, not the statement
+                err.col, err.end_col = _attribute_span(st, err.name) or (err.col, err.end_col)
         return err
     lineno = _user_line(err, kernel.source.filename) or st.lineno or None
     return DSLError(f"{type(err).__name__} while elaborating kernel '{kernel.name}': {str(err).strip()}",
                     filename=st.filename, lineno=lineno, col=st.col if lineno == st.lineno else None,
                     end_col=st.end_col if lineno == st.lineno else None)
+
+
+def _attribute_span(st: _state.State, name: str) -> tuple[int, int] | None:
+    """Columns of the first `<dotted name>.<name>` in the current statement's line, or None."""
+    line = linecache.getline(st.filename, st.lineno) if st.lineno else ""
+    start = st.col or 0
+    stop = st.end_col if st.end_col is not None else len(line)
+    match = re.compile(rf"[A-Za-z_][\w.]*\.\s*{re.escape(name)}\b").search(line, start, stop)
+    return match.span() if match else None
 
 
 def _user_line(err: BaseException, filename: str) -> int | None:

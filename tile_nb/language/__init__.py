@@ -15,6 +15,10 @@ def add(A, B):
 ```
 Everything here builds IR while the front end elaborates a kernel; calling these outside a kernel raises a clear error.
 """
+import difflib as _difflib
+
+from tile_nb.errors import UnknownNameError as _UnknownNameError
+
 from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
 from .compute import (abs, atomic_add, cast, ceildiv, exp, exp2, gemm, if_then_else, infinity, log, log2, max, min,
                       reduce_absmax, reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid, sqrt, tanh)
@@ -47,3 +51,17 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
 ]
+
+
+def __getattr__(name: str):
+    """`T.alloc_fragmnet`: name the unknown attribute and suggest the closest of the language's public names."""
+    if name.startswith("_"):  # dunder probes (pickle, IPython, inspect) get Python's own error
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    close = _difflib.get_close_matches(name, __all__, n=1)
+    message = f"T.{name} is not part of the tile language"
+    if close:
+        message += f"; did you mean T.{close[0]}?"
+    err = _UnknownNameError(message, hint=None if close else "the tile language's names are listed in "
+                            "tile_nb.language.__all__ (help(T) describes each)")
+    err.name = name
+    raise err
