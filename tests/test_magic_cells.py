@@ -137,6 +137,15 @@ def test_name_of_a_missing_function_lists_what_the_cell_defines(ip, capsys):
     assert "--name nope: the cell defines no function 'nope'; its kernels: scale; other functions: reference" in err
 
 
+def test_a_shapes_value_that_does_not_evaluate_is_a_one_paragraph_usage_error(ip, capsys):
+    result = numbered(ip, "%%tilekernel --shapes N=abc\n" + SCALE)
+    err = capsys.readouterr().err
+    assert "UsageError: --shapes 'N=abc': the value 'abc' could not be evaluated (NameError: " in err
+    assert "such as N=1024" in err
+    assert "Traceback" not in err and "magic.py" not in err and len(err.strip().splitlines()) == 1
+    assert result.error_in_exec is not None
+
+
 def test_a_cell_without_a_kernel_names_the_functions_it_found(ip, capsys, short_errors):
     from tile_nb.notebook.magic import NotAKernelError
 

@@ -52,6 +52,11 @@ def parse_shapes(items: list[str] | None, namespace: dict) -> dict[str, Any]:
             values[name] = _eval(ast.parse(text, mode="eval").body, namespace, "--shapes")
         except SyntaxError:
             raise UsageError(f"--shapes {item!r}: {text!r} is not a Python expression") from None
+        except Exception as err:  # noqa: BLE001 - a bad value is a usage error, not a traceback from the magic
+            raise UsageError(f"--shapes {item!r}: the value {text!r} could not be evaluated "
+                             f"({type(err).__name__}: {err}); --shapes takes NAME=VALUE pairs whose VALUE is a "
+                             f"Python expression in the notebook's namespace, such as {name}=1024 or {name}=n "
+                             "for a variable n defined before") from None
     return values
 
 
