@@ -155,7 +155,7 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
 
     `threads`: torch intra-op threads while the kernel runs (restored afterwards; None keeps torch's setting).
     Tile-sized ops gain nothing from more threads, and on a busy machine OpenMP's waiting between thousands of
-    small ops made a 1024^3 GEMM 20x slower with 2 threads than with 1 (benchmarks/results/interp.md).
+    small ops makes them much slower (benchmarks/results/interp.md).
     """
     program = compile_func(func)
     saved = torch.get_num_threads()

@@ -17,13 +17,13 @@ changes in the pipeline (tma.py):
 The launch gets TVM's `clusterCtaIdx.x` thread axis (extent 2): TVM's runtime then launches with a cluster
 dimension and reads the rank from `%cluster_ctarank`.
 
-Legal for a persistent kernel with an even CTA count and a pipelined copy that does not depend on a grid variable of
-even extent and splits in two (an even number of TMA boxes, or one box of a multiple of 16 rows); the largest such
-copy is the one multicast. `tile_nb.cluster` (or TILE_NB_CLUSTER) = 2 asks for it (then the plan says why a kernel
-did not get it), = 0 turns it off (the default). Measured on the H200 (benchmarks/results/gemm.md, 2026-12-03): at
-parity with the same kernels without clusters (within 2% at 4096^3-8192^3 and on LLM shapes, fp16, bf16 and fp8),
-hence not on by default. Releasing with `.release.cluster` from one lane per warp made them 0.62x: see
-`mbarrier.py: mbarrier_arrive_cluster`. The PTX of it all is in mbarrier.py.
+Legal for a persistent kernel with an even CTA count and a pipelined copy that does not depend on a grid
+variable of even extent and splits in two (an even number of TMA boxes, or one box of a multiple of 16 rows);
+the largest such copy is the one multicast. `tile_nb.cluster` (or TILE_NB_CLUSTER) = 2 asks for it (then the
+plan says why a kernel did not get it), = 0 turns it off (the default), because L2-to-SM traffic does not
+limit these kernels and they ran at parity without clusters (docs/decisions.md#clusters-are-opt-in). The
+peer's stage is released with default semantics (`mbarrier.py: mbarrier_arrive_cluster`), since a
+cluster-scope release stalls the warp every k-tile (same section). The PTX of it all is in mbarrier.py.
 """
 from __future__ import annotations
 

@@ -209,8 +209,8 @@ class Emitter:
     def global_ref(self, buf, indices) -> tuple:
         """(buffer, indices) addressing element `indices` of a global tensor. A tensor with declared strides
         (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM 0.27's
-        CUDA code generation flattens a strided parameter as if it were row-major (seen on the H200: a transposed
-        view read 99.8% wrong)."""
+        CUDA code generation flattens a strided parameter as if it were row-major
+        (docs/decisions.md#workarounds-for-what-the-toolchain-does-on-the-gpu)."""
         if self._wide_offsets(buf, indices):  # docs/IR.md's index width
             indices = [widen_index(i) for i in indices]
         flat = self.flat_views.get(buf)
@@ -382,8 +382,8 @@ class Emitter:
     @contextlib.contextmanager
     def _ctas_per_sm(self, is_threads: bool):
         """Under threadIdx.x: `__launch_bounds__(threads, n)` where the plan counts on n CTAs per SM, so that
-        ptxas keeps each thread's registers to what n CTAs leave (it chose 163 for a causal FlashAttention whose
-        plan counts on two 256-thread CTAs, 128 registers each: one CTA per SM, 27% slower)."""
+        ptxas keeps each thread's registers to what n CTAs leave instead of taking more and fitting fewer CTAs
+        (docs/decisions.md#launch-bounds-where-the-plan-counts-on-two-ctas-per-sm)."""
         if not is_threads or self.plan.ctas_per_sm <= 1:
             yield
             return

@@ -33,9 +33,8 @@ issued after the producer's loop, and waited for in full.
 Chosen for kernels with the TMA pipeline when C is a contiguous 16-bit global tensor of static shape with 16-byte
 rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles. In a persistent kernel (persistent.py) the stores
 overlap the next tile; in a grid of one wave the CTA waits for them before it exits, and still gains from the
-full-line writes: on the H200 (benchmarks/results/gemm.md, 2026-12-03) 128x256x64 at 2048^3 went from 512 to
-613 TFLOP/s, at 4096^3 persistent from 685 to 744. `tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off,
-= 1 also says in the plan why a kernel did not get it.
+full-line writes (docs/decisions.md#the-tma-store-epilogue). `tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0
+turns it off, = 1 also says in the plan why a kernel did not get it.
 """
 from __future__ import annotations
 
@@ -262,8 +261,8 @@ def _stage_for_the_producer(em, call, store: TmaStore):
     tile's last k-tile), a proxy fence, and the release of that stage, which tells the producer the tile is
     staged. The stores of the previous tile have read both places before the producer refilled that stage, which
     these consumers waited for. The spill panels wait for a consumer barrier: every warpgroup's MMAs read the whole
-    B tile of that stage, and a warpgroup's own wait covers only its own MMAs (without the barrier, one
-    warpgroup's panels overwrote B under the other's last MMAs: wrong tiles on the H200, 2026-12-03)."""
+    B tile of that stage, and a warpgroup's own wait covers only its own MMAs
+    (docs/decisions.md#the-producer-warp-issues-the-epilogues-stores)."""
     tma = em.plan.tma
     acc = region_of(call.args[1])[0]
     tile = em.tile(store.stage)

@@ -57,8 +57,9 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
         if isinstance(e, prim.expr.Cast):
             value = go(e.value)
             if {str(e.ty), str(value.ty)} == {"float16", "bfloat16"}:
-                # CUDA converts between half and nv_bfloat16 by their bits (seen on the H200: 45.0 became 8.6e10);
-                # through float32 the value is kept, as the interpreter keeps it.
+                # CUDA converts between half and nv_bfloat16 by their bits; through float32 the value is kept,
+                # as the interpreter keeps it
+                # (docs/decisions.md#workarounds-for-what-the-toolchain-does-on-the-gpu).
                 value = prim.expr.Cast("float32", value)
             return prim.expr.Cast(e.ty, value)
         if isinstance(e, prim.expr.Select):

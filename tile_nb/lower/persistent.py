@@ -15,10 +15,10 @@ consumers find them waiting: the pipeline fills once per CTA instead of once per
 Legal when the grid's extents are constants, the loop's trip count does not depend on the tile, and the loop's
 copies depend only on the grid variables, the loop variable and the parameters (the producer binds nothing
 else). Built by default where legal, the kernel has two or more consumer warpgroups (one CTA fills an SM) and
-the grid has more tiles than the GPU has SMs: on the H200
-(benchmarks/results/gemm.md, 2026-12-03) the 128x256x64 GEMM gained 2-4% at K = 4096 with 4 stages, and tied at
-8192^3. `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 0 turns it off, = 1 also says in the plan why a kernel did
-not get it; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it from the GPU) is the number of SMs.
+the grid has more tiles than the GPU has SMs, which is where it was measured to pay
+(docs/decisions.md#persistent-ctas). `tile_nb.persistent` (or TILE_NB_PERSISTENT) = 0 turns it off, = 1 also
+says in the plan why a kernel did not get it; `tile_nb.sm_count` (TILE_NB_SM_COUNT; runtime.compile sets it
+from the GPU) is the number of SMs.
 
 Where the tiles do not fill the last wave, stream_k.py shares that wave's k-tiles among all the CTAs instead: every
 CTA runs `tiles // ctas` whole tiles, then its range of the rest (`Persistent.stream_k`).

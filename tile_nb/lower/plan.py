@@ -408,18 +408,16 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
 
 
 def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping) -> int:
-    """Rows of (blockIdx.y, blockIdx.z) per group when CTAs are launched heaviest first, or 0. Where the trip count
-    of the kernel's T.Pipelined loop grows with bx (causal attention: Q block bx reads bx + 1 KV blocks), the
-    grid is run in groups of G rows (heads), each group from its largest bx down across its G rows: the heaviest
-    CTAs of a group start first and the grid ends on light ones (longest processing time first, as
-    FlashAttention-3 orders its persistent tiles), while the CTAs in flight stay within a few heads (their K and V
-    in L2). A greedy model of in-order dispatch (1 + bx blocks of work per CTA, 264 CTA slots, 32 x 128 CTAs)
-    puts launch order at 93% of the ideal and groups of 8 at 99.8%; reversing bx within one head (G = 1) at 93%.
-    Legal for any kernel (CTAs of one launch are independent); applied only where every bx's trip count is a
-    known constant, non-decreasing and not all equal. On by default (`tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST =
-    0 turns it off): causal FlashAttention on the H200 (benchmarks/results/attention.md, 2026-12-03) ran 5.8% / 3.7%
-    faster at seq 4096 (head dim 64 / 128) and 5.4% / 0.9% at 16384; the bx reversal within one head had
-    measured 6% slower."""
+    """Rows of (blockIdx.y, blockIdx.z) per group when CTAs are launched heaviest first, or 0. Where the trip
+    count of the kernel's T.Pipelined loop grows with bx (causal attention: Q block bx reads bx + 1 KV
+    blocks), the grid is run in groups of G rows (heads), each group from its largest bx down across its G
+    rows: the heaviest CTAs of a group start first and the grid ends on light ones (longest processing time
+    first, as FlashAttention-3 orders its persistent tiles), while the CTAs in flight stay within a few heads
+    (their K and V in L2). Legal for any kernel (CTAs of one launch are independent); applied only where every
+    bx's trip count is a known constant, non-decreasing and not all equal. On by default
+    (`tile_nb.heavy_first` / TILE_NB_HEAVY_FIRST = 0 turns it off), because groups of heads beat both launch
+    order and reversing bx within one head, in a model of dispatch and on the GPU
+    (docs/decisions.md#flashattention-heaviest-ctas-first-in-groups-of-heads)."""
     if not options.heavy_first or "blockIdx.x" not in grid:
         return 0
     rows = 1

@@ -19,21 +19,22 @@ the start of the next (it *contributes* a partial sum to it):
 Each CTA contributes first and finishes second; every range has the same length, so a finisher's contributors
 raise their flags about when it reaches its wait. A finisher only waits for CTAs of lower index, which raise
 their flags before waiting themselves and which the GPU launched before it (all are resident: one per SM), so
-the waits cannot deadlock. The workspace and the flags are
-`__device__` arrays of the kernel's module; the flags start as initialized data of the module (the first GPU run
-found an uninitialized flag set on a module's first launch) and a finisher resets those it consumed, so launches
-on one stream are independent; launches on two streams take turns (runtime.kernel.OneStreamAtATime).
+the waits cannot deadlock. The workspace and the flags are `__device__` arrays of the kernel's module; the
+flags start as initialized data of the module (an uninitialized one was found set on a module's first launch:
+docs/decisions.md#workarounds-for-what-the-toolchain-does-on-the-gpu) and a finisher resets those it consumed,
+so launches on one stream are independent; launches on two streams take turns
+(runtime.kernel.OneStreamAtATime).
 
-Legal for a persistent kernel without clusters, ping-pong or the overlapped loop schedule, whose loop has a static
-trip count and whose threads' body is: allocations, `T.clear` of one float32 wgmma accumulator, the pipelined loop
-whose only statement besides the TMA copies is a T.gemm into that accumulator, then any statements (the
-finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two contributors) and
-only where every CTA's range has more k-tiles than the pipeline has stages (the producer's epilogue stores
-are issued within the range: epilogue.py). By default it is built only where the idle time it hands out exceeds
-its cost (`MIN_FREED_K_TILES`, `MIN_FREED_SHARE`, measured): at 8192^3 fp16 on the H200 it gained 2-4%, at
-4096^3 it lost 4% (the last wave there is 88% full), at 16384x14336x4096 (54 waves) 1-4%. `tile_nb.stream_k`
-(TILE_NB_STREAM_K) = 0 turns it off; = 1 builds it wherever legal and says in the plan why a kernel did not get it
-(and is the only way to get it for 8-bit inputs, whose stream-K kernels have not run on a GPU yet).
+Legal for a persistent kernel without clusters, ping-pong or the overlapped loop schedule, whose loop has a
+static trip count and whose threads' body is: allocations, `T.clear` of one float32 wgmma accumulator, the
+pipelined loop whose only statement besides the TMA copies is a T.gemm into that accumulator, then any
+statements (the finisher runs them). The tail is spread over at most 2 * tail CTAs (a tile has at most two
+contributors) and only where every CTA's range has more k-tiles than the pipeline has stages (the producer's
+epilogue stores are issued within the range: epilogue.py). By default it is built only where the idle time it
+hands out exceeds its cost (`MIN_FREED_K_TILES`, `MIN_FREED_SHARE`:
+docs/decisions.md#stream-k-and-its-cost-model). `tile_nb.stream_k` (TILE_NB_STREAM_K) = 0 turns it off; = 1
+builds it wherever legal and says in the plan why a kernel did not get it (and is the only way to get it for
+8-bit inputs, whose stream-K kernels have not run on a GPU yet).
 """
 from __future__ import annotations
 
@@ -77,18 +78,11 @@ class StreamK:
         return self.ctas * self.registers * self.threads * 4
 
 
-# What stream-K costs a CTA, in k-tiles of its main loop: its partial sums out and in (128 KiB each way for a
-# 128x256 tile), the flag hand-off and two more pipeline drains. Fitted on the H200 (benchmarks/results/gemm.md,
-# 2026-12-03, 128x256x64 fp16, five shapes): stream-K lost 4% at 4096^3, where it frees 8 k-tiles of an SM's
-# time, gained 0.5-0.7% where it frees 27-37, and 4% at 8192^3 (62): about 25 k-tiles (~18 us) of overhead.
-# Taken apart at 4096^3 (2026-12-04, by leaving parts out): the stores ~6 us and the adds ~8 us, the waits ~0;
-# publishing after the next k-loop took 0.3-2.4% off, the rest is traffic (132 slots of 128 KiB each way).
+# The k-tiles of idle time per SM stream-K must free to pay for its partial sums' traffic, the flag hand-off
+# and two more pipeline drains (docs/decisions.md#stream-k-and-its-cost-model).
 MIN_FREED_K_TILES = 32
-# ...and what it frees must also be a share of a CTA's whole run: at 16384x14336x4096 (54 waves) it frees 45 k-tiles,
-# 1.3% of a CTA's 3475, and lost 0.6-3.6% in four H200 runs (2026-12-03/04; 2.1% burst), where 8192^3 (3.1%) and
-# 4096x11008x4096 (5.5%) gained 1-4%. Long runs cost it more than the fixed traffic (a guess, not measured: the
-# CTAs drift apart over 54 tiles, and a finisher inherits its contributors' lateness); this rule keeps it where it
-# was measured to pay.
+# ...and the share of a CTA's whole run they must be, since long runs lost even where that many were freed
+# (docs/decisions.md#stream-k-and-its-cost-model).
 MIN_FREED_SHARE = 0.02
 
 

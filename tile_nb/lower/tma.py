@@ -25,17 +25,18 @@ zero fill), and stages are handed over through mbarriers, so consumers never wai
         wait_group 0
 
 Without a producer warp (where two CTAs of a FlashAttention-like loop share an SM, which the warp's registers
-would not allow; `tile_nb.producer_warp` = 0 anywhere) the first consumer thread issues the first S - 1 k-tiles
-before the loop and, in iteration k, k-tile k + S - 1 into the stage of k - 1: at the top of the iteration when
-each iteration waits for its MMAs (that stage was released at the end of k - 1), or right after the release when
-one wgmma group stays in flight. Measured on the seed GEMM (one consumer warpgroup, H200, 2026-12-03): a producer
-warp at two CTAs per SM beat this at three (567.6 / 544.3 against 549.4 / 510.7 TFLOP/s at 4096^3 / 8192^3), and
-both beat cp.async (514.6 / 499.9), which one warpgroup had kept before the TMA store epilogue.
+would not allow; `tile_nb.producer_warp` = 0 anywhere) the first consumer thread issues the first S - 1
+k-tiles before the loop and, in iteration k, k-tile k + S - 1 into the stage of k - 1: at the top of the
+iteration when each iteration waits for its MMAs (that stage was released at the end of k - 1), or right after
+the release when one wgmma group stays in flight. One consumer warpgroup keeps the producer warp: at two CTAs
+per SM it beat this schedule at three, and both beat cp.async
+(docs/decisions.md#one-consumer-warpgroup-a-producer-warp-two-ctas-per-sm).
 
-Everything outside the loop runs on the consumer threads only (`Lowerer.emit` guards it; CTA barriers become
-the named barrier 1 over the T consumer threads). Shared layouts are unchanged: the swizzled tiles of wgmma.py
-are exactly what TMA writes with its 64B/128B swizzle modes (tile bases are 1 KiB aligned in the pool), and a
-[K, N] B operand in 64-column panels is loaded one panel (box of 64 columns) at a time.
+Everything outside the loop runs on the consumer threads only (`Emitter._emit` guards what
+`Emitter.needs_consumer_guard` selects; CTA barriers become the named barrier 1 over the T consumer threads).
+Shared layouts are unchanged: the swizzled tiles of wgmma.py are exactly what TMA writes with its 64B/128B
+swizzle modes (tile bases are 1 KiB aligned in the pool), and a [K, N] B operand in 64-column panels is loaded
+one panel (box of 64 columns) at a time.
 Tensor maps are encoded on the host for each call (`runtime.cuTensorMapEncodeTiled`) and passed to the kernel
 as `const __grid_constant__ CUtensorMap` parameters by TVM's codegen.
 """
@@ -194,19 +195,21 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
             return None, _refuse("shared_memory", "cp.async (a statement of the pipelined loop besides its T.gemm "
                                  "uses shared memory, which the stage release does not order)")
     # Where two CTAs of a FlashAttention-like loop (several T.gemm) fit an SM, a producer warp would leave room for
-    # one (registers are granted per warp; 256 threads at 128 registers fill half the SM): then the first consumer
-    # thread issues the loads (the H200, benchmarks/results/attention.md, 2026-12-03: with two CTAs per SM cp.async
-    # ran 14-19% faster than TMA with a producer warp at one; TMA without one 2-3% faster than cp.async at head
-    # dim 64, measured at 256 threads only: 128-thread kernels keep cp.async). tile_nb.producer_warp = 0
-    # (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one (cp.async where two CTAs fit).
+    # one (registers are granted per warp; 256 threads at 128 registers fill half the SM), so the first
+    # consumer thread issues the loads, at 256 threads only, where that beat cp.async
+    # (docs/decisions.md#two-ctas-per-sm-the-first-consumer-thread-issues-the-loads,
+    # docs/decisions.md#when-cpasync-stays).
+    # tile_nb.producer_warp = 0 (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one
+    # (cp.async where two CTAs fit).
     producer_mode = options.producer_warp
     two = len(gemms) > 1 and _two_ctas_fit(plan)
     inline = producer_mode is False or (producer_mode is None and two and threads == 256)
     if mode is not True and two and not inline:
         return None, Refusal(TWO_CTAS_PER_SM, _TWO_CTAS_PER_SM)
     if mode is not True and threads < 256 and len(gemms) > 1:
-        # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256): no GPU measurement
-        # or test of TMA there yet, so it keeps the path it had
+        # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256) keeps cp.async
+        # until TMA is measured there
+        # (docs/decisions.md#two-ctas-per-sm-the-first-consumer-thread-issues-the-loads)
         return None, _refuse("one_warpgroup", "cp.async (one consumer warpgroup and several T.gemm per iteration: "
                              "TMA is not measured there yet; tile_nb.tma = 1 forces it)")
     accs = [region_of(g.args[0])[0] for g in gemms]
@@ -345,10 +348,10 @@ def _pingpong(options, threads: int, gemms) -> int:
     start together also finish their MMAs together and then all run their softmax while the tensor cores idle.
     Taking turns (FlashAttention-3's ping-pong schedule) puts one warpgroup's softmax under another's MMAs:
     warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w + 1
-    go; the last warpgroup lets the first start. Off by default: on the H200 (benchmarks/results/attention.md,
-    2026-12-03) the reference FlashAttention was 3-10% slower with it, or within noise, without the overlap of
-    softmax and MMAs inside a warpgroup that FlashAttention-3 pairs it with. `tile_nb.wgmma_pingpong` = 1
-    (or TILE_NB_PINGPONG=1) turns it on."""
+    go; the last warpgroup lets the first start. Off by default, because without the overlap of softmax and
+    MMAs inside a warpgroup that FlashAttention-3 pairs it with it did not pay
+    (docs/decisions.md#flashattention-ping-pong-is-opt-in-row-sums-stay-a-chain).
+    `tile_nb.wgmma_pingpong` = 1 (or TILE_NB_PINGPONG=1) turns it on."""
     groups = threads // 128
     if not options.pingpong or len(gemms) < 2 or groups < 2 or groups > 14:  # barrier ids 2 .. 15
         return 0
