@@ -18,11 +18,12 @@ from .errors import ArgumentError
 from .frontend.binding import (Missing, Template, bind, bind_compile_only, const_values, definition_where,
                                is_tensor, value_sources)
 from .frontend.checks import (Expectations, check_device_type, check_devices, check_not_autograd,
-                              check_tensor_storage, empty_grid_error, kernel_where)
+                              check_tensor_storage, empty_at_call, empty_grid_error, kernel_where)
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.environment import Environment, value_key
 from .frontend.kernel import KernelDefinition
 from .frontend.params import POINTER
+from .frontend.shapes import free_vars
 from .language.dtypes import torch_dtype
 from .runtime.launch import (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN, CallFacts, FastEntry, Launcher, Specialization,
                              allocate_outputs, resolve_pointers)
@@ -155,8 +156,17 @@ class JITFunction:
                                     template.const_sources)
         outputs = []
         for out in elab.outputs:
-            shape = [int(d) if _static(d) is not None else ("dyn", str(d)) for d in elab.buffers[out].annotation.shape]
-            outputs.append((out, shape, torch_dtype(elab.buffers[out].annotation.dtype)))
+            param = elab.buffers[out]
+            shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
+            unknown = sorted({v for d in shape if type(d) is not int for v in free_vars(d)}
+                             - set(template.dynamic_sources))
+            if unknown:
+                raise ArgumentError(
+                    f"{self.definition.name}() output '{out}' has a dim over T.dynamic {', '.join(unknown)}, which no "
+                    "argument's shape gives, so its size is not known before the kernel runs",
+                    filename=param.filename, lineno=param.lineno, col=param.col, end_col=param.end_col,
+                    hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword")
+            outputs.append((out, shape, torch_dtype(param.annotation.dtype)))
         dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
         spec = Specialization(elab, expectations, outputs, dynamic, expectations.check_layout,
                               expectations.tensors[0].index if expectations.tensors else None)
@@ -344,8 +354,9 @@ class JITFunction:
         # specialization may be the old one and must not be filed under the new values.
         env_key = self._environment_key()
         spec, ordered, device = self._checked_call(args, kwargs)
+        empty = spec.expectations.empty_grid or self._empty_at_call(spec, ordered)
         leading = [p.name for p in self.signature.params[: len(args)]]
-        if backend is None and leading == self._runtime_names \
+        if backend is None and leading == self._runtime_names and not empty \
                 and not any(p.kind == POINTER for p in self.signature.runtime):
             # Runtime arguments positionally, compile-time ones (and consts) by keyword or at their defaults:
             # later calls with the same keywords skip binding and go straight to the shape-keyed table.
@@ -360,7 +371,16 @@ class JITFunction:
                         self._fast.clear()
                     fast = self._fast[kw_key] = FastEntry(spec, len(args), env_key)
                 fast.specs[fast.read_shapes(args)] = spec
-        return self._launch(spec, ordered, device, backend)
+        return self._launch(spec, ordered, device, backend, empty)
+
+    @staticmethod
+    def _empty_at_call(spec: Specialization, ordered) -> tuple[str, ...]:
+        """The grid extents over T.dynamic dims that this call's sizes make 0 (a zero-block launch is a CUDA
+        error; the call then runs nothing, as with static sizes). Such shapes stay off the fast path's tables."""
+        if not spec.expectations.dynamic_grid:
+            return ()
+        values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
+        return empty_at_call(spec.expectations, values)
 
     def _check(self, spec: Specialization, ordered):
         for e in spec.expectations.tensors:
@@ -375,18 +395,19 @@ class JITFunction:
             error.filename, error.lineno = self._def_where()["filename"], self._def_where()["lineno"]
         return error
 
-    def _launch(self, spec: Specialization, ordered, device, backend):
+    def _launch(self, spec: Specialization, ordered, device, backend, empty: tuple = ()):
         outputs = allocate_outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
             raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
                                 f"{backend!r}", **self._def_where())
-        if spec.expectations.empty_grid:
+        empty = empty or spec.expectations.empty_grid
+        if empty:
             # No block to run (M=0, as torch ops take empty tensors): nothing to launch, as long as no T.empty
             # output would come back unwritten.
             unwritten = [(name, tuple(t.shape)) for (name, _, _), t in zip(spec.output_shapes, outputs) if t.numel()]
             if unwritten:
-                raise empty_grid_error(self.definition.name, spec.expectations.empty_grid,
+                raise empty_grid_error(self.definition.name, empty,
                                        f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be "
                                        "written", kernel_where(self.definition.source))
             return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -16,7 +16,7 @@ from .elaborate import BufferParam, Elaboration, ScalarParam
 from .indexing import INDEX_LIMIT, tensor_span
 
 __all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind", "check_tensor_storage",
-           "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "const_where",
+           "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "empty_at_call", "const_where",
            "kernel_where"]
 
 
@@ -207,6 +207,7 @@ class Expectations:
         self.derived_dims = _derived_dims(self.tensors, spec.dynamic)
         self.index_ranges = _index_ranges(self.tensors, spec)
         self.empty_grid = empty_grid(spec.func, template.func)  # a launch of these shapes has no block to run
+        self.dynamic_grid = dynamic_grid(spec.func)  # extents over T.dynamic dims: empty or not, per call
         self.written: frozenset | None = None  # tensor parameters the kernel writes: filled when first needed
         self.check = self._compile_check(shapes=True)
         self.check_layout = self._compile_check(shapes=False)  # for callers that matched the shapes already
@@ -446,6 +447,21 @@ def empty_grid(func, template_func=None) -> tuple[str, ...]:
             shown = f" = {formula}" if formula is not None and not isinstance(formula, tirx.IntImm) else ""
             out.append(f"{tag}{shown} = 0")
     return tuple(out)
+
+
+def dynamic_grid(func) -> tuple:
+    """(tag, extent) of each grid extent of a specialized kernel that depends on T.dynamic dims."""
+    from tvm import tirx
+
+    return tuple((tag, extent) for tag, extent in _grid(func).items() if not isinstance(extent, tirx.IntImm))
+
+
+def empty_at_call(expectations: "Expectations", dynamic_values: dict) -> tuple[str, ...]:
+    """`blockIdx.x = (N + 127) // 128 = 0` for each grid extent over T.dynamic dims that these values make 0."""
+    from .shapes import evaluate
+
+    return tuple(f"{tag} = {extent} = 0" for tag, extent in expectations.dynamic_grid
+                 if evaluate(extent, dynamic_values) == 0)
 
 
 def empty_grid_error(kernel_name: str, grid: tuple, what: str, where: dict, hint: str | None = None):

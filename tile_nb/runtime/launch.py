@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..frontend.binding import is_tensor
+from ..frontend.shapes import evaluate
 from ..language.dtypes import torch_dtype
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Specialization:
 
     elaboration: Elaboration
     expectations: Expectations
-    output_shapes: list  # (name, shape with ("dyn", name) entries, torch dtype)
+    output_shapes: list  # (name, shape: ints and shape expressions over T.dynamic dims, torch dtype)
     dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
     check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
     device_arg: int | None  # a tensor argument whose device is the call's device
@@ -155,11 +156,13 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
     """The T.empty outputs of a call: shapes from the specialization, T.dynamic dims from the call's tensors."""
     import torch
 
-    outputs = []
+    outputs, dynamic = [], None
     for _, shape, dtype in spec.output_shapes:
-        dims = [d if isinstance(d, int) else int(ordered[spec.dynamic_sources[d[1]][0]].shape[spec.dynamic_sources[d[1]][1]])
-                for d in shape]
-        outputs.append(torch.empty(dims, dtype=dtype, device=device or "cpu"))
+        if any(type(d) is not int for d in shape):  # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
+            if dynamic is None:
+                dynamic = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
+            shape = [d if type(d) is int else evaluate(d, dynamic) for d in shape]
+        outputs.append(torch.empty(shape, dtype=dtype, device=device or "cpu"))
     return outputs
 
 

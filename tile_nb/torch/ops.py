@@ -203,35 +203,23 @@ def _const_env(entry: OpEntry, values: dict) -> dict:
 
 def _evaluate(expr, env: dict, entry: OpEntry, output: str):
     """A template shape expression (TVM PrimExpr over const and dynamic vars) as an int or SymInt."""
-    from tvm import tirx
+    from ..frontend.shapes import UnsupportedShapeExpr, evaluate
 
-    if isinstance(expr, int):
-        return expr
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, tirx.Var):
-        if expr.name in env:
-            return env[expr.name]
-        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has a dim '{expr.name}' that no "
-                           "argument's shape gives, so its size is not known before the kernel runs")
-    binary = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
-              tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b,
-              tirx.Min: lambda a, b: a if a <= b else b, tirx.Max: lambda a, b: a if a >= b else b}
-    for kind, fn in binary.items():
-        if isinstance(expr, kind):
-            return fn(_evaluate(expr.a, env, entry, output), _evaluate(expr.b, env, entry, output))
-    raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has shape expression {expr}, which the "
-                       "fake implementation cannot evaluate")
+    try:
+        return evaluate(expr, env)
+    except KeyError as err:
+        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has a dim '{err.args[0]}' that no "
+                           "argument's shape gives, so its size is not known before the kernel runs") from None
+    except UnsupportedShapeExpr:
+        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has shape expression {expr}, which "
+                           "the fake implementation cannot evaluate") from None
 
 
 def _shape_vars(expr, out: set) -> set:
-    from tvm import tirx
+    from ..frontend.shapes import free_vars
 
-    if isinstance(expr, tirx.Var):
-        out.add(expr.name)
-    for part in ("a", "b"):
-        if hasattr(expr, part) and not isinstance(expr, tirx.IntImm):
-            _shape_vars(getattr(expr, part), out)
+    if not isinstance(expr, int):
+        out |= free_vars(expr)
     return out
 
 
