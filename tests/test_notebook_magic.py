@@ -273,4 +273,5 @@ def test_shapes_of_a_dynamic_dim_keep_it_symbolic(ip):
     view = result.result
     assert view.section("specialized") is not None and "N" not in view.consts
     assert any("N: T.dynamic" in note for note in view.notes)
+    assert view.to_json()["notes"] == view.notes  # the JupyterLab extension shows the same note as the HTML
     assert "    N = T.int32()" in view.section("specialized").text.split("\n")  # still symbolic

@@ -99,7 +99,8 @@ def test_json_has_the_extension_contract():
     data = _view()._repr_mimebundle_()[MIME_TYPE]
     assert json.loads(json.dumps(data)) == data  # plain JSON
     assert set(data) == {"version", "name", "params", "consts", "backend", "sections", "resources", "timings_ms",
-                         "run", "source"}
+                         "run", "source", "notes"}
+    assert data["notes"] == _view().notes  # what the HTML shows as notes, for the extension
     assert data["version"] == 2 and data["name"] == "gemm" and data["backend"] == "cpu-interpreter"
     assert data["params"][0] == {"name": "A", "kind": "tensor", "annotation": "T.Tensor[[M, K], T.float16]"}
     assert data["consts"] == {"M": 256}

@@ -70,6 +70,8 @@ export interface IKernelView {
   timingsMs: Array<[string, number]>;
   run: IKernelRun | null;
   source: IKernelSource | null;
+  /** The view's notes (the ones the static HTML shows, e.g. "N: T.dynamic, so phase 2 keeps it symbolic ..."). */
+  notes: string[];
 }
 
 export interface IParseResult {
@@ -89,7 +91,8 @@ const KNOWN_TOP_LEVEL = new Set([
   'resources',
   'timings_ms',
   'run',
-  'source'
+  'source',
+  'notes'
 ]);
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -255,6 +258,11 @@ function parseRun(raw: unknown): IKernelRun | null {
   return { device: asString(raw.device, 'unknown device'), maxAbsErr: asNumberOrNull(raw.max_abs_err) };
 }
 
+function parseNotes(raw: unknown): string[] {
+  // Absent from payloads of tile_nb before the notes were added: no notes, no warning.
+  return Array.isArray(raw) ? raw.filter((note): note is string => typeof note === 'string' && note.length > 0) : [];
+}
+
 /**
  * Read a payload of unknown shape into an `IKernelView`.
  *
@@ -300,7 +308,8 @@ export function parsePayload(raw: unknown): IParseResult {
     resources: parseResources(data.resources),
     timingsMs: parseTimings(data.timings_ms),
     run: parseRun(data.run),
-    source: parseSource(data.source)
+    source: parseSource(data.source),
+    notes: parseNotes(data.notes)
   };
 
   // Unknown top-level fields are expected from newer payloads; say so only when

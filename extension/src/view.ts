@@ -323,6 +323,14 @@ function renderSummary(doc: Doc, view: IKernelView): HTMLElement {
   if (facts.length) {
     summary.appendChild(el(doc, 'div', 'tnb-facts', facts.join(' · ')));
   }
+  if (view.notes.length) {
+    const notes = el(doc, 'div', 'tnb-notes');
+    notes.setAttribute('role', 'note');
+    for (const note of view.notes) {
+      notes.appendChild(el(doc, 'div', 'tnb-view-note', note));
+    }
+    summary.appendChild(notes);
+  }
   if (view.timingsMs.length) {
     const timings = el(doc, 'div', 'tnb-timings');
     const total = view.timingsMs.reduce((sum, [, ms]) => sum + ms, 0);

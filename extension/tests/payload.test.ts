@@ -96,6 +96,7 @@ describe('parsePayload', () => {
     expect(view!.resources).toBeNull();
     expect(view!.timingsMs).toEqual([['a', 1]]);
     expect(view!.run).toEqual({ device: 'unknown device', maxAbsErr: 0.5 });
+    expect(view!.notes).toEqual([]);
     expect(warnings).toEqual([
       '2 parameter entries could not be read.',
       'Section "cuda" appears twice; the first one is shown.',

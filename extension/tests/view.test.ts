@@ -46,6 +46,14 @@ describe('renderKernelView with the sample GEMM payload', () => {
     expect(texts(fixed, '.tnb-timing')).toContain('nvcc 911 ms');
   });
 
+  it("shows the view's notes (a T.dynamic dim given a value), and none when the payload has none", () => {
+    const note = 'M: T.dynamic, so phase 2 keeps it symbolic (one kernel serves every value)';
+    const noted = renderKernelView({ ...sample, notes: [note, 7] });
+    expect(noted.querySelector('.tnb-warnings')).toBeNull();
+    expect(texts(noted, '.tnb-view-note')).toEqual([note]);
+    expect(root.querySelector('.tnb-notes')).toBeNull();
+  });
+
   it('has the side-by-side tab first, then the other sections in order', () => {
     expect(texts(root, '.tnb-tab')).toEqual(['Template ↔ Specialized', 'Lowering plan', 'Lowered IR', 'CUDA source', 'PTX']);
     const first = root.querySelector('.tnb-tab')!;

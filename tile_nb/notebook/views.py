@@ -143,6 +143,7 @@ class KernelView:
                           if self.resources is not None else None),
             "timings_ms": {k: float(v) for k, v in self.timings_ms.items()},
             "run": dict(self.run) if self.run is not None else None,
+            "notes": [str(n) for n in self.notes],  # the same notes the HTML and text show (e.g. a T.dynamic dim)
             # No file name: a notebook cell's (ipykernel_<pid>/<hash>.py) changes from run to run.
             "source": ({"first_line": int(self.source["first_line"]),
                         "lines": [str(line) for line in self.source["lines"]]} if self.source else None),
