@@ -519,3 +519,20 @@ def test_gpu_fake_device():
         out = tt.op(scaled_mul)(torch.empty(64, device="cuda"), torch.empty(64, device="cuda"))
         assert out.device.type == "cuda"
 
+
+
+def test_bare_kernel_on_fake_tensors_and_under_make_fx():
+    """The bare kernel (no tile_nb.torch.op) called on fake tensors goes through its op: FakeTensorMode gives the
+    output shapes, make_fx (fake and symbolic tracing) records the op."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode():
+        out = dyn_scale(torch.empty(1000))
+        assert out.shape == (1000,) and out.dtype == torch.float32
+    for mode in ("fake", "symbolic"):
+        gm = make_fx(lambda x: dyn_scale(x) + 1, tracing_mode=mode)(rand(10))
+        targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        assert any(t.startswith("tile_nb.dyn_scale") for t in targets), (mode, targets)
+    x = rand(10)  # and real tensors afterwards still run the kernel itself
+    torch.testing.assert_close(dyn_scale(x), tt.op(dyn_scale)(x))

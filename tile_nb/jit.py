@@ -297,6 +297,8 @@ class JITFunction:
         except (AttributeError, IndexError, TypeError, RuntimeError):
             return NOT_SEEN
         if launch is None:
+            if any(hasattr(a, "data_ptr") and not is_tensor(a) for a in args):
+                return NOT_SEEN  # fake or functional tensors (torch tracing): the slow path hands them to torch
             device = None if spec.device_arg is None else args[spec.device_arg].device
             return self._launch(spec, list(args), device, None)
         if key is not None:
@@ -349,7 +351,14 @@ class JITFunction:
             if e.name in expectations.written:
                 check_not_autograd(self.definition.name, e.name, tensors[e.name], expectations._where(e.param))
 
+    # Set by tile_nb.torch (a layer above): `traced_call(kernel, args, kwargs)` runs a call on tensor subclasses
+    # (fake tensors of FakeTensorMode, make_fx, torch.export) through the kernel's torch custom op.
+    traced_call = None
+
     def _call_slow(self, args, kwargs, backend):
+        if backend is None and JITFunction.traced_call is not None \
+                and any(hasattr(a, "data_ptr") and not is_tensor(a) for a in (*args, *kwargs.values())):
+            return JITFunction.traced_call(self, args, kwargs)
         # Read before the call is bound: if another thread changes a global the body reads meanwhile, this call's
         # specialization may be the old one and must not be filed under the new values.
         env_key = self._environment_key()

@@ -641,6 +641,7 @@ def install_dynamo_hook() -> None:
 
     if "__original_fn" in JITFunction.__dict__:
         return
+    JITFunction.traced_call = staticmethod(lambda kernel, args, kwargs: op(kernel)(*args, **kwargs))
     setattr(JITFunction, "__script_if_tracing_wrapper", True)
     setattr(JITFunction, "__original_fn", property(lambda kernel: _traced_call(op(kernel))))
     setattr(KernelOp, "__script_if_tracing_wrapper", True)
