@@ -203,3 +203,18 @@ def test_importing_notebook_loads_no_ipython_tvm_or_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).parents[1]))
     assert out.stdout.strip() == "[]"
+
+
+def test_html_indentation_is_never_a_whitespace_only_text_node():
+    # nbconvert's HTML export collapses a text node of only spaces to one space (`    <span>for</span>` lost its
+    # indentation), so a line's indentation travels inside its first token.
+    template = "def gemm(A):\n    for k in T.serial(4):\n        if k > 0:\n            x = k"
+    specialized = template.replace("4", "8")
+    lowered = "def main():\n    for k in range(8):\n        T.evaluate(0)"
+    page = _view(sections=[Section("template", "Phase 1: template", "python", template),
+                           Section("specialized", "Phase 2: specialized", "python", specialized, changed_lines=(2,)),
+                           Section("lowered", "Lowered IR", "python", lowered)]).to_html()
+    assert re.search(r">[ \t]{2,}<", page) is None
+    assert '<span style="color:#cf222e">    for</span> k' in page
+    assert '<span style="color:#cf222e">        if</span> k' in page
+    assert highlight_lines("    x = 1", "python") == ["    x = <span style=\"color:#0550ae\">1</span>"]

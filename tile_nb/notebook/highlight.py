@@ -55,6 +55,17 @@ def _lexer(language: str):
     return get_lexer_by_name(lexer_name, stripnl=False, ensurenl=True, tabsize=4)
 
 
+def _join_blanks(runs: list[list]) -> list[list]:
+    """Move an unstyled run of only spaces into the token after it: `    <span>for</span>` would be a text node of
+    only whitespace, which nbconvert's HTML export collapses to one space (the IR's indentation lost)."""
+    joined: list[list] = []
+    for style, piece in runs:
+        if joined and joined[-1][0] is None and not joined[-1][1].strip():
+            piece = joined.pop()[1] + piece
+        joined.append([style, piece])
+    return joined
+
+
 def highlight_lines(text: str, language: str = "text") -> list[str]:
     """Highlight `text` and return one HTML fragment per line (no trailing newline, no wrapping element).
 
@@ -81,7 +92,7 @@ def highlight_lines(text: str, language: str = "text") -> list[str]:
             else:
                 out[-1].append([style, piece])
     fragments = ["".join(f'<span style="{style}">{escape(piece)}</span>' if style else escape(piece)
-                         for style, piece in runs) for runs in out]
+                         for style, piece in _join_blanks(runs)) for runs in out]
     # Pygments keeps every character, so the line structure matches; pad defensively all the same.
     fragments += [""] * (len(lines) - len(fragments))
     return fragments[: len(lines)]
