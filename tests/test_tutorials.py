@@ -49,3 +49,24 @@ def test_puzzles_are_stored_unsolved_with_hidden_checked_solutions():
         assert "# your code" in _text(stub)
         assert _text(stub, "outputs").startswith("not solved yet: "), _text(stub)[:200]
         assert _text(solution, "outputs").startswith("solved: "), _text(solution)[:200]
+
+
+def test_tutorials_lab_says_it_passes_arguments_to_jupyter_and_opens_notebooks(tmp_path):
+    import shutil
+    import subprocess
+
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "tutorials.sh", scripts / "tutorials.sh")
+    (scripts / "install.sh").write_text("exit 0\n")  # no installation: only the script's own behaviour
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/usr/bin/env bash\necho "ARGS: $*"\n')
+    fake_python.chmod(0o755)
+    (scripts / "python.sh").write_text(f"echo {fake_python}\n")
+    done = subprocess.run(["bash", str(scripts / "tutorials.sh"), "--lab", "--port", "8890"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "opens JupyterLab on notebooks/; arguments after --lab go to 'jupyter lab' (given: --port 8890)" \
+        in done.stderr
+    assert done.stdout.strip().startswith("ARGS: -m jupyter lab") and done.stdout.strip().endswith(
+        "--port 8890 notebooks/")
