@@ -21,7 +21,7 @@ from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
 from ..language.irutil import is_expr, unwrap_comparison
 from .indexing import index_dims
-from .params import COMPILE_TIME, POINTER, SCALAR, KernelSignature
+from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
 
@@ -428,6 +428,13 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
             else:
                 call_args.append(value)
         try:
+            for p in signature.params:  # `A: T.Tensor((M, K), dt)` in the signature: as if annotated in the body
+                if p.kind == TENSOR:
+                    buf = _signature_tensor(hooks, kernel, p)
+                    if p.keyword_only:
+                        call_kwargs[p.name] = buf
+                    else:
+                        call_args[[q.name for q in signature.params if not q.keyword_only].index(p.name)] = buf
             fn(*call_args, **call_kwargs)
         except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
             if not isinstance(err, Exception):
@@ -474,6 +481,32 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     result.threads = st.threads
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _signature_tensor(hooks: Hooks, kernel, param):
+    """The buffer of a parameter annotated in the signature with T.Tensor / T.StridedTensor (either spelling). The
+    annotation's value is the one `def` evaluated; a string (`from __future__ import annotations`) is evaluated
+    here, in the kernel's globals and closure."""
+    source = kernel.source
+    args = source.tree.args
+    node = next(a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg == param.name)
+    at = node.annotation if node.annotation is not None else node
+    end = at.end_col_offset + source.indent if getattr(at, "end_lineno", None) == at.lineno else None
+    hooks.at(source.first_line + at.lineno - 1, at.col_offset + source.indent, end)
+    annotation = param.annotation
+    if isinstance(annotation, str):
+        fn = kernel.fn
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        try:
+            annotation = eval(annotation, fn.__globals__, cells)  # noqa: S307 - the user's own annotation text
+        except Exception as err:  # noqa: BLE001 - any failure is the annotation's; said with its text
+            raise AnnotationError(
+                f"the signature annotation of '{param.name}', {param.annotation!r}, is a string (`from __future__ "
+                f"import annotations`) that tile_nb could not evaluate: {type(err).__name__}: {err}",
+                **hooks._where(),
+                hint=f"annotate it in the body instead, `{param.name}: {param.annotation}` after the lines that "
+                     "define its dims (in-body annotations can use T.const dims)") from None
+    return hooks.annotate(param.name, annotation, _Placeholder(param.name, pointer=False))
 
 
 class _SymbolicConsts(dict):

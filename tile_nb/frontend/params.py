@@ -2,7 +2,8 @@
 
 Decided once, at decoration, from the signature and the body's annotations (read from the AST, since in-body
 annotations do not reach the bytecode):
-- a parameter annotated in the body (`A: T.Tensor[...]`, `x: T.float32`) or with `T.ptr` in the signature is a
+- a parameter annotated in the body (`A: T.Tensor[...]`, `x: T.float32`), or in the signature with `T.ptr`, a
+  dtype or a tensor annotation (`A: T.Tensor[[128, 64], T.float16]`, `A: T.Tensor((128, 64), T.float16)`) is a
   runtime argument;
 - every other parameter is a compile-time value, visible to plain Python in the body and part of the template key.
 """
@@ -18,16 +19,19 @@ from ..language import annotations as ann
 from ..language.dtypes import DType
 from .source import KernelSource
 
-__all__ = ["Param", "KernelSignature", "analyze_signature", "check_compile_value", "static_const_sources"]
+__all__ = ["Param", "KernelSignature", "analyze_signature", "check_compile_value", "static_const_sources",
+           "tensor_annotation_kind", "annotation_dim_lists"]
 
-RUNTIME, POINTER, SCALAR, COMPILE_TIME = "runtime", "pointer", "scalar", "compile_time"
+RUNTIME, POINTER, SCALAR, TENSOR, COMPILE_TIME = "runtime", "pointer", "scalar", "tensor", "compile_time"
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
     index: int
-    kind: str  # RUNTIME (annotated in the body), POINTER (T.ptr), SCALAR (signature dtype) or COMPILE_TIME
+    # RUNTIME (annotated in the body), TENSOR (T.Tensor / T.StridedTensor in the signature), POINTER (T.ptr),
+    # SCALAR (signature dtype) or COMPILE_TIME
+    kind: str
     # No field defaults: a default of inspect.Parameter.empty reads as "no default" to the inspect.signature that
     # Python 3.11.0-3.11.3's dataclass builds for __doc__, which then raised at import.
     default: Any  # inspect.Parameter.empty when the signature gives none
@@ -65,9 +69,12 @@ def _body_annotated_names(tree: ast.FunctionDef) -> set[str]:
     return names
 
 
-def _signature_kind(annotation) -> str | None:
+def _signature_kind(annotation, node: ast.expr | None) -> str | None:
     if annotation is inspect.Parameter.empty:
         return None
+    if isinstance(annotation, ann.TensorAnnotation) or (isinstance(annotation, str) and node is not None
+                                                         and tensor_annotation_kind(node)):
+        return TENSOR
     if annotation is ann.ptr or annotation in ("T.ptr", "ptr"):
         return POINTER
     if isinstance(annotation, DType):
@@ -78,6 +85,8 @@ def _signature_kind(annotation) -> str | None:
 def analyze_signature(fn, source: KernelSource) -> KernelSignature:
     sig = inspect.signature(fn)
     in_body = _body_annotated_names(source.tree)
+    args = source.tree.args
+    nodes = {a.arg: a.annotation for a in args.posonlyargs + args.args + args.kwonlyargs}
     params = []
     for index, p in enumerate(sig.parameters.values()):
         where = dict(filename=source.filename, lineno=source.first_line + source.tree.lineno - 1)
@@ -90,7 +99,7 @@ def analyze_signature(fn, source: KernelSource) -> KernelSignature:
             star = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
             raise SignatureError(f"kernel '{fn.__name__}' has variadic parameter '{star}{p.name}'; kernels need "
                                  "a fixed list of parameters", **where)
-        kind = _signature_kind(p.annotation)
+        kind = _signature_kind(p.annotation, nodes.get(p.name))
         if kind is None:
             kind = RUNTIME if p.name in in_body else COMPILE_TIME
         params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY, p.annotation))
@@ -98,7 +107,8 @@ def analyze_signature(fn, source: KernelSource) -> KernelSignature:
 
 
 def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, tuple[str, str, int]]:
-    """Where consts come from, read from the source alone: `M, K = T.const('M, K')` and `A: T.Tensor[[M, K], ...]`.
+    """Where consts come from, read from the source alone: `M, K = T.const('M, K')` and `A: T.Tensor[[M, K], ...]`
+    (or `A: T.Tensor((M, K), ...)`, in the body or the signature).
 
     Used when the template stopped before the annotations ran (a Python `if` on a const at the top, say), so that
     calls can still read the consts from the tensors.
@@ -109,20 +119,53 @@ def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, 
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
             consts.update(n.strip() for n in node.args[0].value.replace(",", " ").split())
     sources: dict[str, tuple[str, str, int]] = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in runtime
-                and isinstance(node.annotation, ast.Subscript)):
+    for name, annotation in _tensor_annotations(tree):
+        if name not in runtime:
             continue
-        kind = getattr(node.annotation.value, "attr", getattr(node.annotation.value, "id", None))
-        parts = node.annotation.slice.elts if isinstance(node.annotation.slice, ast.Tuple) else []
-        if kind not in ("Tensor", "StridedTensor") or not parts:
-            continue
-        lists = [("shape", parts[0])] + ([("stride", parts[1])] if kind == "StridedTensor" and len(parts) > 2 else [])
-        for what, dims in lists:
+        for what, dims in annotation_dim_lists(annotation):
             for dim, expr in enumerate(getattr(dims, "elts", [])):
                 if isinstance(expr, ast.Name) and expr.id in consts:
-                    sources.setdefault(expr.id, (node.target.id, what, dim))
+                    sources.setdefault(expr.id, (name, what, dim))
     return sources
+
+
+def _tensor_annotations(tree: ast.FunctionDef):
+    """(name, annotation AST) of the signature's tensor annotations, then the body's top-level ones."""
+    args = tree.args
+    for arg in args.args + args.kwonlyargs:
+        if arg.annotation is not None and tensor_annotation_kind(arg.annotation):
+            yield arg.arg, arg.annotation
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is None:
+            yield node.target.id, node.annotation
+
+
+def tensor_annotation_kind(node: ast.expr) -> str | None:
+    """"Tensor" or "StridedTensor" when `node` spells a tensor annotation (`T.Tensor[[M, K], dt]`,
+    `T.Tensor((M, K), dt)`, `T.StridedTensor(...)`, ...), else None."""
+    if isinstance(node, (ast.Subscript, ast.Call)):
+        head = node.value if isinstance(node, ast.Subscript) else node.func
+        kind = getattr(head, "attr", getattr(head, "id", None))
+        if kind in ("Tensor", "StridedTensor"):
+            return kind
+    return None
+
+
+def annotation_dim_lists(node: ast.expr) -> list[tuple[str, ast.expr]]:
+    """[("shape", dims AST), ("stride", strides AST)?] of a tensor annotation in either spelling."""
+    kind = tensor_annotation_kind(node)
+    if kind is None:
+        return []
+    if isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+        shape = parts[0] if parts else None
+        strides = parts[1] if kind == "StridedTensor" and len(parts) > 2 else None
+    else:
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        shape = node.args[0] if node.args else keywords.get("shape")
+        strides = node.args[1] if kind == "StridedTensor" and len(node.args) > 1 else keywords.get("strides")
+    lists = [("shape", shape)] if shape is not None else []
+    return lists + ([("stride", strides)] if strides is not None else [])
 
 
 _PLAIN_TYPES = {int: "an int", float: "a float (or int)", bool: "a bool", str: "a str"}

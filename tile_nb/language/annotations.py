@@ -51,12 +51,24 @@ def _dtype(value) -> DType:
 
 
 class _TensorType:
-    """`T.Tensor[[M, K], T.float16]`: a contiguous row-major tensor."""
+    """`T.Tensor[[M, K], T.float16]`, or tilelang's call form `T.Tensor((M, K), T.float16)`: a contiguous
+    row-major tensor. Both spellings give the same annotation."""
 
     def __getitem__(self, item) -> TensorAnnotation:
         if not isinstance(item, tuple) or len(item) != 2:
             raise AnnotationError(f"T.Tensor takes [shape, dtype], as in T.Tensor[[M, K], T.float16]; got {item!r}")
         return TensorAnnotation(_dims(item[0], "T.Tensor shape"), _dtype(item[1]))
+
+    def __call__(self, shape, dtype="float32", data=None, strides=None, scope=None) -> TensorAnnotation:
+        """tilelang's `T.Tensor(shape, dtype="float32")`; `strides=` makes it strided, as T.StridedTensor."""
+        if data is not None:
+            raise AnnotationError("T.Tensor(shape, dtype, data) (a tensor view over another buffer's data) is not "
+                                  "supported yet", hint="index the original tensor instead")
+        if scope not in (None, "global"):
+            raise AnnotationError(f"T.Tensor(..., scope={scope!r}): kernel parameters are global tensors")
+        if strides is not None:
+            return StridedTensor(shape, strides, dtype)
+        return TensorAnnotation(_dims(shape, "T.Tensor shape"), _dtype(dtype))
 
     def __repr__(self) -> str:
         return "T.Tensor"
@@ -69,11 +81,17 @@ class _StridedTensorType:
         if not isinstance(item, tuple) or len(item) != 3:
             raise AnnotationError("T.StridedTensor takes [shape, strides, dtype], as in "
                                   f"T.StridedTensor[[M, K], [sM, 1], T.float16]; got {item!r}")
-        shape = _dims(item[0], "T.StridedTensor shape")
-        strides = _dims(item[1], "T.StridedTensor strides")
+        return self(item[0], item[1], item[2])
+
+    def __call__(self, shape, strides, dtype="float32", scope=None) -> TensorAnnotation:
+        """tilelang's call form `T.StridedTensor((M, K), (sM, 1), T.float16)`."""
+        if scope not in (None, "global"):
+            raise AnnotationError(f"T.StridedTensor(..., scope={scope!r}): kernel parameters are global tensors")
+        shape = _dims(shape, "T.StridedTensor shape")
+        strides = _dims(strides, "T.StridedTensor strides")
         if len(shape) != len(strides):
             raise AnnotationError(f"T.StridedTensor has {len(shape)} dims but {len(strides)} strides")
-        return TensorAnnotation(shape, _dtype(item[2]), strides)
+        return TensorAnnotation(shape, _dtype(dtype), strides)
 
     def __repr__(self) -> str:
         return "T.StridedTensor"
