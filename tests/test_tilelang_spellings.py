@@ -272,3 +272,89 @@ def test_call_form_compiles_for_sm_90a():
     assert "__global__" in kernel.cuda_source
     add_rows = _signature_kernels()
     assert "__global__" in add_rows.compile(target="sm_90a").cuda_source
+
+
+# -- tilelang's other spellings: T.Kernel without a grid, loop aliases, T.clamp / T.floordiv / T.floormod / T.Cast --
+
+@tile_nb.jit
+def spellings_mix(X, Y, Z, block: int = 32):
+    N = T.const('N')
+    X: T.Tensor((N,), T.float32)
+    Y: T.Tensor((N,), T.float16)
+    Z: T.Tensor((N,), T.int32)
+    with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+        for i in T.Parallel(block):
+            g = bx * block + i
+            if g < N:
+                Y[g] = T.Cast(T.float16, T.clamp(X[g], -0.5, 0.75))
+                Z[g] = T.floordiv(g - 3, 4) * 10 + T.floormod(g - 3, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 29, 64])
+def test_clamp_floordiv_floormod_cast(backend, n):
+    device = _device(backend)
+    x = torch.randn(n, device=device)
+    y = torch.zeros(n, device=device, dtype=torch.float16)
+    z = torch.zeros(n, device=device, dtype=torch.int32)
+    spellings_mix(x, y, z)
+    torch.testing.assert_close(y, x.clamp(-0.5, 0.75).half())
+    g = torch.arange(n, device=device) - 3
+    torch.testing.assert_close(z, (torch.div(g, 4, rounding_mode="floor") * 10 + g % 4).int())
+
+
+def test_floordiv_floormod_fold_python_ints():
+    assert T.floordiv(-7, 2) == -4 and T.floormod(-7, 2) == 1 and T.clamp(9, 0, 4) == 4
+
+
+@tile_nb.jit
+def prefix_rows(X, Y):
+    M, N = T.const('M, N')
+    X: T.Tensor((M, N), T.float32)
+    Y: T.Tensor((M, N), T.float32)
+    with T.Kernel(threads=64):  # no grid: one CTA
+        for r in T.Parallel(M):
+            acc = T.alloc_local((1,), T.float32)
+            acc[0] = 0.0
+            for c in T.Serial(N):
+                acc[0] += X[r, c]
+                Y[r, c] = acc[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 7), (64, 3)])
+def test_kernel_without_grid_and_serial_alias(backend, shape):
+    device = _device(backend)
+    x = torch.randn(*shape, device=device)
+    y = torch.zeros(*shape, device=device)
+    prefix_rows(x, y)
+    torch.testing.assert_close(y, x.cumsum(1))
+
+
+@tile_nb.jit
+def vector_scale(X, Y, width: int = 4):
+    M = T.const('M')
+    X: T.Tensor((M, width), T.float32)
+    Y: T.Tensor((M, width), T.float32)
+    with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+        for i in T.Parallel(32):
+            if bx * 32 + i < M:
+                for v in T.vectorized(width):
+                    Y[bx * 32 + i, v] = X[bx * 32 + i, v] * 2.0 + v
+                for v in T.Unroll(width):
+                    Y[bx * 32 + i, v] += 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [1, 33])
+def test_vectorized_and_unroll_aliases(backend, rows):
+    device = _device(backend)
+    x = torch.randn(rows, 4, device=device)
+    y = torch.zeros(rows, 4, device=device)
+    vector_scale(x, y)
+    torch.testing.assert_close(y, x * 2.0 + torch.arange(4.0, device=device) + 1.0)
+
+
+def test_other_spellings_compile_for_sm_90a():
+    for kernel, consts in ((spellings_mix, dict(N=29)), (prefix_rows, dict(M=5, N=7)), (vector_scale, dict(M=33))):
+        assert "__global__" in kernel.compile(target="sm_90a", **consts).cuda_source

@@ -132,6 +132,29 @@ def min(a, b):  # noqa: A001 - the DSL's name
     return tirx.min(a, b)
 
 
+def clamp(x, low, high):
+    """`T.clamp(x, low, high)`: `T.min(T.max(x, low), high)`."""
+    return min(max(x, low), high)
+
+
+def floordiv(a, b):
+    """`T.floordiv(a, b)`: division rounding toward minus infinity (Python's `//`), folded when both are ints."""
+    from tvm import tirx
+
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return tirx.floordiv(a, b)
+
+
+def floormod(a, b):
+    """`T.floormod(a, b)`: the remainder of `T.floordiv` (Python's `%`), folded when both are ints."""
+    from tvm import tirx
+
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return tirx.floormod(a, b)
+
+
 def _unary(name: str):
     def op(x):
         from tvm import tirx
@@ -157,6 +180,11 @@ def cast(x, dtype):
     """`T.cast(x, T.float16)`: convert an expression's dtype."""
 
     return as_expr(x, str(as_dtype(dtype)))
+
+
+def Cast(dtype, x):  # noqa: N802 - tilelang's name (TVM's argument order)
+    """`T.Cast(T.float16, x)`: `T.cast(x, T.float16)`."""
+    return cast(x, dtype)
 
 
 def infinity(dtype):

@@ -32,10 +32,13 @@ def _constant(x) -> int | None:
 
 
 class Kernel:
-    """`with T.Kernel(gx, gy, threads=128) as (bx, by):` launches a grid of CTAs of `threads` threads each."""
+    """`with T.Kernel(gx, gy, threads=128) as (bx, by):` launches a grid of CTAs of `threads` threads each
+    (`T.Kernel(threads=128)`, no grid: one CTA)."""
 
     def __init__(self, *grid, threads: int = 128):
         st = _state.active("T.Kernel")
+        if not grid:  # tilelang's `T.Kernel(threads=128)`: one CTA
+            grid = (1,)
         if not 1 <= len(grid) <= 3:
             raise st.error(f"T.Kernel takes 1 to 3 grid extents; got {len(grid)}")
         for i, extent in enumerate(grid):
@@ -129,6 +132,16 @@ def unroll(start, stop=None) -> LoopSpec:
     spec = _Serial(start, stop)
     spec.kind = "unroll"
     return spec
+
+
+def vectorized(start, stop=None) -> LoopSpec:
+    """`for i in T.vectorized(n)` (tilelang's spelling): each thread runs the loop in order, as `T.serial`; tile_nb
+    builds it as a T.serial loop (same results; the CUDA compiler may still vectorize it)."""
+    return _Serial(start, stop)
+
+
+# tilelang's capitalized aliases of the per-thread loops
+Serial, Unroll, Vectorized = serial, unroll, vectorized  # noqa: N816 - the DSL's names
 
 
 _TILELANG_PIPELINE_OPTIONS = ("order", "stage", "sync", "group")
