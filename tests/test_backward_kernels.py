@@ -288,3 +288,171 @@ def test_gpu_pairs_backward(dtype):
         ref = torch.autograd.grad(ref_fn(*ref_leaves), ref_leaves, dY.float())
         for a, b in zip(ours, ref):
             assert a.dtype == dtype and _rel(a.cpu(), b.cpu()) < GPU_TOL[dtype], key
+
+
+# ---- FlashAttention backward (tests/kernels/attention_backward.py) -------------------------------------------------
+from kernels import attention_backward as ab  # noqa: E402
+
+LOG2E = 1.4426950408889634
+# Small blocks keep the interpreter fast; the lowering refuses them (and float64), so their warning is expected here.
+not_lowerable_ok = pytest.mark.filterwarnings("ignore::tile_nb.NotLowerableWarning")
+
+
+def _attention_ref(Q, K, V, causal):
+    """O and the base-2 logsumexp of the scaled scores, in torch (K and V repeated over each KV head's group)."""
+    group = Q.shape[1] // K.shape[1]
+    K, V = K.repeat_interleave(group, 1), V.repeat_interleave(group, 1)
+    s = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
+    if causal:
+        S = Q.shape[2]
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=Q.device).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ V, torch.logsumexp(s, -1) * LOG2E
+
+
+def _attention_inputs(B, H, HK, S, D, dtype=torch.float64, device="cpu", seed=0):
+    return (_rand(B, H, S, D, seed=seed, dtype=dtype, device=device),
+            _rand(B, HK, S, D, seed=seed + 1, dtype=dtype, device=device),
+            _rand(B, HK, S, D, seed=seed + 2, dtype=dtype, device=device),
+            _rand(B, H, S, D, seed=seed + 3, dtype=dtype, device=device))
+
+
+def _attention_check(Q, K, V, dO, causal, cfg, close):
+    O, LSE = ab.flash_attention_fwd(Q, K, V, causal=causal, **cfg)
+    leaves = [t.detach().double().requires_grad_() for t in (Q, K, V)]
+    ref_O, ref_LSE = _attention_ref(*leaves, causal)
+    ref_grads = torch.autograd.grad(ref_O, leaves, dO.double())
+    grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, block_M=cfg["block_M"],
+                                  block_N=cfg["block_N"], threads=cfg.get("threads"))
+    for name, ours, ref in zip(("O", "LSE", "dQ", "dK", "dV"), (O, LSE, *grads), (ref_O, ref_LSE, *ref_grads)):
+        assert ours.dtype == (Q.dtype if name != "LSE" else ref_LSE.dtype if Q.dtype == torch.float64
+                              else torch.float32), name
+        close(name, ours, ref.detach())
+
+
+ATT_CFG = dict(dtype="float64", block_M=8, block_N=16)
+
+
+@not_lowerable_ok
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [1, 7, 33])
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2)])
+def test_attention_bwd_float64(causal, S, heads):
+    """Odd sequence lengths (one key block, partial blocks, query blocks of 8 against key blocks of 16), MHA and GQA
+    (two query heads per KV head: dK, dV added from both)."""
+    H, HK = heads
+    Q, K, V, dO = _attention_inputs(1, H, HK, S, 8, seed=S)
+
+    def close(name, ours, ref):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
+
+    _attention_check(Q, K, V, dO, causal, ATT_CFG, close)
+
+
+@not_lowerable_ok
+def test_attention_bwd_dynamic_sequence_length():
+    """S is T.dynamic: one specialization of each kernel serves S = 5, 9 and 40 (batch 2)."""
+    cfg = dict(dtype="float64", block_M=8, block_N=8)
+    kernels = (ab.flash_attention_fwd, ab.attention_bwd_preprocess, ab.attention_bwd)
+    before = [k.stats["specializations"] for k in kernels]
+    for S in (5, 9, 40):
+        Q, K, V, dO = _attention_inputs(2, 2, 1, S, 4, seed=S)
+
+        def close(name, ours, ref):
+            torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
+
+        _attention_check(Q, K, V, dO, True, cfg, close)
+    assert all(k.stats["specializations"] - n <= 1 for k, n in zip(kernels, before))
+
+
+@not_lowerable_ok
+def test_attention_bwd_float32():
+    """float32 inputs, float32 arithmetic: sums of 16 (head dim) and 33 (keys) terms; 1e-5 relative in the norm."""
+    Q, K, V, dO = _attention_inputs(1, 4, 2, 33, 16, dtype=torch.float32, seed=3)
+
+    def close(name, ours, ref):
+        assert _rel(ours, ref) < 1e-5, (name, _rel(ours, ref))
+
+    _attention_check(Q, K, V, dO, False, dict(dtype="float32", block_M=16, block_N=16), close)
+
+
+@not_lowerable_ok
+def test_attention_pair_gradcheck():
+    """gradcheck of O through the tile_nb.torch.autograd pair (float64, GQA, causal; S = 3 with blocks of 2)."""
+    attention = ab.flash_attention()
+    Q, K, V, _ = _attention_inputs(1, 2, 1, 3, 2, seed=11)
+    Q, K, V = (t.requires_grad_() for t in (Q, K, V))
+    cfg = dict(dtype="float64", causal=True, block_M=2, block_N=2)
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, **cfg)[0], (Q, K, V))
+
+
+ATT_LOWER = [("float16", 64, False, 128), ("float16", 64, True, 128), ("bfloat16", 128, False, 256),
+             ("bfloat16", 128, True, 256)]
+
+
+@pytest.mark.parametrize("dtype,D,causal,threads", ATT_LOWER)
+def test_attention_lowers_sm90a(dtype, D, causal, threads):
+    """The three kernels lower for sm_90a (GQA: 8 query heads on 2 KV heads; S dynamic); the backward's dQ, dK and
+    dV sums are atomicAdd on global memory. One case is compiled to CUDA (nvcc where installed)."""
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import lower
+
+    funcs = [ab.flash_attention_fwd.specialize(B=2, H=8, HK=2, D=D, dtype=dtype, causal=causal),
+             ab.attention_bwd_preprocess.specialize(B=2, H=8, D=D, dtype=dtype),
+             ab.attention_bwd.specialize(B=2, H=8, HK=2, D=D, dtype=dtype, causal=causal, threads=threads)]
+    if (dtype, D, causal) == ("float16", 64, False):
+        from tile_nb.runtime import compile as rt_compile
+
+        src = rt_compile(funcs[2], "sm_90a", options={"cache": False}).cuda_source
+        assert "atomicAdd" in src
+    else:
+        for func in funcs:
+            lower(func, resolve_target("sm_90a"))
+
+
+def test_attention_bwd_d128_with_128_threads_is_refused():
+    """At head dim 128 with 64 x 64 blocks, 128 threads would need 256 registers per thread for the fragments: the
+    lowering says so (attention_backward picks 256 threads there)."""
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import LoweringError, lower
+
+    func = ab.attention_bwd.specialize(B=1, H=2, HK=2, D=128, dtype="float16", threads=128)
+    with pytest.raises(LoweringError, match="256 32-bit registers per thread"):
+        lower(func, resolve_target("sm_90a"))
+
+
+# fp16 / bf16 inputs: P and dS are rounded to the input dtype for the tensor-core GEMMs (as FlashAttention does),
+# so the gradients carry about 2^-11 (fp16) / 2^-8 (bf16) relative error per term, plus float32 sums.
+ATT_GPU_TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2)])
+@pytest.mark.parametrize("S", [1, 127, 1000])
+def test_gpu_attention_bwd(dtype, D, causal, heads, S):
+    H, HK = heads
+    Q, K, V, dO = _attention_inputs(2, H, HK, S, D, dtype=dtype, device="cuda", seed=S)
+    name = str(dtype).removeprefix("torch.")
+
+    def close(what, ours, ref):
+        assert ours.is_cuda and not torch.isnan(ours).any(), what
+        assert _rel(ours.cpu(), ref.cpu()) < ATT_GPU_TOL[dtype], (what, _rel(ours.cpu(), ref.cpu()))
+
+    _attention_check(Q, K, V, dO, causal, dict(dtype=name, block_M=64, block_N=64), close)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_attention_pair(dtype):
+    """The pair's gradients on CUDA against SDPA's in float32 (GQA 8 / 2, causal, S = 1000, head dim 128)."""
+    attention = ab.flash_attention()
+    Q, K, V, dO = _attention_inputs(1, 8, 2, 1000, 128, dtype=dtype, device="cuda")
+    leaves = [t.clone().requires_grad_() for t in (Q, K, V)]
+    O, _ = attention(*leaves, dtype=str(dtype).removeprefix("torch."), causal=True)
+    ours = torch.autograd.grad(O, leaves, dO)
+    ref_leaves = [t.detach().float().requires_grad_() for t in (Q, K, V)]
+    ref = torch.autograd.grad(_attention_ref(*ref_leaves, True)[0], ref_leaves, dO.float())
+    for a, b in zip(ours, ref):
+        assert a.dtype == dtype and _rel(a, b) < ATT_GPU_TOL[dtype]

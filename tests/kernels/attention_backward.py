@@ -1,0 +1,230 @@
+"""FlashAttention backward (issue 33 item 4) in the standard two-kernel form, with grouped-query attention (HK KV
+heads, each shared by H // HK query heads), causal or not, and any sequence length in one compiled kernel (S is
+T.dynamic):
+
+- `flash_attention_fwd` is reference.flash_attention_gqa returning O and the row logsumexp the backward needs, in
+  base 2 of the scaled scores: LSE = max(s) * c + log2(sum(exp2(s * c - max(s) * c))), c = log2(e) / sqrt(D), so
+  that P = exp2(s * c - LSE);
+- `attention_bwd_preprocess`: Delta = rowsum(dO * O) in float32;
+- `attention_bwd`: one CTA per (key block, query head, batch) keeps its dK and dV tiles in registers over the query
+  blocks, and adds its share of dQ into a float32 dQ with T.atomic_add; dK and dV are added the same way, since the
+  H // HK query heads of one KV head write the same rows. dQ, dK and dV are float32 tensors the caller zeroes;
+  `attention_backward` (Python) does that and casts them to the inputs' dtype.
+
+Head dim 128 needs threads=256 in attention_bwd (64 x 64 blocks; the lowering refuses 128 threads: 256 registers
+per thread). `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
+arithmetic, for gradcheck).
+"""
+import tile_nb
+import tile_nb.language as T
+
+LOG2E = 1.4426950408889634
+
+
+@tile_nb.jit
+def flash_attention_fwd(Q, K, V, dtype: T.dtype = T.float16, causal: bool = False, block_M: int = 64,
+                        block_N: int = 64, num_stages: int = 2, threads: int = 128):
+    """O = softmax(Q K^T / sqrt(D)) V per head, and LSE (float32, base 2, see the module docstring)."""
+    B, H, HK, D = T.const('B, H, HK, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    Q: T.Tensor[[B, H, S, D], dtype]
+    K: T.Tensor[[B, HK, S, D], dtype]
+    V: T.Tensor[[B, HK, S, D], dtype]
+    O = T.empty((B, H, S, D), dtype)
+    LSE = T.empty((B, H, S), acc)
+    scale = T.rsqrt(T.cast(D, acc)) * LOG2E
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
+        Q_s = T.alloc_shared((block_M, D), dtype)
+        K_s = T.alloc_shared((block_N, D), dtype)
+        V_s = T.alloc_shared((block_N, D), dtype)
+        scores = T.alloc_fragment((block_M, block_N), acc)
+        probs = T.alloc_fragment((block_M, block_N), dtype)
+        o = T.alloc_fragment((block_M, D), acc)
+        m = T.alloc_fragment((block_M,), acc)
+        m_prev = T.alloc_fragment((block_M,), acc)
+        rescale = T.alloc_fragment((block_M,), acc)
+        row_sum = T.alloc_fragment((block_M,), acc)
+        denom = T.alloc_fragment((block_M,), acc)
+        kv_head = by // (H // HK)
+        T.copy(Q[bz, by, bx * block_M, 0], Q_s)
+        T.clear(o)
+        T.clear(denom)
+        T.fill(m, -T.infinity(acc))
+        n_blocks = T.ceildiv(S, block_N)
+        if causal:
+            n_blocks = T.min(n_blocks, T.ceildiv((bx + 1) * block_M, block_N))
+        for k in T.Pipelined(n_blocks, num_stages=num_stages):
+            T.copy(K[bz, kv_head, k * block_N, 0], K_s)
+            for i, j in T.Parallel(block_M, block_N):
+                if causal:
+                    masked = (k * block_N + j >= S) | (k * block_N + j > bx * block_M + i)
+                else:
+                    masked = k * block_N + j >= S
+                scores[i, j] = T.if_then_else(masked, -T.infinity(acc), T.cast(0, acc))
+            T.gemm(Q_s, K_s, scores, transpose_B=True)
+            T.copy(m, m_prev)
+            T.reduce_max(scores, m, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                rescale[i] = T.exp2(m_prev[i] * scale - m[i] * scale)
+            for i, j in T.Parallel(block_M, block_N):
+                scores[i, j] = T.exp2(scores[i, j] * scale - m[i] * scale)
+            T.reduce_sum(scores, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                denom[i] = denom[i] * rescale[i] + row_sum[i]
+            T.copy(scores, probs)
+            for i, j in T.Parallel(block_M, D):
+                o[i, j] *= rescale[i]
+            T.copy(V[bz, kv_head, k * block_N, 0], V_s)
+            T.gemm(probs, V_s, o)
+        for i, j in T.Parallel(block_M, D):
+            o[i, j] /= denom[i]
+        T.copy(o, O[bz, by, bx * block_M, 0])
+        for i in T.Parallel(block_M):
+            if bx * block_M + i < S:
+                LSE[bz, by, bx * block_M + i] = m[i] * scale + T.log2(denom[i])
+    return O, LSE
+
+
+@tile_nb.jit
+def attention_bwd_preprocess(O, dO, dtype: T.dtype = T.float16, block_M: int = 64, threads: int = 128):
+    """Delta[b, h, s] = sum_d dO[b, h, s, d] * O[b, h, s, d]."""
+    B, H, D = T.const('B, H, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    O: T.Tensor[[B, H, S, D], dtype]
+    dO: T.Tensor[[B, H, S, D], dtype]
+    Delta = T.empty((B, H, S), acc)
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
+        o = T.alloc_fragment((block_M, D), acc)
+        do = T.alloc_fragment((block_M, D), acc)
+        delta = T.alloc_fragment((block_M,), acc)
+        T.copy(O[bz, by, bx * block_M, 0], o)
+        T.copy(dO[bz, by, bx * block_M, 0], do)
+        for i, j in T.Parallel(block_M, D):
+            o[i, j] = o[i, j] * do[i, j]
+        T.reduce_sum(o, delta, dim=1)
+        T.copy(delta, Delta[bz, by, bx * block_M])
+    return Delta
+
+
+@tile_nb.jit
+def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float16, causal: bool = False,
+                  block_M: int = 64, block_N: int = 64, threads: int = 128):
+    """dQ, dK, dV (float32 or float64, zeroed by the caller) += the gradients of attention for the output gradient
+    dO; LSE from flash_attention_fwd, Delta from attention_bwd_preprocess."""
+    B, H, HK, D = T.const('B, H, HK, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    Q: T.Tensor[[B, H, S, D], dtype]
+    K: T.Tensor[[B, HK, S, D], dtype]
+    V: T.Tensor[[B, HK, S, D], dtype]
+    dO: T.Tensor[[B, H, S, D], dtype]
+    LSE: T.Tensor[[B, H, S], acc]
+    Delta: T.Tensor[[B, H, S], acc]
+    dQ: T.Tensor[[B, H, S, D], acc]
+    dK: T.Tensor[[B, HK, S, D], acc]
+    dV: T.Tensor[[B, HK, S, D], acc]
+    scale = T.rsqrt(T.cast(D, acc)) * LOG2E
+    sm_scale = T.rsqrt(T.cast(D, acc))
+    with T.Kernel(T.ceildiv(S, block_N), H, B, threads=threads) as (bx, by, bz):
+        K_s = T.alloc_shared((block_N, D), dtype)
+        V_s = T.alloc_shared((block_N, D), dtype)
+        Q_s = T.alloc_shared((block_M, D), dtype)
+        dO_s = T.alloc_shared((block_M, D), dtype)
+        dS_s = T.alloc_shared((block_N, block_M), dtype)
+        sT = T.alloc_fragment((block_N, block_M), acc)       # scores, transposed: key j, query i
+        dpT = T.alloc_fragment((block_N, block_M), acc)
+        pT = T.alloc_fragment((block_N, block_M), dtype)
+        dk = T.alloc_fragment((block_N, D), acc)
+        dv = T.alloc_fragment((block_N, D), acc)
+        dq = T.alloc_fragment((block_M, D), acc)
+        lse = T.alloc_fragment((block_M,), acc)
+        delta = T.alloc_fragment((block_M,), acc)
+        kv_head = by // (H // HK)
+        T.copy(K[bz, kv_head, bx * block_N, 0], K_s)
+        T.copy(V[bz, kv_head, bx * block_N, 0], V_s)
+        T.clear(dk)
+        T.clear(dv)
+        first = 0
+        if causal:
+            first = (bx * block_N) // block_M
+        for m in range(first, T.ceildiv(S, block_M)):
+            T.copy(Q[bz, by, m * block_M, 0], Q_s)
+            T.copy(dO[bz, by, m * block_M, 0], dO_s)
+            T.copy(LSE[bz, by, m * block_M], lse)
+            T.copy(Delta[bz, by, m * block_M], delta)
+            T.clear(sT)
+            T.gemm(K_s, Q_s, sT, transpose_B=True)
+            for j, i in T.Parallel(block_N, block_M):
+                if causal:
+                    masked = (m * block_M + i >= S) | (bx * block_N + j >= S) | (bx * block_N + j > m * block_M + i)
+                else:
+                    masked = (m * block_M + i >= S) | (bx * block_N + j >= S)
+                sT[j, i] = T.if_then_else(masked, T.cast(0, acc), T.exp2(sT[j, i] * scale - lse[i]))
+            T.copy(sT, pT)
+            T.gemm(pT, dO_s, dv)                              # dV += P^T dO
+            T.clear(dpT)
+            T.gemm(V_s, dO_s, dpT, transpose_B=True)          # (dO V^T)^T
+            for j, i in T.Parallel(block_N, block_M):
+                sT[j, i] = sT[j, i] * (dpT[j, i] - delta[i]) * sm_scale
+            T.copy(sT, dS_s)
+            T.gemm(dS_s, Q_s, dk)                             # dK += dS^T Q
+            T.clear(dq)
+            T.gemm(dS_s, K_s, dq, transpose_A=True)           # dQ = dS K
+            for i, j in T.Parallel(block_M, D):
+                if m * block_M + i < S:
+                    T.atomic_add(dQ[bz, by, m * block_M + i, j], dq[i, j])
+        for j, d in T.Parallel(block_N, D):
+            if bx * block_N + j < S:
+                T.atomic_add(dK[bz, kv_head, bx * block_N + j, d], dk[j, d])
+                T.atomic_add(dV[bz, kv_head, bx * block_N + j, d], dv[j, d])
+
+
+def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, block_M=64, block_N=64, threads=None):
+    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd into zeroed float32 (float64
+    for float64 inputs) gradients. Kernels are called through tile_nb.torch.op, so torch.compile can trace this.
+    threads=None: 128 below head dim 128, else 256 (with 128 threads and 64 x 64 blocks at head dim 128 the dK, dV
+    and dQ tiles and the two score tiles need 256 registers per thread, which the lowering refuses)."""
+    import torch
+
+    from tile_nb import torch as tt
+
+    if threads is None:
+        threads = 256 if Q.shape[-1] >= 128 else 128
+    dtype = dtype or str(Q.dtype).removeprefix("torch.")
+    acc = torch.float64 if Q.dtype == torch.float64 else torch.float32
+    dO = dO.contiguous()
+    Delta = tt.op(attention_bwd_preprocess)(O, dO, dtype=dtype, block_M=block_M)
+    dQ = torch.zeros(Q.shape, dtype=acc, device=Q.device)
+    dK = torch.zeros(K.shape, dtype=acc, device=K.device)
+    dV = torch.zeros(V.shape, dtype=acc, device=V.device)
+    tt.op(attention_bwd)(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype=dtype, causal=causal, block_M=block_M,
+                         block_N=block_N, threads=threads)
+    return dQ.to(Q.dtype), dK.to(K.dtype), dV.to(V.dtype)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, *output)
+
+
+def _backward(ctx, grad_O, grad_LSE):
+    """The gradient of O only (LSE is an output for the backward, not differentiated through)."""
+    Q, K, V, O, LSE = ctx.saved_tensors
+    cv = ctx.compile_values
+    return attention_backward(Q, K, V, O, LSE, grad_O, causal=cv.get("causal", False), dtype=cv.get("dtype"),
+                              block_M=cv.get("block_M", 64), block_N=cv.get("block_N", 64))
+
+
+_PAIR = None
+
+
+def flash_attention():
+    """flash_attention_fwd paired with its backward (tile_nb.torch.autograd): a differentiable (O, LSE) = f(Q, K, V,
+    **compile-time values) whose O has gradients for Q, K and V. Built on first use."""
+    global _PAIR
+    if _PAIR is None:
+        from tile_nb import torch as tt
+
+        _PAIR = tt.autograd(flash_attention_fwd, backward=_backward, setup_context=_setup)
+    return _PAIR
