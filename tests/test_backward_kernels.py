@@ -456,3 +456,29 @@ def test_gpu_attention_pair(dtype):
     ref = torch.autograd.grad(_attention_ref(*ref_leaves, True)[0], ref_leaves, dO.float())
     for a, b in zip(ours, ref):
         assert a.dtype == dtype and _rel(a, b) < ATT_GPU_TOL[dtype]
+
+
+# ---- a lowering failure found while writing these kernels ---------------------------------------------------------
+@pytest.mark.xfail(reason="lowering bug (tile_nb/lower/exprs.py): T.cast of a T.Parallel index whose extent is 1 "
+                          "raises AttributeError: 'int' object has no attribute 'ty'; backward.py compares "
+                          "T.cast(targets, int32) == j instead", raises=AttributeError)
+def test_cast_of_unit_parallel_index_lowers():
+    import tile_nb
+    import tile_nb.language as T
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import lower
+
+    @tile_nb.jit
+    def column_index(X, block_M: int = 4):
+        M, N = T.const('M, N')
+        X: T.Tensor[[M, N], T.float32]
+        Y = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            x = T.alloc_fragment((block_M, N), T.float32)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = T.cast(j, T.float32)
+            T.copy(x, Y[bx * block_M, 0])
+        return Y
+
+    lower(column_index.specialize(M=4, N=5), resolve_target("sm_90a"))   # N > 1 lowers
+    lower(column_index.specialize(M=4, N=1), resolve_target("sm_90a"))
