@@ -482,3 +482,35 @@ def test_cast_of_unit_parallel_index_lowers():
 
     lower(column_index.specialize(M=4, N=5), resolve_target("sm_90a"))   # N > 1 lowers
     lower(column_index.specialize(M=4, N=1), resolve_target("sm_90a"))
+
+
+# ---- the pairs under torch.compile ---------------------------------------------------------------------------------
+@not_lowerable_ok
+def test_pairs_under_torch_compile():
+    """LayerNorm, RMSNorm and attention pairs in one fullgraph torch.compile (aot_eager): their Python backwards call
+    the kernels through tile_nb.torch.op, so the backward graph traces too; gradients as torch's in float64."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    pairs, attention = bw.differentiable(), ab.flash_attention()
+    X, W, B, _ = _inputs(7, 5, seed=12)
+    Q, K, V, _ = _attention_inputs(1, 2, 1, 9, 4, seed=13)
+
+    def loss(pairs_on, x, w, b, q, k, v):
+        if pairs_on:
+            norms = pairs["layer_norm"](x, w, b, **F64) * pairs["rms_norm"](x, w, **F64)
+            o = attention(q, k, v, dtype="float64", causal=True, block_M=8, block_N=8)[0]
+        else:
+            norms, o = _ln_ref(x, w, b) * _rms_ref(x, w), _attention_ref(q, k, v, True)[0]
+        return norms.sin().sum() + o.square().sum()
+
+    compiled = torch.compile(lambda *a: loss(True, *a), backend="aot_eager", fullgraph=True)
+    try:
+        leaves = [t.clone().requires_grad_() for t in (X, W, B, Q, K, V)]
+        ours = torch.autograd.grad(compiled(*leaves), leaves)
+        ref_leaves = [t.clone().requires_grad_() for t in (X, W, B, Q, K, V)]
+        ref = torch.autograd.grad(loss(False, *ref_leaves), ref_leaves)
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    finally:
+        torch._dynamo.reset()
