@@ -77,12 +77,21 @@ def test_softmax_fwd_bwd_float64(shape):
     _close64(bw.softmax_bwd(Y, dY, **F64), ref_dX)
 
 
+def _cross_entropy(kernel):
+    """cross_entropy_fwd_bwd, or cross_entropy_chunked in chunks of 4 columns (1, 2 and 32 chunks at N = 1, 5,
+    127; the last one partial)."""
+    if kernel == "chunked":
+        return lambda X, targets, **cfg: bw.cross_entropy_chunked(X, targets, block_N=4, threads=128, **cfg)
+    return bw.cross_entropy_fwd_bwd
+
+
+@pytest.mark.parametrize("kernel", ["rows", "chunked"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_cross_entropy_float64(shape):
+def test_cross_entropy_float64(shape, kernel):
     M, N = shape
     X = _rand(M, N, seed=4) * 3
     targets = torch.randint(0, N, (M,), generator=torch.Generator().manual_seed(5))
-    loss, dlogits = bw.cross_entropy_fwd_bwd(X, targets, grad_scale=1.0 / M, **F64)
+    loss, dlogits = _cross_entropy(kernel)(X, targets, grad_scale=1.0 / M, **F64)
     assert loss.dtype == torch.float64 and dlogits.dtype == torch.float64
     x = X.clone().requires_grad_()
     ref_loss = F.cross_entropy(x, targets, reduction="none")
@@ -91,11 +100,13 @@ def test_cross_entropy_float64(shape):
     _close64(dlogits, ref_d)
 
 
-def test_cross_entropy_extreme_logits():
+@pytest.mark.parametrize("kernel", ["rows", "chunked"])
+def test_cross_entropy_extreme_logits(kernel):
     """Logits of +-1e4 (exp overflows without the max shift) and targets at the first and last column."""
-    X = torch.tensor([[1e4, 0.0, -1e4], [-1e4, -1e4, 1e4], [0.5, 0.25, 0.0]], dtype=torch.float64)
-    targets = torch.tensor([0, 0, 2])
-    loss, dlogits = bw.cross_entropy_fwd_bwd(X, targets, **F64)
+    X = torch.tensor([[1e4, 0.0, -1e4, 3.0, 2.0], [-1e4, -1e4, 1e4, 0.0, 1e4], [0.5, 0.25, 0.0, -1.0, -2.0]],
+                     dtype=torch.float64)
+    targets = torch.tensor([0, 0, 4])
+    loss, dlogits = _cross_entropy(kernel)(X, targets, **F64)
     x = X.clone().requires_grad_()
     ref_loss = F.cross_entropy(x, targets, reduction="none")
     (ref_d,) = torch.autograd.grad(ref_loss.sum(), x)
@@ -146,11 +157,12 @@ def test_float32_against_autograd(shape):
     (ref,) = _autograd(lambda x: torch.softmax(x, 1), (X,), dY)
     assert _rel(bw.softmax_bwd(Y, dY, **cfg), ref) < F32_TOL
     targets = torch.randint(0, N, (M,), generator=torch.Generator().manual_seed(5))
-    loss, dlogits = bw.cross_entropy_fwd_bwd(X, targets, **cfg)
     x = X.double().requires_grad_()
     ref_loss = F.cross_entropy(x, targets, reduction="none")
     (ref_d,) = torch.autograd.grad(ref_loss.sum(), x)
-    assert _rel(loss, ref_loss.detach()) < F32_TOL and _rel(dlogits, ref_d) < F32_TOL
+    for kernel in ("rows", "chunked"):
+        loss, dlogits = _cross_entropy(kernel)(X, targets, **cfg)
+        assert _rel(loss, ref_loss.detach()) < F32_TOL and _rel(dlogits, ref_d) < F32_TOL
 
 
 # ---- gradcheck through the tile_nb.torch.autograd pairs ------------------------------------------------------------
@@ -192,6 +204,7 @@ def _kernel_calls(M, N, dtype, dynamic_rows=False):
         (bw.rms_norm_fwd, (X, W), cfg),
         (bw.layer_norm_fwd, (X, W, W), cfg),
         (bw.col_sum, (part,), dict(dtype=cfg["dtype"], dynamic_rows=dynamic_rows)),
+        (bw.cross_entropy_chunked, (X, targets), dict(cfg, block_N=256)),
     ]
 
 
@@ -269,6 +282,23 @@ def test_gpu_against_torch(dtype, shape, dynamic_rows):
     (ref_d,) = torch.autograd.grad(ref_loss.sum(), x)
     check(loss, ref_loss.detach())
     check(dlogits, ref_d)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 1), (33, 127), (4096, 32000), (257, 128256)])
+def test_gpu_cross_entropy_chunked(dtype, shape):
+    """LLM vocabularies (32000, 128256): the chunked kernel against torch in float32, mean reduction."""
+    M, N = shape
+    X = (_rand(M, N, seed=1, device="cuda") * 4).to(dtype)
+    targets = torch.randint(0, N, (M,), device="cuda")
+    loss, dlogits = bw.cross_entropy_chunked(X, targets, dtype=str(dtype).removeprefix("torch."),
+                                             grad_scale=1.0 / M, dynamic_rows=True)
+    x = X.float().requires_grad_()
+    ref_loss = F.cross_entropy(x, targets, reduction="none")
+    (ref_d,) = torch.autograd.grad(ref_loss.mean(), x)
+    assert _rel(loss, ref_loss.detach()) < 3e-5   # float32 sums of up to 128256 terms
+    assert dlogits.dtype == dtype and _rel(dlogits.float(), ref_d) < GPU_TOL[dtype]
 
 
 @pytest.mark.gpu

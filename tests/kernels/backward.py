@@ -352,3 +352,54 @@ def differentiable():
 
 
 _PAIRS = None
+
+
+@tile_nb.jit
+def cross_entropy_chunked(logits, targets, dtype: T.dtype = T.bfloat16, grad_scale: float = 1.0, block_M: int = 1,
+                          block_N: int = 4096, threads: int = 256, dynamic_rows: bool = False):
+    """cross_entropy_fwd_bwd for vocabularies too wide for one row in registers (cross_entropy_fwd_bwd's two row
+    fragments need 250 KiB at 32000 float32 columns, over sm_90a's 227 KiB): the row in `block_N`-column chunks, an
+    online max and sum of exp in one pass, then a second pass that writes dlogits. Same outputs."""
+    M = T.dynamic('M') if dynamic_rows else T.const('M')
+    N = T.const('N')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    logits: T.Tensor[[M, N], dtype]
+    targets: T.Tensor[[M], T.int64]
+    loss = T.empty((M,), acc)
+    dlogits = T.empty((M, N), dtype)
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+        x = T.alloc_fragment((block_M, block_N), acc)
+        t = T.alloc_fragment((block_M, block_N), acc)
+        tgt = T.alloc_fragment((block_M,), T.int64)
+        m = T.alloc_fragment((block_M,), acc)
+        m_prev = T.alloc_fragment((block_M,), acc)
+        s = T.alloc_fragment((block_M,), acc)
+        chunk_sum = T.alloc_fragment((block_M,), acc)
+        picked = T.alloc_fragment((block_M,), acc)
+        T.copy(targets[bx * block_M], tgt)
+        T.fill(m, -T.infinity(acc))
+        T.clear(s)
+        T.clear(picked)
+        for k in T.serial(T.ceildiv(N, block_N)):
+            T.copy(logits[bx * block_M, k * block_N], x)
+            for i, j in T.Parallel(block_M, block_N):
+                t[i, j] = T.if_then_else(T.cast(tgt[i], T.int32) == k * block_N + j, x[i, j], T.cast(0, acc))
+                x[i, j] = T.if_then_else(k * block_N + j < N, x[i, j], -T.infinity(acc))
+            T.reduce_sum(t, picked, dim=1, clear=False)
+            T.copy(m, m_prev)
+            T.reduce_max(x, m, dim=1, clear=False)
+            for i, j in T.Parallel(block_M, block_N):
+                x[i, j] = T.exp(x[i, j] - m[i])
+            T.reduce_sum(x, chunk_sum, dim=1)
+            for i in T.Parallel(block_M):
+                s[i] = s[i] * T.exp(m_prev[i] - m[i]) + chunk_sum[i]
+        for i in T.Parallel(block_M):
+            if bx * block_M + i < M:
+                loss[bx * block_M + i] = m[i] + T.log(s[i]) - picked[i]
+        for k in T.serial(T.ceildiv(N, block_N)):
+            T.copy(logits[bx * block_M, k * block_N], x)
+            for i, j in T.Parallel(block_M, block_N):
+                x[i, j] = grad_scale * (T.exp(x[i, j] - m[i]) / s[i] - T.if_then_else(
+                    T.cast(tgt[i], T.int32) == k * block_N + j, T.cast(1, acc), T.cast(0, acc)))
+            T.copy(x, dlogits[bx * block_M, k * block_N])
+    return loss, dlogits
