@@ -488,10 +488,8 @@ def test_gpu_attention_pair(dtype):
         assert a.dtype == dtype and _rel(a, b) < ATT_GPU_TOL[dtype]
 
 
-# ---- a lowering failure found while writing these kernels ---------------------------------------------------------
-@pytest.mark.xfail(reason="lowering bug (tile_nb/lower/exprs.py): T.cast of a T.Parallel index whose extent is 1 "
-                          "raises AttributeError: 'int' object has no attribute 'ty'; backward.py compares "
-                          "T.cast(targets, int32) == j instead", raises=AttributeError)
+# ---- a lowering failure found while writing these kernels (T.cast of the var of a T.Parallel dim of extent 1 raised
+# AttributeError: 'int' object has no attribute 'ty' in tile_nb/lower/exprs.py) ------------------------------------
 def test_cast_of_unit_parallel_index_lowers():
     import tile_nb
     import tile_nb.language as T

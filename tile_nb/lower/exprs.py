@@ -56,6 +56,8 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
             return prim.expr.BitwiseNot(go(e.a))
         if isinstance(e, prim.expr.Cast):
             value = go(e.value)
+            if isinstance(value, int):  # the var of a loop of extent 1, mapped to 0
+                value = tirx.const(value, str(e.value.ty))
             if {str(e.ty), str(value.ty)} == {"float16", "bfloat16"}:
                 # CUDA converts between half and nv_bfloat16 by their bits; through float32 the value is kept,
                 # as the interpreter keeps it
