@@ -358,3 +358,21 @@ def test_vectorized_and_unroll_aliases(backend, rows):
 def test_other_spellings_compile_for_sm_90a():
     for kernel, consts in ((spellings_mix, dict(N=29)), (prefix_rows, dict(M=5, N=7)), (vector_scale, dict(M=33))):
         assert "__global__" in kernel.compile(target="sm_90a", **consts).cuda_source
+
+
+def test_tile_form_of_atomic_add_is_refused_not_run_differently():
+    # tilelang's `T.atomic_add(C[r, c], C_local)` adds a whole tile; tile_nb adds single elements only, and used to
+    # take one element of the tile silently (a wrong result, seen in tilelang's split-K example)
+    from tile_nb.errors import DSLError
+
+    @tile_nb.jit
+    def tile_add(C):
+        C: T.Tensor((4, 4), T.float32)
+        with T.Kernel(1, threads=32) as bx:
+            C_local = T.alloc_fragment((4, 4), T.float32)
+            T.fill(C_local, 1.0)
+            T.atomic_add(C[0, 0], C_local)
+
+    with pytest.raises(DSLError, match="whole tile") as info:
+        tile_add(torch.zeros(4, 4))
+    assert "element by element" in info.value.hint

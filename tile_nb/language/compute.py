@@ -94,6 +94,12 @@ def atomic_add(dst, value):
     st = _state.active("T.atomic_add")
     if not is_load(dst):
         raise st.error(f"T.atomic_add takes an element `C[i, j]` as its destination; got {dst!r}")
+    # tilelang's tile form (a buffer or a region as the value): as_expr would take one element
+    if isinstance(value, tirx.Buffer) or type(value).__name__ == "BufferRegion":
+        raise st.error("T.atomic_add of a whole tile (`T.atomic_add(C[i, j], C_local)`, tilelang's tile form) is "
+                       "not supported yet; it adds one element",
+                       hint="add element by element: `for i, j in T.Parallel(bm, bn): "
+                            "T.atomic_add(C[r + i, c + j], C_local[i, j])`")
     dtype = dst.source.dtype
     value = as_expr(value, dtype)
     call = tirx.call_extern(dtype, "atomicAdd", tirx.address_of(dst), value)
