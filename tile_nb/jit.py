@@ -49,6 +49,11 @@ _key_part = value_key
 _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
+# The tensors of torch's tracing (FakeTensorMode, make_fx, export): they have no data, so a call on them goes through
+# the kernel's custom op (tile_nb.torch); other tensor subclasses are tensors with data and run the kernel.
+_TRACED_TENSORS = frozenset({"FakeTensor", "FunctionalTensor"})
+
+
 class JITFunction:
     """A kernel: call it on tensors, or look at its phases with `template`, `specialize` and `compile`."""
 
@@ -297,7 +302,7 @@ class JITFunction:
         except (AttributeError, IndexError, TypeError, RuntimeError):
             return NOT_SEEN
         if launch is None:
-            if any(hasattr(a, "data_ptr") and not is_tensor(a) for a in args):
+            if any(type(a).__name__ in _TRACED_TENSORS for a in args):
                 return NOT_SEEN  # fake or functional tensors (torch tracing): the slow path hands them to torch
             device = None if spec.device_arg is None else args[spec.device_arg].device
             return self._launch(spec, list(args), device, None)
@@ -357,7 +362,7 @@ class JITFunction:
 
     def _call_slow(self, args, kwargs, backend):
         if backend is None and JITFunction.traced_call is not None \
-                and any(hasattr(a, "data_ptr") and not is_tensor(a) for a in (*args, *kwargs.values())):
+                and any(type(a).__name__ in _TRACED_TENSORS for a in (*args, *kwargs.values())):
             return JITFunction.traced_call(self, args, kwargs)
         # Read before the call is bound: if another thread changes a global the body reads meanwhile, this call's
         # specialization may be the old one and must not be filed under the new values.
