@@ -21,6 +21,8 @@ step() {  # step NAME COMMAND...: run it, time it, remember a failure
 step "unit tests" "$py" -m pytest -p no:nbval -q -m "not difftest" tests
 # Lint, with the rule set pinned in pyproject.toml ([tool.ruff.lint]).
 step ruff "$py" -m ruff check tile_nb tests benchmarks
+# Every benchmarks/results file that the repository names exists (the results are renamed and pruned by hand).
+step "results links" "$py" scripts/check_results_links.py
 # The differential tests' CPU tier (tests/difftest/README.md): generated kernels on the interpreter against a torch
 # model, each compiled for sm_90a and sm_80 (nvcc + ptxas). Derandomized: the same kernels every run.
 step "difftest CPU tier" "$py" -m pytest -p no:nbval -p no:cacheprovider -q -m difftest tests/test_difftest_cpu.py
