@@ -246,8 +246,33 @@ def _supply_type():
 __getattr__ = forwarding_getattr(__name__, "tilelang", {
     "language": _submodule("language"), "testing": _submodule("testing"), "profiler": _submodule("profiler"),
     "math": _submodule("math"), "tvm": _tvm, "TensorSupplyType": _supply_type,
-    "autotune": _autotune,
+    "autotune": _autotune, "autotuner": _submodule("autotuner"), "utils": _submodule("utils"),
+    "carver": _submodule("carver"), "contrib": _submodule("contrib"), "DataType": lambda: _tvm().DataType,
 }, package=True)
 
 __all__ = ["jit", "lazy_jit", "compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",
            "UnsupportedTilelangAPI"]
+
+
+# -- tilelang's kernel cache switches: tile_nb's disk cache of compiled kernels (tile_nb.runtime.cache) ------------
+def disable_cache() -> None:
+    """tilelang.disable_cache: turn tile_nb's disk cache of compiled kernels off for this process and the
+    processes it starts (it sets TILE_NB_DISABLE_CACHE=1, read at every compile). Kernels already compiled in this
+    process stay in memory; the results of a kernel never depend on the cache."""
+    import os
+
+    os.environ["TILE_NB_DISABLE_CACHE"] = "1"
+
+
+def enable_cache() -> None:
+    """tilelang.enable_cache: turn tile_nb's disk cache back on (removes TILE_NB_DISABLE_CACHE)."""
+    import os
+
+    os.environ.pop("TILE_NB_DISABLE_CACHE", None)
+
+
+def is_cache_enabled() -> bool:
+    """Whether tile_nb's disk cache of compiled kernels is on (TILE_NB_DISABLE_CACHE is not set to a true value)."""
+    from ..runtime.cache import cache_enabled
+
+    return cache_enabled()

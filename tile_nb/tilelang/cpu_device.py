@@ -135,7 +135,10 @@ def install() -> None:
 
     props = types.SimpleNamespace(name="tile_nb interpreter (CPU)", major=9, minor=0, multi_processor_count=132,
                                   total_memory=80 * 2**30, L2_cache_size=50 * 2**20, warp_size=32,
-                                  gcnArchName="")
+                                  gcnArchName="", shared_memory_per_block=48 * 1024,
+                                  shared_memory_per_block_optin=227 * 1024,
+                                  shared_memory_per_multiprocessor=228 * 1024, regs_per_multiprocessor=65536,
+                                  max_threads_per_multi_processor=2048)  # an H100 SXM's facts (sm_90)
     cuda = torch.cuda
     nothing = lambda *args, **kwargs: None  # noqa: E731
     cuda.is_available = lambda: True
