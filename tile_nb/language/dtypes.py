@@ -32,6 +32,10 @@ class DType(str):
     def is_float(self) -> bool:
         return self.startswith(("float", "bfloat"))
 
+    def as_torch(self):
+        """The torch dtype (`T.float16.as_torch()` is `torch.float16`; tilelang's spelling)."""
+        return torch_dtype(str(self))
+
 
 class _DTypeAnnotation:
     """`out_dtype: T.dtype = T.float32` marks a compile-time dtype parameter."""

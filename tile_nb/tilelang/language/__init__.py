@@ -10,6 +10,10 @@ from .._support import UnsupportedTilelangName, unsupported
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "uint": "uint32",
             "bfloat": "bfloat16"}
 _SUBMODULES = {"fp8"}
+# Why a name is refused, where there is more to say than "not yet".
+_DETAILS = {"tfloat32": "a TF32 tile rounds its float32 values to 10 mantissa bits as the GPU's tensor cores do; "
+                        "tile_nb's interpreter would not round the same way, so it refuses rather than give "
+                        "different results: use T.float32"}
 
 
 def _language():
@@ -24,7 +28,7 @@ def __getattr__(name: str):
     language = _language()
     value = getattr(language, _ALIASES.get(name, name), _MISSING)
     if value is _MISSING:
-        raise unsupported(f"tilelang.language.{name}", kind=UnsupportedTilelangName)
+        raise unsupported(f"tilelang.language.{name}", _DETAILS.get(name), kind=UnsupportedTilelangName)
     return value
 
 
