@@ -469,6 +469,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         "tile_nb.threads": st.threads or 0,
         "tile_nb.outputs": list(result.outputs),
         "tile_nb.tile_op_lines": list(st.tile_op_lines),
+        "tile_nb.hints": list(st.hints),
         "tile_nb.alloc_lines": [[buf.name, line] for buf, line in st.allocations],
     }
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).

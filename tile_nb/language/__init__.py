@@ -24,6 +24,7 @@ from .compute import (Cast, abs, atomic_add, cast, ceildiv, clamp, exp, exp2, fl
                       infinity, log, log2, max, min, reduce_absmax, reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid,
                       sqrt, tanh)
 from .dtypes import ALL_DTYPES, DType, dtype
+from .hints import GemmWarpPolicy, use_swizzle
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
 
@@ -49,7 +50,7 @@ __all__ = [
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
-    "clamp", "floordiv", "floormod", "Cast",
+    "clamp", "floordiv", "floormod", "Cast", "use_swizzle", "GemmWarpPolicy",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
 ]

@@ -23,12 +23,16 @@ def _static(x):
         return None
 
 
-def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False):
+def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False, policy=None):
     """`T.gemm(A, B, C)`: `C += A @ B` on tiles (`C = A @ B` with `clear_accum=True`). `A` is `[M, K]` (`[K, M]` with
-    `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and accumulates in its dtype."""
+    `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and accumulates in its dtype.
+    `policy` (a `T.GemmWarpPolicy`) is tilelang's warp-partition hint: recorded, tile_nb picks its own layout."""
     from tvm.tirx.script import tile as Tx
 
+    from .hints import gemm_policy
+
     st = _state.active("T.gemm")
+    gemm_policy(st, policy)
     ra, rb, rc = (region_of(x, what="T.gemm") for x in (A, B, C))
     shapes = [[_static(r.extent) for r in reg.region] for reg in (ra, rb, rc)]
     if any(len(s) != 2 for s in shapes):

@@ -45,6 +45,7 @@ class State:
     consts_used: list[str] = field(default_factory=list)
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
     allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
+    hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
 
     def record_tile_op(self) -> None:
         self.tile_op_lines.append(self.lineno)

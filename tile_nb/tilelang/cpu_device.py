@@ -140,15 +140,24 @@ def install() -> None:
                                   shared_memory_per_multiprocessor=228 * 1024, regs_per_multiprocessor=65536,
                                   max_threads_per_multi_processor=2048)  # an H100 SXM's facts (sm_90)
     cuda = torch.cuda
-    nothing = lambda *args, **kwargs: None  # noqa: E731
+
+    def nothing(name):
+        """A do-nothing function of its own for each name: torch.compile's trace rules map every torch object to one
+        rule and refuse one function object under two names ("Duplicate torch object")."""
+        def do_nothing(*args, **kwargs):
+            return None
+
+        do_nothing.__name__ = do_nothing.__qualname__ = name
+        return do_nothing
+
     cuda.is_available = lambda: True
     cuda.device_count = lambda: 1
     cuda.current_device = lambda: 0
-    cuda.set_device = nothing
-    cuda.synchronize = nothing
-    cuda.empty_cache = nothing
-    cuda.manual_seed = nothing
-    cuda.manual_seed_all = nothing
+    cuda.set_device = nothing("set_device")
+    cuda.synchronize = nothing("synchronize")
+    cuda.empty_cache = nothing("empty_cache")
+    cuda.manual_seed = nothing("manual_seed")
+    cuda.manual_seed_all = nothing("manual_seed_all")
     cuda.get_device_capability = lambda device=None: (9, 0)
     cuda.get_device_name = lambda device=None: props.name
     cuda.get_device_properties = lambda device=None: props

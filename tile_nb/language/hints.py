@@ -1,0 +1,52 @@
+"""Scheduling hints of tilelang that cannot change a kernel's results: accepted, and recorded so the kernel's plan
+shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at line <n>").
+
+- `T.use_swizzle(panel_size, order="row", enable=True)`: tilelang's block rasterization (the order in which CTAs
+  walk the output, for L2 reuse). tile_nb's lowering does not rasterize yet; every block still computes the same
+  tile, so results are unchanged.
+- `T.GemmWarpPolicy` (`Square`, `FullRow`, `FullCol`), given as `T.gemm(..., policy=...)`: how tilelang splits a
+  GEMM tile among warps. tile_nb chooses its own warp layout; the product is the same.
+"""
+from __future__ import annotations
+
+import enum
+
+from . import state as _state
+
+__all__ = ["use_swizzle", "GemmWarpPolicy", "record_hint"]
+
+_ORDERS = ("row", "column", "mlx")
+
+
+class GemmWarpPolicy(enum.IntEnum):
+    """tilelang's warp partition policies for `T.gemm(..., policy=...)` (a hint on tile_nb)."""
+
+    Square = 0
+    FullRow = 1
+    FullCol = 2
+
+
+def record_hint(st, text: str) -> None:
+    """Add a hint to the kernel being elaborated (kept in the PrimFunc's `tile_nb.hints` attribute)."""
+    st.hints.append(f"{text} at line {st.lineno}")
+
+
+def use_swizzle(panel_size: int, order: str = "row", enable: bool = True) -> None:
+    """`T.use_swizzle(panel_size, order="row", enable=True)` (inside a kernel): tilelang's block rasterization
+    hint. Recorded, not applied: it changes the order blocks run in, never what they compute."""
+    st = _state.active("T.use_swizzle")
+    if order not in _ORDERS:
+        raise st.error(f"T.use_swizzle(order=...): expected one of {', '.join(map(repr, _ORDERS))}, got {order!r}")
+    if isinstance(panel_size, bool) or not isinstance(panel_size, int) or panel_size < 1:
+        raise st.error(f"T.use_swizzle(panel_size=...): expected a positive int, got {panel_size!r}")
+    if enable:
+        record_hint(st, f"use_swizzle(panel_size={panel_size}, order={order!r}) (not applied: rasterization only)")
+
+
+def gemm_policy(st, policy) -> None:
+    """Check `T.gemm(..., policy=...)` and record it as a hint."""
+    if policy is None:
+        return
+    if isinstance(policy, bool) or not isinstance(policy, int) or policy not in tuple(GemmWarpPolicy):
+        raise st.error(f"T.gemm(policy=...): expected a T.GemmWarpPolicy (Square, FullRow, FullCol), got {policy!r}")
+    record_hint(st, f"gemm policy=GemmWarpPolicy.{GemmWarpPolicy(policy).name} (tile_nb chooses its own warp layout)")
