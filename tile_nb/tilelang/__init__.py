@@ -8,10 +8,11 @@ It is never installed by importing tile_nb, and a real tilelang is not hidden un
 Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated in the body or the signature; the
 object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `get_profiler()`), `tilelang.language`
 (tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
-`tilelang.next_power_of_2`, `tilelang.autotune` (a call giving the tuned parameters; no search yet),
+`tilelang.next_power_of_2`, `tilelang.autotune` and `tilelang.autotuner` (a search: autotuner.py),
 `tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math; lowering
 hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
-requires_cuda*, set_random_seed) and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
+requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` / `is_cache_enabled`,
+`tilelang.DataType`, `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
 "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
 """
 from __future__ import annotations
