@@ -5,6 +5,10 @@ loaded (a GPU driver is present), asks the global `tvm_callback_cuda_compile` fo
 own callback so it chooses the compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the step.
 Without a driver TVM never calls the callback and keeps the source only; the cubin is then made here, from the
 same source, so resource use is known on CPU-only machines too (that module cannot launch).
+
+A `compute_XY` target (target.py) is compiled the same way (the cubin for sm_XY checks that ptxas accepts the code
+and gives its resources), but the callback hands TVM the PTX, which TVM loads as such (it tells PTX from a cubin by
+the leading '/' of PTX's comment header), so the driver compiles it for whatever GPU runs it.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any, Callable
 from . import cuda_compile
 from .cuda_compile import CubinResult
 from .resources import Resources, dynamic_shared_from_script
-from .target import resolve_target, target_arch
+from .target import resolve_target, target_arch, target_embeds_ptx
 
 __all__ = ["BuildOptions", "BuildResult", "build", "cuda_runtime_loaded"]
 
@@ -85,8 +89,8 @@ def cuda_runtime_loaded() -> bool:
 class _Capture:
     """One build's request to the callback: how to compile, and where the result goes."""
 
-    def __init__(self, arch: str, options: BuildOptions, take_marks):
-        self.arch, self.options, self.take_marks = arch, options, take_marks
+    def __init__(self, arch: str, options: BuildOptions, take_marks, ptx: bool = False):
+        self.arch, self.options, self.take_marks, self.ptx = arch, options, take_marks, ptx
         self.results: list[tuple[str, dict, CubinResult]] = []
 
 
@@ -107,7 +111,19 @@ def _callback(code: str, *_unused) -> bytes:
     result = cuda_compile.compile_cuda(code, capture.arch, compiler=opts.compiler, fast_math=opts.fast_math,
                                        ptxas_options=opts.ptxas_options)
     capture.results.append((code, regions, result))
+    if capture.ptx:
+        return _loadable_ptx(result, capture.arch)
     return result.cubin
+
+
+def _loadable_ptx(result: CubinResult, arch: str) -> bytes:
+    """The PTX of a compile, as TVM loads PTX: text whose first character is '/' (nvcc's and NVRTC's PTX start
+    with a `//` comment header; one is added where it is missing)."""
+    if not result.ptx:
+        raise cuda_compile.CudaCompileError(result.compiler, arch, "the compiler kept no PTX, so a compute_ target "
+                                            "has nothing to load")
+    text = result.ptx if result.ptx.startswith("/") else "//\n" + result.ptx
+    return text.encode()
 
 
 def _install_callback() -> None:
@@ -129,12 +145,13 @@ def _no_marks(code: str) -> tuple[str, dict]:
 
 
 @contextlib.contextmanager
-def compiling_cuda(arch: str, options: BuildOptions, take_marks=None):
+def compiling_cuda(arch: str, options: BuildOptions, take_marks=None, *, ptx: bool = False):
     """Inside, TVM's CUDA compiles go through `cuda_compile` with `options` and `take_marks` applied (one build at
-    a time: TVM's compile callback is process-global); the capture lists what was compiled."""
+    a time: TVM's compile callback is process-global); the capture lists what was compiled. With `ptx`, TVM's
+    module gets the PTX instead of the cubin."""
     with _build_lock:
         _install_callback()
-        capture = _Capture(arch, options, take_marks or _no_marks)
+        capture = _Capture(arch, options, take_marks or _no_marks, ptx)
         _state.capture = capture
         try:
             yield capture
@@ -165,7 +182,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
     target = resolve_target(target)
     arch = target_arch(target)
     take_marks = take_marks or _no_marks
-    with compiling_cuda(arch, options, take_marks) as capture, target:
+    with compiling_cuda(arch, options, take_marks, ptx=target_embeds_ptx(target)) as capture, target:
         start = time.perf_counter()
         executable = tvm.compile(mod, target=target, tir_pipeline="tirx")
         total = time.perf_counter() - start

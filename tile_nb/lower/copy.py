@@ -127,6 +127,7 @@ def issue_async_copy(em, call):
         return
     nbytes = v * tirx_bits(src.buf.dtype) // 8
     vspace = space[:-1] + [space[-1] // v]
+    sync = not em.caps.cp_async  # sm_75: the same copy as a load and a store
 
     def body(it):
         it = list(it[:-1]) + [it[-1] * v]
@@ -134,11 +135,11 @@ def issue_async_copy(em, call):
         cond = src.in_bounds(sidx)
         dptr = intrin.address_of(em.view(dst.buf), [em.shared_offset(dst.buf, didx)])
         if cond is None:
-            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, sidx), nbytes, nbytes))
+            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, sidx), nbytes, nbytes, sync=sync))
         else:
             safe = [tirx.Select(cond, i, tirx.const(0, "int32")) for i in sidx]
             size = tirx.Select(cond, tirx.const(nbytes, "int32"), tirx.const(0, "int32"))
-            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, safe), nbytes, size))
+            T.evaluate(intrin.cp_async(dptr, em.global_pointer(src.buf, safe), nbytes, size, sync=sync))
 
     distribute(em, vspace, body)
 
@@ -292,7 +293,7 @@ def lower_copy(em, call):
     if dst.buf in em.plan.shared and src.scope == "global" and not em.scope.thread_code:
         issue_async_copy(em, call)
         if can_async(em, call):
-            T.evaluate(intrin.cp_async_commit())
+            em.commit_copies()
             em.async_copies_landed(0)
         return
     space = _space(dst, src)

@@ -22,6 +22,7 @@ from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
 from . import intrin
+from .arch import ArchCaps
 from .diagnostics import SourceLines
 from .errors import LoweringError
 from .exprs import fit_int32, reaches_int32_limit, rewrite, widen_index
@@ -92,6 +93,7 @@ class Emitter:
         self.plan = plan
         self.target = target
         self.threads = plan.threads
+        self.caps = ArchCaps.of(plan.arch)  # what the target has (cp.async, mma.sync m16n8k16, ...)
         self.lines = SourceLines(func)
         # statement -> its region id (sourcemap.py): its code is bracketed by marks the views map lines with
         self.regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else {}
@@ -554,9 +556,16 @@ class Emitter:
         lane 0's thread index, so that ptxas sees branches on it as warp-uniform (tma.py)."""
         return (self.warp_tx if self.warp_tx is not None else self.tx) < self.threads
 
+    def commit_copies(self):
+        """cp.async.commit_group; nothing where the copies are plain loads and stores (sm_75: no cp.async)."""
+        if self.caps.cp_async:
+            T.evaluate(intrin.cp_async_commit())
+
     def async_copies_landed(self, pending: int):
-        """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy."""
-        T.evaluate(intrin.cp_async_wait(pending))
+        """cp.async.wait_group, plus the proxy fence wgmma needs to see data written by the generic proxy.
+        Without cp.async each copy has completed in its thread already: the barrier after this suffices."""
+        if self.caps.cp_async:
+            T.evaluate(intrin.cp_async_wait(pending))
         if self.plan.uses_wgmma:
             T.evaluate(intrin.fence_proxy_async())
 

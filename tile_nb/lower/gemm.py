@@ -1,5 +1,8 @@
 """`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16.
 
+On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
+arch_rules.py refuses bfloat16 there at the user's line); ldmatrix is the same from sm_75 on.
+
 C is a register fragment (`MmaAccLayout`: the CTA tile split over a grid of warps, each warp owning a
 WM x WN block of 16x8 atoms); A and B are shared tiles in the swizzled layout (layout.py). Per 16-wide k-step,
 each warp loads its A fragments (one ldmatrix.x4 per 16 rows) and B fragments (one ldmatrix.x4 per 16
@@ -44,7 +47,7 @@ def lower_gemm(em, call):
     in_dtype = str(a_buf.dtype)
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
         eight_bit = any(t in ("float8_e4m3fn", "float8_e5m2", "int8", "uint8") for t in (in_dtype, str(b_buf.dtype)))
-        hint = ("; 8-bit inputs run on Hopper wgmma only (target sm_90a): B stored [N, K] with transpose_B=True, "
+        hint = (f"; 8-bit inputs run on Hopper wgmma only (target sm_90a; this target is {em.caps.arch}): B stored [N, K] with transpose_B=True, "
                 "block_K * 1 byte = 64 or 128, block_M a multiple of 64 per warpgroup of threads, block_N a "
                 "multiple of 64 up to 256, whole shared tiles as operands, and an int32 accumulator for "
                 "int8/uint8 (a float one for 8-bit floats)") if eight_bit else ""
@@ -113,5 +116,6 @@ def lower_gemm(em, call):
                 intrin.address_of(a_frag, [mi * 4]),
                 intrin.address_of(b_frag, [ni * 2]),
                 in_dtype,
+                k8=not em.caps.mma_k16,
             ))
     em.round_accumulator(c_buf)

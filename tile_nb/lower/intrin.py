@@ -53,9 +53,31 @@ __forceinline__ __device__ void {name}(void* smem, const void* gmem, int src_byt
     return name, src
 
 
-def cp_async(dst_ptr, src_ptr, nbytes: int, src_bytes) -> tirx.Expr:
-    """Asynchronous global->shared copy of `nbytes` (4, 8 or 16); `src_bytes` = 0 writes zeros."""
-    name, src = _cp_async_source(nbytes)
+_RAW_ZERO = {16: "make_uint4(0u, 0u, 0u, 0u)", 8: "make_uint2(0u, 0u)", 4: "0u"}
+
+
+def _copy_sync_source(nbytes: int) -> tuple[str, str]:
+    raw = {16: "uint4", 8: "uint2", 4: "unsigned"}[nbytes]
+    name = f"tnb_copy_sync_{nbytes}"
+    src = f"""
+__forceinline__ __device__ void {name}(void* smem, const void* gmem, int src_bytes) {{
+  // cp.async's contract without cp.async (sm_75): the first src_bytes bytes copied, the rest zero-filled.
+  {raw} v = {_RAW_ZERO[nbytes]};
+  if (src_bytes >= {nbytes}) {{
+    v = *(const {raw}*)gmem;
+  }} else {{
+    for (int i = 0; i < src_bytes; ++i) ((unsigned char*)&v)[i] = ((const unsigned char*)gmem)[i];
+  }}
+  *({raw}*)smem = v;
+}}
+"""
+    return name, src
+
+
+def cp_async(dst_ptr, src_ptr, nbytes: int, src_bytes, *, sync: bool = False) -> tirx.Expr:
+    """Asynchronous global->shared copy of `nbytes` (4, 8 or 16); `src_bytes` = 0 writes zeros. With `sync`
+    (targets without cp.async, arch.py) the same copy as one load and one store, complete when it returns."""
+    name, src = _copy_sync_source(nbytes) if sync else _cp_async_source(nbytes)
     return cuda_func_call(name, dst_ptr, src_ptr, src_bytes, source_code=src)
 
 
@@ -96,9 +118,30 @@ __forceinline__ __device__ void {name}(void* dst, void* smem) {{
     return cuda_func_call(name, dst_ptr, smem_ptr, source_code=src)
 
 
-def mma_m16n8k16(acc_ptr, a_ptr, b_ptr, in_dtype: str) -> tirx.Expr:
-    """acc[0:4] += A(16x16, 4 regs) @ B(16x8, 2 regs), fp32 accumulation, PTX fragment layouts."""
+def mma_m16n8k16(acc_ptr, a_ptr, b_ptr, in_dtype: str, *, k8: bool = False) -> tirx.Expr:
+    """acc[0:4] += A(16x16, 4 regs) @ B(16x8, 2 regs), fp32 accumulation, PTX fragment layouts.
+
+    With `k8` (sm_75, which has mma.sync m16n8k8 but not m16n8k16, float16 only): two m16n8k8 MMAs, the first on
+    k 0..7 (A's registers 0 and 1, B's register 0), the second on k 8..15 (A's 2 and 3, B's 1): in the PTX ISA's
+    fragment layouts the m16n8k16 registers are exactly the two m16n8k8 fragments side by side."""
     ptx_t = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
+    if k8:
+        if in_dtype != "float16":
+            raise ValueError(f"mma.sync m16n8k8 on sm_75 takes float16 inputs, not {in_dtype}")
+        name = "tnb_mma_m16n8k8x2_f16_f32"
+        src = f"""
+__forceinline__ __device__ void {name}(float* c, void* a, void* b) {{
+  unsigned* A = (unsigned*)a;
+  unsigned* B = (unsigned*)b;
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, {{%4, %5}}, {{%6}}, {{%0, %1, %2, %3}};\\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(A[0]), "r"(A[1]), "r"(B[0]));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {{%0, %1, %2, %3}}, {{%4, %5}}, {{%6}}, {{%0, %1, %2, %3}};\\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(A[2]), "r"(A[3]), "r"(B[1]));
+}}
+"""
+        return cuda_func_call(name, acc_ptr, a_ptr, b_ptr, source_code=src)
     name = f"tnb_mma_m16n8k16_{ptx_t}_f32"
     src = f"""
 __forceinline__ __device__ void {name}(float* c, void* a, void* b) {{

@@ -1,5 +1,10 @@
 """`T.Pipelined(n, num_stages=s)`: a multi-stage cp.async software pipeline.
 
+Without cp.async (sm_75: arch.py) the same schedule is emitted with the copies as plain loads and stores, and no
+commit or wait: each thread's copy has landed when the next instruction runs, so the barrier alone publishes
+it. The stages stay (a stage is still written only while no warp reads it), but a thread waits for its own loads,
+so memory overlaps the MMAs only across warps.
+
 The copies the plan prefetches (schedule.py) are the producer; everything else in the body is the consumer. Each
 shared tile written by the producer has `s` copies (stage i % s holds iteration i). The emitted schedule:
 
@@ -49,7 +54,7 @@ def emit_pipelined(em, loop):
     start, n = em.expr(loop.min), em.expr(loop.extent)
     stages = schedule.stages if copies else 1  # nothing to overlap: a plain serial loop
     const_n = int(n) if isinstance(n, tirx.IntImm) else None
-    commit = lambda: T.evaluate(intrin.cp_async_commit())  # noqa: E731
+    commit = em.commit_copies
     in_flight = em.plan.keeps_mma_in_flight(loop)
     ahead = stages - 1 - (1 if in_flight else 0)
 
@@ -92,5 +97,6 @@ def emit_pipelined(em, loop):
     if in_flight:
         drain_accumulators(em, rest)
     if stages > 1:
-        T.evaluate(intrin.cp_async_wait(0))
+        if em.caps.cp_async:
+            T.evaluate(intrin.cp_async_wait(0))
         em.sync()

@@ -23,6 +23,8 @@ import tvm
 import tvm.sym
 from tvm import tirx
 
+from .arch import ArchCaps
+from .arch_rules import check_target
 from .budget import check_registers, check_shared, layout_pool, packed_registers
 from .diagnostics import SourceLines
 from .errors import LoweringError
@@ -224,6 +226,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     threads, grid = _launch(func)
     if threads is None:
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
+    check_target(func, ArchCaps.of(arch), lines)
     try:
         accumulators, gemm_operands, panel_operands, register_a = _choose_mma(func, target, threads, lines, options)
     except LoweringError as err:

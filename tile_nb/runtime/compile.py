@@ -23,7 +23,7 @@ from .._locks import KeyedLocks
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
 from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
 from ..backend.resources import Resources
-from ..backend.target import device_arch, device_sm_count, resolve_target, target_arch
+from ..backend.target import device_arch, device_sm_count, launch_problem, resolve_target, target_arch
 from .cache import CacheWarning, CorruptEntry, DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
@@ -149,18 +149,12 @@ def _keyed_script(func) -> str:
     return func.script()
 
 
-def _launch_problem(arch: str) -> str | None:
-    """Why a kernel for `arch` cannot launch in this process, or None when it can."""
+def _launch_problem(target) -> str | None:
+    """Why a kernel built for `target` cannot launch in this process, or None when it can."""
     if not cuda_runtime_loaded():
         return "no CUDA driver in this process (TVM's CUDA runtime is not loaded); source, cubin and resources " \
                "are available, launching needs a GPU"
-    dev = device_arch()
-    if dev is None:
-        return "torch sees no CUDA device"
-    digits = lambda a: a[3:].rstrip("af")
-    if digits(dev) != digits(arch):
-        return f"it was built for {arch} but the device is {dev}; compile with target=None to use the device's arch"
-    return None
+    return launch_problem(target, device_arch())  # a cubin of the device's arch, or PTX of an older one
 
 
 def compile(func, target=None, *, options: dict[str, Any] | None = None, lowering=None) -> CompiledKernel:
@@ -190,7 +184,7 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None, lowerin
     lowering = current(lowering)  # resolved once: the key and the lowering read this value
     func = with_device_facts(func, target, lowering)
     key, _ = _key(func, target, build_options, lowering)
-    problem = _launch_problem(arch)
+    problem = _launch_problem(target)
     timings = {"key": time.perf_counter() - start}
 
     with _memory_lock:

@@ -1,0 +1,399 @@
+"""Every architecture from sm_75 to sm_120 builds a kernel or refuses it with a LoweringError at the user's line that
+names the architecture and what it lacks, never a compiler dump (issue 35, items 1 and 3; docs/architectures.md).
+
+Tiers:
+- CPU: the architecture facts, target selection (`TILE_NB_ARCH`, `compute_XY` PTX builds), the instructions each
+  arch's CUDA uses, and the refusals;
+- CUDA toolkit (skipped without nvcc): the reference kernels of tests/kernels/corpus.py compiled to cubins by
+  ptxas for each architecture, or refused as EXPECTED says; a few cases unmarked, the whole matrix `slow`;
+- GPU (`gpu`, the H200): `compute_75` / `compute_80` builds of the seed GEMM and FlashAttention, loaded as PTX,
+  compiled by the driver and compared with torch (not run yet: no GPU in the session that wrote them).
+
+`python tests/test_architectures.py` prints the matrix as the markdown table of
+benchmarks/results/architectures.md.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
+
+from tile_nb.backend import toolchain  # noqa: E402
+from tile_nb.lower.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
+
+ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
+HAVE_NVCC = toolchain.find_tool("nvcc") is not None
+needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="needs nvcc/ptxas to build cubins")
+
+
+# ---------------------------------------------------------------------------------------------- the matrix
+
+def _kernels():
+    """name -> phase-2 IR factory: the corpus kernels, plus configurations sized for the smaller GPUs."""
+    from kernels import corpus
+    from kernels import reference as ref
+    from kernels.seed import gemm_ir
+
+    kernels = {name: make for name, (make, _) in corpus.CORPUS.items()}
+    # FlashAttention in 64 KiB of shared memory (sm_75's limit): 64x64 tiles, head dim 64, two stages.
+    kernels["flash_attention_d64_64x64"] = lambda: ref.flash_attention.specialize(B=1, H=4, S=512, D=64, block_M=64,
+                                                                                  block_N=64)
+    kernels["gemm_bf16_1024"] = lambda: gemm_ir(1024, 1024, 1024, in_dtype="bfloat16")
+    kernels["gemm_fp16_out_trans_B_1024"] = lambda: gemm_ir(1024, 1024, 1024, out_dtype="float16", trans_B=True)
+    return kernels
+
+
+_SMEM = "of shared memory per block; {arch} allows"
+_FP8 = "the target {arch} lacks 8-bit float types"
+_NOT_F16 = "the target {arch} has tensor-core MMAs for float16 inputs only"
+_BF16 = "the target sm_75 lacks bfloat16"
+_WGMMA_ONLY = "8-bit inputs run on Hopper wgmma only (target sm_90a; this target is {arch})"
+_BIG_SMEM = ("gemm_128x256x64_s4_4096_sm90a", "gemm_128x256x64_s4_8192_stream_k_sm90a",
+             "gemm_128x256x64_s4_4096x11008x4096_sm90a", "gemm_cluster2_sm90a", "flash_attention_d128_sm90a",
+             "flash_attention_d128_causal_sm90a", "flash_attention_gqa_dynamic_sm90a")
+
+
+def _expected() -> dict:
+    """(kernel, arch) -> the text its LoweringError must contain; a pair not listed builds a cubin."""
+    out = {}
+    for arch in ARCHS:
+        caps = ArchCaps.of(arch)
+        small = caps.max_shared_bytes < 192 * 1024  # every arch but sm_90a / sm_100a
+        for name in _BIG_SMEM:
+            if small:
+                out[name, arch] = _SMEM.format(arch=arch)
+        if caps.max_shared_bytes < 168 * 1024:
+            out["flash_attention_d256_sm90a", arch] = _SMEM.format(arch=arch)
+        if caps.max_shared_bytes < 144 * 1024:
+            out["gemm_128x256x64_s3_fp32_out_sm90a", arch] = _SMEM.format(arch=arch)
+        if caps.max_shared_bytes < 88 * 1024:
+            for name in ("flash_attention_d64_sm90a", "flash_attention_d128_sm80"):
+                out[name, arch] = _SMEM.format(arch=arch)
+        if not caps.fp8:
+            out["gemm_fp8_128x256x128_8192_sm90a", arch] = _FP8.format(arch=arch)
+        elif not caps.wgmma:
+            out["gemm_fp8_128x256x128_8192_sm90a", arch] = (_SMEM if small else _WGMMA_ONLY).format(arch=arch)
+        if not caps.wgmma:
+            out["gemm_int8_4096_sm90a", arch] = (_NOT_F16 if not caps.mma_k16 else _SMEM if small
+                                                 else _WGMMA_ONLY).format(arch=arch)
+        if not caps.bf16:
+            out["gemm_bf16_1024", arch] = _BF16
+    return out
+
+
+def _compile(name: str, arch: str):
+    from kernels import corpus
+    from tile_nb.lower import LoweringOptions
+    from tile_nb.runtime import compile as rt_compile
+
+    return rt_compile(_kernels()[name](), arch, options={"cache": False},
+                      lowering=LoweringOptions(sm_count=corpus.SM_COUNT))
+
+
+def _check(name: str, arch: str):
+    """Build `name` for `arch` and check the outcome against EXPECTED; returns the kernel or the error."""
+    from tile_nb.backend.cuda_compile import CudaCompileError
+    from tile_nb.lower import LoweringError
+
+    expected = _expected().get((name, arch))
+    try:
+        kernel = _compile(name, arch)
+    except CudaCompileError as err:  # the failure this file exists to prevent: a compiler dump
+        pytest.fail(f"{name} for {arch}: a raw compiler error instead of a LoweringError:\n{err}")
+    except LoweringError as err:
+        assert expected is not None, f"{name} for {arch} was refused, expected to build: {err}"
+        assert expected in str(err), f"{name} for {arch}: expected a refusal with {expected!r}, got: {err}"
+        assert arch in str(err) or "sm_75" in expected, f"the refusal does not name {arch}: {err}"
+        assert err.lineno is not None and err.filename and err.filename.endswith(".py"), \
+            f"the refusal of {name} for {arch} does not point at the user's line: {err}"
+        return err
+    assert expected is None, f"{name} for {arch} built, but a refusal with {expected!r} was expected"
+    assert kernel.arch == arch and kernel.cubin, f"{name} for {arch}: no cubin"
+    resources = kernel.resources_by_kernel
+    assert resources and all(r.registers > 0 for r in resources.values()), resources
+    return kernel
+
+
+FAST_CASES = [
+    ("gemm_seed_1000x1032x1000_sm80", "sm_75"),    # mma.sync m16n8k8 and plain copies
+    ("gemm_bf16_1024", "sm_75"),                   # refused: no bfloat16
+    ("gemm_fp8_128x256x128_8192_sm90a", "sm_80"),  # refused: no 8-bit floats
+    ("flash_attention_d64_64x64", "sm_75"),
+    ("rowwise_softmax_fp16_sm90a", "sm_120"),
+    ("gemm_seed_1000x1032x1000_sm80", "sm_100a"),
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name, arch", FAST_CASES)
+def test_a_representative_kernel_builds_or_is_refused(name, arch):
+    _check(name, arch)
+
+
+def _matrix_cases():
+    try:
+        names = sorted(_kernels())
+    except Exception:  # noqa: BLE001 - collection must not fail where the kernels cannot be built
+        names = []
+    return [pytest.param(n, a, marks=pytest.mark.slow) for a in ARCHS for n in names if (n, a) not in FAST_CASES]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name, arch", _matrix_cases())
+def test_every_reference_kernel_builds_or_is_refused(name, arch):
+    _check(name, arch)
+
+
+# ---------------------------------------------------------------------------------------------- CPU: facts
+
+def test_architecture_facts():
+    t4, a100, l4, h200, b200, rtx50 = (ArchCaps.of(a) for a in ("sm_75", "sm_80", "sm_89", "sm_90a", "sm_100a",
+                                                              "sm_120"))
+    assert not (t4.cp_async or t4.mma_k16 or t4.bf16 or t4.fp8 or t4.wgmma)
+    assert a100.cp_async and a100.mma_k16 and a100.bf16 and not a100.fp8 and not a100.wgmma
+    assert l4.fp8 and not l4.wgmma
+    assert h200.wgmma and not ArchCaps.of("sm_90").wgmma
+    assert not b200.wgmma and not rtx50.wgmma  # Blackwell: the mma.sync path (tcgen05 is not built)
+    assert (t4.max_shared_bytes, a100.max_shared_bytes, l4.max_shared_bytes, h200.max_shared_bytes,
+            rtx50.max_shared_bytes) == (64 * 1024, 163 * 1024, 99 * 1024, 227 * 1024, 99 * 1024)
+    assert "sm_75 lacks cp.async" in t4.lacks("cp_async") and "sm_80" in t4.lacks("cp_async")
+
+
+@pytest.mark.parametrize("arch, says", [
+    ("sm_70", "tile_nb builds for sm_75"), ("sm_61", "tile_nb builds for sm_75"),
+    ("sm_91", "not a CUDA architecture nvcc 13 builds"), ("sm_80a", "exist from sm_90 on"),
+    ("gfx90a", "expected sm_XY"),
+])
+def test_unsupported_architectures_are_refused_by_name(arch, says):
+    with pytest.raises(UnsupportedArchError, match="unsupported CUDA arch") as info:
+        parse_arch(arch)
+    assert says in str(info.value) and repr(arch) in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- CPU: the target
+
+def test_the_arch_comes_from_the_caller_then_tile_nb_arch_then_the_device(monkeypatch):
+    from tile_nb.backend import target as target_mod
+    from tile_nb.backend.target import resolve_target, target_embeds_ptx, target_label
+
+    monkeypatch.setattr(target_mod, "device_arch", lambda: "sm_90a")
+    monkeypatch.delenv("TILE_NB_ARCH", raising=False)
+    assert target_label(resolve_target(None)) == "sm_90a"
+    monkeypatch.setenv("TILE_NB_ARCH", "sm_75")
+    assert target_label(resolve_target(None)) == "sm_75"
+    assert target_label(resolve_target("cuda")) == "sm_75"
+    assert target_label(resolve_target("sm_120")) == "sm_120"  # the caller's arch wins
+    monkeypatch.setenv("TILE_NB_ARCH", "compute_80")
+    ptx = resolve_target(None)
+    assert target_label(ptx) == "compute_80" and str(ptx.attrs["arch"]) == "sm_80" and target_embeds_ptx(ptx)
+    assert not target_embeds_ptx(resolve_target("sm_80"))
+    assert target_label(resolve_target("cuda -arch=compute_75")) == "compute_75"
+    monkeypatch.setenv("TILE_NB_ARCH", "sm_70")
+    with pytest.raises(ValueError, match="TILE_NB_ARCH") as info:
+        resolve_target(None)
+    assert "'sm_70'" in str(info.value) and "sm_75" in str(info.value)
+
+
+def test_the_arch_is_part_of_the_cache_key(monkeypatch):
+    from kernels.seed import gemm_ir
+    from tile_nb.runtime.compile import cache_key
+
+    func = gemm_ir(256, 256, 256)
+    keys = {a: cache_key(func, a)[0] for a in ("sm_75", "sm_80", "compute_80")}
+    assert len(set(keys.values())) == 3
+    monkeypatch.setenv("TILE_NB_ARCH", "compute_80")
+    assert cache_key(func)[0] == keys["compute_80"]
+
+
+@pytest.mark.parametrize("target, device, ok", [
+    ("sm_90a", "sm_90a", True), ("sm_80", "sm_90a", False), ("compute_80", "sm_90a", True),
+    ("compute_75", "sm_90a", True), ("compute_89", "sm_90a", True), ("compute_100", "sm_90a", False),
+    ("compute_90a", "sm_100a", False), ("sm_80", "sm_80", True), ("compute_80", None, False),
+])
+def test_which_builds_load_on_which_gpu(target, device, ok):
+    from tile_nb.backend.target import launch_problem, resolve_target
+
+    problem = launch_problem(resolve_target(target), device)
+    assert (problem is None) == ok, problem
+    if target == "sm_80" and device == "sm_90a":
+        assert "compute_80" in problem and "TILE_NB_ARCH" in problem  # says how to run it as PTX
+
+
+@needs_nvcc
+def test_a_compute_target_hands_tvm_ptx_and_still_checks_the_cubin():
+    """TVM takes the callback's bytes as PTX when they start with '/': a compute_80 build gives it the PTX of the
+    sm_80 code (the driver compiles it on the GPU), while ptxas still builds the sm_80 cubin and its resources."""
+    import importlib
+
+    from kernels.seed import gemm_ir
+    from tile_nb.backend.build import BuildOptions, compiling_cuda
+
+    build_mod = importlib.import_module("tile_nb.backend.build")  # the package's `build` is the function
+    from tile_nb.runtime import compile as rt_compile
+
+    source = rt_compile(gemm_ir(256, 256, 256), "compute_80", options={"cache": False}).cuda_source
+    options = BuildOptions(compiler="nvcc")
+    with compiling_cuda("sm_80", options, ptx=True) as capture:
+        loaded = build_mod._callback(source)
+    assert loaded.startswith(b"//") and b".target sm_80" in loaded and b"cp.async" in loaded
+    (_, _, result), = capture.results
+    assert result.cubin and result.resources
+    with compiling_cuda("sm_80", options) as capture:
+        assert build_mod._callback(source) == capture.results[0][2].cubin  # an sm_80 target: the cubin
+
+
+# ---------------------------------------------------------------------------------------------- CPU: the code
+
+def _cuda(func, arch):
+    import tvm
+
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import lower
+
+    target = resolve_target(arch)
+    with target:
+        exe = tvm.compile(lower(func, target), target=target, tir_pipeline="tirx")
+    return exe.mod.imports[0].inspect_source("cuda")
+
+
+def test_sm75_gemm_uses_m16n8k8_and_plain_copies():
+    from kernels.seed import gemm_ir
+
+    func = gemm_ir(1000, 1032, 1000)  # edge tiles: the zero-filled copies too
+    t4, a100 = _cuda(func, "sm_75"), _cuda(func, "sm_80")
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" in t4 and "m16n8k16" not in t4
+    assert "ldmatrix.sync.aligned.m8n8.x4" in t4
+    assert "cp.async." not in t4 and "tnb_copy_sync_16" in t4  # no cp.async instruction (nor commit / wait)
+    assert "m16n8k16" in a100 and "cp.async.cg.shared.global" in a100 and "tnb_copy_sync" not in a100
+
+
+def _refusal(func, arch):
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import LoweringError, lower
+
+    with pytest.raises(LoweringError) as info:
+        lower(func, resolve_target(arch))
+    return info.value
+
+
+def _line_of(path: str, text: str, after: str) -> int:
+    lines = Path(path).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    return next(i for i in range(start, len(lines)) if text in lines[i]) + 1
+
+
+def test_bf16_is_refused_on_sm75_at_the_first_line_using_it():
+    from kernels import rowwise, seed
+    from kernels.seed import gemm_ir
+
+    err = _refusal(gemm_ir(256, 256, 256, in_dtype="bfloat16"), "sm_75")
+    assert "A_shared is bfloat16: the target sm_75 lacks bfloat16" in str(err) and "sm_80 or newer" in str(err)
+    assert err.lineno == _line_of(seed.__file__, "T.copy(A[bx", "def gemm_variant")
+    err = _refusal(rowwise.softmax.specialize(M=64, N=256, dtype="bfloat16"), "sm_75")  # not only T.gemm
+    assert "is bfloat16: the target sm_75 lacks bfloat16" in str(err) and err.lineno is not None
+    _cuda(gemm_ir(256, 256, 256, in_dtype="bfloat16"), "sm_80")  # and sm_80 lowers it
+
+
+def test_int8_gemm_is_refused_on_sm75_at_the_gemm_line():
+    from kernels import seed
+    from kernels.seed import gemm_int8
+
+    err = _refusal(gemm_int8.specialize(M=256, N=256, K=256, block_N=128, block_K=64, num_stages=2), "sm_75")
+    assert "T.gemm: operand A_shared is int8; the target sm_75 has tensor-core MMAs for float16" in str(err)
+    assert err.lineno == _line_of(seed.__file__, "T.gemm(", "def gemm_int8")
+
+
+def test_fp8_is_refused_below_sm89_at_the_first_line_using_it():
+    from kernels import seed
+    from kernels.seed import gemm_fp8
+
+    func = gemm_fp8.specialize(M=256, N=256, K=256, block_N=128, block_K=128, threads=128, num_stages=2)
+    for arch in ("sm_75", "sm_80", "sm_86"):
+        err = _refusal(func, arch)
+        assert f"the target {arch} lacks 8-bit float types" in str(err) and "sm_89" in str(err)
+        assert err.lineno == _line_of(seed.__file__, "T.copy(A[", "def gemm_fp8")
+    err = _refusal(func, "sm_89")  # the types exist; tile_nb's 8-bit T.gemm is wgmma only
+    assert "Hopper wgmma only" in str(err) and "this target is sm_89" in str(err)
+
+
+def test_nothing_hopper_specific_is_emitted_off_sm90a():
+    from kernels.seed import gemm_ir
+
+    func = gemm_ir(1024, 1024, 1024, block_N=256, block_K=64, threads=256, num_stages=2)
+    for arch in ("sm_80", "sm_100a", "sm_120"):
+        code = _cuda(func, arch)
+        for hopper in ("wgmma", "cp.async.bulk", "mbarrier", "setmaxnreg", "fence.proxy.async"):
+            assert hopper not in code, (arch, hopper)
+    assert "wgmma" in _cuda(func, "sm_90a")
+
+
+# ---------------------------------------------------------------------------------------------- GPU (H200)
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["compute_75", "compute_80", "compute_89"])
+def test_older_code_paths_run_on_the_h200_as_ptx(arch):
+    """The sm_75 / sm_80 / sm_89 lowering, loaded as PTX that the H200's driver compiles: agrees with torch
+    (correctness of those paths only; their speed is not measured here)."""
+    import torch
+
+    from kernels.seed import gemm_variant
+    from tile_nb.runtime import compile as rt_compile
+
+    torch.manual_seed(0)
+    M, N, K = 1000, 1032, 1000
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    kernel = rt_compile(gemm_variant.specialize(M=M, N=N, K=K), arch, options={"cache": False})
+    assert kernel.not_launchable_reason is None, kernel.not_launchable_reason
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=1e-3, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["compute_75", "compute_80"])
+def test_flash_attention_runs_as_older_ptx_on_the_h200(arch):
+    import torch
+
+    from kernels import reference as ref
+    from tile_nb.runtime import compile as rt_compile
+
+    torch.manual_seed(0)
+    B, H, S, D = 1, 4, 512, 64
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    func = ref.flash_attention.specialize(B=B, H=H, S=S, D=D, block_M=64, block_N=64)
+    kernel = rt_compile(func, arch, options={"cache": False})
+    kernel(q, k, v, o)
+    torch.cuda.synchronize()
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(o.float(), want, rtol=2e-3, atol=2e-3)
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+def _outcome(name: str, arch: str) -> str:
+    from tile_nb.backend.cuda_compile import CudaCompileError
+    from tile_nb.lower import LoweringError
+
+    try:
+        kernel = _compile(name, arch)
+    except LoweringError as err:
+        first = str(err).splitlines()[0]
+        return "refused: " + first.replace("|", "/")[:110]
+    except CudaCompileError as err:
+        return "COMPILER ERROR: " + str(err).splitlines()[1][:80]
+    r = next(iter(kernel.resources_by_kernel.values()))
+    return f"builds ({r.registers} regs, {r.total_shared_bytes // 1024} KiB smem)"
+
+
+if __name__ == "__main__":
+    archs = sys.argv[1:] or ARCHS
+    print("| kernel | " + " | ".join(archs) + " |")
+    print("|---|" + "---|" * len(archs))
+    for kernel_name in sorted(_kernels()):
+        print(f"| {kernel_name} | " + " | ".join(_outcome(kernel_name, a) for a in archs) + " |", flush=True)
