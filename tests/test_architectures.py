@@ -387,6 +387,8 @@ def _outcome(name: str, arch: str) -> str:
         return "refused: " + first.replace("|", "/")[:110]
     except CudaCompileError as err:
         return "COMPILER ERROR: " + str(err).splitlines()[1][:80]
+    except Exception as err:  # noqa: BLE001 - a row of the table, not a test: say what failed and go on
+        return f"ERROR {type(err).__name__}: " + str(err).splitlines()[0][:80]
     r = next(iter(kernel.resources_by_kernel.values()))
     return f"builds ({r.registers} regs, {r.total_shared_bytes // 1024} KiB smem)"
 
