@@ -68,5 +68,5 @@ def test_tutorials_lab_says_it_passes_arguments_to_jupyter_and_opens_notebooks(t
     assert done.returncode == 0, done.stderr
     assert "opens JupyterLab on notebooks/; arguments after --lab go to 'jupyter lab' (given: --port 8890)" \
         in done.stderr
-    assert done.stdout.strip().startswith("ARGS: -m jupyter lab") and done.stdout.strip().endswith(
+    assert done.stdout.strip().startswith("ARGS: -m jupyterlab ") and done.stdout.strip().endswith(
         "--port 8890 notebooks/")

@@ -130,8 +130,7 @@ def main() -> int:
         command = [
             sys.executable,
             "-m",
-            "jupyter",
-            "lab",
+            "jupyterlab",  # this environment's JupyterLab (`-m jupyter lab` runs the first jupyter-lab on PATH)
             "--no-browser",
             f"--port={port}",
             "--ip=127.0.0.1",
