@@ -330,6 +330,34 @@ def test_nothing_hopper_specific_is_emitted_off_sm90a():
     assert "wgmma" in _cuda(func, "sm_90a")
 
 
+def test_a_jit_kernel_takes_the_arch_from_tile_nb_arch_and_says_what_it_refuses(monkeypatch):
+    """In a notebook without a GPU: TILE_NB_ARCH=sm_75 makes the first interpreted call check the kernel against a
+    T4 (a warning naming the line and what sm_75 lacks), and `.compile` build for it."""
+    import torch
+
+    import tile_nb
+    import tile_nb.language as T
+    from tile_nb.lower import LoweringError
+
+    @tile_nb.jit
+    def double_bf16(X, Y):
+        X: T.Tensor[[256], T.bfloat16]
+        Y: T.Tensor[[256], T.bfloat16]
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(128):
+                Y[bx * 128 + i] = X[bx * 128 + i] * 2
+
+    x, y = torch.arange(256, dtype=torch.bfloat16), torch.zeros(256, dtype=torch.bfloat16)
+    monkeypatch.setenv("TILE_NB_ARCH", "sm_75")
+    with pytest.warns(tile_nb.NotLowerableWarning, match="the target sm_75 lacks bfloat16"):
+        double_bf16(x, y)
+    assert torch.equal(y, x * 2)  # the interpreter ran it
+    with pytest.raises(LoweringError, match="sm_75 lacks bfloat16") as info:
+        double_bf16.compile(x, y)
+    assert "Y[bx * 128 + i] = X[bx * 128 + i] * 2" in info.value.source_line()
+    assert double_bf16.compile(x, y, target="sm_80").arch == "sm_80"
+
+
 # ---------------------------------------------------------------------------------------------- GPU (H200)
 
 @pytest.mark.gpu
