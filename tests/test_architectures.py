@@ -243,6 +243,11 @@ def test_a_compute_target_hands_tvm_ptx_and_still_checks_the_cubin():
     assert result.cubin and result.resources
     with compiling_cuda("sm_80", options) as capture:
         assert build_mod._callback(source) == capture.results[0][2].cubin  # an sm_80 target: the cubin
+    from tile_nb.backend.cuda_compile import CubinResult
+
+    kept_none = CubinResult(cubin=b"", arch="sm_80", compiler="a compiler that keeps no PTX", seconds=0.0)
+    made = build_mod._loadable_ptx(kept_none, "sm_80", source, options)  # then nvcc -ptx makes it
+    assert made.startswith(b"//") and b".target sm_80" in made and kept_none.ptx
 
 
 # ---------------------------------------------------------------------------------------------- CPU: the code

@@ -112,17 +112,19 @@ def _callback(code: str, *_unused) -> bytes:
                                        ptxas_options=opts.ptxas_options)
     capture.results.append((code, regions, result))
     if capture.ptx:
-        return _loadable_ptx(result, capture.arch)
+        return _loadable_ptx(result, capture.arch, code, opts)
     return result.cubin
 
 
-def _loadable_ptx(result: CubinResult, arch: str) -> bytes:
+def _loadable_ptx(result: CubinResult, arch: str, code: str, options: BuildOptions) -> bytes:
     """The PTX of a compile, as TVM loads PTX: text whose first character is '/' (nvcc's and NVRTC's PTX start
-    with a `//` comment header; one is added where it is missing)."""
-    if not result.ptx:
-        raise cuda_compile.CudaCompileError(result.compiler, arch, "the compiler kept no PTX, so a compute_ target "
-                                            "has nothing to load")
-    text = result.ptx if result.ptx.startswith("/") else "//\n" + result.ptx
+    with a `//` comment header; one is added where it is missing). A compiler that kept none: `nvcc -ptx`."""
+    ptx = result.ptx or cuda_compile.compile_ptx(code, arch, fast_math=options.fast_math)
+    if not ptx:
+        raise cuda_compile.CudaCompileError(result.compiler, arch, "the compiler kept no PTX and nvcc is not "
+                                            "there to make it, so a compute_ target has nothing to load")
+    result.ptx = ptx
+    text = ptx if ptx.startswith("/") else "//\n" + ptx
     return text.encode()
 
 
