@@ -273,6 +273,13 @@ def test_sm75_gemm_uses_m16n8k8_and_plain_copies():
     assert "ldmatrix.sync.aligned.m8n8.x4" in t4
     assert "cp.async." not in t4 and "tnb_copy_sync_16" in t4  # no cp.async instruction (nor commit / wait)
     assert "m16n8k16" in a100 and "cp.async.cg.shared.global" in a100 and "tnb_copy_sync" not in a100
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import lower_with_plan
+
+    t4_plan, a100_plan = (lower_with_plan(func, resolve_target(a))[1].summary() for a in ("sm_75", "sm_80"))
+    assert t4_plan["mma"][0]["kind"] == "mma.sync m16n8k8 (two per k16)" and "sm_75 has no cp.async" in \
+        " ".join(t4_plan["notes"])
+    assert a100_plan["mma"][0]["kind"] == "mma.sync m16n8k16" and "cp.async" not in " ".join(a100_plan["notes"])
 
 
 def _refusal(func, arch):

@@ -166,7 +166,8 @@ class KernelPlan(PlanFacts):
         pipelines = [{"loop": s.loop.loop_var.name, "stages": s.stages,
                       "prefetched": [region_of(c.args[0])[0].name for c in s.prefetched], "in_order": s.notes}
                      for s in self.pipelines.values()]
-        mma = [{"name": buf.name, "kind": "wgmma" if isinstance(a, WgmmaAccLayout) else "mma.sync m16n8k16",
+        sync_mma = "mma.sync m16n8k16" if ArchCaps.of(self.arch).mma_k16 else "mma.sync m16n8k8 (two per k16)"
+        mma = [{"name": buf.name, "kind": "wgmma" if isinstance(a, WgmmaAccLayout) else sync_mma,
                 "tile": [a.bm, a.bn]} for buf, a in self.accumulators.items()]
         return {
             "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
@@ -299,6 +300,9 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     by_key = dict(zip(keys, placed))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
+    if pipelines and not ArchCaps.of(arch).cp_async:
+        notes += (f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
+                  "its own loads and only other warps' work overlaps them (the stages and barriers stay)",)
     heavy_first = _heavy_first(options, func, grid, pipelines)
     if heavy_first:
         notes += (f"CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so the grid "
