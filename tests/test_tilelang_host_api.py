@@ -357,3 +357,26 @@ def test_search_times_on_the_gpu(capsys):
     x = torch.randn(1 << 16, device="cuda")
     torch.testing.assert_close(tuned(x), x * 2, atol=0, rtol=0)
     assert "GPU (tile_nb.bench.do_bench" in capsys.readouterr().err
+
+
+def test_interpreter_search_drops_configurations_the_gpu_lowering_refuses():
+    """On the interpreter a kernel too big for the GPU still runs; the search drops it, as it would not compile."""
+    @tl.jit
+    def staged(X, rows: int = 8):
+        N = T.const("N")
+        X: T.Tensor([N, 1024], T.float32)
+        Y = T.empty([N, 1024], T.float32)
+        with T.Kernel(T.ceildiv(N, rows), threads=128) as bx:
+            tile = T.alloc_shared([rows, 1024], T.float32)        # rows=128: 512 KiB of shared memory
+            T.copy(X[bx * rows, 0], tile)
+            T.copy(tile, Y[bx * rows, 0])
+        return Y
+
+    x = torch.randn(128, 1024)
+    kernel = autotune(configs=[{"rows": 128}, {"rows": 8}], ref_prog=lambda x: x)(staged).compile(x)
+    assert kernel.config == {"rows": 8}
+    torch.testing.assert_close(kernel(x), x, atol=0, rtol=0)
+    too_big = autotune(configs=[{"rows": 256}], ref_prog=lambda x: x)(staged)
+    with pytest.raises(RuntimeError, match=r"(?s)found no configuration.*'rows': 256.*GPU lowering refuses it: .*"
+                                           r"shared memory"):
+        too_big(torch.randn(256, 1024))

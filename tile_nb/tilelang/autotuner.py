@@ -17,6 +17,8 @@
 Timing: on a GPU (CUDA input tensors), `tile_nb.bench.do_bench` (warm-up `warmup` ms, `rep` ms of runs, CUDA events,
 median). On the CPU interpreter (`tile_nb.run --cpu`), one run on the host clock after the warm-up run: the
 interpreter's time ranks configurations by how much work it simulates, not by GPU speed, and the output says so.
+A configuration the GPU lowering refuses (the interpreter's first run lowers it and warns: too much shared memory,
+...) is dropped there too, as it would not compile on the GPU.
 `timeout` is accepted and not enforced (a configuration is not interrupted). Results are kept in this process only
 (tilelang's disk cache of tuning results is not mapped). Per-configuration `pass_configs` may hold only lowering
 hints tile_nb ignores; any other key is refused.
@@ -173,6 +175,28 @@ def _time(call: Callable, gpu: bool, warmup: float, rep: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def _first_run(call: Callable):
+    """Run `call()` once: (its outputs, why the CUDA lowering refuses the kernel or None). On the interpreter the
+    first run of a specialization also lowers it for the GPU and warns (NotLowerableWarning) when the lowering refuses
+    it (too much shared memory, ...): such a configuration would not compile on the GPU, so the search drops it, as
+    tilelang drops configurations that fail to compile. Other warnings pass through."""
+    import warnings
+
+    from ..jit import NotLowerableWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs = call()
+    refused = None
+    for w in caught:
+        text = str(w.message)
+        if issubclass(w.category, NotLowerableWarning) and "refuses it" in text:
+            refused = next((line for line in text.splitlines()[1:] if line.strip()), text)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return outputs, refused
+
+
 _DEFAULT_PROFILE = dict(warmup=25, rep=100, timeout=30, supply_type=TensorSupplyType.Auto, ref_prog=None,
                         supply_prog=None, rtol=1e-2, atol=1e-2, max_mismatched_ratio=0.01, skip_check=False,
                         manual_check_prog=None, cache_input_tensors=False, backend="event")
@@ -191,7 +215,10 @@ def _search(name: str, configs: list[dict], prepare: Callable, profile: dict, wa
         values = _config_values(config)
         try:
             call, inputs, kernel = prepare(values)
-            outputs = call()                       # the warm-up run: compiles, and gives the outputs to check
+            outputs, refused = _first_run(call)    # the warm-up run: compiles, and gives the outputs to check
+            if refused is not None:
+                result.table.append((config, None, f"the GPU lowering refuses it: {refused}"))
+                continue
             if ref_prog is not None:
                 reference = ref_prog(*[t for t in inputs if _is_tensor(t)] if inputs else [])
                 why = _check(outputs, reference, profile)
