@@ -60,9 +60,9 @@ def _fake_checkout(root):
         def test_passes():
             assert tilelang.cdiv(3, 2) == 2
 
-        def test_uses_macro():
+        def test_uses_barrier():
             import tilelang.language as T
-            T.macro
+            T.alloc_barrier
     """)
 
 
@@ -95,8 +95,8 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert cases["examples/demo/demo.ipynb"]["status"] == "pass"
     tests = "testing/python/language/test_tilelang_language_eager_jit.py::"
     assert cases[tests + "test_passes"]["status"] == "pass"
-    macro = cases[tests + "test_uses_macro"]
-    assert (macro["status"], macro["missing"]) == ("error", "tilelang.language.macro")
+    barrier = cases[tests + "test_uses_barrier"]
+    assert (barrier["status"], barrier["missing"]) == ("error", "tilelang.language.alloc_barrier")
     assert "| examples/bad/example_bad.py | tile-level | fail | AssertionError: reference check failed |  |" \
         in printed
     assert "| examples/swz/example_swizzle.py | tile-level | error | missing: tilelang.language.annotate_layout |" \
@@ -107,4 +107,4 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert "| notebook | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in printed
     doc = out_md.read_text()
     assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
-    assert "| `tilelang.language.macro` | 1 |" in doc and "| `tilelang.language.annotate_layout` | 1 |" in doc
+    assert "| `tilelang.language.alloc_barrier` | 1 |" in doc and "| `tilelang.language.annotate_layout` | 1 |" in doc

@@ -7,7 +7,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
+import tile_nb
 import tile_nb.tilelang as stand_in
 from tile_nb.tilelang import UnsupportedTilelangAPI, mapping
 from tile_nb.tilelang._support import missing_feature
@@ -131,18 +133,24 @@ def test_unsupported_names_say_which_api(clean_mapping):
     assert missing_feature(str(info.value)) == "tilelang.carver.arch.CUDA"
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.tools yet \(imported with \*\)"):
         exec("from tilelang.tools import *", namespace)
-    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.language\.prim_func"):
-        exec(textwrap.dedent("""
-            import tilelang
-            import tilelang.language as T
+    # A @T.prim_func factory under tilelang.jit(out_idx=...) is tile_nb's own now: the call gives the kernel.
+    tile_nb.run_source(textwrap.dedent("""
+        import tilelang
+        import tilelang.language as T
 
-            @tilelang.jit(out_idx=[-1])
-            def factory(M):
-                @T.prim_func
-                def main(A: T.Tensor((M,), T.float32)):
-                    pass
-                return main
-        """), namespace)
+        @tilelang.jit(out_idx=[-1])
+        def factory(M):
+            @T.prim_func
+            def main(A: T.Tensor((M,), T.float32), B: T.Tensor((M,), T.float32)):
+                with T.Kernel(1, threads=32) as _:
+                    for i in T.serial(M):
+                        B[i] = A[i] * 2.0
+            return main
+    """), namespace)
+    kernel = namespace["factory"](5)
+    a = torch.randn(5)
+    torch.testing.assert_close(kernel(a), 2 * a)
+    assert "__global__" in kernel.get_kernel_source()
     with pytest.raises(UnsupportedTilelangAPI, match=r"pass_configs=\{'tl.some_new_key'"):
         stand_in.jit(pass_configs={"tl.some_new_key": True})
     assert stand_in.cdiv(7, 2) == 4 and stand_in.next_power_of_2(33) == 64

@@ -25,6 +25,7 @@ from .frontend.kernel import KernelDefinition
 from .frontend.params import POINTER
 from .frontend.shapes import free_vars
 from .language.dtypes import torch_dtype
+from .language.functions import PrimFuncDefinition, defines_prim_func
 from .runtime.launch import (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN, CallFacts, FastEntry, Launcher, Specialization,
                              allocate_outputs, resolve_pointers)
 
@@ -58,13 +59,14 @@ class JITFunction:
     """A kernel: call it on tensors, or look at its phases with `template`, `specialize` and `compile`."""
 
     def __init__(self, fn, *, target=None, verbose: bool = False, compile_options: dict | None = None,
-                 options=None):
+                 options=None, out_idx=None):
         from .lower.options import kernel_options, on_change
 
         self.fn = fn
         # the kernel's lowering options (tile_nb.lower.LoweringOptions, or a dict of its fields over the process's)
         self.options = kernel_options(options)
-        self.definition = KernelDefinition.from_function(fn)
+        # out_idx: signature tensors (tilelang's @T.prim_func style) that the call allocates and returns
+        self.definition = KernelDefinition.from_function(fn, out_idx)
         self.signature = self.definition.signature
         self.target = target
         self.verbose = verbose
@@ -557,21 +559,35 @@ def _static(x):
         return None
 
 
-def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None):
+def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None,
+        out_idx=None):
     """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
     `verbose=` (log each template, specialization and compilation), `compile_options=` (a dict for the backend:
     `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the list),
     `options=` (the lowering options: a dict of `tile_nb.LoweringOptions` fields such as `{"tma": False}`, over
     `tile_nb.set_options` and the environment, or a whole `LoweringOptions`; unknown names are refused with the
-    list; a function attribute `tile_nb.<option>` still overrides them)."""
+    list; a function attribute `tile_nb.<option>` still overrides them), `out_idx=` (positions of tensors
+    annotated in the signature that are outputs: the call allocates and returns them, tilelang's convention).
+
+    `fn` is a kernel, a `@T.prim_func`, or a kernel factory: a function that defines a `@T.prim_func` and returns
+    it; `jit` of a factory gives a `KernelFactory`, whose call runs the factory (once per argument values) and
+    returns the kernel."""
     if fn is None:
         return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options,
-                                 options=options)
+                                 options=options, out_idx=out_idx)
     if isinstance(fn, JITFunction):
         return fn
+    if isinstance(fn, PrimFuncDefinition):
+        fn = fn.fn
+    elif isinstance(fn, types.FunctionType) and defines_prim_func(fn):
+        from .factory import KernelFactory
+
+        return KernelFactory(fn, dict(target=target, verbose=verbose, compile_options=compile_options,
+                                      options=options, out_idx=out_idx))
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"tile_nb.jit decorates a Python function; got {type(fn).__name__}")
-    return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options, options=options)
+    return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options, options=options,
+                       out_idx=out_idx)
 
 
 lazy_jit = jit

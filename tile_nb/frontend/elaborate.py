@@ -21,6 +21,7 @@ from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
 from ..language.irutil import is_expr, unwrap_comparison
 from .indexing import index_dims
+from .macros import call_macro
 from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
@@ -103,7 +104,10 @@ class Hooks:
         self.result = result
         self.runtime_names = runtime_names
         self.pending_outputs: list[BufferParam] = []
+        self.declared_outputs: list[BufferParam] = []  # out_idx's, made before the body runs
         self.returned = False
+        self.ir_ifs = 0  # run-time `if`s open now
+        self.macro_frames: list[int] = []  # ir_nesting() where each T.macro being elaborated was called
 
     # -- locations ---------------------------------------------------------------------------------------------
     def at(self, lineno: int, col: int, end_col: int | None) -> None:
@@ -137,6 +141,7 @@ class Hooks:
         from tvm.script.ir_builder import IRBuilder
         from tvm.script.ir_builder import tirx as T
 
+        self._adopt_dynamic(annotation.shape + (annotation.strides or ()))
         handle = T.arg(name, T.handle())
         shape, strides = index_dims(annotation.shape, annotation.strides)  # int64 dims for >= 2^31 elements
         buf = T.match_buffer(handle, shape, str(annotation.dtype), strides=strides)
@@ -145,6 +150,25 @@ class Hooks:
         self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col,
                                                 st.filename)
         return buf
+
+    def _adopt_dynamic(self, dims: tuple) -> None:
+        """Dims made by `T.dynamic` outside the body (a kernel factory's, for its `@T.prim_func` signature) become
+        this kernel's dynamic dims, by name."""
+        from tvm import tirx
+
+        st = self.st
+        for dim in dims:
+            if not _is_expr(dim) or isinstance(dim, tirx.IntImm):
+                continue
+            for var in tirx.analysis.undefined_vars(dim):  # new Python handles: compared with same_as, not `is`
+                known = list(dict.values(st.const_vars)) + list(st.dynamic_vars.values())
+                known += [p.var for p in self.result.scalars.values()]
+                if any(var.same_as(v) for v in known):
+                    continue
+                if var.name in st.dynamic_vars or var.name in dict.keys(st.const_values):
+                    raise st.error(f"two different dims are named '{var.name}'",
+                                   hint="make each T.dynamic dim once and use that one")
+                st.dynamic_vars[var.name] = var
 
     def _scalar_param(self, name: str, dtype: DType):
         from tvm import tirx
@@ -160,17 +184,30 @@ class Hooks:
                                 hint="annotate the parameter as `A: T.ptr` in the signature")
         return self._buffer_param(pointer.name, "pointer", TensorAnnotation(shape, dtype))
 
-    def empty(self, shape, dtype):
+    def empty(self, shape, dtype, name: str | None = None):
         from tvm.script.ir_builder import tirx as T
 
+        self._adopt_dynamic(tuple(shape))
         index = len(self.pending_outputs)
-        name = f"out{index}"
+        name = name or f"out{index}"
         handle = T.arg(name, T.handle())
         buf = T.match_buffer(handle, index_dims(shape)[0], str(dtype))
         st = self.st
         param = BufferParam(name, "output", TensorAnnotation(tuple(shape), dtype), buf, st.lineno, st.col,
                             st.end_col, st.filename)
         self.pending_outputs.append(param)
+        return buf
+
+    def declared_output(self, name: str, annotation):
+        """A signature tensor that out_idx names: allocated by the call and returned, as a T.empty output."""
+        if not isinstance(annotation, TensorAnnotation) or annotation.strides is not None:
+            raise AnnotationError(f"out_idx names '{name}', whose annotation {annotation!r} is not a contiguous "
+                                  "T.Tensor; the call allocates outputs row-major", **self._where())
+        from tvm.script.ir_builder import IRBuilder
+
+        buf = self.empty(annotation.shape, annotation.dtype, name)
+        self.declared_outputs.append(self.pending_outputs[-1])
+        IRBuilder.name(name, buf)
         return buf
 
     # -- statements --------------------------------------------------------------------------------------------
@@ -341,10 +378,47 @@ class Hooks:
             hint=f"write `{example} = T.if_then_else(cond, new_value, {example})`, or keep the value in a "
                  f"variable of the kernel (`{example} = T.alloc_var(T.float32)`, then `{example}[0] = ...`)")
 
+    def carried_in_loop(self, names: tuple, lineno: int) -> None:
+        """A kernel loop whose body reads Python names and then rebinds them (`acc = acc + x`): the body runs once
+        while the kernel is built, so no value would carry from one iteration to the next."""
+        if not self.st.loops or self.st.loops[-1] != "ir":
+            return
+        listing = ", ".join(f"`{n}`" for n in names)
+        example = names[0]
+        raise DSLError(
+            f"{listing} {'is' if len(names) == 1 else 'are'} read and then reassigned in the kernel loop at line "
+            f"{lineno}, as if {'its' if len(names) == 1 else 'their'} value carried from one iteration to the "
+            "next; but the loop body runs once while the kernel is built, so it would hold one iteration's "
+            "expression", filename=self.st.filename, lineno=lineno,
+            hint=f"keep it in a variable of the kernel: `{example} = T.alloc_var(T.float32, init=...)` before the "
+                 f"loop, then `{example}[0] = {example}[0] + ...` in it")
+
+    @contextlib.contextmanager
     def ir_if(self, cond):
         from tvm.script.ir_builder import tirx as T
 
-        return _state.frame(T.If(cond))
+        self.ir_ifs += 1
+        try:
+            with _state.frame(T.If(cond)) as frame:
+                yield frame
+        finally:
+            self.ir_ifs -= 1
+
+    def ir_nesting(self) -> int:
+        """How many kernel loops and run-time `if`s are open now."""
+        return self.ir_ifs + self.st.loops.count("ir")
+
+    def call_macro(self, macro, args, kwargs):
+        return call_macro(self, macro, args, kwargs)
+
+    def macro_return(self, value):
+        """`return v` in a T.macro: Python returns at once, so under a kernel loop or a run-time `if` (opened in
+        the macro) the rest of that loop or branch would silently vanish from the kernel."""
+        if self.macro_frames and self.ir_nesting() > self.macro_frames[-1]:
+            raise self.st.error("`return` inside a kernel loop or a run-time `if` of a T.macro is not supported: "
+                                "the macro's code after it would be dropped",
+                                hint="assign the value to a variable and return it at the end of the macro")
+        return value
 
     def ir_then(self):
         from tvm.script.ir_builder import tirx as T
@@ -378,11 +452,14 @@ class Hooks:
             if match is None:
                 raise ReturnError(f"a kernel can only return tensors made by T.empty; got {v!r}", **self._where())
             order.append(match)
-        missing = [p.name for p in self.pending_outputs if p not in order]
+        if any(p in self.declared_outputs for p in order):
+            raise ReturnError("a kernel returns its out_idx outputs by itself; return only T.empty tensors",
+                              **self._where(), hint="drop the `return` of the out_idx parameter")
+        missing = [p.name for p in self.pending_outputs if p not in order and p not in self.declared_outputs]
         if missing:
             raise ReturnError(f"T.empty output(s) {', '.join(missing)} are not returned", **self._where(),
                               hint="return every T.empty tensor, e.g. `return out`")
-        self.result.outputs = [p.name for p in order]
+        self.result.outputs = [p.name for p in self.declared_outputs + order]
         self.returned = True
         return None
 
@@ -409,33 +486,28 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     hooks = Hooks(st, result, runtime_names)
     st.on_empty = hooks.empty
     st.on_make_tensor = hooks.make_tensor
+    st.on_macro = hooks.call_macro
 
     fn = kernel.instantiate(hooks)
 
     with IRBuilder() as ib, _state.activated(st):
         prim = T.prim_func()
         prim.__enter__()
-        call_args, call_kwargs = [], {}
+        values = {}  # every parameter by name: outputs named by out_idx sit between the others
         for p in signature.params:
             if p.kind == COMPILE_TIME:
-                value = compile_values[p.name]
+                values[p.name] = compile_values[p.name]
             elif p.kind == SCALAR:  # `x: T.float32` in the signature
-                value = hooks._scalar_param(p.name, kernel.fn.__annotations__[p.name])
+                values[p.name] = hooks._scalar_param(p.name, kernel.fn.__annotations__[p.name])
             else:
-                value = _Placeholder(p.name, pointer=p.kind == POINTER)
-            if p.keyword_only:
-                call_kwargs[p.name] = value
-            else:
-                call_args.append(value)
+                values[p.name] = _Placeholder(p.name, pointer=p.kind == POINTER)
         try:
             for p in signature.params:  # `A: T.Tensor((M, K), dt)` in the signature: as if annotated in the body
                 if p.kind == TENSOR:
-                    buf = _signature_tensor(hooks, kernel, p)
-                    if p.keyword_only:
-                        call_kwargs[p.name] = buf
-                    else:
-                        call_args[[q.name for q in signature.params if not q.keyword_only].index(p.name)] = buf
-            fn(*call_args, **call_kwargs)
+                    values[p.name] = _signature_tensor(hooks, kernel, p)
+            for p in signature.outputs:  # out_idx: made like T.empty outputs, under their own names
+                values[p.name] = _signature_tensor(hooks, kernel, p, output=True)
+            fn(**values)
         except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
             if not isinstance(err, Exception):
                 raise  # Ctrl-C, SystemExit: the user's request to stop, never a kernel error or a template stop
@@ -446,9 +518,10 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
             if not getattr(err, "_closed_inner", False):
                 T.evaluate(0)
         else:
-            if hooks.pending_outputs and not hooks.returned:
-                raise ReturnError(f"T.empty output(s) {', '.join(p.name for p in hooks.pending_outputs)} are "
-                                  "never returned", filename=st.filename, lineno=hooks.pending_outputs[0].lineno,
+            unreturned = [p for p in hooks.pending_outputs if p not in hooks.declared_outputs]
+            if unreturned and not hooks.returned:
+                raise ReturnError(f"T.empty output(s) {', '.join(p.name for p in unreturned)} are "
+                                  "never returned", filename=st.filename, lineno=unreturned[0].lineno,
                                   hint="end the kernel body with `return out`")
         T.func_name(signature.name)
         prim.__exit__(None, None, None)
@@ -484,7 +557,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     return result
 
 
-def _signature_tensor(hooks: Hooks, kernel, param):
+def _signature_tensor(hooks: Hooks, kernel, param, output: bool = False):
     """The buffer of a parameter annotated in the signature with T.Tensor / T.StridedTensor (either spelling). The
     annotation's value is the one `def` evaluated; a string (`from __future__ import annotations`) is evaluated
     here, in the kernel's globals and closure."""
@@ -507,6 +580,8 @@ def _signature_tensor(hooks: Hooks, kernel, param):
                 **hooks._where(),
                 hint=f"annotate it in the body instead, `{param.name}: {param.annotation}` after the lines that "
                      "define its dims (in-body annotations can use T.const dims)") from None
+    if output:
+        return hooks.declared_output(param.name, annotation)
     return hooks.annotate(param.name, annotation, _Placeholder(param.name, pointer=False))
 
 

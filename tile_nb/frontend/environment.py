@@ -26,6 +26,7 @@ import types
 import weakref
 
 from ..errors import UnhashableArgumentError
+from ..language.functions import Macro, PrimFuncDefinition
 from .dependencies import Read, Reads, code_reads, kernel_reads
 
 __all__ = ["Environment", "value_key", "code_digest", "ARRAY_HASH_LIMIT"]
@@ -157,6 +158,8 @@ def value_key(value, seen: dict | None = None):
                 value_key(value.keywords, seen))
     if hasattr(value, "_version") and hasattr(value, "data_ptr"):  # a torch tensor
         return ("<tensor>", _Identity(value), value._version, value.data_ptr(), value.shape, value.dtype)
+    if kind is Macro or kind is PrimFuncDefinition:  # a T.macro's body is kernel code: keyed as its function
+        return (kind, value_key(value.fn, seen))
     return _object_key(value, kind, seen)
 
 
@@ -401,6 +404,8 @@ def _describe(value, label: str, out: dict, seen: dict) -> str | None:
     name = f"{kind.__module__}.{kind.__qualname__}"
     if value is _ABSENT:
         return "<not defined>"
+    if isinstance(value, (Macro, PrimFuncDefinition)):
+        return _describe(value.fn, label, out, seen)
     if _library_value(value):
         return f"{getattr(value, '__module__', None)}.{getattr(value, '__qualname__', value.__name__)}"
     if isinstance(value, types.FunctionType):

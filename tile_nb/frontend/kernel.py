@@ -23,9 +23,10 @@ class KernelDefinition:
     factory: types.FunctionType
 
     @classmethod
-    def from_function(cls, fn) -> "KernelDefinition":
+    def from_function(cls, fn, out_idx=None) -> "KernelDefinition":
+        """`out_idx`: the positions of signature tensors that are outputs (allocated by the call, returned)."""
         source = get_source(fn)
-        signature = analyze_signature(fn, source)
+        signature = analyze_signature(fn, source, out_idx)
         code = rewrite_kernel(source, fn.__code__.co_freevars)
         namespace: dict = {}
         exec(code, fn.__globals__, namespace)  # noqa: S102 - defines the factory; the body runs on elaboration

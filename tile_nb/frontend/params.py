@@ -6,6 +6,8 @@ annotations do not reach the bytecode):
   dtype or a tensor annotation (`A: T.Tensor[[128, 64], T.float16]`, `A: T.Tensor((128, 64), T.float16)`) is a
   runtime argument;
 - every other parameter is a compile-time value, visible to plain Python in the body and part of the template key.
+A tensor parameter named by `out_idx` (tilelang's `@T.prim_func` kernels) is an output: the call allocates it and
+returns it, so it is not among the call's parameters.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from ..language import annotations as ann
 from ..language.dtypes import DType
 from .source import KernelSource
 
-__all__ = ["Param", "KernelSignature", "analyze_signature", "check_compile_value", "static_const_sources",
+__all__ = ["Param", "KernelSignature", "OUTPUT", "analyze_signature", "check_compile_value", "static_const_sources",
            "tensor_annotation_kind", "annotation_dim_lists"]
 
 RUNTIME, POINTER, SCALAR, TENSOR, COMPILE_TIME = "runtime", "pointer", "scalar", "tensor", "compile_time"
+OUTPUT = "output"  # a signature tensor named by out_idx: allocated by the call and returned
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,9 @@ class Param:
 @dataclass(frozen=True)
 class KernelSignature:
     name: str
-    params: tuple[Param, ...]
-    signature: inspect.Signature
+    params: tuple[Param, ...]  # what a call passes (outputs named by out_idx are not among them)
+    signature: inspect.Signature  # the call's signature, as `help` shows it
+    outputs: tuple[Param, ...] = ()  # out_idx's tensors, in out_idx's order
 
     @property
     def runtime(self) -> tuple[Param, ...]:
@@ -82,14 +86,14 @@ def _signature_kind(annotation, node: ast.expr | None) -> str | None:
     return None
 
 
-def analyze_signature(fn, source: KernelSource) -> KernelSignature:
+def analyze_signature(fn, source: KernelSource, out_idx=None) -> KernelSignature:
     sig = inspect.signature(fn)
     in_body = _body_annotated_names(source.tree)
     args = source.tree.args
     nodes = {a.arg: a.annotation for a in args.posonlyargs + args.args + args.kwonlyargs}
+    where = dict(filename=source.filename, lineno=source.first_line + source.tree.lineno - 1)
     params = []
     for index, p in enumerate(sig.parameters.values()):
-        where = dict(filename=source.filename, lineno=source.first_line + source.tree.lineno - 1)
         if p.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise SignatureError(
                 f"kernel '{fn.__name__}' has positional-only parameter '{p.name}'; kernel parameters must be "
@@ -103,7 +107,37 @@ def analyze_signature(fn, source: KernelSource) -> KernelSignature:
         if kind is None:
             kind = RUNTIME if p.name in in_body else COMPILE_TIME
         params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY, p.annotation))
-    return KernelSignature(fn.__name__, tuple(params), sig)
+    outputs = tuple(params[i] for i in _output_positions(fn.__name__, params, out_idx, where))
+    for p in outputs:
+        if p.kind != TENSOR:
+            raise SignatureError(
+                f"out_idx names parameter {p.index} of kernel '{fn.__name__}', '{p.name}', which is not a tensor "
+                "annotated in the signature; an output must be one, as in `C: T.Tensor((M, N), T.float32)`",
+                **where)
+    outputs = tuple(Param(p.name, p.index, OUTPUT, p.default, p.keyword_only, p.annotation) for p in outputs)
+    inputs = tuple(p for p in params if p.name not in {o.name for o in outputs})
+    call_sig = sig.replace(parameters=[sig.parameters[p.name] for p in inputs]) if outputs else sig
+    return KernelSignature(fn.__name__, inputs, call_sig, outputs)
+
+
+def _output_positions(name: str, params: list, out_idx, where: dict) -> list[int]:
+    """The parameter positions `out_idx` names (an int or a list of ints; negative ones count from the end)."""
+    if out_idx is None:
+        return []
+    items = [out_idx] if isinstance(out_idx, int) else out_idx
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)) or \
+            not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise SignatureError(f"out_idx must be a parameter position or a list of them; got {out_idx!r}", **where)
+    positions = []
+    for i in items:
+        if not -len(params) <= i < len(params):
+            raise SignatureError(f"out_idx {i} is out of range: kernel '{name}' has {len(params)} parameters",
+                                 **where)
+        position = i % len(params)
+        if position in positions:
+            raise SignatureError(f"out_idx names parameter {position} ('{params[position].name}') twice", **where)
+        positions.append(position)
+    return positions
 
 
 def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, tuple[str, str, int]]:

@@ -14,7 +14,7 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
   (IR expressions get IR And/Or/Not/Select; Python values keep Python's short-circuit semantics. Without this,
   `i == 0 and j < 2` on IR values silently dropped `j < 2`: `i == 0` is a structural comparison, falsy in Python.)
     with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
-    return v                         ->  return __tnb__.ret(v)
+    return v                         ->  return __tnb__.ret(v)             (in a T.macro: __tnb__.macro_return(v))
     assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
 
 Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
@@ -71,6 +71,58 @@ def _stored_names(node: ast.AST, branches_only: bool = False) -> set[str]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and not n.id.startswith("__tnb")}
 
 
+def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
+    """Names bound before a loop that its body reads before it rebinds them (`acc = acc + x`, `acc += x`): a value
+    meant to carry from one iteration to the next. In a kernel loop the body runs once while the kernel is built,
+    so such a name would hold one iteration's expression, silently."""
+    stored: set[str] = set()
+    carried: list[str] = []
+
+    def loads(node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bound_before \
+                    and n.id not in stored and n.id not in carried and n.id in body_stores:
+                carried.append(n.id)
+
+    def stores(node: ast.AST) -> None:
+        stored.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+    body_stores = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                   and isinstance(n.ctx, ast.Store)}
+    def visit(stmts: list[ast.stmt]) -> None:  # in execution order: an assignment's value before its target
+        for stmt in stmts:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                if stmt.value is not None:
+                    loads(stmt.value)
+                for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                    stores(target)
+            elif isinstance(stmt, ast.AugAssign):
+                if isinstance(stmt.target, ast.Name):
+                    loads(ast.Name(stmt.target.id, ast.Load()))
+                loads(stmt.value)
+                stores(stmt.target)
+            elif isinstance(stmt, ast.For):
+                loads(stmt.iter)
+                stores(stmt.target)
+                visit(stmt.body)
+            elif isinstance(stmt, ast.With):
+                for item in stmt.items:
+                    loads(item.context_expr)
+                    if item.optional_vars is not None:
+                        stores(item.optional_vars)
+                visit(stmt.body)
+            elif isinstance(stmt, ast.If):
+                loads(stmt.test)
+                visit(stmt.body)
+                visit(stmt.orelse)
+            else:
+                loads(stmt)
+                stores(stmt)
+
+    visit(body)
+    return carried
+
+
 def _names_of(target: ast.expr) -> tuple[str, ...]:
     if isinstance(target, ast.Name):
         return (target.id,)
@@ -116,8 +168,9 @@ class _LogicRewriter(ast.NodeTransformer):
 
 
 class _BodyRewriter(ast.NodeTransformer):
-    def __init__(self, source: KernelSource):
+    def __init__(self, source: KernelSource, macro: bool = False):
         self.source = source
+        self.macro = macro  # a T.macro's body: its `return` gives a value back to the calling kernel code
         self.ids = itertools.count()
         args = source.tree.args
         self.bound = {a.arg for a in args.args + args.kwonlyargs}  # Python names bound so far
@@ -195,7 +248,13 @@ class _BodyRewriter(ast.NodeTransformer):
                                 iterable.args, iterable.keywords)
         it_name = self.fresh("it")
         names = ast.Tuple([_const(n) for n in _names_of(node.target)], ast.Load())
-        inner = ast.For(node.target, ast.Name(it_name, ast.Load()), self.rewrite_block(node.body), [])
+        carried = _carried_names(node.body, self.bound - set(_names_of(node.target)))
+        body = self.rewrite_block(node.body)
+        if carried:  # refused when the loop turns out to be a kernel loop (a Python loop carries them fine)
+            guard = _hook("carried_in_loop", ast.Tuple([_const(n) for n in carried], ast.Load()),
+                          _const(node.lineno + self.source.first_line - 1))
+            body.insert(0, ast.copy_location(ast.Expr(guard), node))
+        inner = ast.For(node.target, ast.Name(it_name, ast.Load()), body, [])
         with_item = ast.withitem(_hook("loop", iterable, names), ast.Name(it_name, ast.Store()))
         return ast.copy_location(ast.With([with_item], [ast.copy_location(inner, node)]), node)
 
@@ -229,6 +288,9 @@ class _BodyRewriter(ast.NodeTransformer):
         return node
 
     def visit_Return(self, node: ast.Return):
+        if self.macro:
+            node.value = _hook("macro_return", node.value if node.value is not None else _const(None))
+            return node
         node.value = _hook("ret", node.value if node.value is not None else _const(None))
         return node
 
@@ -244,11 +306,12 @@ class _BodyRewriter(ast.NodeTransformer):
         return [ast.copy_location(ast.Expr(_hook("jump", _const("continue"))), node), node]
 
 
-def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...]):
+def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...], macro: bool = False):
     """Compile the rewritten kernel into a factory `__tnb_factory__(__tnb__, *free_vars) -> function`.
 
     The factory takes the closure's values as parameters, so each elaboration sees their current values.
-    Returns the code object of a module defining the factory.
+    `macro`: the body of a T.macro (its `return` stays Python's). Returns the code object of a module defining the
+    factory.
     """
     tree = copy.deepcopy(source.tree)
     tree.decorator_list = []
@@ -259,7 +322,7 @@ def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...]):
         arg.annotation = None
     tree.returns = None
     tree.body = [_LogicRewriter().visit(stmt) for stmt in tree.body]
-    tree.body = _BodyRewriter(source).rewrite_block(tree.body)
+    tree.body = _BodyRewriter(source, macro).rewrite_block(tree.body)
     factory = ast.FunctionDef(
         name=FACTORY_NAME,
         args=ast.arguments(posonlyargs=[], args=[ast.arg(HOOKS_NAME)] + [ast.arg(v) for v in free_vars],

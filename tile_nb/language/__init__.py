@@ -24,6 +24,7 @@ from .compute import (Cast, abs, atomic_add, cast, ceildiv, clamp, exp, exp2, fl
                       infinity, log, log2, max, min, reduce_absmax, reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid,
                       sqrt, tanh)
 from .dtypes import ALL_DTYPES, DType, dtype
+from .functions import macro, prim_func
 from .hints import GemmWarpPolicy, use_swizzle
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
@@ -45,7 +46,7 @@ uint64 = ALL_DTYPES["uint64"]
 bool = ALL_DTYPES["bool"]  # noqa: A001 - the DSL's name
 
 __all__ = [
-    "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType",
+    "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro",
     "Kernel", "Pipelined", "Parallel", "serial", "unroll", "vectorized", "Serial", "Unroll", "Vectorized",
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",

@@ -131,14 +131,20 @@ def const(spec: str) -> Any:
 
 
 def dynamic(spec: str, dtype: str = "int32") -> Any:
-    """`N = T.dynamic('N')`: a runtime dim; one compiled kernel serves every value."""
+    """`N = T.dynamic('N')`: a runtime dim; one compiled kernel serves every value. Outside a kernel body (in a
+    kernel factory, for the signature of its `@T.prim_func`) it makes the dim, and the kernel that annotates a
+    tensor with it adopts it by name."""
     from tvm import tirx
 
-    st = _state.active("T.dynamic")
-    values = []
-    for name in _names(spec):
-        var = st.dynamic_vars.get(name)
-        if var is None:
-            var = st.dynamic_vars[name] = tirx.Var(name, dtype)
-        values.append(var)
+    names = _names(spec)
+    st = _state.current()
+    if st is None:
+        values = [tirx.Var(name, dtype) for name in names]
+    else:
+        values = []
+        for name in names:
+            var = st.dynamic_vars.get(name)
+            if var is None:
+                var = st.dynamic_vars[name] = tirx.Var(name, dtype)
+            values.append(var)
     return values[0] if len(values) == 1 else tuple(values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import state as _state
 from .dtypes import as_dtype
-from .irutil import as_expr, is_buffer, is_load, is_region
+from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
 
 __all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty",
            "make_tensor", "region_of"]
@@ -157,12 +157,34 @@ def store(buffer, indices, value):
     T.add_to_parent(tirx.BufferStore(buffer, value, list(indices), st.span()))
 
 
-def empty(shape, dtype):
-    """`out = T.empty((M, N), dtype)`: an output tensor the call allocates and returns (`return out`)."""
+def empty(*shape, dtype=None):
+    """`out = T.empty((M, N), dtype)`: an output tensor the call allocates and returns (`return out`). tilelang's
+    spellings `T.empty(M, N, dtype=dt)` and `T.empty([M, N], dtype=dt)` mean the same."""
     st = _state.active("T.empty")
     if st.kernel_open:
         raise st.error("T.empty must be called before `with T.Kernel(...)`, at the top of the kernel body")
-    return st.on_empty(_shape(shape), as_dtype(dtype))
+    if dtype is None and len(shape) >= 2 and _is_dtype(shape[-1]):
+        shape, dtype = shape[:-1], shape[-1]
+    if dtype is None:
+        raise st.error(f"T.empty{shape!r} has no dtype", hint="T.empty((M, N), T.float16) or "
+                       "T.empty(M, N, dtype=T.float16)")
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = tuple(shape[0])
+    try:
+        dt = as_dtype(dtype)
+    except ValueError as err:
+        raise st.error(f"T.empty dtype: {err}") from None
+    return st.on_empty(_shape(shape), dt)
+
+
+def _is_dtype(value) -> bool:
+    if isinstance(value, (list, tuple, int)) or is_expr(value):
+        return False
+    try:
+        as_dtype(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def make_tensor(pointer, shape, dtype):

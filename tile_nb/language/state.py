@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..errors import DSLError
 
-__all__ = ["State", "active", "frame", "StopTemplate"]
+__all__ = ["State", "active", "current", "frame", "StopTemplate"]
 
 
 class StopTemplate(Exception):
@@ -42,6 +42,7 @@ class State:
     # Hooks the front end installs (runtime buffers, outputs, pointers).
     on_empty: Callable[..., Any] | None = None
     on_make_tensor: Callable[..., Any] | None = None
+    on_macro: Callable[..., Any] | None = None  # (macro, args, kwargs) -> its return value
     consts_used: list[str] = field(default_factory=list)
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
     allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
@@ -69,6 +70,11 @@ class State:
 # Per thread (and per asyncio task): several threads may elaborate kernels at once, each with its own State, as
 # TVM's IRBuilder stack is thread-local too.
 _active: contextvars.ContextVar[State | None] = contextvars.ContextVar("tile_nb_elaboration", default=None)
+
+
+def current() -> State | None:
+    """The elaboration running in this thread, if any."""
+    return _active.get()
 
 
 def active(what: str = "this T.* call") -> State:

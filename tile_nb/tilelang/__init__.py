@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import types
 
 from ._support import UnsupportedTilelangAPI, forwarding_getattr, unsupported
 
@@ -74,20 +73,6 @@ def _target(target):
     return text
 
 
-def _prim_func_factory(fn) -> bool:
-    """True when `fn` builds a `@T.prim_func` inside (tilelang's older kernel-factory style): its code reads the
-    name `prim_func`, or a function nested in it does (a decorator is evaluated by the enclosing function's code)."""
-    todo = [getattr(fn, "__code__", None)]
-    while todo:
-        code = todo.pop()
-        if code is None:
-            continue
-        if "prim_func" in code.co_names:
-            return True
-        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]   # nested functions
-    return False
-
-
 class JITKernel:
     """What tilelang's `f.compile(**consts)` returns: a kernel with its compile-time values bound. Calling it calls
     the tile_nb kernel (compiled on CUDA tensors, interpreted on CPU tensors)."""
@@ -140,6 +125,10 @@ class JITImpl:
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
+        from ..factory import KernelFactory
+
+        if isinstance(self._tile_nb, KernelFactory):  # a @T.prim_func factory: the call gives the kernel
+            return JITKernel(self._tile_nb(*args, **kwargs), (), {})
         return self._tile_nb(*args, **kwargs)
 
     def compile(self, *args, **kwargs) -> JITKernel:
@@ -166,9 +155,10 @@ class JITImpl:
 
 
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
-    """tilelang.jit on tile_nb. Honored: `verbose`, `target` (CUDA), `pass_configs` fast math (lowering hints that
-    tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `@T.prim_func` factories, `out_idx`,
-    `compile_flags`, other targets and pass_configs keys."""
+    """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel factories
+    (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (lowering
+    hints that tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `compile_flags`, other
+    targets and pass_configs keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
@@ -178,13 +168,12 @@ def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None
     tile_nb_target = _target(target)
 
     def decorate(fn):
-        if _prim_func_factory(fn):
-            raise unsupported("tilelang.language.prim_func", "a @T.prim_func kernel factory under tilelang.jit")
-        if out_idx is not None:
-            raise unsupported("tilelang.jit(out_idx=)", "tile_nb kernels return their T.empty outputs")
-        if not inspect.isfunction(fn):
+        from ..language.functions import PrimFuncDefinition
+
+        if not (inspect.isfunction(fn) or isinstance(fn, PrimFuncDefinition)):
             raise unsupported(f"tilelang.jit of a {type(fn).__name__}")
-        return JITImpl(fn, target=tile_nb_target, verbose=bool(verbose), compile_options=compile_options or None)
+        return JITImpl(fn, target=tile_nb_target, verbose=bool(verbose), compile_options=compile_options or None,
+                       out_idx=out_idx)
 
     return decorate if func is None else decorate(func)
 
@@ -193,19 +182,28 @@ lazy_jit = jit
 
 
 def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # noqa: A001 - tilelang's name
-    """tilelang.compile of a TVM PrimFunc: tile_nb's runtime compiles it for CUDA (no `out_idx`)."""
+    """tilelang.compile: of a `@T.prim_func` (sizes in its signature), a kernel with `out_idx` honored; of a TVM
+    PrimFunc, `tile_nb.runtime.compile` for CUDA (no `out_idx`)."""
     import tvm
 
-    if out_idx is not None:
-        raise unsupported("tilelang.compile(out_idx=)")
-    if not isinstance(func, tvm.tir.PrimFunc):
-        raise unsupported(f"tilelang.compile of a {type(func).__name__}", "it takes a TVM PrimFunc")
+    from ..language.functions import PrimFuncDefinition
+
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.compile({key}=)")
+    compile_options = _compile_options(pass_configs)
+    if isinstance(func, PrimFuncDefinition):
+        from .. import jit as _jit
+
+        kernel = _jit(func, target=_target(target), compile_options=compile_options or None, out_idx=out_idx)
+        return JITKernel(kernel, (), {})
+    if out_idx is not None:
+        raise unsupported("tilelang.compile(out_idx=) of a TVM PrimFunc")
+    if not isinstance(func, tvm.tir.PrimFunc):
+        raise unsupported(f"tilelang.compile of a {type(func).__name__}",
+                          "it takes a @T.prim_func or a TVM PrimFunc")
     from .. import runtime
 
-    compile_options = _compile_options(pass_configs)
     return runtime.compile(func, _target(target), options=compile_options or None)
 
 

@@ -1,0 +1,78 @@
+"""A Python name read and then rebound in a kernel loop (`acc = acc + x`) would hold one iteration's expression:
+the loop body runs once while the kernel is built. This gave silently wrong sums (the interpreter returned
+0.0 + X[r, 4] for a 5-element row sum at 946c340..f4a076c); it is refused now, at the loop, with the fix in the
+hint. Python loops (over a list, a compile-time range outside T.Kernel) carry values as Python does."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.errors import DSLError
+
+
+@tile_nb.jit
+def row_sum_rebinding(X, S):
+    X: T.Tensor[[4, 5], T.float32]
+    S: T.Tensor[[4], T.float32]
+    with T.Kernel(4) as r:
+        acc = 0.0
+        for j in T.serial(5):
+            acc = acc + X[r, j]
+        S[r] = acc
+
+
+@tile_nb.jit
+def row_sum_augmented(X, S):
+    X: T.Tensor[[4, 5], T.float32]
+    S: T.Tensor[[4], T.float32]
+    with T.Kernel(4) as r:
+        acc = 0.0
+        for j in range(5):   # inside T.Kernel, range() is a kernel loop
+            acc += X[r, j]
+        S[r] = acc
+
+
+@pytest.mark.parametrize("kernel", [row_sum_rebinding, row_sum_augmented])
+def test_value_carried_through_a_kernel_loop_is_refused(kernel):
+    with pytest.raises(DSLError, match=r"`acc` is read and then reassigned in the kernel loop at line \d+") as info:
+        kernel(torch.randn(4, 5), torch.empty(4))
+    assert info.value.lineno == kernel.fn.__code__.co_firstlineno + 6
+    assert "T.alloc_var" in info.value.hint
+
+
+def test_the_hint_s_spelling_computes_the_sum():
+    @tile_nb.jit
+    def row_sum(X, S):
+        X: T.Tensor[[4, 5], T.float32]
+        S: T.Tensor[[4], T.float32]
+        with T.Kernel(4) as r:
+            acc = T.alloc_var(T.float32, init=0.0)
+            for j in T.serial(5):
+                acc[0] = acc[0] + X[r, j]
+            S[r] = acc[0]
+
+    x, s = torch.randn(4, 5), torch.empty(4)
+    row_sum(x, s)
+    torch.testing.assert_close(s, x.sum(1))
+
+
+def test_python_loops_and_per_iteration_temporaries_are_fine():
+    @tile_nb.jit
+    def k(X, S, Y):
+        X: T.Tensor[[4, 5], T.float32]
+        S: T.Tensor[[4], T.float32]
+        Y: T.Tensor[[4, 5], T.float32]
+        with T.Kernel(4) as r:
+            acc = 0.0
+            for j in [0, 1, 2, 3, 4]:        # a Python loop: unrolled while the kernel is built
+                acc += X[r, j]
+            t = 1.0
+            for j in T.serial(5):            # `t` is rebound before it is read: a per-iteration temporary
+                t = X[r, j] * 2.0
+                Y[r, j] = t
+            S[r] = acc
+
+    x, s, y = torch.randn(4, 5), torch.empty(4), torch.empty(4, 5)
+    k(x, s, y)
+    torch.testing.assert_close(s, x.sum(1))
+    torch.testing.assert_close(y, 2 * x)
