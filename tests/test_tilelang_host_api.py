@@ -380,3 +380,13 @@ def test_interpreter_search_drops_configurations_the_gpu_lowering_refuses():
     with pytest.raises(RuntimeError, match=r"(?s)found no configuration.*'rows': 256.*GPU lowering refuses it: .*"
                                            r"shared memory"):
         too_big(torch.randn(256, 1024))
+
+
+def test_transform_pass_config_key_is_the_stand_ins():
+    from tile_nb.tilelang.transform import PassConfigKey
+
+    assert PassConfigKey is tl.PassConfigKey
+    import tile_nb.tilelang.transform as transform
+
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.transform\.LowerTileOp"):
+        transform.LowerTileOp
