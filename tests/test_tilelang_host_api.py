@@ -390,3 +390,12 @@ def test_transform_pass_config_key_is_the_stand_ins():
 
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.transform\.LowerTileOp"):
         transform.LowerTileOp
+
+
+def test_profiler_inputs_follow_the_supply_type():
+    kernel = _scaled([{"mult": 2}]).compile(N=64, mult=2)
+    ints = kernel.get_profiler(TensorSupplyType.Integer)._inputs()
+    assert len(ints) == 1 and ints[0].shape == (64,) and set(ints[0].unique().tolist()) <= {-2, -1, 0, 1, 2}
+    assert kernel.get_profiler(TensorSupplyType.One)._inputs()[0].eq(1).all()
+    default = kernel.get_profiler()._inputs()[0]                  # tile_nb's own: randn
+    assert default.dtype == torch.float32 and not set(default.unique().tolist()) <= {-2, -1, 0, 1, 2}

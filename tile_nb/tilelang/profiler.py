@@ -54,10 +54,18 @@ class Profiler:
         self.supply_type = supply_type
 
     def _inputs(self):
+        """Inputs for the kernel: shapes and dtypes from its annotations (tile_nb.bench.make_inputs), filled as the
+        supply type says (tilelang.utils.tensor.get_tensor_supply) when one was given, else tile_nb's randn."""
         from ..bench import make_inputs
 
         device = "cuda" if _gpu() else "cpu"
-        return make_inputs(self.kernel.tile_nb_kernel, device=device, **self.kernel._kwargs)
+        made = make_inputs(self.kernel.tile_nb_kernel, device=device, **self.kernel._kwargs)
+        if self.supply_type is None:
+            return made
+        from .utils.tensor import get_tensor_supply
+
+        supply = get_tensor_supply(self.supply_type)
+        return tuple(supply(t).to(t.device) for t in made)
 
     def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
                  input_tensors=None, backend=None, **_ignored) -> float:
