@@ -273,3 +273,87 @@ def test_redefined_macro_rebuilds_the_kernel():
     tile_nb.run_source("@T.macro\ndef body(A, B):\n    B[0] = A[0] + 5.0\n", namespace)
     namespace["k"](a, b)
     assert b.item() == 6.0
+
+
+# -- T.Ref and macros passed as arguments ------------------------------------------------------------------------
+
+@T.macro
+def collatz_scale(x, var: T.Ref):
+    """Recursion ends on a compile-time value; `var = ...` stores where the caller's `var` points."""
+    if x == 1:
+        pass
+    elif x % 2 == 0:
+        var = var // 2
+        collatz_scale(x // 2, var)
+    else:
+        var = var * 3 + 1
+        collatz_scale(x * 3 + 1, var)
+
+
+@tile_nb.jit
+def collatz(A: T.Tensor[[1], T.int32], n: int):
+    with T.Kernel(1) as _:
+        collatz_scale(n, A[0])
+
+
+def _collatz_ref(a: int, x: int) -> int:
+    while x != 1:
+        a, x = (a // 2, x // 2) if x % 2 == 0 else (a * 3 + 1, x * 3 + 1)
+    return a
+
+
+@pytest.mark.parametrize("n", [1, 5, 6])
+def test_ref_parameter_stores_into_the_callers_location(n):
+    a = torch.tensor([100], dtype=torch.int32)
+    collatz(a, n)
+    assert a.item() == _collatz_ref(100, n)
+
+
+@GPU
+def test_ref_parameter_on_gpu():
+    a = torch.tensor([100], dtype=torch.int32, device="cuda")
+    collatz(a, 5)
+    assert a.item() == _collatz_ref(100, 5)
+
+
+def test_ref_parameter_needs_a_location():
+    @T.macro
+    def set_one(x: T.Ref):
+        x = 1
+
+    @tile_nb.jit
+    def k(A: T.Tensor[[2], T.int32]):
+        with T.Kernel(1) as _:
+            set_one(A[0] + 1)
+
+    with pytest.raises(DSLError, match="a T.Ref parameter must be given a location"):
+        k(torch.zeros(2, dtype=torch.int32))
+
+
+@T.macro
+def plus_one(x):
+    return x + 1
+
+
+@tile_nb.jit
+def element_wise(A, fn):
+    N = T.dynamic("N")
+    A: T.Tensor[[N], T.float32]
+    B = T.empty((N,), dtype=A.dtype)
+    with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+        for i in T.Parallel(128):
+            if bx * 128 + i < N:
+                B[bx * 128 + i] = fn(A[bx * 128 + i])
+    return B
+
+
+@pytest.mark.parametrize("n", [1, 300])
+def test_macro_passed_as_a_compile_time_argument(n):
+    a = torch.randn(n)
+    torch.testing.assert_close(element_wise(a, plus_one), a + 1)
+
+
+@GPU
+def test_macro_passed_as_a_compile_time_argument_on_gpu():
+    a = torch.randn(300, device="cuda")
+    torch.testing.assert_close(element_wise(a, plus_one), a + 1)

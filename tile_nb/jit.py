@@ -162,11 +162,13 @@ class JITFunction:
         expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
                                     template.const_sources)
         outputs = []
+        # scalar parameters (`M: T.int32`) may size outputs and grids: their values are read from the call
+        scalar_dims = {name: self._runtime_names.index(name) for name in elab.scalars}
         for out in elab.outputs:
             param = elab.buffers[out]
             shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
-            unknown = sorted({v for d in shape if type(d) is not int for v in free_vars(d)}
-                             - set(template.dynamic_sources))
+            used = {v for d in shape if type(d) is not int for v in free_vars(d)}
+            unknown = sorted(used - set(template.dynamic_sources) - set(scalar_dims))
             if unknown:
                 raise ArgumentError(
                     f"{self.definition.name}() output '{out}' has a dim over T.dynamic {', '.join(unknown)}, which no "
@@ -176,7 +178,8 @@ class JITFunction:
             outputs.append((out, shape, torch_dtype(param.annotation.dtype)))
         dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
         spec = Specialization(elab, expectations, outputs, dynamic, expectations.check_layout,
-                              expectations.tensors[0].index if expectations.tensors else None)
+                              expectations.tensors[0].index if expectations.tensors else None,
+                              scalar_dims=scalar_dims)
         self._count("specializations")
         self._log("specialized %s: %.2f ms", const_values, elab.seconds * 1e3)
         return spec
@@ -396,6 +399,7 @@ class JITFunction:
         if not spec.expectations.dynamic_grid:
             return ()
         values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
+        values.update({name: int(ordered[i]) for name, i in spec.scalar_dims.items()})
         return empty_at_call(spec.expectations, values)
 
     def _check(self, spec: Specialization, ordered):

@@ -131,10 +131,12 @@ def value_sources(definition: KernelDefinition, elab: Elaboration) -> tuple[dict
     (const name -> (param, "shape" | "stride", dim), dynamic name -> (param, dim))."""
     consts, dynamics = {}, {}
     runtime_names = [p.name for p in definition.signature.runtime]
-    pointers = {p.name for p in definition.signature.runtime if p.kind == POINTER}  # an address carries no shape
-    for name in runtime_names:
+    pointers = {p.name for p in definition.signature.runtime if p.kind == POINTER}
+    # Tensors first; a pointer parameter's T.make_tensor shape is a source too, used when the call passes a tensor
+    # for it (an address carries no shape: `const_values` says so then).
+    for name in sorted(runtime_names, key=lambda n: n in pointers):
         param = elab.buffers.get(name)
-        if param is None or name in pointers:
+        if param is None:
             continue
         for dim, expr in enumerate(param.annotation.shape):
             hit = _bare_var(expr, elab)
@@ -186,6 +188,11 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
                                     f"'{param}' was not given", **definition_where(definition),
                                     hint=f"pass '{param}' or {const}=... as a keyword")
         tensor = runtime[param]
+        if not is_tensor(tensor) and signature.by_name(param).kind == POINTER:
+            raise MissingConstError(
+                f"{name}() needs a value for const '{const}': it is a dim of the pointer argument '{param}', which "
+                f"was given as an address ({type(tensor).__name__}), and an address carries no shape",
+                **definition_where(definition), hint=f"pass {const}=... as a keyword, or pass '{param}' as a tensor")
         bp = template.elaboration.buffers.get(param)
         if bp is not None:
             check_tensor_kind(name, param, tensor, len(bp.annotation.shape),

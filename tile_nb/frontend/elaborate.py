@@ -234,6 +234,18 @@ class Hooks:
         else:
             target[index] = value
 
+    def store_ref(self, ref, value):
+        """`x = value` where `x: T.Ref` is a T.macro parameter: a store into the location the caller passed."""
+        from ..language.irutil import is_buffer, is_load
+
+        if is_load(ref):
+            memory.store(ref.source, tuple(ref.indices), value)
+        elif is_buffer(ref) and len(ref.shape) == 1 and ref.scope() == "local.var":
+            memory.store(ref, (0,), value)
+        else:
+            raise self.st.error(f"a T.Ref parameter must be given a location, a buffer element `A[i]` or a "
+                                f"T.alloc_var; got {ref!r}", hint="pass A[i] rather than a value computed from it")
+
     def loop(self, iterable, names):
         st = self.st
         if isinstance(iterable, loops.LoopSpec):
@@ -338,8 +350,11 @@ class Hooks:
         st = self.st
         cond = unwrap_comparison(cond)
         if _is_expr(cond):
-            from tvm import tirx
+            from tvm import sym, tirx
 
+            if not isinstance(cond, tirx.IntImm):  # `assert N == N_` of one dynamic dim: true whatever N is
+                simplified = sym.Analyzer().simplify(cond)
+                cond = simplified if isinstance(simplified, tirx.IntImm) else cond
             if isinstance(cond, tirx.IntImm):
                 cond = bool(int(cond))
             elif st.symbolic and self._consts_in(cond) is not None:
@@ -542,9 +557,10 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         "tile_nb.threads": st.threads or 0,
         "tile_nb.outputs": list(result.outputs),
         "tile_nb.tile_op_lines": list(st.tile_op_lines),
-        "tile_nb.hints": list(st.hints),
         "tile_nb.alloc_lines": [[buf.name, line] for buf, line in st.allocations],
     }
+    if st.hints:  # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
+        attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
     span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
     result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs, span=span).with_attrs(attrs)

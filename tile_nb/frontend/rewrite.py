@@ -16,6 +16,7 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
     with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
     return v                         ->  return __tnb__.ret(v)             (in a T.macro: __tnb__.macro_return(v))
     assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
+    x = v  (x: T.Ref in a T.macro)   ->  __tnb__.store_ref(x, v)          (stores where the caller's x points)
 
 Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
 numbers of the rewritten code are those of the user's file, so Python tracebacks show the user's lines too.
@@ -69,6 +70,11 @@ def _stored_names(node: ast.AST, branches_only: bool = False) -> set[str]:
     roots = node.body + node.orelse if branches_only else [node]
     return {n.id for root in roots for n in ast.walk(root)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and not n.id.startswith("__tnb")}
+
+
+def _is_ref(annotation: ast.expr | None) -> bool:
+    """`T.Ref` (or `Ref`) as a parameter annotation."""
+    return getattr(annotation, "attr", getattr(annotation, "id", None)) == "Ref"
 
 
 def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
@@ -174,6 +180,8 @@ class _BodyRewriter(ast.NodeTransformer):
         self.ids = itertools.count()
         args = source.tree.args
         self.bound = {a.arg for a in args.args + args.kwonlyargs}  # Python names bound so far
+        # a macro's `x: T.Ref` parameters: `x = v` stores into the location the caller passed
+        self.refs = {a.arg for a in args.args + args.kwonlyargs if macro and _is_ref(a.annotation)}
 
     def fail(self, node: ast.AST, message: str) -> UnsupportedSyntaxError:
         indent, lines = self.source.indent, self.source.first_line - 1
@@ -225,6 +233,9 @@ class _BodyRewriter(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
 
     def visit_Assign(self, node: ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.refs:
+            ref = ast.Name(node.targets[0].id, ast.Load())
+            return ast.copy_location(ast.Expr(_hook("store_ref", ref, node.value)), node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
             target = node.targets[0]
             return ast.copy_location(ast.Expr(_hook("store", target.value, target.slice, node.value)), node)
@@ -233,6 +244,10 @@ class _BodyRewriter(ast.NodeTransformer):
         return node
 
     def visit_AugAssign(self, node: ast.AugAssign):
+        if isinstance(node.target, ast.Name) and node.target.id in self.refs:
+            ref = ast.Name(node.target.id, ast.Load())
+            value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+            return ast.copy_location(ast.Expr(_hook("store_ref", ref, value)), node)
         if isinstance(node.target, ast.Subscript):
             load = ast.Subscript(copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice), ast.Load())
             value = ast.BinOp(load, node.op, node.value)

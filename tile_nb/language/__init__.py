@@ -20,12 +20,13 @@ import difflib as _difflib
 from tile_nb.errors import UnknownNameError as _UnknownNameError
 
 from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
-from .compute import (Cast, abs, atomic_add, cast, ceildiv, clamp, exp, exp2, floordiv, floormod, gemm, if_then_else,
-                      infinity, log, log2, max, min, reduce_absmax, reduce_max, reduce_min, reduce_sum, rsqrt, sigmoid,
-                      sqrt, tanh)
+from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, erf, exp, exp2, floor, floordiv,
+                      floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
+                      reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
 from .dtypes import ALL_DTYPES, DType, dtype
-from .functions import macro, prim_func
+from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, use_swizzle
+from .layouts import Fragment, Layout, annotate_layout
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
 
@@ -46,12 +47,13 @@ uint64 = ALL_DTYPES["uint64"]
 bool = ALL_DTYPES["bool"]  # noqa: A001 - the DSL's name
 
 __all__ = [
-    "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro",
+    "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro", "Ref",
     "Kernel", "Pipelined", "Parallel", "serial", "unroll", "vectorized", "Serial", "Unroll", "Vectorized",
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
-    "clamp", "floordiv", "floormod", "Cast", "use_swizzle", "GemmWarpPolicy",
+    "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
+    "clamp", "floordiv", "floormod", "Cast", "use_swizzle", "GemmWarpPolicy", "annotate_layout", "Layout", "Fragment",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
 ]

@@ -98,7 +98,11 @@ class _StridedTensorType:
 
 
 class _PtrType:
-    """`A: T.ptr` in the signature: a raw device pointer (`tensor.data_ptr()`), bound with `T.make_tensor`."""
+    """`A: T.ptr` in the signature: a raw device pointer (`tensor.data_ptr()`), bound with `T.make_tensor`.
+    `T.ptr()` is the same marker (tilelang writes it where a pointer argument goes in a list of configurations)."""
+
+    def __call__(self, dtype=None):
+        return self
 
     def __repr__(self) -> str:
         return "T.ptr"

@@ -10,7 +10,8 @@ from .irutil import as_expr, is_load
 from .memory import region_of
 
 __all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
-           "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity"]
+           "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
+           "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round"]
 
 _builtin_max, _builtin_min, _builtin_abs = max, min, abs
 
@@ -178,6 +179,8 @@ def _unary(name: str):
 
 exp, exp2, log, log2 = _unary("exp"), _unary("exp2"), _unary("log"), _unary("log2")
 rsqrt, sqrt, sigmoid, tanh = _unary("rsqrt"), _unary("sqrt"), _unary("sigmoid"), _unary("tanh")
+sin, cos, erf, log10 = _unary("sin"), _unary("cos"), _unary("erf"), _unary("log10")
+floor, ceil, trunc, round = _unary("floor"), _unary("ceil"), _unary("trunc"), _unary("round")  # noqa: A001
 
 
 def abs(x):  # noqa: A001 - the DSL's name

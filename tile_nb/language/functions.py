@@ -28,7 +28,7 @@ import types
 from ..errors import DSLError
 from . import state as _state
 
-__all__ = ["prim_func", "macro", "PrimFuncDefinition", "Macro", "defines_prim_func"]
+__all__ = ["prim_func", "macro", "Ref", "PrimFuncDefinition", "Macro", "defines_prim_func"]
 
 
 def _check_function(fn, what: str) -> None:
@@ -69,6 +69,17 @@ class Macro:
 
     def __repr__(self) -> str:
         return f"<T.macro {self.fn.__qualname__}>"
+
+
+class _RefType:
+    """`x: T.Ref` on a T.macro parameter: the argument is a location (a buffer element `A[i]` or a `T.alloc_var`),
+    and `x = value` in the macro stores there, as a C++ reference would. Reading `x` reads the location."""
+
+    def __repr__(self) -> str:
+        return "T.Ref"
+
+
+Ref = _RefType()
 
 
 def prim_func(fn=None, *, private: bool = False, check_well_formed: bool = True):

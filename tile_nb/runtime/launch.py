@@ -60,6 +60,7 @@ class Specialization:
     compiled: dict = field(default_factory=dict)  # (target string, CallFacts, ...) -> CompiledKernel
     launches: dict = field(default_factory=dict)  # facts_key -> tvm_ffi function: the fast path's direct launch
     lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
+    scalar_dims: dict = field(default_factory=dict)  # scalar parameter (may size outputs, grids) -> argument index
 
     @property
     def func(self):
@@ -153,7 +154,8 @@ class Launcher:
 
 
 def allocate_outputs(spec: Specialization, ordered, device) -> list:
-    """The T.empty outputs of a call: shapes from the specialization, T.dynamic dims from the call's tensors."""
+    """The T.empty outputs of a call: shapes from the specialization, T.dynamic dims from the call's tensors, dims
+    that are scalar parameters (`M: T.int32`) from the call's values."""
     import torch
 
     outputs, dynamic = [], None
@@ -161,6 +163,7 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
         if any(type(d) is not int for d in shape):  # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
             if dynamic is None:
                 dynamic = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
+                dynamic.update({name: int(ordered[i]) for name, i in spec.scalar_dims.items()})
             shape = [d if type(d) is int else evaluate(d, dynamic) for d in shape]
         outputs.append(torch.empty(shape, dtype=dtype, device=device or "cpu"))
     return outputs

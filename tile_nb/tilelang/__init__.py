@@ -73,6 +73,12 @@ def _target(target):
     return text
 
 
+def _runtime_placeholder(value) -> bool:
+    from ..language.annotations import TensorAnnotation, ptr
+
+    return value is ptr or isinstance(value, TensorAnnotation)
+
+
 class JITKernel:
     """What tilelang's `f.compile(**consts)` returns: a kernel with its compile-time values bound. Calling it calls
     the tile_nb kernel (compiled on CUDA tensors, interpreted on CPU tensors)."""
@@ -80,11 +86,12 @@ class JITKernel:
     def __init__(self, fn, args: tuple, kwargs: dict):
         self._fn = fn
         self._args = args   # what compile() was given: tensors say the shapes, other values are bound by name
-        self._kwargs = dict(kwargs)
+        # T.ptr() / T.Tensor(...) stand where a runtime argument goes (tilelang's configuration lists): not bound
+        self._kwargs = {k: v for k, v in kwargs.items() if not _runtime_placeholder(v)}
         names = [p.name for p in inspect.signature(fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         for name, value in zip(names, args):
-            if not hasattr(value, "data_ptr"):
+            if not hasattr(value, "data_ptr") and not _runtime_placeholder(value):
                 self._kwargs.setdefault(name, value)
 
     def __call__(self, *args, **kwargs):
@@ -111,6 +118,9 @@ class JITKernel:
             raise AttributeError(name)
         raise unsupported(f"tilelang JITKernel.{name}")
 
+    def __repr__(self) -> str:
+        return f"<tilelang kernel on tile_nb: {self._fn!r}>"
+
 
 class JITImpl:
     """What `@tilelang.jit` returns: calls go to the tile_nb kernel; `.compile(**consts)` binds compile-time values
@@ -120,6 +130,7 @@ class JITImpl:
         from .. import jit as _jit
 
         self._tile_nb = _jit(fn, **options)
+        self._wrappers: dict = {}  # a factory's kernel -> its JITKernel, so a repeated call gives the same object
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -128,7 +139,11 @@ class JITImpl:
         from ..factory import KernelFactory
 
         if isinstance(self._tile_nb, KernelFactory):  # a @T.prim_func factory: the call gives the kernel
-            return JITKernel(self._tile_nb(*args, **kwargs), (), {})
+            kernel = self._tile_nb(*args, **kwargs)   # the factory keeps one kernel per argument values
+            wrapped = self._wrappers.get(kernel)
+            if wrapped is None:
+                wrapped = self._wrappers[kernel] = JITKernel(kernel, (), {})
+            return wrapped
         return self._tile_nb(*args, **kwargs)
 
     def compile(self, *args, **kwargs) -> JITKernel:
@@ -143,15 +158,61 @@ class JITImpl:
         """The CUDA source of the kernel for these arguments (tensors or consts as keywords; no GPU needed)."""
         return self._tile_nb.compile(*args, **kwargs).cuda_source
 
+    def parse_cache_key(self, *args, **kwargs) -> tuple:
+        """The key a call with these arguments is cached under: its compile-time values and const values (the
+        dims read from its tensors), as tile_nb's `call_values` gives them. Nothing is compiled."""
+        compile_values, consts = self._tile_nb.call_values(*args, **kwargs)
+        return tuple(sorted(compile_values.items(), key=lambda kv: kv[0])), tuple(sorted(consts.items()))
+
+    def get_tir(self, *args, **kwargs):
+        """The phase-2 IR (a TVM PrimFunc) for these arguments: tensors, or tensor annotations
+        (`T.Tensor((128, 128))`) standing for tensors of that shape and dtype, and consts as keywords."""
+        return self._tile_nb.specialize(*[_shape_only(a) for a in args],
+                                        **{k: _shape_only(v) for k, v in kwargs.items()})
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        if name == "get_tir":
-            raise unsupported(f"tilelang.jit(...).{name}")
         return getattr(self._tile_nb, name)
 
     def __repr__(self):
         return f"<tilelang.jit on tile_nb: {self._tile_nb!r}>"
+
+
+def _shape_only(value):
+    """A tensor annotation given where a tensor goes: a tensor of that shape, strides and dtype without data."""
+    from ..language.annotations import TensorAnnotation
+    from ..language.dtypes import torch_dtype
+
+    if not isinstance(value, TensorAnnotation):
+        return value
+    dims = tuple(value.shape) + tuple(value.strides or ())
+    if not all(isinstance(d, int) for d in dims):
+        raise TypeError(f"{value!r} stands for a tensor here, so its dims must be ints; got {dims}")
+    import torch
+
+    if value.strides is None:
+        return torch.empty(value.shape, dtype=torch_dtype(value.dtype), device="meta")
+    return torch.empty_strided(value.shape, value.strides, dtype=torch_dtype(value.dtype), device="meta")
+
+
+def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = False, target=None,
+                pass_configs=None, **options) -> list:
+    """tilelang.par_compile: `tilelang.compile` of each function (TVM PrimFuncs, such as `f.get_tir(...)` gives, or
+    `@T.prim_func`s), several at once; with `ignore_error`, a function that fails gives None."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(func):
+        try:
+            return compile(func, target=target, pass_configs=pass_configs, **options)
+        except Exception:  # noqa: BLE001 - tilelang's ignore_error: the caller asked to go on
+            if ignore_error:
+                return None
+            raise
+
+    funcs = list(funcs)
+    with ThreadPoolExecutor(max_workers=max(1, min(num_workers or 4, len(funcs) or 1))) as pool:
+        return list(pool.map(one, funcs))
 
 
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
@@ -199,7 +260,7 @@ def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # n
         return JITKernel(kernel, (), {})
     if out_idx is not None:
         raise unsupported("tilelang.compile(out_idx=) of a TVM PrimFunc")
-    if not isinstance(func, tvm.tir.PrimFunc):
+    if not isinstance(func, tvm.tirx.PrimFunc):
         raise unsupported(f"tilelang.compile of a {type(func).__name__}",
                           "it takes a @T.prim_func or a TVM PrimFunc")
     from .. import runtime
@@ -249,7 +310,7 @@ __getattr__ = forwarding_getattr(__name__, "tilelang", {
     "carver": _submodule("carver"), "contrib": _submodule("contrib"), "DataType": lambda: _tvm().DataType,
 }, package=True)
 
-__all__ = ["jit", "lazy_jit", "compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",
+__all__ = ["jit", "lazy_jit", "compile", "par_compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",
            "UnsupportedTilelangAPI"]
 
 
