@@ -37,7 +37,34 @@ def test_value_carried_through_a_kernel_loop_is_refused(kernel):
     with pytest.raises(DSLError, match=r"`acc` is read and then reassigned in the kernel loop at line \d+") as info:
         kernel(torch.randn(4, 5), torch.empty(4))
     assert info.value.lineno == kernel.fn.__code__.co_firstlineno + 6
-    assert "T.alloc_var" in info.value.hint
+    assert "T.alloc_var" in info.value.hint and "acc = acc + ..." in info.value.hint
+
+
+def test_kernel_variables_by_name_carry_through_loops_and_ifs():
+    """tilelang's spelling: a name bound to T.alloc_var is a variable of the kernel; `x = v` and `x += v` store
+    into it (in a loop, under a run-time `if`) and reading `x` reads it."""
+    @tile_nb.jit
+    def stats(X, S):
+        X: T.Tensor[[4, 5], T.float32]
+        S: T.Tensor[[4, 2], T.float32]
+        with T.Kernel(4) as r:
+            acc = T.alloc_var(T.float32)
+            acc = 0.0
+            for j in T.serial(5):
+                acc = acc + X[r, j]
+            positives = T.alloc_var(T.int32, 0)
+            for j in T.serial(5):
+                if X[r, j] > 0:
+                    positives += 1
+            S[r, 0] = acc
+            S[r, 1] = positives
+
+    x, s = torch.randn(4, 5), torch.empty(4, 2)
+    stats(x, s)
+    torch.testing.assert_close(s[:, 0], x.sum(1))
+    torch.testing.assert_close(s[:, 1], (x > 0).sum(1).float())
+    source = stats.compile(x, s, target="sm_90a").cuda_source
+    assert "acc_ptr[0] = (acc_ptr[0] + X_ptr" in source
 
 
 def test_the_hint_s_spelling_computes_the_sum():
@@ -76,3 +103,20 @@ def test_python_loops_and_per_iteration_temporaries_are_fine():
     k(x, s, y)
     torch.testing.assert_close(s, x.sum(1))
     torch.testing.assert_close(y, 2 * x)
+
+
+@pytest.mark.gpu
+def test_kernel_variables_by_name_on_gpu():
+    @tile_nb.jit
+    def row_sum(X, S):
+        X: T.Tensor[[4, 5], T.float32]
+        S: T.Tensor[[4], T.float32]
+        with T.Kernel(4, threads=32) as r:
+            acc = T.alloc_var(T.float32, init=0.0)
+            for j in T.serial(5):
+                acc += X[r, j]
+            S[r] = acc
+
+    x, s = torch.randn(4, 5, device="cuda"), torch.empty(4, device="cuda")
+    row_sum(x, s)
+    torch.testing.assert_close(s, x.sum(1))

@@ -90,6 +90,12 @@ class _Placeholder:
 _UNSET = object()
 
 
+def _is_buffer(x) -> bool:
+    from tvm.tirx import Buffer
+
+    return isinstance(x, Buffer)
+
+
 def _is_expr(x) -> bool:
     return is_expr(x)
 
@@ -233,6 +239,24 @@ class Hooks:
             memory.store(target, index, value)
         else:
             target[index] = value
+
+    @staticmethod
+    def _is_var(value) -> bool:
+        from ..language.irutil import is_buffer
+
+        return is_buffer(value) and value.scope() == "local.var" and len(value.shape) == 1
+
+    def read_var(self, value):
+        """A read of a name bound to a T.alloc_var is a read of its value (`x[0]`); other values pass through."""
+        return value[0] if self._is_var(value) else value
+
+    def assign_var(self, name: str, value, current):
+        """`x = v` where `x` names a T.alloc_var: a store into it (the name keeps the variable); otherwise, as when
+        `x = T.alloc_var(...)` itself runs, a plain binding."""
+        if self._is_var(current) and not _is_buffer(value):
+            memory.store(current, (0,), value)
+            return current
+        return self.bind(name, value)
 
     def store_ref(self, ref, value):
         """`x = value` where `x: T.Ref` is a T.macro parameter: a store into the location the caller passed."""
@@ -405,8 +429,8 @@ class Hooks:
             f"{lineno}, as if {'its' if len(names) == 1 else 'their'} value carried from one iteration to the "
             "next; but the loop body runs once while the kernel is built, so it would hold one iteration's "
             "expression", filename=self.st.filename, lineno=lineno,
-            hint=f"keep it in a variable of the kernel: `{example} = T.alloc_var(T.float32, init=...)` before the "
-                 f"loop, then `{example}[0] = {example}[0] + ...` in it")
+            hint=f"make it a variable of the kernel before the loop, `{example} = T.alloc_var(T.float32, init=...)`; "
+                 f"then `{example} = {example} + ...` (or `{example} += ...`) in the loop updates it")
 
     @contextlib.contextmanager
     def ir_if(self, cond):

@@ -17,6 +17,8 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
     return v                         ->  return __tnb__.ret(v)             (in a T.macro: __tnb__.macro_return(v))
     assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
     x = v  (x: T.Ref in a T.macro)   ->  __tnb__.store_ref(x, v)          (stores where the caller's x points)
+    x = T.alloc_var(dt); x = v; y = x  ->  x = __tnb__.assign_var('x', v, <x>); y = __tnb__.read_var(x)
+                                         (a kernel variable by name, as in tilelang: `x = v` stores, `x` loads)
 
 Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
 numbers of the rewritten code are those of the user's file, so Python tracebacks show the user's lines too.
@@ -57,6 +59,12 @@ def _hook(method: str, *args: ast.expr) -> ast.Call:
 
 def _const(value) -> ast.Constant:
     return ast.Constant(value)
+
+
+def _current(name: str) -> ast.Call:
+    """`locals().get(name, __tnb__.UNSET)`: what a name is bound to now, if anything."""
+    return ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get", ast.Load()),
+                    [_const(name), ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), "UNSET", ast.Load())], [])
 
 
 def _lazy(expr: ast.expr) -> ast.Lambda:
@@ -173,9 +181,43 @@ class _LogicRewriter(ast.NodeTransformer):
         return ast.copy_location(out, node)
 
 
+def _alloc_var_names(body: list[ast.stmt]) -> set[str]:
+    """Names the body assigns a `T.alloc_var(...)` to: variables of the kernel, read and assigned by name as in
+    tilelang (`x = T.alloc_var(T.int32)`, `x = 0`, `x += 1`, `A[i] = x`), besides `x[0]`."""
+    return {stmt.targets[0].id for node in body for stmt in ast.walk(node)
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call)
+            and getattr(stmt.value.func, "attr", getattr(stmt.value.func, "id", None)) == "alloc_var"}
+
+
+class _VarReads(ast.NodeTransformer):
+    """A read of a kernel variable by name reads its value: `x` -> `__tnb__.read_var(x)` (`x[0]` of a T.alloc_var;
+    anything else bound to the name is returned as it is). `x[0]` and `x.dtype` keep the buffer."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name):
+        if isinstance(node.ctx, ast.Load) and node.id in self.names:
+            return ast.copy_location(_hook("read_var", node), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        if isinstance(node.value, ast.Name) and node.value.id in self.names:
+            node.slice = self.visit(node.slice)
+            return node
+        return self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute):
+        if isinstance(node.value, ast.Name) and node.value.id in self.names:
+            return node
+        return self.generic_visit(node)
+
+
 class _BodyRewriter(ast.NodeTransformer):
-    def __init__(self, source: KernelSource, macro: bool = False):
+    def __init__(self, source: KernelSource, macro: bool = False, var_names: frozenset = frozenset()):
         self.source = source
+        self.var_names = var_names  # names bound to a T.alloc_var: `x = v` stores
         self.macro = macro  # a T.macro's body: its `return` gives a value back to the calling kernel code
         self.ids = itertools.count()
         args = source.tree.args
@@ -240,10 +282,19 @@ class _BodyRewriter(ast.NodeTransformer):
             target = node.targets[0]
             return ast.copy_location(ast.Expr(_hook("store", target.value, target.slice, node.value)), node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            node.value = _hook("bind", _const(node.targets[0].id), node.value)
+            name = node.targets[0].id
+            if name in self.var_names:
+                node.value = _hook("assign_var", _const(name), node.value, _current(name))
+            else:
+                node.value = _hook("bind", _const(name), node.value)
         return node
 
     def visit_AugAssign(self, node: ast.AugAssign):
+        if isinstance(node.target, ast.Name) and node.target.id in self.var_names:
+            name = node.target.id
+            value = ast.BinOp(_hook("read_var", ast.Name(name, ast.Load())), node.op, node.value)
+            assign = ast.Assign([ast.Name(name, ast.Store())], _hook("assign_var", _const(name), value, _current(name)))
+            return ast.copy_location(assign, node)
         if isinstance(node.target, ast.Name) and node.target.id in self.refs:
             ref = ast.Name(node.target.id, ast.Load())
             value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
@@ -263,7 +314,7 @@ class _BodyRewriter(ast.NodeTransformer):
                                 iterable.args, iterable.keywords)
         it_name = self.fresh("it")
         names = ast.Tuple([_const(n) for n in _names_of(node.target)], ast.Load())
-        carried = _carried_names(node.body, self.bound - set(_names_of(node.target)))
+        carried = _carried_names(node.body, self.bound - set(_names_of(node.target)) - self.var_names)
         body = self.rewrite_block(node.body)
         if carried:  # refused when the loop turns out to be a kernel loop (a Python loop carries them fine)
             guard = _hook("carried_in_loop", ast.Tuple([_const(n) for n in carried], ast.Load()),
@@ -284,7 +335,8 @@ class _BodyRewriter(ast.NodeTransformer):
             ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
         # A Python name bound before this `if` and rebound in it would keep the new value whatever the run-time
         # condition says: refused when the condition turns out to be an IR expression.
-        leaks = sorted(n for n in _stored_names(node, branches_only=True) if n in bound_before)
+        leaks = sorted(n for n in _stored_names(node, branches_only=True)
+                       if n in bound_before and n not in self.var_names)
         if leaks:
             guard = _hook("rebound_under_if", ast.Tuple([_const(n) for n in leaks], ast.Load()),
                           _const(node.lineno + self.source.first_line - 1))
@@ -337,7 +389,10 @@ def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...], macro: bool
         arg.annotation = None
     tree.returns = None
     tree.body = [_LogicRewriter().visit(stmt) for stmt in tree.body]
-    tree.body = _BodyRewriter(source, macro).rewrite_block(tree.body)
+    var_names = frozenset(_alloc_var_names(tree.body))
+    if var_names:
+        tree.body = [_VarReads(var_names).visit(stmt) for stmt in tree.body]
+    tree.body = _BodyRewriter(source, macro, var_names).rewrite_block(tree.body)
     factory = ast.FunctionDef(
         name=FACTORY_NAME,
         args=ast.arguments(posonlyargs=[], args=[ast.arg(HOOKS_NAME)] + [ast.arg(v) for v in free_vars],
