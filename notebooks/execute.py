@@ -5,8 +5,10 @@
 Run it after a change that alters what a notebook shows (IR printing, the views), review the diff of the stored
 outputs, and commit it. Each notebook runs in a fresh kernel from its own folder, with the repository on
 PYTHONPATH. Cells marked `# NBVAL_SKIP` (long compile listings) keep no output, as they are not compared and their
-output depends on the machine. Cells that need a GPU (tag `gpu`, see tile_nb.testing) run only where torch sees a
-CUDA device; elsewhere they are not run and keep what they stored, exactly as `pytest --nbval` skips them.
+output depends on the machine. Widget state (sliders, progress bars, as they were when the notebook finished) is
+stored in the notebook's metadata where JupyterLab keeps it (`metadata.widgets`), so the widgets render without a
+kernel; their outputs also carry static text/HTML forms (tile_nb.notebook.progress, .widgets). Cells that need a
+GPU (tag `gpu`, see tile_nb.testing) run only where torch sees a CUDA device; elsewhere they are not run and keep what they stored, exactly as `pytest --nbval` skips them.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ def execute(path: Path, timeout: int = 600) -> None:
     for cell in skipped:
         cell.metadata.setdefault("tags", []).append(_NO_GPU_TAG)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            skip_cells_with_tag=_NO_GPU_TAG, resources={"metadata": {"path": str(path.parent)}})
+                            store_widget_state=True, skip_cells_with_tag=_NO_GPU_TAG,
+                            resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     for cell in skipped:
         cell.metadata["tags"].remove(_NO_GPU_TAG)

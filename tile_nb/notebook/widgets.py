@@ -7,9 +7,16 @@ Each keyword with a list (or range) of values becomes a selection slider; a sing
 below the sliders is the `KernelView` of `kernel_view(kernel, kwargs=current values)`, so it shows the template
 and the specialized IR side by side, with the lines that the current choice changes marked. ipywidgets is imported
 only here, when `explore` is called.
+
+Displayed, the explorer is one bundle: the widget view, and static forms of the current choice (`text/plain`: the
+choice and the view's text; `text/html`: the choice and the view's HTML) that renderers without the widget's state
+show (GitHub, nbconvert, JupyterLab without a kernel) in place of `VBox(children=(HBox(...`. The bundle is shown
+under a display id, and moving a slider updates those static forms with the new choice.
 """
 from __future__ import annotations
 
+import uuid
+from html import escape
 from typing import Any
 
 from tile_nb.notebook.api import kernel_view
@@ -36,6 +43,8 @@ class Explorer:
         self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.output])
         self.view = None
         self.error: str | None = None  # why the current choice has no view (shown in place of it)
+        self.display_id = f"tile-nb-explore-{uuid.uuid4().hex}"
+        self.displayed = False
         self.render()
 
     def values(self) -> dict[str, Any]:
@@ -60,9 +69,42 @@ class Explorer:
 
     def _changed(self, _change) -> None:
         self.render()
+        if self.displayed:
+            from IPython.display import update_display
+
+            update_display(self.bundle(), raw=True, display_id=self.display_id)
+
+    def choice_text(self) -> str:
+        """`explore(gemm): block_M=64 of [64, 128]; num_stages=2 of [2, 3, 4]` (the sliders, as text)."""
+        name = getattr(self.kernel, "__name__", "kernel")
+        parts = [f"{n}={c.value} of [{', '.join(label for label, _ in c.options)}]"
+                 for n, c in self.controls.items()]
+        return f"explore({name}): " + "; ".join(parts)
+
+    def bundle(self) -> dict:
+        """The widget view and the static forms of the current choice."""
+        data = dict(self.widget._repr_mimebundle_())
+        shown = self.view._repr_mimebundle_() if self.view is not None else {}
+        body_text = shown.get("text/plain") or (self.error or "")
+        body_html = shown.get("text/html") or f"<pre>{escape(self.error or '')}</pre>"
+        data["text/plain"] = self.choice_text() + "\n" + body_text
+        data["text/html"] = (f'<div><p style="font-family:monospace">{escape(self.choice_text())}</p>'
+                             f"{body_html}</div>")
+        return data
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        data = self.bundle()
+        if include:
+            data = {k: v for k, v in data.items() if k in include}
+        if exclude:
+            data = {k: v for k, v in data.items() if k not in exclude}
+        return data
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.bundle(), raw=True, display_id=self.display_id)
+        self.displayed = True
 
     def __repr__(self) -> str:
         name = getattr(self.kernel, "__name__", "kernel")
