@@ -16,6 +16,7 @@ import linecache
 
 __all__ = [
     "TileNBError",
+    "DeviceAssertError",
     "ArgumentError",
     "ShapeMismatchError",
     "DtypeMismatchError",
@@ -189,3 +190,8 @@ class DSLError(TileNBError, ValueError):
 
 class ReturnError(TileNBError, ValueError):
     """`T.empty` outputs and `return` disagree."""
+
+
+class DeviceAssertError(TileNBError, AssertionError):
+    """A `T.device_assert` failed: on the interpreter at the user's line (with the block, loop indices and values),
+    on the GPU after the launch (naming the kernel and the assert's line; CUDA's context is then unusable)."""

@@ -13,6 +13,7 @@ from tvm import tirx
 
 # The emitter's rules, registered on import (emitter.py imports none of them):
 from . import copy as _copy  # noqa: F401  (T.tile.copy)
+from . import debug as _debug  # noqa: F401  (T.print / T.device_assert)
 from . import elementwise as _elementwise  # noqa: F401  (T.tile.fill)
 from . import epilogue as _epilogue  # noqa: F401  (the TMA-store epilogue of TMA kernels)
 from . import gemm as _gemm  # noqa: F401  (T.tile.gemm)

@@ -116,6 +116,11 @@ class CompiledKernel:
         (stream-K's workspace and flags) launches through `OneStreamAtATime`."""
         self._module = module
         self._func = OneStreamAtATime(func) if (self.plan or {}).get("stream_k") else func
+        from .debug import DebugLaunch, debug_ops_of
+
+        prints, asserts = debug_ops_of(self.cuda_source)
+        if prints or asserts:  # T.print / T.device_assert: output into the notebook cell, asserts as errors
+            self._func = DebugLaunch(self._func, self.name, asserts)
 
     def __repr__(self) -> str:
         where = "from cache" if self.from_cache else "built"
