@@ -142,3 +142,29 @@ def test_explore_static_form_shows_the_error_of_a_bad_choice(ip):
     bundle = ex._repr_mimebundle_()
     assert bundle["text/plain"] == "explore(gemm): M=64 of [64]; N=64 of [64]\nKeyError: 'K'"
     assert "KeyError" in bundle["text/html"]
+
+
+def test_nbval_sanitizer_makes_the_first_and_the_final_progress_line_equal(ip, published):
+    """nbval sees the first static form (it ignores display updates); the stored notebook holds the final one."""
+    import re
+
+    from tile_nb.bench.progress import make_reporter
+    from tile_nb.bench.results import SweepPoint, SweepResult
+    from tile_nb.testing import sanitize_patterns
+
+    def sanitized(text: str) -> str:
+        for regex, replace in sanitize_patterns():
+            text = re.sub(regex, replace, text)
+        return text
+
+    reporter = make_reporter("notebook", 2, "scale_add")
+    result = SweepResult("scale_add", {"block": [32, 0]}, [SweepPoint({"block": 32}, resources={}),
+                                                           SweepPoint({"block": 0}, error="boom", stage="compile")])
+    reporter.close(result)
+    first, final = published
+    assert first["data"]["text/plain"] != final["data"]["text/plain"]
+    for mime in ("text/plain", "text/html"):
+        assert sanitized(first["data"][mime]) == sanitized(final["data"][mime])
+    assert sanitized(final["data"]["text/plain"]) == "scale_add: <progress>"
+    # narrow: other lines that mention configurations are left alone
+    assert sanitized("gemm: 3 configurations over block") == "gemm: 3 configurations over block"
