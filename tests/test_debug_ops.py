@@ -198,6 +198,21 @@ def test_tilelang_warp_keywords_select_the_thread(capsys):
     assert capsys.readouterr().out.endswith(", block (0), thread 160] a0 = 0\n")
 
 
+def test_tilelang_positional_msg_and_no_stack_info(capsys):
+    @tile_nb.jit
+    def tl_style(A):
+        N = T.const('N')
+        A: T.Tensor[[N], T.float32]
+        with T.Kernel(1, threads=32) as bx:
+            T.print(A[0], "first")
+            T.device_assert(A[0] >= 0.0, "non-negative", no_stack_info=True)
+
+    tl_style(arange(2))
+    assert capsys.readouterr().out.endswith("] first = 0\n")
+    with pytest.raises(DeviceAssertError, match="non-negative"):
+        tl_style(-torch.ones(2))
+
+
 # ---- T.device_assert on the interpreter ---------------------------------------------------------------------------
 
 def test_assert_that_holds_is_silent(capsys):
@@ -273,6 +288,7 @@ def test_cuda_source_asserts_with_the_line():
     line = line_of(check_positive, "T.device_assert")
     assert f'tnb_device_assert_fail("T.device_assert at line {line}: A must be positive"' in src
     assert "__assert_fail" in src and "__assertfail" in src  # nvcc's and NVRTC's spellings
+    assert "} else {" in src  # `if (cond) {} else {fail}`: a NaN fails, as on the interpreter
     assert debug_ops_of(src) == (True, [line])  # its failure message is a printf too
 
 

@@ -98,7 +98,7 @@ def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=N
     T.add_to_parent(tirx.Evaluate(call, st.span()))
 
 
-def device_assert(cond, msg: str = ""):
+def device_assert(cond, msg: str = "", no_stack_info: bool = False):
     """`T.device_assert(x >= 0, "x must be >= 0")`: stop the kernel with an error naming this line when `cond`
     is false, in any block or thread (and inside `T.Parallel`, for any element).
 
@@ -106,6 +106,7 @@ def device_assert(cond, msg: str = ""):
     read by `cond`. On the GPU a failing assert traps (CUDA's device-side assert): the launch raises
     `DeviceAssertError` naming the kernel and this line, and the process's CUDA context is unusable afterwards
     (restart the Jupyter kernel). A compile-time `cond` (a Python bool) is checked now, at elaboration.
+    `no_stack_info` (tilelang's keyword) is accepted; the message always names the line.
     """
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
