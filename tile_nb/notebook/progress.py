@@ -8,8 +8,9 @@ the result itself (its table as HTML, its plot as PNG), so nbval compares that.
 
 The bar is displayed as one bundle with the widget view and static forms (`text/plain`, `text/html`), and under a
 display id: on `close` the static forms are replaced by the final state ("tuned 8 of 8 configurations in 3.4 s, 2
-pruned"), so a stored notebook read without a kernel (GitHub, nbconvert, JupyterLab without widget state) shows that
-line instead of the widget's `VBox(children=(...` repr. Renderers that know widgets show the bar itself.
+pruned"), so a stored notebook read where widgets are not drawn (GitHub, nbconvert without widget state, an untrusted
+notebook in JupyterLab) shows that line instead of the widget's `VBox(children=(...` repr. Renderers that draw
+widgets show the bar (from the kernel, or from the widget state saved in the notebook). docs/notebooks.md.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ only here, when `explore` is called.
 
 Displayed, the explorer is one bundle: the widget view, and static forms of the current choice (`text/plain`: the
 choice and the view's text; `text/html`: the choice and the view's HTML) that renderers without the widget's state
-show (GitHub, nbconvert, JupyterLab without a kernel) in place of `VBox(children=(HBox(...`. The bundle is shown
+show (GitHub, nbconvert without widget state, an untrusted notebook in JupyterLab) in place of `VBox(children=(HBox(...`. The bundle is shown
 under a display id, and moving a slider updates those static forms with the new choice.
 """
 from __future__ import annotations
