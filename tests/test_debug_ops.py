@@ -330,10 +330,28 @@ def test_c_level_output_is_captured_and_written_to_sys_stdout(capsys):
     assert captured[1] == "from C: 42\n" and captured[2] == "to fd 2\n"
 
 
+def test_debug_launch_copies_c_output_into_sys_stdout_after_synchronizing(monkeypatch, capsys):
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    order = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: order.append("sync"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def launch(x):
+        order.append("launch")
+        libc.printf(b"[line 3, block (0)] x = %d\n", x)
+        return x + 1
+
+    assert DebugLaunch(launch, "k", [])(41) == 42
+    assert order == ["launch", "sync"]
+    assert capsys.readouterr().out == "[line 3, block (0)] x = 41\n"
+
+
 def test_debug_launch_turns_an_assert_error_into_device_assert_error(monkeypatch, capsys):
     import ctypes
 
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     libc = ctypes.CDLL(None)
 

@@ -85,7 +85,8 @@ class DebugLaunch:
         with _lock, captured_fds() as captured:
             try:
                 out = self.func(*args)
-                torch.cuda.synchronize()  # device printf reaches the C stdout at a synchronization
+                device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
+                torch.cuda.synchronize(device)  # device printf reaches the C stdout at a synchronization
             except Exception as err:  # noqa: BLE001 - a device assert surfaces here; others are re-raised below
                 error = err
         if captured.get(1):
