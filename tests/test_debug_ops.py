@@ -50,7 +50,7 @@ def print_tile(A, bm: int = 3, bn: int = 5, block=None):
 
 
 @tile_nb.jit
-def print_region_and_fragment(A):
+def print_region_and_fragment(A, element: bool = False):
     M, N = T.const('M, N')
     A: T.Tensor[[M, N], T.int32]
     with T.Kernel(1, threads=32) as bx:
@@ -58,6 +58,8 @@ def print_region_and_fragment(A):
         T.copy(A[1, 1], f)
         T.print(A[0:1, 0:N])
         T.print(f, msg="frag")
+        if element:
+            T.print(f[0, 0])
 
 
 @tile_nb.jit
@@ -154,15 +156,14 @@ def test_print_wide_rows_are_split_every_16_values(capsys):
 
 def test_print_global_region_and_fragment(capsys):
     A = arange(3, 4, dtype=torch.int32)
-    with pytest.warns(Warning, match="fragment 'f' on the GPU"):  # the interpreter prints it; the GPU refuses
-        print_region_and_fragment(A)
+    print_region_and_fragment(A)
     line = line_of(print_region_and_fragment, "T.print(A[0:1")
     assert capsys.readouterr().out.splitlines() == [
         f"[line {line}, block (0)] A[0:1, 0:4] int32",
         f"[line {line}, block (0)] A[0, :] = 0 1 2 3",
-        f"[line {line + 1}, block (0)] frag: f[0:2, 0:2] int32",
-        f"[line {line + 1}, block (0)] f[0, :] = 5 6",
-        f"[line {line + 1}, block (0)] f[1, :] = 9 10",
+        f"[line {line + 1}, block (0)] frag: f_print[0:2, 0:2] int32",  # staged through shared memory
+        f"[line {line + 1}, block (0)] f_print[0, :] = 5 6",
+        f"[line {line + 1}, block (0)] f_print[1, :] = 9 10",
     ]
 
 
@@ -306,11 +307,17 @@ def test_kernels_without_debug_ops_have_no_debug_code():
     assert debug_ops_of(src) == (False, []) and "printf" not in src
 
 
-def test_fragment_print_is_refused_by_the_lowering():
+def test_fragment_tile_prints_through_shared_memory_and_its_element_is_refused():
     from tile_nb.lower import LoweringError
 
-    with pytest.raises(LoweringError, match="Copy it to a shared tile first"):
-        print_region_and_fragment.compile(arange(3, 4, dtype=torch.int32), target="sm_90a")
+    A = arange(3, 4, dtype=torch.int32)
+    src = print_region_and_fragment.compile(A, target="sm_90a").cuda_source
+    line = line_of(print_region_and_fragment, "T.print(f, ")
+    assert f'printf("[line {line}, block (%d)] f_print[%d, :] = %d %d\\n"' in src
+    with pytest.raises(LoweringError, match=r"element of the fragment 'f' on the GPU.*T.print\(f\)"):
+        print_region_and_fragment.compile(A, element=True, target="sm_90a")
+    with pytest.warns(Warning, match="fragment 'f' on the GPU"):  # the interpreter prints it; the GPU refuses
+        print_region_and_fragment(A, element=True)
 
 
 # ---- capture of C-level output around a launch (no GPU needed) -----------------------------------------------------

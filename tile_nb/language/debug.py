@@ -58,7 +58,8 @@ def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=N
     """`T.print(x, msg="x")`: print a value from inside a kernel; it names the line and the block.
 
     `value`: a scalar expression (`bx * 4`), one element (`A_shared[i, 0]`), a whole tile (`A_shared`, a fragment,
-    a global region `A[0:4, 0:8]`), or nothing (only `msg`). Block-level code: call it outside `T.Parallel`.
+    a global region `A[0:4, 0:8]`; a fragment is first copied to a shared tile `<name>_print`), or nothing (only
+    `msg`). Block-level code: call it outside `T.Parallel`.
     By default every block prints once, from thread 0; `block=(0, 1)` prints from that block only, `thread=t`
     (or tilelang's `warp_group_id=` / `warp_id=`) from thread t. On the interpreter the lines come in execution
     order; on the GPU through device printf (the notebook cell shows them after the launch), in any order
@@ -81,6 +82,8 @@ def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=N
 
     if (is_buffer(value) and is_buffer_var(value)) or is_region(value):
         region = value[tuple(slice(0, d) for d in value.shape)] if is_buffer(value) else value
+        if region.source.scope() == "local.fragment":
+            region = _staged(st, region)
         buf = region.source
         start = buf[tuple(r.min for r in region.region)]
         extents = [r.extent for r in region.region]
@@ -96,6 +99,21 @@ def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=N
         raise st.error(f"T.print prints a scalar expression, an element `A[i, j]`, a tile or a region "
                        f"`A[a:b, c:d]`; got {value!r} ({type(value).__name__})")
     T.add_to_parent(tirx.Evaluate(call, st.span()))
+
+
+def _staged(st, region):
+    """A fragment's elements live in many threads' registers, and one thread prints: the fragment (region) is first
+    copied into a shared tile named `<fragment>_print`, on both sides (so the interpreter's text is the GPU's).
+    That tile counts against the block's shared memory like any other."""
+    from tvm.script.ir_builder import IRBuilder
+
+    from . import memory
+
+    extents = [r.extent for r in region.region]
+    staged = memory.alloc_shared(tuple(extents), str(region.source.dtype))
+    IRBuilder.name(f"{region.source.name}_print", staged)
+    memory.copy(region, staged)
+    return staged[tuple(slice(0, e) for e in extents)]
 
 
 def device_assert(cond, msg: str = "", no_stack_info: bool = False):

@@ -3,7 +3,8 @@
 - A print becomes device `printf` under `if (threadIdx.x == thread && blockIdx matches)`, with the interpreter's
   text (interp/debug.py) character for character: floats widened to double and printed `%g`, integers `%lld`.
   A tile prints from one thread: a header, then one `printf` per row chunk (ROW_CHUNK values), so that lines
-  of different blocks never mix inside a line. A fragment lives in many threads' registers: refused here.
+  of different blocks never mix inside a line. A fragment tile arrives staged in shared memory (language/debug.py);
+  one element of a fragment is refused here (it lives in the registers of the thread its layout chooses).
 - An assert becomes `if (!cond) { printf(<line, block, thread, values>); __assertfail(...); }`: CUDA's own
   device-side assert (cudaErrorAssert after the launch; runtime/launch.py turns it into DeviceAssertError).
 Kernels without these calls never reach this module's rules.
@@ -109,10 +110,13 @@ def _refuse_thread_code(em, what: str):
 
 
 def _refuse_fragment(buf, what: str):
+    """An element of a fragment lives in the registers of one thread that the layout chooses, and thread 0 prints
+    (a whole fragment is staged through shared memory by the language: `<name>_print`)."""
     if buf.scope() == "local.fragment":
-        raise LoweringError(f"{what} of the fragment '{buf.name}' on the GPU: a fragment's elements live in the "
-                            "registers of many threads, and one thread prints. Copy it to a shared tile "
-                            "first (`T.copy(frag, frag_shared)`) and print that; the interpreter prints fragments")
+        raise LoweringError(f"{what} of an element of the fragment '{buf.name}' on the GPU: the element lives in "
+                            "the registers of the thread its layout chooses, and one thread prints. Print the "
+                            f"whole fragment (`T.print({buf.name})`, staged through shared memory) or a region "
+                            "of it, or copy it to a shared tile first; the interpreter prints it")
 
 
 def _loads(e) -> list:
@@ -164,7 +168,8 @@ def _emit_print_tile(em, stmt):
     try:
         start = args[8].args[0]  # address_of(buf[start])
         buf = start.source
-        _refuse_fragment(buf, "T.print")
+        if buf.scope() == "local.fragment":  # T.print stages fragments in shared memory; IR built by hand may not
+            raise LoweringError(f"tile_nb_print_tile of the fragment '{buf.name}': copy it to a shared tile first")
         extents = []
         for e in args[9:]:
             if not isinstance(e, tirx.IntImm):
