@@ -411,7 +411,8 @@ def test_gpu_failing_assert_raises_in_a_fresh_process():
     import sys
 
     code = (
-        "import torch, tests.test_debug_ops as t\n"
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import torch, test_debug_ops as t\n"
         "A = torch.ones(10); A[6] = -2\n"
         "try:\n"
         "    t.check_positive(A.cuda(), torch.zeros(10, device='cuda'))\n"
