@@ -120,3 +120,25 @@ def test_kernel_variables_by_name_on_gpu():
     x, s = torch.randn(4, 5, device="cuda"), torch.empty(4, device="cuda")
     row_sum(x, s)
     torch.testing.assert_close(s, x.sum(1))
+
+
+def test_loop_variables_in_a_runtime_if_branch_are_not_rebindings():
+    """`for i in T.Parallel(...)` inside a run-time `if` makes new loop variables: reusing the name of an earlier
+    loop's variable is not a leak (tilelang's sparse decoding examples do this)."""
+    @tile_nb.jit
+    def k(X, F, Y):
+        X: T.Tensor[[6], T.float32]
+        F: T.Tensor[[1], T.int32]
+        Y: T.Tensor[[6], T.float32]
+        with T.Kernel(1, threads=32) as _:
+            for i in T.Parallel(6):
+                Y[i] = X[i]
+            if F[0] > 0:
+                for i in T.Parallel(6):
+                    Y[i] = Y[i] * 2.0
+
+    x, y = torch.randn(6), torch.empty(6)
+    k(x, torch.tensor([1], dtype=torch.int32), y)
+    torch.testing.assert_close(y, 2 * x)
+    k(x, torch.tensor([0], dtype=torch.int32), y)
+    torch.testing.assert_close(y, x)

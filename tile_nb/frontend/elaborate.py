@@ -91,9 +91,9 @@ _UNSET = object()
 
 
 def _is_buffer(x) -> bool:
-    from tvm.tirx import Buffer
+    from tvm.tirx.buffer import is_buffer_var  # not isinstance(x, Buffer): every Var is one in TVM 0.27
 
-    return isinstance(x, Buffer)
+    return is_buffer_var(x)
 
 
 def _is_expr(x) -> bool:

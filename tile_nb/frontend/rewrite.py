@@ -137,6 +137,27 @@ def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
     return carried
 
 
+def _assigned_in_branches(node: ast.If) -> set[str]:
+    """Names an `if`'s branches assign, not counting loop targets: `for i in T.Parallel(n)` in a branch makes a new
+    loop variable (the name's old value is not what the loop reads), so rebinding `i` there is no leak."""
+    names: set[str] = set()
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, (ast.For, ast.comprehension)):
+            for child in ast.iter_child_nodes(n):
+                if child is not n.target:
+                    visit(child)
+            return
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and not n.id.startswith("__tnb"):
+            names.add(n.id)
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+
+    for stmt in node.body + node.orelse:
+        visit(stmt)
+    return names
+
+
 def _names_of(target: ast.expr) -> tuple[str, ...]:
     if isinstance(target, ast.Name):
         return (target.id,)
@@ -335,8 +356,7 @@ class _BodyRewriter(ast.NodeTransformer):
             ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
         # A Python name bound before this `if` and rebound in it would keep the new value whatever the run-time
         # condition says: refused when the condition turns out to be an IR expression.
-        leaks = sorted(n for n in _stored_names(node, branches_only=True)
-                       if n in bound_before and n not in self.var_names)
+        leaks = sorted(n for n in _assigned_in_branches(node) if n in bound_before and n not in self.var_names)
         if leaks:
             guard = _hook("rebound_under_if", ast.Tuple([_const(n) for n in leaks], ast.Load()),
                           _const(node.lineno + self.source.first_line - 1))

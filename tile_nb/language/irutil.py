@@ -36,9 +36,11 @@ def is_region(x) -> bool:
 
 
 def is_buffer(x) -> bool:
-    from tvm.tirx import Buffer
+    """A buffer. (In TVM 0.27 `tirx.Buffer` is `ir.Var`, so `isinstance(x, Buffer)` holds for every Var, loop
+    variables included: the Var's type says whether it is a buffer.)"""
+    from tvm.tirx.buffer import is_buffer_var
 
-    return isinstance(x, Buffer)
+    return is_buffer_var(x)
 
 
 def as_expr(value, dtype: str):

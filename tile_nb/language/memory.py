@@ -62,6 +62,8 @@ def region_of(x, extents=None, what: str = "T.copy"):
         return x[tuple(slice(0, d) for d in x.shape)]
     if is_region(x):
         return x
+    if is_load(x) and x.source.scope() == "local.var":  # a kernel variable read by name (`T.clear(x)`): itself
+        return x.source[tuple(slice(0, d) for d in x.source.shape)]
     if is_load(x):
         indices = list(x.indices)
         if extents is None:
