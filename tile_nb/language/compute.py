@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import state as _state
 from .dtypes import as_dtype
-from .irutil import as_expr, is_load
+from .irutil import as_expr, is_buffer, is_load, is_region
 from .memory import region_of
 
 __all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
@@ -91,24 +91,77 @@ def reduce_min(src, dst, dim: int = -1, clear: bool = True):
     _reduce("min", src, dst, dim, clear)
 
 
-def atomic_add(dst, value):
-    """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs)."""
+def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = None, return_prev: bool = False):
+    """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs). tilelang's tile form,
+    `T.atomic_add(C[i, j], C_local)` or `T.atomic_add(C[r0:r1, c0:c1], C_local)` (a tile as the value), adds the
+    whole tile element by element: a `T.Parallel` loop of atomic adds, each guarded against the edge of `C`.
+    `use_tma=True` (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order` may be
+    "relaxed" (what CUDA's atomicAdd is), others are refused."""
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
+    from .hints import record_hint
+
     st = _state.active("T.atomic_add")
+    if memory_order not in (None, "relaxed"):
+        raise st.error(f"T.atomic_add(memory_order={memory_order!r}) is not supported: tile_nb's atomics are "
+                       "relaxed (CUDA's atomicAdd)", hint="order the accesses with a barrier, or drop memory_order")
+    if return_prev:
+        raise st.error("T.atomic_add(return_prev=True) is not supported yet")
+    if use_tma:
+        record_hint(st, "atomic_add(use_tma=True) (tile_nb adds with atomicAdd; the sums are the same)")
+    if is_buffer(value) or is_region(value):
+        return _atomic_add_tile(st, dst, value)
     if not is_load(dst):
         raise st.error(f"T.atomic_add takes an element `C[i, j]` as its destination; got {dst!r}")
-    # tilelang's tile form (a buffer or a region as the value): as_expr would take one element
-    if isinstance(value, tirx.Buffer) or type(value).__name__ == "BufferRegion":
-        raise st.error("T.atomic_add of a whole tile (`T.atomic_add(C[i, j], C_local)`, tilelang's tile form) is "
-                       "not supported yet; it adds one element",
-                       hint="add element by element: `for i, j in T.Parallel(bm, bn): "
-                            "T.atomic_add(C[r + i, c + j], C_local[i, j])`")
     dtype = dst.source.dtype
     value = as_expr(value, dtype)
     call = tirx.call_extern(dtype, "atomicAdd", tirx.address_of(dst), value)
     T.add_to_parent(tirx.Evaluate(call, st.span()))
+
+
+def _atomic_add_tile(st, dst, value) -> None:
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    from .loops import Parallel
+
+    src = region_of(value, what="T.atomic_add")
+    extents = [r.extent for r in src.region]
+    target = region_of(dst, extents, what="T.atomic_add")
+    src_dims = [_static(e) for e in extents if _static(e) != 1]
+    dst_dims = [_static(r.extent) for r in target.region if _static(r.extent) != 1]
+    if src_dims != dst_dims:
+        raise st.error(f"T.atomic_add: the tile {src.source.name}{[_static(e) for e in extents]} and the destination "
+                       f"{target.source.name}{[_static(r.extent) for r in target.region]} have different shapes")
+    src_buf, dst_buf = src.source, target.source
+    src_min = [r.min for r in src.region]
+    dst_min = [r.min for r in target.region]
+    # the tile's dims of extent > 1 walk the destination's dims of extent > 1, in order
+    spanned = iter([d for d, r in enumerate(target.region) if _static(r.extent) != 1])
+    walks = [next(spanned) if _static(e) != 1 else None for e in extents]
+    with Parallel(*extents).open(None) as loop_vars:
+        loop_vars = loop_vars if isinstance(loop_vars, tuple) else (loop_vars,)
+        dst_index = list(dst_min)
+        guards = []
+        for d, v, e in zip(walks, loop_vars, extents):
+            if d is None:
+                continue
+            dst_index[d] = dst_min[d] + v
+            start, size, bound = _static(dst_min[d]), _static(e), _static(dst_buf.shape[d])
+            if None in (start, size, bound) or start + size > bound:  # a tile past the edge of C: not written
+                guards.append(dst_index[d] < dst_buf.shape[d])
+        src_index = [m + v for m, v in zip(src_min, loop_vars)]
+        call = tirx.call_extern(dst_buf.dtype, "atomicAdd", tirx.address_of(dst_buf[tuple(dst_index)]),
+                                as_expr(src_buf[tuple(src_index)], dst_buf.dtype))
+        stmt = tirx.Evaluate(call, st.span())
+        if guards:
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = tirx.And(cond, g)
+            stmt = tirx.IfThenElse(cond, stmt, None)
+        T.add_to_parent(stmt)
+    st.record_tile_op()
 
 
 def if_then_else(cond, then_value, else_value):

@@ -1,0 +1,115 @@
+"""`T.atomic_add` of a whole tile (tilelang's form): split-K GEMMs adding their partial products into C, a tile
+into a region with dims of extent 1 between, the edge of C not written past; element atomics of scalar values;
+`memory_order` and `use_tma`. Interpreter against torch, sm_90a CUDA, and the GPU (marked gpu)."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.errors import DSLError
+
+
+@tile_nb.jit
+def splitk(A, B, C, block_M: int = 32, block_N: int = 32, block_K: int = 16, split: int = 3):
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=128) as (bx, by, bz):
+        A_s = T.alloc_shared((block_M, block_K), T.float16)
+        B_s = T.alloc_shared((block_K, block_N), T.float16)
+        C_l = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(C_l)
+        for k in T.Pipelined(T.ceildiv(K // split, block_K), num_stages=2):
+            T.copy(A[by * block_M, bz * (K // split) + k * block_K], A_s)
+            T.copy(B[bz * (K // split) + k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, C_l)
+        T.atomic_add(C[by * block_M, bx * block_N], C_l)
+
+
+def _splitk_check(M, N, K, device):
+    torch.manual_seed(M + N)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(K, N, dtype=torch.float16, device=device)
+    c = torch.full((M, N), 0.5, device=device)          # added to, not overwritten
+    splitk(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float() + 0.5, atol=1e-4 * K, rtol=1e-3)
+
+
+@pytest.mark.parametrize("M,N,K", [(70, 45, 48), (1, 1, 48), (64, 64, 96)])
+def test_splitk_adds_every_partial_tile(M, N, K):
+    _splitk_check(M, N, K, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(70, 45, 48), (1, 1, 48), (256, 256, 384)])
+def test_splitk_on_gpu(M, N, K):
+    _splitk_check(M, N, K, "cuda")
+
+
+def test_splitk_lowers_to_atomic_adds():
+    source = splitk.compile(M=70, N=45, K=48, target="sm_90a").cuda_source
+    assert "atomicAdd(" in source
+
+
+@tile_nb.jit
+def into_region(X, O, chunk: int = 4):
+    B, S, H, D = T.const("B, S, H, D")
+    X: T.Tensor[[B, S, H, D], T.float32]
+    O: T.Tensor[[B, S, H, D], T.float32]
+    with T.Kernel(T.ceildiv(S, chunk), H, B, threads=32) as (i, h, b):
+        tile = T.alloc_shared((chunk, D), T.float32)
+        T.copy(X[b, i * chunk:(i + 1) * chunk, h, 0:D], tile)
+        T.atomic_add(O[b, i * chunk:(i + 1) * chunk, h, 0:D], tile)   # dims of extent 1 between the tile's
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 3, 5), (1, 1, 1, 1), (1, 8, 2, 4)])
+def test_tile_into_a_region_with_unit_dims(shape):
+    x = torch.randn(*shape)
+    o = torch.ones(*shape)
+    into_region(x, o)
+    torch.testing.assert_close(o, x + 1)
+
+
+def test_element_atomic_of_a_scalar_parameter():
+    """A scalar Var is not a tile (in TVM 0.27 every Var is an instance of tirx.Buffer: the old check refused it)."""
+    @tile_nb.jit
+    def count(C, n: T.int32):
+        C: T.Tensor[[1], T.int32]
+        with T.Kernel(5, threads=32) as _:
+            T.atomic_add(C[0], n)
+
+    c = torch.zeros(1, dtype=torch.int32)
+    count(c, 3)
+    assert c.item() == 15
+
+
+def test_memory_order_and_use_tma():
+    @tile_nb.jit
+    def add(C, order: str = "relaxed", tma: bool = False):
+        C: T.Tensor[[4], T.float32]
+        with T.Kernel(2, threads=32) as _:
+            tile = T.alloc_fragment((4,), T.float32)
+            T.fill(tile, 1.0)
+            T.atomic_add(C[0:4], tile, use_tma=tma, memory_order=order)
+
+    c = torch.zeros(4)
+    add(c, tma=True)
+    assert torch.equal(c, torch.full((4,), 2.0))
+    hints = [str(h) for h in add.specialize(tma=True).attrs["tile_nb.hints"]]
+    assert hints and hints[0].startswith("atomic_add(use_tma=True)")
+    with pytest.raises(DSLError, match=r"T.atomic_add\(memory_order='seq_cst'\) is not supported"):
+        add(c, order="seq_cst")
+
+
+def test_tile_and_destination_of_different_shapes_are_refused():
+    @tile_nb.jit
+    def bad(C):
+        C: T.Tensor[[8, 8], T.float32]
+        with T.Kernel(1, threads=32) as _:
+            tile = T.alloc_fragment((4, 4), T.float32)
+            T.fill(tile, 1.0)
+            T.atomic_add(C[0:4, 0:2], tile)
+
+    with pytest.raises(DSLError, match="have different shapes"):
+        bad(torch.zeros(8, 8))
