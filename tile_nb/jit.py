@@ -398,9 +398,7 @@ class JITFunction:
         error; the call then runs nothing, as with static sizes). Such shapes stay off the fast path's tables."""
         if not spec.expectations.dynamic_grid:
             return ()
-        values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
-        values.update({name: int(ordered[i]) for name, i in spec.scalar_dims.items()})
-        return empty_at_call(spec.expectations, values)
+        return empty_at_call(spec.expectations, spec.dim_values(ordered))
 
     def _check(self, spec: Specialization, ordered):
         for e in spec.expectations.tensors:

@@ -19,7 +19,7 @@ from ..language import loops, memory
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
-from ..language.irutil import is_expr, unwrap_comparison
+from ..language.irutil import is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
 from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
@@ -88,12 +88,6 @@ class _Placeholder:
 
 
 _UNSET = object()
-
-
-def _is_buffer(x) -> bool:
-    from tvm.tirx.buffer import is_buffer_var  # not isinstance(x, Buffer): every Var is one in TVM 0.27
-
-    return is_buffer_var(x)
 
 
 def _is_expr(x) -> bool:
@@ -242,8 +236,7 @@ class Hooks:
 
     @staticmethod
     def _is_var(value) -> bool:
-        from ..language.irutil import is_buffer
-
+        """A T.alloc_var (a one-element `local.var` buffer)."""
         return is_buffer(value) and value.scope() == "local.var" and len(value.shape) == 1
 
     def read_var(self, value):
@@ -253,18 +246,16 @@ class Hooks:
     def assign_var(self, name: str, value, current):
         """`x = v` where `x` names a T.alloc_var: a store into it (the name keeps the variable); otherwise, as when
         `x = T.alloc_var(...)` itself runs, a plain binding."""
-        if self._is_var(current) and not _is_buffer(value):
+        if self._is_var(current) and not is_buffer(value):
             memory.store(current, (0,), value)
             return current
         return self.bind(name, value)
 
     def store_ref(self, ref, value):
         """`x = value` where `x: T.Ref` is a T.macro parameter: a store into the location the caller passed."""
-        from ..language.irutil import is_buffer, is_load
-
         if is_load(ref):
             memory.store(ref.source, tuple(ref.indices), value)
-        elif is_buffer(ref) and len(ref.shape) == 1 and ref.scope() == "local.var":
+        elif self._is_var(ref):
             memory.store(ref, (0,), value)
         else:
             raise self.st.error(f"a T.Ref parameter must be given a location, a buffer element `A[i]` or a "

@@ -290,9 +290,7 @@ class _BodyRewriter(ast.NodeTransformer):
         if node.value is not None:
             return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())],
                                                 _hook("bind", _const(name), node.value)), node)
-        current = ast.Call(ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get", ast.Load()),
-                           [_const(name), ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), "UNSET", ast.Load())], [])
-        call = _hook("annotate", _const(name), node.annotation, current)
+        call = _hook("annotate", _const(name), node.annotation, _current(name))
         return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
 
     def visit_Assign(self, node: ast.Assign):

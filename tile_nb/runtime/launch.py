@@ -66,6 +66,13 @@ class Specialization:
     def func(self):
         return self.elaboration.func
 
+    def dim_values(self, ordered) -> dict:
+        """The values of this call's dims that are not consts: T.dynamic dims from its tensors, scalar parameters
+        from its arguments (for output shapes and grid extents)."""
+        values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in self.dynamic_sources.items()}
+        values.update({name: int(ordered[i]) for name, i in self.scalar_dims.items()})
+        return values
+
     @functools.cached_property
     def buffer_args(self) -> list[tuple[int, str]]:
         """(position among the call's arguments, name) of every tensor parameter, outputs included."""
@@ -162,8 +169,7 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
     for _, shape, dtype in spec.output_shapes:
         if any(type(d) is not int for d in shape):  # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
             if dynamic is None:
-                dynamic = {name: int(ordered[i].shape[dim]) for name, (i, dim) in spec.dynamic_sources.items()}
-                dynamic.update({name: int(ordered[i]) for name, i in spec.scalar_dims.items()})
+                dynamic = spec.dim_values(ordered)
             shape = [d if type(d) is int else evaluate(d, dynamic) for d in shape]
         outputs.append(torch.empty(shape, dtype=dtype, device=device or "cpu"))
     return outputs
