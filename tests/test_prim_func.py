@@ -51,12 +51,8 @@ def test_factory_gemm_with_out_idx_on_gpu(M, N, K):
 
 
 def test_factory_runs_once_per_argument_values():
-    calls = []
-
     @tile_nb.jit(out_idx=1)
     def fill(n, value):
-        calls.append((n, value))
-
         @T.prim_func
         def main(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
             with T.Kernel(1, threads=32) as _:
@@ -66,15 +62,74 @@ def test_factory_runs_once_per_argument_values():
         return main
 
     k1 = fill(5, 1.0)
-    assert fill(5, 1.0) is k1 and calls == [(5, 1.0)]
+    assert fill(5, 1.0) is k1  # a second run of the factory would make a new kernel object
     k2 = fill(5, 2.0)
-    assert k2 is not k1 and calls == [(5, 1.0), (5, 2.0)]
+    assert k2 is not k1
     a = torch.randn(5)
     torch.testing.assert_close(k1(a), a + 1.0)
     torch.testing.assert_close(k2(a), a + 2.0)
     # 1 and 1.0 build different IR (an int and a float constant), so they are different factory calls
-    fill(5, 1)
-    assert calls[-1] == (5, 1) and type(calls[-1][1]) is int
+    assert fill(5, 1) is not k1
+
+
+FACTORY_OFFSET = 2.0
+
+
+def _offset_of(scale):  # a helper the factory calls: what it reads is followed too
+    return FACTORY_OFFSET * scale
+
+
+def test_a_global_the_factory_reads_changed_since_the_last_call_runs_it_again():
+    """A notebook cell changes a global that only the factory (or a helper it calls) reads: the kernel built from
+    the old value must not come back (the kernel inside holds the value in a closure cell, not as a global)."""
+    global FACTORY_OFFSET
+
+    @tile_nb.jit(out_idx=1)
+    def shift(n):
+        offset = _offset_of(1.0)
+
+        @T.prim_func
+        def main(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+            with T.Kernel(1, threads=32) as _:
+                for i in T.serial(n):
+                    B[i] = A[i] + offset
+
+        return main
+
+    a = torch.randn(7)
+    first = shift(7)
+    torch.testing.assert_close(first(a), a + 2.0)
+    try:
+        FACTORY_OFFSET = 3.0
+        torch.testing.assert_close(shift(7)(a), a + 3.0)
+        assert shift(7) is not first
+    finally:
+        FACTORY_OFFSET = 2.0
+    assert shift(7) is first  # the old value again: the kernel built for it
+
+
+def test_a_factory_reading_a_value_that_cannot_be_keyed_says_which():
+    import numpy as np
+
+    from tile_nb.errors import UnhashableArgumentError
+    from tile_nb.frontend.environment import ARRAY_HASH_LIMIT
+
+    table = np.ones(ARRAY_HASH_LIMIT // 8 + 1)
+
+    @tile_nb.jit(out_idx=1)
+    def scaled(n):
+        factor = float(table[0])
+
+        @T.prim_func
+        def main(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+            with T.Kernel(1, threads=32) as _:
+                for i in T.serial(n):
+                    B[i] = A[i] * factor
+
+        return main
+
+    with pytest.raises(UnhashableArgumentError, match="factory scaled\\(\\) reads 'table'"):
+        scaled(4)
 
 
 @tile_nb.jit(out_idx=[1, 3])

@@ -13,8 +13,10 @@ and the kernel inside annotates its tensors in its signature with those values:
     kernel = matmul(1024, 1024, 512)    # a tile_nb kernel (JITFunction); C = kernel(A, B)
 
 A call runs the factory once per distinct argument values (keyed as compile-time values are: by type and current
-contents) and makes a `JITFunction` of the kernel it returns, with the factory's `jit` options (`out_idx`, target,
-lowering options). Later calls with the same values return that kernel.
+contents) and what the factory reads (its globals, closure cells and helpers, keyed as a kernel's reads are: a
+global changed in a notebook cell runs the factory again), and makes a `JITFunction` of the kernel it returns, with
+the factory's `jit` options (`out_idx`, target, lowering options). Later calls with the same values return that
+kernel.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import functools
 
 from ._locks import KeyedLocks, build_once
 from .errors import SignatureError
-from .frontend.environment import value_key
+from .frontend.environment import factory_key
 from .jit import JITFunction
 from .language.functions import PrimFuncDefinition
 
@@ -40,7 +42,7 @@ class KernelFactory:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs) -> JITFunction:
-        key = (value_key(args), value_key(tuple(sorted(kwargs.items()))))
+        key = factory_key(self.fn, args, kwargs)
         return build_once(self._kernels, key, lambda: self._build(args, kwargs), self._building)
 
     def _build(self, args, kwargs) -> JITFunction:

@@ -333,6 +333,21 @@ def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None =
     return env["evaluate"]
 
 
+def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
+    """The key of one call of a kernel factory: its arguments, and the factory as a user function is keyed (its
+    code and defaults and what it reads now, helpers followed), so a global changed since the last call runs it
+    again rather than returning the kernel built from the old value."""
+    try:
+        return (value_key(args), value_key(tuple(sorted(kwargs.items()))), _function_key(fn, None))
+    except _Unkeyable as err:
+        code = fn.__code__
+        name, site = err.path[0] if err.path else ("an argument", (code.co_filename, code.co_firstlineno, None, None))
+        raise UnhashableArgumentError(
+            f"the kernel factory {fn.__name__}() reads '{name}', {err.what}: it cannot be part of the factory's "
+            "cache key, so a change to it could not rebuild the kernel", filename=site[0], lineno=site[1],
+            col=site[2], end_col=site[3], hint=err.hint) from None
+
+
 # -- a kernel's environment ---------------------------------------------------------------------------------------
 
 class Environment:
