@@ -1,0 +1,142 @@
+"""Backward kernels against torch on the GPU (issue 33 item 4), same run, same timing harness (tile_nb.bench.timing).
+
+    python benchmarks/backward.py [--attention 4,32,4096] [--dims 64 128] [--norms 16384,4096] [--json out.json]
+    python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 16 --norms 5,64   # smoke run, interpreter
+
+- FlashAttention forward + backward: tests/kernels/attention_backward.py (flash_attention_fwd, then
+  attention_backward: the Delta preprocess and the dQ/dK/dV kernel with float32 atomics) against
+  F.scaled_dot_product_attention and torch.autograd.grad of it (torch's choice of backend: cuDNN on the H200).
+  TFLOP/s counts 3.5x the forward's 4 B H S^2 D (halved for causal), as the issue does. Gradients are compared
+  with SDPA's first (max abs error of dQ, dK, dV).
+- RMSNorm and LayerNorm backward: tests/kernels/backward.py (rms_norm_bwd / layer_norm_bwd, then col_sum of the
+  per-row-block dW partials) against torch.autograd.grad of F.rms_norm / F.layer_norm. GB/s counts the bytes a
+  backward must move at least (read X, dY; write dX; W and dW are one row), next to a device-to-device copy of
+  X's size.
+Ratios are tile_nb's speed over torch's (> 1: tile_nb faster). Results: benchmarks/results/backward.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+ROOT = __file__.rsplit("/benchmarks/", 1)[0]
+sys.path[:0] = [ROOT, ROOT + "/tests"]
+from kernels import attention_backward as ab  # noqa: E402
+from kernels import backward as bw  # noqa: E402
+
+from tile_nb.bench.timing import do_bench  # noqa: E402
+
+DEVICE = "cuda"  # --device cpu: a smoke run on the interpreter (tiny shapes)
+
+
+def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.float16) -> dict:
+    torch.manual_seed(S + D)
+    q, k, v = (torch.randn(B, H, S, D, dtype=dtype, device=DEVICE) for _ in range(3))
+    dO = torch.randn_like(q)
+    name = str(dtype).removeprefix("torch.")
+
+    def ours():
+        O, LSE = ab.flash_attention_fwd(q, k, v, dtype=name, causal=causal)
+        return ab.attention_backward(q, k, v, O, LSE, dO, causal=causal)
+
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+
+    def theirs():
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        return torch.autograd.grad(out, (qg, kg, vg), dO)
+
+    expected, got = theirs(), ours()
+    errors = [float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected)]
+    t_ours, t_torch = do_bench(ours), do_bench(theirs)
+    flops = 3.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+    return dict(kind="attention", shape=[B, H, S, D], causal=causal, dtype=name, max_err_dq_dk_dv=errors,
+                tile_nb_ms=t_ours.median_ms, torch_ms=t_torch.median_ms,
+                tile_nb_tflops=flops / t_ours.median_ms / 1e9, torch_tflops=flops / t_torch.median_ms / 1e9,
+                ratio=t_torch.median_ms / t_ours.median_ms)
+
+
+def norm_case(op: str, M: int, N: int, dtype=torch.float16) -> dict:
+    torch.manual_seed(M + N)
+    x = torch.randn(M, N, dtype=dtype, device=DEVICE)
+    w = torch.randn(N, dtype=dtype, device=DEVICE)
+    b = torch.randn(N, dtype=dtype, device=DEVICE)
+    dy = torch.randn_like(x)
+    name = str(dtype).removeprefix("torch.")
+    cv = dict(dtype=name)
+
+    if op == "rms_norm":
+        def ours():
+            dX, part = bw.rms_norm_bwd(x, w, dy, dtype=name)
+            return dX, bw._col_sum(part, cv)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+
+        def theirs():
+            y = F.rms_norm(xg, (N,), wg, eps=1e-6)
+            return torch.autograd.grad(y, (xg, wg), dy)
+    else:
+        def ours():
+            dX, dw_part, db_part = bw.layer_norm_bwd(x, w, dy, dtype=name)
+            return dX, bw._col_sum(dw_part, cv), bw._col_sum(db_part, cv)
+        xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
+
+        def theirs():
+            y = F.layer_norm(xg, (N,), wg, bg, eps=1e-5)
+            return torch.autograd.grad(y, (xg, wg, bg), dy)
+
+    expected, got = theirs(), ours()
+    errors = [float((a.float() - e.float()).abs().max() / e.float().abs().max()) for a, e in zip(got, expected)]
+    src = torch.empty_like(x)
+    t_ours, t_torch, t_copy = do_bench(ours), do_bench(theirs), do_bench(lambda: src.copy_(x))
+    moved = 3 * x.numel() * x.element_size()  # X and dY read, dX written; W and dW are one row each
+    return dict(kind=op, shape=[M, N], dtype=name, max_rel_err=errors, tile_nb_ms=t_ours.median_ms,
+                torch_ms=t_torch.median_ms, tile_nb_gbs=moved / t_ours.median_ms / 1e6,
+                torch_gbs=moved / t_torch.median_ms / 1e6,
+                copy_gbs=2 * x.numel() * x.element_size() / t_copy.median_ms / 1e6,
+                ratio=t_torch.median_ms / t_ours.median_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attention", nargs="*", default=["4,32,4096"], help="B,H,S of the attention cases")
+    parser.add_argument("--dims", nargs="*", type=int, default=[64, 128])
+    parser.add_argument("--norms", nargs="*", default=["16384,4096", "4096,8192"], help="M,N of the norm cases")
+    parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (interpreter)"
+    rows = []
+    print(f"{device_name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for shape in args.attention:
+        B, H, S = map(int, shape.split(","))
+        for D in args.dims:
+            for causal in (False, True):
+                try:
+                    row = attention_case(B, H, S, D, causal)
+                except Exception as exc:  # noqa: BLE001 - one case's failure is reported, the others still run
+                    row = dict(kind="attention", shape=[B, H, S, D], causal=causal, error=f"{type(exc).__name__}: {exc}"[:300])
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    for shape in args.norms:
+        M, N = map(int, shape.split(","))
+        for op in ("rms_norm", "layer_norm"):
+            try:
+                row = norm_case(op, M, N)
+            except Exception as exc:  # noqa: BLE001
+                row = dict(kind=op, shape=[M, N], error=f"{type(exc).__name__}: {exc}"[:300])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=device_name, torch=torch.__version__,
+                           date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
