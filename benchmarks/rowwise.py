@@ -3,7 +3,9 @@
     python benchmarks/rowwise.py [--rows 32768] [--cols 1024 4096 8192 16384] [--ops add gelu ...] [--out r.json]
 
 Ops (fp16 rows unless named): add (a broadcast bias), gelu (tanh), softmax, softmax_fp32, rmsnorm, layernorm;
-the kernels are tests/kernels/rowwise.py (the fast form: whole rows in register fragments). Also timed: the same
+gelu_approx and gelu_precise are the GELU kernel under the lowering option approx_math (tanh.approx.f32 whatever the
+toolkit) and with tanh computed precisely (built without --use_fast_math, approx_math off): torch and Triton are timed
+again for them, so their ratios stay within one op's rows. The kernels are tests/kernels/rowwise.py (the fast form: whole rows in register fragments). Also timed: the same
 kernels with the row count `T.dynamic` (`dyn`), and the unchanged reference softmax (fp32) and RMSNorm of
 tests/kernels/reference.py (`ref`) at 1024 and 8192 columns.
 
@@ -48,7 +50,12 @@ def make_inputs(op, M, N):
     return X, W, B, torch.empty_like(X)
 
 
+# the GELU variants differ only in tile_nb's math: torch, Triton and the reference are gelu's
+_SAME_AS = {"gelu_approx": "gelu", "gelu_precise": "gelu"}
+
+
 def torch_fn(op, X, W, B, Y):
+    op = _SAME_AS.get(op, op)
     N = X.shape[1]
     return {
         "add": lambda: torch.add(X, B, out=Y),
@@ -61,6 +68,7 @@ def torch_fn(op, X, W, B, Y):
 
 
 def reference_out(op, X, W, B):
+    op = _SAME_AS.get(op, op)
     x, N = X.float(), X.shape[1]
     out = {
         "add": lambda: x + B.float(),
@@ -76,6 +84,8 @@ def reference_out(op, X, W, B):
 def tile_fn(op, X, W, B, Y, **cfg):
     k = {"add": lambda: rw.add_bias(X, B, Y, **cfg),
          "gelu": lambda: rw.gelu_tanh(X, Y, **cfg),
+         "gelu_approx": lambda: rw.gelu_tanh_approx(X, Y, **cfg),
+         "gelu_precise": lambda: rw.gelu_tanh_precise(X, Y, **cfg),
          "softmax": lambda: rw.softmax(X, Y, **cfg),
          "softmax_fp32": lambda: rw.softmax(X, Y, dtype="float32", **cfg),
          "rmsnorm": lambda: rw.rms_norm(X, W, Y, **cfg),
@@ -150,6 +160,7 @@ def triton_fns():
         tl.store(Y + row * N + cols, (d * r * w + b).to(Y.dtype.element_ty), mask=m)
 
     def make(op, X, W, B, Y):
+        op = _SAME_AS.get(op, op)
         M, N = X.shape
         blk = triton.next_power_of_2(N)
         return {
@@ -181,7 +192,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=32768)
     ap.add_argument("--cols", type=int, nargs="+", default=[1024, 4096, 8192, 16384])
-    ap.add_argument("--ops", nargs="+", default=["add", "gelu", "softmax", "softmax_fp32", "rmsnorm", "layernorm"])
+    ap.add_argument("--ops", nargs="+", default=["add", "gelu", "gelu_approx", "gelu_precise", "softmax",
+                                                 "softmax_fp32", "rmsnorm", "layernorm"])
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -62,6 +62,10 @@ def test_elementwise(backend, shape):
     Y.fill_(float("nan"))
     rw.gelu_tanh(X, Y, block_M=4, threads=64, dynamic_rows=True)
     _check(Y, F.gelu(X.float(), approximate="tanh"))
+    for variant in (rw.gelu_tanh_approx, rw.gelu_tanh_precise):  # benchmarks/rowwise.py's other math choices
+        Y.fill_(float("nan"))
+        variant(X, Y, block_M=4, threads=64, dynamic_rows=True)
+        _check(Y, F.gelu(X.float(), approximate="tanh"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -97,6 +101,17 @@ def test_softmax_and_rmsnorm_use_shuffles_and_registers():
     X32 = torch.empty(64, 1024)
     src = _compiled(ref.softmax, X32, X32).cuda_source
     assert "__shfl_xor_sync" in src and "tnb_vld_float32x4_float32" in src
+
+
+def test_gelu_variants_choose_their_tanh():
+    """approx_math: tanh.approx.f32 in the source; precise: tanhf, built without --use_fast_math (no
+    tanh.approx.f32 in the PTX, which CUDA 13's fast math would put there for tanhf)."""
+    X = torch.empty(64, 1024).half()
+    approx, precise = _compiled(rw.gelu_tanh_approx, X, X), _compiled(rw.gelu_tanh_precise, X, X)
+    assert "tanh.approx.f32" in approx.cuda_source and approx.plan["options"] == {"approx_math": True}
+    assert "tanhf(" in precise.cuda_source and "tanh.approx" not in precise.cuda_source
+    if precise.ptx:
+        assert "tanh.approx.f32" not in precise.ptx
 
 
 @pytest.mark.parametrize("fn", ["rms_norm", "layer_norm"])

@@ -45,6 +45,12 @@ def gelu_tanh(X, Y, block_M: int = 8, threads: int = 128, dynamic_rows: bool = F
         T.copy(x, Y[bx * block_M, 0])
 
 
+# The same GELU under the other math choices, for benchmarks/rowwise.py: tanh as tanh.approx.f32 whatever the toolkit
+# (the lowering option approx_math), and tanh computed precisely (no --use_fast_math, approx_math off).
+gelu_tanh_approx = tile_nb.jit(gelu_tanh.fn, options={"approx_math": True})
+gelu_tanh_precise = tile_nb.jit(gelu_tanh.fn, compile_options={"fast_math": False}, options={"approx_math": False})
+
+
 @tile_nb.jit
 def softmax(X, Y, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False):
     """Y = softmax(X, dim=1), computed in float32."""

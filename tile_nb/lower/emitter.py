@@ -162,7 +162,8 @@ class Emitter:
     # ---- expressions and buffer access -----------------------------------------------------------------------
     def expr(self, e):
         """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
-        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx), fit=self.fit_int32)
+        return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx), fit=self.fit_int32,
+                       approx_math=self.plan.options.approx_math)
 
     def fit_int32(self, cond):
         """`cond` with its int32 index arithmetic in int64 where it can reach the int32 limits (docs/IR.md)."""

@@ -29,9 +29,11 @@ _LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
 _COMPARE = tuple(getattr(prim.expr, name) for name in ("EQ", "NE", "LT", "LE", "GT", "GE"))
 
 
-def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None):
+def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None,
+            approx_math: bool = False):
     """`fit(comparison)`, when given, may replace each rebuilt comparison (the emitter widens index arithmetic
-    that reaches the int32 limits there, `fit_int32`)."""
+    that reaches the int32 limits there, `fit_int32`). With `approx_math` (LoweringOptions.approx_math), T.tanh,
+    T.exp and T.exp2 of 16- and 32-bit floats become the GPU's approximate instructions (intrin.approx_math)."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]
@@ -74,6 +76,10 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
             return prim.expr.Broadcast(go(e.value), e.lanes)
         if isinstance(e, tvm.ir.expr.Call):
             args = [go(a) for a in e.args]
+            if approx_math and getattr(e.op, "name", None) in intrin.APPROX_OPS:
+                fast = intrin.approx_math(e.op.name, args[0], str(e.ty))
+                if fast is not None:
+                    return fast
             return tvm.ir.expr.Call(e.op, args, attrs=e.attrs, ret_ty=e.ty)
         if isinstance(e, (prim.expr.Shuffle,)):
             raise LoweringError(f"the expression {e} ({type(e).__name__}) is not supported by the CUDA lowering")

@@ -15,7 +15,9 @@ from tvm import tirx
 from tvm.backend.cuda.op import cuda_func_call
 
 __all__ = [
+    "APPROX_OPS",
     "address_of",
+    "approx_math",
     "asm_statement",
     "cp_async",
     "cp_async_commit",
@@ -359,3 +361,37 @@ def named_barrier_sync(barrier, threads: int) -> tirx.Expr:
 def named_barrier_arrive(barrier, threads: int) -> tirx.Expr:
     """`bar.arrive barrier, threads`: count this thread towards the barrier without waiting."""
     return _bar("arrive", barrier, threads)
+
+
+# ---- approximate transcendentals (LoweringOptions.approx_math) ---------------------------------------------------
+# One PTX instruction on float32 per op (sm_75+, which every target tile_nb builds for has). PTX ISA bounds, used by
+# the tests and written in docs/IR.md: tanh.approx.f32 relative error at most 2^-11; ex2.approx.ftz.f32 at most
+# 2 ulp, subnormal inputs and results flushed to zero; exp is ex2 of x * log2(e) (as CUDA's __expf), whose
+# rounding adds about |x| * 2^-24 relative.
+_APPROX_PTX = {
+    "tirx.tanh": ("tanh", "tanh.approx.f32", "x"),
+    "tirx.exp2": ("exp2", "ex2.approx.ftz.f32", "x"),
+    "tirx.exp": ("exp", "ex2.approx.ftz.f32", "x * 1.4426950408889634f"),
+}
+APPROX_OPS = frozenset(_APPROX_PTX)
+
+
+def approx_math(op: str, x, dtype: str) -> tirx.Expr | None:
+    """`T.tanh(x)` / `T.exp2(x)` / `T.exp(x)` (`op` as "tirx.tanh") as the approximate instruction, for a float32,
+    float16 or bfloat16 `x` (the 16-bit ones converted to float32 and back); None for other dtypes (float64 keeps
+    the precise function)."""
+    dtype = str(dtype)
+    if op not in _APPROX_PTX or dtype not in ("float32", "float16", "bfloat16"):
+        return None
+    short, instruction, operand = _APPROX_PTX[op]
+    name = f"tnb_{short}_approx"
+    code = f"""
+__forceinline__ __device__ float {name}(float x) {{
+  float y;
+  asm("{instruction} %0, %1;" : "=f"(y) : "f"({operand}));
+  return y;
+}}
+"""
+    wide = x if dtype == "float32" else tirx.Cast("float32", x)
+    call = cuda_func_call(name, wide, source_code=code, return_type="float32")
+    return call if dtype == "float32" else tirx.Cast(dtype, call)

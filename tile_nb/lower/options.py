@@ -80,6 +80,12 @@ class LoweringOptions:
     cluster: int = _opt(0, "TILE_NB_CLUSTER", "tile_nb.cluster",
                         "CTAs per cluster of a persistent TMA kernel sharing an operand by multicast (cluster.py); "
                         "2 is supported, 0: none")
+    approx_math: bool = _opt(False, "TILE_NB_APPROX_MATH", "tile_nb.approx_math",
+                             "T.tanh, T.exp and T.exp2 of float32 (float16 / bfloat16 through float32) as the GPU's "
+                             "approximate instructions, whatever the compiler and its fast_math: tanh.approx.f32 "
+                             "(relative error at most 2^-11, PTX ISA) and ex2.approx.ftz.f32 (exp as ex2 of "
+                             "x * log2(e), as __expf); the interpreter stays precise (docs/IR.md). tilelang's "
+                             "pass_configs 'tl.enable_fast_math'")
 
     def __post_init__(self):
         for f in fields(self):

@@ -9,8 +9,8 @@ Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated i
 object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `get_profiler()`), `tilelang.language`
 (tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
 `tilelang.next_power_of_2`, `tilelang.autotune` and `tilelang.autotuner` (a search: autotuner.py),
-`tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math; lowering
-hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
+`tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math: the build's fast_math and the
+lowering's approx_math; lowering hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
 requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` / `is_cache_enabled`,
 `tilelang.DataType`, `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
 "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
@@ -53,15 +53,18 @@ def _key_name(key) -> str:
     return str(getattr(key, "value", key))
 
 
-def _compile_options(pass_configs: dict | None) -> dict:
-    options = {}
+def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
+    """tilelang's pass_configs as tile_nb's (build options, lowering options). 'tl.enable_fast_math' (tilelang:
+    nvcc --use_fast_math, off by default) sets both the build's `fast_math` and the lowering's `approx_math` (T.tanh,
+    T.exp, T.exp2 as the GPU's approximate instructions, whatever the toolkit: tile_nb.lower.options)."""
+    build, lowering = {}, {}
     for key, value in (pass_configs or {}).items():
         name = _key_name(key)
         if name == _FAST_MATH:
-            options["fast_math"] = bool(value)
+            build["fast_math"] = lowering["approx_math"] = bool(value)
         elif name not in _IGNORED_HINTS:
             raise unsupported(f"tilelang.jit(pass_configs={{{name!r}: ...}})")
-    return options
+    return build, lowering
 
 
 def _target(target):
@@ -217,15 +220,15 @@ def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = Fals
 
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
     """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel factories
-    (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (lowering
-    hints that tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `compile_flags`, other
+    (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (the
+    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `compile_flags`, other
     targets and pass_configs keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
     if compile_flags:
         raise unsupported("tilelang.jit(compile_flags=)")
-    compile_options = _compile_options(pass_configs)
+    compile_options, lowering = _pass_configs(pass_configs)
     tile_nb_target = _target(target)
 
     def decorate(fn):
@@ -234,7 +237,7 @@ def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None
         if not (inspect.isfunction(fn) or isinstance(fn, PrimFuncDefinition)):
             raise unsupported(f"tilelang.jit of a {type(fn).__name__}")
         return JITImpl(fn, target=tile_nb_target, verbose=bool(verbose), compile_options=compile_options or None,
-                       out_idx=out_idx)
+                       options=lowering or None, out_idx=out_idx)
 
     return decorate if func is None else decorate(func)
 
@@ -252,11 +255,12 @@ def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # n
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.compile({key}=)")
-    compile_options = _compile_options(pass_configs)
+    compile_options, lowering = _pass_configs(pass_configs)
     if isinstance(func, PrimFuncDefinition):
         from .. import jit as _jit
 
-        kernel = _jit(func, target=_target(target), compile_options=compile_options or None, out_idx=out_idx)
+        kernel = _jit(func, target=_target(target), compile_options=compile_options or None, options=lowering or None,
+                      out_idx=out_idx)
         return JITKernel(kernel, (), {})
     if out_idx is not None:
         raise unsupported("tilelang.compile(out_idx=) of a TVM PrimFunc")
@@ -265,7 +269,7 @@ def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # n
                           "it takes a @T.prim_func or a TVM PrimFunc")
     from .. import runtime
 
-    return runtime.compile(func, _target(target), options=compile_options or None)
+    return runtime.compile(func, _target(target), options=compile_options or None, lowering=lowering or None)
 
 
 def cdiv(a, b):

@@ -118,9 +118,9 @@ def _config_values(config: dict) -> dict:
     """The configuration's parameter values; its `pass_configs` may only hold hints tile_nb ignores."""
     hints = config.get(_PASS_CONFIGS)
     if hints:
-        from . import _compile_options
+        from . import _pass_configs
 
-        if _compile_options(hints):   # a key tile_nb honors (fast math) would need its own kernel per config
+        if any(_pass_configs(hints)):   # a key tile_nb honors (fast math) would need its own kernel per config
             raise unsupported("tilelang.autotune configs with pass_configs "
                               f"{sorted(str(getattr(k, 'value', k)) for k in hints)}",
                               "only lowering hints tile_nb ignores may vary per configuration")
