@@ -193,3 +193,17 @@ def test_tilelang_enable_fast_math_maps_onto_approx_math():
     assert compiled.plan["options"] == {"approx_math": True} and "tanh.approx.f32" in compiled.cuda_source
     plain = tl.jit(_gelu)._tile_nb.compile(X, X, target="sm_90a")
     assert "tanh.approx" not in plain.cuda_source
+
+
+@needs_nvcc
+def test_flash_attention_tma_path_takes_the_option():
+    """The warp-specialized TMA pipeline (tma.py: softmax overlapped with the second T.gemm) emits the user's T.exp2
+    through the same rewrite: every exp2 becomes ex2.approx.ftz.f32."""
+    from kernels.corpus import CORPUS
+    from tile_nb import runtime
+
+    make, arch = CORPUS["flash_attention_d128_sm90a"]
+    k = runtime.compile(make(), arch, lowering={"approx_math": True}, options={"cache": False})
+    body = k.cuda_source.split('extern "C"')[-1]
+    assert k.plan["pipeline_kind"] == "tma" and k.plan["options"] == {"approx_math": True}
+    assert "tnb_exp2_approx(" in body and "exp2f(" not in body and k.cubin
