@@ -10,8 +10,8 @@ object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `g
 (tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
 `tilelang.next_power_of_2`, `tilelang.autotune` and `tilelang.autotuner` (a search: autotuner.py),
 `tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math: the build's fast_math and the
-lowering's approx_math; lowering hints tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
-requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` / `is_cache_enabled`,
+lowering's approx_math; lowering hints tile_nb decides itself are accepted and ignored),
+`tilelang.profiler.do_bench`, `tilelang.testing` (main, requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` / `is_cache_enabled`,
 `tilelang.DataType`, `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
 "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
 """
@@ -221,8 +221,8 @@ def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = Fals
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
     """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel factories
     (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (the
-    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored). Refused with UnsupportedTilelangAPI: `compile_flags`, other
-    targets and pass_configs keys."""
+    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored).
+    Refused with UnsupportedTilelangAPI: `compile_flags`, other targets and pass_configs keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
