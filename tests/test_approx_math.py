@@ -112,7 +112,7 @@ def test_plan_lists_the_option_and_the_cache_key_changes():
 # ---- what the lowering emits -------------------------------------------------------------------------------------
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80", "sm_75"])
 def test_cuda_has_tanh_approx_only_when_the_option_is_on(arch):
     X = torch.empty(77, 1000)
     on = gelu_approx_precise_build.compile(X, X, target=arch)
