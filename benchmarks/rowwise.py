@@ -195,7 +195,7 @@ def main():
     ap.add_argument("--ops", nargs="+", default=["add", "gelu", "gelu_approx", "gelu_precise", "softmax",
                                                  "softmax_fp32", "rmsnorm", "layernorm"])
     ap.add_argument("--no-triton", action="store_true")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", "--json", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     triton_make = None if args.no_triton else triton_fns()
     start = time.time()

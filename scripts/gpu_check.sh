@@ -5,8 +5,8 @@
 #                        (scripts/gpu_cells.py on NOTEBOOKS, default notebooks/*.ipynb)
 #   PART=older:          the `gpu` tests with the code of older GPUs loaded as PTX (TILE_NB_ARCH=compute_80, then
 #                        compute_75; issue 35), each cut at 270 s
-#   PART=bench:          the benchmarks in GPU_BENCHMARKS (default "host_cost torch_op_cost backward"), a JSON and
-#                        a log each, each cut at 170 s
+#   PART=bench:          the benchmarks in GPU_BENCHMARKS (default: host_cost, torch_op_cost, backward and rowwise's
+#                        GELU lines; `name:arg,arg` passes arguments), a JSON and a log each, each cut at 140 s
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
 set -uo pipefail
@@ -30,10 +30,10 @@ case "$part" in
       { device; TILE_NB_ARCH=$arch timeout 270 bash -c "$(declare -f gpu_tests); gpu_tests"; } 2>&1 | tee "$out/gpu_tests_$arch.log"
     done ;;
   bench)
-    device > "$out/device.txt"
-    for bench in ${GPU_BENCHMARKS:-host_cost torch_op_cost backward}; do
-      timeout 170 python3 "benchmarks/$bench.py" --json "$out/$bench.json" > "$out/$bench.log" 2>&1
-      echo "$bench exit $?" >> "$out/$bench.log"
+    for spec in ${GPU_BENCHMARKS:-host_cost torch_op_cost backward rowwise:--ops,gelu,gelu_approx,gelu_precise}; do
+      bench=${spec%%:*}; args=(); [[ "$spec" == *:* ]] && IFS=, read -ra args <<< "${spec#*:}"
+      { device; timeout 140 python3 "benchmarks/$bench.py" "${args[@]}" --json "$out/$bench.json"; echo "$bench exit $?"; } \
+        > "$out/$bench.log" 2>&1
     done ;;
   *) echo "unknown part '$part': main, older or bench" >&2; exit 2 ;;
 esac
