@@ -3,8 +3,8 @@
 # On the lent H200: source .devkit/prelude.sh && bash scripts/gpu_check.sh "$OUT" [PART]
 #   PART=main (default): every test marked `gpu` (sm_90a, 8 workers), then the tutorials' code cells
 #                        (scripts/gpu_cells.py on NOTEBOOKS, default notebooks/*.ipynb)
-#   PART=older:          the `gpu` tests with the code of older GPUs loaded as PTX (TILE_NB_ARCH=compute_80, then
-#                        compute_75; issue 35), each cut at 270 s
+#   PART=older:          the `gpu` tests with the code of older GPUs loaded as PTX (TILE_NB_ARCH=compute_80, cut at
+#                        230 s, then compute_75, cut at 200 s; issue 35), then the tutorials' cells as compute_75 (a T4)
 #   PART=bench:          the benchmarks in GPU_BENCHMARKS (default: host_cost, torch_op_cost, backward and rowwise's
 #                        GELU lines; `name:arg,arg` passes arguments), a JSON and a log each, each cut at 140 s
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
@@ -26,9 +26,13 @@ case "$part" in
     echo "tutorial cells exit $?" >> "$out/tutorial_cells.log"
     exit "$rc" ;;
   older)
-    for arch in compute_80 compute_75; do
-      { device; TILE_NB_ARCH=$arch timeout 270 bash -c "$(declare -f gpu_tests); gpu_tests"; } 2>&1 | tee "$out/gpu_tests_$arch.log"
-    done ;;
+    for arch_limit in compute_80:230 compute_75:200; do
+      arch=${arch_limit%:*}
+      { device; TILE_NB_ARCH=$arch timeout "${arch_limit#*:}" bash -c "$(declare -f gpu_tests); gpu_tests"; } 2>&1 \
+        | tee "$out/gpu_tests_$arch.log"
+    done
+    TILE_NB_ARCH=compute_75 timeout 150 python3 scripts/gpu_cells.py "${notebooks[@]}" > "$out/tutorial_cells_compute_75.log" 2>&1
+    echo "tutorial cells exit $?" >> "$out/tutorial_cells_compute_75.log" ;;
   bench)
     for spec in ${GPU_BENCHMARKS:-host_cost torch_op_cost backward rowwise:--ops,gelu,gelu_approx,gelu_precise}; do
       bench=${spec%%:*}; args=(); [[ "$spec" == *:* ]] && IFS=, read -ra args <<< "${spec#*:}"
