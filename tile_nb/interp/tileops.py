@@ -2,7 +2,7 @@
 
 Argument order follows TVM's tile primitive classes (`tvm/tirx/operator/tile_primitive/ops.py`):
 copy(dst, src), fill(dst, value), gemm(D, A, B, C, transpose_A, transpose_B, alpha, beta),
-sum/max/min(dst, src, axes, accum).
+sum/max/min(dst, src, axes, accum); cumsum(dst, src, dim, reverse) is tile_nb's own (language/compute.py).
 """
 from __future__ import annotations
 
@@ -167,3 +167,24 @@ def _reduce_rule(kind: str):
 for _kind in _REDUCERS:
     tile_rule(_kind)(_reduce_rule(_kind))
 
+
+
+@tile_rule("cumsum")
+def _cumsum(comp: Compiler, node):
+    """`T.tile.cumsum(dst, src, dim, reverse)`: the inclusive prefix sum along `dim`, in the accumulation dtype of
+    `dst` (docs/IR.md), each element rounded to `dst`'s dtype once."""
+    dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
+    dim = int(_const(node.args[2], "cumsum dim"))
+    reverse = bool(_const(node.args[3], "cumsum reverse"))
+    acc = V.accum_dtype(dst.dtype)
+    location = comp.location
+
+    def cumsum(f):
+        tile = src.read(f).to(acc)
+        _, _, d_exts = dst.resolve(f)
+        if list(tile.shape) != list(d_exts):
+            raise InterpreterError(f"T.cumsum: {src.name}{list(tile.shape)} and {dst.name}{d_exts} differ in shape",
+                                   location)
+        out = tile.flip(dim).cumsum(dim).flip(dim) if reverse else tile.cumsum(dim)
+        dst.write(f, V.wrap_int(out.to(acc), dst.dtype))
+    return cumsum

@@ -20,7 +20,7 @@ import difflib as _difflib
 from tile_nb.errors import UnknownNameError as _UnknownNameError
 
 from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
-from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, erf, exp, exp2, floor, floordiv,
+from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, cumsum, erf, exp, exp2, floor, floordiv,
                       floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
                       reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
 from .debug import device_assert, print  # noqa: A004 - the DSL's name
@@ -51,7 +51,7 @@ __all__ = [
     "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro", "Ref",
     "Kernel", "Pipelined", "Parallel", "serial", "unroll", "vectorized", "Serial", "Unroll", "Vectorized",
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
-    "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+    "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "use_swizzle", "GemmWarpPolicy", "annotate_layout", "Layout", "Fragment",

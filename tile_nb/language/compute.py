@@ -9,7 +9,7 @@ from .dtypes import as_dtype
 from .irutil import as_expr, is_buffer, is_load, is_region
 from .memory import region_of
 
-__all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "atomic_add", "if_then_else", "ceildiv", "max", "min",
+__all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
            "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
            "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round"]
 
@@ -89,6 +89,57 @@ def reduce_sum(src, dst, dim: int = -1, clear: bool = True):
 def reduce_min(src, dst, dim: int = -1, clear: bool = True):
     """`T.reduce_min(src, dst, dim=1)`: min of `src` over `dim` into `dst`."""
     _reduce("min", src, dst, dim, clear)
+
+
+_SCAN_SCOPES = ("shared", "shared.dyn", "local.fragment", "local")
+
+
+def _cumsum_op():
+    """The tile primitive `T.tile.cumsum(dst, src, dim, reverse)`. TVM 0.27 has no scan primitive: tile_nb
+    registers one in TVM's op registry (once per process) as a tile primitive, so it is a `TilePrimitiveCall` like
+    `T.tile.sum`, printed `T.tile.cumsum`; the interpreter and the lowering register their rules for it by name."""
+    import tvm
+    from tvm.ir import _ffi_api
+
+    name = "tirx.tile.cumsum"
+    if name not in tvm.ir.Op.list_op_names():
+        _ffi_api.RegisterOp(name, "inclusive prefix sum of a tile along one dim (tile_nb)")
+        tvm.ir.register_op_attr(name, "TIRxOpCategory", "tile_primitive")
+        tvm.ir.register_op_attr(name, "TScriptPrinterName", "cumsum")
+    return tvm.ir.Op.get(name)
+
+
+def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict | None = None):
+    """`T.cumsum(src, dst=None, dim=0, reverse=False)`: the inclusive prefix sum of `src` along `dim` into `dst`
+    (`src` itself when `dst` is None); `reverse=True` sums from the end (`dst[i] = src[i] + ... + src[n-1]`).
+    `src` and `dst` are shared, fragment or local tiles (or regions of them) of the same shape. Sums accumulate in
+    float32 (float64, or the integer width of `dst`, as `T.reduce_sum`) and each element is rounded to `dst`'s dtype
+    once. tilelang's `annotations` are accepted and not used. On the GPU a fragment operand is held in shared
+    memory, and each thread scans whole lines serially (docs/IR.md)."""
+    from tvm.script.ir_builder import tirx as T
+    from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+    del annotations  # tilelang's per-call hints for its own lowering; the sums do not depend on them
+    st = _state.active("T.cumsum")
+    rs = region_of(src, what="T.cumsum")
+    rd = rs if dst is None else region_of(dst, [r.extent for r in rs.region], what="T.cumsum")
+    for name, reg in (("src", rs), ("dst", rd)):
+        scope = reg.source.scope()
+        if scope not in _SCAN_SCOPES:
+            raise st.error(f"T.cumsum: {name} {reg.source.name} is in {scope} memory; expected a shared, fragment or "
+                           "local tile", hint="T.copy the region into a T.alloc_shared tile, scan that, and copy back")
+    shape = [_static(r.extent) for r in rs.region]
+    rank = len(shape)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
+        raise st.error(f"T.cumsum: dim must be an int in [{-rank}, {rank}) for a {rank}-d tile; got {dim!r}")
+    axis = dim + rank if dim < 0 else dim
+    dshape = [_static(r.extent) for r in rd.region]
+    if len(dshape) != rank or any(None not in (a, b) and a != b for a, b in zip(shape, dshape)):
+        raise st.error(f"T.cumsum: dst {rd.source.name}{dshape} must have the shape of src {rs.source.name}{shape}")
+    if not isinstance(reverse, (bool, int)):
+        raise st.error(f"T.cumsum: reverse must be a Python bool; got {reverse!r}")
+    T.add_to_parent(TilePrimitiveCall(rd, rs, axis, bool(reverse), op=_cumsum_op()))
+    st.record_tile_op()
 
 
 def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = None, return_prev: bool = False):

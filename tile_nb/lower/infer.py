@@ -211,6 +211,10 @@ class _Collector:
                 if self.is_fragment(frag):
                     bits = min(_bits(frag.dtype), _bits(other.dtype))
                     self.narrowest[frag] = min(self.narrowest.get(frag, bits), bits)
+        elif name == "cumsum":
+            for buf, _ in regions:
+                if self.is_fragment(buf):  # scan.py scans shared memory, line by line
+                    self.force_shared(buf, f"T.cumsum at line {line} scans it in shared memory")
         elif name in ("sum", "max", "min"):
             (dst, _), (src, _) = regions[0], regions[1]
             if self.is_fragment(src) and scope_of(dst) in _PER_THREAD:

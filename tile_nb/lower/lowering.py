@@ -4,7 +4,7 @@ Two steps, in order:
 1. `make_plan` (plan.py): the analyses (launch, MMA choice, pipeline schedules, layout inference, shared tiles,
    TMA, budgets) decide everything and return one frozen `KernelPlan`;
 2. `Emitter(func, plan).run()` (emitter.py): re-emits the body through TVM's IR builder, each tile op by the rule
-   its module registers (copy.py, elementwise.py, reduce.py, gemm.py / wgmma.py), loops by loops.py,
+   its module registers (copy.py, elementwise.py, reduce.py, scan.py, gemm.py / wgmma.py), loops by loops.py,
    pipeline.py and tma.py.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from . import loops as _loops  # noqa: F401  (T.serial / T.unroll / T.Parallel)
 from . import persistent as _persistent  # noqa: F401  (the kernel body of persistent CTAs)
 from . import pipeline as _pipeline  # noqa: F401  (T.Pipelined: the cp.async pipeline)
 from . import reduce as _reduce  # noqa: F401  (T.tile.sum / max / min)
+from . import scan as _scan  # noqa: F401  (T.tile.cumsum)
 from . import tma as _tma  # noqa: F401  (T.Pipelined: the warp-specialized TMA pipeline)
 from .emitter import Emitter
 from .options import LoweringOptions, resolve
