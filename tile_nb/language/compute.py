@@ -62,6 +62,8 @@ def _reduce(op_name: str, src, dst, dim: int, clear: bool, absolute: bool = Fals
         raise st.error(f"T.reduce_{op_name}: dim={dim} is out of range for a {rank}-d source")
     want = [_static(r.extent) for i, r in enumerate(rs.region) if i != axis]
     got = [_static(r.extent) for r in rd.region]
+    if not want and all(g == 1 for g in got):
+        want = got  # a 1-d source reduces to one value: a [1] (or [1, 1]) destination holds it (tilelang's form)
     if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got)):
         raise st.error(f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
                        f"gives {want}, but the destination is {got}")

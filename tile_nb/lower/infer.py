@@ -221,7 +221,11 @@ class _Collector:
                 self.force_shared(src, f"T.reduce_{name} at line {line} reduces it into the per-thread buffer "
                                        f"{dst.name}, which every thread holds whole")
             axes = [int(a) % len(src.shape) for a in call.args[2]]
-            if self.is_fragment(dst) and self.is_fragment(src) and len(axes) == 1:
+            if self.is_fragment(dst) and len(dst.shape) != max(len(src.shape) - len(axes), 1):
+                # a 1-d tile into a [1, 1] fragment: dst is no slice of src's layout; the reduction stores to it
+                self.force_shared(dst, f"T.reduce_{name} at line {line} gives a {len(src.shape) - len(axes)}-d "
+                                       f"result, and {dst.name} is {len(dst.shape)}-d")
+            elif self.is_fragment(dst) and self.is_fragment(src) and len(axes) == 1:
                 self.slices.append((src, axes[0], dst, f"T.reduce_{name}({src.name}, {dst.name}, dim={axes[0]})",
                                     line))
             elif self.is_fragment(dst) and self.is_fragment(src):
