@@ -416,7 +416,7 @@ def test_in_place_reverse_reads_before_it_writes():
 
 def test_every_tile_op_of_the_language_has_an_interpreter_rule():
     from tile_nb.interp.compiler import TILE_RULES
-    for op in ("copy", "fill", "gemm", "sum", "max", "min"):   # what tile_nb.language emits (docs/IR.md)
+    for op in ("copy", "fill", "gemm", "sum", "max", "min", "cumsum"):   # what tile_nb.language emits (docs/IR.md)
         assert op in TILE_RULES, op
 
 
