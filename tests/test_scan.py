@@ -47,13 +47,14 @@ def tile_cumsum(A, B, dim: int = 0, reverse: bool = False, scope: str = "shared"
             T.copy(s, B[by * block_M, bx * block_N])
 
 
-def _check_tiles(backend, M, N, dim, reverse, scope, tile_dtype, dynamic=False):
+def _check_tiles(backend, M, N, dim, reverse, scope, tile_dtype, dynamic=False, block_M=16, block_N=8):
     torch.manual_seed(M * 31 + N)
     a = torch.randn(M, N).half().to(backend)
     dt = torch.float16 if tile_dtype == "float16" else torch.float32
     b = torch.full((M, N), float("nan"), dtype=dt, device=backend)
-    tile_cumsum(a, b, dim=dim, reverse=reverse, scope=scope, tile_dtype=tile_dtype, dynamic=dynamic)
-    ref = chunked_cumsum(a, 16, 8, dim, reverse)
+    tile_cumsum(a, b, dim=dim, reverse=reverse, scope=scope, tile_dtype=tile_dtype, dynamic=dynamic,
+                block_M=block_M, block_N=block_N)
+    ref = chunked_cumsum(a, block_M, block_N, dim, reverse)
     assert not torch.isnan(b).any(), "unwritten output elements"
     # float32 sums differ from float64 only in rounding; a float16 tile rounds each prefix once (half an ulp)
     tol = dict(atol=1e-5, rtol=1e-5) if dt == torch.float32 else dict(atol=2e-3, rtol=1e-3)
@@ -74,6 +75,17 @@ def test_cumsum_of_tiles_at_odd_shapes(backend, scope, dim, reverse):
 def test_cumsum_sizes_of_one_and_float16_tiles(backend, shape, tile_dtype):
     for dim in (0, 1):
         _check_tiles(backend, *shape, dim, dim == 1, "shared", tile_dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("block_M,block_N,dim", [(3, 100, 1), (100, 3, 0), (2, 32, 1)])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+def test_long_lines_scanned_by_warps(backend, block_M, block_N, dim, reverse, scope):
+    """Few long lines: each of the 2 warps scans lines 32 elements at a time (a line of 100: 4 rounds, the last
+    one partial; 3 lines: a second pass with one warp idle). [2, 32]: one round per line."""
+    _check_tiles(backend, 7, 150, dim, reverse, scope, "float32", block_M=block_M, block_N=block_N)
+    _check_tiles(backend, 150, 7, dim, reverse, scope, "float16", block_M=block_M, block_N=block_N)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -154,12 +166,21 @@ def test_cumsum_builds_for_sm90a_and_sm80(arch, tmp_path):
     from test_lower_ops import ptxas
 
     for kernel, kwargs in ((tile_cumsum, dict(M=37, N=21, dim=1, reverse=True, scope="fragment")),
+                           (tile_cumsum, dict(M=7, N=150, dim=1, block_M=3, block_N=100, tile_dtype="float16")),
                            (tile_cumsum, dict(M=37, N=21, dim=0, tile_dtype="float16")),
                            (chunk_cumsum_1d, dict(N=200, reverse=True, scope="row")),
                            (region_cumsum, dict(M=9, N=5, dim=1))):
         source = kernel.compile(target=arch, **kwargs).cuda_source
         report = ptxas(source, tmp_path, arch)
         assert "spill" not in report or " 0 bytes spill stores" in report
+
+
+def test_which_form_scans():
+    """scan.py's choice by its step count: one line of 64 by a warp (shuffles), 16 lines of 8 by 16 threads."""
+    one_line = chunk_cumsum_1d.compile(N=200, scope="row", target="sm_90a").cuda_source
+    assert "__shfl_up_sync" in one_line and "tnb_shfl_idx_float32(" in one_line
+    short_lines = tile_cumsum.compile(M=16, N=8, dim=1, target="sm_90a").cuda_source
+    assert "shfl" not in short_lines
 
 
 def test_the_scan_is_a_serial_loop_between_barriers():

@@ -262,6 +262,31 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask)
     return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)
 
 
+def shfl_up(value, delta: int, dtype: str) -> tirx.Expr:
+    """`__shfl_up_sync(0xffffffff, value, delta)`: the value of lane (lane - delta); lanes below `delta` get their
+    own. Every lane of the warp must execute it."""
+    dtype = str(dtype)
+    name = f"tnb_shfl_up_{dtype}"
+    code = f"""
+__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int delta) {{
+  return __shfl_up_sync(0xffffffffu, v, delta, 32);
+}}
+"""
+    return cuda_func_call(name, value, delta, source_code=code, return_type=dtype)
+
+
+def shfl_idx(value, lane: int, dtype: str) -> tirx.Expr:
+    """`__shfl_sync(0xffffffff, value, lane)`: lane `lane`'s value, in every lane. Every lane must execute it."""
+    dtype = str(dtype)
+    name = f"tnb_shfl_idx_{dtype}"
+    code = f"""
+__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int lane) {{
+  return __shfl_sync(0xffffffffu, v, lane, 32);
+}}
+"""
+    return cuda_func_call(name, value, lane, source_code=code, return_type=dtype)
+
+
 # The float max/min of docs/IR.md (torch.maximum's): a NaN operand gives NaN. PTX `max.NaN` / `min.NaN` (sm_80+) is
 # one FMNMX as fmaxf is; before sm_80 a compare-select. 16-bit floats have CUDA's __hmax_nan / __hmin_nan; float64
 # has no NaN-propagating instruction.
