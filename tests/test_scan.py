@@ -98,7 +98,7 @@ def test_cumsum_with_a_dynamic_dim(backend, M):
 @tile_nb.jit
 def chunk_cumsum_1d(A, B, block: int = 64, reverse: bool = False, scope: str = "shared"):
     """tilelang's chunk-local cumsum (examples/gdn/example_cumsum.py): float16 in, float32 out, a (1, block) tile
-    scanned along dim 1, or a 1-d tile into a separate dst."""
+    scanned along dim 1, or a 1-d float16 tile into a separate float32 dst."""
     N = T.const("N")
     A: T.Tensor[[N], T.float16]
     B: T.Tensor[[N], T.float32]
@@ -109,7 +109,7 @@ def chunk_cumsum_1d(A, B, block: int = 64, reverse: bool = False, scope: str = "
             T.cumsum(g, dim=1, reverse=reverse)
             T.copy(g, B[bx * block:(bx + 1) * block])
         else:
-            s = T.alloc_shared((block,), T.float32)
+            s = T.alloc_shared((block,), T.float16)   # float16 in, float32 out: sums in float32
             d = T.alloc_fragment((block,), T.float32) if scope == "fragment" else T.alloc_shared((block,), T.float32)
             T.copy(A[bx * block], s)
             T.cumsum(s, d, 0, reverse)
@@ -159,6 +159,28 @@ def test_cumsum_of_a_region_in_int32(backend, dim, reverse):
     assert torch.equal(b[:, N:].cpu(), torch.full((M, 12 - N), 7, dtype=torch.int32))
 
 
+@tile_nb.jit
+def local_cumsum(A, B):
+    """A per-thread (T.alloc_local) array: every thread scans its own copy."""
+    N = T.const("N")
+    A: T.Tensor[[N], T.float32]
+    B: T.Tensor[[N], T.float32]
+    with T.Kernel(1, threads=32) as _:
+        loc = T.alloc_local((N,), T.float32)
+        T.copy(A, loc)
+        T.cumsum(loc, dim=0, reverse=True)
+        T.copy(loc, B)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("N", [1, 9])
+def test_cumsum_of_a_local_array(backend, N):
+    a = torch.randn(N).to(backend)
+    b = torch.zeros(N).to(backend)
+    local_cumsum(a, b)
+    torch.testing.assert_close(b.double().cpu(), a.double().cpu().flip(0).cumsum(0).flip(0), atol=1e-5, rtol=1e-5)
+
+
 # ---- CUDA builds ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
@@ -169,7 +191,7 @@ def test_cumsum_builds_for_sm90a_and_sm80(arch, tmp_path):
                            (tile_cumsum, dict(M=7, N=150, dim=1, block_M=3, block_N=100, tile_dtype="float16")),
                            (tile_cumsum, dict(M=37, N=21, dim=0, tile_dtype="float16")),
                            (chunk_cumsum_1d, dict(N=200, reverse=True, scope="row")),
-                           (region_cumsum, dict(M=9, N=5, dim=1))):
+                           (region_cumsum, dict(M=9, N=5, dim=1)), (local_cumsum, dict(N=9))):
         source = kernel.compile(target=arch, **kwargs).cuda_source
         report = ptxas(source, tmp_path, arch)
         assert "spill" not in report or " 0 bytes spill stores" in report
@@ -227,6 +249,22 @@ def test_bad_dim_and_dst_shape_are_refused(dim, dst_shape, message):
     with pytest.raises(DSLError, match=message) as info:
         bad(torch.zeros(4, 8))
     assert "T.cumsum(s, d, dim=dim_)" in info.value.source_line()
+
+
+def test_cumsum_inside_a_parallel_loop_is_refused_at_the_users_line():
+    @tile_nb.jit
+    def rows(A):
+        A: T.Tensor[[8, 8], T.float32]
+        with T.Kernel(1, threads=32) as _:
+            s = T.alloc_shared((8, 8), T.float32)
+            T.copy(A, s)
+            for i in T.Parallel(8):
+                T.cumsum(s[i, 0:8], dim=1)
+            T.copy(s, A)
+
+    with pytest.raises(LoweringError, match="T.cumsum inside a T.Parallel loop is not supported") as info:
+        rows.compile(target="sm_90a")
+    assert "T.cumsum(s[i, 0:8], dim=1)" in info.value.source_line()
 
 
 def test_cumsum_of_a_gemm_accumulator_is_refused_on_the_gpu_at_the_users_line():
