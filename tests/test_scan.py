@@ -298,3 +298,46 @@ def test_every_tile_op_has_both_rules():
     from tile_nb.lower import TILE_OPS
 
     assert "cumsum" in TILE_RULES and "tirx.tile.cumsum" in TILE_OPS
+
+
+def test_the_op_is_registered_once_even_from_several_threads(tmp_path):
+    """A fresh process elaborating four kernels at once in threads: tirx.tile.cumsum is registered once (TVM
+    refuses a second registration), and every kernel gets it."""
+    import subprocess
+    import sys
+
+    code = """
+import threading, torch, tile_nb, tile_nb.language as T
+def make(k):
+    @tile_nb.jit
+    def f(A, B, k_: int = k):
+        A: T.Tensor[[8], T.float32]
+        B: T.Tensor[[8], T.float32]
+        with T.Kernel(1, threads=32) as _:
+            s = T.alloc_shared((8,), T.float32)
+            T.copy(A, s)
+            T.cumsum(s, dim=0)
+            T.copy(s, B)
+    return f
+errors = []
+def run(k):
+    try:
+        a, b = torch.arange(8.0), torch.zeros(8)
+        make(k)(a, b)
+        assert torch.equal(b, a.cumsum(0)), b
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert not errors, errors
+print("ok")
+"""
+    import os
+
+    script = tmp_path / "threads.py"   # a file: tile_nb reads kernel bodies from their source
+    script.write_text(code)
+    root = os.path.dirname(os.path.dirname(tile_nb.__file__))  # this checkout's tile_nb
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

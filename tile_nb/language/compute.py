@@ -4,6 +4,8 @@ Scalar math works on both Python numbers (compile-time values fold in Python) an
 """
 from __future__ import annotations
 
+import threading
+
 from . import state as _state
 from .dtypes import as_dtype
 from .irutil import as_expr, is_buffer, is_load, is_region
@@ -94,6 +96,7 @@ def reduce_min(src, dst, dim: int = -1, clear: bool = True):
 
 
 _SCAN_SCOPES = ("shared", "shared.dyn", "local.fragment", "local")
+_REGISTER_LOCK = threading.Lock()
 
 
 def _cumsum_op():
@@ -104,10 +107,11 @@ def _cumsum_op():
     from tvm.ir import _ffi_api
 
     name = "tirx.tile.cumsum"
-    if name not in tvm.ir.Op.list_op_names():
-        _ffi_api.RegisterOp(name, "inclusive prefix sum of a tile along one dim (tile_nb)")
-        tvm.ir.register_op_attr(name, "TIRxOpCategory", "tile_primitive")
-        tvm.ir.register_op_attr(name, "TScriptPrinterName", "cumsum")
+    with _REGISTER_LOCK:  # kernels may be elaborated in several threads at once (autotuning)
+        if name not in tvm.ir.Op.list_op_names():
+            _ffi_api.RegisterOp(name, "inclusive prefix sum of a tile along one dim (tile_nb)")
+            tvm.ir.register_op_attr(name, "TIRxOpCategory", "tile_primitive")
+            tvm.ir.register_op_attr(name, "TScriptPrinterName", "cumsum")
     return tvm.ir.Op.get(name)
 
 
