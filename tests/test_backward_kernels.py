@@ -131,9 +131,17 @@ def test_dynamic_rows_float64():
 
 
 # ---- float32 on the interpreter: tolerances from the arithmetic ------------------------------------------------------
-def _rel(ours, ref):
+def _rel(ours, ref, floor=0.0):
+    """The error's norm relative to the reference's, or to `floor` where that is larger: a gradient that is exactly
+    zero in exact arithmetic (the norms at one column, attention at one key) comes out of fp16 / fp32 sums as
+    rounding noise, which is measured against the size of the terms that cancelled (`floor`), not against zero."""
     ours, ref = ours.double(), ref.double()
-    return ((ours - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    return ((ours - ref).norm() / max(ref.norm().item(), floor, 1e-30)).item()
+
+
+# Gradients below 2^-10 of the output gradient's norm are at the rounding noise of fp16 sums (2^-11 per term):
+# errors are measured against that size where the exact gradient is smaller (zero, for one column or one key).
+NOISE_FLOOR = 2.0 ** -10
 
 
 # float32 sums of N terms carry a relative error of about sqrt(N) * 2^-24 (random rounding; N * 2^-24 at worst,
@@ -255,9 +263,11 @@ def test_gpu_against_torch(dtype, shape, dynamic_rows):
     cfg = dict(dtype=name, block_M=1, dynamic_rows=dynamic_rows)
     tol = GPU_TOL[dtype]
 
+    floor = NOISE_FLOOR * dY.float().norm().item()
+
     def check(ours, ref):
         assert ours.is_cuda and not torch.isnan(ours).any()
-        assert _rel(ours.cpu(), ref.cpu()) < tol
+        assert _rel(ours.cpu(), ref.cpu(), floor) < tol
 
     def ref_grads(fn, inputs):
         leaves = [t.detach().float().requires_grad_() for t in inputs]
@@ -298,7 +308,9 @@ def test_gpu_cross_entropy_chunked(dtype, shape):
     ref_loss = F.cross_entropy(x, targets, reduction="none")
     (ref_d,) = torch.autograd.grad(ref_loss.mean(), x)
     assert _rel(loss, ref_loss.detach()) < 3e-5   # float32 sums of up to 128256 terms
-    assert dlogits.dtype == dtype and _rel(dlogits.float(), ref_d) < GPU_TOL[dtype]
+    # against the reference rounded to the output dtype: at 32000 columns most gradients (~1e-12) are below
+    # fp16's smallest subnormal and must round to zero, which is no error of the kernel
+    assert dlogits.dtype == dtype and _rel(dlogits.float(), ref_d.to(dtype).float()) < GPU_TOL[dtype]
 
 
 @pytest.mark.gpu
@@ -466,9 +478,12 @@ def test_gpu_attention_bwd(dtype, D, causal, heads, S):
     Q, K, V, dO = _attention_inputs(2, H, HK, S, D, dtype=dtype, device="cuda", seed=S)
     name = str(dtype).removeprefix("torch.")
 
+    floor = NOISE_FLOOR * dO.float().norm().item()
+
     def close(what, ours, ref):
         assert ours.is_cuda and not torch.isnan(ours).any(), what
-        assert _rel(ours.cpu(), ref.cpu()) < ATT_GPU_TOL[dtype], (what, _rel(ours.cpu(), ref.cpu()))
+        err = _rel(ours.cpu(), ref.cpu(), floor)
+        assert err < ATT_GPU_TOL[dtype], (what, err)
 
     _attention_check(Q, K, V, dO, causal, dict(dtype=name, block_M=64, block_N=64), close)
 

@@ -26,7 +26,7 @@ from .arch import ArchCaps
 from .diagnostics import SourceLines
 from .errors import LoweringError
 from .exprs import fit_int32, reaches_int32_limit, rewrite, widen_index
-from .irwalk import buffers_touched, scope_of
+from .irwalk import buffers_touched, iter_stmts, scope_of
 from .layout import accumulator_register_dtype
 from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 
@@ -112,6 +112,10 @@ class Emitter:
         self.store_map = None  # the TMA store epilogue's tensor map of C (epilogue.py)
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
+        # wgmma reads its shared operands through the async proxy, which sees ordinary stores only after
+        # `fence.proxy.async` (see `sync`): the operand tiles, and whether one was stored to since the last fence
+        self.wgmma_operands = _gemm_operands(func) if plan.uses_wgmma else frozenset()
+        self.unfenced_shared_writes = False
         self._host_done = False
         self.analyzer = tvm.sym.Analyzer()
 
@@ -303,6 +307,8 @@ class Emitter:
         elif isinstance(stmt, tirx.AllocBuffer):
             self.emit_alloc(stmt.buffer)
         elif isinstance(stmt, tirx.TilePrimitiveCall):
+            self._note_operand_write(next((a.source for a in stmt.args if isinstance(a, tvm.ir.expr.TensorRegion)),
+                                          None))
             fn = TILE_OPS.get(stmt.op.name)
             if fn is None:
                 raise self.lines.locate(LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet"),
@@ -312,6 +318,7 @@ class Emitter:
             except LoweringError as err:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.BufferStore):
+            self._note_operand_write(stmt.buffer)
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
                 with self._first_replica(stmt.buffer not in self.registers and stmt.buffer not in self.locals):
@@ -542,7 +549,12 @@ class Emitter:
 
     def sync(self):
         """A barrier over the threads that run block-level code (all of them, or the consumers of a
-        warp-specialized kernel)."""
+        warp-specialized kernel). A wgmma operand tile written by ordinary stores before it is fenced first
+        (`fence.proxy.async`): a wgmma after the barrier reads it through the async proxy, and without the fence
+        may read what the tile held before (seen on the H200: the backward attention kernel's dK took an earlier
+        query block's dS)."""
+        if self.unfenced_shared_writes:
+            self.fence_shared_writes()
         if self.plan.tma is None:
             T.evaluate(intrin.cta_sync())
             return
@@ -568,7 +580,19 @@ class Emitter:
         if self.caps.cp_async:
             T.evaluate(intrin.cp_async_wait(pending))
         if self.plan.uses_wgmma:
-            T.evaluate(intrin.fence_proxy_async())
+            self.fence_shared_writes()
+
+    def _note_operand_write(self, buf):
+        """Before a statement that writes `buf`: a wgmma operand stored to by ordinary stores needs the proxy
+        fence at the next barrier (a copy that lands by cp.async fences itself in `async_copies_landed`)."""
+        if buf is not None and buf in self.wgmma_operands:
+            self.unfenced_shared_writes = True
+
+    def fence_shared_writes(self):
+        """`fence.proxy.async.shared::cta`: this thread's shared-memory stores become visible to the async proxy
+        (wgmma operands, TMA stores) once a barrier orders them."""
+        T.evaluate(intrin.fence_proxy_async())
+        self.unfenced_shared_writes = False
 
     def round_accumulator(self, buf):
         """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the
@@ -578,3 +602,13 @@ class Emitter:
         acc = self.registers[buf]
         with T.unroll(0, self.plan.layout(buf).regs) as r:
             T.buffer_store(acc, tirx.Cast("float32", tirx.Cast(str(buf.dtype), tirx.BufferLoad(acc, [r]))), [r])
+
+
+def _gemm_operands(func) -> frozenset:
+    """The A and B tiles of every T.gemm in the kernel (the shared ones are what wgmma reads)."""
+    operands = set()
+    for s in iter_stmts(func.body):
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
+            regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
+            operands.update(r.source for r in regions[1:3])
+    return frozenset(operands)
