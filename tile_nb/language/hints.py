@@ -6,6 +6,8 @@ shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at line <n
   tile, so results are unchanged.
 - `T.GemmWarpPolicy` (`Square`, `FullRow`, `FullCol`), given as `T.gemm(..., policy=...)`: how tilelang splits a
   GEMM tile among warps. tile_nb chooses its own warp layout; the product is the same.
+- `T.disable_warp_group_reg_alloc()` (tilelang's alias `T.no_set_max_nreg()`): do not move registers between warp
+  groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/tma.py); registers never change a value.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import enum
 
 from . import state as _state
 
-__all__ = ["use_swizzle", "GemmWarpPolicy", "record_hint"]
+__all__ = ["use_swizzle", "GemmWarpPolicy", "record_hint", "disable_warp_group_reg_alloc", "no_set_max_nreg"]
 
 _ORDERS = ("row", "column", "mlx")
 
@@ -41,6 +43,21 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True) -> Non
         raise st.error(f"T.use_swizzle(panel_size=...): expected a positive int, got {panel_size!r}")
     if enable:
         record_hint(st, f"use_swizzle(panel_size={panel_size}, order={order!r}) (not applied: rasterization only)")
+
+
+def disable_warp_group_reg_alloc() -> None:
+    """`T.disable_warp_group_reg_alloc()` (inside a kernel): tilelang's request not to rebalance registers between
+    warp groups (`setmaxnreg`). Recorded, not applied: tile_nb's lowering decides where registers go, and that
+    changes speed only."""
+    st = _state.active("T.disable_warp_group_reg_alloc")
+    if not st.kernel_open:
+        raise st.error("T.disable_warp_group_reg_alloc() must be called inside `with T.Kernel(...)`")
+    record_hint(st, "disable_warp_group_reg_alloc() (not applied: tile_nb decides setmaxnreg itself)")
+
+
+def no_set_max_nreg() -> None:
+    """`T.no_set_max_nreg()`: tilelang's other name of `T.disable_warp_group_reg_alloc()`."""
+    disable_warp_group_reg_alloc()
 
 
 def gemm_policy(st, policy) -> None:

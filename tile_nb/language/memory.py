@@ -31,19 +31,36 @@ def _alloc(what: str, shape, dtype, scope: str):
     return buf
 
 
-def alloc_shared(shape, dtype):
-    """A tile in shared memory, one per CTA: `A_s = T.alloc_shared((128, 32), T.float16)`."""
-    return _alloc("T.alloc_shared", shape, dtype, "shared.dyn")
+# tilelang's `scope=` argument of each allocation: the scopes that mean the same memory here, and what they become.
+_SHARED_SCOPES = {"shared.dyn": "shared.dyn", "shared": "shared.dyn"}  # static or dynamic: both are shared memory
+_FRAGMENT_SCOPES = {"local.fragment": "local.fragment", "local": "local"}  # "local": a per-thread array
+_LOCAL_SCOPES = {"local": "local"}
 
 
-def alloc_fragment(shape, dtype):
-    """A tile held in the registers of the CTA's threads (an accumulator): `T.alloc_fragment((128, 128), T.float32)`."""
-    return _alloc("T.alloc_fragment", shape, dtype, "local.fragment")
+def _scope(what: str, scope, known: dict) -> str:
+    if scope not in known:
+        st = _state.active(what)
+        raise st.error(f"{what}(scope=...): expected one of {', '.join(map(repr, known))}; got {scope!r}",
+                       hint="a buffer in global memory is T.alloc_global(shape, dtype)")
+    return known[scope]
 
 
-def alloc_local(shape, dtype):
+def alloc_shared(shape, dtype, scope="shared.dyn"):
+    """A tile in shared memory, one per CTA: `A_s = T.alloc_shared((128, 32), T.float16)`. tilelang's `scope`
+    ("shared.dyn" or "shared") is accepted: tile_nb places every shared tile in dynamic shared memory, which holds
+    the same values."""
+    return _alloc("T.alloc_shared", shape, dtype, _scope("T.alloc_shared", scope, _SHARED_SCOPES))
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment"):
+    """A tile held in the registers of the CTA's threads (an accumulator): `T.alloc_fragment((128, 128), T.float32)`.
+    `scope="local"` (tilelang's) makes a per-thread array, as `T.alloc_local`."""
+    return _alloc("T.alloc_fragment", shape, dtype, _scope("T.alloc_fragment", scope, _FRAGMENT_SCOPES))
+
+
+def alloc_local(shape, dtype, scope="local"):
     """A small per-thread array in registers."""
-    return _alloc("T.alloc_local", shape, dtype, "local")
+    return _alloc("T.alloc_local", shape, dtype, _scope("T.alloc_local", scope, _LOCAL_SCOPES))
 
 
 def alloc_var(dtype, init=None):

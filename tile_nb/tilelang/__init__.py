@@ -67,6 +67,19 @@ def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
     return build, lowering
 
 
+def _build_options(pass_configs: dict | None, compile_flags, where: str) -> tuple[dict, dict]:
+    """(build options, lowering options) from `pass_configs` and nvcc `compile_flags` (flags.py: `--use_fast_math`
+    is nvcc's, so it sets the build's fast_math only); the two must agree on fast math."""
+    from .flags import compile_flag_options
+
+    build, lowering = _pass_configs(pass_configs)
+    flagged = compile_flag_options(compile_flags, where)
+    if "fast_math" in flagged and build.get("fast_math") is False:
+        raise unsupported(f"{where}(compile_flags=['--use_fast_math']) with pass_configs fast math off",
+                          "the two ask for different math; keep one")
+    return {**build, **flagged}, lowering
+
+
 def _target(target):
     if target is None or target == "auto":
         return None
@@ -221,14 +234,13 @@ def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = Fals
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
     """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel factories
     (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (the
-    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored).
-    Refused with UnsupportedTilelangAPI: `compile_flags`, other targets and pass_configs keys."""
+    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored),
+    `compile_flags` that map onto tile_nb's build (flags.py). Refused with UnsupportedTilelangAPI: other compile
+    flags, targets and pass_configs keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
-    if compile_flags:
-        raise unsupported("tilelang.jit(compile_flags=)")
-    compile_options, lowering = _pass_configs(pass_configs)
+    compile_options, lowering = _build_options(pass_configs, compile_flags, "tilelang.jit")
     tile_nb_target = _target(target)
 
     def decorate(fn):
@@ -245,7 +257,8 @@ def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None
 lazy_jit = jit
 
 
-def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # noqa: A001 - tilelang's name
+def compile(func, out_idx=None, target=None, pass_configs=None, compile_flags=None,  # noqa: A001 - tilelang's name
+            **options):
     """tilelang.compile: of a `@T.prim_func` (sizes in its signature), a kernel with `out_idx` honored; of a TVM
     PrimFunc, `tile_nb.runtime.compile` for CUDA (no `out_idx`)."""
     import tvm
@@ -255,7 +268,7 @@ def compile(func, out_idx=None, target=None, pass_configs=None, **options):  # n
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.compile({key}=)")
-    compile_options, lowering = _pass_configs(pass_configs)
+    compile_options, lowering = _build_options(pass_configs, compile_flags, "tilelang.compile")
     if isinstance(func, PrimFuncDefinition):
         from .. import jit as _jit
 

@@ -101,6 +101,18 @@ class Profiler:
                 f"output {i}: {ratio:.2%} of elements differ (allowed {max_mismatched_ratio:.2%}; atol={atol}, "
                 f"rtol={rtol}; greatest absolute difference {(a64 - e64).abs().max().item():.4g})")
 
+    @property
+    def func(self):
+        """The kernel itself (tilelang's profiler calls its adapter through `func`)."""
+        return self.kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+    def run_once(self, func=None):
+        """One call of `func` (default: the kernel) on the profiler's inputs; what it returns."""
+        return (func or self.kernel)(*self._inputs())
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)

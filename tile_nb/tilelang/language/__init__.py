@@ -9,7 +9,7 @@ from .._support import UnsupportedTilelangName, unsupported
 
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "uint": "uint32",
             "bfloat": "bfloat16", "symbolic": "dynamic", "match_buffer": "make_tensor"}
-_SUBMODULES = {"fp8"}
+_SUBMODULES = {"fp8", "dtypes"}
 # Why a name is refused, where there is more to say than "not yet".
 _DETAILS = {"tfloat32": "a TF32 tile rounds its float32 values to 10 mantissa bits as the GPU's tensor cores do; "
                         "tile_nb's interpreter would not round the same way, so it refuses rather than give "

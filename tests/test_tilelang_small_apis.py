@@ -1,0 +1,190 @@
+"""Small pieces of tilelang's language and host API (issue 30's blockers): the `scope=` argument of the
+allocations, `T.disable_warp_group_reg_alloc()` / `T.no_set_max_nreg()` (recorded hints),
+`tilelang.language.dtypes._TORCH_DTYPE_TO_STR`, `Profiler.func`, and `tilelang.jit(compile_flags=...)`.
+Kernels are checked against torch on the interpreter, built for sm_90a, and on the GPU (marked gpu)."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+import tile_nb.tilelang as tl
+from tile_nb.errors import DSLError
+from tile_nb.tilelang import UnsupportedTilelangAPI
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def scoped(X, block: int = 32, shared_scope: str = "shared", hint: str = "disable"):
+    N = T.dynamic("N")
+    D = T.const("D")
+    X: T.Tensor[[N, D], T.float32]
+    Y = T.empty((N, D), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+        if hint == "disable":
+            T.disable_warp_group_reg_alloc()
+        else:
+            T.no_set_max_nreg()
+        xs = T.alloc_shared((block, D), T.float32, shared_scope)          # tilelang's positional scope
+        xf = T.alloc_fragment((block, D), T.float32, scope="local.fragment")
+        scale = T.alloc_fragment((1,), T.float32, "local")                # a per-thread array, as in stream-K
+        bias = T.alloc_local((1,), T.float32, scope="local")
+        scale[0] = 2.0
+        bias[0] = scale[0] - 3.5
+        T.copy(X[bx * block, 0], xs)
+        for i, j in T.Parallel(block, D):
+            xf[i, j] = xs[i, j] * scale[0] + bias[0]
+        T.copy(xf, Y[bx * block, 0])
+    return Y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shared_scope,hint", [("shared", "disable"), ("shared.dyn", "no_set_max_nreg")])
+@pytest.mark.parametrize("N,D", [(37, 5), (1, 1), (64, 16)])
+def test_allocation_scopes(backend, shared_scope, hint, N, D):
+    if backend == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.manual_seed(N * D)
+    x = torch.randn(N, D, device=backend)
+    y = scoped(x, shared_scope=shared_scope, hint=hint)
+    torch.testing.assert_close(y, x * 2.0 - 1.5, atol=1e-6, rtol=1e-6)
+
+
+def test_register_hint_is_recorded_and_the_kernel_builds_for_sm_90a():
+    x = torch.randn(37, 5)
+    hints = list(scoped.specialize(x).attrs["tile_nb.hints"])
+    assert len(hints) == 1 and hints[0].startswith("disable_warp_group_reg_alloc()")
+    assert list(scoped.specialize(x, hint="other").attrs["tile_nb.hints"])[0].startswith(
+        "disable_warp_group_reg_alloc()")
+    source = scoped.compile(x, target="sm_90a").cuda_source
+    assert "scoped_kernel" in source and "setmaxnreg" not in source
+
+
+@tile_nb.jit
+def bad_scope(X, which: str = "shared"):
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    with T.Kernel(1, threads=32):
+        if which == "shared":
+            T.alloc_shared((N,), T.float32, scope="global")  # error: T.alloc_shared(scope=...)
+        elif which == "fragment":
+            T.alloc_fragment((N,), T.float32, "shared")      # error: T.alloc_fragment(scope=...)
+        else:
+            T.alloc_local((N,), T.float32, "local.var")       # error: T.alloc_local(scope=...)
+
+
+@pytest.mark.parametrize("which,line_text", [("shared", 'scope="global"'), ("fragment", '"shared")'),
+                                             ("local", '"local.var"')])
+def test_unknown_scope_is_refused_at_its_line(which, line_text):
+    with pytest.raises(DSLError) as info:
+        bad_scope(torch.zeros(4), which=which)
+    err = info.value
+    assert "(scope=...): expected one of" in err.message and "got '" in err.message
+    import linecache
+
+    assert line_text in linecache.getline(err.filename, err.lineno)
+
+
+def test_register_hint_outside_a_kernel_is_refused():
+    @tile_nb.jit
+    def outside(X):
+        N = T.const("N")
+        X: T.Tensor[[N], T.float32]
+        T.disable_warp_group_reg_alloc()
+        with T.Kernel(1, threads=32):
+            X[0] = 1.0
+
+    with pytest.raises(DSLError, match=r"must be called inside `with T\.Kernel"):
+        outside(torch.zeros(4))
+
+
+# -- tilelang.language.dtypes ----------------------------------------------------------------------------------------
+def test_torch_dtype_table():
+    from tile_nb.tilelang.language.dtypes import _TORCH_DTYPE_TO_STR, dtype
+
+    assert _TORCH_DTYPE_TO_STR[torch.float16] == "float16"
+    assert _TORCH_DTYPE_TO_STR[torch.bfloat16] == "bfloat16"
+    assert _TORCH_DTYPE_TO_STR[torch.int8] == "int8" and _TORCH_DTYPE_TO_STR[torch.bool] == "bool"
+    assert _TORCH_DTYPE_TO_STR[torch.float8_e4m3fn] == "float8_e4m3fn"
+    assert dtype(_TORCH_DTYPE_TO_STR[torch.float32]) is T.float32
+    assert dtype(torch.float16) is T.float16 and dtype("float") is T.float32
+    for torch_dt, name in _TORCH_DTYPE_TO_STR.items():   # every entry round-trips through torch
+        assert T.dtype(name).as_torch() is torch_dt
+
+
+# -- Profiler.func ---------------------------------------------------------------------------------------------------
+@tl.jit(out_idx=[-1])
+def _scale_factory(N, factor=3.0):
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    Y[bx * 32 + i] = X[bx * 32 + i] * factor
+    return main
+
+
+def test_profiler_func_is_the_kernel():
+    kernel = _scale_factory(45)
+    profiler = kernel.get_profiler()
+    x = torch.randn(45)
+    torch.testing.assert_close(profiler.func(x), x * 3.0)
+    torch.testing.assert_close(profiler(x), x * 3.0)
+    out = profiler.run_once()
+    assert out.shape == (45,)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang Profiler\.no_such_thing"):
+        profiler.no_such_thing
+
+
+# -- compile_flags ---------------------------------------------------------------------------------------------------
+TILELANG_FLAGS = ["-O3", "-Wno-deprecated-declarations", "-U__CUDA_NO_HALF_OPERATORS__",
+                  "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+                  "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+                  "--ptxas-options=-v,--register-usage-level=10", "-DNDEBUG"]
+
+
+def test_compile_flags_map_onto_build_options():
+    from tile_nb.tilelang.flags import compile_flag_options
+
+    assert compile_flag_options(TILELANG_FLAGS) == {"ptxas_options": ["--register-usage-level=10"]}
+    assert compile_flag_options("-O3 --use_fast_math") == {"fast_math": True}
+    assert compile_flag_options(None) == {}
+
+
+def test_unknown_compile_flags_are_refused_by_name():
+    with pytest.raises(UnsupportedTilelangAPI) as info:
+        tl.jit(compile_flags=["-O3", "-G", "--fmad=false"])
+    assert "'-G', '--fmad=false'" in str(info.value) and "'-O3'" not in str(info.value)
+    with pytest.raises(UnsupportedTilelangAPI, match="different math"):
+        tl.jit(compile_flags=["--use_fast_math"], pass_configs={tl.PassConfigKey.TL_ENABLE_FAST_MATH: False})
+
+
+def _flagged():
+    @tl.jit(compile_flags=TILELANG_FLAGS + ["--use_fast_math"])
+    def flagged(X):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    Y[bx * 64 + i] = T.exp(X[bx * 64 + i])
+        return Y
+
+    return flagged
+
+
+def test_compile_flags_reach_the_build():
+    flagged = _flagged()
+    assert flagged.compile_options == {"fast_math": True, "ptxas_options": ["--register-usage-level=10"]}
+    x = torch.randn(45)
+    torch.testing.assert_close(flagged(x), torch.exp(x))
+    kernel = flagged.compile(N=45).compiled()     # tilelang's compile binds N; tile_nb builds for sm_90a
+    assert "flagged_kernel" in kernel.cuda_source and "sm_90" in str(kernel.target)
+
+
+@pytest.mark.gpu
+def test_compile_flags_on_gpu():
+    flagged = _flagged()
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(flagged(x), torch.exp(x), atol=1e-5, rtol=1e-5)
