@@ -161,28 +161,33 @@ class JITFunction:
         elab = elaborate(self.definition, self.signature, template.compile_values, const_values)
         expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
                                     template.const_sources)
-        outputs = []
         # scalar parameters (`M: T.int32`) may size outputs and grids: their values are read from the call
         scalar_dims = {name: self._runtime_names.index(name) for name in elab.scalars}
-        for out in elab.outputs:
-            param = elab.buffers[out]
-            shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
-            used = {v for d in shape if type(d) is not int for v in free_vars(d)}
-            unknown = sorted(used - set(template.dynamic_sources) - set(scalar_dims))
-            if unknown:
-                raise ArgumentError(
-                    f"{self.definition.name}() output '{out}' has a dim over T.dynamic {', '.join(unknown)}, which no "
-                    "argument's shape gives, so its size is not known before the kernel runs",
-                    filename=param.filename, lineno=param.lineno, col=param.col, end_col=param.end_col,
-                    hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword")
-            outputs.append((out, shape, torch_dtype(param.annotation.dtype)))
+        outputs = [self._allocated_shape(elab, template, scalar_dims, out) for out in elab.outputs]
+        scratch = [self._allocated_shape(elab, template, scalar_dims, ws) for ws in elab.scratch]
         dynamic = {n: (self._runtime_names.index(p), d) for n, (p, d) in template.dynamic_sources.items()}
         spec = Specialization(elab, expectations, outputs, dynamic, expectations.check_layout,
                               expectations.tensors[0].index if expectations.tensors else None,
-                              scalar_dims=scalar_dims)
+                              scalar_dims=scalar_dims, scratch_shapes=scratch)
         self._count("specializations")
         self._log("specialized %s: %.2f ms", const_values, elab.seconds * 1e3)
         return spec
+
+    def _allocated_shape(self, elab: Elaboration, template: Template, scalar_dims: dict, name: str) -> tuple:
+        """(name, shape, torch dtype) of a tensor the call allocates (a T.empty output or a T.alloc_global scratch
+        tensor): ints, or shape expressions over T.dynamic dims and scalar parameters that the call's arguments give."""
+        param = elab.buffers[name]
+        shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
+        used = {v for d in shape if type(d) is not int for v in free_vars(d)}
+        unknown = sorted(used - set(template.dynamic_sources) - set(scalar_dims))
+        if unknown:
+            what = "output" if param.kind == "output" else "T.alloc_global tensor"
+            raise ArgumentError(
+                f"{self.definition.name}() {what} '{name}' has a dim over T.dynamic {', '.join(unknown)}, which no "
+                "argument's shape gives, so its size is not known before the kernel runs",
+                filename=param.filename, lineno=param.lineno, col=param.col, end_col=param.end_col,
+                hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword")
+        return name, shape, torch_dtype(param.annotation.dtype)
 
     # -- public API --------------------------------------------------------------------------------------------
     def template(self, **compile_kwargs) -> Elaboration:
@@ -428,6 +433,7 @@ class JITFunction:
                 raise empty_grid_error(self.definition.name, empty,
                                        f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be "
                                        "written", kernel_where(self.definition.source))
+            outputs = outputs[: len(spec.output_shapes)]
             return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
         use_cpu = backend == "cpu" or (backend is None and (device is None or device.type == "cpu"))
         if backend == "cuda" and (device is None or device.type != "cuda"):
@@ -451,6 +457,7 @@ class JITFunction:
             if not outputs and kernel.launchable and len(call_args) == len(kernel.params):
                 spec.launches[key] = kernel._func  # the fast path launches it directly from now on
             kernel(*call_args)
+        outputs = outputs[: len(spec.output_shapes)]  # T.alloc_global scratch tensors follow; not returned
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -32,7 +32,7 @@ class BufferParam:
     """A runtime tensor parameter (or `T.empty` output) and the annotation it came from."""
 
     name: str
-    kind: str  # "tensor", "pointer" or "output"
+    kind: str  # "tensor", "pointer", "output" or "scratch" (T.alloc_global: allocated by the call, not returned)
     annotation: TensorAnnotation  # in this phase's terms (Vars in phase 1, ints in phase 2)
     buffer: Any
     lineno: int
@@ -64,6 +64,7 @@ class Elaboration:
     buffers: dict[str, BufferParam] = field(default_factory=dict)
     scalars: dict[str, ScalarParam] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
+    scratch: list[str] = field(default_factory=list)  # T.alloc_global buffers: parameters after the outputs
     consts: list[str] = field(default_factory=list)
     const_vars: dict[str, Any] = field(default_factory=dict)
     dynamic: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +106,7 @@ class Hooks:
         self.runtime_names = runtime_names
         self.pending_outputs: list[BufferParam] = []
         self.declared_outputs: list[BufferParam] = []  # out_idx's, made before the body runs
+        self.scratch: list[BufferParam] = []  # T.alloc_global's, named ws0, ws1, ... until bound to a name
         self.returned = False
         self.ir_ifs = 0  # run-time `if`s open now
         self.macro_frames: list[int] = []  # ir_nesting() where each T.macro being elaborated was called
@@ -198,6 +200,18 @@ class Hooks:
         self.pending_outputs.append(param)
         return buf
 
+    def global_scratch(self, shape, dtype):
+        """T.alloc_global: a buffer parameter after the outputs, which the call allocates and does not return."""
+        from tvm.script.ir_builder import tirx as T
+
+        self._adopt_dynamic(tuple(shape))
+        name = f"ws{len(self.scratch)}"
+        buf = T.match_buffer(T.arg(name, T.handle()), index_dims(shape)[0], str(dtype))
+        st = self.st
+        self.scratch.append(BufferParam(name, "scratch", TensorAnnotation(tuple(shape), dtype), buf, st.lineno,
+                                        st.col, st.end_col, st.filename))
+        return buf
+
     def declared_output(self, name: str, annotation):
         """A signature tensor that out_idx names: allocated by the call and returned, as a T.empty output."""
         if not isinstance(annotation, TensorAnnotation) or annotation.strides is not None:
@@ -218,8 +232,8 @@ class Hooks:
 
         if not isinstance(value, Buffer):
             return value
-        output = next((p for p in self.pending_outputs if p.buffer.same_as(value)), None)
-        if output is not None and output.name.startswith("out"):  # T.empty made it as out0, out1, ...
+        output = next((p for p in self.pending_outputs + self.scratch if p.buffer.same_as(value)), None)
+        if output is not None and output.name.startswith(("out", "ws")):  # made as out0, ... / ws0, ...
             output.name = name
             IRBuilder.name(name, value)
         elif value.name in ("buffer", ""):  # a fresh allocation
@@ -515,6 +529,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     runtime_names = {p.name for p in signature.runtime}
     hooks = Hooks(st, result, runtime_names)
     st.on_empty = hooks.empty
+    st.on_global = hooks.global_scratch
     st.on_make_tensor = hooks.make_tensor
     st.on_macro = hooks.call_macro
 
@@ -561,11 +576,16 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     result.buffers.update(outputs)
     if not result.outputs:
         result.outputs = list(outputs)
+    _check_scratch_names(hooks, result)
+    result.buffers.update({p.name: p for p in hooks.scratch})
+    result.scratch = [p.name for p in hooks.scratch]
     by_name = {p.name: p for p in func.params}
     for p in hooks.pending_outputs:  # T.empty params were created as out0, out1, ... before their names were known
         by_name.setdefault(p.name, by_name.get(f"out{hooks.pending_outputs.index(p)}"))
+    for k, p in enumerate(hooks.scratch):  # and T.alloc_global's as ws0, ws1, ...
+        by_name.setdefault(p.name, by_name.get(f"ws{k}"))
     order = [p.name for p in signature.runtime if p.name in result.buffers or p.name in result.scalars]
-    order += result.outputs
+    order += result.outputs + result.scratch
     params = [by_name[name] for name in order if by_name.get(name) is not None]
     attrs = {
         "global_symbol": signature.name,
@@ -574,6 +594,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         "tile_nb.tile_op_lines": list(st.tile_op_lines),
         "tile_nb.alloc_lines": [[buf.name, line] for buf, line in st.allocations],
     }
+    if result.scratch:  # T.alloc_global parameters (absent when none, so other kernels' IR is unchanged)
+        attrs["tile_nb.scratch"] = list(result.scratch)
     if st.hints:  # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
         attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
@@ -586,6 +608,17 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     result.threads = st.threads
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _check_scratch_names(hooks: Hooks, result: Elaboration) -> None:
+    """A T.alloc_global bound to the name of a parameter or output would make two parameters of one name."""
+    taken = set(result.buffers) | set(result.scalars)
+    for p in hooks.scratch:
+        if p.name in taken:
+            raise DSLError(f"T.alloc_global is bound to '{p.name}', which already names a parameter or output of "
+                           "the kernel", filename=p.filename, lineno=p.lineno, col=p.col, end_col=p.end_col,
+                           hint="give the scratch tensor a name of its own")
+        taken.add(p.name)
 
 
 def _signature_tensor(hooks: Hooks, kernel, param, output: bool = False):

@@ -29,7 +29,7 @@ from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
 from .layouts import Fragment, Layout, annotate_layout
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
-from .memory import alloc_fragment, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
+from .memory import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
 
 float16 = ALL_DTYPES["float16"]
 bfloat16 = ALL_DTYPES["bfloat16"]
@@ -50,7 +50,7 @@ bool = ALL_DTYPES["bool"]  # noqa: A001 - the DSL's name
 __all__ = [
     "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro", "Ref",
     "Kernel", "Pipelined", "Parallel", "serial", "unroll", "vectorized", "Serial", "Unroll", "Vectorized",
-    "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty", "make_tensor",
+    "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global", "copy", "clear", "fill", "empty", "make_tensor",
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",

@@ -8,7 +8,7 @@ from . import state as _state
 from .dtypes import as_dtype
 from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
 
-__all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy", "clear", "fill", "empty",
+__all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global", "copy", "clear", "fill", "empty",
            "make_tensor", "region_of"]
 
 
@@ -71,6 +71,24 @@ def alloc_var(dtype, init=None):
     return buf
 
 
+def alloc_global(shape, dtype, scope="global"):
+    """`ws = T.alloc_global((M, S), T.float32)` outside `with T.Kernel(...)`: a scratch tensor in global memory
+    that every `T.Kernel` of the body can read and write (tilelang's workspace, as flash decoding's split and
+    combine kernels share partial results). Each call allocates it (`torch.empty` on the call's device: its
+    values start undefined, so write before reading) and drops it afterwards; it is not returned."""
+    st = _state.active("T.alloc_global")
+    if st.kernel_open:
+        raise st.error("T.alloc_global must be called outside `with T.Kernel(...)` (a scratch tensor the kernels "
+                       "of the body share)", hint="inside a kernel, use T.alloc_shared or T.alloc_fragment")
+    if scope != "global":
+        raise st.error(f"T.alloc_global(scope=...): expected 'global'; got {scope!r}")
+    try:
+        dt = as_dtype(dtype)
+    except ValueError as err:
+        raise st.error(f"T.alloc_global dtype: {err}") from None
+    return st.on_global(_shape(shape), dt)
+
+
 def region_of(x, extents=None, what: str = "T.copy"):
     """A `TensorRegion` from a buffer, a slice `A[a:b, c:d]`, or a start corner `A[i, j]` (then `extents` gives its
     size, aligned to the trailing dims)."""
@@ -117,12 +135,30 @@ def _extents(region) -> list:
     return [r.extent for r in region.region]
 
 
-def copy(src, dst):
+_EVICTION_POLICIES = ("evict_normal", "evict_first", "evict_last")
+
+
+def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = None,
+         coalesced_width: int | None = None):
     """`T.copy(src, dst)`: copy a tile between any two of global, shared and fragment memory. Either side may be a
-    start corner `A[i, j]`; rows and columns past the edge of a global tensor are not read (0) nor written."""
+    start corner `A[i, j]`; rows and columns past the edge of a global tensor are not read (0) nor written.
+    tilelang's `disable_tma=`, `eviction_policy=` and `coalesced_width=` say how to move the data, never what
+    arrives: recorded in `tile_nb.hints`, not applied (tile_nb's lowering picks TMA, cp.async and vector widths)."""
     from tvm.tirx.script import tile as Tx
 
+    from .hints import record_hint
+
     st = _state.active("T.copy")
+    if eviction_policy is not None and eviction_policy not in _EVICTION_POLICIES:
+        raise st.error(f"T.copy(eviction_policy=...): expected one of {', '.join(map(repr, _EVICTION_POLICIES))}; "
+                       f"got {eviction_policy!r}")
+    if coalesced_width is not None and (isinstance(coalesced_width, bool) or not isinstance(coalesced_width, int)
+                                        or coalesced_width < 1):
+        raise st.error(f"T.copy(coalesced_width=...): expected a positive int; got {coalesced_width!r}")
+    given = [f"{k}={v!r}" for k, v in (("disable_tma", disable_tma), ("eviction_policy", eviction_policy),
+                                       ("coalesced_width", coalesced_width)) if v not in (None, False)]
+    if given:
+        record_hint(st, f"copy({', '.join(given)}) (not applied: tile_nb picks how copies move data)")
     src_region = region_of(src) if is_buffer(src) or is_region(src) else None
     dst_region = region_of(dst) if is_buffer(dst) or is_region(dst) else None
     if src_region is None and dst_region is None:

@@ -41,6 +41,7 @@ class State:
     loops: list[str] = field(default_factory=list)  # "ir" or "python", innermost last
     # Hooks the front end installs (runtime buffers, outputs, pointers).
     on_empty: Callable[..., Any] | None = None
+    on_global: Callable[..., Any] | None = None  # T.alloc_global: (shape, dtype) -> a scratch buffer parameter
     on_make_tensor: Callable[..., Any] | None = None
     on_macro: Callable[..., Any] | None = None  # (macro, args, kwargs) -> its return value
     consts_used: list[str] = field(default_factory=list)

@@ -61,6 +61,7 @@ class Specialization:
     launches: dict = field(default_factory=dict)  # facts_key -> tvm_ffi function: the fast path's direct launch
     lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
     scalar_dims: dict = field(default_factory=dict)  # scalar parameter (may size outputs, grids) -> argument index
+    scratch_shapes: list = field(default_factory=list)  # T.alloc_global tensors, as output_shapes: after the outputs
 
     @property
     def func(self):
@@ -161,12 +162,13 @@ class Launcher:
 
 
 def allocate_outputs(spec: Specialization, ordered, device) -> list:
-    """The T.empty outputs of a call: shapes from the specialization, T.dynamic dims from the call's tensors, dims
-    that are scalar parameters (`M: T.int32`) from the call's values."""
+    """The tensors a call allocates: its T.empty outputs, then its T.alloc_global scratch tensors (the kernel's
+    last parameters; only the first `len(spec.output_shapes)` are returned). Shapes from the specialization,
+    T.dynamic dims from the call's tensors, dims that are scalar parameters (`M: T.int32`) from the call's values."""
     import torch
 
     outputs, dynamic = [], None
-    for _, shape, dtype in spec.output_shapes:
+    for _, shape, dtype in spec.output_shapes + spec.scratch_shapes:
         if any(type(d) is not int for d in shape):  # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
             if dynamic is None:
                 dynamic = spec.dim_values(ordered)
