@@ -412,9 +412,11 @@ def test_error_unsupported_construct_names_it():
         @tile_nb.jit
         def loops(A):
             A: T.Tensor[[4], T.float32]
-            while True:
+            try:
                 pass
-    assert "`while` loops are not supported" in str(info.value) and "while True:" in str(info.value)
+            finally:
+                pass
+    assert "`try` blocks are not supported" in str(info.value) and "try:" in str(info.value)
 
 
 def test_dsl_misuse_points_at_the_users_line():

@@ -109,6 +109,7 @@ class Hooks:
         self.scratch: list[BufferParam] = []  # T.alloc_global's, named ws0, ws1, ... until bound to a name
         self.returned = False
         self.ir_ifs = 0  # run-time `if`s open now
+        self.parallel_depth = 0  # T.Parallel loops open now
         self.macro_frames: list[int] = []  # ir_nesting() where each T.macro being elaborated was called
 
     # -- locations ---------------------------------------------------------------------------------------------
@@ -287,11 +288,14 @@ class Hooks:
     @contextlib.contextmanager
     def _ir_loop(self, spec, names):
         self.st.loops.append("ir")
+        parallel = spec.kind == "parallel"
+        self.parallel_depth += parallel
         try:
             with spec.open(names) as loop_vars:
                 yield [loop_vars]
         finally:
             self.st.loops.pop()
+            self.parallel_depth -= parallel
 
     @contextlib.contextmanager
     def _python_loop(self, iterable):
@@ -357,7 +361,8 @@ class Hooks:
             raise _state.StopTemplate(f"this `... if ... else ...` needs the value of {', '.join(consts)}")
         return if_then_else(self._as_bool(cond), then_value(), else_value())
 
-    def is_ir(self, cond) -> bool:
+    def is_ir(self, cond, what: str = "if") -> bool:
+        """Whether an `if` (or a `while`) on `cond` is a run-time one, built into the IR."""
         if not _is_expr(cond):
             return False
         from tvm import tirx
@@ -367,11 +372,39 @@ class Hooks:
         st = self.st
         consts = self._consts_in(cond) if st.symbolic else None
         if consts is not None:  # only consts: Python must pick the branch, which needs their values
-            raise _state.StopTemplate(f"this `if` needs the value of {', '.join(consts)}")
+            raise _state.StopTemplate(f"this `{what}` needs the value of {', '.join(consts)}")
         if not st.kernel_open:
-            raise st.error(f"`if` on a runtime value ({cond}) outside `with T.Kernel(...)`",
-                           hint="branch on runtime values inside the kernel, or on compile-time values anywhere")
+            raise st.error(f"`{what}` on a runtime value ({cond}) outside `with T.Kernel(...)`",
+                           hint=f"{'branch' if what == 'if' else 'loop'} on runtime values inside the kernel, or "
+                                "on compile-time values anywhere")
         return True
+
+    @contextlib.contextmanager
+    def ir_while(self, cond):
+        """`while cond:` on a run-time value: a TIR While, whose condition the kernel tests before every
+        iteration. Block-level code only: inside a T.Parallel loop each element would loop on its own."""
+        from tvm.script.ir_builder import tirx as T
+
+        st = self.st
+        if self.parallel_depth:
+            raise st.error("a `while` loop on a run-time value inside a T.Parallel loop is not supported",
+                           hint="loop at block level (outside T.Parallel), or use `for k in T.serial(n)` with an "
+                                "`if` inside")
+        st.loops.append("ir")
+        try:
+            with _state.frame(T.While(self._as_bool(cond))):
+                yield (None,)  # the body is traced once
+        finally:
+            st.loops.pop()
+
+    @contextlib.contextmanager
+    def python_while(self):
+        """A `while` on a Python value runs as Python's own loop while the kernel is built."""
+        self.st.loops.append("python")
+        try:
+            yield
+        finally:
+            self.st.loops.pop()
 
     def check(self, cond, message, text: str) -> None:
         """`assert` in a kernel body: checked in Python once its values are known. The template (consts symbolic)

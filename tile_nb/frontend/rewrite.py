@@ -8,6 +8,8 @@ constructs whose meaning differs in a kernel through the helper object `__tnb__`
     buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
     for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
+    while c: body                    ->  IR While when c is an IR expression (re-evaluated before every
+                                         iteration, on the GPU too), else Python's own loop
     a and b / a or b / not a         ->  __tnb__.logic('and', lambda: a, lambda: b) / ... / __tnb__.negate(a)
     a if c else b                    ->  __tnb__.choose(c, lambda: a, lambda: b)
     a < b < c                        ->  __tnb__.logic('and', lambda: a < b, lambda: b < c)
@@ -38,7 +40,6 @@ HOOKS_NAME = "__tnb__"
 FACTORY_NAME = "__tnb_factory__"
 
 _UNSUPPORTED = {
-    ast.While: "`while` loops are not supported in kernels; use `for i in T.serial(n)` or `range(n)`",
     ast.Try: "`try` blocks are not supported in kernels",
     ast.AsyncFor: "`async for` is not supported in kernels",
     ast.AsyncWith: "`async with` is not supported in kernels",
@@ -362,6 +363,37 @@ class _BodyRewriter(ast.NodeTransformer):
         ir_branch = ast.With([ast.withitem(_hook("ir_if", ast.Name(cond_name, ast.Load())))], ir_body)
         py_branch = ast.If(ast.Name(cond_name, ast.Load()), body, orelse)
         dispatch = ast.If(_hook("is_ir", ast.Name(cond_name, ast.Load())), [ir_branch], [py_branch])
+        return [ast.copy_location(assign, node), ast.copy_location(dispatch, node)]
+
+    def visit_While(self, node: ast.While):
+        if node.orelse:
+            raise self.fail(node, "`while ... else` is not supported in kernels")
+        lineno = _const(node.lineno + self.source.first_line - 1)
+        cond_name = self.fresh("cond")
+        # Python names the IR loop would read each iteration (in its body, or in its condition) and its body
+        # rebinds: the body is traced once, so the new binding would never reach the next test.
+        body_stores = {n for stmt in node.body for n in _stored_names(stmt)}
+        in_test = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        candidates = self.bound - self.var_names
+        carried = _carried_names(node.body, candidates)
+        carried += sorted((in_test & body_stores & candidates) - set(carried))
+        test = copy.deepcopy(node.test)
+        body = self.rewrite_block(node.body)
+        ir_body = copy.deepcopy(body)
+        if carried:
+            guard = _hook("carried_in_loop", ast.Tuple([_const(n) for n in carried], ast.Load()), lineno)
+            ir_body.insert(0, ast.copy_location(ast.Expr(guard), node))
+        assign = ast.Assign([ast.Name(cond_name, ast.Store())], _hook("condition", node.test))
+        # `for _ in <one pass>` around the traced body, so that a `break` in it is still Python inside a loop (the
+        # `jump` hook refuses it in a kernel loop before Python would run it)
+        it_name = self.fresh("it")
+        traced = ast.For(ast.Name(self.fresh("pass"), ast.Store()), ast.Name(it_name, ast.Load()), ir_body, [])
+        ir_branch = ast.With([ast.withitem(_hook("ir_while", ast.Name(cond_name, ast.Load())),
+                                           ast.Name(it_name, ast.Store()))], [traced])
+        py_loop = ast.While(_hook("condition", test), body, [])
+        py_branch = ast.With([ast.withitem(_hook("python_while"))], [py_loop])
+        dispatch = ast.If(_hook("is_ir", ast.Name(cond_name, ast.Load()), _const("while")), [ir_branch],
+                          [py_branch])
         return [ast.copy_location(assign, node), ast.copy_location(dispatch, node)]
 
     def visit_With(self, node: ast.With):

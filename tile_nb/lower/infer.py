@@ -138,6 +138,9 @@ class _Collector:
             self.visit(stmt.then_case, loop)
             if stmt.else_case is not None:
                 self.visit(stmt.else_case, loop)
+        elif isinstance(stmt, tirx.While):
+            self.loads(stmt.condition, loop)
+            self.visit(stmt.body, loop)
         elif isinstance(stmt, tirx.Evaluate):
             self.loads(stmt.value, loop, stmt)
         elif isinstance(stmt, tirx.Bind):

@@ -86,7 +86,7 @@ def buffers_touched(stmt):
         elif isinstance(s, tirx.For):
             loads_of(s.min)
             loads_of(s.extent)
-        elif isinstance(s, tirx.IfThenElse):
+        elif isinstance(s, (tirx.IfThenElse, tirx.While)):
             loads_of(s.condition)
         elif isinstance(s, tirx.Bind):
             loads_of(s.value)

@@ -1,5 +1,5 @@
-"""Loops: `T.serial` / `T.unroll` kept as loops, `T.Parallel` split over the CTA's threads, and
-`T.Pipelined` (a serial loop annotated `num_stages`) handed to pipeline.py.
+"""Loops: `T.serial` / `T.unroll` kept as loops, `while` on a run-time value kept as a While, `T.Parallel` split
+over the CTA's threads, and `T.Pipelined` (a serial loop annotated `num_stages`) handed to pipeline.py.
 
 `T.Parallel(e0, e1, ...)` (nested parallel loops, elementwise body) is distributed in one of two ways:
 - when the plan gives the nest a driving register layout (a fragment it indexes by all its loop variables, see
@@ -17,11 +17,12 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_statement
+from .errors import LoweringError
 from .exprs import is_const_int
 from .threads import distribute
 from .uniform import never_true, split_masked_store
 
-__all__ = ["emit_for"]
+__all__ = ["emit_for", "emit_while"]
 
 
 def _is_parallel(loop) -> bool:
@@ -45,6 +46,22 @@ def emit_for(em, loop):
         # A later iteration may overwrite what this one read (or read what it wrote) in shared memory.
         _, writes_shared = em.touches_shared(loop.body)
         if writes_shared and em.tx is not None and not em.scope.thread_code:
+            em.sync()
+
+
+@register_statement(lambda em, s: isinstance(s, tirx.While))
+def emit_while(em, loop):
+    """A block-level `while`: every thread of the CTA tests the same condition (block-level code computes the same
+    values in every thread), so barriers inside the loop are reached by all of them."""
+    if em.scope.thread_code:
+        raise em.lines.locate(LoweringError("a `while` loop inside T.Parallel is not supported by the CUDA "
+                                            "lowering"), loop)
+    with T.While(em.expr(loop.condition)):
+        with em.scoped(loop_depth=em.scope.loop_depth + 1):
+            em.emit(loop.body)
+        # The next test and iteration may read what this one wrote in shared memory (or overwrite what it read).
+        _, writes_shared = em.touches_shared(loop.body)
+        if writes_shared and em.tx is not None:
             em.sync()
 
 

@@ -25,7 +25,7 @@ __all__ = ["MARK_BEGIN", "MARK_END", "mark", "source_regions", "split_marks"]
 MARK_BEGIN = "tile_nb_src_begin"
 MARK_END = "tile_nb_src_end"
 
-_REGION_KINDS = (tirx.TilePrimitiveCall, tirx.For, tirx.IfThenElse, tirx.BufferStore, tirx.Evaluate)
+_REGION_KINDS = (tirx.TilePrimitiveCall, tirx.For, tirx.While, tirx.IfThenElse, tirx.BufferStore, tirx.Evaluate)
 # A mark as the CUDA code generator prints it (`tile_nb_src_begin(3);`) and as TVMScript does
 # (`T.call_extern("void", "tile_nb_src_begin", 3)`): the whole line, nothing else on it.
 _MARK_LINE = re.compile(r'^\s*(?:T\.call_extern\("void", "(tile_nb_src_(?:begin|end))", (\d+)\)'
