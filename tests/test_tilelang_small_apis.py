@@ -188,3 +188,19 @@ def test_compile_flags_on_gpu():
     flagged = _flagged()
     x = torch.randn(1000, device="cuda")
     torch.testing.assert_close(flagged(x), torch.exp(x), atol=1e-5, rtol=1e-5)
+
+
+# -- refusals with their reason --------------------------------------------------------------------------------------
+def test_pointer_table_annotation_says_what_is_missing():
+    from tile_nb.errors import AnnotationError
+
+    with pytest.raises(AnnotationError, match=r"a tensor of pointers \(T\.Tensor\(shape, T\.ptr\)"):
+        T.Tensor((4,), T.ptr)
+
+
+def test_get_thread_binding_is_refused_with_the_reason():
+    import tile_nb.tilelang.language as TL
+
+    with pytest.raises(UnsupportedTilelangAPI, match=r"get_thread_binding yet \(tile_nb's kernel bodies are "
+                                                     r"block-level code"):
+        TL.get_thread_binding

@@ -44,6 +44,13 @@ def _dims(value, what: str) -> tuple:
 
 
 def _dtype(value) -> DType:
+    if isinstance(value, _PtrType):
+        raise AnnotationError(
+            "a tensor of pointers (T.Tensor(shape, T.ptr), tilelang's pointer tables read with "
+            "T.make_tensor(ptrs[i], shape, dtype) inside the kernel) is not supported yet: tile_nb makes its global "
+            "buffers from parameters, not from addresses loaded at run time",
+            hint="pass the tensors themselves (one kernel call per group), or pack the groups into one tensor with "
+                 "an offsets tensor")
     try:
         return as_dtype(value)
     except ValueError as err:
