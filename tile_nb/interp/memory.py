@@ -156,13 +156,15 @@ def _int_wrapper(dtype: str):
     return lambda x: x if lo <= x <= hi else V.wrap_scalar(x, tdtype)
 
 
-def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool):
-    """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space."""
+def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: tuple = ()):
+    """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space;
+    `space` (the loops' whole iteration space) makes an atomic add once per iteration even where neither its index
+    nor its value depends on the loop variables."""
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
     if val.dim() > 0 and val.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
         val = val.clone()  # `S[n - 1 - i] = S[i]`: a view of the target is read in full before the scatter
-    shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape,
+    shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape, space,
                                    *(() if mask is None else (mask.shape,)))
     parts = [p.expand(shape) for p in parts]
     val = val.to(t.dtype).expand(shape)
@@ -230,7 +232,7 @@ def _compile_atomic_add(comp: Compiler, node):
                 V.is_tensor(value) and value.dim() > 0):
             t[idx] += value
         else:
-            _scatter(t, idx, value, f.mask, accumulate=True)
+            _scatter(t, idx, value, f.mask, accumulate=True, space=f.par_shape)
         return 0
     return atomic_add
 

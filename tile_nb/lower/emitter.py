@@ -327,6 +327,12 @@ class Emitter:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.Evaluate):
             value = self.expr(stmt.value)
+            if self._block_level_atomic(stmt.value):
+                # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA: one
+                # thread adds, not every thread of the block.
+                with T.If(self.tx == 0), T.Then():
+                    T.evaluate(value)
+                return
             with self._first_replica(True):
                 T.evaluate(value)
         elif isinstance(stmt, tirx.IfThenElse):
@@ -342,6 +348,13 @@ class Emitter:
             _ir.add_to_parent(stmt)
         else:
             raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
+
+    def _block_level_atomic(self, value) -> bool:
+        """An atomic (`T.atomic_add` of one element) outside any T.Parallel loop."""
+        if self.scope.thread_code or self.tx is None or getattr(getattr(value, "op", None), "name", "") \
+                != "tirx.call_extern" or not value.args:
+            return False
+        return str(getattr(value.args[0], "value", "")) == "atomicAdd"
 
     @contextlib.contextmanager
     def _first_replica(self, memory_effect: bool):

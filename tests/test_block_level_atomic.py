@@ -1,0 +1,50 @@
+"""A `T.atomic_add` of one element in block-level code (outside T.Parallel) adds once per CTA, as docs/IR.md says
+block-level code runs once per CTA and as the interpreter does; the CUDA lowering once let every thread of the
+block add (32x the sum with 32 threads). Interpreter against a hand count, the guard in the CUDA source, and the
+GPU (marked gpu)."""
+import re
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+
+
+@tile_nb.jit
+def count(C, X, n: T.int32, blocks: int = 5, threads: int = 64):
+    C: T.Tensor[[2], T.int32]
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    with T.Kernel(blocks, threads=threads) as bx:
+        T.atomic_add(C[0], n)                       # block level: once per CTA
+        for i in T.Parallel(N):                     # in T.Parallel: once per element
+            T.atomic_add(C[1], 1)
+        if bx == 0:
+            X[0] = X[0] + 1.0
+
+
+def _check(device, blocks, threads, N):
+    c = torch.zeros(2, dtype=torch.int32, device=device)
+    x = torch.zeros(N, device=device)
+    count(c, x, 3, blocks=blocks, threads=threads)
+    assert c.tolist() == [3 * blocks, N * blocks]
+
+
+@pytest.mark.parametrize("blocks,threads,N", [(5, 64, 7), (1, 32, 1), (3, 128, 200)])
+def test_block_level_atomic_adds_once_per_cta(blocks, threads, N):
+    _check("cpu", blocks, threads, N)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks,threads,N", [(5, 64, 7), (1, 32, 1), (300, 128, 1000)])
+def test_block_level_atomic_on_gpu(blocks, threads, N):
+    _check("cuda", blocks, threads, N)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_block_level_atomic_runs_on_one_thread(arch):
+    source = count.compile(torch.zeros(2, dtype=torch.int32), torch.zeros(7), 3, target=arch).cuda_source
+    kernel = source[source.index("count_kernel("):]
+    guarded = re.search(r"if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*atomicAdd\(\(&\(C_ptr\[0\]\)\), n\);", kernel)
+    assert guarded, kernel[:2000]
