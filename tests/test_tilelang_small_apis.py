@@ -155,6 +155,8 @@ def test_unknown_compile_flags_are_refused_by_name():
     with pytest.raises(UnsupportedTilelangAPI) as info:
         tl.jit(compile_flags=["-O3", "-G", "--fmad=false"])
     assert "'-G', '--fmad=false'" in str(info.value) and "'-O3'" not in str(info.value)
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.compile\(compile_flags=\['-G'\]\)"):
+        tl.compile(object(), compile_flags=["-O3", "-G"])
     with pytest.raises(UnsupportedTilelangAPI, match="different math"):
         tl.jit(compile_flags=["--use_fast_math"], pass_configs={tl.PassConfigKey.TL_ENABLE_FAST_MATH: False})
 
@@ -181,6 +183,8 @@ def test_compile_flags_reach_the_build():
     torch.testing.assert_close(flagged(x), torch.exp(x))
     kernel = flagged.compile(N=45).compiled()     # tilelang's compile binds N; tile_nb builds for sm_90a
     assert "flagged_kernel" in kernel.cuda_source and "sm_90" in str(kernel.target)
+    if kernel.compiler:                           # a CUDA compiler is here: ptxas took --register-usage-level=10
+        assert kernel.cubin
 
 
 @pytest.mark.gpu
