@@ -46,3 +46,33 @@ def test_block_level_atomic_runs_on_one_thread(arch):
     kernel = source[source.index("count_kernel("):]
     guarded = re.search(r"if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*atomicAdd\(\(&\(C_ptr\[0\]\)\), n\);", kernel)
     assert guarded, kernel[:2000]
+
+
+@tile_nb.jit
+def shared_counter(X, block: int = 64):
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+        s = T.alloc_shared((1,), T.float32)
+        T.clear(s)
+        T.atomic_add(s[0], 2.5)                    # thread 0 adds; the reads below wait at a barrier
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                Y[bx * block + i] = X[bx * block + i] + s[0]
+    return Y
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("N", [100, 1])
+def test_block_level_atomic_on_shared_memory(backend, N):
+    x = torch.randn(N, device=backend)
+    torch.testing.assert_close(shared_counter(x), x + 2.5)
+
+
+def test_a_read_after_a_block_level_atomic_waits_at_a_barrier():
+    source = shared_counter.compile(torch.zeros(100), target="sm_90a").cuda_source
+    kernel = source[source.index("shared_counter_kernel(float"):]
+    kernel = kernel[kernel.index("{"):]
+    add = kernel.index("atomicAdd(")
+    assert "tnb_cta_sync();" in kernel[add:kernel.index("Y_ptr[", add)]

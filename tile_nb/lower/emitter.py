@@ -26,7 +26,7 @@ from .arch import ArchCaps
 from .diagnostics import SourceLines
 from .errors import LoweringError
 from .exprs import fit_int32, reaches_int32_limit, rewrite, widen_index
-from .irwalk import buffers_touched, iter_stmts, scope_of
+from .irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
 from .layout import accumulator_register_dtype
 from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 
@@ -350,11 +350,9 @@ class Emitter:
             raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
 
     def _block_level_atomic(self, value) -> bool:
-        """An atomic (`T.atomic_add` of one element) outside any T.Parallel loop."""
-        if self.scope.thread_code or self.tx is None or getattr(getattr(value, "op", None), "name", "") \
-                != "tirx.call_extern" or not value.args:
-            return False
-        return str(getattr(value.args[0], "value", "")) == "atomicAdd"
+        """An atomic (`T.atomic_add` of one element) outside any T.Parallel loop. (buffers_touched counts its
+        buffer as written, so a later read of a shared one waits at a barrier for thread 0's add.)"""
+        return not self.scope.thread_code and self.tx is not None and atomic_target(value) is not None
 
     @contextlib.contextmanager
     def _first_replica(self, memory_effect: bool):

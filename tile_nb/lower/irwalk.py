@@ -9,7 +9,7 @@ from tvm import tirx
 
 from .exprs import walk_loads
 
-__all__ = ["buffers_touched", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
+__all__ = ["atomic_target", "buffers_touched", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
 
 
 def region_of(r):
@@ -83,6 +83,9 @@ def buffers_touched(stmt):
                 loads_of(i)
         elif isinstance(s, tirx.Evaluate):
             loads_of(s.value)
+            target = atomic_target(s.value)
+            if target is not None:  # an atomic add writes the element it reads
+                writes.append(target)
         elif isinstance(s, tirx.For):
             loads_of(s.min)
             loads_of(s.extent)
@@ -91,6 +94,16 @@ def buffers_touched(stmt):
         elif isinstance(s, tirx.Bind):
             loads_of(s.value)
     return reads, writes
+
+
+def atomic_target(value):
+    """The buffer `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
+    if getattr(getattr(value, "op", None), "name", "") != "tirx.call_extern" or len(value.args) < 2 \
+            or str(getattr(value.args[0], "value", "")) != "atomicAdd":
+        return None
+    address = value.args[1]
+    load = address.args[0] if getattr(getattr(address, "op", None), "name", "") == "tirx.address_of" else address
+    return getattr(load, "source", None)
 
 
 def _accumulates(call) -> bool:
