@@ -74,12 +74,12 @@ def test_script_runs_on_the_interpreter(tmp_path):
 
 
 def test_missing_api_is_named_and_failed_checks_are_failures(tmp_path):
-    (tmp_path / "swz.py").write_text("import tilelang.language as T\nT.cumsum\n")
+    (tmp_path / "swz.py").write_text("import tilelang.language as T\nT.cummax\n")
     (tmp_path / "bad.py").write_text("import tilelang\nassert tilelang.cdiv(7, 2) == 3, 'cdiv'\n")
     out = _run(["--result-json", str(tmp_path / "r.json"), "swz.py"], tmp_path)
-    assert out.returncode == 1 and "tile_nb does not support tilelang.language.cumsum yet" in out.stderr
+    assert out.returncode == 1 and "tile_nb does not support tilelang.language.cummax yet" in out.stderr
     result = json.loads((tmp_path / "r.json").read_text())
-    assert (result["status"], result["missing"]) == ("error", "tilelang.language.cumsum")
+    assert (result["status"], result["missing"]) == ("error", "tilelang.language.cummax")
     out = _run(["--result-json", str(tmp_path / "r.json"), "bad.py"], tmp_path)
     result = json.loads((tmp_path / "r.json").read_text())
     assert out.returncode == 1 and (result["status"], result["error"]) == ("fail", "AssertionError: cdiv")
@@ -119,8 +119,8 @@ def test_mapping_in_process(tmp_path, monkeypatch, clean_mapping):
 
 
 def test_unsupported_names_say_which_api(clean_mapping):
-    with pytest.raises(UnsupportedTilelangAPI, match=r"does not support tilelang\.language\.cumsum yet"):
-        stand_in.language.cumsum
+    with pytest.raises(UnsupportedTilelangAPI, match=r"does not support tilelang\.language\.cummax yet"):
+        stand_in.language.cummax
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.autodd"):
         stand_in.autodd
     assert not hasattr(stand_in.language, "__wrapped__")      # dunder probes stay AttributeErrors

@@ -10,9 +10,13 @@ __all__ = ["DType", "dtype", "as_dtype", "torch_dtype", "ALL_DTYPES"]
 
 
 class DType(str):
-    """A tile-language dtype; `DType("float16") == "float16"`."""
+    """A tile-language dtype; `DType("float16") == "float16"`. `plain` is the name as a plain str: torch.compile
+    (Dynamo before torch 2.13) does not take a str subclass as a constant, but reads an attribute of one."""
 
-    __slots__ = ()
+    def __new__(cls, name):
+        self = super().__new__(cls, name)
+        self.plain = str.__str__(self)
+        return self
 
     def __call__(self, value):
         from tvm import tirx

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import TileNBError
 from ..frontend.params import POINTER, SCALAR
+from ..language.dtypes import DType
 
 __all__ = ["op", "KernelOp", "OpEntry", "TorchOpError", "install_dynamo_hook"]
 
@@ -457,8 +458,8 @@ class KernelOp:
 
         def call(*args, **kwargs):
             rpos, spos, rkeys, skeys, names = split(len(args), tuple(kwargs))
-            name, runtime_names, mutated = opname(tuple((i, args[i]) for i in spos),
-                                                  {k: kwargs[k] for k in skeys})
+            name, runtime_names, mutated = opname(tuple((i, _constant(args[i])) for i in spos),
+                                                  {k: _constant(kwargs[k]) for k in skeys})
             by_name = {names[i]: args[i] for i in rpos}
             for k in rkeys:
                 by_name[k] = kwargs[k]
@@ -473,6 +474,12 @@ class KernelOp:
 
     def _names_of_positions(self, n: int) -> tuple:
         return tuple(p.name for p in self.kernel.signature.params if not p.keyword_only)[:n]
+
+
+def _constant(value):
+    """A compile-time argument as Dynamo takes constants: a T.dtype as its plain name (torch 2.11's Dynamo refuses a
+    str subclass in `assume_constant_result`: "UserDefinedObjectVariable(DType) is not a constant")."""
+    return value.plain if isinstance(value, DType) else value
 
 
 class _RequiresGrad:
