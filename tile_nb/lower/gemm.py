@@ -1,4 +1,5 @@
-"""`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16.
+"""`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16
+(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; wgmma: wgmma.py).
 
 On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
 arch_rules.py refuses bfloat16 there at the user's line); ldmatrix is the same from sm_75 on.
@@ -22,6 +23,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_tile_op
 from .errors import LoweringError
+from .fma_gemm import lower_gemm_fma
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
@@ -42,6 +44,9 @@ def lower_gemm(em, call):
         from .wgmma import lower_gemm_wgmma
 
         lower_gemm_wgmma(em, call)
+        return
+    if lay.fma:
+        lower_gemm_fma(em, call)
         return
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)

@@ -2,8 +2,8 @@
 
 `make_plan(func, target)` runs the analyses in order:
 1. the launch: threads per block and the grid;
-2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py) and the
-   register layout of its accumulator;
+2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py; FMAs on
+   the CUDA cores for float32 / float64, fma_gemm.py) and the register layout of its accumulator;
 3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
 4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
 5. the shared tiles (swizzled for the tensor cores, one copy per pipeline stage) and the reductions' workspaces;
@@ -35,6 +35,7 @@ from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_regist
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
+from .fma_gemm import fma_gemm
 from .options import LoweringOptions
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
@@ -149,7 +150,7 @@ class KernelPlan(PlanFacts):
         """The plan as plain data (JSON-serializable): what the notebook view and the disk cache keep."""
         fragments = []
         for buf, acc in self.accumulators.items():
-            kind = "wgmma" if isinstance(acc, WgmmaAccLayout) else "mma.sync"
+            kind = _mma_kind(acc, "mma.sync")
             fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype), "where": "registers",
                               "layout": f"T.gemm accumulator ({kind}): " + acc.linear().describe()})
         for buf, layout in self.fragments.layouts.items():
@@ -167,7 +168,7 @@ class KernelPlan(PlanFacts):
                       "prefetched": [region_of(c.args[0])[0].name for c in s.prefetched], "in_order": s.notes}
                      for s in self.pipelines.values()]
         sync_mma = "mma.sync m16n8k16" if ArchCaps.of(self.arch).mma_k16 else "mma.sync m16n8k8 (two per k16)"
-        mma = [{"name": buf.name, "kind": "wgmma" if isinstance(a, WgmmaAccLayout) else sync_mma,
+        mma = [{"name": buf.name, "kind": _mma_kind(a, sync_mma),
                 "tile": [a.bm, a.bn]} for buf, a in self.accumulators.items()]
         return {
             "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
@@ -186,6 +187,13 @@ class KernelPlan(PlanFacts):
             "tma_store": self.tma_store is not None, "refusals": [r.to_dict() for r in self.refusals],
             "options": self.options.changed(),
         }
+
+
+def _mma_kind(acc, sync_mma: str) -> str:
+    """Which path computes a T.gemm accumulator, for the plan's summary."""
+    if isinstance(acc, WgmmaAccLayout):
+        return "wgmma"
+    return "fma (CUDA cores, exact products)" if acc.fma else sync_mma
 
 
 def render_pipeline_note(plan: KernelPlan) -> str:
@@ -369,7 +377,10 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                                     f"scope {scope_of(c)}")
             if c not in accumulators:
                 bm, bn = int(c.shape[0]), int(c.shape[1])
-                if use_wgmma and wgmma_eligible(target, s, threads):
+                if fma_gemm(s):  # float32 / float64: exact products on the CUDA cores, in mma.sync's layout
+                    accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
+                                                          fma=True)
+                elif use_wgmma and wgmma_eligible(target, s, threads):
                     accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
                     bk = int(region_of(s.args[1])[1][-1][1])
                     if not bool(s.args[5]) or k_major_panels(b.dtype, bk):

@@ -1,0 +1,241 @@
+"""`T.gemm` with float32 / float64 operands (or a float64 accumulator): exact products by FMA on the CUDA cores
+(tile_nb/lower/fma_gemm.py), in the register layout of the mma.sync accumulator.
+
+CPU: the register arithmetic of the FMA path covers each accumulator element once, where the layout puts it; the
+plan names the path; the CUDA and PTX for sm_90a, sm_80 and sm_75 build with nvcc and hold FMAs and no tensor-core
+instruction; the interpreter against torch at odd shapes. GPU (marked gpu): the same kernels against torch's float64
+product within the float32 (float64) rounding bound of a K-term sum, and against torch's float32 matmul with TF32 off.
+"""
+import re
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+from tile_nb.lower.fma_gemm import position, reg_digits, register_part
+from tile_nb.lower.layout import MmaAccLayout
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+_DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+_UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
+
+
+@tile_nb.jit
+def gemm(A, B, C, a_dtype: T.dtype = T.float32, b_dtype: T.dtype = T.float32, acc_dtype: T.dtype = T.float32,
+         block_M: int = 64, block_N: int = 64, block_K: int = 16, threads: int = 128, stages: int = 2,
+         trans_A: bool = False, trans_B: bool = False, dynamic_M: bool = False):
+    M = T.dynamic("M") if dynamic_M else T.const("M")
+    N, K = T.const("N, K")
+    A: T.Tensor[[K, M] if trans_A else [M, K], a_dtype]
+    B: T.Tensor[[N, K] if trans_B else [K, N], b_dtype]
+    C: T.Tensor[[M, N], acc_dtype]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), a_dtype)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), b_dtype)
+        C_local = T.alloc_fragment((block_M, block_N), acc_dtype)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+            if trans_A:
+                T.copy(A[k * block_K, bx * block_M], A_shared)
+            else:
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+            if trans_B:
+                T.copy(B[by * block_N, k * block_K], B_shared)
+            else:
+                T.copy(B[k * block_K, by * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+        T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_minus_row_max(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 32):
+    """C = S - rowmax(S), S = A @ B in float32 (N <= block_N): the accumulator read by a row reduction and a
+    T.Parallel loop in its own register layout (all warps along M, wgmma's row order)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float32]
+    B: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+        A_shared = T.alloc_shared((block_M, block_K), T.float32)
+        B_shared = T.alloc_shared((block_K, block_N), T.float32)
+        S = T.alloc_fragment((block_M, block_N), T.float32)
+        row_max = T.alloc_fragment((block_M,), T.float32)
+        T.clear(S)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, 0], B_shared)
+            T.gemm(A_shared, B_shared, S)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = T.if_then_else(j < N, S[i, j], -T.infinity(T.float32))
+        T.reduce_max(S, row_max, dim=1)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = S[i, j] - row_max[i]
+        T.copy(S, C[bx * block_M, 0])
+
+
+def _inputs(M, N, K, a_dtype="float32", b_dtype="float32", trans_A=False, trans_B=False, seed=0):
+    g = torch.Generator().manual_seed(seed * 7919 + M * 131 + N * 17 + K)
+    A = torch.randn(*((K, M) if trans_A else (M, K)), generator=g, dtype=torch.float64).to(_DT[a_dtype])
+    B = torch.randn(*((N, K) if trans_B else (K, N)), generator=g, dtype=torch.float64).to(_DT[b_dtype])
+    return A, B
+
+
+def _as_mk_kn(A, B, trans_A, trans_B):
+    return (A.T if trans_A else A), (B.T if trans_B else B)
+
+
+def _check(C, A, B, K, acc_dtype, trans_A=False, trans_B=False):
+    """|C - A B| <= (K + 1) u sum_k |a b| elementwise (u: the accumulator's unit roundoff): the worst case of a K-term
+    sum of exact products, each addition rounded once, and the stored result's rounding. TF32 inputs (10-bit
+    mantissas) would miss it by a factor of about 2^13 / K."""
+    a, b = _as_mk_kn(A.double(), B.double(), trans_A, trans_B)
+    exact = a @ b
+    bound = (K + 1) * _UNIT_ROUNDOFF[acc_dtype] * (a.abs() @ b.abs())
+    err = (C.double().cpu() - exact).abs()
+    assert not torch.isnan(C).any()
+    assert bool((err <= bound).all()), f"worst error {float((err - bound).max()):.3g} over the bound"
+
+
+# ---- the register arithmetic of the FMA path ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("bm, bn, warps, rows_per_warp", [(64, 64, 4, False), (128, 128, 4, False),
+                                                           (64, 64, 4, True), (128, 64, 8, True), (32, 16, 2, False)])
+def test_each_register_multiplies_the_row_and_column_its_layout_holds(bm, bn, warps, rows_per_warp):
+    """For every thread and register: the A row and B column the FMA path loads for it (fma_gemm.position of
+    register_part) are the element the accumulator's layout puts there (what copies and T.Parallel loops read),
+    and the threads' registers cover the tile exactly once."""
+    lay = MmaAccLayout.choose(bm, bn, warps, rows_per_warp=rows_per_warp, fma=True)
+    layout = lay.linear()
+    rows, cols = reg_digits(layout, 0), reg_digits(layout, 1)
+    seen = set()
+    for tx in range(warps * 32):
+        row0, col0 = layout.element(tx, 0)
+        for r in range(layout.regs):
+            got = (position(rows, register_part(layout, r, 0), row0), position(cols, register_part(layout, r, 1), col0))
+            assert got == tuple(layout.element(tx, r)), (tx, r)
+            assert got not in seen
+            seen.add(got)
+    assert len(seen) == bm * bn
+
+
+# ---- plan, CUDA, PTX ---------------------------------------------------------------------------------------------
+
+_TENSOR_CORE = ("mma.sync", "wgmma", "ldmatrix", "tnb_mma", "tnb_wgmma")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80", "sm_75"])
+@pytest.mark.parametrize("case", [dict(), dict(trans_A=True, trans_B=True), dict(acc_dtype="float64", a_dtype="float64",
+                                                                                   b_dtype="float64")])
+def test_builds_with_fmas_and_no_tensor_core_instruction(arch, case):
+    dt = case.get("a_dtype", "float32")
+    A, B = _inputs(70, 45, 33, dt, dt, case.get("trans_A", False), case.get("trans_B", False))
+    C = torch.empty(70, 45, dtype=_DT[case.get("acc_dtype", "float32")])
+    k = gemm.compile(A, B, C, target=arch, **case)
+    assert [m["kind"] for m in k.plan["mma"]] == ["fma (CUDA cores, exact products)"]
+    body = k.cuda_source.split('extern "C"')[-1]
+    assert not any(t in body for t in _TENSOR_CORE), [t for t in _TENSOR_CORE if t in body]
+    assert k.cubin
+    # (--use_fast_math, the default build, flushes float32 subnormals: fma.rn.ftz.f32)
+    assert re.search(r"fma\.rn\.f64" if dt == "float64" else r"fma\.rn(\.ftz)?\.f32", k.ptx)
+    assert not any(t in k.ptx for t in ("mma.sync", "wgmma", "ldmatrix"))
+
+
+@needs_nvcc
+def test_row_statistics_of_an_fma_accumulator_build():
+    A, B = _inputs(100, 50, 40)
+    k = gemm_minus_row_max.compile(A, B, torch.empty(100, 50), target="sm_90a")
+    assert "fma" in k.plan["mma"][0]["kind"] and k.cubin
+    assert all(f["where"] == "registers" for f in k.plan["fragments"])
+
+
+def test_float16_inputs_into_a_float64_accumulator_take_the_fma_path():
+    """The tensor cores add in float32; a float64 accumulator gets float64 sums, as the interpreter computes them."""
+    A, B = _inputs(70, 45, 33, "float16", "float16")
+    k = gemm.compile(A, B, torch.empty(70, 45, dtype=torch.float64), a_dtype="float16", b_dtype="float16",
+                     acc_dtype="float64", target="sm_90a")
+    assert "fma" in k.plan["mma"][0]["kind"]
+    assert "double C_local" in k.cuda_source
+
+
+def test_float16_gemm_keeps_the_tensor_cores():
+    A, B = _inputs(128, 128, 64, "float16", "float16")
+    k = gemm.compile(A, B, torch.empty(128, 128), a_dtype="float16", b_dtype="float16", target="sm_80")
+    assert k.plan["mma"][0]["kind"].startswith("mma.sync")
+
+
+# ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------------
+
+SHAPES = [(70, 45, 33), (1, 1, 1), (129, 64, 100)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True), (True, True)])
+def test_float32_gemm_within_the_rounding_bound(backend, shape, trans):
+    M, N, K = shape
+    A, B = _inputs(M, N, K, trans_A=trans[0], trans_B=trans[1])
+    C = torch.full((M, N), float("nan"), device=backend)
+    gemm(A.to(backend), B.to(backend), C, trans_A=trans[0], trans_B=trans[1])
+    _check(C, A, B, K, "float32", *trans)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M", [1, 70, 200])
+def test_dynamic_M_one_kernel_for_every_M(backend, M):
+    A, B = _inputs(M, 45, 33)
+    C = torch.full((M, 45), float("nan"), device=backend)
+    gemm(A.to(backend), B.to(backend), C, dynamic_M=True)
+    _check(C, A, B, 33, "float32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_agrees_with_torch_float32_matmul_without_tf32(backend):
+    """Against torch's own float32 product (TF32 off): both within K u sum |a b| of the exact one, so within twice
+    that of each other."""
+    M, N, K = 70, 45, 33
+    A, B = _inputs(M, N, K, seed=3)
+    C = torch.full((M, N), float("nan"), device=backend)
+    gemm(A.to(backend), B.to(backend), C)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        ref = (A.to(backend) @ B.to(backend)).double().cpu()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    bound = 2 * (K + 1) * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
+    assert bool(((C.double().cpu() - ref).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_dtype, b_dtype, acc_dtype", [("float64", "float64", "float64"),
+                                                        ("float16", "float16", "float64"),
+                                                        ("float32", "float16", "float32"),
+                                                        ("float64", "float64", "float32")])
+def test_float64_and_mixed_operands(backend, a_dtype, b_dtype, acc_dtype):
+    """Operands are converted to the accumulator's precision (float64 for a float64 accumulator, else float32)
+    before the product, as docs/IR.md's accumulation rule says."""
+    M, N, K = 70, 45, 33
+    A, B = _inputs(M, N, K, a_dtype, b_dtype)
+    C = torch.full((M, N), float("nan"), dtype=_DT[acc_dtype], device=backend)
+    gemm(A.to(backend), B.to(backend), C, a_dtype=a_dtype, b_dtype=b_dtype, acc_dtype=acc_dtype)
+    a, b = A.to(_DT[acc_dtype]), B.to(_DT[acc_dtype])  # what the product multiplies
+    _check(C, a, b, K, acc_dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N, K", [(100, 50, 40), (1, 1, 1), (64, 64, 70)])
+def test_row_statistics_read_the_fma_accumulator_in_its_layout(backend, M, N, K):
+    A, B = _inputs(M, N, K, seed=5)
+    C = torch.full((M, N), float("nan"), device=backend)
+    gemm_minus_row_max(A.to(backend), B.to(backend), C)
+    s = A.double() @ B.double()
+    expected = s - s.max(dim=1, keepdim=True).values
+    # each S element within (K + 1) u sum |a b| of the exact one, the row max within the row's largest such bound,
+    # then the subtraction's rounding
+    per = (K + 1) * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
+    bound = per + per.max(dim=1, keepdim=True).values + 2.0 ** -24 * expected.abs()
+    assert bool(((C.double().cpu() - expected).abs() <= bound).all())

@@ -1,0 +1,131 @@
+"""`T.gemm` on the CUDA cores: float32 / float64 products by FMA, no tensor cores (exact products, as torch's
+float32 matmul with TF32 off and as the interpreter computes them).
+
+Taken for every `T.gemm` the tensor cores cannot multiply exactly (`fma_gemm`): a float32 or float64 operand, or a
+float64 accumulator (the tensor cores add in float32). The accumulator keeps the register layout of the mma.sync path
+(`layout.MmaAccLayout`, with `fma=True`), so T.Parallel loops, copies and reductions treat it exactly as they treat
+a tensor-core accumulator. Each thread computes its own registers of that layout: per k, it reads the rows of A and
+the columns of B that its registers cover from shared memory (converted to the register dtype) and does one FMA per
+register. The loops are unrolled; nvcc keeps the operands in registers.
+"""
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from .errors import LoweringError
+from .fragments import FragmentLayout
+from .irwalk import region_of
+from .layout import accumulator_register_dtype
+
+__all__ = ["FMA_INPUTS", "fma_gemm", "lower_gemm_fma", "position", "reg_digits", "register_part"]
+
+# Operand dtypes the CUDA-core path multiplies (converted to the accumulator's register dtype first).
+FMA_INPUTS = ("float16", "bfloat16", "float32", "float64")
+_TENSOR_CORE_FLOATS = ("float16", "bfloat16")
+
+
+def fma_gemm(call) -> bool:
+    """Whether this `T.gemm` runs on the CUDA cores: float operands and accumulator, and not the tensor cores' case
+    (A and B both float16 or both bfloat16 into a float32 / 16-bit accumulator)."""
+    c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
+    if a not in FMA_INPUTS or b not in FMA_INPUTS or c not in FMA_INPUTS:
+        return False
+    return not (a == b and a in _TENSOR_CORE_FLOATS and c != "float64")
+
+
+def _fd(a, b):
+    return a // b if isinstance(a, int) else tirx.floordiv(a, b)
+
+
+def _fm(a, b):
+    return a % b if isinstance(a, int) else tirx.floormod(a, b)
+
+
+def reg_digits(layout: FragmentLayout, dim: int) -> list:
+    """The register digits of `layout` that move `dim` (least significant first)."""
+    return [d for d in layout.of("reg") if d.dim == dim]
+
+
+def register_part(layout: FragmentLayout, r, dim: int):
+    """Register `r`'s digits along `dim`, as a compact index over `reg_digits(layout, dim)`: which of the thread's
+    A rows (dim 0) or B columns (dim 1) register `r` needs."""
+    compact, place, reg_place = 0, 1, 1
+    for d in layout.of("reg"):
+        if d.dim == dim:
+            compact = compact + _fm(_fd(r, reg_place), d.extent) * place
+            place *= d.extent
+        reg_place *= d.extent
+    return compact
+
+
+def position(digits: list, index, base):
+    """The tile coordinate of compact index `index` over `digits` (one dim's register digits), from `base` (the
+    thread's first element along that dim)."""
+    place, out = 1, base
+    for d in digits:
+        out = out + _fm(_fd(index, place), d.extent) * d.stride
+        place *= d.extent
+    return out
+
+
+def _count(digits: list) -> int:
+    n = 1
+    for d in digits:
+        n *= d.extent
+    return n
+
+
+def lower_gemm_fma(em, call):
+    (c_buf, _), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
+    trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
+    alpha, beta = float(call.args[6].value), float(call.args[7].value)
+    if alpha != 1.0:
+        raise LoweringError("T.gemm: alpha != 1 is not supported")
+    lay = em.plan.accumulators[c_buf]
+    layout = em.plan.layout(c_buf)
+    a_ext = [int(e) for _, e in a_rng]
+    b_ext = [int(e) for _, e in b_rng]
+    m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
+    kb, n = (b_ext[-1], b_ext[-2]) if trans_b else (b_ext[-2], b_ext[-1])
+    if (m, n) != (lay.bm, lay.bn) or k != kb:
+        raise LoweringError(f"T.gemm shapes: A {a_ext} (transpose_A={trans_a}), B {b_ext} "
+                            f"(transpose_B={trans_b}), C [{lay.bm}, {lay.bn}] do not match")
+    if layout.padded or any(d.source == "reg" and d.dim is None for d in layout.digits):
+        raise LoweringError(f"T.gemm: the accumulator layout of {c_buf.name} has padding or replicated registers")
+    reg_dtype = accumulator_register_dtype(c_buf)
+    acc = em.registers[c_buf]
+    if beta == 0.0:
+        with T.unroll(0, layout.regs) as r:
+            T.buffer_store(acc, tirx.const(0, reg_dtype), [r])
+
+    rows, cols = reg_digits(layout, 0), reg_digits(layout, 1)
+    row0, col0 = layout.element(em.tx, 0)  # this thread's first element; its registers step from there
+    a0 = [em.expr(mn) for mn, _ in a_rng]
+    b0 = [em.expr(mn) for mn, _ in b_rng]
+
+    def operand(buf, base, row, col):
+        idx = list(base)
+        idx[-2] = idx[-2] + row
+        idx[-1] = idx[-1] + col
+        value = em.load(buf, idx)
+        return value if str(buf.dtype) == reg_dtype else tirx.Cast(reg_dtype, value)
+
+    a_val = T.alloc_buffer((_count(rows),), reg_dtype, scope="local")
+    IRBuilder.name("a_val", a_val)
+    b_val = T.alloc_buffer((_count(cols),), reg_dtype, scope="local")
+    IRBuilder.name("b_val", b_val)
+    with T.unroll(0, k) as kk:
+        with T.unroll(0, _count(rows)) as i:
+            row = position(rows, i, row0)
+            T.buffer_store(a_val, operand(a_buf, a0, kk, row) if trans_a else operand(a_buf, a0, row, kk), [i])
+        with T.unroll(0, _count(cols)) as j:
+            col = position(cols, j, col0)
+            T.buffer_store(b_val, operand(b_buf, b0, col, kk) if trans_b else operand(b_buf, b0, kk, col), [j])
+        with T.unroll(0, layout.regs) as r:
+            # a * b + c in one rounding: nvcc contracts it to an FMA (fmad is on by default, fast math or not)
+            prod = tirx.BufferLoad(a_val, [register_part(layout, r, 0)]) * \
+                tirx.BufferLoad(b_val, [register_part(layout, r, 1)])
+            T.buffer_store(acc, tirx.BufferLoad(acc, [r]) + prod, [r])
+    em.round_accumulator(c_buf)
