@@ -81,14 +81,19 @@ def _gemm(comp: Compiler, node):
     alpha = float(_const(node.args[6], "alpha")) if len(node.args) > 6 else 1.0
     beta = float(_const(node.args[7], "beta")) if len(node.args) > 7 else 1.0
     acc = V.accum_dtype(d_reg.dtype)
+    # A T.tfloat32 operand: both operands rounded to TF32 (as the tensor cores' inputs), then an ordinary product.
+    tf32 = bool(int((node.config or {}).get("tf32", 0)))
     location = comp.location
     # The usual `C_frag += A_s @ B_s`: accumulate in place in the accumulator (no temporary, no copy back).
     in_place = (d_reg.dtype == acc and alpha == 1.0 and beta in (0.0, 1.0)
                 and _same_region(node.args[0], node.args[3]))
 
     def gemm(f):
-        a = _matrix(a_reg.read(f), a_reg.name, location).to(acc)
-        b = _matrix(b_reg.read(f), b_reg.name, location).to(acc)
+        a = _matrix(a_reg.read(f), a_reg.name, location)
+        b = _matrix(b_reg.read(f), b_reg.name, location)
+        if tf32:
+            a, b = V.round_tf32(a), V.round_tf32(b)
+        a, b = a.to(acc), b.to(acc)
         if trans_a:
             a = a.T
         if trans_b:

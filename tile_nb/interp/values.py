@@ -60,6 +60,16 @@ def is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 values rounded to TF32 as the GPU's `cvt.rna.tf32.f32` does before a TF32 MMA: 10 explicit mantissa
+    bits kept, the 13 dropped ones rounded to nearest, ties away from zero (adding half of the dropped range to the
+    magnitude's bit pattern, then clearing it; a carry into the exponent is the correct rounding up, to infinity
+    past the largest value). NaN and infinity stay as they are."""
+    x = x.to(torch.float32).contiguous()
+    bits = (x.view(torch.int32) + 0x1000) & ~0x1FFF
+    return torch.where(torch.isfinite(x), bits.view(torch.float32), x)
+
+
 def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a matmul or a sum into `dtype` is computed in before it is converted to `dtype` (docs/IR.md's
     numeric contract): float32 for 16- and 8-bit floats, float64 for float64, and int64 for integers, whose result

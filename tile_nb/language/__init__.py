@@ -24,7 +24,7 @@ from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, cu
                       floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
                       reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
 from .debug import device_assert, print  # noqa: A004 - the DSL's name
-from .dtypes import ALL_DTYPES, DType, dtype
+from .dtypes import ALL_DTYPES, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
 from .layouts import Fragment, Layout, annotate_layout
@@ -55,7 +55,7 @@ __all__ = [
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
 ]
 

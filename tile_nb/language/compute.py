@@ -49,7 +49,10 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
             raise st.error(f"T.gemm: {name} differ ({want} vs {got}); shapes A{tuple(shapes[0])} "
                            f"B{tuple(shapes[1])} C{tuple(shapes[2])}",
                            hint="use transpose_A= / transpose_B= when a tile is stored transposed")
-    Tx.gemm(rc, ra, rb, rc, bool(transpose_A), bool(transpose_B), 1.0, 0.0 if clear_accum else 1.0)
+    # A T.tfloat32 operand makes it a TF32 product (`T.tile.gemm(..., tf32=1)`, docs/IR.md): both operands rounded.
+    tf32 = any(r.source.same_as(b) for r in (ra, rb) for b in st.tf32)
+    config = {"tf32": 1} if tf32 else {}
+    Tx.gemm(rc, ra, rb, rc, bool(transpose_A), bool(transpose_B), 1.0, 0.0 if clear_accum else 1.0, **config)
     st.record_tile_op()
 
 

@@ -6,7 +6,7 @@ parameter annotation (`x: T.float32`) it declares a runtime scalar.
 """
 from __future__ import annotations
 
-__all__ = ["DType", "dtype", "as_dtype", "torch_dtype", "ALL_DTYPES"]
+__all__ = ["DType", "TF32", "dtype", "as_dtype", "torch_dtype", "ALL_DTYPES", "tfloat32"]
 
 
 class DType(str):
@@ -39,6 +39,23 @@ class DType(str):
     def as_torch(self):
         """The torch dtype (`T.float16.as_torch()` is `torch.float16`; tilelang's spelling)."""
         return torch_dtype(str(self))
+
+
+class TF32(DType):
+    """`T.tfloat32`: float32 storage (its name, for TVM, torch and every check, is "float32") whose `T.gemm` runs on
+    the tensor cores in TF32: both operands rounded to 10 mantissa bits (docs/IR.md, "TF32"). The allocation that
+    uses it records the buffer (state.tf32); its type keeps it apart from T.float32 in cache keys."""
+
+    __slots__ = ()
+
+    def __new__(cls, _storage="float32"):  # (the argument: what pickling passes back)
+        return super().__new__(cls, "float32")
+
+    def __repr__(self) -> str:
+        return "T.tfloat32"
+
+
+tfloat32 = TF32()
 
 
 class _DTypeAnnotation:
@@ -74,6 +91,8 @@ def as_dtype(value) -> DType:
     elif not isinstance(value, str):
         raise ValueError(f"expected a dtype (such as T.float16), got {value!r}")
     name = _ALIASES.get(name, name)
+    if name == "tfloat32":
+        return tfloat32
     if name in ALL_DTYPES:
         return ALL_DTYPES[name]
     raise ValueError(f"unknown dtype {value!r}; expected one of {', '.join(ALL_DTYPES)}")

@@ -5,7 +5,7 @@ Copies and fills build TVM tile primitives (`T.tile.copy` / `T.tile.fill`); docs
 from __future__ import annotations
 
 from . import state as _state
-from .dtypes import as_dtype
+from .dtypes import TF32, as_dtype
 from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
 
 __all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global", "copy", "clear", "fill", "empty",
@@ -28,6 +28,8 @@ def _alloc(what: str, shape, dtype, scope: str):
         raise st.error(f"{what} dtype: {err}") from None
     buf = T.alloc_buffer(_shape(shape), str(dt), scope=scope)
     st.record_alloc(buf)
+    if isinstance(dt, TF32):
+        st.tf32.append(buf)
     return buf
 
 

@@ -48,6 +48,7 @@ class State:
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
     allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
     hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
+    tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
 
     def record_tile_op(self) -> None:
         self.tile_op_lines.append(self.lineno)

@@ -38,6 +38,7 @@ _FEATURES = {
     "mma_k16": (80, "mma.sync m16n8k16 (sm_75 has m16n8k8 for float16 only)"),
     "bf16": (80, "bfloat16 (conversions, arithmetic and tensor-core MMAs)"),
     "cp_async": (80, "cp.async (asynchronous global->shared copies)"),
+    "tf32": (80, "TF32 tensor-core MMAs (mma.sync m16n8k8 .tf32, cvt.rna.tf32.f32)"),
     "fp8": (89, "8-bit float types (e4m3 / e5m2 conversions and MMAs)"),
 }
 
@@ -95,6 +96,10 @@ class ArchCaps:
     @property
     def cp_async(self) -> bool:
         return self.sm >= _FEATURES["cp_async"][0]
+
+    @property
+    def tf32(self) -> bool:
+        return self.sm >= _FEATURES["tf32"][0]
 
     @property
     def fp8(self) -> bool:

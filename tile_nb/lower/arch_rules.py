@@ -5,6 +5,7 @@ and the first architecture that has it, where ptxas would otherwise print `Featu
 about a line of generated PTX:
 - 8-bit floats below sm_89 (no e4m3 / e5m2 conversions or MMAs in the hardware);
 - bfloat16 below sm_80 (no bfloat16 conversions or MMAs; TVM's CUDA code then lacks the type altogether);
+- a TF32 `T.gemm` (a T.tfloat32 operand) below sm_80;
 - a tensor-core `T.gemm` on anything but float16 below sm_80 (sm_75's mma.sync is m16n8k8 on float16 only;
   float32 / float64 ones run on the CUDA cores everywhere, fma_gemm.py).
 Each at the first statement, in program order, that touches such a buffer.
@@ -17,7 +18,7 @@ from tvm import tirx
 
 from .arch import ArchCaps
 from .errors import LoweringError
-from .fma_gemm import fma_gemm
+from .fma_gemm import fma_gemm, is_tf32
 from .irwalk import buffers_touched, iter_stmts, region_of
 
 __all__ = ["check_target"]
@@ -45,6 +46,10 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
                     raise lines.locate(LoweringError(
                         f"{buf.name} is {buf.dtype}: the target {caps.lacks(feature)}; build for {arch} or newer "
                         f"(target='{arch}', TILE_NB_ARCH={arch}), or keep the data in float16"), s)
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" and is_tf32(s) and not caps.tf32:
+            raise lines.locate(LoweringError(
+                f"T.gemm on T.tfloat32 operands: the target {caps.lacks('tf32')}; build for sm_80 or newer, or use "
+                "T.float32 operands (exact products on the CUDA cores)"), s)
         if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" and not caps.mma_k16 \
                 and not fma_gemm(s):
             a, b = region_of(s.args[1])[0], region_of(s.args[2])[0]

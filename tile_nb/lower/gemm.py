@@ -1,5 +1,5 @@
 """`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16
-(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; wgmma: wgmma.py).
+(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; T.tfloat32 ones: tf32_gemm.py; wgmma: wgmma.py).
 
 On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
 arch_rules.py refuses bfloat16 there at the user's line); ldmatrix is the same from sm_75 on.
@@ -24,6 +24,7 @@ from . import intrin
 from .emitter import register_tile_op
 from .errors import LoweringError
 from .fma_gemm import lower_gemm_fma
+from .tf32_gemm import lower_gemm_tf32
 from .irwalk import region_of
 from .layout import WgmmaAccLayout
 
@@ -47,6 +48,9 @@ def lower_gemm(em, call):
         return
     if lay.fma:
         lower_gemm_fma(em, call)
+        return
+    if lay.tf32:
+        lower_gemm_tf32(em, call)
         return
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)

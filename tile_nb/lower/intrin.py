@@ -28,10 +28,12 @@ __all__ = [
     "ldmatrix_x4",
     "minmax_nan",
     "mma_m16n8k16",
+    "mma_m16n8k8_tf32",
     "named_barrier",
     "named_barrier_arrive",
     "named_barrier_sync",
     "set_max_registers",
+    "to_tf32",
     "warp_uniform",
 ]
 
@@ -150,6 +152,36 @@ __forceinline__ __device__ void {name}(float* c, void* a, void* b) {{
   unsigned* A = (unsigned*)a;
   unsigned* B = (unsigned*)b;
   asm("mma.sync.aligned.m16n8k16.row.col.f32.{ptx_t}.{ptx_t}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
+}}
+"""
+    return cuda_func_call(name, acc_ptr, a_ptr, b_ptr, source_code=src)
+
+
+def to_tf32(x) -> tirx.Expr:
+    """A float32 value rounded to TF32 (`cvt.rna.tf32.f32`: nearest, ties away from zero), as the uint32 register a
+    .tf32 MMA operand is."""
+    code = """
+__forceinline__ __device__ unsigned tnb_to_tf32(float x) {
+  unsigned y;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
+  return y;
+}
+"""
+    return cuda_func_call("tnb_to_tf32", x, source_code=code, return_type="uint32")
+
+
+def mma_m16n8k8_tf32(acc_ptr, a_ptr, b_ptr) -> tirx.Expr:
+    """acc[0:4] += A(16x8 tf32, 4 regs) @ B(8x8 tf32, 2 regs), float32 accumulation (sm_80+). PTX fragment layouts
+    (g = lane / 4, t = lane % 4): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k t, n g),
+    b1 (k t + 4, n g); c as m16n8k16's."""
+    name = "tnb_mma_m16n8k8_tf32_f32"
+    src = f"""
+__forceinline__ __device__ void {name}(float* c, void* a, void* b) {{
+  unsigned* A = (unsigned*)a;
+  unsigned* B = (unsigned*)b;
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
 }}

@@ -151,17 +151,19 @@ class MmaAccLayout:
     wn: int
     wgmma_rows: bool = False  # m16 blocks dealt to warps as wgmma does (see `row_base`), not contiguously
     fma: bool = False  # computed on the CUDA cores by FMAs in this layout (fma_gemm.py), not by mma.sync
+    tf32: bool = False  # by mma.sync m16n8k8 .tf32 (tf32_gemm.py): the same C fragment as m16n8k16
 
     @staticmethod
-    def choose(bm: int, bn: int, warps: int, rows_per_warp: bool = False, fma: bool = False) -> MmaAccLayout:
+    def choose(bm: int, bn: int, warps: int, rows_per_warp: bool = False, fma: bool = False,
+               tf32: bool = False) -> MmaAccLayout:
         """The grid of `choose_warp_grid`; with `rows_per_warp` (a row-wise reduction or row statistic uses the
         accumulator) all warps along M when the rows allow, so a row never spans two warps, and, where the shape
         allows, with the row order of a wgmma accumulator: the row statistics of an mma.sync and a wgmma
         accumulator (FlashAttention's scores and output) then share one register layout."""
         if rows_per_warp and bm % (16 * warps) == 0 and bn % 16 == 0:
             wgmma_rows = warps % 4 == 0 and bm % (64 * (warps // 4)) == 0
-            return MmaAccLayout(bm, bn, warps, 1, wgmma_rows, fma)
-        return MmaAccLayout(bm, bn, *choose_warp_grid(bm, bn, warps), fma=fma)
+            return MmaAccLayout(bm, bn, warps, 1, wgmma_rows, fma, tf32)
+        return MmaAccLayout(bm, bn, *choose_warp_grid(bm, bn, warps), fma=fma, tf32=tf32)
 
     def row_base(self, wy, mi):
         """First row of m16 block `mi` of the warps' row `wy`: contiguous (wy * warp_m + 16 mi), or as wgmma deals

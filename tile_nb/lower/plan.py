@@ -35,7 +35,7 @@ from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_regist
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
-from .fma_gemm import fma_gemm
+from .fma_gemm import fma_gemm, is_tf32
 from .options import LoweringOptions
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
@@ -193,6 +193,8 @@ def _mma_kind(acc, sync_mma: str) -> str:
     """Which path computes a T.gemm accumulator, for the plan's summary."""
     if isinstance(acc, WgmmaAccLayout):
         return "wgmma"
+    if acc.tf32:
+        return "mma.sync m16n8k8 tf32"
     return "fma (CUDA cores, exact products)" if acc.fma else sync_mma
 
 
@@ -380,6 +382,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 if fma_gemm(s):  # float32 / float64: exact products on the CUDA cores, in mma.sync's layout
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           fma=True)
+                elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)
+                    accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
+                                                          tf32=True)
                 elif use_wgmma and wgmma_eligible(target, s, threads):
                     accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
                     bk = int(region_of(s.args[1])[1][-1][1])

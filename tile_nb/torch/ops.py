@@ -479,7 +479,7 @@ class KernelOp:
 def _constant(value):
     """A compile-time argument as Dynamo takes constants: a T.dtype as its plain name (torch 2.11's Dynamo refuses a
     str subclass in `assume_constant_result`: "UserDefinedObjectVariable(DType) is not a constant")."""
-    return value.plain if isinstance(value, DType) else value
+    return value.plain if type(value) is DType else value  # a subclass (T.tfloat32) keeps its type
 
 
 class _RequiresGrad:
