@@ -217,3 +217,53 @@ def test_fragment_a_operand(backend, M, K):
     C = torch.full((M, 32), float("nan"), device=backend)
     gemm_fragment_a(X.to(backend), W.to(backend), C)
     _check_tf32(C, X.float(), W, K, trans_B=True, slack=2.0 if backend == "cuda" else 1.0)
+
+
+@tile_nb.jit
+def tf32_minus_row_max(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 32):
+    """C = S - rowmax(S), S = A @ B in TF32 (N <= block_N): the TF32 accumulator read by a row reduction and a
+    T.Parallel loop in its own register layout (all warps along M, wgmma's row order)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float32]
+    B: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+        A_s = T.alloc_shared((block_M, block_K), T.tfloat32)
+        B_s = T.alloc_shared((block_K, block_N), T.tfloat32)
+        S = T.alloc_fragment((block_M, block_N), T.float32)
+        row_max = T.alloc_fragment((block_M,), T.float32)
+        T.clear(S)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block_M, k * block_K], A_s)
+            T.copy(B[k * block_K, 0], B_s)
+            T.gemm(A_s, B_s, S)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = T.if_then_else(j < N, S[i, j], -T.infinity(T.float32))
+        T.reduce_max(S, row_max, dim=1)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = S[i, j] - row_max[i]
+        T.copy(S, C[bx * block_M, 0])
+
+
+@needs_nvcc
+def test_row_statistics_of_a_tf32_accumulator_build():
+    A, B = _inputs(100, 50, 40)
+    k = tf32_minus_row_max.compile(A, B, torch.empty(100, 50), target="sm_80")
+    assert k.plan["mma"][0]["kind"] == "mma.sync m16n8k8 tf32" and k.cubin
+    assert all(f["where"] == "registers" for f in k.plan["fragments"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N, K", [(100, 50, 40), (1, 1, 1), (64, 64, 72)])
+def test_row_statistics_read_the_tf32_accumulator_in_its_layout(backend, M, N, K):
+    A, B = _inputs(M, N, K, seed=5)
+    C = torch.full((M, N), float("nan"), device=backend)
+    tf32_minus_row_max(A.to(backend), B.to(backend), C)
+    at, bt = round_tf32(A).double(), round_tf32(B).double()
+    s = at @ bt
+    expected = s - s.max(dim=1, keepdim=True).values
+    # each S element within 2 (K + 1) u sum |a~ b~| (the tensor cores' sums), the row max within the row's largest
+    # such bound, then the subtraction's rounding
+    per = 2 * (K + 1) * U * (at.abs() @ bt.abs())
+    bound = per + per.max(dim=1, keepdim=True).values + U * expected.abs()
+    assert bool(((C.double().cpu() - expected).abs() <= bound).all())
