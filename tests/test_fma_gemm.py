@@ -161,6 +161,17 @@ def test_float16_inputs_into_a_float64_accumulator_take_the_fma_path():
     assert "double C_local" in k.cuda_source
 
 
+def test_float64_accumulator_counts_two_registers_per_element():
+    """A 128x128 float64 accumulator over 128 threads is 128 doubles, 256 32-bit registers per thread: refused by the
+    register budget (it spilled 9.7 KB to local memory before the budget counted 64-bit elements twice)."""
+    from tile_nb.lower import LoweringError
+
+    A = torch.randn(256, 256, dtype=torch.float64)
+    with pytest.raises(LoweringError, match="256 32-bit registers per thread"):
+        gemm.compile(A, A, torch.empty(256, 256, dtype=torch.float64), a_dtype="float64", b_dtype="float64",
+                     acc_dtype="float64", block_M=128, block_N=128, block_K=16, target="sm_90a")
+
+
 def test_float16_gemm_keeps_the_tensor_cores():
     A, B = _inputs(128, 128, 64, "float16", "float16")
     k = gemm.compile(A, B, torch.empty(128, 128), a_dtype="float16", b_dtype="float16", target="sm_80")

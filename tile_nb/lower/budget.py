@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import tvm
+
 from .errors import LoweringError
 
 __all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "check_shared",
@@ -75,9 +77,12 @@ def check_shared(tiles, total: int, arch: str, lines, what: str = "shared memory
 
 
 def packed_registers(buf, layout, packed=frozenset()) -> int:
-    """A fragment's registers per thread as its layout counts them, halved for the 16-bit fragments in `packed`
-    (held two to a 32-bit register: wgmma's register A operands)."""
-    return (layout.regs + 1) // 2 if buf in packed else layout.regs
+    """A fragment's 32-bit registers per thread: its layout's count, doubled for 64-bit elements (a float64
+    accumulator of the FMA path), halved for the 16-bit fragments in `packed` (held two to a 32-bit register:
+    wgmma's register A operands)."""
+    if buf in packed:
+        return (layout.regs + 1) // 2
+    return layout.regs * (2 if tvm.DataType(str(buf.dtype)).bits > 32 else 1)
 
 
 def check_registers(fragments: dict, lines, packed=frozenset()):

@@ -262,7 +262,7 @@ def _first_line_stmt(stmt):
 def _register_cost(buf, layout: FragmentLayout, packed=frozenset()) -> int:
     """32-bit registers a fragment takes per thread: two for a 64-bit element; half for a 16-bit one that wgmma
     reads as packed pairs (a register A operand)."""
-    return packed_registers(buf, layout, packed) * (2 if _bits(buf.dtype) > 32 else 1)
+    return packed_registers(buf, layout, packed)
 
 
 def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()) -> FragmentPlan:
