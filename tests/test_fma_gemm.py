@@ -250,3 +250,36 @@ def test_row_statistics_read_the_fma_accumulator_in_its_layout(backend, M, N, K)
     per = (K + 1) * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
     bound = per + per.max(dim=1, keepdim=True).values + 2.0 ** -24 * expected.abs()
     assert bool(((C.double().cpu() - expected).abs() <= bound).all())
+
+
+# ---- a whole kernel: FlashAttention in float32 (both T.gemm on the FMA path, a fragment as A) ---------------------
+
+def _attention_inputs(S, D=64, B=1, H=4, HK=2, seed=0):
+    g = torch.Generator().manual_seed(seed * 101 + S)
+    return tuple(torch.randn(B, h, S, D, generator=g) for h in (H, HK, HK))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_float32_flash_attention_builds_on_the_fma_path(arch):
+    from kernels.reference import flash_attention_gqa
+
+    Q, K, V = _attention_inputs(100)
+    k = flash_attention_gqa.compile(Q, K, V, torch.empty_like(Q), dtype="float32", target=arch)
+    assert [m["kind"] for m in k.plan["mma"]] == ["fma (CUDA cores, exact products)"] * 2
+    assert k.cubin and "mma.sync" not in k.ptx and "wgmma" not in k.ptx
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("S", [1, 100, 129])
+def test_float32_flash_attention_against_torch(backend, S):
+    """Against float64 SDPA: float32 exp2 and sums over S keys (each softmax weight within a few ulp, the output a
+    convex combination of V's rows), so within 2^-16 of max |V| here."""
+    from kernels.reference import flash_attention_gqa
+
+    Q, K, V = _attention_inputs(S)
+    O = torch.full_like(Q, float("nan"), device=backend)
+    flash_attention_gqa(Q.to(backend), K.to(backend), V.to(backend), O, dtype="float32")
+    Kr, Vr = K.repeat_interleave(2, 1), V.repeat_interleave(2, 1)
+    ref = torch.nn.functional.scaled_dot_product_attention(Q.double(), Kr.double(), Vr.double())
+    assert float((O.double().cpu() - ref).abs().max()) <= 2.0 ** -16 * float(V.abs().max())

@@ -9,7 +9,7 @@ Each op and loop that touches fragments says how their layouts relate (tilelang'
 - a copy between a fragment and global or shared memory, and `T.fill`, accept any layout (the default
   `fragments.blocked` vectorizes along the last dim for the narrowest dtype it is copied with).
 Fragments that cannot be registers are placed in shared memory, with the reason: operands of `T.gemm` (the tensor
-cores read them there), tiles of rank above 2, partial regions, and element accesses other than at the loop
+cores, and the FMA path, read them there), tiles of rank above 2, partial regions, and element accesses other than at the loop
 point of a `T.Parallel` nest (they would read another thread's registers). A fragment that two relations give
 different layouts is an error naming both, with the fix. When the register fragments need more registers than
 a thread has, the largest non-accumulator fragments move to shared memory, noted in the plan.
@@ -197,7 +197,7 @@ class _Collector:
         if name == "gemm":
             for buf, _ in regions[1:3]:
                 if self.is_fragment(buf) and buf not in self.accumulators:  # (pinned: wgmma's register A operand)
-                    self.force_shared(buf, f"it is an operand of T.gemm (line {line}): the tensor cores read it "
+                    self.force_shared(buf, f"it is an operand of T.gemm (line {line}): T.gemm reads its operands "
                                            "from shared memory")
         elif name == "copy":
             (dst, _), (src, _) = regions[0], regions[1]
