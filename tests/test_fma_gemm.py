@@ -283,3 +283,51 @@ def test_float32_flash_attention_against_torch(backend, S):
     Kr, Vr = K.repeat_interleave(2, 1), V.repeat_interleave(2, 1)
     ref = torch.nn.functional.scaled_dot_product_attention(Q.double(), Kr.double(), Vr.double())
     assert float((O.double().cpu() - ref).abs().max()) <= 2.0 ** -16 * float(V.abs().max())
+
+
+@tile_nb.jit
+def float16_then_float32(A, B, A2, B2, C, block: int = 64):
+    """C = A B (float16, wgmma-eligible on sm_90a) + A2 B2 (float32, FMA) in one accumulator: it keeps mma.sync's
+    layout (the float16 product on mma.sync), so no FMA touches registers an asynchronous wgmma group still owns."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    A2: T.Tensor[[M, K], T.float32]
+    B2: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_h = T.alloc_shared((block, 32), T.float16)
+        b_h = T.alloc_shared((32, block), T.float16)
+        a_f = T.alloc_shared((block, 32), T.float32)
+        b_f = T.alloc_shared((32, block), T.float32)
+        acc = T.alloc_fragment((block, block), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
+            T.copy(A[bx * block, k * 32], a_h)
+            T.copy(B[k * 32, by * block], b_h)
+            T.copy(A2[bx * block, k * 32], a_f)
+            T.copy(B2[k * 32, by * block], b_f)
+            T.gemm(a_h, b_h, acc)
+            T.gemm(a_f, b_f, acc)
+        T.copy(acc, C[bx * block, by * block])
+
+
+@needs_nvcc
+def test_mixed_paths_into_one_accumulator_keep_mma_sync_layout():
+    A, B = _inputs(128, 128, 64, "float16", "float16")
+    A2, B2 = _inputs(128, 128, 64)
+    k = float16_then_float32.compile(A, B, A2, B2, torch.empty(128, 128), target="sm_90a")
+    assert "wgmma" not in k.ptx and "mma.sync.aligned.m16n8k16" in k.ptx and "fma.rn" in k.ptx and k.cubin
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mixed_paths_into_one_accumulator(backend):
+    M, N, K = 70, 45, 33
+    A, B = _inputs(M, N, K, "float16", "float16", seed=1)
+    A2, B2 = _inputs(M, N, K, seed=2)
+    C = torch.full((M, N), float("nan"), device=backend)
+    float16_then_float32(*(x.to(backend) for x in (A, B, A2, B2)), C)
+    P = A.double().abs() @ B.double().abs() + A2.double().abs() @ B2.double().abs()
+    exact = A.double() @ B.double() + A2.double() @ B2.double()
+    # the float16 products are exact in float32; the tensor cores' sums: twice the round-to-nearest bound
+    assert bool(((C.double().cpu() - exact).abs() <= 2 * (2 * K + 1) * 2.0 ** -24 * P).all())

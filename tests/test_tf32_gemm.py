@@ -267,3 +267,50 @@ def test_row_statistics_read_the_tf32_accumulator_in_its_layout(backend, M, N, K
     per = 2 * (K + 1) * U * (at.abs() @ bt.abs())
     bound = per + per.max(dim=1, keepdim=True).values + U * expected.abs()
     assert bool(((C.double().cpu() - expected).abs() <= bound).all())
+
+
+@tile_nb.jit
+def tf32_then_float32(A, B, A2, B2, C, block: int = 64):
+    """C = tf32(A) tf32(B) + A2 B2 exactly: two T.gemm of different paths into one accumulator (each call takes its
+    own path; the layout is the first one's)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float32]
+    B: T.Tensor[[K, N], T.float32]
+    A2: T.Tensor[[M, K], T.float32]
+    B2: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_t = T.alloc_shared((block, 16), T.tfloat32)
+        b_t = T.alloc_shared((16, block), T.tfloat32)
+        a_f = T.alloc_shared((block, 16), T.float32)
+        b_f = T.alloc_shared((16, block), T.float32)
+        acc = T.alloc_fragment((block, block), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, 16), num_stages=2):
+            T.copy(A[bx * block, k * 16], a_t)
+            T.copy(B[k * 16, by * block], b_t)
+            T.copy(A2[bx * block, k * 16], a_f)
+            T.copy(B2[k * 16, by * block], b_f)
+            T.gemm(a_t, b_t, acc)
+            T.gemm(a_f, b_f, acc)
+        T.copy(acc, C[bx * block, by * block])
+
+
+@needs_nvcc
+def test_tf32_and_float32_gemm_into_one_accumulator_build():
+    A, B = _inputs(70, 45, 33)
+    k = tf32_then_float32.compile(A, B, A, B, torch.empty(70, 45), target="sm_80")
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32" in k.ptx and "fma.rn" in k.ptx and k.cubin
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tf32_and_float32_gemm_into_one_accumulator(backend):
+    M, N, K = 70, 45, 33
+    A, B = _inputs(M, N, K, seed=1)
+    A2, B2 = _inputs(M, N, K, seed=2)
+    C = torch.full((M, N), float("nan"), device=backend)
+    tf32_then_float32(*(x.to(backend) for x in (A, B, A2, B2)), C)
+    at, bt = round_tf32(A).double(), round_tf32(B).double()
+    exact = at @ bt + A2.double() @ B2.double()
+    bound = 2 * (2 * K + 1) * U * (at.abs() @ bt.abs() + A2.double().abs() @ B2.double().abs())
+    assert bool(((C.double().cpu() - exact).abs() <= bound).all())

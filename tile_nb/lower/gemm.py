@@ -23,10 +23,10 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_tile_op
 from .errors import LoweringError
-from .fma_gemm import lower_gemm_fma
+from .fma_gemm import fma_gemm, is_tf32, lower_gemm_fma
 from .tf32_gemm import lower_gemm_tf32
 from .irwalk import region_of
-from .layout import WgmmaAccLayout
+from .layout import MmaAccLayout, WgmmaAccLayout
 
 __all__ = ["lower_gemm"]
 
@@ -41,16 +41,21 @@ def lower_gemm(em, call):
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     alpha, beta = _float(call.args[6]), _float(call.args[7])
     lay = em.plan.accumulators[c_buf]
+    # The path goes by this call's operands (several T.gemm may share one accumulator; its layout is the first's).
+    if fma_gemm(call):  # FMAs work in any register layout: each thread computes the registers it holds
+        lower_gemm_fma(em, call)
+        return
+    if is_tf32(call):
+        if not isinstance(lay, MmaAccLayout):
+            raise LoweringError(f"T.gemm in TF32 into {c_buf.name}: an earlier T.gemm into it runs on wgmma, whose "
+                                "accumulator layout mma.sync .tf32 cannot add to; accumulate the TF32 product in its "
+                                "own fragment and add the two in a T.Parallel loop")
+        lower_gemm_tf32(em, call)
+        return
     if isinstance(lay, WgmmaAccLayout):
         from .wgmma import lower_gemm_wgmma
 
         lower_gemm_wgmma(em, call)
-        return
-    if lay.fma:
-        lower_gemm_fma(em, call)
-        return
-    if lay.tf32:
-        lower_gemm_tf32(em, call)
         return
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)

@@ -369,6 +369,10 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
+    gemms = [s for s in iter_stmts(func.body) if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
+    # an accumulator that an FMA or TF32 T.gemm adds to keeps mma.sync's layout, even where another T.gemm into it
+    # could run on wgmma (whose asynchronous groups the FMAs would race)
+    not_wgmma = {region_of(s.args[0])[0] for s in gemms if fma_gemm(s) or is_tf32(s)}
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue
@@ -385,7 +389,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           tf32=True)
-                elif use_wgmma and wgmma_eligible(target, s, threads):
+                elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads):
                     accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
                     bk = int(region_of(s.args[1])[1][-1][1])
                     if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
