@@ -3,7 +3,9 @@
     python benchmarks/gemm.py [--sizes 1024 2048 4096x11008x4096 ...] [--dtype bfloat16] [--variants] [--small]
                               [--split-k] [--only NAME ...] [--rounds 5] [--out results.json]
 
-A size is N (square) or MxNxK.
+A size is N (square) or MxNxK. `--dtype float32` times the FMA path (exact products on the CUDA cores) against
+torch with TF32 off, `--dtype tfloat32` the TF32 tensor-core path (T.tfloat32 shared tiles) against torch with TF32
+on; both with float32 tensors and the FP32 table (float32 tiles take twice the shared memory of 16-bit ones).
 
 Timing: CUDA events around each launch, L2 flushed (a 512 MiB write) before every timed launch, warm-up first,
 median of 30 launches per round; rounds interleave all configs and torch; the median over rounds is reported.
@@ -66,6 +68,12 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big s4, 66 CTAs": (dict(BIG, num_stages=4), {"tile_nb.sm_count": 66}),
 }
 
+FP32 = {  # --dtype float32 / tfloat32 (the 16-bit tables' tiles need more shared memory than a block has)
+    "seed 128x128x32 t128 s3": (dict(SEED, out_dtype=T.float32), {}),
+    "128x128x16 t256 s3": (dict(block_M=128, block_N=128, block_K=16, threads=256, num_stages=3), {}),
+    "64x64x32 t128 s3": (dict(block_M=64, block_N=64, block_K=32, threads=128, num_stages=3), {}),
+}
+
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)
     "64x128x64 t128 s4": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
     "64x128x64 t128 s4 TMA": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
@@ -116,7 +124,8 @@ def bench(fn, reps=30, warmup=5):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
-    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"], help="A, B and C (fp32 accumulation)")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32", "tfloat32"],
+                    help="A, B and C (fp32 accumulation); tfloat32: float32 tensors, TF32 products")
     ap.add_argument("--out", default=None)
     ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds, configs interleaved in each")
@@ -144,7 +153,9 @@ def main():
                     print("probe", cfg["block_N"], "swap", swap, "failed:", str(exc)[:300])
     print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}  rounds: {args.rounds}  "
           f"cooldown: {args.cooldown} s  dtype: {args.dtype}")
-    dtype = getattr(torch, args.dtype)
+    wide = args.dtype in ("float32", "tfloat32")
+    dtype = torch.float32 if wide else getattr(torch, args.dtype)
+    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tfloat32"  # cuBLAS does what the kernel does
     for size in args.sizes:
         shape = tuple(int(d) for d in size.split("x")) if "x" in size else (int(size),) * 3
         m, n, k = shape
@@ -152,15 +163,16 @@ def main():
         b = torch.randn(k, n, device="cuda", dtype=dtype)
         c = torch.empty(m, n, device="cuda", dtype=dtype)
         flop = 2.0 * m * n * k
-        ref = torch.matmul(a.float(), b.float())
+        ref = torch.matmul(a.double(), b.double()).float() if wide else torch.matmul(a.float(), b.float())
         small = max(shape) <= 2048
         configs = dict(CONFIGS, **(VARIANTS if args.variants and not small else {}),
-                       **(SMALL if args.small and small else {}))
+                       **(SMALL if args.small and small else {})) if not wide else dict(FP32)
         if args.only:
-            unknown = set(args.only) - set(CONFIGS) - set(VARIANTS) - set(SMALL)
+            tables = dict(FP32) if wide else {**CONFIGS, **VARIANTS, **SMALL}
+            unknown = set(args.only) - set(tables)
             if unknown:
-                sys.exit(f"--only: no configuration named {sorted(unknown)}; known: {sorted({**CONFIGS, **VARIANTS, **SMALL})}")
-            configs = {name: spec for name, spec in {**CONFIGS, **VARIANTS, **SMALL}.items() if name in args.only}
+                sys.exit(f"--only: no configuration named {sorted(unknown)}; known: {sorted(tables)}")
+            configs = {name: spec for name, spec in tables.items() if name in args.only}
         kernels, firsts, errs = {"torch.matmul": functools.partial(torch.matmul, a, b, out=c)}, {}, {}
         for name, (cfg, attrs) in configs.items():
             t0 = time.perf_counter()
