@@ -72,6 +72,10 @@ FP32 = {  # --dtype float32 / tfloat32 (the 16-bit tables' tiles need more share
     "seed 128x128x32 t128 s3": (dict(SEED, out_dtype=T.float32), {}),
     "128x128x16 t256 s3": (dict(block_M=128, block_N=128, block_K=16, threads=256, num_stages=3), {}),
     "64x64x32 t128 s3": (dict(block_M=64, block_N=64, block_K=32, threads=128, num_stages=3), {}),
+    # the operand tiles row-major (8-way bank conflicts at 32 floats a row) instead of swizzled: what it is worth
+    "seed 128x128x32 t128 s3, no swizzle": (dict(SEED, out_dtype=T.float32), {"tile_nb.wide_swizzle": 0}),
+    "128x128x16 t256 s3, no swizzle": (dict(block_M=128, block_N=128, block_K=16, threads=256, num_stages=3),
+                                       {"tile_nb.wide_swizzle": 0}),
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)

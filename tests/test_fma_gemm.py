@@ -331,3 +331,29 @@ def test_mixed_paths_into_one_accumulator(backend):
     exact = A.double() @ B.double() + A2.double() @ B2.double()
     # the float16 products are exact in float32; the tensor cores' sums: twice the round-to-nearest bound
     assert bool(((C.double().cpu() - exact).abs() <= 2 * (2 * K + 1) * 2.0 ** -24 * P).all())
+
+
+# ---- shared operands: swizzled 16-byte chunks (option wide_swizzle) ----------------------------------------------
+
+@needs_nvcc
+@pytest.mark.parametrize("wide_swizzle", [True, False])
+def test_operand_tiles_swizzled_unless_the_option_says_not(wide_swizzle):
+    A, B = _inputs(70, 45, 33)
+    with tile_nb.options(wide_swizzle=wide_swizzle):
+        k = gemm.compile(A, B, torch.empty(70, 45), block_K=32, target="sm_90a")
+    tiles = {t["name"]: t["swizzle"] for t in k.plan["shared"]}
+    assert tiles == {"A_shared": wide_swizzle, "B_shared": wide_swizzle}
+    assert k.cubin and ("^" in k.cuda_source.split('extern "C"')[-1]) == wide_swizzle
+    assert k.plan["options"] == ({} if wide_swizzle else {"wide_swizzle": False})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wide_swizzle", [True, False])
+@pytest.mark.parametrize("trans", [(False, False), (True, True)])
+def test_swizzled_and_plain_operands_on_the_gpu(wide_swizzle, trans):
+    M, N, K = 129, 70, 100
+    A, B = _inputs(M, N, K, trans_A=trans[0], trans_B=trans[1], seed=9)
+    C = torch.full((M, N), float("nan"), device="cuda")
+    with tile_nb.options(wide_swizzle=wide_swizzle):
+        gemm(A.cuda(), B.cuda(), C, block_K=32, trans_A=trans[0], trans_B=trans[1])
+    _check(C, A, B, K, "float32", *trans)

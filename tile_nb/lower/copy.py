@@ -162,7 +162,7 @@ def _memory_vector(em, frag: Operand, other: Operand, layout) -> int:
         elif ok and other.buf in em.plan.shared:
             tile = em.tile(other.buf)
             ok = tile.cols % width == 0 and em.prove(tirx.floormod(other.mins[-1], width) == 0) and (
-                not (tile.swizzle or tile.panel) or bits == 16)
+                not (tile.swizzle or tile.panel) or bits >= 16)  # (a vector stays inside one swizzled chunk)
         elif ok:
             ok = False  # per-thread local arrays: element by element
         if ok:

@@ -4,8 +4,9 @@ The tile IR leaves layouts open: a `shared.dyn` buffer is just a tile, a `local.
 over the CTA's registers "somehow". Lowering decides:
 
 - `SharedTile`: where element (i, j) of a shared tile lives in the CTA's one dynamic shared-memory pool.
-  Tiles read by `T.gemm` through ldmatrix get an XOR swizzle on 16-byte chunks, so the 8 row addresses of an
-  ldmatrix (and the 16-byte cp.async writes) hit 8 different bank groups. Tiles written by a pipelined copy get
+  Tiles read by `T.gemm` get an XOR swizzle on 16-byte chunks, so the 8 row addresses of an ldmatrix (or of the
+  8 row groups of the FMA and TF32 paths' loads, 32- and 64-bit tiles) and the 16-byte cp.async writes hit 8
+  different bank groups. Tiles written by a pipelined copy get
   one copy per stage (`stages`).
 - `MmaAccLayout`: the accumulator of `T.gemm` as mma.sync m16n8 fragments. The CTA tile is cut into a grid of
   warps; each warp owns a `WM x WN` block, and lane l holds rows l//4 (+8) and columns 2*(l%4) (+1) of each
@@ -69,7 +70,9 @@ class SharedTile:
         return 128 // tirx_bits(self.dtype)
 
     def can_swizzle(self) -> bool:
-        return tirx_bits(self.dtype) in (8, 16) and self.cols % self.chunk_elems == 0
+        """8- and 16-bit tiles for the tensor cores; 32- and 64-bit ones for the FMA and TF32 paths, whose 8 lanes
+        of a row group read 8 rows at one column (conflict-free only when those rows' chunks differ)."""
+        return tirx_bits(self.dtype) in (8, 16, 32, 64) and self.cols % self.chunk_elems == 0
 
     def offset2(self, row, col, stage=None):
         """Element offset of (row, col) in the flat view."""

@@ -86,6 +86,10 @@ class LoweringOptions:
                              "(relative error at most 2^-11, PTX ISA) and ex2.approx.ftz.f32 (exp as ex2 of "
                              "x * log2(e), as __expf); the interpreter stays precise (docs/IR.md). tilelang's "
                              "pass_configs 'tl.enable_fast_math'")
+    wide_swizzle: bool = _opt(True, None, "tile_nb.wide_swizzle",
+                              "32- and 64-bit shared operands of T.gemm (the FMA and TF32 paths) get the XOR swizzle "
+                              "of 16-byte chunks: the 8 rows a warp reads at once hit 8 bank groups (8-way conflicts "
+                              "at a 32-float row otherwise); False: row-major, fewer address registers")
 
     def __post_init__(self):
         for f in fields(self):

@@ -31,7 +31,7 @@ from .errors import LoweringError
 from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .irwalk import iter_stmts, region_of, scope_of
-from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype
+from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
@@ -277,7 +277,9 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         if in_pool:
             tile = SharedTile(buf, tuple(int(x) for x in buf.shape), str(buf.dtype), stages=stages.get(buf, 1),
                               panel=buf in panel_operands)
-            shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle())
+            wide = tirx_bits(tile.dtype) > 16  # the FMA and TF32 paths' operands (layout.SharedTile.can_swizzle)
+            shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle()
+                                  and (options.wide_swizzle or not wide))
     workspaces = _workspaces(func, accumulators, fragments, threads)
     unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned") or [])
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
