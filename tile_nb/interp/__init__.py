@@ -25,7 +25,7 @@ atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parall
 `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile primitives), `runner.py` (arguments and the
 entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `errors.py`.
 """
-from .errors import InterpreterError, OutOfBoundsError, SourceLocation
+from .errors import InterpreterError, OutOfBoundsError, SourceLocation, UninitializedReadError
 from .runner import compile_func, run
 
-__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "compile_func", "run"]
+__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "compile_func", "run"]

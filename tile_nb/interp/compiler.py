@@ -77,9 +77,10 @@ class Frame:
     overlays: per-iteration copies of `local`/`local.var` buffers written inside parallel loops (per thread on
       the GPU), by buffer slot; written back when the outermost parallel loop ends.
     block: the blockIdx values of the running CTA, for error messages.
+    written: per buffer slot, which elements the CTA has written (written.py), or None when the check is off.
     """
 
-    __slots__ = ("block", "mask", "overlays", "par_shape", "ranges", "vals")
+    __slots__ = ("block", "mask", "overlays", "par_shape", "ranges", "vals", "written")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots
@@ -88,6 +89,7 @@ class Frame:
         self.overlays: dict | None = None
         self.block: dict = {}
         self.ranges: dict = {}  # parallel loop var slot -> (start, extent, step), for slice accesses
+        self.written: list | None = None
 
     def block_ids(self) -> tuple | None:
         if not self.block:
@@ -98,7 +100,12 @@ class Frame:
 class Compiler:
     """Translates a PrimFunc body into closures; owns the slot numbering of variables and buffers."""
 
-    def __init__(self):
+    def __init__(self, tile_lines: list[int] | None = None, filename: str | None = None):
+        # Tile-op calls have no span: the frontend lists their lines in program order (`tile_nb.tile_op_lines`),
+        # which is the order they are compiled in here.
+        self._tile_lines = tile_lines
+        self._filename = filename
+        self._tile_count = 0
         self._slots: dict[int, int] = {}
         self.buffers: dict[int, Any] = {}   # slot -> buffer Var, for names, scopes and dtypes
         self.location = SourceLocation()     # of the statement being compiled, for error messages
@@ -119,6 +126,14 @@ class Compiler:
         slot = self.slot(buf)
         self.buffers[slot] = buf
         return slot
+
+    def tile_location(self) -> SourceLocation:
+        """The location of the tile-op call being compiled (the next one in program order)."""
+        n = self._tile_count
+        self._tile_count += 1
+        if self.location.line is None and self._tile_lines is not None and n < len(self._tile_lines):
+            return SourceLocation(self._filename, self._tile_lines[n])
+        return self.location
 
     def expr(self, node) -> Closure:
         rule = _lookup(EXPR_RULES, type(node))

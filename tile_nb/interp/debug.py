@@ -15,6 +15,7 @@ from tvm import ir, tirx
 from ..errors import DeviceAssertError
 from ..language.debug import ASSERT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import values as V
+from . import written
 from .compiler import Compiler, op_short_name
 from .errors import InterpreterError
 
@@ -99,6 +100,10 @@ def _print_tile(comp: Compiler, node):
         if any(a < 0 or a + n > d for a, n, d in zip(lo, ext, t.shape)):
             raise InterpreterError(f"T.print of '{buf.name}' region starting at {lo} with extents {ext} is out of "
                                    f"the buffer's shape {tuple(t.shape)}", location)
+        m = f.written[slot] if f.written is not None else None
+        found = written.region_unwritten(m, tuple(slice(a, a + n) for a, n in zip(lo, ext)))
+        if found is not None:  # the GPU would print garbage
+            written.raise_region(buf, lo, ext, t.shape, found, "T.print", location, f.block_ids())
         sys.stdout.write("".join(tile_lines(prefix(line, block, thread), label, buf.name, dtype, lo,
                                             t[tuple(slice(a, a + n) for a, n in zip(lo, ext))])))
         return 0

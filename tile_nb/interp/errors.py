@@ -18,7 +18,7 @@ import re
 
 from ..errors import TileNBError
 
-__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "location_of"]
+__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "location_of"]
 
 
 class SourceLocation:
@@ -158,3 +158,54 @@ class OutOfBoundsError(TileNBError, IndexError):
 
     def __reduce__(self):
         return (type(self), (self.buffer, self.index, self.shape, self.source, self.block, self.what, self.loop))
+
+
+UNINIT_ENV = "TILE_NB_CHECK_UNINIT"  # "0" turns the check off (docs/debugging.md)
+
+_SCOPE_NAMES = {"shared": "shared", "shared.dyn": "shared", "local.fragment": "fragment", "local": "local",
+                "local.var": "var"}
+
+
+class UninitializedReadError(TileNBError, RuntimeError):
+    """A read of shared, fragment or local memory that nothing wrote before in this block: the GPU reads whatever
+    the memory holds there (the interpreter's buffers start at 0, so its result could agree with a correct kernel
+    by chance).
+
+    Fields: `buffer` (name), `index` (the first element never written, a tuple of ints), `region` (the region a tile
+    op reads, as `start:stop` strings, or None for an element read), `count` (elements of that region never
+    written), `shape`, `scope`, `block`, `loop` (parallel loop values at the element), `op` (what reads it:
+    "load", "T.copy", "T.gemm", ...), `source`; `filename`, `lineno`, `col` point at the user's statement.
+    """
+
+    def __init__(self, buffer: str, index: tuple, shape: tuple, scope: str, location: SourceLocation | None = None,
+                 block: tuple | None = None, loop: dict | None = None, op: str = "load",
+                 region: tuple | None = None, count: int = 1):
+        self.buffer, self.index, self.shape, self.scope = buffer, tuple(index), tuple(shape), scope
+        self.source = location or SourceLocation()
+        self.block, self.loop, self.op = block, dict(loop or {}), op
+        self.region = tuple(region) if region is not None else None
+        self.count = count
+        kind = _SCOPE_NAMES.get(scope, scope)
+        element = f"{buffer}[{', '.join(str(i) for i in self.index)}]"
+        where = f"block {block}" if block is not None else "this block"
+        context = "".join(f", {k} = {v}" for k, v in self.loop.items())
+        if self.region is None:
+            message = (f"read of memory never written: {element} ({kind} buffer of shape {self.shape}) is read "
+                       f"before anything wrote it in {where}{context}")
+        else:
+            text = f"{buffer}[{', '.join(self.region)}]"
+            message = (f"read of memory never written: {op} reads {text} ({kind} buffer of shape {self.shape}), "
+                       f"but {count} of those elements were never written in {where}; the first is {element}")
+        hint = ("the GPU would read whatever that memory holds (the interpreter's buffers start at 0, so a result "
+                "could match by chance): write the elements first (T.clear / T.fill / T.copy / a store), e.g. "
+                "T.clear the accumulator before T.gemm. If the read is intended, set " + UNINIT_ENV + "=0 to turn "
+                "this check off")
+        super().__init__(_with_statement(message, self.source), hint=hint, **self.source.fields())
+
+    @property
+    def line(self) -> int | None:
+        return self.lineno
+
+    def __reduce__(self):
+        return (type(self), (self.buffer, self.index, self.shape, self.scope, self.source, self.block, self.loop,
+                             self.op, self.region, self.count))

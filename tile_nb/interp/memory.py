@@ -13,11 +13,12 @@ from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
 
 from . import values as V
+from . import written
 from .affine import compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
-from .errors import InterpreterError, OutOfBoundsError
+from .errors import InterpreterError, OutOfBoundsError, UninitializedReadError
 
-__all__ = ["Region", "compile_extern", "compile_region"]
+__all__ = ["Region", "clip", "compile_extern", "compile_region"]
 
 _LOCAL_SCOPES = ("local", "local.var")
 
@@ -46,6 +47,29 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
         _raise_oob(comp, f, slot, t, idx, bad, location, loops)
     # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
     return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape))
+
+
+def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, location, loops=()):
+    """Raise UninitializedReadError when an active iteration reads an element of `m`'s buffer never written."""
+    got = m[idx]
+    if got.dim() == 0:
+        if bool(got):
+            return
+        bad = None
+    else:
+        bad = ~got if f.mask is None else ~got & f.mask
+        if not bool(bad.any()):
+            return
+    buf = comp.buffers[slot]
+    loop = {}
+    if bad is None:
+        point = [int(k) for k in idx]
+    else:
+        first, point = written.first_bad(bad, idx)
+        loop = _loop_values(f, loops, torch.broadcast_shapes(bad.shape, *[k.shape for k in idx if V.is_tensor(k)]),
+                            first)
+    raise UninitializedReadError(buf.name, tuple(point), tuple(m.shape), buf.scope(), location, f.block_ids(),
+                                 loop=loop)
 
 
 def _raise_oob(comp, f, slot, t, idx, bad, location, loops):
@@ -95,15 +119,22 @@ def _buffer_load(comp: Compiler, node):
 
     def load(f):
         t = f.vals[slot]
+        m = f.written[slot] if f.written is not None else None
+        if m is True:
+            m = None
         if sliced is not None and not (f.overlays and slot in f.overlays):
             view = sliced.view(f, t)
-            if view is not None:
-                return view
+            if view is not None and (m is None or written.all_written(sliced.view(f, m), f.mask)):
+                return view  # (a read of an unwritten element goes on to the path below, which names it)
         idx = tuple(i(f) for i in index)
         if local and f.overlays and slot in f.overlays and not any(V.is_tensor(k) for k in idx):
             _check_index(comp, f, slot, t, idx, location, loops)
+            if m is not None:
+                _check_written(comp, f, slot, m, idx, location, loops)
             return f.overlays[slot][idx]
         idx = _check_index(comp, f, slot, t, idx, location, loops)
+        if m is not None:
+            _check_written(comp, f, slot, m, idx, location, loops)
         value = t[idx]
         if value.dim() == 0 and not value.dtype.is_floating_point:
             return value.item()  # integer and bool scalars stay Python values: they become indices and bounds
@@ -127,21 +158,33 @@ def _buffer_store(comp: Compiler, node):
         value = value_fn(f)
         if wrap is not None and type(value) is int:
             value = wrap(value)
+        w = f.written
+        m = w[slot] if w is not None else None
+        if m is True:
+            m = None
         if sliced is not None and not (f.overlays and slot in f.overlays):
             view = sliced.view(f, t)
             if view is not None and store_into(view, value, f.mask):
+                if m is not None:
+                    written.mark_view(w, slot, m, sliced.view(f, m), f.mask)
                 return
         idx = tuple(i(f) for i in index)
         if not f.par_shape:
             _check_index(comp, f, slot, t, idx, location, loops)
             t[idx] = value
+            if m is not None:
+                written.mark_index(w, slot, m, idx)
             return
         if local and not any(V.is_tensor(k) for k in idx):
             _check_index(comp, f, slot, t, idx, location, loops)
             _store_overlay(f, slot, t, idx, value)
+            if m is not None:
+                written.mark_index(w, slot, m, idx)  # by some active iteration: counted as written for all
             return
         idx = _check_index(comp, f, slot, t, idx, location, loops)
         _scatter(t, idx, value, f.mask, accumulate=False)
+        if m is not None:
+            _scatter(m, idx, True, f.mask, accumulate=False)
     return store
 
 
@@ -228,6 +271,9 @@ def _compile_atomic_add(comp: Compiler, node):
         idx = tuple(i(f) for i in index)
         value = value_fn(f)
         idx = _check_index(comp, f, slot, t, idx, location, loops)
+        m = f.written[slot] if f.written is not None else None
+        if m is not None and m is not True:
+            _check_written(comp, f, slot, m, idx, location, loops)  # an atomic add reads the old value
         if not f.par_shape and not any(V.is_tensor(k) for k in idx) and not (
                 V.is_tensor(value) and value.dim() > 0):
             t[idx] += value
@@ -242,7 +288,8 @@ def _compile_atomic_add(comp: Compiler, node):
 class Region:
     """A compiled `TensorRegion`: `resolve(f)` gives the tensor, start and extent per dim."""
 
-    def __init__(self, comp: Compiler, region, location):
+    def __init__(self, comp: Compiler, region, location, op: str = "a tile op"):
+        self.op = op  # "T.copy", ...: names the reader in UninitializedReadError
         self.buffer = region.source
         self.slot = comp.buffer_slot(self.buffer)
         self.name = self.buffer.name
@@ -280,6 +327,10 @@ class Region:
         t = f.vals[self.slot]
         return t if index is None else t[index]
 
+    def mark_view(self, f) -> None:
+        """After writing through `view(f)`: the region counts as written."""
+        self.mark(f, self._fixed[2])
+
     def _inside(self, t, starts, exts) -> bool:
         return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape))
 
@@ -287,17 +338,53 @@ class Region:
         index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts))
         raise OutOfBoundsError(self.name, index, tuple(t.shape), self.location, f.block_ids(), what="region")
 
-    def read(self, f) -> torch.Tensor:
-        """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge)."""
+    def check(self, f, need: torch.Tensor | None = None) -> None:
+        """Raise UninitializedReadError when the region holds elements this block never wrote (only those where
+        `need`, shaped as the region, is true, when given). Global buffers are not tracked."""
+        w = f.written
+        if w is None:
+            return
+        m = w[self.slot]
+        if m is None or m is True:
+            return
         if self._fixed is not None:
+            starts, exts, index = self._fixed
+        else:
+            _, starts, exts = self.resolve(f)
+            index = tuple(slice(s, s + e) for s, e in zip(starts, exts))
+        found = written.region_unwritten(m, index, need)
+        if found is not None:
+            written.raise_region(self.buffer, starts, exts, m.shape, found, self.op, self.location, f.block_ids())
+
+    def mark(self, f, index) -> None:
+        """Elements `index` (slices; None: the whole buffer) written in this block."""
+        w = f.written
+        if w is None:
+            return
+        m = w[self.slot]
+        if m is None or m is True:
+            return
+        if index is None:
+            w[self.slot] = True  # the whole buffer: no more checks for it in this block
+        else:
+            m[index] = True
+
+    def read(self, f, check: bool = True) -> torch.Tensor:
+        """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge).
+        `check`: raise for elements never written (see `check`)."""
+        if self._fixed is not None:
+            if check:
+                self.check(f)
             return self.view(f)
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
+            if check:
+                self.check(f)
             return t[tuple(slice(s, s + e) for s, e in zip(starts, exts))]
         if not self.guarded:
             self._oob(f, t, starts, exts)
         out = torch.zeros(exts, dtype=t.dtype)
-        src, dst = _clip(t.shape, starts, exts)
+        src, dst = clip(t.shape, starts, exts)
         if src is not None:
             out[dst] = t[src]
         return out
@@ -310,14 +397,17 @@ class Region:
                 target.copy_(value)
             else:
                 target.fill_(value)
+            self.mark(f, self._fixed[2])
             return
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
-            t[tuple(slice(s, s + e) for s, e in zip(starts, exts))] = value
+            index = tuple(slice(s, s + e) for s, e in zip(starts, exts))
+            t[index] = value
+            self.mark(f, None if list(exts) == list(t.shape) else index)
             return
         if not self.guarded:
             self._oob(f, t, starts, exts)
-        src, dst = _clip(t.shape, starts, exts)
+        src, dst = clip(t.shape, starts, exts)
         if src is None:
             return
         if V.is_tensor(value) and value.dim() > 0:
@@ -325,7 +415,7 @@ class Region:
         t[src] = value
 
 
-def _clip(shape, starts, exts):
+def clip(shape, starts, exts):
     """Slices of the in-range part: (in the buffer, in the region), or (None, None) when nothing is in range."""
     src, dst = [], []
     for s, e, n in zip(starts, exts, shape):
@@ -337,7 +427,7 @@ def _clip(shape, starts, exts):
     return tuple(src), tuple(dst)
 
 
-def compile_region(comp: Compiler, region) -> Region:
+def compile_region(comp: Compiler, region, op: str = "a tile op") -> Region:
     if not (hasattr(region, "source") and hasattr(region, "region")):
         raise NotImplementedError(f"expected a buffer region, got {type(region).__name__}: {region}")
-    return Region(comp, region, comp.location)
+    return Region(comp, region, comp.location, op)

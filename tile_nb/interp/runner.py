@@ -13,9 +13,11 @@ from collections import OrderedDict
 import torch
 from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
+from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from . import exprs, memory, stmts, tileops  # noqa: F401 - importing registers the rules
 from . import values as V
+from . import written
 from .compiler import Compiler, Frame
 from ..errors import TileNBError
 from .errors import InterpreterError
@@ -32,7 +34,7 @@ class Program:
 
     def __init__(self, func: tirx.PrimFunc):
         self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
-        comp = Compiler()
+        comp = Compiler(*_tile_lines(func))
         self.params = []
         for p in func.params:
             if is_buffer_var(p):
@@ -42,16 +44,43 @@ class Program:
         self.body = comp.stmt(func.body)
         self.nslots = comp.nslots
 
-    def __call__(self, args) -> None:
+    def __call__(self, args, check_uninit: bool = True) -> None:
         if len(args) != len(self.params):
             raise InterpreterError(f"{self.name}() takes {len(self.params)} arguments "
                                    f"({', '.join(p.name for p in self.params)}); got {len(args)}")
         f = Frame(self.nslots)
+        if check_uninit:
+            f.written = [None] * self.nslots
         for p, a in zip(self.params, args):
             p.bind(f, a, self.name)
         for p in self.params:
             p.check(f, self.name)
         self.body(f)
+
+
+def _tile_lines(func: tirx.PrimFunc) -> tuple[list[int] | None, str | None]:
+    """The user's lines of the tile-op calls, in program order, and the kernel's file (None when unknown or when
+    their number does not match the calls, e.g. IR changed after elaboration)."""
+    attrs = func.attrs or {}
+    if "tile_nb.tile_op_lines" not in attrs:
+        return None, None
+    lines = [int(x) for x in attrs["tile_nb.tile_op_lines"]]
+    span = getattr(func, "span", None)
+    if _count_tile_calls(func.body) != len(lines) or span is None or span.source_name is None:
+        return None, None
+    return lines, str(span.source_name.name)
+
+
+def _count_tile_calls(stmt) -> int:
+    if isinstance(stmt, TilePrimitiveCall):
+        return 1
+    if isinstance(stmt, tirx.SeqStmt):
+        return sum(_count_tile_calls(s) for s in stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return _count_tile_calls(stmt.then_case) + (
+            _count_tile_calls(stmt.else_case) if stmt.else_case is not None else 0)
+    body = getattr(stmt, "body", None)
+    return _count_tile_calls(body) if isinstance(body, tirx.Stmt) else 0
 
 
 class _ScalarParam:
@@ -149,7 +178,9 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
         tile_nb.interp.run(gemm_func, [A, B, C])   # C now holds A @ B
 
     Raises `OutOfBoundsError` for an access the GPU would perform out of bounds, `InterpreterError` for
-    arguments that do not match the function, `NotImplementedError` for IR without an interpreter rule.
+    arguments that do not match the function, `NotImplementedError` for IR without an interpreter rule,
+    `UninitializedReadError` for a read of shared / fragment / local memory that the block never wrote (the GPU
+    would read garbage there; `TILE_NB_CHECK_UNINIT=0` turns that check off).
 
     Errors are raised without the interpreter's own frames (set `TILE_NB_DEBUG=1` to keep them).
 
@@ -162,7 +193,7 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
     if threads is not None and threads != saved:
         torch.set_num_threads(threads)
     try:
-        program(list(args))
+        program(list(args), written.enabled())
     except TileNBError as err:
         if os.environ.get("TILE_NB_DEBUG"):
             raise

@@ -13,6 +13,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from . import values as V
+from . import written
 from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
 from .errors import InterpreterError
 from .memory import write_back_overlays
@@ -75,10 +76,15 @@ def _alloc(comp: Compiler, node):
     slot = comp.buffer_slot(buf)
     shape = comp.exprs(buf.shape)
     dtype = V.torch_dtype(buf.dtype)
+    tracked = buf.scope() in written.TRACKED
 
     def alloc(f):
-        # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held).
-        f.vals[slot] = torch.zeros([int(s(f)) for s in shape], dtype=dtype)
+        # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held). Reads of elements
+        # not yet written are errors (written.py): a fresh mask per allocation, so per CTA.
+        dims = [int(s(f)) for s in shape]
+        f.vals[slot] = torch.zeros(dims, dtype=dtype)
+        if tracked and f.written is not None:
+            f.written[slot] = written.new_mask(dims)
     return alloc
 
 
@@ -99,6 +105,8 @@ def _decl(comp: Compiler, node):
         if base.dtype != dtype:
             raise InterpreterError(f"DeclBuffer '{buf.name}' reinterprets {base.dtype} as {dtype}: unsupported")
         f.vals[slot] = base.reshape(-1)[: _numel(shape, f)].view([int(s(f)) for s in shape])
+        if f.written is not None and f.written[source] is not None:
+            f.written[source] = True  # writes through the view are not tracked: stop checking the buffer
     return decl
 
 
@@ -289,8 +297,8 @@ def _tile_call(comp: Compiler, node):
     if rule is None:
         raise NotImplementedError(f"the CPU interpreter has no rule for tile primitive T.tile.{name}\n"
                                   f"{comp.location.describe()}")
+    comp.location = location = comp.tile_location()  # (Compiler.stmt restores the enclosing one afterwards)
     run = rule(comp, node)
-    location = comp.location
 
     def tile_call(f):
         if f.par_shape:

@@ -12,7 +12,7 @@ import tvm
 from . import values as V
 from .compiler import Compiler, tile_rule
 from .errors import InterpreterError
-from .memory import compile_region
+from .memory import clip, compile_region
 
 __all__: list[str] = []
 
@@ -33,23 +33,37 @@ def _core(exts) -> list[int]:
 
 @tile_rule("copy", "copy_async")
 def _copy(comp: Compiler, node):
-    dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
+    dst, src = compile_region(comp, node.args[0], "T.copy"), compile_region(comp, node.args[1], "T.copy")
     location = comp.location
 
     def copy(f):
-        tile = src.read(f)
-        _, _, dst_exts = dst.resolve(f)
+        tile = src.read(f, check=not dst.guarded)
+        dst_t, dst_starts, dst_exts = dst.resolve(f)
         if _core(tile.shape) != _core(dst_exts):
             raise InterpreterError(
                 f"T.copy between regions of different shapes: {src.name}{list(tile.shape)} -> "
                 f"{dst.name}{dst_exts}", location)
+        if dst.guarded and f.written is not None:
+            src.check(f, _in_range(dst_t.shape, dst_starts, dst_exts, tile.shape))
         dst.write(f, tile.reshape(dst_exts).to(dst.dtype))
     return copy
 
 
+def _in_range(shape, starts, exts, src_shape) -> torch.Tensor | None:
+    """Which elements of a copy's source land inside a global destination (those past its edge are not stored on
+    the GPU, so they need not have been written), shaped as the source region; None when all of them do."""
+    src, dst = clip(shape, starts, exts)
+    if src is not None and all(s.stop - s.start == e for s, e in zip(src, exts)):
+        return None
+    need = torch.zeros(exts, dtype=torch.bool)
+    if dst is not None:
+        need[dst] = True
+    return need.reshape(src_shape)
+
+
 @tile_rule("fill", "memset")
 def _fill(comp: Compiler, node):
-    dst = compile_region(comp, node.args[0])
+    dst = compile_region(comp, node.args[0], "T.fill")
     value = comp.expr(node.args[1])
 
     def fill(f):
@@ -76,7 +90,7 @@ def _matrix(tile: torch.Tensor, name: str, location) -> torch.Tensor:
 
 @tile_rule("gemm")
 def _gemm(comp: Compiler, node):
-    d_reg, a_reg, b_reg, c_reg = (compile_region(comp, node.args[i]) for i in range(4))
+    d_reg, a_reg, b_reg, c_reg = (compile_region(comp, node.args[i], "T.gemm") for i in range(4))
     trans_a, trans_b = bool(_const(node.args[4], "transpose_A")), bool(_const(node.args[5], "transpose_B"))
     alpha = float(_const(node.args[6], "alpha")) if len(node.args) > 6 else 1.0
     beta = float(_const(node.args[7], "beta")) if len(node.args) > 7 else 1.0
@@ -106,9 +120,11 @@ def _gemm(comp: Compiler, node):
             d = d_reg.view(f)
             if d is not None and d.shape == (a.shape[0], b.shape[1]):
                 if beta == 1.0:
+                    c_reg.check(f)  # accumulates into C: it must hold values (T.clear it, or clear_accum=True)
                     d.addmm_(a, b)
                 else:
                     torch.mm(a, b, out=d)
+                d_reg.mark_view(f)
                 return
         out = a @ b
         if alpha != 1.0:
@@ -143,7 +159,8 @@ def _reduce_rule(kind: str):
     reduce, combine = _REDUCERS[kind]
 
     def rule(comp: Compiler, node):
-        dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
+        op = f"T.reduce_{kind}"
+        dst, src = compile_region(comp, node.args[0], op), compile_region(comp, node.args[1], op)
         axes = [int(_const(a, "reduce axis")) for a in node.args[2]]
         accum = bool(_const(node.args[3], "accum")) if len(node.args) > 3 else False
         # docs/IR.md: sums in the destination's accumulation dtype, max/min in one that holds the source exactly
