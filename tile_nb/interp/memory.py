@@ -119,9 +119,11 @@ def _buffer_load(comp: Compiler, node):
 
     def load(f):
         t = f.vals[slot]
-        m = f.written[slot] if f.written is not None else None
+        m = f.written[slot] if f.written is not None else None  # (written.mask_of, inlined: the hot path)
         if m is True:
             m = None
+        elif m is False:
+            m = written.mask_of(f.written, slot, t)
         if sliced is not None and not (f.overlays and slot in f.overlays):
             view = sliced.view(f, t)
             if view is not None and (m is None or written.all_written(sliced.view(f, m), f.mask)):
@@ -162,6 +164,8 @@ def _buffer_store(comp: Compiler, node):
         m = w[slot] if w is not None else None
         if m is True:
             m = None
+        elif m is False:
+            m = written.mask_of(w, slot, t)
         if sliced is not None and not (f.overlays and slot in f.overlays):
             view = sliced.view(f, t)
             if view is not None and store_into(view, value, f.mask):
@@ -271,8 +275,8 @@ def _compile_atomic_add(comp: Compiler, node):
         idx = tuple(i(f) for i in index)
         value = value_fn(f)
         idx = _check_index(comp, f, slot, t, idx, location, loops)
-        m = f.written[slot] if f.written is not None else None
-        if m is not None and m is not True:
+        m = written.mask_of(f.written, slot, t)
+        if m is not None:
             _check_written(comp, f, slot, m, idx, location, loops)  # an atomic add reads the old value
         if not f.par_shape and not any(V.is_tensor(k) for k in idx) and not (
                 V.is_tensor(value) and value.dim() > 0):
@@ -338,14 +342,18 @@ class Region:
         index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts))
         raise OutOfBoundsError(self.name, index, tuple(t.shape), self.location, f.block_ids(), what="region")
 
+    def unwritten_possible(self, f) -> bool:
+        """False when no element of the buffer can be unwritten (untracked, or all written): the cheap test."""
+        w = f.written
+        return not self.guarded and w is not None and w[self.slot] is not None and w[self.slot] is not True
+
     def check(self, f, need: torch.Tensor | None = None) -> None:
         """Raise UninitializedReadError when the region holds elements this block never wrote (only those where
         `need`, shaped as the region, is true, when given). Global buffers are not tracked."""
-        w = f.written
-        if w is None:
+        if not self.unwritten_possible(f):
             return
-        m = w[self.slot]
-        if m is None or m is True:
+        m = written.mask_of(f.written, self.slot, f.vals[self.slot])
+        if m is None:
             return
         if self._fixed is not None:
             starts, exts, index = self._fixed
@@ -367,11 +375,12 @@ class Region:
         if index is None:
             w[self.slot] = True  # the whole buffer: no more checks for it in this block
         else:
-            m[index] = True
+            written.mask_of(w, self.slot, f.vals[self.slot])[index] = True
 
     def read(self, f, check: bool = True) -> torch.Tensor:
         """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge).
         `check`: raise for elements never written (see `check`)."""
+        check = check and self.unwritten_possible(f)
         if self._fixed is not None:
             if check:
                 self.check(f)
@@ -397,13 +406,15 @@ class Region:
                 target.copy_(value)
             else:
                 target.fill_(value)
-            self.mark(f, self._fixed[2])
+            if not self.guarded:
+                self.mark(f, self._fixed[2])
             return
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
             index = tuple(slice(s, s + e) for s, e in zip(starts, exts))
             t[index] = value
-            self.mark(f, None if list(exts) == list(t.shape) else index)
+            if not self.guarded:
+                self.mark(f, None if list(exts) == list(t.shape) else index)
             return
         if not self.guarded:
             self._oob(f, t, starts, exts)

@@ -43,7 +43,7 @@ def _copy(comp: Compiler, node):
             raise InterpreterError(
                 f"T.copy between regions of different shapes: {src.name}{list(tile.shape)} -> "
                 f"{dst.name}{dst_exts}", location)
-        if dst.guarded and f.written is not None:
+        if dst.guarded and src.unwritten_possible(f):
             src.check(f, _in_range(dst_t.shape, dst_starts, dst_exts, tile.shape))
         dst.write(f, tile.reshape(dst_exts).to(dst.dtype))
     return copy

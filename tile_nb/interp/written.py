@@ -6,8 +6,10 @@ kernel that reads an element before writing it (a `T.gemm` into an accumulator n
 fail on the GPU. So each buffer allocated in the kernel gets a bool mask of written elements (created with the
 buffer, so fresh in every CTA), stores and tile ops set it, and reads check it: `UninitializedReadError`.
 
-`Frame.written[slot]` is None (not tracked: global tensors, or the check is off), `True` (every element written:
-the common case after `T.clear` / a whole-tile `T.copy`, which then costs no more checking), or the mask.
+`Frame.written[slot]` is None (not tracked: global tensors, or the check is off), `False` (nothing written yet;
+the mask is made on the first partial write or read, so a buffer first written whole costs no mask), `True`
+(every element written: the common case after `T.clear` / a whole-tile `T.copy`, which then costs no more
+checking), or the mask.
 `TILE_NB_CHECK_UNINIT=0` turns the check off (read per run).
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 from . import values as V
 from .errors import UNINIT_ENV, UninitializedReadError
 
-__all__ = ["enabled", "first_bad", "mark_index", "mark_view", "new_mask", "raise_region", "region_unwritten"]
+__all__ = ["enabled", "first_bad", "mark_index", "mark_view", "mask_of", "raise_region", "region_unwritten"]
 
 TRACKED = ("shared", "shared.dyn", "local.fragment", "local", "local.var")
 
@@ -28,8 +30,17 @@ def enabled() -> bool:
     return os.environ.get(UNINIT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def new_mask(shape) -> torch.Tensor:
-    return torch.zeros(shape, dtype=torch.bool)
+def mask_of(w: list | None, slot: int, t: torch.Tensor) -> torch.Tensor | None:
+    """The mask of buffer `slot` (tensor `t`), made now if nothing was written yet; None when the buffer is not
+    tracked or fully written (nothing to check)."""
+    if w is None:
+        return None
+    m = w[slot]
+    if m is False:
+        m = w[slot] = torch.zeros(t.shape, dtype=torch.bool)
+    elif m is True:
+        return None
+    return m
 
 
 def mark_index(w: list, slot: int, m: torch.Tensor, idx: tuple) -> None:
