@@ -100,7 +100,8 @@ class Frame:
 class Compiler:
     """Translates a PrimFunc body into closures; owns the slot numbering of variables and buffers."""
 
-    def __init__(self, tile_lines: list[int] | None = None, filename: str | None = None):
+    def __init__(self, tile_lines: list[int] | None = None, filename: str | None = None, name: str = "kernel"):
+        self.name = name  # the kernel's, for the frame T.breakpoint stops in
         # Tile-op calls have no span: the frontend lists their lines in program order (`tile_nb.tile_op_lines`),
         # which is the order they are compiled in here.
         self._tile_lines = tile_lines
@@ -110,6 +111,10 @@ class Compiler:
         self.buffers: dict[int, Any] = {}   # slot -> buffer Var, for names, scopes and dtypes
         self.location = SourceLocation()     # of the statement being compiled, for error messages
         self.par_vars: dict[int, tuple] = {}  # enclosing parallel loop vars: key -> (slot, depth, name)
+        # For T.breakpoint: each slot's variable (first seen in program order), and the slots out of scope at the
+        # statement being compiled (loop vars of loops already closed, thread indices).
+        self.vars: dict[int, Any] = {}
+        self.closed: set[int] = set()
 
     @property
     def nslots(self) -> int:
@@ -120,6 +125,7 @@ class Compiler:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = len(self._slots)
+            self.vars[slot] = var
         return slot
 
     def buffer_slot(self, buf) -> int:

@@ -13,9 +13,10 @@ import torch
 from tvm import ir, tirx
 
 from ..errors import DeviceAssertError
-from ..language.debug import ASSERT, PRINT, PRINT_TILE, ROW_CHUNK
+from ..language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import values as V
 from . import written
+from .breakpoint import compile_breakpoint
 from .compiler import Compiler, op_short_name
 from .errors import InterpreterError
 
@@ -100,7 +101,7 @@ def _print_tile(comp: Compiler, node):
         if any(a < 0 or a + n > d for a, n, d in zip(lo, ext, t.shape)):
             raise InterpreterError(f"T.print of '{buf.name}' region starting at {lo} with extents {ext} is out of "
                                    f"the buffer's shape {tuple(t.shape)}", location)
-        m = f.written[slot] if f.written is not None else None
+        m = written.mask_of(f.written, slot, t)
         found = written.region_unwritten(m, tuple(slice(a, a + n) for a, n in zip(lo, ext)))
         if found is not None:  # the GPU would print garbage
             written.raise_region(buf, lo, ext, t.shape, found, "T.print", location, f.block_ids())
@@ -184,4 +185,4 @@ def _assert(comp: Compiler, node):
     return run
 
 
-EXTERN_RULES = {PRINT: _print, PRINT_TILE: _print_tile, ASSERT: _assert}
+EXTERN_RULES = {PRINT: _print, PRINT_TILE: _print_tile, ASSERT: _assert, BREAKPOINT: compile_breakpoint}

@@ -34,7 +34,7 @@ class Program:
 
     def __init__(self, func: tirx.PrimFunc):
         self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
-        comp = Compiler(*_tile_lines(func))
+        comp = Compiler(*_tile_lines(func), name=self.name)
         self.params = []
         for p in func.params:
             if is_buffer_var(p):

@@ -84,7 +84,7 @@ def _alloc(comp: Compiler, node):
         dims = [int(s(f)) for s in shape]
         f.vals[slot] = torch.zeros(dims, dtype=dtype)
         if tracked and f.written is not None:
-            f.written[slot] = written.new_mask(dims)
+            f.written[slot] = False
     return alloc
 
 
@@ -121,13 +121,15 @@ def _numel(shape, f) -> int:
 
 @stmt_rule(tirx.AttrStmt)
 def _attr(comp: Compiler, node):
-    body = comp.stmt(node.body)
     if node.attr_key != "thread_extent":
-        return body  # pragmas and hints do not change the result
+        return comp.stmt(node.body)  # pragmas and hints do not change the result
     iv = node.node
     tag = str(iv.thread_tag)
     slot = comp.slot(iv.var)
     extent = comp.expr(node.value)
+    if not tag.startswith("blockIdx"):
+        comp.closed.add(slot)  # threadIdx is 0 in block-level code: not shown at a T.breakpoint
+    body = comp.stmt(node.body)
     if tag.startswith("blockIdx"):
         axis = tag[-1]
 
@@ -160,6 +162,7 @@ def _serial_for(comp: Compiler, node):
     start, extent = comp.expr(node.min), comp.expr(node.extent)
     step = comp.expr(node.step) if node.step is not None else None
     body = comp.stmt(node.body)
+    comp.closed.add(slot)  # out of scope after the loop (for T.breakpoint)
 
     def serial(f):
         lo, n = start(f), extent(f)
@@ -198,6 +201,7 @@ def _parallel_for(comp: Compiler, node):
         body = comp.stmt(node.body)
     finally:
         del comp.par_vars[key]
+        comp.closed.add(slot)
 
     def parallel(f):
         lo, n = int(start(f)), int(extent(f))

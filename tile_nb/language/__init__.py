@@ -23,7 +23,7 @@ from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic
 from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, cumsum, erf, exp, exp2, floor, floordiv,
                       floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
                       reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
-from .debug import device_assert, print  # noqa: A004 - the DSL's name
+from .debug import breakpoint, device_assert, print  # noqa: A004 - the DSL's names
 from .dtypes import ALL_DTYPES, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
@@ -54,7 +54,7 @@ __all__ = [
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
-    "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
+    "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "breakpoint", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
 ]

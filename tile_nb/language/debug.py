@@ -6,7 +6,9 @@ lowering (`lower/debug.py`) give the same meaning:
 - `tile_nb_print(label, line, thread, show_thread, block_x, block_y, block_z, value)`: one line of text;
 - `tile_nb_print_tile(label, line, thread, show_thread, block_x, block_y, block_z, address_of(buf[start]),
   extent_0, ...)`: a header line, then one line per row of the tile (rows wider than `ROW_CHUNK` are split);
-- `tile_nb_assert(cond, message, line)`: stop the kernel, naming the line, when `cond` is false.
+- `tile_nb_assert(cond, message, line)`: stop the kernel, naming the line, when `cond` is false;
+- `tile_nb_breakpoint(line, block_x, block_y, block_z)`: the interpreter stops there (in the debugger) for that
+  block; the GPU lowering refuses it.
 
 `block_*` is -1 for "every block"; `thread` is the thread (threadIdx.x) that prints on the GPU.
 """
@@ -15,11 +17,12 @@ from __future__ import annotations
 from . import state as _state
 from .irutil import is_buffer, is_expr, is_load, is_region
 
-__all__ = ["print", "device_assert", "ROW_CHUNK", "PRINT", "PRINT_TILE", "ASSERT"]
+__all__ = ["print", "device_assert", "breakpoint", "ROW_CHUNK", "PRINT", "PRINT_TILE", "ASSERT", "BREAKPOINT"]
 
 PRINT = "tile_nb_print"
 PRINT_TILE = "tile_nb_print_tile"
 ASSERT = "tile_nb_assert"
+BREAKPOINT = "tile_nb_breakpoint"
 ROW_CHUNK = 16  # values per printed line: device printf takes at most 32 arguments
 
 _WARP_GROUP = 128
@@ -41,7 +44,7 @@ def _thread_filter(st, thread, warp_group_id, warp_id):
     return tid, show
 
 
-def _block_filter(st, block):
+def _block_filter(st, block, op: str = "T.print", none: str = "every block"):
     """(x, y, z) block ids, -1 for any: None prints in every block; an int or a tuple names one block (dims left
     out are 0)."""
     if block is None:
@@ -49,7 +52,7 @@ def _block_filter(st, block):
     ids = (block,) if isinstance(block, int) else tuple(block) if isinstance(block, (tuple, list)) else None
     if ids is None or not 1 <= len(ids) <= 3 or any(isinstance(b, bool) or not isinstance(b, int) or b < 0
                                                     for b in ids):
-        raise st.error(f"T.print(block=...) must be None (every block), a block index or a tuple of up to 3 "
+        raise st.error(f"{op}(block=...) must be None ({none}), a block index or a tuple of up to 3 "
                        f"compile-time ints >= 0; got {block!r}")
     return ids + (0,) * (3 - len(ids))
 
@@ -148,4 +151,25 @@ def device_assert(cond, msg: str = "", no_stack_info: bool = False):
     if str(cond.ty.dtype) != "bool":
         cond = cond != tirx.const(0, str(cond.ty.dtype))
     call = tirx.call_extern("int32", ASSERT, cond, msg, st.lineno)
+    T.add_to_parent(tirx.Evaluate(call, st.span()))
+
+
+def breakpoint(block=0):  # noqa: A001 - the DSL's name
+    """`T.breakpoint()`: on the CPU interpreter, stop in the debugger at this line, in the block `block` (the
+    first block by default; a tuple such as `(1, 0)` names another, dims left out are 0; `None` stops in every
+    block), with the kernel's tiles and scalars as local variables of the frame, named as in the kernel.
+
+    It calls Python's `breakpoint()`, so `PYTHONBREAKPOINT=0` turns it off and `sys.breakpointhook` decides what
+    happens (pdb by default; Jupyter's debugger when it is on). Call it in block-level code (outside
+    `T.Parallel`). The GPU lowering refuses a kernel that contains it (a `LoweringError` at this line): it is an
+    interpreter-only aid, so remove it before running on the GPU.
+    """
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    st = _state.active("T.breakpoint")
+    if not st.kernel_open:
+        raise st.error("T.breakpoint must be called inside `with T.Kernel(...)`")
+    wanted = _block_filter(st, block, "T.breakpoint", "every block")
+    call = tirx.call_extern("int32", BREAKPOINT, st.lineno, *wanted)
     T.add_to_parent(tirx.Evaluate(call, st.span()))

@@ -14,14 +14,14 @@ from __future__ import annotations
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
-from ..language.debug import ASSERT, PRINT, PRINT_TILE, ROW_CHUNK
+from ..language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import intrin
 from .emitter import register_statement
 from .errors import LoweringError
 
 __all__ = ["DEBUG_CALLS"]
 
-DEBUG_CALLS = (PRINT, PRINT_TILE, ASSERT)
+DEBUG_CALLS = (PRINT, PRINT_TILE, ASSERT, BREAKPOINT)
 
 
 def _debug_call(stmt):
@@ -257,7 +257,16 @@ _ASSERT_BODY = """#if defined(__CUDACC_RTC__)
   __assert_fail(msg, file, line, fn);
 #endif"""
 
-_RULES = {PRINT: _emit_print, PRINT_TILE: _emit_print_tile, ASSERT: _emit_assert}
+def _refuse_breakpoint(em, stmt):
+    """T.breakpoint stops the CPU interpreter in Python's debugger; a GPU thread has no debugger to stop in, and
+    skipping it silently would let a kernel behave differently on the two sides: refused at its line."""
+    err = LoweringError("T.breakpoint() is an interpreter-only debugging aid; the GPU lowering refuses it",
+                        hint="remove the T.breakpoint() call before compiling for the GPU (run the kernel on CPU "
+                             "tensors to stop there)")
+    raise em.lines.locate(err, stmt) from None
+
+
+_RULES = {PRINT: _emit_print, PRINT_TILE: _emit_print_tile, ASSERT: _emit_assert, BREAKPOINT: _refuse_breakpoint}
 
 
 @register_statement(lambda em, stmt: _debug_call(stmt) is not None, priority=10)
