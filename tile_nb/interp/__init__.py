@@ -15,7 +15,8 @@ names the buffer, the index, the block and parallel-loop values, and the user's 
 Global-memory regions of `T.copy` past a tensor's edge are not errors: they are guarded by contract. A read of
 a shared / fragment / local element that the block has not written raises `UninitializedReadError` (the GPU would
 read garbage; `TILE_NB_CHECK_UNINIT=0` turns that check off). `T.breakpoint()` stops in the debugger with the
-kernel's tiles as local variables (docs/debugging.md).
+kernel's tiles as local variables (docs/debugging.md). `access_map(func, args, block=...)` runs a kernel and says
+which elements of each tensor one block read and wrote.
 
 Semantics worth knowing: CTAs run one after another (x fastest); `threadIdx.x` is 0 in block-level code;
 buffers start zeroed (but reading an element before writing it is an error, see above); `local`/`local.var`
@@ -30,8 +31,9 @@ atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parall
 entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `written.py` (which elements each block
 wrote), `debug.py` and `breakpoint.py` (T.print, T.device_assert, T.breakpoint), `errors.py`.
 """
+from .access import AccessMap, access_map
 from .errors import InterpreterError, OutOfBoundsError, SourceLocation, UninitializedReadError
 from .runner import compile_func, run
 
-__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "compile_func",
-           "run"]
+__all__ = ["AccessMap", "InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError",
+           "access_map", "compile_func", "run"]

@@ -78,9 +78,10 @@ class Frame:
       the GPU), by buffer slot; written back when the outermost parallel loop ends.
     block: the blockIdx values of the running CTA, for error messages.
     written: per buffer slot, which elements the CTA has written (written.py), or None when the check is off.
+    trace / access: recording of one block's global accesses (access.py); None otherwise.
     """
 
-    __slots__ = ("block", "mask", "overlays", "par_shape", "ranges", "vals", "written")
+    __slots__ = ("access", "block", "mask", "overlays", "par_shape", "ranges", "trace", "vals", "written")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots
@@ -90,6 +91,8 @@ class Frame:
         self.block: dict = {}
         self.ranges: dict = {}  # parallel loop var slot -> (start, extent, step), for slice accesses
         self.written: list | None = None
+        self.trace = None    # access.py's _Trace when a block's accesses are recorded
+        self.access: dict | None = None  # its masks while that block runs, else None
 
     def block_ids(self) -> tuple | None:
         if not self.block:

@@ -12,8 +12,8 @@ import torch
 from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
 
+from . import access, written
 from . import values as V
-from . import written
 from .affine import compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
 from .errors import InterpreterError, OutOfBoundsError, UninitializedReadError
@@ -115,10 +115,13 @@ def _buffer_load(comp: Compiler, node):
     location = comp.location
     loops = tuple(comp.par_vars.values())
     local = buf.scope() in _LOCAL_SCOPES
+    glob = buf.scope() == "global"
     sliced = compile_slice_access(comp, node.indices)
 
     def load(f):
         t = f.vals[slot]
+        if glob and f.access is not None:
+            access.record_element(f, slot, t, access.READ, sliced, index)
         m = f.written[slot] if f.written is not None else None  # (written.mask_of, inlined: the hot path)
         if m is True:
             m = None
@@ -152,11 +155,14 @@ def _buffer_store(comp: Compiler, node):
     location = comp.location
     loops = tuple(comp.par_vars.values())
     local = node.buffer.scope() in _LOCAL_SCOPES
+    glob = node.buffer.scope() == "global"
     sliced = compile_slice_access(comp, node.indices)
     wrap = _int_wrapper(str(node.buffer.dtype))
 
     def store(f):
         t = f.vals[slot]
+        if glob and f.access is not None:
+            access.record_element(f, slot, t, access.WRITE, sliced, index)
         value = value_fn(f)
         if wrap is not None and type(value) is int:
             value = wrap(value)
@@ -269,9 +275,13 @@ def _compile_atomic_add(comp: Compiler, node):
     value_fn = comp.expr(node.args[2])
     location = comp.location
     loops = tuple(comp.par_vars.values())
+    glob = ptr.source.scope() == "global"
 
     def atomic_add(f):
         t = f.vals[slot]
+        if glob and f.access is not None:
+            access.record_element(f, slot, t, access.READ, None, index)
+            access.record_element(f, slot, t, access.WRITE, None, index)
         idx = tuple(i(f) for i in index)
         value = value_fn(f)
         idx = _check_index(comp, f, slot, t, idx, location, loops)
@@ -377,9 +387,18 @@ class Region:
         else:
             written.mask_of(w, self.slot, f.vals[self.slot])[index] = True
 
+    def _record(self, f, kind: int) -> None:
+        """The in-range part of this global region, for access_map's block."""
+        t, starts, exts = self.resolve(f)
+        src, _ = clip(t.shape, starts, exts)
+        if src is not None:
+            access.record_region(f, self.slot, t, kind, src)
+
     def read(self, f, check: bool = True) -> torch.Tensor:
         """The region as a tensor of its extents (a view when in bounds; zeros past a global buffer's edge).
         `check`: raise for elements never written (see `check`)."""
+        if self.guarded and f.access is not None:
+            self._record(f, access.READ)
         check = check and self.unwritten_possible(f)
         if self._fixed is not None:
             if check:
@@ -400,6 +419,8 @@ class Region:
 
     def write(self, f, value) -> None:
         """Store `value` (broadcastable to the extents) into the region; only the in-range part of a global one."""
+        if self.guarded and f.access is not None:
+            self._record(f, access.WRITE)
         if self._fixed is not None:
             target = self.view(f)
             if V.is_tensor(value):

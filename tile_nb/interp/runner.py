@@ -22,7 +22,7 @@ from .compiler import Compiler, Frame
 from ..errors import TileNBError
 from .errors import InterpreterError
 
-__all__ = ["Program", "compile_func", "run"]
+__all__ = ["Program", "compile_func", "run", "run_program"]
 
 _CACHE_SIZE = 64
 _cache: OrderedDict[int, tuple] = OrderedDict()
@@ -38,19 +38,20 @@ class Program:
         self.params = []
         for p in func.params:
             if is_buffer_var(p):
-                self.params.append(_BufferParam(comp, p))
+                self.params.append(BufferParam(comp, p))
             else:
                 self.params.append(_ScalarParam(comp, p))
         self.body = comp.stmt(func.body)
         self.nslots = comp.nslots
 
-    def __call__(self, args, check_uninit: bool = True) -> None:
+    def __call__(self, args, check_uninit: bool = True, trace=None) -> None:
         if len(args) != len(self.params):
             raise InterpreterError(f"{self.name}() takes {len(self.params)} arguments "
                                    f"({', '.join(p.name for p in self.params)}); got {len(args)}")
         f = Frame(self.nslots)
         if check_uninit:
             f.written = [None] * self.nslots
+        f.trace = trace
         for p, a in zip(self.params, args):
             p.bind(f, a, self.name)
         for p in self.params:
@@ -101,7 +102,7 @@ class _ScalarParam:
         pass
 
 
-class _BufferParam:
+class BufferParam:
     """A tensor parameter: dtype and rank are checked, symbolic dims and strides bound, static ones compared."""
 
     def __init__(self, comp: Compiler, buf):
@@ -188,12 +189,16 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
     Tile-sized ops gain nothing from more threads, and on a busy machine OpenMP's waiting between thousands of
     small ops makes them much slower (benchmarks/results/interp.md).
     """
-    program = compile_func(func)
+    run_program(compile_func(func), list(args), threads)
+
+
+def run_program(program: Program, args: list, threads: int | None = 1, trace=None) -> None:
+    """`run` of a compiled program; `trace` (access.py) records one block's global accesses."""
     saved = torch.get_num_threads()
     if threads is not None and threads != saved:
         torch.set_num_threads(threads)
     try:
-        program(list(args), written.enabled())
+        program(args, written.enabled(), trace)
     except TileNBError as err:
         if os.environ.get("TILE_NB_DEBUG"):
             raise

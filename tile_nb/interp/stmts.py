@@ -137,6 +137,8 @@ def _attr(comp: Compiler, node):
             for b in range(int(extent(f))):
                 f.vals[slot] = b
                 f.block[axis] = b
+                if f.trace is not None:  # the innermost grid loop decides last
+                    f.access = f.trace.active(f.block)
                 body(f)
             f.block.pop(axis, None)
         return grid
