@@ -105,3 +105,21 @@ def test_a_block_outside_the_grid_records_nothing_and_a_bad_block_is_refused():
     assert not any(m.read.any() or m.written.any() for m in maps.values())
     with pytest.raises(ValueError, match=r"access_map\(block=...\) must be"):
         interp.access_map(shifted.specialize(X, Y), [X, Y], block=(-1,))
+
+
+def test_notebook_view_summarizes_the_masks_and_draws_them():
+    from tile_nb.notebook.access import show_access
+
+    A, B = torch.randn(50, 40).half(), torch.randn(40, 70).half()
+    C = torch.zeros(50, 70)
+    view = show_access(matmul, A, B, C, block=(1, 1))
+    assert view.text().splitlines() == [
+        "matmul: block (1, 1)",
+        "  A [50, 40]: read 640 in [16:32, 0:40], written 0",
+        "  B [40, 70]: read 1280 in [0:40, 32:64], written 0",
+        "  C [50, 70]: read 0, written 512 in [16:32, 32:64]",
+    ]
+    bundle = view._repr_mimebundle_()
+    assert bundle["text/plain"] == view.text() and bundle["image/png"].startswith(b"\x89PNG")
+    with pytest.raises(TypeError, match="T.empty outputs included"):
+        show_access(matmul, A, B, block=0)

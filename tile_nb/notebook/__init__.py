@@ -14,7 +14,8 @@ option of the magic; `explore(gemm, M=[256, 512], block_M=[64, 128])` puts slide
 Modules: `views` (KernelView and its plain-text and JSON forms), `render` (static HTML), `highlight`, `diff`
 (template/specialized line alignment), `build` (views from kernel objects), `api` (show, kernel_view), `magic`
 (%%tilekernel), `tracebacks` (short errors), `widgets` (explore), `bench` (tables and plots of
-`tile_nb.bench` results), `progress` (the tuning/sweep progress widget), `hooks` (registers both with IPython). This is the only package that imports IPython,
+`tile_nb.bench` results), `progress` (the tuning/sweep progress widget), `access` (heat maps of a block's memory
+access), `hooks` (registers both with IPython). This is the only package that imports IPython,
 ipywidgets or matplotlib, and only when the magic is loaded or a widget is made.
 """
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""A picture of one block's memory access: `show_access(kernel, *args, block=(1, 0))`.
+
+`tile_nb.interp.access_map` gives, per tensor, bool masks of the elements a block read and wrote; this draws them
+as heat maps (one panel per tensor: not touched / read / written / both), the way triton-viz shows a program's
+loads and stores. The view's `text/plain` is a summary of the same masks (counts and bounding boxes), so a stored
+notebook compares it under nbval; the `image/png` is the picture.
+"""
+from __future__ import annotations
+
+import io
+
+import torch
+
+__all__ = ["AccessView", "access_png", "show_access"]
+
+_COLORS = ["#eaeef2", "#0969da", "#fb8500", "#8250df"]   # none, read, written, both
+_LABELS = ["not accessed", "read", "written", "read and written"]
+
+
+def _box(mask: torch.Tensor) -> str:
+    """`[32:50, 0:40]`: the bounding box of the true elements."""
+    idx = mask.nonzero()
+    lo, hi = idx.min(0).values.tolist(), idx.max(0).values.tolist()
+    return "[" + ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi)) + "]"
+
+
+def _as_2d(t: torch.Tensor) -> torch.Tensor:
+    if t.dim() == 0:
+        return t.reshape(1, 1)
+    if t.dim() == 1:
+        return t.reshape(1, -1)
+    return t.reshape(-1, t.shape[-1])  # leading dims stacked: rows of the last two dims, one block after another
+
+
+def access_png(maps: dict, title: str = "") -> bytes:
+    """The heat maps of `maps` (name -> AccessMap) as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    from .plots import _small_png
+
+    names = list(maps)
+    fig = Figure(figsize=(2.6 * max(len(names), 1) + 0.4, 3.0), dpi=72)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(len(names), 1), squeeze=False)[0]
+    cmap = ListedColormap(_COLORS)
+    for ax, name in zip(axes, names):
+        m = maps[name]
+        code = _as_2d(m.read.to(torch.int8) + 2 * m.written.to(torch.int8))
+        ax.imshow(code.numpy(), cmap=cmap, vmin=0, vmax=3, interpolation="nearest", aspect="auto")
+        shape = "x".join(str(d) for d in m.read.shape)
+        ax.set_title(f"{name} [{shape}]", fontsize=9)
+        ax.tick_params(labelsize=7)
+    fig.legend(handles=[Patch(color=c, label=label) for c, label in zip(_COLORS, _LABELS)], loc="lower center",
+               ncol=4, fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
+    return _small_png(buf.getvalue())
+
+
+class AccessView:
+    """One block's access masks: text summary and heat-map PNG. `.maps` holds the masks."""
+
+    def __init__(self, maps: dict, title: str):
+        self.maps = maps
+        self.title = title
+
+    def text(self) -> str:
+        lines = [self.title]
+        for name, m in self.maps.items():
+            parts = []
+            for what, mask in (("read", m.read), ("written", m.written)):
+                n = int(mask.sum())
+                parts.append(f"{what} {n}" + (f" in {_box(mask)}" if n else ""))
+            lines.append(f"  {name} {list(m.read.shape)}: " + ", ".join(parts))
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": self.text(), "image/png": access_png(self.maps, self.title)}
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def show_access(kernel, *args, block=0, **kwargs) -> AccessView:
+    """Run `kernel` (a `tile_nb.jit` kernel) on CPU tensors `args` on the interpreter, recording which elements of
+    each tensor block `block` read and wrote; returns the view (heat maps in a notebook, a summary as text).
+
+    The arguments are those of a call (tensors are updated in place, as by a call); kernels that return
+    `T.empty` outputs are not supported here: pass the outputs as arguments, or use
+    `tile_nb.interp.access_map(kernel.specialize(*args), args + outputs, block=...)`.
+    """
+    from ..interp import access_map
+
+    func = kernel.specialize(*args, **kwargs)
+    if len(func.params) != len(args):
+        raise TypeError(f"show_access: {kernel.__name__}() takes {len(func.params)} arguments after specialization "
+                        f"(T.empty outputs included); got {len(args)}")
+    ids = (block,) if isinstance(block, int) else tuple(block)
+    maps = access_map(func, list(args), block=ids)
+    name = getattr(kernel, "__name__", "kernel")
+    return AccessView(maps, f"{name}: block ({', '.join(str(b) for b in ids)})")
