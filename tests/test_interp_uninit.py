@@ -298,3 +298,23 @@ def test_error_pickles_with_its_fields():
     assert (again.buffer, again.index, again.block, again.loop, again.lineno) == (
         "S", (2, 0), (0,), {"i": 2, "j": 0}, _line("parallel-read"))
     assert str(again) == str(info.value)
+
+
+def test_a_buffer_allocated_outside_the_grid_starts_unwritten_in_every_block():
+    from tvm.script import tirx as TS
+
+    from tile_nb import interp
+
+    @TS.prim_func
+    def outside(a: TS.handle, b: TS.handle):
+        A = TS.match_buffer(a, (2,), "float32")
+        B = TS.match_buffer(b, (2,), "float32")
+        S = TS.alloc_buffer((1,), "float32", scope="shared")
+        bx = TS.launch_thread("blockIdx.x", 2)
+        if bx == 0:
+            S[0] = A[0]
+        B[bx] = S[0]
+
+    with pytest.raises(UninitializedReadError) as info:
+        interp.run(outside, [torch.randn(2), torch.zeros(2)])
+    assert (info.value.buffer, info.value.block) == ("S", (1,))

@@ -118,6 +118,7 @@ class Compiler:
         # statement being compiled (loop vars of loops already closed, thread indices).
         self.vars: dict[int, Any] = {}
         self.closed: set[int] = set()
+        self.tracked: list[int] = []  # slots of buffers whose written elements are tracked (written.py)
 
     @property
     def nslots(self) -> int:

@@ -77,6 +77,8 @@ def _alloc(comp: Compiler, node):
     shape = comp.exprs(buf.shape)
     dtype = V.torch_dtype(buf.dtype)
     tracked = buf.scope() in written.TRACKED
+    if tracked:
+        comp.tracked.append(slot)
 
     def alloc(f):
         # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held). Reads of elements
@@ -132,11 +134,17 @@ def _attr(comp: Compiler, node):
     body = comp.stmt(node.body)
     if tag.startswith("blockIdx"):
         axis = tag[-1]
+        tracked = comp.tracked  # (filled while the whole function compiles)
 
         def grid(f):
             for b in range(int(extent(f))):
                 f.vals[slot] = b
                 f.block[axis] = b
+                w = f.written
+                if w is not None:  # a new CTA has written nothing yet (buffers allocated outside the grid too)
+                    for s in tracked:
+                        if w[s] is not None:
+                            w[s] = False
                 if f.trace is not None:  # the innermost grid loop decides last
                     f.access = f.trace.active(f.block)
                 body(f)
