@@ -3,8 +3,8 @@
 The GPU's shared memory and registers start with whatever they held; the interpreter's buffers start at 0. A
 kernel that reads an element before writing it (a `T.gemm` into an accumulator never cleared, a reduction with
 `clear=False` into a fresh fragment, a tile copied out before it was filled) could therefore pass on the CPU and
-fail on the GPU. So each buffer allocated in the kernel gets a bool mask of written elements (created with the
-buffer, so fresh in every CTA), stores and tile ops set it, and reads check it: `UninitializedReadError`.
+fail on the GPU. So each buffer allocated in the kernel gets a bool mask of written elements (fresh with the
+buffer and at the start of every CTA), stores and tile ops set it, and reads check it: `UninitializedReadError`.
 
 `Frame.written[slot]` is None (not tracked: global tensors, or the check is off), `False` (nothing written yet;
 the mask is made on the first partial write or read, so a buffer first written whole costs no mask), `True`
