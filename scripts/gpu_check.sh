@@ -6,7 +6,8 @@
 #   PART=older:          the `gpu` tests with the code of older GPUs loaded as PTX (TILE_NB_ARCH=compute_80, cut at
 #                        230 s, then compute_75, cut at 200 s; issue 35), then the tutorials' cells as compute_75 (a T4)
 #   PART=bench:          the benchmarks in GPU_BENCHMARKS (default: host_cost, torch_op_cost, backward and rowwise's
-#                        GELU lines; `name:arg,arg` passes arguments), a JSON and a log each, each cut at 140 s
+#                        GELU lines; `name:arg,arg` passes arguments), a JSON each and
+#                        one bench.log, each cut at BENCH_LIMIT (140) s
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
 set -uo pipefail
@@ -22,7 +23,7 @@ case "$part" in
   main)
     { device; gpu_tests; } 2>&1 | tee "$out/gpu_tests.log"
     rc=${PIPESTATUS[0]}
-    timeout 240 python3 scripts/gpu_cells.py "${notebooks[@]}" > "$out/tutorial_cells.log" 2>&1
+    timeout "${CELLS_LIMIT:-240}" python3 scripts/gpu_cells.py "${notebooks[@]}" > "$out/tutorial_cells.log" 2>&1
     echo "tutorial cells exit $?" >> "$out/tutorial_cells.log"
     exit "$rc" ;;
   older)
@@ -36,8 +37,8 @@ case "$part" in
   bench)
     for spec in ${GPU_BENCHMARKS:-host_cost torch_op_cost backward rowwise:--ops,gelu,gelu_approx,gelu_precise}; do
       bench=${spec%%:*}; args=(); [[ "$spec" == *:* ]] && IFS=, read -ra args <<< "${spec#*:}"
-      { device; timeout 140 python3 "benchmarks/$bench.py" "${args[@]}" --json "$out/$bench.json"; echo "$bench exit $?"; } \
-        > "$out/$bench.log" 2>&1
+      { device; timeout "${BENCH_LIMIT:-140}" python3 "benchmarks/$bench.py" "${args[@]}" --json "$out/$bench.json"
+        echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
   *) echo "unknown part '$part': main, older or bench" >&2; exit 2 ;;
 esac
