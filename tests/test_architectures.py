@@ -439,3 +439,14 @@ if __name__ == "__main__":
     print("|---|" + "---|" * len(archs))
     for kernel_name in sorted(_kernels()):
         print(f"| {kernel_name} | " + " | ".join(_outcome(kernel_name, a) for a in archs) + " |", flush=True)
+
+
+def test_the_cuda_host_launcher_refuses_a_compute_target(tmp_path):
+    """host='cuda_host' builds SASS for one GPU through tvm_ffi (no PTX): with compute_80 the H200 said "no kernel
+    image is available" at launch (2026-12-05); now the build says why, naming the arch, before nvcc runs."""
+    from tile_nb.backend.cuda_compile import CudaCompileError
+    from tile_nb.backend.cuda_host import build_launcher
+
+    with pytest.raises(CudaCompileError, match="compute_80 target, which hands PTX to the driver") as info:
+        build_launcher("// not compiled", "compute_80", tmp_path)
+    assert info.value.arch == "compute_80" and not (tmp_path / "kernel.cu").exists()

@@ -212,6 +212,11 @@ def build_launcher(source: str, arch: str, folder: str | os.PathLike, *, link: b
     """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library, or
     with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
     seconds)."""
+    if arch.startswith("compute_"):  # seen on the H200: an sm_80 cubin and "no kernel image is available"
+        raise CudaCompileError("nvcc (cuda_host launcher)", arch, f"host='cuda_host' builds the kernel as machine "
+                               f"code for one GPU (tvm_ffi's build embeds no PTX), so a {arch} target, which hands "
+                               "PTX to the driver, cannot use it: keep the default host ('llvm') for compute_XY "
+                               "targets, or build for the GPU's own sm_XY")
     import tvm_ffi.cpp
 
     missing = [tool for tool, path in (("nvcc", find_tool("nvcc")), ("ninja", shutil.which("ninja"))) if path is None]
