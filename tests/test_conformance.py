@@ -36,7 +36,7 @@ def _fake_checkout(root):
     """)
     _write(root, "examples/swz/example_swizzle.py", """
         import tilelang.language as T
-        T.cumsum
+        T.cummax
     """)
     _write(root, "examples/slow/example_slow.py", """
         import time
@@ -88,7 +88,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     bad = cases["examples/bad/example_bad.py"]
     assert (bad["status"], bad["error"]) == ("fail", "AssertionError: reference check failed")
     swz = cases["examples/swz/example_swizzle.py"]
-    assert (swz["status"], swz["missing"]) == ("error", "tilelang.language.cumsum")
+    assert (swz["status"], swz["missing"]) == ("error", "tilelang.language.cummax")
     assert cases["examples/slow/example_slow.py"]["status"] == "timeout"
     tmem = cases["examples/bw/example_tmem.py"]
     assert (tmem["klass"], tmem["status"]) == ("sm_100", "excluded")
@@ -99,7 +99,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert (barrier["status"], barrier["missing"]) == ("error", "tilelang.language.alloc_barrier")
     assert "| examples/bad/example_bad.py | tile-level | fail | AssertionError: reference check failed |  |" \
         in printed
-    assert "| examples/swz/example_swizzle.py | tile-level | error | missing: tilelang.language.cumsum |" \
+    assert "| examples/swz/example_swizzle.py | tile-level | error | missing: tilelang.language.cummax |" \
         in printed
     assert "| tile-level | 4 | 1 | 1 | 1 | 1 | 0 | 0 |" in printed
     assert "| sm_100 | 1 | 0 | 0 | 0 | 0 | 0 | 1 |" in printed
@@ -107,4 +107,4 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert "| notebook | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in printed
     doc = out_md.read_text()
     assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
-    assert "| `tilelang.language.alloc_barrier` | 1 |" in doc and "| `tilelang.language.cumsum` | 1 |" in doc
+    assert "| `tilelang.language.alloc_barrier` | 1 |" in doc and "| `tilelang.language.cummax` | 1 |" in doc
