@@ -76,3 +76,32 @@ def test_a_read_after_a_block_level_atomic_waits_at_a_barrier():
     kernel = kernel[kernel.index("{"):]
     add = kernel.index("atomicAdd(")
     assert "tnb_cta_sync();" in kernel[add:kernel.index("Y_ptr[", add)]
+
+
+def test_a_block_level_read_modify_write_of_memory_is_refused_by_the_gpu_lowering():
+    """`X[0] = X[0] + 1` outside T.Parallel: every thread runs block-level code, so on the GPU the threads update
+    X[0] in turns (1 to 4 adds seen for 128 threads) while the interpreter adds once: refused at the line. A plain
+    block-level store and a kernel variable's update still lower."""
+    from tile_nb.lower import LoweringError
+
+    @tile_nb.jit
+    def rmw(X):
+        X: T.Tensor[[4], T.float32]
+        with T.Kernel(1, threads=128) as _:
+            X[0] = X[0] + 1.0
+
+    @tile_nb.jit
+    def fine(X):
+        X: T.Tensor[[4], T.float32]
+        with T.Kernel(1, threads=128) as _:
+            v = T.alloc_var(T.float32, init=0.0)
+            v = v + 2.0
+            X[1] = v
+
+    with pytest.raises(LoweringError, match="X is read and written by one block-level statement") as info:
+        rmw.compile(torch.zeros(4), target="sm_90a")
+    assert info.value.lineno is not None and "T.atomic_add" in str(info.value)
+    assert "X_ptr" in fine.compile(torch.zeros(4), target="sm_90a").cuda_source
+    x = torch.zeros(4)
+    fine(x)
+    assert x.tolist() == [0.0, 2.0, 0.0, 0.0]

@@ -25,7 +25,7 @@ from . import intrin
 from .arch import ArchCaps
 from .diagnostics import SourceLines
 from .errors import LoweringError
-from .exprs import fit_int32, reaches_int32_limit, rewrite, widen_index
+from .exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
 from .irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
 from .layout import accumulator_register_dtype
 from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
@@ -319,6 +319,7 @@ class Emitter:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.BufferStore):
             self._note_operand_write(stmt.buffer)
+            self._refuse_block_level_update(stmt)
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
                 with self._first_replica(stmt.buffer not in self.registers and stmt.buffer not in self.locals):
@@ -592,6 +593,23 @@ class Emitter:
             T.evaluate(intrin.cp_async_wait(pending))
         if self.plan.uses_wgmma:
             self.fence_shared_writes()
+
+    def _refuse_block_level_update(self, stmt):
+        """`X[i] = X[i] + v` outside T.Parallel on shared or global memory: every thread of the CTA runs block-level
+        code, so the threads read and write X[i] in turns and the result depends on their timing (1 to 4 adds seen
+        for 128 threads), while the interpreter adds once. Refused rather than silently different."""
+        buf = stmt.buffer
+        if self.scope.thread_code or buf in self.registers or buf in self.locals:
+            return
+        loads = []
+        walk_loads(stmt.value, loads.append)
+        if any(ld.source.same_as(buf) for ld in loads):
+            raise self.lines.locate(LoweringError(
+                f"{buf.name} is read and written by one block-level statement: outside T.Parallel every thread of "
+                f"the CTA runs it, so the threads would update {buf.name} in turns (a race) where the interpreter "
+                "updates it once",
+                hint=f"use T.atomic_add({buf.name}[...], value) for a sum, a kernel variable (T.alloc_var) for a "
+                     "running value, or a T.Parallel loop over the elements"), stmt)
 
     def _note_operand_write(self, buf):
         """Before a statement that writes `buf`: a wgmma operand stored to by ordinary stores needs the proxy
