@@ -159,7 +159,7 @@ def test_a_cell_without_a_kernel_names_the_functions_it_found(ip, capsys, short_
     assert "it defines no function with `with T.Kernel(...)`" in str(result.error_in_exec)
 
 
-BAD_BODY = SCALE.replace("        for i in T.Parallel(block):\n", "        while bx < N:\n")
+BAD_BODY = SCALE.replace("        for i in T.Parallel(block):\n", "        while True:\n")
 
 
 def test_an_error_while_the_magic_runs_names_the_cell(ip, capsys, short_errors):
@@ -172,7 +172,7 @@ def test_an_error_while_the_magic_runs_names_the_cell(ip, capsys, short_errors):
     out = capsys.readouterr().out
     labels = re.findall(r"In\[(\d+)\]", out)
     assert labels == [str(count)], out
-    assert f"--> In[{count}], line 7" in out and "while bx < N:" in out
+    assert f"--> In[{count}], line 7" in out and "while True:" in out
     # The message text names the same cell ("cell [n]" in IPython's shell, "cell In[n]" under ipykernel).
     assert re.search(rf"--> cell (In)?\[{count}\], line 7", str(result.error_in_exec))
 

@@ -213,3 +213,20 @@ def test_while_else_is_refused():
         tile_nb.jit(while_else)
     assert "`while ... else` is not supported" in info.value.message
     assert "# error:" in linecache.getline(info.value.filename, info.value.lineno)
+
+
+def test_while_true_without_break_is_refused_rather_than_hanging():
+    """A Python-level `while True:` with no break would run forever while the kernel is built (a notebook cell
+    that never returns): refused at its line."""
+    from tile_nb.errors import UnsupportedSyntaxError
+
+    with pytest.raises(UnsupportedSyntaxError, match="never ends") as info:
+        @tile_nb.jit
+        def spin(X):
+            X: T.Tensor[[4], T.float32]
+            with T.Kernel(1) as _:
+                while True:
+                    pass
+
+        spin(torch.zeros(4))
+    assert "while True:" in str(info.value)

@@ -368,6 +368,12 @@ class _BodyRewriter(ast.NodeTransformer):
     def visit_While(self, node: ast.While):
         if node.orelse:
             raise self.fail(node, "`while ... else` is not supported in kernels")
+        if isinstance(node.test, ast.Constant) and node.test.value and \
+                not any(isinstance(n, ast.Break) for stmt in node.body for n in ast.walk(stmt)):
+            # a Python-level loop that never ends would hang the elaboration (a notebook cell that never returns)
+            raise self.fail(node, f"`while {node.test.value!r}:` with no `break` never ends: it would run forever "
+                                  "while the kernel is built; loop over a range (`for i in T.serial(n)`) or test "
+                                  "a value the body changes")
         lineno = _const(node.lineno + self.source.first_line - 1)
         cond_name = self.fresh("cond")
         # Python names the IR loop would read each iteration (in its body, or in its condition) and its body
