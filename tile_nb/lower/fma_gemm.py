@@ -16,7 +16,7 @@ from tvm.script.ir_builder import tirx as T
 
 from .errors import LoweringError
 from .fragments import FragmentLayout
-from .irwalk import region_of
+from .irwalk import gemm_k, region_of
 from .layout import accumulator_register_dtype
 
 __all__ = ["FMA_INPUTS", "fma_gemm", "is_tf32", "lower_gemm_fma", "position", "reg_digits", "register_part"]
@@ -92,13 +92,7 @@ def lower_gemm_fma(em, call):
         raise LoweringError("T.gemm: alpha != 1 is not supported")
     lay = em.plan.accumulators[c_buf]
     layout = em.plan.layout(c_buf)
-    a_ext = [int(e) for _, e in a_rng]
-    b_ext = [int(e) for _, e in b_rng]
-    m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
-    kb, n = (b_ext[-1], b_ext[-2]) if trans_b else (b_ext[-2], b_ext[-1])
-    if (m, n) != (lay.bm, lay.bn) or k != kb:
-        raise LoweringError(f"T.gemm shapes: A {a_ext} (transpose_A={trans_a}), B {b_ext} "
-                            f"(transpose_B={trans_b}), C [{lay.bm}, {lay.bn}] do not match")
+    k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)
     if layout.padded or any(d.source == "reg" and d.dim is None for d in layout.digits):
         raise LoweringError(f"T.gemm: the accumulator layout of {c_buf.name} has padding or replicated registers")
     reg_dtype = accumulator_register_dtype(c_buf)

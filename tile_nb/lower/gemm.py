@@ -25,7 +25,7 @@ from .emitter import register_tile_op
 from .errors import LoweringError
 from .fma_gemm import fma_gemm, is_tf32, lower_gemm_fma
 from .tf32_gemm import lower_gemm_tf32
-from .irwalk import region_of
+from .irwalk import gemm_k, region_of
 from .layout import MmaAccLayout, WgmmaAccLayout
 
 __all__ = ["lower_gemm"]
@@ -72,13 +72,7 @@ def lower_gemm(em, call):
                             f"which accumulate in float32 registers)")
     if alpha != 1.0:
         raise LoweringError("T.gemm: alpha != 1 is not supported")
-    a_ext = [int(e) for _, e in a_rng]
-    b_ext = [int(e) for _, e in b_rng]
-    m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
-    kb, n = (b_ext[-1], b_ext[-2]) if trans_b else (b_ext[-2], b_ext[-1])
-    if (m, n) != (lay.bm, lay.bn) or k != kb:
-        raise LoweringError(f"T.gemm shapes: A {a_ext} (transpose_A={trans_a}), B {b_ext} "
-                            f"(transpose_B={trans_b}), C [{lay.bm}, {lay.bn}] do not match")
+    k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)
     if k % 16:
         raise LoweringError(f"T.gemm: K = {k} must be a multiple of 16 for mma.m16n8k16")
     if not (a_tile.swizzle and b_tile.swizzle):

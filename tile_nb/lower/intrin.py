@@ -281,42 +281,33 @@ __forceinline__ __device__ void {name}(void* dst, const void* src) {{
     return cuda_func_call(name, dst_ptr, src_ptr, source_code=code)
 
 
+def _shuffle(stem: str, intrinsic: str, arg: str, value, arg_value, dtype) -> tirx.Expr:
+    """A call of `tnb_<stem>_<dtype>(v, <arg>)`, defined as `<intrinsic>(0xffffffff, v, <arg>, 32)`."""
+    dtype = str(dtype)
+    name = f"tnb_{stem}_{dtype}"
+    code = f"""
+__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int {arg}) {{
+  return {intrinsic}(0xffffffffu, v, {arg}, 32);
+}}
+"""
+    return cuda_func_call(name, value, arg_value, source_code=code, return_type=dtype)
+
+
 def shfl_xor(value, mask: int, dtype: str) -> tirx.Expr:
     """`__shfl_xor_sync(0xffffffff, value, mask)`: the value of lane (lane ^ mask). Every lane of the warp must
     execute it."""
-    dtype = str(dtype)
-    name = f"tnb_shfl_xor_{dtype}"
-    code = f"""
-__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int mask) {{
-  return __shfl_xor_sync(0xffffffffu, v, mask, 32);
-}}
-"""
-    return cuda_func_call(name, value, mask, source_code=code, return_type=dtype)
+    return _shuffle("shfl_xor", "__shfl_xor_sync", "mask", value, mask, dtype)
 
 
 def shfl_up(value, delta: int, dtype: str) -> tirx.Expr:
     """`__shfl_up_sync(0xffffffff, value, delta)`: the value of lane (lane - delta); lanes below `delta` get their
     own. Every lane of the warp must execute it."""
-    dtype = str(dtype)
-    name = f"tnb_shfl_up_{dtype}"
-    code = f"""
-__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int delta) {{
-  return __shfl_up_sync(0xffffffffu, v, delta, 32);
-}}
-"""
-    return cuda_func_call(name, value, delta, source_code=code, return_type=dtype)
+    return _shuffle("shfl_up", "__shfl_up_sync", "delta", value, delta, dtype)
 
 
 def shfl_idx(value, lane: int, dtype: str) -> tirx.Expr:
     """`__shfl_sync(0xffffffff, value, lane)`: lane `lane`'s value, in every lane. Every lane must execute it."""
-    dtype = str(dtype)
-    name = f"tnb_shfl_idx_{dtype}"
-    code = f"""
-__forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int lane) {{
-  return __shfl_sync(0xffffffffu, v, lane, 32);
-}}
-"""
-    return cuda_func_call(name, value, lane, source_code=code, return_type=dtype)
+    return _shuffle("shfl_idx", "__shfl_sync", "lane", value, lane, dtype)
 
 
 # The float max/min of docs/IR.md (torch.maximum's): a NaN operand gives NaN. PTX `max.NaN` / `min.NaN` (sm_80+) is

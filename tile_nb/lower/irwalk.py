@@ -7,14 +7,28 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .errors import LoweringError
 from .exprs import walk_loads
 
-__all__ = ["atomic_target", "buffers_touched", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
+__all__ = ["atomic_target", "buffers_touched", "gemm_k", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
 
 
 def region_of(r):
     """(buffer, [(min, extent), ...]) of a TensorRegion."""
     return r.source, [(x.min, x.extent) for x in r.region]
+
+
+def gemm_k(a_rng, b_rng, trans_a: bool, trans_b: bool, bm: int, bn: int) -> int:
+    """K of a T.gemm whose A and B regions (transposed as the call says) multiply into a bm x bn accumulator; a
+    LoweringError naming the three shapes where they do not fit."""
+    a_ext = [int(e) for _, e in a_rng]
+    b_ext = [int(e) for _, e in b_rng]
+    m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
+    kb, n = (b_ext[-1], b_ext[-2]) if trans_b else (b_ext[-2], b_ext[-1])
+    if (m, n) != (bm, bn) or k != kb:
+        raise LoweringError(f"T.gemm shapes: A {a_ext} (transpose_A={trans_a}), B {b_ext} "
+                            f"(transpose_B={trans_b}), C [{bm}, {bn}] do not match")
+    return k
 
 
 def scope_of(buf) -> str:

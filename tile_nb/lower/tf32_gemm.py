@@ -15,7 +15,7 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .errors import LoweringError
-from .irwalk import region_of
+from .irwalk import gemm_k, region_of
 
 __all__ = ["lower_gemm_tf32"]
 
@@ -36,13 +36,7 @@ def lower_gemm_tf32(em, call):
                             "float32 (use a float32 accumulator, or T.float32 operands for a float64 one)")
     if alpha != 1.0:
         raise LoweringError("T.gemm: alpha != 1 is not supported")
-    a_ext = [int(e) for _, e in a_rng]
-    b_ext = [int(e) for _, e in b_rng]
-    m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
-    kb, n = (b_ext[-1], b_ext[-2]) if trans_b else (b_ext[-2], b_ext[-1])
-    if (m, n) != (lay.bm, lay.bn) or k != kb:
-        raise LoweringError(f"T.gemm shapes: A {a_ext} (transpose_A={trans_a}), B {b_ext} "
-                            f"(transpose_B={trans_b}), C [{lay.bm}, {lay.bn}] do not match")
+    k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)
     if k % 8:
         raise LoweringError(f"T.gemm in TF32: K = {k} must be a multiple of 8 for mma.sync m16n8k8 .tf32")
     a0 = [em.expr(mn) for mn, _ in a_rng]
