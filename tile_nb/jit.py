@@ -27,7 +27,7 @@ from .frontend.shapes import free_vars
 from .language.dtypes import torch_dtype
 from .language.functions import PrimFuncDefinition, defines_prim_func
 from .runtime.launch import (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN, CallFacts, FastEntry, Launcher, Specialization,
-                             allocate_outputs, resolve_pointers)
+                             allocate_outputs, allocating_launch, resolve_pointers)
 
 __all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning"]
 
@@ -290,8 +290,7 @@ class JITFunction:
                     key = launch = None
                 if launch is not None:
                     try:
-                        launch(*args)
-                        return None
+                        return launch(*args)  # None, or the T.empty outputs of an allocating launch
                     except (TypeError, ValueError):
                         pass  # the kernel's host function refused the arguments (dtype, layout): the slow path says why
                 else:
@@ -315,7 +314,7 @@ class JITFunction:
             if any(type(a).__name__ in _TRACED_TENSORS for a in args):
                 return NOT_SEEN  # fake or functional tensors (torch tracing): the slow path hands them to torch
             device = None if spec.device_arg is None else args[spec.device_arg].device
-            return self._launch(spec, list(args), device, None)
+            return self._launch(spec, list(args), device, None, direct=None if key is None else (fast.direct, key))
         if key is not None:
             if len(fast.direct) >= FAST_TABLE_SIZE:
                 fast.direct.clear()
@@ -418,7 +417,10 @@ class JITFunction:
             error.filename, error.lineno = self._def_where()["filename"], self._def_where()["lineno"]
         return error
 
-    def _launch(self, spec: Specialization, ordered, device, backend, empty: tuple = ()):
+    def _launch(self, spec: Specialization, ordered, device, backend, empty: tuple = (), direct=None):
+        """Run one checked call: allocate its outputs, interpret it or launch its compiled kernel, and keep the
+        launch for the fast path (per call facts; a kernel with outputs under `direct`, a (table, direct key)
+        pair, since its outputs' shapes follow the call's shapes)."""
         outputs = allocate_outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
@@ -454,8 +456,15 @@ class JITFunction:
                 check_device_type(self.definition.name, first.name, device, spec.expectations._where(first.param))
             key = spec.facts_key(call_args)
             kernel = self._compiled(spec, None, facts=spec.facts(key))
-            if not outputs and kernel.launchable and len(call_args) == len(kernel.params):
-                spec.launches[key] = kernel._func  # the fast path launches it directly from now on
+            if kernel.launchable and len(call_args) == len(kernel.params):
+                if not outputs:
+                    spec.launches[key] = kernel._func  # the fast path launches it directly from now on
+                elif direct is not None and not spec.scalar_dims and len(ordered) + len(outputs) == len(call_args):
+                    table, direct_key = direct
+                    if len(table) >= FAST_TABLE_SIZE:
+                        table.clear()
+                    table[direct_key] = allocating_launch(kernel._func, outputs, len(spec.output_shapes),
+                                                          spec.device_arg)
             kernel(*call_args)
         outputs = outputs[: len(spec.output_shapes)]  # T.alloc_global scratch tensors follow; not returned
         if not outputs:

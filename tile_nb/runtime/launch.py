@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..frontend.elaborate import Elaboration
 
 __all__ = ["ALIGNED", "FAST_TABLE_SIZE", "NOT_SEEN", "CallFacts", "FastEntry", "Launcher", "Specialization",
-           "allocate_outputs", "generated", "resolve_pointers"]
+           "allocate_outputs", "allocating_launch", "generated", "resolve_pointers"]
 
 FAST_TABLE_SIZE = 256  # shape tuples remembered for the fast path (a T.dynamic dim can take many values)
 NOT_SEEN = object()  # the shapes (or the checks) send the call down the slow path
@@ -175,6 +175,37 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
             shape = [d if type(d) is int else evaluate(d, dynamic) for d in shape]
         outputs.append(torch.empty(shape, dtype=dtype, device=device or "cpu"))
     return outputs
+
+
+def allocating_launch(func, outputs: list, n_returned: int, device_arg: int):
+    """The direct launch of a kernel that allocates tensors (T.empty outputs, then T.alloc_global scratch): fresh
+    tensors like `outputs` (the shapes and dtypes of the call that compiled it) on the device of argument
+    `device_arg`, launched with the call's arguments, the first `n_returned` returned as a call returns them.
+    Kept under a direct key, which fixes every tensor argument's shape; output dims that come from a scalar
+    argument's value are not in that key, so such kernels get no allocating launch."""
+    import torch
+
+    empty = torch.empty
+    layouts = [(tuple(t.shape), t.dtype) for t in outputs]
+    if len(layouts) == 1 and n_returned == 1:  # the common case, without the loop (each call counts)
+        ((shape, dtype),) = layouts
+
+        def launch_one(*args):
+            out = empty(shape, dtype=dtype, device=args[device_arg].device)
+            func(*args, out)
+            return out
+
+        return launch_one
+
+    def launch(*args):
+        device = args[device_arg].device
+        allocated = [empty(shape, dtype=dtype, device=device) for shape, dtype in layouts]
+        func(*args, *allocated)
+        if n_returned <= 1:
+            return allocated[0] if n_returned else None
+        return tuple(allocated[:n_returned])
+
+    return launch
 
 
 def resolve_pointers(spec: Specialization, ordered, runtime_names: list[str]) -> list:
