@@ -12,7 +12,7 @@ if [[ "${1:-}" == "--download" ]]; then   # on the developer machine: the wheels
   rm -rf .whl /tmp/gpu-wheels && mkdir -p .whl
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-    -d /tmp/gpu-wheels nbval ipykernel ipywidgets
+    -d /tmp/gpu-wheels nbval ipykernel ipywidgets nbclient
   for wheel in /tmp/gpu-wheels/*.whl; do   # what the GPU machine's image already has stays out
     case "$(basename "$wheel" | sed 's/-[0-9].*//')" in
       attrs|coverage|iniconfig|packaging|pluggy|psutil|pygments|pytest|python_dateutil|typing_extensions|tzdata|widgetsnbextension) ;;
