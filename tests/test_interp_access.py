@@ -123,3 +123,33 @@ def test_notebook_view_summarizes_the_masks_and_draws_them():
     assert bundle["text/plain"] == view.text() and bundle["image/png"].startswith(b"\x89PNG")
     with pytest.raises(TypeError, match="T.empty outputs included"):
         show_access(matmul, A, B, block=0)
+
+
+def test_access_explorer_slides_over_the_grid_and_keeps_static_forms_of_the_chosen_block():
+    pytest.importorskip("ipywidgets")
+    from tile_nb.notebook.access import explore_access
+
+    A, B = torch.randn(50, 40).half(), torch.randn(40, 70).half()
+    C = torch.full((50, 70), 7.0)
+    explorer = explore_access(matmul, A, B, C)
+    assert {a: (c.min, c.max) for a, c in explorer.controls.items()} == {"x": (0, 3), "y": (0, 2)}  # 4 x 3 blocks
+    assert torch.equal(C, torch.full((50, 70), 7.0))     # the call's tensors are not written
+    bundle = explorer._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["image/png"].startswith(b"\x89PNG")
+    assert bundle["text/plain"].splitlines()[0] == "matmul: block (0, 0)"
+    explorer.controls["x"].value, explorer.controls["y"].value = 3, 2   # the edge block: 2 rows, 6 columns
+    assert torch.equal(explorer.view.maps["C"].written, _mask((50, 70), slice(48, 50), slice(64, 70)))
+    assert explorer._repr_mimebundle_()["text/plain"].splitlines()[-1] == \
+        "  C [50, 70]: read 0, written 12 in [48:50, 64:70]"
+    assert explorer.image.value == explorer._repr_mimebundle_()["image/png"]
+
+
+def test_access_explorer_sizes_a_dynamic_grid_from_the_call():
+    pytest.importorskip("ipywidgets")
+    from tile_nb.notebook.access import explore_access
+
+    x, y = torch.randn(21), torch.zeros(21)
+    explorer = explore_access(shifted, x, y)               # N = 21 with blocks of 8: 3 blocks
+    assert explorer.controls["x"].max == 2
+    explorer.controls["x"].value = 2
+    assert int(explorer.view.maps["Y"].written.sum()) == 5

@@ -17,7 +17,7 @@ from .indexing import INDEX_LIMIT, tensor_span
 
 __all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind", "check_tensor_storage",
            "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "empty_at_call", "const_where",
-           "kernel_where"]
+           "kernel_where", "launch_grid"]
 
 
 def _static(x) -> int | None:
@@ -415,8 +415,8 @@ def check_const_value(kernel_name: str, const: str, value, where: dict) -> int:
     return int(number)
 
 
-def _grid(func) -> dict:
-    """blockIdx tag -> extent of a kernel's T.Kernel launch."""
+def launch_grid(func) -> dict:
+    """blockIdx tag -> extent (a PrimExpr) of a kernel's T.Kernel launch."""
     from tvm import tirx
 
     grid, todo = {}, [func.body] if func is not None else []
@@ -439,9 +439,9 @@ def empty_grid(func, template_func=None) -> tuple[str, ...]:
     block runs), with the template's expression for it when there is one."""
     from tvm import tirx
 
-    symbolic = _grid(template_func) if template_func is not None else {}
+    symbolic = launch_grid(template_func) if template_func is not None else {}
     out = []
-    for tag, extent in _grid(func).items():
+    for tag, extent in launch_grid(func).items():
         if isinstance(extent, tirx.IntImm) and int(extent) == 0:
             formula = symbolic.get(tag)
             shown = f" = {formula}" if formula is not None and not isinstance(formula, tirx.IntImm) else ""
@@ -453,7 +453,7 @@ def dynamic_grid(func) -> tuple:
     """(tag, extent) of each grid extent of a specialized kernel that depends on T.dynamic dims."""
     from tvm import tirx
 
-    return tuple((tag, extent) for tag, extent in _grid(func).items() if not isinstance(extent, tirx.IntImm))
+    return tuple((tag, extent) for tag, extent in launch_grid(func).items() if not isinstance(extent, tirx.IntImm))
 
 
 def empty_at_call(expectations: "Expectations", dynamic_values: dict) -> tuple[str, ...]:

@@ -4,14 +4,20 @@
 as heat maps (one panel per tensor: not touched / read / written / both), the way triton-viz shows a program's
 loads and stores. The view's `text/plain` is a summary of the same masks (counts and bounding boxes), so a stored
 notebook compares it under nbval; the `image/png` is the picture.
+
+`explore_access(kernel, *args)` is the same picture as a widget: a slider per grid dimension picks the block, and
+the heat map follows. Displayed, it is one bundle of the widget view and the static forms of the chosen block (its
+summary as text, its heat map as PNG), which renderers without widget state show instead (GitHub, nbconvert).
 """
 from __future__ import annotations
 
 import io
+import uuid
+from html import escape
 
 import torch
 
-__all__ = ["AccessView", "access_png", "show_access"]
+__all__ = ["AccessExplorer", "AccessView", "access_png", "explore_access", "show_access"]
 
 _COLORS = ["#eaeef2", "#0969da", "#fb8500", "#8250df"]   # none, read, written, both
 _LABELS = ["not accessed", "read", "written", "read and written"]
@@ -105,3 +111,98 @@ def show_access(kernel, *args, block=0, **kwargs) -> AccessView:
     maps = access_map(func, list(args), block=ids)
     name = getattr(kernel, "__name__", "kernel")
     return AccessView(maps, f"{name}: block ({', '.join(str(b) for b in ids)})")
+
+
+def _grid_extents(func, args) -> dict[str, int]:
+    """blockIdx axis ("x", "y", "z") -> number of blocks, for this call's shapes (T.dynamic dims from `args`)."""
+    from tvm import tirx
+    from tvm.tirx.buffer import is_buffer_var
+
+    from ..frontend.checks import launch_grid
+    from ..frontend.shapes import evaluate
+
+    dims = {}
+    for param, value in zip(func.params, args):
+        if is_buffer_var(param) and isinstance(value, torch.Tensor):  # a tensor parameter is its buffer
+            dims.update({d.name: int(n) for d, n in zip(param.shape, value.shape) if isinstance(d, tirx.Var)})
+    return {tag.split(".")[1]: int(evaluate(extent, dims)) for tag, extent in launch_grid(func).items()}
+
+
+class AccessExplorer:
+    """The widget `explore_access` returns: `.controls` (axis -> slider), `.image`, `.view` (the chosen block's
+    AccessView), `.widget` (what is displayed)."""
+
+    def __init__(self, kernel, func, args: list, extents: dict[str, int]):
+        import ipywidgets as widgets
+
+        self.kernel, self.func, self.extents = kernel, func, extents
+        # Each block's picture is a run of the whole kernel; every run starts from the call's inputs (the kernel
+        # writes in place), so moving the slider back shows the same picture.
+        self.inputs = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        self.controls = {axis: widgets.IntSlider(value=0, min=0, max=max(n - 1, 0), description=f"block {axis}",
+                                                 continuous_update=False)
+                         for axis, n in extents.items()}
+        self.image = widgets.Image(format="png")
+        self.summary = widgets.HTML()
+        for control in self.controls.values():
+            control.observe(self._changed, names="value")
+        self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.image, self.summary])
+        self.display_id = f"tile-nb-access-{uuid.uuid4().hex}"
+        self.displayed = False
+        self.view: AccessView | None = None
+        self.render()
+
+    def block(self) -> tuple[int, ...]:
+        return tuple(c.value for c in self.controls.values()) or (0,)
+
+    def render(self) -> None:
+        from ..interp import access_map
+
+        ids = self.block()
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in self.inputs]
+        name = getattr(self.kernel, "__name__", "kernel")
+        self.view = AccessView(access_map(self.func, args, block=ids),
+                               f"{name}: block ({', '.join(str(b) for b in ids)})")
+        self.image.value = access_png(self.view.maps, self.view.title)
+        self.summary.value = f"<pre>{escape(self.view.text())}</pre>"
+
+    def _changed(self, _change) -> None:
+        self.render()
+        if self.displayed:
+            from IPython.display import update_display
+
+            update_display(self.bundle(), raw=True, display_id=self.display_id)
+
+    def bundle(self) -> dict:
+        """The widget view and the static forms (summary text, heat-map PNG) of the chosen block."""
+        data = dict(self.widget._repr_mimebundle_())
+        data.update(self.view._repr_mimebundle_())
+        return data
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        data = self.bundle()
+        if include:
+            data = {k: v for k, v in data.items() if k in include}
+        if exclude:
+            data = {k: v for k, v in data.items() if k not in exclude}
+        return data
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.bundle(), raw=True, display_id=self.display_id)
+        self.displayed = True
+
+    def __repr__(self) -> str:
+        return self.view.text()
+
+
+def explore_access(kernel, *args, **kwargs) -> AccessExplorer:
+    """`show_access` with a slider per grid dimension: the heat map of the block the sliders pick. The inputs are
+    copied once; each block's picture runs the kernel on the interpreter from those copies (`args` are not
+    changed). Kernels that return `T.empty` outputs: pass the outputs as arguments, as for `show_access`."""
+    func = kernel.specialize(*args, **kwargs)
+    if len(func.params) != len(args):
+        raise TypeError(f"explore_access: {kernel.__name__}() takes {len(func.params)} arguments after "
+                        f"specialization (T.empty outputs included); got {len(args)}")
+    return AccessExplorer(kernel, func, list(args), _grid_extents(func, args))
