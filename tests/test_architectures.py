@@ -197,6 +197,24 @@ def test_the_arch_comes_from_the_caller_then_tile_nb_arch_then_the_device(monkey
     assert "'sm_70'" in str(info.value) and "sm_75" in str(info.value)
 
 
+def test_target_caps_are_those_of_the_arch_kernels_are_built_for(monkeypatch):
+    """`tile_nb.backend.target_caps()`: what a notebook sizes its tiles by (05_flash_attention), the arch chosen as
+    a compile chooses it; a compute_XY build has the limits of sm_XY."""
+    from tile_nb.backend import target as target_mod
+    from tile_nb.backend import target_caps
+
+    monkeypatch.setattr(target_mod, "device_arch", lambda: "sm_80")
+    monkeypatch.delenv("TILE_NB_ARCH", raising=False)
+    assert (target_caps().arch, target_caps().max_shared_bytes) == ("sm_80", 163 * 1024)
+    monkeypatch.setenv("TILE_NB_ARCH", "compute_75")
+    t4 = target_caps()
+    assert (t4.arch, t4.max_shared_bytes, t4.wgmma, t4.cp_async) == ("sm_75", 64 * 1024, False, False)
+    assert target_caps("sm_90a").wgmma and target_caps("sm_120").max_shared_bytes == 99 * 1024
+    monkeypatch.setattr(target_mod, "device_arch", lambda: None)
+    monkeypatch.delenv("TILE_NB_ARCH")
+    assert target_caps().arch == "sm_90a"  # no GPU, no TILE_NB_ARCH: the default
+
+
 def test_the_arch_is_part_of_the_cache_key(monkeypatch):
     from kernels.seed import gemm_ir
     from tile_nb.runtime.compile import cache_key

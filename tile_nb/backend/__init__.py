@@ -18,7 +18,7 @@ from .cuda_compile import (
                            disassemble,
 )
 from .resources import Resources, combine, parse_ptxas_log
-from .target import DEFAULT_ARCH, device_arch, resolve_target, target_arch
+from .target import DEFAULT_ARCH, device_arch, resolve_target, target_arch, target_caps
 
 __all__ = [
                            "DEFAULT_ARCH",
@@ -39,5 +39,6 @@ __all__ = [
                            "parse_ptxas_log",
                            "resolve_target",
                            "target_arch",
+                           "target_caps",
                            "toolchain",
 ]
