@@ -65,7 +65,7 @@ def collect(paths: list[str]) -> list[tuple[str, object]]:
 
 
 def main(argv=None) -> int:
-    from test_architectures import ARCHS
+    from kernels.corpus import ARCHS
 
     parser = argparse.ArgumentParser()
     parser.add_argument("notebooks", nargs="+")

@@ -23,8 +23,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 from tile_nb.backend import toolchain  # noqa: E402
 from tile_nb.lower.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
+from kernels.corpus import ARCHS  # noqa: E402
 
-ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
 HAVE_NVCC = toolchain.find_tool("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="needs nvcc/ptxas to build cubins")
 

@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from test_lower_gemm import cuda_source, ptxas_report, target
-from test_reference_kernels import _gen, rel_err
+from kernels.cuda import cuda_source, ptxas_report, target
+from kernels.compare import rel_err, seeded
 
 import tile_nb.language as T
 from kernels import reference as ref
@@ -23,9 +23,9 @@ DTYPES = [pytest.param(torch.float16, T.float16, 5e-3, id="fp16"),
 
 
 def _inputs(b, h, hk, s, d, dtype, device="cpu", seed=0):
-    Q = torch.randn(b, h, s, d, generator=_gen(seed)).to(dtype).to(device)
-    K = torch.randn(b, hk, s, d, generator=_gen(seed + 1)).to(dtype).to(device)
-    V = torch.randn(b, hk, s, d, generator=_gen(seed + 2)).to(dtype).to(device)
+    Q = torch.randn(b, h, s, d, generator=seeded(seed)).to(dtype).to(device)
+    K = torch.randn(b, hk, s, d, generator=seeded(seed + 1)).to(dtype).to(device)
+    V = torch.randn(b, hk, s, d, generator=seeded(seed + 2)).to(dtype).to(device)
     return Q, K, V, torch.full_like(Q, float("nan"))
 
 

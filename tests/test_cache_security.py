@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_backend import add_module
+from kernels.tirx_modules import add_module
 
 import tile_nb.runtime as rt
 from tile_nb.runtime import cache as cache_mod

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import tile_nb
-import tile_nb.language as T
 from tile_nb.backend import toolchain
 from tile_nb.lower.fma_gemm import position, reg_digits, register_part
 from tile_nb.lower.layout import MmaAccLayout
+from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
@@ -23,57 +23,11 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 _UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
 
 
-@tile_nb.jit
-def gemm(A, B, C, a_dtype: T.dtype = T.float32, b_dtype: T.dtype = T.float32, acc_dtype: T.dtype = T.float32,
-         block_M: int = 64, block_N: int = 64, block_K: int = 16, threads: int = 128, stages: int = 2,
-         trans_A: bool = False, trans_B: bool = False, dynamic_M: bool = False):
-    M = T.dynamic("M") if dynamic_M else T.const("M")
-    N, K = T.const("N, K")
-    A: T.Tensor[[K, M] if trans_A else [M, K], a_dtype]
-    B: T.Tensor[[N, K] if trans_B else [K, N], b_dtype]
-    C: T.Tensor[[M, N], acc_dtype]
-    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
-        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), a_dtype)
-        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), b_dtype)
-        C_local = T.alloc_fragment((block_M, block_N), acc_dtype)
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
-            if trans_A:
-                T.copy(A[k * block_K, bx * block_M], A_shared)
-            else:
-                T.copy(A[bx * block_M, k * block_K], A_shared)
-            if trans_B:
-                T.copy(B[by * block_N, k * block_K], B_shared)
-            else:
-                T.copy(B[k * block_K, by * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-        T.copy(C_local, C[bx * block_M, by * block_N])
-
-
-@tile_nb.jit
-def gemm_minus_row_max(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 32):
-    """C = S - rowmax(S), S = A @ B in float32 (N <= block_N): the accumulator read by a row reduction and a
-    T.Parallel loop in its own register layout (all warps along M, wgmma's row order)."""
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor[[M, K], T.float32]
-    B: T.Tensor[[K, N], T.float32]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
-        A_shared = T.alloc_shared((block_M, block_K), T.float32)
-        B_shared = T.alloc_shared((block_K, block_N), T.float32)
-        S = T.alloc_fragment((block_M, block_N), T.float32)
-        row_max = T.alloc_fragment((block_M,), T.float32)
-        T.clear(S)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-            T.copy(A[bx * block_M, k * block_K], A_shared)
-            T.copy(B[k * block_K, 0], B_shared)
-            T.gemm(A_shared, B_shared, S)
-        for i, j in T.Parallel(block_M, block_N):
-            S[i, j] = T.if_then_else(j < N, S[i, j], -T.infinity(T.float32))
-        T.reduce_max(S, row_max, dim=1)
-        for i, j in T.Parallel(block_M, block_N):
-            S[i, j] = S[i, j] - row_max[i]
-        T.copy(S, C[bx * block_M, 0])
+def fma(a_dtype="float32", b_dtype="float32", acc_dtype="float32", **options):
+    """Options of the shared GEMM (tests/kernels/seed.py `gemm_variant`) here: float32 operands and
+    accumulator unless named, C of the accumulator's dtype, small tiles."""
+    dtypes = {"in_dtype": a_dtype, "b_dtype": b_dtype, "acc_dtype": acc_dtype, "out_dtype": acc_dtype}
+    return {**SMALL_TILES, **dtypes, **options}
 
 
 def _inputs(M, N, K, a_dtype="float32", b_dtype="float32", trans_A=False, trans_B=False, seed=0):
@@ -134,7 +88,7 @@ def test_builds_with_fmas_and_no_tensor_core_instruction(arch, case):
     dt = case.get("a_dtype", "float32")
     A, B = _inputs(70, 45, 33, dt, dt, case.get("trans_A", False), case.get("trans_B", False))
     C = torch.empty(70, 45, dtype=_DT[case.get("acc_dtype", "float32")])
-    k = gemm.compile(A, B, C, target=arch, **case)
+    k = gemm_variant.compile(A, B, C, target=arch, **fma(**case))
     assert [m["kind"] for m in k.plan["mma"]] == ["fma (CUDA cores, exact products)"]
     body = k.cuda_source.split('extern "C"')[-1]
     assert not any(t in body for t in _TENSOR_CORE), [t for t in _TENSOR_CORE if t in body]
@@ -155,8 +109,8 @@ def test_row_statistics_of_an_fma_accumulator_build():
 def test_float16_inputs_into_a_float64_accumulator_take_the_fma_path():
     """The tensor cores add in float32; a float64 accumulator gets float64 sums, as the interpreter computes them."""
     A, B = _inputs(70, 45, 33, "float16", "float16")
-    k = gemm.compile(A, B, torch.empty(70, 45, dtype=torch.float64), a_dtype="float16", b_dtype="float16",
-                     acc_dtype="float64", target="sm_90a")
+    k = gemm_variant.compile(A, B, torch.empty(70, 45, dtype=torch.float64), target="sm_90a",
+                             **fma(a_dtype="float16", b_dtype="float16", acc_dtype="float64"))
     assert "fma" in k.plan["mma"][0]["kind"]
     assert "double C_local" in k.cuda_source
 
@@ -168,13 +122,13 @@ def test_float64_accumulator_counts_two_registers_per_element():
 
     A = torch.randn(256, 256, dtype=torch.float64)
     with pytest.raises(LoweringError, match="256 32-bit registers per thread"):
-        gemm.compile(A, A, torch.empty(256, 256, dtype=torch.float64), a_dtype="float64", b_dtype="float64",
-                     acc_dtype="float64", block_M=128, block_N=128, block_K=16, target="sm_90a")
+        gemm_variant.compile(A, A, torch.empty(256, 256, dtype=torch.float64), target="sm_90a",
+                             **fma("float64", "float64", "float64", block_M=128, block_N=128))
 
 
 def test_float16_gemm_keeps_the_tensor_cores():
     A, B = _inputs(128, 128, 64, "float16", "float16")
-    k = gemm.compile(A, B, torch.empty(128, 128), a_dtype="float16", b_dtype="float16", target="sm_80")
+    k = gemm_variant.compile(A, B, torch.empty(128, 128), target="sm_80", **fma("float16", "float16"))
     assert k.plan["mma"][0]["kind"].startswith("mma.sync")
 
 
@@ -190,7 +144,7 @@ def test_float32_gemm_within_the_rounding_bound(backend, shape, trans):
     M, N, K = shape
     A, B = _inputs(M, N, K, trans_A=trans[0], trans_B=trans[1])
     C = torch.full((M, N), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C, trans_A=trans[0], trans_B=trans[1])
+    gemm_variant(A.to(backend), B.to(backend), C, **fma(trans_A=trans[0], trans_B=trans[1]))
     _check(C, A, B, K, "float32", *trans)
 
 
@@ -199,7 +153,7 @@ def test_float32_gemm_within_the_rounding_bound(backend, shape, trans):
 def test_dynamic_M_one_kernel_for_every_M(backend, M):
     A, B = _inputs(M, 45, 33)
     C = torch.full((M, 45), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C, dynamic_M=True)
+    gemm_variant(A.to(backend), B.to(backend), C, **fma(dynamic_M=True))
     _check(C, A, B, 33, "float32")
 
 
@@ -210,7 +164,7 @@ def test_agrees_with_torch_float32_matmul_without_tf32(backend):
     M, N, K = 70, 45, 33
     A, B = _inputs(M, N, K, seed=3)
     C = torch.full((M, N), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C)
+    gemm_variant(A.to(backend), B.to(backend), C, **fma())
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -232,7 +186,7 @@ def test_float64_and_mixed_operands(backend, a_dtype, b_dtype, acc_dtype):
     M, N, K = 70, 45, 33
     A, B = _inputs(M, N, K, a_dtype, b_dtype)
     C = torch.full((M, N), float("nan"), dtype=_DT[acc_dtype], device=backend)
-    gemm(A.to(backend), B.to(backend), C, a_dtype=a_dtype, b_dtype=b_dtype, acc_dtype=acc_dtype)
+    gemm_variant(A.to(backend), B.to(backend), C, **fma(a_dtype, b_dtype, acc_dtype))
     a, b = A.to(_DT[acc_dtype]), B.to(_DT[acc_dtype])  # what the product multiplies
     _check(C, a, b, K, acc_dtype)
 
@@ -285,38 +239,14 @@ def test_float32_flash_attention_against_torch(backend, S):
     assert float((O.double().cpu() - ref).abs().max()) <= 2.0 ** -16 * float(V.abs().max())
 
 
-@tile_nb.jit
-def float16_then_float32(A, B, A2, B2, C, block: int = 64):
-    """C = A B (float16, wgmma-eligible on sm_90a) + A2 B2 (float32, FMA) in one accumulator: it keeps mma.sync's
-    layout (the float16 product on mma.sync), so no FMA touches registers an asynchronous wgmma group still owns."""
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor[[M, K], T.float16]
-    B: T.Tensor[[K, N], T.float16]
-    A2: T.Tensor[[M, K], T.float32]
-    B2: T.Tensor[[K, N], T.float32]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
-        a_h = T.alloc_shared((block, 32), T.float16)
-        b_h = T.alloc_shared((32, block), T.float16)
-        a_f = T.alloc_shared((block, 32), T.float32)
-        b_f = T.alloc_shared((32, block), T.float32)
-        acc = T.alloc_fragment((block, block), T.float32)
-        T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
-            T.copy(A[bx * block, k * 32], a_h)
-            T.copy(B[k * 32, by * block], b_h)
-            T.copy(A2[bx * block, k * 32], a_f)
-            T.copy(B2[k * 32, by * block], b_f)
-            T.gemm(a_h, b_h, acc)
-            T.gemm(a_f, b_f, acc)
-        T.copy(acc, C[bx * block, by * block])
-
-
 @needs_nvcc
 def test_mixed_paths_into_one_accumulator_keep_mma_sync_layout():
+    """A B (float16, wgmma-eligible on sm_90a) + A2 B2 (float32, FMA) in one accumulator keeps mma.sync's
+    layout (the float16 product on mma.sync), so no FMA touches registers an asynchronous wgmma group still
+    owns."""
     A, B = _inputs(128, 128, 64, "float16", "float16")
     A2, B2 = _inputs(128, 128, 64)
-    k = float16_then_float32.compile(A, B, A2, B2, torch.empty(128, 128), target="sm_90a")
+    k = two_gemms_one_accumulator.compile(A, B, A2, B2, torch.empty(128, 128), target="sm_90a")
     assert "wgmma" not in k.ptx and "mma.sync.aligned.m16n8k16" in k.ptx and "fma.rn" in k.ptx and k.cubin
 
 
@@ -326,7 +256,7 @@ def test_mixed_paths_into_one_accumulator(backend):
     A, B = _inputs(M, N, K, "float16", "float16", seed=1)
     A2, B2 = _inputs(M, N, K, seed=2)
     C = torch.full((M, N), float("nan"), device=backend)
-    float16_then_float32(*(x.to(backend) for x in (A, B, A2, B2)), C)
+    two_gemms_one_accumulator(*(x.to(backend) for x in (A, B, A2, B2)), C)
     P = A.double().abs() @ B.double().abs() + A2.double().abs() @ B2.double().abs()
     exact = A.double() @ B.double() + A2.double() @ B2.double()
     # the float16 products are exact in float32; the tensor cores' sums: twice the round-to-nearest bound
@@ -340,7 +270,7 @@ def test_mixed_paths_into_one_accumulator(backend):
 def test_operand_tiles_swizzled_unless_the_option_says_not(wide_swizzle):
     A, B = _inputs(70, 45, 33)
     with tile_nb.options(wide_swizzle=wide_swizzle):
-        k = gemm.compile(A, B, torch.empty(70, 45), block_K=32, target="sm_90a")
+        k = gemm_variant.compile(A, B, torch.empty(70, 45), target="sm_90a", **fma(block_K=32))
     tiles = {t["name"]: t["swizzle"] for t in k.plan["shared"]}
     assert tiles == {"A_shared": wide_swizzle, "B_shared": wide_swizzle}
     assert k.cubin and ("^" in k.cuda_source.split('extern "C"')[-1]) == wide_swizzle
@@ -355,5 +285,5 @@ def test_swizzled_and_plain_operands_on_the_gpu(wide_swizzle, trans):
     A, B = _inputs(M, N, K, trans_A=trans[0], trans_B=trans[1], seed=9)
     C = torch.full((M, N), float("nan"), device="cuda")
     with tile_nb.options(wide_swizzle=wide_swizzle):
-        gemm(A.cuda(), B.cuda(), C, block_K=32, trans_A=trans[0], trans_B=trans[1])
+        gemm_variant(A.cuda(), B.cuda(), C, **fma(block_K=32, trans_A=trans[0], trans_B=trans[1]))
     _check(C, A, B, K, "float32", *trans)

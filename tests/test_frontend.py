@@ -2,6 +2,7 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,35 +19,14 @@ def rand(*shape, dtype=torch.float32):
     return torch.randn(*shape).to(dtype)
 
 
-# -- golden IR, written by hand from the IR the seed GEMM must elaborate to (docs/IR.md) ---------------------------
+# -- golden IR in tests/golden/seed_gemm_*.txt, written by hand from the IR the seed GEMM must elaborate to
+# (docs/IR.md)
 
-EXPECTED_TEMPLATE_BODY = """\
-    bx = T.launch_thread("blockIdx.x", (M + 128 - 1) // 128)
-    by = T.launch_thread("blockIdx.y", (N + 128 - 1) // 128)
-    tx = T.launch_thread("threadIdx.x", 128)
-    A_shared = T.alloc_buffer((128, 32), "float16", scope="shared.dyn")
-    B_shared = T.alloc_buffer((32, 128), "float16", scope="shared.dyn")
-    C_local = T.alloc_buffer((128, 128), scope="local.fragment")
-    T.tile.fill(C_local[0:128, 0:128], T.float32(0.0))
-    for k in T.serial((K + 31) // 32, annotations={"num_stages": 3}):
-        T.tile.copy(A_shared[0:128, 0:32], A[bx * 128:bx * 128 + 128, k * 32:k * 32 + 32])
-        T.tile.copy(B_shared[0:32, 0:128], B[k * 32:k * 32 + 32, by * 128:by * 128 + 128])
-        T.tile.gemm(C_local[0:128, 0:128], A_shared[0:128, 0:32], B_shared[0:32, 0:128], C_local[0:128, 0:128], False, False, T.float32(1.0), T.float32(1.0))
-    T.tile.copy(C[bx * 128:bx * 128 + 128, by * 128:by * 128 + 128], C_local[0:128, 0:128])"""
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
-EXPECTED_SPECIALIZED_BODY = """\
-    bx = T.launch_thread("blockIdx.x", 8)
-    by = T.launch_thread("blockIdx.y", 4)
-    tx = T.launch_thread("threadIdx.x", 128)
-    A_shared = T.alloc_buffer((128, 32), "float16", scope="shared.dyn")
-    B_shared = T.alloc_buffer((32, 128), "float16", scope="shared.dyn")
-    C_local = T.alloc_buffer((128, 128), scope="local.fragment")
-    T.tile.fill(C_local[0:128, 0:128], T.float32(0.0))
-    for k in T.serial(16, annotations={"num_stages": 3}):
-        T.tile.copy(A_shared[0:128, 0:32], A[bx * 128:bx * 128 + 128, k * 32:k * 32 + 32])
-        T.tile.copy(B_shared[0:32, 0:128], B[k * 32:k * 32 + 32, by * 128:by * 128 + 128])
-        T.tile.gemm(C_local[0:128, 0:128], A_shared[0:128, 0:32], B_shared[0:32, 0:128], C_local[0:128, 0:128], False, False, T.float32(1.0), T.float32(1.0))
-    T.tile.copy(C[bx * 128:bx * 128 + 128, by * 128:by * 128 + 128], C_local[0:128, 0:128])"""
+
+def golden(name: str) -> str:
+    return (GOLDEN / name).read_text().rstrip("\n")
 
 
 def _body(script: str) -> str:
@@ -61,7 +41,7 @@ def test_template_golden():
     script = template.script()
     assert 'def gemm(A: T.Buffer(("M", "K"), "float16"), B: T.Buffer((K, "N"), "float16"), ' \
            'C: T.Buffer((M, N), "float32")):' in script
-    assert _body(script) == EXPECTED_TEMPLATE_BODY
+    assert _body(script) == golden("seed_gemm_template.txt")
 
 
 def test_specialized_golden_from_keywords():
@@ -69,7 +49,7 @@ def test_specialized_golden_from_keywords():
     script = func.script()
     assert 'def gemm(A: T.Buffer((1000, 512), "float16"), B: T.Buffer((512, 500), "float16"), ' \
            'C: T.Buffer((1000, 500), "float32")):' in script
-    assert _body(script) == EXPECTED_SPECIALIZED_BODY
+    assert _body(script) == golden("seed_gemm_specialized.txt")
 
 
 def test_specialize_from_tensors_matches_keywords():

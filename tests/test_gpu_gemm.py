@@ -3,42 +3,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import tile_nb
 import tile_nb.language as T
+from kernels.seed import gemm_variant
 
 pytestmark = pytest.mark.gpu
-
-
-@tile_nb.jit
-def gemm(A, B, C, in_dtype: T.dtype = T.float16, out_dtype: T.dtype = T.float32, block_M: int = 128,
-         block_N: int = 128, block_K: int = 32, threads: int = 128, stages: int = 3, trans_A: bool = False,
-         trans_B: bool = False):
-    M, N, K = T.const('M, N, K')
-    if trans_A:
-        A: T.Tensor[[K, M], in_dtype]
-    else:
-        A: T.Tensor[[M, K], in_dtype]
-    if trans_B:
-        B: T.Tensor[[N, K], in_dtype]
-    else:
-        B: T.Tensor[[K, N], in_dtype]
-    C: T.Tensor[[M, N], out_dtype]
-    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
-        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), in_dtype)
-        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), in_dtype)
-        C_local = T.alloc_fragment((block_M, block_N), out_dtype)
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
-            if trans_A:
-                T.copy(A[k * block_K, bx * block_M], A_shared)
-            else:
-                T.copy(A[bx * block_M, k * block_K], A_shared)
-            if trans_B:
-                T.copy(B[by * block_N, k * block_K], B_shared)
-            else:
-                T.copy(B[k * block_K, by * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-        T.copy(C_local, C[bx * block_M, by * block_N])
 
 
 _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -70,8 +38,9 @@ def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, tr
     a = torch.randn((K, M) if trans_A else (M, K), device=dev).to(_DT[in_dtype])
     b = torch.randn((N, K) if trans_B else (K, N), device=dev).to(_DT[in_dtype])
     c = torch.full((M, N), float("nan"), device=dev, dtype=_DT[out_dtype])  # poison: every element written
-    func = gemm.specialize(a, b, c, in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype),
-                           trans_A=trans_A, trans_B=trans_B, **cfg)
+    # the accumulator of out_dtype (a float16 C accumulates in float16)
+    func = gemm_variant.specialize(a, b, c, in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype),
+                                   acc_dtype=getattr(T, out_dtype), trans_A=trans_A, trans_B=trans_B, **cfg)
     if path == "mma":
         func = func.with_attr("tile_nb.wgmma", 0)
     elif path in ("cp.async", "tma"):
@@ -113,7 +82,7 @@ def test_edges(trans_A, trans_B, path):
 
 @pytest.mark.parametrize("stages", [1, 2, 4])
 def test_stages(stages):
-    assert run_case(640, 768, 1024, stages=stages) < 1e-3
+    assert run_case(640, 768, 1024, num_stages=stages) < 1e-3
 
 
 def test_rasterized_grid():
@@ -162,7 +131,7 @@ def test_tma_dtypes_big_tile(in_dtype, out_dtype, tol):
 @pytest.mark.parametrize("K", [32, 64, 96, 4096])
 def test_tma_stage_counts_and_short_loops(stages, K):
     """Loops shorter than, equal to and much longer than the stage ring (mbarrier parities wrap many times)."""
-    assert run_case(256, 384, K, stages=stages, path="tma", expect_pipeline=TMA) < 1e-3
+    assert run_case(256, 384, K, num_stages=stages, path="tma", expect_pipeline=TMA) < 1e-3
 
 
 @needs_hopper
@@ -245,8 +214,6 @@ def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged, by_producer):
     tile_nb.producer_stores = 0 the consumers issue them (the whole tile with 3 stages, half at a time with 4; the
     next tile's stores wait until the staging tile is read). bf16 inputs for bf16 output; the accumulator is
     float32, rounded once on the way out."""
-    from kernels.seed import gemm_variant
-
     from tile_nb.runtime import compile as rt_compile
 
     M, N, K = shape
@@ -279,8 +246,6 @@ def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged, by_producer):
 def test_tma_store_without_persistent_ctas(shape):
     """Asked for (`tile_nb.tma_store` = 1) on a grid of one wave: each CTA stores its one tile through shared
     memory and waits for its stores before it exits."""
-    from kernels.seed import gemm_variant
-
     from tile_nb.runtime import compile as rt_compile
 
     M, N, K = shape
@@ -310,8 +275,8 @@ def test_cluster_multicast_gemm(shape, trans_B, shared, sms, out_dtype):
     to both; stage releases reach both CTAs. Every tile written once (NaN poison), the product right, edges cut
     by M, N and K."""
     attrs = {"tile_nb.cluster": 2} | ({"tile_nb.sm_count": sms} if sms else {})
-    assert run_case(*shape, out_dtype=out_dtype, trans_B=trans_B, block_N=256, block_K=64, threads=256, stages=4,
-                    expect_pipeline="TMA + mbarriers, producer warp (warp-specialized)", attrs=attrs,
+    assert run_case(*shape, out_dtype=out_dtype, trans_B=trans_B, block_N=256, block_K=64, threads=256,
+                    num_stages=4, expect_pipeline="TMA + mbarriers, producer warp (warp-specialized)", attrs=attrs,
                     expect_notes=("persistent: ", "clusters of 2 CTAs", shared)) < 3e-3
 
 
@@ -348,8 +313,6 @@ def test_cluster_multicast_fp8_gemm(shape):
 def test_an_unaligned_output_keeps_register_stores():
     """C starting 2 bytes into its allocation: TMA needs 16-byte aligned tensors, so the JIT's unaligned
     specialization stores from registers (and A, B keep their TMA loads)."""
-    from kernels.seed import gemm_variant
-
     M, N, K = 1000, 1032, 512
     a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
     c = torch.full((M * N + 1,), float("nan"), device="cuda", dtype=torch.float16)[1:].view(M, N)
@@ -369,9 +332,9 @@ def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
     """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer warpgroup
     (TMA forced), bf16 inputs, 2- and 4-stage rings."""
     for in_dtype, out_dtype, tol in (("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3)):
-        assert run_case(1000, 1032, 1000, in_dtype=in_dtype, out_dtype=out_dtype, stages=stages, block_K=64,
-                        path="tma", expect_pipeline="TMA", attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5,
-                                                                  "tile_nb.producer_warp": 1}) < tol
+        assert run_case(1000, 1032, 1000, in_dtype=in_dtype, out_dtype=out_dtype, num_stages=stages,
+                        block_K=64, path="tma", expect_pipeline="TMA",
+                        attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5, "tile_nb.producer_warp": 1}) < tol
 
 
 @needs_hopper
@@ -409,8 +372,6 @@ def test_stream_k_gemm_agrees_with_torch_twice(shape, out_dtype, stages, attrs):
     """Stream-K for the last wave (stream_k.py): every output element against a float64 product, element by element
     (a k-tile lost or counted twice in one tile shows), and a second launch with other inputs (the flags and the
     workspace left by the first must not leak into it)."""
-    from kernels.seed import gemm_variant
-
     from tile_nb.runtime import compile as rt_compile
 
     M, N, K = shape
@@ -578,8 +539,6 @@ def test_stream_k_launches_on_two_streams_take_turns():
     launches through runtime.kernel.OneStreamAtATime. Two streams each launch it 4 times on their own inputs,
     queued behind a sleep kernel on each so that both queues start together (the CTAs of one launch would
     otherwise meet the next launch's at the tail, where the workspace is used); every output is checked."""
-    from kernels.seed import gemm_variant
-
     from tile_nb.runtime import compile as rt_compile
     from tile_nb.runtime.kernel import OneStreamAtATime
 

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_backend import add_module, rowsum_module
+from kernels.tirx_modules import add_module, rowsum_module
 
 import tile_nb.runtime as rt
 
@@ -93,9 +93,9 @@ def test_wrong_arguments_raise_instead_of_launching():
 
 def test_seed_gemm_through_the_runtime():
     """The front end + tile_nb.lower path; 49200 B of dynamic shared memory (the >= 48 KB attribute path)."""
-    from test_runtime_gemm import seed_gemm
+    from kernels.seed import fresh_gemm
 
-    gemm = seed_gemm()
+    gemm = fresh_gemm()
     M, N, K = 512, 384, 256
     A = torch.randn(M, K, device="cuda", dtype=torch.float16)
     B = torch.randn(K, N, device="cuda", dtype=torch.float16)
@@ -118,7 +118,7 @@ def test_disk_cache_hit_in_a_new_process_launches(own_cache):
         sys.path[:0] = [{str(ROOT)!r}, {str(TESTS)!r}]
         import torch, tvm
         import tile_nb.runtime as rt
-        from test_backend import add_module
+        from kernels.tirx_modules import add_module
         mod = add_module()
         t = time.perf_counter()
         k = rt.compile(mod, None)

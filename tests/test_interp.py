@@ -1,7 +1,7 @@
 """CPU interpreter: every construct of the tile IR against a float64 torch reference, on random inputs."""
 import pytest
 import torch
-from test_interp_kernels import (
+from kernels.ir_builder import (
     alloc,
     atomic_sum_kernel,
     ceildiv,

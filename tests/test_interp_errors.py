@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 import torch
-from test_interp_kernels import alloc, f32, kernel, randn, store
+from kernels.ir_builder import alloc, f32, kernel, randn, store
 from tvm import ir, tirx
 from tvm.script import tirx as TS
 from tvm.script.ir_builder import tirx as T

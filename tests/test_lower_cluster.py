@@ -5,8 +5,8 @@ import re
 
 import pytest
 from kernels.seed import gemm_fp8, gemm_ir
-from test_lower_gemm import target
-from test_lower_persistent import lowered, note
+from kernels.cuda import lowered, target
+from kernels.cuda import pipeline_note as note
 
 from tile_nb.lower import lower_with_plan
 from tile_nb.runtime import compile as rt_compile

@@ -4,17 +4,12 @@ CPU only (CI): CUDA source through TVM, then `nvcc -cubin` + `ptxas -v` for sm_8
 reason when nvcc is absent).
 """
 import re
-import shutil
-import subprocess
 
 import pytest
-import tvm
 
 from tile_nb.lower import lower, lower_with_plan
+from kernels.cuda import cuda_source, ptxas_report, spills, target
 from kernels.seed import gemm_ir
-
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if shutil.os.path.exists("/usr/local/cuda/bin/nvcc")
-                                else None)
 
 VARIANTS = {
     "seed": dict(M=1024, N=1024, K=1024),
@@ -35,36 +30,11 @@ def cp_async(func):
     return func.with_attr("tile_nb.tma", 0)
 
 
-def target(arch):
-    return tvm.target.Target({"kind": "cuda", "arch": arch})
-
-
-def cuda_source(func, arch):
-    tg = target(arch)
-    mod = lower(func, tg)
-    with tg:
-        exe = tvm.compile(mod, target=tg, tir_pipeline="tirx")
-    return exe.mod.imports[0].inspect_source("cuda")
-
-
-def ptxas_report(src, arch, tmp_path):
-    if NVCC is None:
-        pytest.skip("nvcc is not installed on this machine")
-    cu = tmp_path / "k.cu"
-    cu.write_text(src)
-    gen = "-gencode=arch=compute_90a,code=sm_90a" if arch == "sm_90a" else f"-arch={arch}"
-    r = subprocess.run([NVCC, "-cubin", gen, "-O3", "--use_fast_math", "-Xptxas", "-v", "-o",
-                        str(tmp_path / "k.cubin"), str(cu)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stderr
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_builds_without_spills(name, arch, tmp_path):
     report = ptxas_report(cuda_source(gemm_ir(**VARIANTS[name]), arch), arch, tmp_path)
-    spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report))
-    assert spills == 0, report
+    assert spills(report) == 0, report
     assert "0 bytes stack frame" in report
 
 

@@ -2,46 +2,15 @@
 
 CPU only: the lowered module must compile through TVM to CUDA and then through nvcc with no spills.
 """
-import shutil
-import subprocess
-
 import pytest
 import tvm
 
 import tile_nb
 import tile_nb.language as T
 from tile_nb.lower import LoweringError, lower
+from kernels.cuda import NVCC, cuda_source, ptxas_report
 
-NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if shutil.os.path.exists("/usr/local/cuda/bin/nvcc")
-                                else None)
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-
-
-def cuda_of(func, target=SM90):
-    mod = lower(func, target)
-    with target:
-        exe = tvm.compile(mod, target=target, tir_pipeline="tirx")
-    return exe.mod.imports[0].inspect_source("cuda")
-
-
-def ptxas(src, tmp_path, arch="sm_90a"):
-    """ptxas -v report of the CUDA source (skips when nvcc is absent)."""
-    if NVCC is None:
-        pytest.skip("nvcc is not installed on this machine")
-    cu = tmp_path / "k.cu"
-    cu.write_text(src)
-    gen = "-gencode=arch=compute_90a,code=sm_90a" if arch == "sm_90a" else f"-arch={arch}"
-    r = subprocess.run([NVCC, "-cubin", gen, "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(cu)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stderr
-
-
-def spills(report: str) -> int:
-    """Total spill bytes in a ptxas -v report."""
-    import re
-
-    return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report))
 
 
 @tile_nb.jit
@@ -110,17 +79,17 @@ def gemm_relu_rowsum(A, B, C, S):
     (gemm_relu_rowsum, dict(M=256, N=384, K=100)),
 ])
 def test_ops_compile(kernel, consts, tmp_path):
-    src = cuda_of(kernel.specialize(**consts))
-    report = ptxas(src, tmp_path)
+    src = cuda_source(kernel.specialize(**consts))
+    report = ptxas_report(src, "sm_90a", tmp_path, fast_math=False)
     # Correctness-first lowering of these ops: nvcc may use a small stack for the IEEE division and expf
     # slow paths, so only the GEMM tests demand 0 spills.
     assert "registers" in report
 
 
 def test_gemm_epilogue_structure():
-    src = cuda_of(gemm_relu_rowsum.specialize(M=256, N=384, K=100))
+    src = cuda_source(gemm_relu_rowsum.specialize(M=256, N=384, K=100))
     assert "atomicAdd" in src and "wgmma.mma_async" in src  # sm_90a: the Hopper path
-    src80 = cuda_of(gemm_relu_rowsum.specialize(M=256, N=384, K=100), tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
+    src80 = cuda_source(gemm_relu_rowsum.specialize(M=256, N=384, K=100), "sm_80")
     assert "mma.sync" in src80 and "ldmatrix" in src80
 
 
@@ -151,11 +120,11 @@ def test_reference_kernels_lower_and_compile():
         qkvo = [torch.zeros(1, 2, 100, 64, dtype=half) for _ in range(4)]
         specs.append(ref.flash_attention.specialize(*qkvo, causal=causal))
     for func in specs:
-        src = cuda_of(func)
+        src = cuda_source(func)
         assert "__global__" in src
         if NVCC is not None:  # nvcc catches what TVM's codegen does not (e.g. a helper defined twice)
             import tempfile
             from pathlib import Path
 
             with tempfile.TemporaryDirectory() as tmp:
-                assert "registers" in ptxas(src, Path(tmp))
+                assert "registers" in ptxas_report(src, "sm_90a", Path(tmp), fast_math=False)

@@ -5,7 +5,7 @@ CPU only: lowering through TVM, keys without building.
 """
 import pytest
 from kernels.seed import gemm_ir
-from test_lower_gemm import target
+from kernels.cuda import target
 
 import tile_nb
 from tile_nb.lower import ENV_SWITCHES, LoweringOptionError, LoweringOptions, lower_with_plan, resolve

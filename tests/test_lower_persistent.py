@@ -8,9 +8,9 @@ import tile_nb
 import tile_nb.language as T
 from kernels.seed import gemm as seed_gemm
 from kernels.seed import gemm_ir, gemm_smem_epilogue
-from test_lower_gemm import target
+from kernels.cuda import lowered, plan
+from kernels.cuda import pipeline_note as note
 
-from tile_nb.lower import lower, lower_with_plan
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
@@ -25,17 +25,7 @@ def whole_tiles(func):
     return func.with_attr("tile_nb.stream_k", 0)
 
 
-def plan(func):
-    return lower_with_plan(func, target("sm_90a"))[1]
 
-
-def note(func):
-    return plan(func).pipeline_note
-
-
-def lowered(func) -> str:
-    """The lowered IR's text without the helpers' CUDA source."""
-    return re.sub(r', source_code="(?:[^"\\]|\\.)*"', "", lower(func, target("sm_90a")).script())
 
 
 def test_on_by_default_where_the_grid_is_larger_than_the_gpu():

@@ -1,33 +1,23 @@
 """Stream-K for the last wave of a persistent GEMM (tile_nb/lower/stream_k.py): when it is planned, that the k-tile
 ranges it emits cover the tail exactly once with the contributors each finisher waits for, the code's order, and
 that the kernels build without spills. CPU only; the GPU runs are in tests/test_gpu_gemm.py (`test_stream_k_*`)."""
-import re
 
 import pytest
 import tvm
 import tvm.sym
 from kernels.seed import gemm_ir
-from test_lower_gemm import target
+from kernels.cuda import lowered, plan
+from kernels.cuda import pipeline_note as note
 from tvm import tirx
 
 import tile_nb
 import tile_nb.language as T
-from tile_nb.lower import lower, lower_with_plan
 from tile_nb.lower.stream_k import StreamK, contributors, tail_range
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
 
-def plan(func):
-    return lower_with_plan(func, target("sm_90a"))[1]
 
-
-def note(func):
-    return plan(func).pipeline_note
-
-
-def lowered(func) -> str:
-    return re.sub(r', source_code="(?:[^"\\]|\\.)*"', "", lower(func, target("sm_90a")).script())
 
 
 def forced(func):

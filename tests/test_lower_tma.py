@@ -10,7 +10,7 @@ import tile_nb
 import tile_nb.language as T
 from kernels.seed import gemm as seed_gemm
 from kernels.seed import gemm_ir
-from test_lower_gemm import cuda_source, ptxas_report, target
+from kernels.cuda import cuda_source, pipeline_note, plan, ptxas_report, target
 
 from tile_nb.lower import lower, lower_with_plan
 from tile_nb.lower.decisions import TWO_CTAS_PER_SM, PipelineKind
@@ -23,12 +23,6 @@ def seed_tma(M=1024, N=1024, K=1024, **cfg):
     return gemm_ir(M, N, K, **cfg).with_attr("tile_nb.tma", 1)
 
 
-def plan(func, arch="sm_90a"):
-    return lower_with_plan(func, target(arch))[1]
-
-
-def pipeline_note(func, arch="sm_90a"):
-    return plan(func, arch).pipeline_note
 
 
 @pytest.mark.parametrize("cfg", [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],

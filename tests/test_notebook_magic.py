@@ -104,7 +104,7 @@ def test_name_picks_one_of_several_functions(ip):
 
 
 def test_cuda_and_lowered_sections_from_the_compiled_kernel(ip):
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     ip.user_ns["fake"] = FakeGemm()
     result = run_cell(ip, '%%tilekernel --call "fake(A, B, C)" --cuda --lowered --cpu\n' + GEMM_BODY)
@@ -184,7 +184,7 @@ def test_errors_outside_the_magic_are_short_too(ip, capsys):
 
 
 def test_compiler_failure_is_short(ip, capsys, monkeypatch):
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.backend.cuda_compile import CudaCompileError
 

@@ -150,7 +150,7 @@ def test_param_kind_is_checked():
 
 
 def test_show_template_and_specialized_from_a_jit_like_object():
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook import show
 
@@ -172,7 +172,7 @@ def test_show_template_and_specialized_from_a_jit_like_object():
 
 def test_kernel_view_runs_compiles_and_compares():
     import torch
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook import kernel_view
 
@@ -189,7 +189,7 @@ def test_kernel_view_runs_compiles_and_compares():
 
 
 def test_show_plain_primfunc():
-    from test_notebook_fakes import build_gemm
+    from kernels.notebook_fakes import build_gemm
 
     from tile_nb.notebook import show
 

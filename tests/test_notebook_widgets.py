@@ -7,7 +7,7 @@ pytest.importorskip("ipywidgets")
 
 
 def test_explore_rerenders_on_change():
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook.widgets import explore
 
@@ -26,7 +26,7 @@ def test_explore_rerenders_on_change():
 
 
 def test_explore_shows_errors_in_place():
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook.widgets import explore
 
@@ -36,7 +36,7 @@ def test_explore_shows_errors_in_place():
 
 
 def test_explore_needs_values():
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook.widgets import explore
 

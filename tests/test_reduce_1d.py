@@ -107,12 +107,12 @@ def test_one_element_into_one_element(backend):
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_builds_for_sm90a_and_sm80(arch, tmp_path):
-    from test_lower_ops import ptxas
+    from kernels.cuda import ptxas_report
 
     for cfg in (dict(N=200), dict(N=13, kind="sum", threads=32), dict(N=16, src_scope="shared", dst_scope="local"),
                 dict(N=45, dst_shape=(1, 1), clear=False)):
-        ptxas(row_reduce_1d.compile(target=arch, **cfg).cuda_source, tmp_path, arch)
-    ptxas(one_into_one.compile(target=arch).cuda_source, tmp_path, arch)
+        ptxas_report(row_reduce_1d.compile(target=arch, **cfg).cuda_source, arch, tmp_path, fast_math=False)
+    ptxas_report(one_into_one.compile(target=arch).cuda_source, arch, tmp_path, fast_math=False)
 
 
 def test_a_destination_of_more_than_one_element_is_still_refused():

@@ -6,23 +6,14 @@ import pytest
 import torch
 
 from kernels import reference as ref
+from kernels.compare import rel_err, seeded
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-def rel_err(out, expected) -> float:
-    out, expected = out.double().cpu(), expected.double().cpu()
-    assert not torch.isnan(out).any(), "output has NaNs (unwritten or wrong)"
-    return (torch.linalg.norm(out - expected) / torch.linalg.norm(expected)).item()
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gelu(backend):
-    X = torch.randn(1000, generator=_gen(0)).half().to(backend)
+    X = torch.randn(1000, generator=seeded(0)).half().to(backend)
     Y = torch.full_like(X, float("nan"))
     ref.gelu_tanh(X, Y)
     assert rel_err(Y, torch.nn.functional.gelu(X.float(), approximate="tanh")) < 2e-3
@@ -31,7 +22,7 @@ def test_gelu(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(10, 64), (37, 100)])
 def test_softmax(backend, shape):
-    X = (torch.randn(*shape, generator=_gen(1)) * 3).to(backend)
+    X = (torch.randn(*shape, generator=seeded(1)) * 3).to(backend)
     Y = torch.full_like(X, float("nan"))
     ref.softmax(X, Y)
     assert rel_err(Y, torch.softmax(X.double(), dim=1)) < 1e-5
@@ -39,8 +30,8 @@ def test_softmax(backend, shape):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rms_norm(backend):
-    X = torch.randn(30, 96, generator=_gen(2)).half().to(backend)
-    W = torch.randn(96, generator=_gen(3)).half().to(backend)
+    X = torch.randn(30, 96, generator=seeded(2)).half().to(backend)
+    W = torch.randn(96, generator=seeded(3)).half().to(backend)
     Y = torch.full_like(X, float("nan"))
     ref.rms_norm(X, W, Y)
     x = X.double()
@@ -52,7 +43,7 @@ def test_rms_norm(backend):
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention(backend, causal):
     b, h, s, d = 1, 2, 100, 64
-    Q, K, V = (torch.randn(b, h, s, d, generator=_gen(4 + i)).half().to(backend) for i in range(3))
+    Q, K, V = (torch.randn(b, h, s, d, generator=seeded(4 + i)).half().to(backend) for i in range(3))
     O = torch.full_like(Q, float("nan"))
     ref.flash_attention(Q, K, V, O, causal=causal)
     q, k, v = Q.double(), K.double(), V.double()
@@ -66,9 +57,9 @@ def test_flash_attention(backend, causal):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dequant_gemm(backend):
     m, n, k = 100, 70, 90
-    A = torch.randn(m, k, generator=_gen(8)).half().to(backend)
-    Bq = torch.randint(-128, 127, (k, n), generator=_gen(9), dtype=torch.int8).to(backend)
-    S = (torch.rand(n, generator=_gen(10)) * 0.02 + 0.01).half().to(backend)
+    A = torch.randn(m, k, generator=seeded(8)).half().to(backend)
+    Bq = torch.randint(-128, 127, (k, n), generator=seeded(9), dtype=torch.int8).to(backend)
+    S = (torch.rand(n, generator=seeded(10)) * 0.02 + 0.01).half().to(backend)
     C = torch.full((m, n), float("nan"), device=backend)
     ref.dequant_gemm(A, Bq, S, C)
     expected = A.double() @ (Bq.double() * S.double()[None, :])
@@ -77,7 +68,7 @@ def test_dequant_gemm(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_column_sums_with_atomics(backend):
-    X = torch.randn(70, 48, generator=_gen(11)).to(backend)
+    X = torch.randn(70, 48, generator=seeded(11)).to(backend)
     out = torch.zeros(48, device=backend)
     ref.column_sums(X, out)
     assert rel_err(out, X.double().sum(dim=0)) < 1e-5
@@ -90,7 +81,7 @@ def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
     """Head dim 128 on sm_90a: Q K^T reads Q and K from 64-column panels (their 256-byte rows are wider than one
     swizzle atom), P V a [block_N, 128] V tile; both on wgmma, the row statistics shared by both layouts."""
     b, h, s, d = 1, 2, 200, 128
-    Q, K, V = (torch.randn(b, h, s, d, generator=_gen(20 + i)).half().cuda() for i in range(3))
+    Q, K, V = (torch.randn(b, h, s, d, generator=seeded(20 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     kernel = ref.flash_attention.compile(Q, K, V, O, causal=causal, block_M=block_M, block_N=64)
     if kernel.arch == "sm_90a":
@@ -109,7 +100,7 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
     from the first consumer thread where two CTAs share an SM), P in registers (wgmma's register form); sequence lengths off the tiles, a single
     row, and a long one."""
     b, h = 2, 3
-    Q, K, V = (torch.randn(b, h, s, d, generator=_gen(30 + i)).half().cuda() for i in range(3))
+    Q, K, V = (torch.randn(b, h, s, d, generator=seeded(30 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=causal, block_M=128, block_N=block_N, threads=256)
     kernel = ref.flash_attention.compile(Q, K, V, O, **cfg)
@@ -132,7 +123,7 @@ def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
     producer warp) and with a producer warpgroup (head dim 128)."""
     from tile_nb.runtime import compile as rt_compile
 
-    Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(70 + i)).half().cuda() for i in range(3))
+    Q, K, V = (torch.randn(2, 3, s, d, generator=seeded(70 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=True, block_M=128, block_N=block_N, threads=256)
     kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.heavy_first", 1), None)
@@ -152,7 +143,7 @@ def test_flash_attention_tma_without_a_producer_warp(causal, d, stages, s):
     iteration (no producer warp, so head dim 64 keeps two CTAs per SM); both T.gemm wait for their own tiles."""
     from tile_nb.runtime import compile as rt_compile
 
-    Q, K, V = (torch.randn(2, 3, s, d, generator=_gen(90 + i)).half().cuda() for i in range(3))
+    Q, K, V = (torch.randn(2, 3, s, d, generator=seeded(90 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=causal, block_M=128, block_N=128, threads=256, num_stages=stages)
     kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.producer_warp", 0),
@@ -177,7 +168,7 @@ def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
 
     in_order = tile_nb.jit(ref.flash_attention.fn)
     for s in (100, 200, 1000):
-        Q, K, V = (torch.randn(1, 4, s, 128, generator=_gen(40 + i)).half().cuda() for i in range(3))
+        Q, K, V = (torch.randn(1, 4, s, 128, generator=seeded(40 + i)).half().cuda() for i in range(3))
         cfg = dict(causal=causal, block_M=128, block_N=128, threads=256)
         O, O_in_order = torch.full_like(Q, float("nan")), torch.full_like(Q, float("nan"))
         ref.flash_attention(Q, K, V, O, **cfg)
@@ -198,7 +189,7 @@ def test_three_consumer_warpgroups_with_the_overlap(d, block_N, causal):
     tiles, one block, and many."""
     cfg = dict(causal=causal, block_M=192, block_N=block_N, threads=384)
     for s in (1, 333, 2048):
-        Q, K, V = (torch.randn(1, 3, s, d, generator=_gen(50 + i)).half().cuda() for i in range(3))
+        Q, K, V = (torch.randn(1, 3, s, d, generator=seeded(50 + i)).half().cuda() for i in range(3))
         O = torch.full_like(Q, float("nan"))
         kernel = ref.flash_attention.compile(Q, K, V, O, **cfg)
         if kernel.arch == "sm_90a":

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_backend import add_module, rowsum_module  # noqa: F401 - kernels shared with the backend tests
+from kernels.tirx_modules import add_module
 
 import tile_nb.runtime as rt
 from tile_nb.backend import available_compiler
@@ -41,7 +41,7 @@ def run_in_new_process(cache: Path, body: str) -> dict:
         sys.path[:0] = [{root!r}, {tests!r}]
         import tvm
         import tile_nb.runtime as rt
-        from test_backend import add_module
+        from kernels.tirx_modules import add_module
     """).format(root=str(ROOT), tests=str(TESTS)) + textwrap.dedent(body)
     env = dict(os.environ, TILE_NB_CACHE_DIR=str(cache), PYTHONPATH=PYPATH)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
@@ -173,7 +173,7 @@ def test_two_processes_compiling_the_same_kernel_at_once(cache_dir):
         sys.path[:0] = [{root!r}, {tests!r}]
         import tvm
         import tile_nb.runtime as rt
-        from test_backend import add_module
+        from kernels.tirx_modules import add_module
         mod = add_module()
         while time.time() < {start}:      # line both processes up on the same instant
             time.sleep(0.005)

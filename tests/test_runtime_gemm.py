@@ -3,6 +3,7 @@ sm_90a with no spills, tensor-core instructions in the PTX, and the dynamic shar
 import pytest
 
 from tile_nb.backend import available_compiler
+from kernels.seed import fresh_gemm
 
 pytestmark = pytest.mark.skipif(available_compiler() is None, reason="neither NVRTC nor nvcc is installed")
 
@@ -12,17 +13,9 @@ def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def seed_gemm():
-    """A fresh kernel object (empty memory cache) of the seed GEMM, so each test compiles."""
-    import tile_nb
-    from kernels.seed import gemm
-
-    return tile_nb.jit(gemm.fn)
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_seed_gemm_compiles_without_spills(arch):
-    kernel = seed_gemm().compile(M=1024, N=1024, K=1024, target={"kind": "cuda", "arch": arch})
+    kernel = fresh_gemm().compile(M=1024, N=1024, K=1024, target={"kind": "cuda", "arch": arch})
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     assert res.registers <= 255

@@ -185,7 +185,7 @@ def test_cumsum_of_a_local_array(backend, N):
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_cumsum_builds_for_sm90a_and_sm80(arch, tmp_path):
-    from test_lower_ops import ptxas
+    from kernels.cuda import ptxas_report
 
     for kernel, kwargs in ((tile_cumsum, dict(M=37, N=21, dim=1, reverse=True, scope="fragment")),
                            (tile_cumsum, dict(M=7, N=150, dim=1, block_M=3, block_N=100, tile_dtype="float16")),
@@ -193,7 +193,7 @@ def test_cumsum_builds_for_sm90a_and_sm80(arch, tmp_path):
                            (chunk_cumsum_1d, dict(N=200, reverse=True, scope="row")),
                            (region_cumsum, dict(M=9, N=5, dim=1)), (local_cumsum, dict(N=9))):
         source = kernel.compile(target=arch, **kwargs).cuda_source
-        report = ptxas(source, tmp_path, arch)
+        report = ptxas_report(source, arch, tmp_path, fast_math=False)
         assert "spill" not in report or " 0 bytes spill stores" in report
 
 

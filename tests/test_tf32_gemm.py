@@ -16,36 +16,17 @@ import tile_nb.language as T
 from tile_nb.backend import toolchain
 from tile_nb.interp.values import round_tf32
 from tile_nb.lower import LoweringError
+from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 U = 2.0 ** -24  # float32 unit roundoff
 
 
-@tile_nb.jit
-def gemm(A, B, C, dt: T.dtype = T.tfloat32, block_M: int = 64, block_N: int = 64, block_K: int = 16,
-         trans_A: bool = False, trans_B: bool = False, dynamic_M: bool = False):
-    M = T.dynamic("M") if dynamic_M else T.const("M")
-    N, K = T.const("N, K")
-    A: T.Tensor[[K, M] if trans_A else [M, K], T.float32]
-    B: T.Tensor[[N, K] if trans_B else [K, N], T.float32]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=128) as (bx, by):
-        A_s = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), dt)
-        B_s = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), dt)
-        C_l = T.alloc_fragment((block_M, block_N), T.float32)
-        T.clear(C_l)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-            if trans_A:
-                T.copy(A[k * block_K, bx * block_M], A_s)
-            else:
-                T.copy(A[bx * block_M, k * block_K], A_s)
-            if trans_B:
-                T.copy(B[by * block_N, k * block_K], B_s)
-            else:
-                T.copy(B[k * block_K, by * block_N], B_s)
-            T.gemm(A_s, B_s, C_l, transpose_A=trans_A, transpose_B=trans_B)
-        T.copy(C_l, C[bx * block_M, by * block_N])
+def tf32(dt=T.tfloat32, **options):
+    """Options of the shared GEMM (tests/kernels/seed.py `gemm_variant`) here: float32 storage in tiles of
+    `dt`, a float32 accumulator and C, small tiles."""
+    return {**SMALL_TILES, "in_dtype": T.float32, "tile_dtype": dt, **options}
 
 
 @tile_nb.jit
@@ -133,7 +114,8 @@ def test_tfloat32_is_float32_storage_with_its_own_name():
 @pytest.mark.parametrize("trans", [(False, False), (True, True)])
 def test_builds_mma_tf32_with_rna_conversions(arch, trans):
     A, B = _inputs(70, 45, 33, *trans)
-    k = gemm.compile(A, B, torch.empty(70, 45), trans_A=trans[0], trans_B=trans[1], target=arch)
+    options = tf32(trans_A=trans[0], trans_B=trans[1])
+    k = gemm_variant.compile(A, B, torch.empty(70, 45), target=arch, **options)
     assert [m["kind"] for m in k.plan["mma"]] == ["mma.sync m16n8k8 tf32"]
     assert k.cubin
     assert "cvt.rna.tf32.f32" in k.ptx and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in k.ptx
@@ -149,8 +131,8 @@ def test_fragment_a_operand_builds():
 
 def test_float32_and_tfloat32_are_different_kernels():
     A, B = _inputs(70, 45, 33)
-    tf = gemm.compile(A, B, torch.empty(70, 45), target="sm_80")
-    f32 = gemm.compile(A, B, torch.empty(70, 45), dt=T.float32, target="sm_80")
+    tf = gemm_variant.compile(A, B, torch.empty(70, 45), target="sm_80", **tf32())
+    f32 = gemm_variant.compile(A, B, torch.empty(70, 45), target="sm_80", **tf32(T.float32))
     assert tf.plan["mma"][0]["kind"] == "mma.sync m16n8k8 tf32"
     assert f32.plan["mma"][0]["kind"].startswith("fma")
 
@@ -158,14 +140,14 @@ def test_float32_and_tfloat32_are_different_kernels():
 def test_sm75_refuses_tf32_at_the_gemm_line():
     A, B = _inputs(70, 45, 33)
     with pytest.raises(LoweringError, match=r"T\.tfloat32 operands: the target sm_75 lacks TF32 .* sm_80") as info:
-        gemm.compile(A, B, torch.empty(70, 45), target="sm_75")
-    assert info.value.lineno is not None and "T.gemm(A_s, B_s, C_l" in str(info.value)
+        gemm_variant.compile(A, B, torch.empty(70, 45), target="sm_75", **tf32())
+    assert info.value.lineno is not None and "T.gemm(A_shared, B_shared, C_local" in str(info.value)
 
 
 def test_block_k_not_a_multiple_of_8_is_refused():
     A, B = _inputs(64, 64, 12)
     with pytest.raises(LoweringError, match="K = 12 must be a multiple of 8"):
-        gemm.compile(A, B, torch.empty(64, 64), block_K=12, target="sm_80")
+        gemm_variant.compile(A, B, torch.empty(64, 64), target="sm_80", **tf32(block_K=12))
 
 
 # ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------------
@@ -180,7 +162,7 @@ def test_tf32_gemm_multiplies_the_rounded_operands(backend, shape, trans):
     M, N, K = shape
     A, B = _inputs(M, N, K, *trans)
     C = torch.full((M, N), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C, trans_A=trans[0], trans_B=trans[1])
+    gemm_variant(A.to(backend), B.to(backend), C, **tf32(trans_A=trans[0], trans_B=trans[1]))
     # the tensor cores' float32 additions: allow twice the round-to-nearest bound on the GPU
     _check_tf32(C, A, B, K, *trans, slack=2.0 if backend == "cuda" else 1.0)
 
@@ -190,7 +172,7 @@ def test_tf32_gemm_multiplies_the_rounded_operands(backend, shape, trans):
 def test_dynamic_M(backend, M):
     A, B = _inputs(M, 45, 33)
     C = torch.full((M, 45), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C, dynamic_M=True)
+    gemm_variant(A.to(backend), B.to(backend), C, **tf32(dynamic_M=True))
     _check_tf32(C, A, B, 33, slack=2.0 if backend == "cuda" else 1.0)
 
 
@@ -203,7 +185,7 @@ def test_ties_round_away_from_zero_exactly(backend):
     A = ties.repeat(64, 8)  # 64 x 64
     B = torch.eye(64)
     C = torch.full((64, 64), float("nan"), device=backend)
-    gemm(A.to(backend), B.to(backend), C)
+    gemm_variant(A.to(backend), B.to(backend), C, **tf32())
     assert torch.equal(C.cpu(), round_tf32(A))
     assert C[0, 0].item() == 1 + 2 * e and C[0, 1].item() == -(1 + 2 * e)
 
@@ -219,36 +201,10 @@ def test_fragment_a_operand(backend, M, K):
     _check_tf32(C, X.float(), W, K, trans_B=True, slack=2.0 if backend == "cuda" else 1.0)
 
 
-@tile_nb.jit
-def tf32_minus_row_max(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 32):
-    """C = S - rowmax(S), S = A @ B in TF32 (N <= block_N): the TF32 accumulator read by a row reduction and a
-    T.Parallel loop in its own register layout (all warps along M, wgmma's row order)."""
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor[[M, K], T.float32]
-    B: T.Tensor[[K, N], T.float32]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
-        A_s = T.alloc_shared((block_M, block_K), T.tfloat32)
-        B_s = T.alloc_shared((block_K, block_N), T.tfloat32)
-        S = T.alloc_fragment((block_M, block_N), T.float32)
-        row_max = T.alloc_fragment((block_M,), T.float32)
-        T.clear(S)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-            T.copy(A[bx * block_M, k * block_K], A_s)
-            T.copy(B[k * block_K, 0], B_s)
-            T.gemm(A_s, B_s, S)
-        for i, j in T.Parallel(block_M, block_N):
-            S[i, j] = T.if_then_else(j < N, S[i, j], -T.infinity(T.float32))
-        T.reduce_max(S, row_max, dim=1)
-        for i, j in T.Parallel(block_M, block_N):
-            S[i, j] = S[i, j] - row_max[i]
-        T.copy(S, C[bx * block_M, 0])
-
-
 @needs_nvcc
 def test_row_statistics_of_a_tf32_accumulator_build():
     A, B = _inputs(100, 50, 40)
-    k = tf32_minus_row_max.compile(A, B, torch.empty(100, 50), target="sm_80")
+    k = gemm_minus_row_max.compile(A, B, torch.empty(100, 50), target="sm_80", tile_dtype=T.tfloat32)
     assert k.plan["mma"][0]["kind"] == "mma.sync m16n8k8 tf32" and k.cubin
     assert all(f["where"] == "registers" for f in k.plan["fragments"])
 
@@ -258,7 +214,7 @@ def test_row_statistics_of_a_tf32_accumulator_build():
 def test_row_statistics_read_the_tf32_accumulator_in_its_layout(backend, M, N, K):
     A, B = _inputs(M, N, K, seed=5)
     C = torch.full((M, N), float("nan"), device=backend)
-    tf32_minus_row_max(A.to(backend), B.to(backend), C)
+    gemm_minus_row_max(A.to(backend), B.to(backend), C, tile_dtype=T.tfloat32)
     at, bt = round_tf32(A).double(), round_tf32(B).double()
     s = at @ bt
     expected = s - s.max(dim=1, keepdim=True).values
@@ -269,37 +225,16 @@ def test_row_statistics_read_the_tf32_accumulator_in_its_layout(backend, M, N, K
     assert bool(((C.double().cpu() - expected).abs() <= bound).all())
 
 
-@tile_nb.jit
-def tf32_then_float32(A, B, A2, B2, C, block: int = 64):
-    """C = tf32(A) tf32(B) + A2 B2 exactly: two T.gemm of different paths into one accumulator (each call takes its
-    own path; the layout is the first one's)."""
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor[[M, K], T.float32]
-    B: T.Tensor[[K, N], T.float32]
-    A2: T.Tensor[[M, K], T.float32]
-    B2: T.Tensor[[K, N], T.float32]
-    C: T.Tensor[[M, N], T.float32]
-    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
-        a_t = T.alloc_shared((block, 16), T.tfloat32)
-        b_t = T.alloc_shared((16, block), T.tfloat32)
-        a_f = T.alloc_shared((block, 16), T.float32)
-        b_f = T.alloc_shared((16, block), T.float32)
-        acc = T.alloc_fragment((block, block), T.float32)
-        T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, 16), num_stages=2):
-            T.copy(A[bx * block, k * 16], a_t)
-            T.copy(B[k * 16, by * block], b_t)
-            T.copy(A2[bx * block, k * 16], a_f)
-            T.copy(B2[k * 16, by * block], b_f)
-            T.gemm(a_t, b_t, acc)
-            T.gemm(a_f, b_f, acc)
-        T.copy(acc, C[bx * block, by * block])
+# C = tf32(A) tf32(B) + A2 B2 exactly: two T.gemm of different paths into one accumulator (each call takes its
+# own path; the layout is the first one's).
+TF32_THEN_FLOAT32 = dict(in_dtype=T.float32, tile_dtype=T.tfloat32, block_K=16)
 
 
 @needs_nvcc
 def test_tf32_and_float32_gemm_into_one_accumulator_build():
     A, B = _inputs(70, 45, 33)
-    k = tf32_then_float32.compile(A, B, A, B, torch.empty(70, 45), target="sm_80")
+    k = two_gemms_one_accumulator.compile(A, B, A, B, torch.empty(70, 45), target="sm_80",
+                                          **TF32_THEN_FLOAT32)
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32" in k.ptx and "fma.rn" in k.ptx and k.cubin
 
 
@@ -309,7 +244,7 @@ def test_tf32_and_float32_gemm_into_one_accumulator(backend):
     A, B = _inputs(M, N, K, seed=1)
     A2, B2 = _inputs(M, N, K, seed=2)
     C = torch.full((M, N), float("nan"), device=backend)
-    tf32_then_float32(*(x.to(backend) for x in (A, B, A2, B2)), C)
+    two_gemms_one_accumulator(*(x.to(backend) for x in (A, B, A2, B2)), C, **TF32_THEN_FLOAT32)
     at, bt = round_tf32(A).double(), round_tf32(B).double()
     exact = at @ bt + A2.double() @ B2.double()
     bound = 2 * (2 * K + 1) * U * (at.abs() @ bt.abs() + A2.double().abs() @ B2.double().abs())

@@ -53,7 +53,7 @@ def test_conditions_the_bounds_cannot_decide():
 
 def test_flash_attention_tests_its_causal_mask_once_per_block():
     from kernels.reference import flash_attention
-    from test_lower_gemm import cuda_source
+    from kernels.cuda import cuda_source
 
     f = flash_attention.specialize(B=1, H=2, S=1000, D=64, block_M=128, block_N=128, threads=256, causal=True)
     src = cuda_source(f.with_attr("tile_nb.heavy_first", 0), "sm_90a")  # bx is blockIdx.x (not reversed)

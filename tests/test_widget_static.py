@@ -111,7 +111,7 @@ def test_finished_sweep_shows_its_final_line_and_its_result_has_table_and_png(ip
 
 
 def test_explore_bundle_has_the_choice_and_the_view_and_follows_the_sliders(ip, published):
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook.widgets import explore
 
@@ -134,7 +134,7 @@ def test_explore_bundle_has_the_choice_and_the_view_and_follows_the_sliders(ip, 
 
 
 def test_explore_static_form_shows_the_error_of_a_bad_choice(ip):
-    from test_notebook_fakes import FakeGemm
+    from kernels.notebook_fakes import FakeGemm
 
     from tile_nb.notebook.widgets import explore
 

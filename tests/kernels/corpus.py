@@ -27,6 +27,8 @@ from kernels import rowwise  # noqa: E402
 from kernels.seed import gemm_fp8, gemm_int8, gemm_ir  # noqa: E402
 
 HASHES = HERE.parent / "golden_cuda.json"
+# The architectures tests/test_architectures.py builds every corpus kernel for (or checks the refusal on).
+ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
 SM_COUNT = 132  # the H200's, fixed so the persistent and stream-K plans do not depend on this machine
 
 _BIG = dict(block_N=256, block_K=64, threads=256, num_stages=4, out_dtype="float16")

@@ -49,20 +49,36 @@ def gemm_ptr(
         T.copy(C_local, C[bx * block_M, by * block_N])
 
 
+# Tiles small enough for the interpreter: what the FMA and TF32 GEMM tests run `gemm_variant` with.
+SMALL_TILES = dict(block_M=64, block_N=64, block_K=16, num_stages=2)
+
+
 @tile_nb.jit
 def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32, threads: int = 128,
                  num_stages: int = 3, in_dtype: T.dtype = T.float16, out_dtype: T.dtype = T.float32,
-                 trans_A: bool = False, trans_B: bool = False, clear_accum: bool = False):
-    """The seed GEMM with its storage order, dtypes and launch shape as compile-time parameters (A is [K, M] when
-    trans_A, B is [N, K] when trans_B); the accumulator is float32 and is cast on the copy out."""
-    M, N, K = T.const('M, N, K')
+                 trans_A: bool = False, trans_B: bool = False, clear_accum: bool = False,
+                 b_dtype: T.dtype = None, acc_dtype: T.dtype = T.float32, tile_dtype: T.dtype = None,
+                 dynamic_M: bool = False):
+    """The seed GEMM with its storage order, dtypes and launch shape as compile-time parameters (A is [K, M]
+    when trans_A, B is [N, K] when trans_B). A is in_dtype, B b_dtype (in_dtype when None), their shared tiles
+    tile_dtype (the operand's own when None; T.tfloat32 asks for TF32 products); the accumulator is acc_dtype,
+    cast to out_dtype on the copy out. M is T.dynamic when dynamic_M. The lowering, runtime and GPU tests
+    share it, and so do the FMA (float32 / float64) and TF32 GEMM tests."""
+    if dynamic_M:
+        M = T.dynamic('M')
+        N, K = T.const('N, K')
+    else:
+        M, N, K = T.const('M, N, K')
+    b_dtype = in_dtype if b_dtype is None else b_dtype
     A: T.Tensor[[K, M] if trans_A else [M, K], in_dtype]
-    B: T.Tensor[[N, K] if trans_B else [K, N], in_dtype]
+    B: T.Tensor[[N, K] if trans_B else [K, N], b_dtype]
     C: T.Tensor[[M, N], out_dtype]
+    a_tile = in_dtype if tile_dtype is None else tile_dtype
+    b_tile = b_dtype if tile_dtype is None else tile_dtype
     with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=threads) as (bx, by):
-        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), in_dtype)
-        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), in_dtype)
-        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), a_tile)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), b_tile)
+        C_local = T.alloc_fragment((block_M, block_N), acc_dtype)
         if not clear_accum:
             T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -76,6 +92,64 @@ def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int =
                 T.copy(B[k * block_K, by * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B, clear_accum=clear_accum)
         T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+@tile_nb.jit
+def gemm_minus_row_max(A, B, C, tile_dtype: T.dtype = T.float32, block_M: int = 64, block_N: int = 64,
+                       block_K: int = 32):
+    """C = S - rowmax(S), S = A @ B of float32 storage in tiles of tile_dtype (T.tfloat32: TF32 products;
+    float32: the FMA path), N <= block_N: the accumulator read by a row reduction and a T.Parallel loop in its
+    own register layout (all warps along M, wgmma's row order)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float32]
+    B: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+        A_shared = T.alloc_shared((block_M, block_K), tile_dtype)
+        B_shared = T.alloc_shared((block_K, block_N), tile_dtype)
+        S = T.alloc_fragment((block_M, block_N), T.float32)
+        row_max = T.alloc_fragment((block_M,), T.float32)
+        T.clear(S)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, 0], B_shared)
+            T.gemm(A_shared, B_shared, S)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = T.if_then_else(j < N, S[i, j], -T.infinity(T.float32))
+        T.reduce_max(S, row_max, dim=1)
+        for i, j in T.Parallel(block_M, block_N):
+            S[i, j] = S[i, j] - row_max[i]
+        T.copy(S, C[bx * block_M, 0])
+
+
+@tile_nb.jit
+def two_gemms_one_accumulator(A, B, A2, B2, C, in_dtype: T.dtype = T.float16, tile_dtype: T.dtype = None,
+                              block: int = 64, block_K: int = 32):
+    """C = A B + A2 B2 in one float32 accumulator: A and B in_dtype (in tiles of tile_dtype, in_dtype when
+    None), A2 and B2 float32 (the FMA path), so the two T.gemm calls take different paths; the accumulator
+    keeps the first call's layout."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], in_dtype]
+    B: T.Tensor[[K, N], in_dtype]
+    A2: T.Tensor[[M, K], T.float32]
+    B2: T.Tensor[[K, N], T.float32]
+    C: T.Tensor[[M, N], T.float32]
+    tile = in_dtype if tile_dtype is None else tile_dtype
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_t = T.alloc_shared((block, block_K), tile)
+        b_t = T.alloc_shared((block_K, block), tile)
+        a_f = T.alloc_shared((block, block_K), T.float32)
+        b_f = T.alloc_shared((block_K, block), T.float32)
+        acc = T.alloc_fragment((block, block), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block, k * block_K], a_t)
+            T.copy(B[k * block_K, by * block], b_t)
+            T.copy(A2[bx * block, k * block_K], a_f)
+            T.copy(B2[k * block_K, by * block], b_f)
+            T.gemm(a_t, b_t, acc)
+            T.gemm(a_f, b_f, acc)
+        T.copy(acc, C[bx * block, by * block])
 
 
 def gemm_ir(M: int, N: int, K: int, **compile_args):
@@ -205,3 +279,8 @@ def gemm_a_in_registers(A, B, C, block_M: int = 64, block_N: int = 64, block_K: 
             T.copy(B[k * block_K, by * block_N], B_shared)
             T.gemm(A_frag, B_shared, C_local)
         T.copy(C_local, C[bx * block_M, by * block_N])
+
+
+def fresh_gemm():
+    """A fresh kernel object (empty memory cache) of the seed GEMM, so each test that calls it compiles."""
+    return tile_nb.jit(gemm.fn)
