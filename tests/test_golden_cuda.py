@@ -1,7 +1,7 @@
-"""The generated CUDA of a fixed corpus of kernels (tests/kernels/corpus.py) is byte-identical to what is stored in
-tests/golden_cuda.json: a refactoring of the front end or the lowering must not change a kernel by accident. A
-deliberate change is accepted with `python tests/kernels/corpus.py --write-hashes` after reviewing the diff of
-`--dump` at the two commits."""
+"""The generated CUDA of a fixed corpus of kernels (tests/kernels/corpus.py) is byte-identical to what is stored
+in tests/golden/cuda_sha256.json: a refactoring of the front end or the lowering must not change a kernel by
+accident. A deliberate change is accepted with `python tests/kernels/corpus.py --write-hashes` after reviewing the
+diff of `--dump` at the two commits."""
 from __future__ import annotations
 
 import json

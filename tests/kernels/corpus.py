@@ -3,8 +3,8 @@
 256 (and GQA with a T.dynamic sequence length), and the row kernels.
 
 A refactoring of the lowering (issue 32) must leave every one byte-identical; tests/test_golden_cuda.py checks that
-against tests/golden_cuda.json (sha256 of each kernel's CUDA source: 1.4 MB of sources would weigh on every GPU
-run's carry). The GPU tests of earlier sessions ran these kernels against torch, except the NaN-propagating max/min
+against tests/golden/cuda_sha256.json (sha256 of each kernel's CUDA source: 1.4 MB of sources would weigh on every
+GPU run's carry). The GPU tests of earlier sessions ran these kernels against torch, except the NaN-propagating max/min
 of commit 1f721c1, which the next GPU session must run; so the stored hashes guard checked kernels, not merely
 whatever the code produced. To see what changed, dump the sources at two commits and diff them:
 
@@ -26,7 +26,7 @@ from kernels import reference as ref  # noqa: E402
 from kernels import rowwise  # noqa: E402
 from kernels.seed import gemm_fp8, gemm_int8, gemm_ir  # noqa: E402
 
-HASHES = HERE.parent / "golden_cuda.json"
+HASHES = HERE.parent / "golden" / "cuda_sha256.json"
 # The architectures tests/test_architectures.py builds every corpus kernel for (or checks the refusal on).
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
 SM_COUNT = 132  # the H200's, fixed so the persistent and stream-K plans do not depend on this machine
