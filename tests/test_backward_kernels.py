@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels import backward as bw
+from tile_nb.backend import toolchain
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 
 SHAPES = [(1, 1), (1, 127), (7, 5), (33, 1), (33, 127)]
 F64 = dict(dtype="float64", block_M=4)
@@ -66,6 +69,41 @@ def test_layer_norm_bwd_float64(shape):
     _close64(dX, ref_dX)
     _close64(_col_sum(dW_part, "float64", "float64"), ref_dW)
     _close64(_col_sum(dB_part, "float64", "float64"), ref_dB)
+
+
+# (block_M, ctas): one CTA taking every row, 3 and 5 CTAs for rows that are not a multiple of them (33 rows: 11 per
+# CTA; 70 rows in blocks of 4: 18 blocks, 6 per CTA), more CTAs than row blocks (ctas > M: grid = M)
+PERSISTENT = [(1, 1), (1, 3), (4, 3), (2, 5), (1, 264)]
+
+
+@pytest.mark.parametrize("dynamic_rows", [False, True])
+@pytest.mark.parametrize("block_M,ctas", PERSISTENT)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 127), (33, 1), (70, 9), (33, 127)])
+def test_norm_bwd_persistent_float64(shape, block_M, ctas, dynamic_rows):
+    """Several row blocks per CTA: dW / dB summed in registers over a CTA's rows, one partial row per CTA."""
+    M, N = shape
+    X, W, B, dY = _inputs(M, N, seed=M + N)
+    cfg = dict(dtype="float64", block_M=block_M, ctas=ctas, dynamic_rows=dynamic_rows)
+    grid = min(ctas, -(-M // block_M))
+    dX, dW_part = bw.rms_norm_bwd(X, W, dY, **cfg)
+    assert dW_part.shape == (grid, N)
+    ref_dX, ref_dW = _autograd(_rms_ref, (X, W), dY)
+    _close64(dX, ref_dX)
+    _close64(_col_sum(dW_part, "float64", "float64", dynamic_rows), ref_dW)
+    dX, dW_part, dB_part = bw.layer_norm_bwd(X, W, dY, **cfg)
+    assert dW_part.shape == dB_part.shape == (grid, N)
+    ref_dX, ref_dW, ref_dB = _autograd(_ln_ref, (X, W, B), dY)
+    _close64(dX, ref_dX)
+    _close64(_col_sum(dW_part, "float64", "float64", dynamic_rows), ref_dW)
+    _close64(_col_sum(dB_part, "float64", "float64", dynamic_rows), ref_dB)
+
+
+@pytest.mark.parametrize("block_R,block_N", [(64, 32), (4, 8), (1, 1)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (264, 70)])
+def test_col_sum_float64(shape, block_R, block_N):
+    """col_sum at row and column counts that are not multiples of its blocks."""
+    P = _rand(*shape, seed=shape[0])
+    _close64(bw.col_sum(P, dtype="float64", acc="float64", block_R=block_R, block_N=block_N), P.sum(0))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -235,6 +273,22 @@ def test_lower_sm90a_odd_shapes(shape, dtype, dynamic_rows):
         lower(func, target)
 
 
+@needs_nvcc
+@pytest.mark.parametrize("N", [4096, 8192])
+def test_norm_bwd_builds_sm90a_unspilled(N):
+    """At the benchmark's row lengths (benchmarks/backward.py: 16384 x 4096, 4096 x 8192, fp16) the default
+    configuration (norm_bwd_threads: 16 elements per thread, 256 / 512 threads) builds for sm_90a with no spills, the fragments in
+    registers (no shared memory but the reductions' few words), and col_sum of 264 partial rows likewise."""
+    from tile_nb.runtime import compile as rt_compile
+
+    for kernel in (bw.rms_norm_bwd, bw.layer_norm_bwd):
+        func = kernel.specialize(M=16384 * 4096 // N, N=N, dtype="float16", threads=bw.norm_bwd_threads(N))
+        r = rt_compile(func, "sm_90a", options={"cache": False}).resources
+        assert r.spill_stores == 0 and r.spill_loads == 0 and r.total_shared_bytes < 1024, (kernel, r)
+    r = rt_compile(bw.col_sum.specialize(R=264, N=N, dtype="float16"), "sm_90a", options={"cache": False}).resources
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
+
+
 def _consts(kernel, args, cfg, dynamic_rows):
     """The specialize() keywords of one call: M (unless dynamic) / R and N from the first argument's shape."""
     rows, cols = args[0].shape
@@ -292,6 +346,29 @@ def test_gpu_against_torch(dtype, shape, dynamic_rows):
     (ref_d,) = torch.autograd.grad(ref_loss.sum(), x)
     check(loss, ref_loss.detach())
     check(dlogits, ref_d)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape,ctas", [((16384, 4096), 264), ((4099, 8192), 264), ((4099, 8192), 132),
+                                        ((1000, 4096), 7), ((2, 4096), 264), ((300, 127), 396)])
+@pytest.mark.parametrize("dynamic_rows", [False, True])
+def test_gpu_norm_bwd_persistent(dtype, shape, ctas, dynamic_rows):
+    """The persistent norm backwards at the benchmark's shapes and odd ones (rows not a multiple of the CTAs, fewer
+    rows than CTAs, N not a multiple of the threads' vector width) against torch in float32."""
+    M, N = shape
+    X, W, B, dY = _inputs(M, N, dtype=dtype, device="cuda", seed=M)
+    name = str(dtype).removeprefix("torch.")
+    cfg = dict(dtype=name, ctas=ctas, threads=bw.norm_bwd_threads(N), dynamic_rows=dynamic_rows)
+    floor = NOISE_FLOOR * dY.float().norm().item()
+    for kernel, ref_fn, inputs in [(bw.rms_norm_bwd, _rms_ref, (X, W)), (bw.layer_norm_bwd, _ln_ref, (X, W, B))]:
+        dX, *parts = kernel(X, W, dY, **cfg)
+        assert all(p.shape == (min(ctas, M), N) for p in parts)
+        ours = (dX, *(bw.col_sum(p, dtype=name) for p in parts))
+        leaves = [t.detach().float().requires_grad_() for t in inputs]
+        ref = torch.autograd.grad(ref_fn(*leaves), leaves, dY.float())
+        for a, b in zip(ours, ref):
+            assert a.dtype == dtype and _rel(a.cpu(), b.cpu(), floor) < GPU_TOL[dtype], kernel
 
 
 @pytest.mark.gpu

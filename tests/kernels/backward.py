@@ -3,9 +3,12 @@ a fused cross-entropy forward + backward (per-row loss and dlogits from logits a
 tests/kernels/rowwise.py: each CTA holds `block_M` whole rows in register fragments, row statistics are fragment
 reductions.
 
-dW and dB are sums over rows: each CTA writes its block's column sums to row `bx` of a `[ceildiv(M, block_M), N]`
-partial-sum output in the accumulation dtype, and `col_sum` adds those rows (one CTA per `block_N` columns), so the
-result does not depend on the order CTAs run in (no atomics).
+The norm backwards are persistent: `grid = min(ctas, ceildiv(M, block_M))` CTAs, CTA `bx` taking row blocks bx,
+bx + grid, bx + 2 grid, ... (the next block's X and dY loaded while it computes this one), keeping its dW (and dB)
+column sums in registers over its rows. dW and dB are sums over rows: each CTA writes its sums to row `bx` of a
+`[grid, N]` partial-sum output in the accumulation dtype, and `col_sum` adds those rows, so the result does not
+depend on the order CTAs run in (no atomics), and the partials are `ctas` rows, not one per row.
+`norm_bwd_threads(N)` is the thread count to pass (the default, 256, is its choice at N = 4096).
 
 `dtype` is the dtype of the tensors (float16, bfloat16, float32 or float64); arithmetic is in float32, or float64
 for float64 tensors (the interpreter's gradcheck). `dynamic_rows=True` makes the row count a `T.dynamic` dim.
@@ -15,120 +18,162 @@ import tile_nb.language as T
 
 
 @tile_nb.jit
-def col_sum(P, dtype: T.dtype = T.float32, acc: T.dtype = T.float32, block_R: int = 16, block_N: int = 128,
+def col_sum(P, dtype: T.dtype = T.float32, acc: T.dtype = T.float32, block_R: int = 64, block_N: int = 32,
             threads: int = 128, dynamic_rows: bool = False):
-    """out[j] = sum_r P[r, j] (P in `acc`, out in `dtype`): the second pass of dW / dB."""
+    """out[j] = sum_r P[r, j] (P in `acc`, out in `dtype`): the second pass of dW / dB. Narrow column blocks (one
+    CTA per `block_N` columns: 128 CTAs at N = 4096) and elementwise sums over the row blocks, one reduction
+    across threads at the end."""
     R = T.dynamic('R') if dynamic_rows else T.const('R')
     N = T.const('N')
     P: T.Tensor[[R, N], acc]
     out = T.empty((N,), dtype)
     with T.Kernel(T.ceildiv(N, block_N), threads=threads) as bx:
         p = T.alloc_fragment((block_R, block_N), acc)
+        a = T.alloc_fragment((block_R, block_N), acc)
         s = T.alloc_fragment((block_N,), acc)
-        T.clear(s)
+        T.clear(a)
         for k in T.serial(T.ceildiv(R, block_R)):
             T.copy(P[k * block_R, bx * block_N], p)
-            T.reduce_sum(p, s, dim=0, clear=False)
+            for r, c in T.Parallel(block_R, block_N):
+                a[r, c] = a[r, c] + p[r, c]
+        T.reduce_sum(a, s, dim=0)
         T.copy(s, out[bx * block_N])
     return out
 
 
+def _grid(M, block_M: int, ctas: int):
+    """CTAs of a persistent row kernel: `ctas`, or fewer when there are fewer row blocks."""
+    return T.min(ctas, T.ceildiv(M, block_M))
+
+
+def norm_bwd_threads(N: int) -> int:
+    """The thread count for rms_norm_bwd / layer_norm_bwd at row length N: 16 elements of a row per thread, 128 to
+    1024 threads (256 at N = 4096, 512 at 8192): the most registers that leave LayerNorm backward unspilled on
+    sm_90a (121 at N = 4096, 128 at 8192). Not computed in the kernel: the template (phase 1, the torch op's
+    schema) must build for every N."""
+    return max(128, min(1024, int(N) // 16 // 32 * 32))
+
+
 @tile_nb.jit
-def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 128,
-                 dynamic_rows: bool = False):
-    """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and the per-block
-    column sums of dY * X * r (col_sum of them is dW)."""
+def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 256,
+                 ctas: int = 264, dynamic_rows: bool = False):
+    """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA the
+    column sums of dY * X * r over its rows (col_sum of them is dW)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
     X: T.Tensor[[M, N], dtype]
     W: T.Tensor[[N], dtype]
     dY: T.Tensor[[M, N], dtype]
+    grid = _grid(M, block_M, ctas)
     dX = T.empty((M, N), dtype)
-    dW_part = T.empty((T.ceildiv(M, block_M), N), acc)
-    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+    dW_part = T.empty((grid, N), acc)
+    with T.Kernel(grid, threads=threads) as bx:
         x = T.alloc_fragment((block_M, N), acc)
         g = T.alloc_fragment((block_M, N), acc)
         t = T.alloc_fragment((block_M, N), acc)
-        w = T.alloc_fragment((N,), acc)
+        w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
         dw = T.alloc_fragment((N,), acc)
+        xn = T.alloc_fragment((block_M, N), dtype)
+        gn = T.alloc_fragment((block_M, N), dtype)
         rstd = T.alloc_fragment((block_M,), acc)
         dot = T.alloc_fragment((block_M,), acc)
-        T.copy(X[bx * block_M, 0], x)
-        T.copy(dY[bx * block_M, 0], g)
         T.copy(W, w)
-        for i, j in T.Parallel(block_M, N):
-            t[i, j] = x[i, j] * x[i, j]
-        T.reduce_sum(t, rstd, dim=1)
-        for i in T.Parallel(block_M):
-            rstd[i] = T.rsqrt(rstd[i] / N + eps)
-        for i, j in T.Parallel(block_M, N):
-            x[i, j] = x[i, j] * rstd[i]          # x hat
-            t[i, j] = g[i, j] * x[i, j]          # dY * x hat: the dW terms
-        T.reduce_sum(t, dw, dim=0)
+        T.clear(dw)
+        # row blocks bx, bx + grid, bx + 2 grid, ...: neighbouring CTAs read neighbouring rows at the same time.
+        # The next block's X and dY are loaded into xn, gn (in the tensors' dtype) before this block's arithmetic,
+        # so their loads are in flight while it runs (a register double buffer).
+        T.copy(X[bx * block_M, 0], xn)
+        T.copy(dY[bx * block_M, 0], gn)
+        for k in T.serial(T.ceildiv(T.ceildiv(M, block_M) - bx, grid)):
+            row = (bx + k * grid) * block_M
+            T.copy(xn, x)
+            T.copy(gn, g)
+            T.copy(X[row + grid * block_M, 0], xn)
+            T.copy(dY[row + grid * block_M, 0], gn)
+            for i, j in T.Parallel(block_M, N):
+                t[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(t, rstd, dim=1)
+            for i in T.Parallel(block_M):
+                rstd[i] = T.rsqrt(rstd[i] / N + eps)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] * rstd[i]          # x hat (0 in rows past M: X reads as 0 there)
+                t[i, j] = g[i, j] * x[i, j]          # dY * x hat: the dW terms
+            T.reduce_sum(t, dw, dim=0, clear=False)
+            for i, j in T.Parallel(block_M, N):
+                g[i, j] = g[i, j] * T.cast(w[j], acc)             # dY * W
+                t[i, j] = g[i, j] * x[i, j]
+            T.reduce_sum(t, dot, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                g[i, j] = rstd[i] * (g[i, j] - x[i, j] * dot[i] / N)
+            T.copy(g, dX[row, 0])
         T.copy(dw, dW_part[bx, 0])
-        for i, j in T.Parallel(block_M, N):
-            g[i, j] = g[i, j] * w[j]             # dY * W
-            t[i, j] = g[i, j] * x[i, j]
-        T.reduce_sum(t, dot, dim=1)
-        for i, j in T.Parallel(block_M, N):
-            g[i, j] = rstd[i] * (g[i, j] - x[i, j] * dot[i] / N)
-        T.copy(g, dX[bx * block_M, 0])
     return dX, dW_part
 
 
 @tile_nb.jit
-def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 128,
-                   dynamic_rows: bool = False):
-    """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and the
-    per-block column sums of dY * xhat (-> dW) and of dY (-> dB)."""
+def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 256,
+                   ctas: int = 264, dynamic_rows: bool = False):
+    """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and per
+    CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
     X: T.Tensor[[M, N], dtype]
     W: T.Tensor[[N], dtype]
     dY: T.Tensor[[M, N], dtype]
+    grid = _grid(M, block_M, ctas)
     dX = T.empty((M, N), dtype)
-    dW_part = T.empty((T.ceildiv(M, block_M), N), acc)
-    dB_part = T.empty((T.ceildiv(M, block_M), N), acc)
-    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+    dW_part = T.empty((grid, N), acc)
+    dB_part = T.empty((grid, N), acc)
+    with T.Kernel(grid, threads=threads) as bx:
         x = T.alloc_fragment((block_M, N), acc)
         g = T.alloc_fragment((block_M, N), acc)
         t = T.alloc_fragment((block_M, N), acc)
-        w = T.alloc_fragment((N,), acc)
+        w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
         dw = T.alloc_fragment((N,), acc)
         db = T.alloc_fragment((N,), acc)
+        xn = T.alloc_fragment((block_M, N), dtype)
+        gn = T.alloc_fragment((block_M, N), dtype)
         mean = T.alloc_fragment((block_M,), acc)
         rstd = T.alloc_fragment((block_M,), acc)
         g_mean = T.alloc_fragment((block_M,), acc)
         dot = T.alloc_fragment((block_M,), acc)
-        T.copy(X[bx * block_M, 0], x)
-        T.copy(dY[bx * block_M, 0], g)
         T.copy(W, w)
-        T.reduce_sum(x, mean, dim=1)
-        for i in T.Parallel(block_M):
-            mean[i] = mean[i] / N
-        for i, j in T.Parallel(block_M, N):
-            x[i, j] = x[i, j] - mean[i]
-            t[i, j] = x[i, j] * x[i, j]
-        T.reduce_sum(t, rstd, dim=1)
-        for i in T.Parallel(block_M):
-            rstd[i] = T.rsqrt(rstd[i] / N + eps)
-        for i, j in T.Parallel(block_M, N):
-            x[i, j] = x[i, j] * rstd[i]          # x hat (0 in rows past M: X reads as 0 there)
-            t[i, j] = g[i, j] * x[i, j]
-        T.reduce_sum(t, dw, dim=0)
-        T.reduce_sum(g, db, dim=0)
+        T.clear(dw)
+        T.clear(db)
+        T.copy(X[bx * block_M, 0], xn)              # the next block's rows, as in rms_norm_bwd
+        T.copy(dY[bx * block_M, 0], gn)
+        for k in T.serial(T.ceildiv(T.ceildiv(M, block_M) - bx, grid)):
+            row = (bx + k * grid) * block_M
+            T.copy(xn, x)
+            T.copy(gn, g)
+            T.copy(X[row + grid * block_M, 0], xn)
+            T.copy(dY[row + grid * block_M, 0], gn)
+            T.reduce_sum(x, mean, dim=1)
+            for i in T.Parallel(block_M):
+                mean[i] = mean[i] / N
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] - mean[i]
+                t[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(t, rstd, dim=1)
+            for i in T.Parallel(block_M):
+                rstd[i] = T.rsqrt(rstd[i] / N + eps)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] * rstd[i]          # x hat (0 in rows past M: X reads as 0 there)
+                t[i, j] = g[i, j] * x[i, j]
+            T.reduce_sum(t, dw, dim=0, clear=False)
+            T.reduce_sum(g, db, dim=0, clear=False)
+            for i, j in T.Parallel(block_M, N):
+                g[i, j] = g[i, j] * T.cast(w[j], acc)
+                t[i, j] = g[i, j] * x[i, j]
+            T.reduce_sum(g, g_mean, dim=1)
+            T.reduce_sum(t, dot, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                g[i, j] = rstd[i] * (g[i, j] - g_mean[i] / N - x[i, j] * dot[i] / N)
+            T.copy(g, dX[row, 0])
         T.copy(dw, dW_part[bx, 0])
         T.copy(db, dB_part[bx, 0])
-        for i, j in T.Parallel(block_M, N):
-            g[i, j] = g[i, j] * w[j]
-            t[i, j] = g[i, j] * x[i, j]
-        T.reduce_sum(g, g_mean, dim=1)
-        T.reduce_sum(t, dot, dim=1)
-        for i, j in T.Parallel(block_M, N):
-            g[i, j] = rstd[i] * (g[i, j] - g_mean[i] / N - x[i, j] * dot[i] / N)
-        T.copy(g, dX[bx * block_M, 0])
     return dX, dW_part, dB_part
 
 
@@ -302,11 +347,18 @@ def _save_inputs(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
+def _norm_values(compile_values, N):
+    """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own thread count
+    (the forward's block_M and threads are its own tuning)."""
+    out = {k: v for k, v in compile_values.items() if k in ("dtype", "eps", "dynamic_rows")}
+    return dict(out, threads=norm_bwd_threads(N))
+
+
 def _rms_norm_backward(ctx, grad):
     from tile_nb import torch as tt
 
     X, W = ctx.saved_tensors
-    dX, dW_part = tt.op(rms_norm_bwd)(X, W, grad.contiguous(), **ctx.compile_values)
+    dX, dW_part = tt.op(rms_norm_bwd)(X, W, grad.contiguous(), **_norm_values(ctx.compile_values, X.shape[1]))
     return dX, _col_sum(dW_part, ctx.compile_values)
 
 
@@ -314,7 +366,8 @@ def _layer_norm_backward(ctx, grad):
     from tile_nb import torch as tt
 
     X, W, _ = ctx.saved_tensors
-    dX, dW_part, dB_part = tt.op(layer_norm_bwd)(X, W, grad.contiguous(), **ctx.compile_values)
+    values = _norm_values(ctx.compile_values, X.shape[1])
+    dX, dW_part, dB_part = tt.op(layer_norm_bwd)(X, W, grad.contiguous(), **values)
     return dX, _col_sum(dW_part, ctx.compile_values), _col_sum(dB_part, ctx.compile_values)
 
 
