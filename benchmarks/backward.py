@@ -12,8 +12,8 @@
   float32 dW / dB partial row per CTA, then col_sum of those rows) against torch.autograd.grad of F.rms_norm /
   F.layer_norm. GB/s counts the bytes a backward must move at least (read X, dY; write dX; W and dW are one row),
   next to a device-to-device copy of X's size (`of_copy`: the fraction of the copy's GB/s; the issue's target is
-  >= 0.9). The default configuration is timed, then (on CUDA, unless --no-sweep) a few other CTA counts and
-  thread counts, in `sweep`.
+  >= 0.9). The default configuration (bw.norm_bwd_config: threads, CTAs, pipeline stages) is timed, then (on
+  CUDA, unless --no-sweep) a few others, in `sweep`.
 Ratios are tile_nb's speed over torch's (> 1: tile_nb faster). Results: benchmarks/results/backward.md.
 """
 from __future__ import annotations
@@ -62,16 +62,16 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
                 ratio=t_torch.median_ms / t_ours.median_ms)
 
 
-# (ctas, threads) tried besides the default per row length (--sweep): 1, 2 and 3 CTAs per SM of the H200's 132,
-# and 8 elements per thread instead of 16 (0: bw.norm_bwd_threads(N), 16 per thread; None: N / 8).
-NORM_SWEEP = [(132, 0), (396, 0), (264, None)]
-
-
-def _sweep_configs(N: int) -> dict[str, dict]:
+def _sweep_configs(default: dict, N: int) -> dict[str, dict]:
+    """Configurations tried besides the default (--sweep): twice and three times the CTAs (more per SM than the
+    registers hold at once: a second wave), 2 and 3 stages, 16 elements of a row per thread instead of 8."""
+    variants = [dict(ctas=2 * default["ctas"]), dict(ctas=3 * default["ctas"]), dict(stages=2), dict(stages=3),
+                dict(threads=max(128, min(1024, N // 16)))]
     out = {}
-    for ctas, threads in NORM_SWEEP:
-        threads = max(128, min(1024, N // 8)) if threads is None else threads or bw.norm_bwd_threads(N)
-        out[f"ctas={ctas} threads={threads}"] = dict(ctas=ctas, threads=threads)
+    for change in variants:
+        cfg = dict(default, **change)
+        if cfg != default:
+            out[" ".join(f"{k}={v}" for k, v in cfg.items())] = cfg
     return out
 
 
@@ -84,7 +84,8 @@ def norm_case(op: str, M: int, N: int, dtype=torch.float16, sweep: bool = False)
     name = str(dtype).removeprefix("torch.")
 
     # the persistent kernel (one float32 dW / dB partial row per CTA), then col_sum of those rows
-    default = dict(ctas=264, threads=bw.norm_bwd_threads(N))
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if DEVICE == "cuda" else 132
+    default = bw.norm_bwd_config(N, x.element_size(), sms)
     if op == "rms_norm":
         def ours(**cfg):
             cfg = dict(default, **cfg)
@@ -115,14 +116,14 @@ def norm_case(op: str, M: int, N: int, dtype=torch.float16, sweep: bool = False)
     t_ours, t_torch, t_copy = do_bench(ours), do_bench(theirs), do_bench(lambda: src.copy_(x))
     moved = 3 * x.numel() * x.element_size()  # X and dY read, dX written; W and dW are one row each
     copy_gbs = 2 * x.numel() * x.element_size() / t_copy.median_ms / 1e6
-    row = dict(kind=op, shape=[M, N], dtype=name, config=f"ctas={default['ctas']} threads={default['threads']}", max_rel_err=errors,
-               tile_nb_ms=t_ours.median_ms, torch_ms=t_torch.median_ms, tile_nb_gbs=moved / t_ours.median_ms / 1e6,
+    row = dict(kind=op, shape=[M, N], dtype=name, config=" ".join(f"{k}={v}" for k, v in default.items()),
+               max_rel_err=errors, tile_nb_ms=t_ours.median_ms, torch_ms=t_torch.median_ms, tile_nb_gbs=moved / t_ours.median_ms / 1e6,
                torch_gbs=moved / t_torch.median_ms / 1e6, copy_gbs=copy_gbs,
                ratio=t_torch.median_ms / t_ours.median_ms)
     row["of_copy"] = row["tile_nb_gbs"] / copy_gbs
     if sweep:
         row["sweep"] = {}
-        for label, cfg in _sweep_configs(N).items():
+        for label, cfg in _sweep_configs(default, N).items():
             try:
                 err = max(max_rel_err(ours(**cfg)))
                 ms = do_bench(lambda cfg=cfg: ours(**cfg)).median_ms

@@ -274,17 +274,23 @@ def test_lower_sm90a_odd_shapes(shape, dtype, dynamic_rows):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("dynamic_rows", [False, True])
 @pytest.mark.parametrize("N", [4096, 8192])
-def test_norm_bwd_builds_sm90a_unspilled(N):
+def test_norm_bwd_builds_sm90a_unspilled(N, dynamic_rows):
     """At the benchmark's row lengths (benchmarks/backward.py: 16384 x 4096, 4096 x 8192, fp16) the default
-    configuration (norm_bwd_threads: 16 elements per thread, 256 / 512 threads) builds for sm_90a with no spills, the fragments in
-    registers (no shared memory but the reductions' few words), and col_sum of 264 partial rows likewise."""
+    configuration (norm_bwd_config: 512 / 1024 threads, 264 / 132 CTAs, 4 stages) builds for sm_90a with no spills,
+    in the registers its CTA count counts on, in shared memory only the X and dY rows of the pipeline's stages (and
+    the reductions' few words); col_sum of 264 partial rows likewise."""
     from tile_nb.runtime import compile as rt_compile
 
+    cfg = bw.norm_bwd_config(N)
+    rows = {} if dynamic_rows else dict(M=16384 * 4096 // N)
     for kernel in (bw.rms_norm_bwd, bw.layer_norm_bwd):
-        func = kernel.specialize(M=16384 * 4096 // N, N=N, dtype="float16", threads=bw.norm_bwd_threads(N))
+        func = kernel.specialize(N=N, dtype="float16", dynamic_rows=dynamic_rows, **rows, **cfg)
         r = rt_compile(func, "sm_90a", options={"cache": False}).resources
-        assert r.spill_stores == 0 and r.spill_loads == 0 and r.total_shared_bytes < 1024, (kernel, r)
+        assert r.spill_stores == 0 and r.spill_loads == 0, (kernel, r)
+        assert r.registers * cfg["threads"] * cfg["ctas"] // 132 <= 65536, (kernel, r)
+        assert cfg["stages"] * 2 * N * 2 <= r.total_shared_bytes < cfg["stages"] * 2 * N * 2 + 1024, (kernel, r)
     r = rt_compile(bw.col_sum.specialize(R=264, N=N, dtype="float16"), "sm_90a", options={"cache": False}).resources
     assert r.spill_stores == 0 and r.spill_loads == 0, r
 
@@ -359,7 +365,7 @@ def test_gpu_norm_bwd_persistent(dtype, shape, ctas, dynamic_rows):
     M, N = shape
     X, W, B, dY = _inputs(M, N, dtype=dtype, device="cuda", seed=M)
     name = str(dtype).removeprefix("torch.")
-    cfg = dict(dtype=name, ctas=ctas, threads=bw.norm_bwd_threads(N), dynamic_rows=dynamic_rows)
+    cfg = dict(bw.norm_bwd_config(N), dtype=name, ctas=ctas, dynamic_rows=dynamic_rows)
     floor = NOISE_FLOOR * dY.float().norm().item()
     for kernel, ref_fn, inputs in [(bw.rms_norm_bwd, _rms_ref, (X, W)), (bw.layer_norm_bwd, _ln_ref, (X, W, B))]:
         dX, *parts = kernel(X, W, dY, **cfg)

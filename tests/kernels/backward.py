@@ -4,11 +4,11 @@ tests/kernels/rowwise.py: each CTA holds `block_M` whole rows in register fragme
 reductions.
 
 The norm backwards are persistent: `grid = min(ctas, ceildiv(M, block_M))` CTAs, CTA `bx` taking row blocks bx,
-bx + grid, bx + 2 grid, ... (the next block's X and dY loaded while it computes this one), keeping its dW (and dB)
-column sums in registers over its rows. dW and dB are sums over rows: each CTA writes its sums to row `bx` of a
+bx + grid, bx + 2 grid, ... (X and dY staged in shared memory by a `stages`-deep T.Pipelined loop: the loads of the
+next blocks are in flight while it computes this one), keeping its dW (and dB) column sums in registers over its rows. dW and dB are sums over rows: each CTA writes its sums to row `bx` of a
 `[grid, N]` partial-sum output in the accumulation dtype, and `col_sum` adds those rows, so the result does not
 depend on the order CTAs run in (no atomics), and the partials are `ctas` rows, not one per row.
-`norm_bwd_threads(N)` is the thread count to pass (the default, 256, is its choice at N = 4096).
+`norm_bwd_config(N)` gives threads, ctas and stages to pass (the defaults are its choice at N = 4096).
 
 `dtype` is the dtype of the tensors (float16, bfloat16, float32 or float64); arithmetic is in float32, or float64
 for float64 tensors (the interpreter's gradcheck). `dynamic_rows=True` makes the row count a `T.dynamic` dim.
@@ -46,17 +46,24 @@ def _grid(M, block_M: int, ctas: int):
     return T.min(ctas, T.ceildiv(M, block_M))
 
 
-def norm_bwd_threads(N: int) -> int:
-    """The thread count for rms_norm_bwd / layer_norm_bwd at row length N: 16 elements of a row per thread, 128 to
-    1024 threads (256 at N = 4096, 512 at 8192): the most registers that leave LayerNorm backward unspilled on
-    sm_90a (121 at N = 4096, 128 at 8192). Not computed in the kernel: the template (phase 1, the torch op's
-    schema) must build for every N."""
-    return max(128, min(1024, int(N) // 16 // 32 * 32))
+def norm_bwd_config(N: int, itemsize: int = 2, sms: int = 132) -> dict:
+    """threads, ctas and stages for rms_norm_bwd / layer_norm_bwd at row length N (`itemsize`-byte tensors, `sms`
+    SMs; the defaults are the H200's fp16 case). 8 elements of a row per thread, 128 to 1024 threads (512 at
+    N = 4096, 1024 at 8192): on sm_90a both kernels then take <= 64 registers, unspilled with static or dynamic
+    rows (16 per thread takes ~100 and ptxas spills the dynamic-rows RMSNorm at N = 8192 into 64). CTAs: as many
+    as the registers let run at once (2 per SM at N = 4096, 1 at 8192), so all stay resident. Stages: up to 4, as
+    the resident CTAs' shared rows of X and dY fit 160 KiB. Rows longer than 8192 do not fit the registers.
+    Not computed in the kernel: its template (phase 1, the torch op's schema) must build for every N."""
+    N = int(N)
+    threads = max(128, min(1024, N // 8 // 32 * 32))
+    per_sm = max(1, 65536 // (threads * 64))
+    stages = max(2, min(4, 160 * 1024 // (per_sm * 2 * N * itemsize)))
+    return dict(threads=threads, ctas=sms * per_sm, stages=stages)
 
 
 @tile_nb.jit
 def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 256,
-                 ctas: int = 264, dynamic_rows: bool = False):
+                 ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA the
     column sums of dY * X * r over its rows (col_sum of them is dW)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
@@ -74,23 +81,21 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
         t = T.alloc_fragment((block_M, N), acc)
         w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
         dw = T.alloc_fragment((N,), acc)
-        xn = T.alloc_fragment((block_M, N), dtype)
-        gn = T.alloc_fragment((block_M, N), dtype)
+        xs = T.alloc_shared((block_M, N), dtype)
+        gs = T.alloc_shared((block_M, N), dtype)
         rstd = T.alloc_fragment((block_M,), acc)
         dot = T.alloc_fragment((block_M,), acc)
         T.copy(W, w)
         T.clear(dw)
         # row blocks bx, bx + grid, bx + 2 grid, ...: neighbouring CTAs read neighbouring rows at the same time.
-        # The next block's X and dY are loaded into xn, gn (in the tensors' dtype) before this block's arithmetic,
-        # so their loads are in flight while it runs (a register double buffer).
-        T.copy(X[bx * block_M, 0], xn)
-        T.copy(dY[bx * block_M, 0], gn)
-        for k in T.serial(T.ceildiv(T.ceildiv(M, block_M) - bx, grid)):
+        # X and dY come through shared memory in a `stages`-deep pipeline (cp.async on sm_80+): the next
+        # stages - 1 blocks' loads are in flight while this one computes, without holding registers.
+        for k in T.Pipelined(T.ceildiv(T.ceildiv(M, block_M) - bx, grid), num_stages=stages):
             row = (bx + k * grid) * block_M
-            T.copy(xn, x)
-            T.copy(gn, g)
-            T.copy(X[row + grid * block_M, 0], xn)
-            T.copy(dY[row + grid * block_M, 0], gn)
+            T.copy(X[row, 0], xs)
+            T.copy(dY[row, 0], gs)
+            T.copy(xs, x)
+            T.copy(gs, g)
             for i, j in T.Parallel(block_M, N):
                 t[i, j] = x[i, j] * x[i, j]
             T.reduce_sum(t, rstd, dim=1)
@@ -113,7 +118,7 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
 
 @tile_nb.jit
 def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 256,
-                   ctas: int = 264, dynamic_rows: bool = False):
+                   ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and per
     CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
@@ -133,8 +138,8 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
         w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
         dw = T.alloc_fragment((N,), acc)
         db = T.alloc_fragment((N,), acc)
-        xn = T.alloc_fragment((block_M, N), dtype)
-        gn = T.alloc_fragment((block_M, N), dtype)
+        xs = T.alloc_shared((block_M, N), dtype)
+        gs = T.alloc_shared((block_M, N), dtype)
         mean = T.alloc_fragment((block_M,), acc)
         rstd = T.alloc_fragment((block_M,), acc)
         g_mean = T.alloc_fragment((block_M,), acc)
@@ -142,14 +147,12 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
         T.copy(W, w)
         T.clear(dw)
         T.clear(db)
-        T.copy(X[bx * block_M, 0], xn)              # the next block's rows, as in rms_norm_bwd
-        T.copy(dY[bx * block_M, 0], gn)
-        for k in T.serial(T.ceildiv(T.ceildiv(M, block_M) - bx, grid)):
+        for k in T.Pipelined(T.ceildiv(T.ceildiv(M, block_M) - bx, grid), num_stages=stages):   # as rms_norm_bwd
             row = (bx + k * grid) * block_M
-            T.copy(xn, x)
-            T.copy(gn, g)
-            T.copy(X[row + grid * block_M, 0], xn)
-            T.copy(dY[row + grid * block_M, 0], gn)
+            T.copy(X[row, 0], xs)
+            T.copy(dY[row, 0], gs)
+            T.copy(xs, x)
+            T.copy(gs, g)
             T.reduce_sum(x, mean, dim=1)
             for i in T.Parallel(block_M):
                 mean[i] = mean[i] / N
@@ -347,18 +350,22 @@ def _save_inputs(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _norm_values(compile_values, N):
-    """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own thread count
-    (the forward's block_M and threads are its own tuning)."""
+def _norm_values(compile_values, X):
+    """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own threads, CTAs
+    and stages (norm_bwd_config for X's row length, element size and device; the forward's block_M and threads are
+    its own tuning)."""
+    import torch
+
+    sms = torch.cuda.get_device_properties(X.device).multi_processor_count if X.is_cuda else 132
     out = {k: v for k, v in compile_values.items() if k in ("dtype", "eps", "dynamic_rows")}
-    return dict(out, threads=norm_bwd_threads(N))
+    return dict(out, **norm_bwd_config(X.shape[1], X.element_size(), sms))
 
 
 def _rms_norm_backward(ctx, grad):
     from tile_nb import torch as tt
 
     X, W = ctx.saved_tensors
-    dX, dW_part = tt.op(rms_norm_bwd)(X, W, grad.contiguous(), **_norm_values(ctx.compile_values, X.shape[1]))
+    dX, dW_part = tt.op(rms_norm_bwd)(X, W, grad.contiguous(), **_norm_values(ctx.compile_values, X))
     return dX, _col_sum(dW_part, ctx.compile_values)
 
 
@@ -366,7 +373,7 @@ def _layer_norm_backward(ctx, grad):
     from tile_nb import torch as tt
 
     X, W, _ = ctx.saved_tensors
-    values = _norm_values(ctx.compile_values, X.shape[1])
+    values = _norm_values(ctx.compile_values, X)
     dX, dW_part, dB_part = tt.op(layer_norm_bwd)(X, W, grad.contiguous(), **values)
     return dX, _col_sum(dW_part, ctx.compile_values), _col_sum(dB_part, ctx.compile_values)
 
