@@ -5,14 +5,16 @@ reductions.
 
 The norm backwards are persistent: `grid = min(ctas, ceildiv(M, block_M))` CTAs, CTA `bx` taking row blocks bx,
 bx + grid, bx + 2 grid, ... (X and dY staged in shared memory by a `stages`-deep T.Pipelined loop: the loads of the
-next blocks are in flight while it computes this one), keeping its dW (and dB) column sums in registers over its rows. dW and dB are sums over rows: each CTA writes its sums to row `bx` of a
-`[grid, N]` partial-sum output in the accumulation dtype, and `col_sum` adds those rows, so the result does not
-depend on the order CTAs run in (no atomics), and the partials are `ctas` rows, not one per row.
-`norm_bwd_config(N)` gives threads, ctas and stages to pass (the defaults are its choice at N = 4096).
+next blocks are in flight while it computes this one) and keeping its dW (and dB) column sums in registers over its
+rows. Each CTA writes its sums to row `bx` of a `[grid, N]` partial-sum output in the accumulation dtype, and
+`col_sum` adds those rows, so the result does not depend on the order CTAs run in (no atomics). `norm_bwd_config(N)`
+gives threads, ctas and stages to pass (the defaults are its choice at N = 4096 on the H200).
 
 `dtype` is the dtype of the tensors (float16, bfloat16, float32 or float64); arithmetic is in float32, or float64
 for float64 tensors (the interpreter's gradcheck). `dynamic_rows=True` makes the row count a `T.dynamic` dim.
 """
+import functools
+
 import tile_nb
 import tile_nb.language as T
 
@@ -62,7 +64,7 @@ def norm_bwd_config(N: int, itemsize: int = 2, sms: int = 132) -> dict:
 
 
 @tile_nb.jit
-def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 256,
+def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 512,
                  ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA the
     column sums of dY * X * r over its rows (col_sum of them is dW)."""
@@ -117,7 +119,7 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
 
 
 @tile_nb.jit
-def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 256,
+def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 512,
                    ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and per
     CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
@@ -354,11 +356,17 @@ def _norm_values(compile_values, X):
     """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own threads, CTAs
     and stages (norm_bwd_config for X's row length, element size and device; the forward's block_M and threads are
     its own tuning)."""
-    import torch
-
-    sms = torch.cuda.get_device_properties(X.device).multi_processor_count if X.is_cuda else 132
+    sms = _sm_count(X.device.index) if X.is_cuda else 132
     out = {k: v for k, v in compile_values.items() if k in ("dtype", "eps", "dynamic_rows")}
     return dict(out, **norm_bwd_config(X.shape[1], X.element_size(), sms))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    import torch
+
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
 
 
 def _rms_norm_backward(ctx, grad):
