@@ -64,9 +64,9 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
 
 def _sweep_configs(default: dict, N: int) -> dict[str, dict]:
     """Configurations tried besides the default (--sweep): twice and three times the CTAs (more per SM than the
-    registers hold at once: a second wave), 2 and 3 stages, 16 elements of a row per thread instead of 8."""
+    registers hold at once: a second wave), 2 and 3 stages, 8 and 32 elements of a row per thread instead of 16."""
     variants = [dict(ctas=2 * default["ctas"]), dict(ctas=3 * default["ctas"]), dict(stages=2), dict(stages=3),
-                dict(threads=max(128, min(1024, N // 16)))]
+                dict(threads=max(128, min(1024, N // 8))), dict(threads=max(128, min(1024, N // 32)))]
     out = {}
     for change in variants:
         cfg = dict(default, **change)

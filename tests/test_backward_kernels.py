@@ -278,7 +278,7 @@ def test_lower_sm90a_odd_shapes(shape, dtype, dynamic_rows):
 @pytest.mark.parametrize("N", [4096, 8192])
 def test_norm_bwd_builds_sm90a_unspilled(N, dynamic_rows):
     """At the benchmark's row lengths (benchmarks/backward.py: 16384 x 4096, 4096 x 8192, fp16) the default
-    configuration (norm_bwd_config: 512 / 1024 threads, 264 / 132 CTAs, 4 stages) builds for sm_90a with no spills,
+    configuration (norm_bwd_config: 256 / 512 threads, 264 / 132 CTAs, 4 stages) builds for sm_90a with no spills,
     in the registers its CTA count counts on, in shared memory only the X and dY rows of the pipeline's stages (and
     the reductions' few words); col_sum of 264 partial rows likewise."""
     from tile_nb.runtime import compile as rt_compile

@@ -50,21 +50,22 @@ def _grid(M, block_M: int, ctas: int):
 
 def norm_bwd_config(N: int, itemsize: int = 2, sms: int = 132) -> dict:
     """threads, ctas and stages for rms_norm_bwd / layer_norm_bwd at row length N (`itemsize`-byte tensors, `sms`
-    SMs; the defaults are the H200's fp16 case). 8 elements of a row per thread, 128 to 1024 threads (512 at
-    N = 4096, 1024 at 8192): on sm_90a both kernels then take <= 64 registers, unspilled with static or dynamic
-    rows (16 per thread takes ~100 and ptxas spills the dynamic-rows RMSNorm at N = 8192 into 64). CTAs: as many
-    as the registers let run at once (2 per SM at N = 4096, 1 at 8192), so all stay resident. Stages: up to 4, as
-    the resident CTAs' shared rows of X and dY fit 160 KiB. Rows longer than 8192 do not fit the registers.
-    Not computed in the kernel: its template (phase 1, the torch op's schema) must build for every N."""
+    SMs; the defaults are the H200's fp16 case). 16 elements of a row per thread, 128 to 1024 threads (256 at
+    N = 4096, 512 at 8192): on sm_90a LayerNorm backward's loop then issues about 850 / 1900 warp instructions
+    per row and SM, well under the ~1500 / 3000 cycles the SM's share of the copy bandwidth gives a row (at 8
+    per thread: 1280 / 3200, the reductions' cross-warp sums growing with the warps), in <= 128 registers,
+    unspilled with static or dynamic rows. CTAs: as many as 128 registers a thread let run at once (2 per SM at
+    N = 4096, 1 at 8192), so all stay resident. Stages: up to 4, as the resident CTAs' shared rows of X and dY
+    fit 160 KiB. Not computed in the kernel: its template (phase 1, the torch op's schema) builds for every N."""
     N = int(N)
-    threads = max(128, min(1024, N // 8 // 32 * 32))
-    per_sm = max(1, 65536 // (threads * 64))
+    threads = max(128, min(1024, N // 16 // 32 * 32))
+    per_sm = max(1, 65536 // (threads * 128))
     stages = max(2, min(4, 160 * 1024 // (per_sm * 2 * N * itemsize)))
     return dict(threads=threads, ctas=sms * per_sm, stages=stages)
 
 
 @tile_nb.jit
-def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 512,
+def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 256,
                  ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA the
     column sums of dY * X * r over its rows (col_sum of them is dW)."""
@@ -81,7 +82,7 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
         x = T.alloc_fragment((block_M, N), acc)
         g = T.alloc_fragment((block_M, N), acc)
         t = T.alloc_fragment((block_M, N), acc)
-        w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
+        w = T.alloc_fragment((N,), acc)
         dw = T.alloc_fragment((N,), acc)
         xs = T.alloc_shared((block_M, N), dtype)
         gs = T.alloc_shared((block_M, N), dtype)
@@ -108,7 +109,7 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
                 t[i, j] = g[i, j] * x[i, j]          # dY * x hat: the dW terms
             T.reduce_sum(t, dw, dim=0, clear=False)
             for i, j in T.Parallel(block_M, N):
-                g[i, j] = g[i, j] * T.cast(w[j], acc)             # dY * W
+                g[i, j] = g[i, j] * w[j]             # dY * W
                 t[i, j] = g[i, j] * x[i, j]
             T.reduce_sum(t, dot, dim=1)
             for i, j in T.Parallel(block_M, N):
@@ -119,7 +120,7 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
 
 
 @tile_nb.jit
-def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 512,
+def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 256,
                    ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
     """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and per
     CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
@@ -137,7 +138,7 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
         x = T.alloc_fragment((block_M, N), acc)
         g = T.alloc_fragment((block_M, N), acc)
         t = T.alloc_fragment((block_M, N), acc)
-        w = T.alloc_fragment((N,), dtype)           # in the tensors' dtype: fewer registers
+        w = T.alloc_fragment((N,), acc)
         dw = T.alloc_fragment((N,), acc)
         db = T.alloc_fragment((N,), acc)
         xs = T.alloc_shared((block_M, N), dtype)
@@ -170,7 +171,7 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
             T.reduce_sum(t, dw, dim=0, clear=False)
             T.reduce_sum(g, db, dim=0, clear=False)
             for i, j in T.Parallel(block_M, N):
-                g[i, j] = g[i, j] * T.cast(w[j], acc)
+                g[i, j] = g[i, j] * w[j]
                 t[i, j] = g[i, j] * x[i, j]
             T.reduce_sum(g, g_mean, dim=1)
             T.reduce_sum(t, dot, dim=1)
