@@ -79,9 +79,11 @@ class Frame:
     block: the blockIdx values of the running CTA, for error messages.
     written: per buffer slot, which elements the CTA has written (written.py), or None when the check is off.
     trace / access: recording of one block's global accesses (access.py); None otherwise.
+    warp / members: in a block run as warp groups (warps.py), this frame's group and the statement's groups.
     """
 
-    __slots__ = ("access", "block", "mask", "overlays", "par_shape", "ranges", "trace", "vals", "written")
+    __slots__ = ("access", "block", "mask", "members", "overlays", "par_shape", "ranges", "trace", "vals", "warp",
+                 "written")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots
@@ -93,6 +95,8 @@ class Frame:
         self.written: list | None = None
         self.trace = None    # access.py's _Trace when a block's accesses are recorded
         self.access: dict | None = None  # its masks while that block runs, else None
+        self.warp = None     # in a warp-specialized block (warps.py): the warp group running this frame
+        self.members: tuple | None = None  # the groups running the current statement together
 
     def block_ids(self) -> tuple | None:
         if not self.block:
@@ -119,6 +123,7 @@ class Compiler:
         self.vars: dict[int, Any] = {}
         self.closed: set[int] = set()
         self.tracked: list[int] = []  # slots of buffers whose written elements are tracked (written.py)
+        self.warps = None  # warps.WarpInfo when the function has T.ws regions or mbarriers
 
     @property
     def nslots(self) -> int:
@@ -165,7 +170,8 @@ class Compiler:
             self.location = location_of(node) if getattr(node, "span", None) is not None else \
                 _fallback_location(node, saved)
         try:
-            return rule(self, node)
+            closure = rule(self, node)
+            return closure if self.warps is None else self.warps.wrap(self, node, closure)
         finally:
             self.location = saved
 

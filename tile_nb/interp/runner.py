@@ -15,7 +15,7 @@ from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from . import exprs, memory, stmts, tileops  # noqa: F401 - importing registers the rules
+from . import exprs, memory, stmts, tileops, warps  # noqa: F401 - importing registers the rules
 from . import values as V
 from . import written
 from .compiler import Compiler, Frame
@@ -35,6 +35,8 @@ class Program:
     def __init__(self, func: tirx.PrimFunc):
         self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
         comp = Compiler(*_tile_lines(func), name=self.name)
+        if warps.uses_warp_groups(func):
+            comp.warps = warps.WarpInfo()
         self.params = []
         for p in func.params:
             if is_buffer_var(p):

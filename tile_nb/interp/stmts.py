@@ -13,9 +13,10 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from . import values as V
-from . import written
+from . import warps, written
 from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
 from .errors import InterpreterError
+from ..language.sync import WS_ATTR
 from .memory import write_back_overlays
 
 __all__: list[str] = []
@@ -123,6 +124,8 @@ def _numel(shape, f) -> int:
 
 @stmt_rule(tirx.AttrStmt)
 def _attr(comp: Compiler, node):
+    if node.attr_key == WS_ATTR:
+        return _warp_specialized(comp, node)
     if node.attr_key != "thread_extent":
         return comp.stmt(node.body)  # pragmas and hints do not change the result
     iv = node.node
@@ -151,10 +154,30 @@ def _attr(comp: Compiler, node):
             f.block.pop(axis, None)
         return grid
 
+    if comp.warps is not None and tag == "threadIdx.x":
+        buffers = comp.buffers  # (filled while the whole function compiles)
+
+        def warp_groups(f):
+            f.vals[slot] = 0
+            warps.run_block(body, f, int(extent(f)), buffers)
+        return warp_groups
+
     def thread(f):
         f.vals[slot] = 0  # block-level code is written for the whole CTA, not per thread
         body(f)
     return thread
+
+
+def _warp_specialized(comp: Compiler, node):
+    """`with T.ws(k)`: the body's statements run in those warp groups only (warps.py)."""
+    if comp.warps is None:
+        raise NotImplementedError("a T.ws region outside a warp-specialized function")
+    ids = tuple(k for k in range(32) if int(node.value) >> k & 1)
+    saved, comp.warps.ids = comp.warps.ids, ids
+    try:
+        return comp.stmt(node.body)
+    finally:
+        comp.warps.ids = saved
 
 
 # ---- loops --------------------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
     gemm_policy(st, policy)
     ra, rb, rc = (region_of(x, what="T.gemm") for x in (A, B, C))
     shapes = [[_static(r.extent) for r in reg.region] for reg in (ra, rb, rc)]
+    # a stage of a 3-d shared buffer (`A_s[k % 2, :, :]`): leading unit dims dropped (as the interpreter does)
+    shapes = [s[-2:] if len(s) > 2 and all(e == 1 for e in s[:-2]) else s for s in shapes]
     if any(len(s) != 2 for s in shapes):
         raise st.error("T.gemm operands must be 2-d tiles; got shapes "
                        f"A{tuple(shapes[0])}, B{tuple(shapes[1])}, C{tuple(shapes[2])}")

@@ -39,6 +39,7 @@ class State:
     kernel_open: bool = False
     threads: int | None = None
     loops: list[str] = field(default_factory=list)  # "ir" or "python", innermost last
+    ws_ids: tuple | None = None  # the warp groups of the enclosing `with T.ws(...)` (language/sync.py)
     # Hooks the front end installs (runtime buffers, outputs, pointers).
     on_empty: Callable[..., Any] | None = None
     on_global: Callable[..., Any] | None = None  # T.alloc_global: (shape, dtype) -> a scratch buffer parameter
