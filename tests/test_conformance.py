@@ -62,7 +62,7 @@ def _fake_checkout(root):
 
         def test_uses_barrier():
             import tilelang.language as T
-            T.alloc_barrier
+            T.alloc_cluster_barrier
     """)
 
 
@@ -96,7 +96,7 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     tests = "testing/python/language/test_tilelang_language_eager_jit.py::"
     assert cases[tests + "test_passes"]["status"] == "pass"
     barrier = cases[tests + "test_uses_barrier"]
-    assert (barrier["status"], barrier["missing"]) == ("error", "tilelang.language.alloc_barrier")
+    assert (barrier["status"], barrier["missing"]) == ("error", "tilelang.language.alloc_cluster_barrier")
     assert "| examples/bad/example_bad.py | tile-level | fail | AssertionError: reference check failed |  |" \
         in printed
     assert "| examples/swz/example_swizzle.py | tile-level | error | missing: tilelang.language.cummax |" \
@@ -107,4 +107,4 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert "| notebook | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in printed
     doc = out_md.read_text()
     assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
-    assert "| `tilelang.language.alloc_barrier` | 1 |" in doc and "| `tilelang.language.cummax` | 1 |" in doc
+    assert "| `tilelang.language.alloc_cluster_barrier` | 1 |" in doc and "| `tilelang.language.cummax` | 1 |" in doc

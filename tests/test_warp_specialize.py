@@ -1,0 +1,311 @@
+"""Warp specialization on the interpreter (issue 31): `T.ws(k)` regions, `T.alloc_barrier`, `T.mbarrier_arrive` /
+`T.mbarrier_wait_parity` (and tilelang's `T.barrier_arrive` / `T.barrier_wait`), `T.tma_copy(..., barrier=)`.
+
+Producer / consumer GEMMs in each barrier form against torch at odd shapes (M, N, K not multiples of the tiles,
+sizes of 1, a dynamic M); the deadlock error (a wait that can never complete); the ordering errors of wrong
+pipelines (a missing wait: a read before the TMA copy landed; a release before the read: a write to a tile still
+being read); bad arguments refused at the user's line; the GPU lowering refuses such kernels at the user's line
+(no CUDA lowering yet, so there is no GPU twin to run)."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.errors import DSLError
+from tile_nb.frontend.source import run_source
+from tile_nb.interp import InterpreterError
+from tile_nb.lower import LoweringError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # NotLowerableWarning: the GPU refuses these
+
+
+@tile_nb.jit
+def pipe(A, B, block_M: int = 32, block_N: int = 16, block_K: int = 16, stages: int = 2, producer: int = 1,
+         dynamic: bool = False, mistake: str = ""):
+    """barrierpipe: `stages` full barriers (the producer's TMA copies land on them) then `stages` empty ones (the
+    consumer releases a stage after its T.gemm)."""
+    M = T.dynamic("M") if dynamic else T.const("M")
+    N, K = T.const("N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C = T.empty((M, N), T.float32)
+    consumer = 1 - producer
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_s = T.alloc_shared((stages, block_M, block_K), T.float16)
+        B_s = T.alloc_shared((stages, block_K, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        bars = T.alloc_barrier([128] * (2 * stages))
+        with T.ws(consumer):
+            T.clear(acc)
+        for ko in range(T.ceildiv(K, block_K)):
+            s = ko % stages
+            with T.ws(producer):
+                if mistake != "no_empty_wait":
+                    T.mbarrier_wait_parity(bars[s + stages], (ko // stages) % 2 ^ 1)
+                T.tma_copy(A[by * block_M, ko * block_K], A_s[s, :, :], barrier=bars[s])
+                T.tma_copy(B[ko * block_K, bx * block_N], B_s[s, :, :], barrier=bars[s])
+                T.mbarrier_arrive(bars[s])
+            with T.ws(consumer):
+                if mistake != "no_full_wait":
+                    T.mbarrier_wait_parity(mbarrier=bars[s], parity=(ko // stages) % 2 ^ (mistake == "parity"))
+                if mistake == "early_release":
+                    T.mbarrier_arrive(mbarrier=bars[s + stages])
+                T.gemm(A_s[s, :, :], B_s[s, :, :], acc)
+                if mistake != "early_release":
+                    T.mbarrier_arrive(mbarrier=bars[s + stages])
+        with T.ws(consumer):
+            T.copy(acc, C[by * block_M, bx * block_N])
+    return C
+
+
+@tile_nb.jit
+def handshake(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16, producer: int = 0):
+    """copy_0_gemm_1: one stage, two single barriers (`alloc_barrier(arrive_count=128)`), T.barrier_wait /
+    T.barrier_arrive, start corners as tma_copy operands."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C = T.empty((M, N), T.float16)
+    consumer = 1 - producer
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), T.float16)
+        B_s = T.alloc_shared((block_K, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        ready = T.alloc_barrier(arrive_count=128)
+        done = T.alloc_barrier(arrive_count=128)
+        with T.ws(consumer):
+            T.clear(acc)
+        for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=0):
+            with T.ws(producer):
+                T.barrier_wait(done, (ko + 1) % 2)
+                T.tma_copy(A[by * block_M, ko * block_K], A_s, barrier=ready)
+                T.tma_copy(B[ko * block_K, bx * block_N], B_s, barrier=ready)
+                T.barrier_arrive(ready)
+            with T.ws(consumer):
+                T.barrier_wait(ready, ko % 2)
+                T.gemm(A_s, B_s, acc)
+                T.barrier_arrive(done)
+        with T.ws(consumer):
+            T.copy(acc, C[by * block_M, bx * block_N])
+    return C
+
+
+@tile_nb.jit
+def split_n(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16, together: bool = False):
+    """copy_gemm_0_1: a copy every group runs, then each group its half of the N tile (no barriers); `together`
+    also runs the epilogue as `T.ws(0, 1)`."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C = T.empty((M, N), T.float32)
+    half = block_N // 2
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), T.float16)
+        B0 = T.alloc_shared((block_K, half), T.float16)
+        B1 = T.alloc_shared((block_K, half), T.float16)
+        C_s = T.alloc_shared((block_M, block_N), T.float32)
+        c0 = T.alloc_fragment((block_M, half), T.float32)
+        c1 = T.alloc_fragment((block_M, half), T.float32)
+        with T.ws(1):
+            T.clear(c1)
+        with T.ws(0):
+            T.clear(c0)
+        for ko in range(T.ceildiv(K, block_K)):
+            T.copy(A[by * block_M, ko * block_K], A_s)
+            with T.ws(1):
+                T.copy(B[ko * block_K, bx * block_N + half], B1)
+                T.gemm(A_s, B1, c1)
+            with T.ws(0):
+                T.copy(B[ko * block_K, bx * block_N], B0)
+                T.gemm(A_s, B0, c0)
+        if together:
+            with T.ws(0):
+                T.copy(c0, C_s[:, 0:half])
+            with T.ws(1):
+                T.copy(c1, C_s[:, half:block_N])
+            with T.ws(0, 1):
+                T.copy(C_s, C[by * block_M, bx * block_N])
+        else:
+            with T.ws(1):
+                T.copy(c1, C[by * block_M, bx * block_N + half])
+            with T.ws(0):
+                T.copy(c0, C[by * block_M, bx * block_N])
+    return C
+
+
+def _inputs(M, N, K, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(M, K).half(), torch.randn(K, N).half()
+
+
+def _ref(a, b):
+    return a.float() @ b.float()
+
+
+SHAPES = [(70, 45, 50), (1, 1, 1), (33, 17, 1), (1, 40, 37), (64, 32, 64)]
+
+
+@pytest.mark.parametrize("M, N, K", SHAPES)
+@pytest.mark.parametrize("stages, producer", [(2, 1), (3, 0), (1, 1)])
+def test_barrier_pipeline_matches_torch(M, N, K, stages, producer):
+    a, b = _inputs(M, N, K, seed=M + N + K)
+    c = pipe(a, b, stages=stages, producer=producer)
+    torch.testing.assert_close(c, _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+def test_barrier_pipeline_with_a_dynamic_dim():
+    for M in (19, 1, 64):
+        a, b = _inputs(M, 24, 40, seed=M)
+        torch.testing.assert_close(pipe(a, b, dynamic=True), _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("M, N, K", SHAPES)
+@pytest.mark.parametrize("producer", [0, 1])
+def test_barrier_wait_arrive_handshake_matches_torch(M, N, K, producer):
+    a, b = _inputs(M, N, K, seed=2 * M + K)
+    c = handshake(a, b, producer=producer)
+    torch.testing.assert_close(c.float(), _ref(a, b), atol=2e-2, rtol=2e-3)
+
+
+@pytest.mark.parametrize("M, N, K", SHAPES)
+@pytest.mark.parametrize("together", [False, True])
+def test_regions_without_barriers_match_torch(M, N, K, together):
+    a, b = _inputs(M, N, K, seed=3 * M + N)
+    torch.testing.assert_close(split_n(a, b, together=together), _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+# ---- wrong pipelines ----------------------------------------------------------------------------------------
+
+def test_a_missing_wait_is_a_read_before_the_copy_landed():
+    a, b = _inputs(70, 45, 50)
+    with pytest.raises(InterpreterError, match=r"warp group 0 reads A_s\[0:1, 0:32, 0:16\] before the T.tma_copy "
+                       r"at line \d+ into it has landed: that copy completes with phase 0 of bars\[0\]") as info:
+        pipe(a, b, mistake="no_full_wait")
+    assert "T.gemm(A_s[s, :, :], B_s[s, :, :], acc)" in info.value.source_line()
+    assert "T.mbarrier_wait_parity(bars[0], 0)" in info.value.hint
+
+
+def test_a_release_before_the_read_is_a_write_to_a_tile_still_being_read():
+    a, b = _inputs(70, 45, 50)
+    with pytest.raises(InterpreterError, match=r"warp group 1 writes A_s\[0:1, 0:32, 0:16\], still being read by "
+                       r"warp group 0 \(line \d+\), with no barrier between them") as info:
+        pipe(a, b, mistake="early_release")
+    assert "T.tma_copy(A[by * block_M, ko * block_K], A_s[s, :, :]" in info.value.source_line()
+
+
+def test_a_producer_that_does_not_wait_for_the_empty_barrier_overwrites_a_copy_in_flight():
+    a, b = _inputs(70, 45, 50)
+    with pytest.raises(InterpreterError, match=r"warp group 1 overwrites A_s\[0:1, 0:32, 0:16\] before the "
+                       r"T.tma_copy at line \d+ into it has landed"):
+        pipe(a, b, mistake="no_empty_wait")
+
+
+def test_a_wait_that_never_completes_is_a_deadlock_naming_barrier_phase_and_arrivals():
+    a, b = _inputs(70, 45, 50)
+    with pytest.raises(InterpreterError, match="deadlock: no warp group can go on") as info:
+        pipe(a, b, mistake="parity")
+    text = str(info.value)
+    assert "warp group 0 waits at line" in text and "on bars[0] for parity 1: it is in phase 1 with 0 of 128" \
+        " arrivals" in text
+    assert "warp group 1 waits at line" in text and "on bars[2] for parity 0: it is in phase 0 with 0 of 128" \
+        " arrivals" in text
+    assert "T.mbarrier_wait_parity(" in info.value.source_line()
+
+
+def test_a_statement_every_group_runs_deadlocks_when_one_group_waits_forever():
+    @tile_nb.jit
+    def stuck(A):
+        A: T.Tensor[[8], T.float32]
+        with T.Kernel(1, threads=256) as _:
+            bar = T.alloc_barrier(128)
+            s = T.alloc_shared((8,), T.float32)
+            with T.ws(0):
+                T.mbarrier_wait_parity(bar, 0)
+            T.copy(A, s)
+
+    with pytest.raises(InterpreterError, match=r"(?s)deadlock.*warp group 0 waits at line \d+ on bar\[0\] for "
+                       r"parity 0.*warp group 1 waits at line \d+ for warp groups \[0\] to reach the statement"):
+        stuck(torch.randn(8))
+
+
+def test_more_arrivals_than_a_phase_expects_are_refused():
+    @tile_nb.jit
+    def spill(A):
+        A: T.Tensor[[8], T.float32]
+        with T.Kernel(1, threads=256) as _:
+            bar = T.alloc_barrier(64)
+            with T.ws(1):
+                T.mbarrier_arrive(bar)
+
+    with pytest.raises(InterpreterError, match=r"128 threads \(warp groups \[1\]\) arrive at bar\[0\], whose phase 0 "
+                       r"expects 64 arrivals and has 0") as info:
+        spill(torch.randn(8))
+    assert "T.mbarrier_arrive(bar)" in info.value.source_line()
+
+
+def test_arrivals_outside_ws_count_every_thread_of_the_block():
+    """flashmla's Q load: a tma_copy, an arrive and a wait outside any T.ws (384 threads arrive at once)."""
+    @tile_nb.jit
+    def q_load(A):
+        A: T.Tensor[[5, 3], T.float32]
+        B = T.empty((5, 3), T.float32)
+        with T.Kernel(1, threads=384) as _:
+            bar = T.alloc_barrier(arrive_count=384)
+            s = T.alloc_shared((5, 3), T.float32)
+            T.tma_copy(A[0:5, 0:3], s, barrier=bar)
+            T.barrier_arrive(bar)
+            T.barrier_wait(bar, 0)
+            with T.ws(2):
+                T.copy(s, B)
+        return B
+
+    a = torch.randn(5, 3)
+    torch.testing.assert_close(q_load(a), a)
+
+
+# ---- the language ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, message", [
+    ("with T.ws(2):\n                T.clear(s)", r"T.ws\(...\) takes warp group ids, compile-time ints in \[0, 2\)"),
+    ("with T.ws(0):\n                with T.ws(1):\n                    T.clear(s)", "cannot be nested"),
+    ("T.alloc_barrier(0)", r"T.alloc_barrier\(arrive_count=...\) takes an int or a list of ints in \[1, 1024\]"),
+    ("T.mbarrier_wait_parity(T.alloc_barrier(1), 2)", r"parity=...\) must be 0 or 1; got 2"),
+    ("T.mbarrier_arrive(s)", "mbarrier must be a barrier from T.alloc_barrier"),
+    ("T.tma_copy(A[0:8], s)", r"T.tma_copy\(src, dst, barrier=...\): a load needs the mbarrier"),
+])
+def test_bad_arguments_are_refused_at_the_users_line(body, message):
+    src = f'''
+import tile_nb
+import tile_nb.language as T
+
+@tile_nb.jit
+def bad(A):
+    A: T.Tensor[[8], T.float32]
+    with T.Kernel(1, threads=256) as _:
+        s = T.alloc_shared((8,), T.float32)
+        if True:
+            {body}
+'''
+    ns = run_source(src, {}, filename="bad_ws.py")
+    with pytest.raises(DSLError, match=message) as info:
+        ns["bad"](torch.randn(8))
+    assert info.value.lineno is not None and info.value.lineno >= 11
+
+
+# ---- the GPU ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
+    a, b = _inputs(256, 256, 64)
+    with pytest.raises(LoweringError, match="tile op tirx.tile.ws has no CUDA lowering in tile_nb yet") as info:
+        split_n.compile(a, b, target=arch, block_M=128, block_N=256, block_K=32)
+    assert "with T.ws(1):" in info.value.source_line()
+
+
+@pytest.mark.parametrize("kernel", [pipe, handshake])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_the_cuda_lowering_refuses_mbarriers(kernel, arch):
+    """Refused, but without the user's line yet: lower/emitter.py's emit_alloc raises for the scope unlocated."""
+    a, b = _inputs(256, 256, 64)
+    with pytest.raises(LoweringError, match="in scope shared.barrier is not supported"):
+        kernel.compile(a, b, target=arch, block_M=128, block_N=128, block_K=32)
