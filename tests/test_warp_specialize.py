@@ -5,18 +5,22 @@ Producer / consumer GEMMs in each barrier form against torch at odd shapes (M, N
 sizes of 1, a dynamic M); the deadlock error (a wait that can never complete); the ordering errors of wrong
 pipelines (a missing wait: a read before the TMA copy landed; a release before the read: a write to a tile still
 being read); bad arguments refused at the user's line; the GPU lowering refuses such kernels at the user's line
-(no CUDA lowering yet, so there is no GPU twin to run)."""
+(no CUDA lowering yet, so there is no GPU twin to run). A T.gemm of a stage of a 3-d shared buffer, which the
+examples use, on the interpreter, through nvcc and (marked gpu) on CUDA."""
 import pytest
 import torch
 
 import tile_nb
 import tile_nb.language as T
+from tile_nb.backend import toolchain
 from tile_nb.errors import DSLError
 from tile_nb.frontend.source import run_source
 from tile_nb.interp import InterpreterError
 from tile_nb.lower import LoweringError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # NotLowerableWarning: the GPU refuses these
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @tile_nb.jit
@@ -172,6 +176,71 @@ def test_barrier_wait_arrive_handshake_matches_torch(M, N, K, producer):
 def test_regions_without_barriers_match_torch(M, N, K, together):
     a, b = _inputs(M, N, K, seed=3 * M + N)
     torch.testing.assert_close(split_n(a, b, together=together), _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+def test_element_stores_print_and_an_allocation_inside_ws():
+    """T.Parallel loops, a T.print and an allocation inside T.ws regions; a barrier orders the groups."""
+    @tile_nb.jit
+    def mixed(A):
+        N = T.const("N")
+        A: T.Tensor[[N], T.float32]
+        B = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), threads=256) as bx:
+            s = T.alloc_shared((64,), T.float32)
+            bar = T.alloc_barrier(128)
+            with T.ws(1):
+                t = T.alloc_shared((64,), T.float32)
+                for i in T.Parallel(64):
+                    t[i] = T.if_then_else(bx * 64 + i < N, A[bx * 64 + i], 0.0)
+                for i in T.Parallel(64):
+                    s[i] = t[i] * 2.0
+                T.print(s[0], msg="s0", block=0)
+                T.mbarrier_arrive(bar)
+            with T.ws(0):
+                T.mbarrier_wait_parity(bar, 0)
+                for i in T.Parallel(64):
+                    if bx * 64 + i < N:
+                        B[bx * 64 + i] = s[i] + 1.0
+        return B
+
+    for n in (1, 100, 128):
+        a = torch.randn(n)
+        torch.testing.assert_close(mixed(a), a * 2 + 1)
+
+
+@tile_nb.jit
+def staged(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, threads: int = 128):
+    """Not warp-specialized: a T.gemm of stages of 3-d shared buffers (`A_s[ko % 2, :, :]`, as the examples)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((2, block_M, block_K), T.float16)
+        B_s = T.alloc_shared((2, block_K, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(acc)
+        for ko in range(T.ceildiv(K, block_K)):
+            T.copy(A[by * block_M, ko * block_K], A_s[ko % 2, :, :])
+            T.copy(B[ko * block_K, bx * block_N], B_s[ko % 2, :, :])
+            T.gemm(A_s[ko % 2, :, :], B_s[ko % 2, :, :], acc)
+        T.copy(acc, C[by * block_M, bx * block_N])
+    return C
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N, K", [(70, 45, 50), (1, 1, 1), (130, 200, 97)])
+def test_gemm_of_a_stage_of_a_3d_shared_buffer(backend, M, N, K):
+    a, b = _inputs(M, N, K, seed=K)
+    c = staged(a.to(backend), b.to(backend))
+    torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_gemm_of_a_stage_of_a_3d_shared_buffer_builds(arch):
+    a, b = _inputs(256, 256, 96)
+    assert staged.compile(a, b, target=arch, block_M=128, block_N=128).cubin
 
 
 # ---- wrong pipelines ----------------------------------------------------------------------------------------
