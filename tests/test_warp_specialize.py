@@ -15,7 +15,7 @@ import tile_nb.language as T
 from tile_nb.backend import toolchain
 from tile_nb.errors import DSLError
 from tile_nb.frontend.source import run_source
-from tile_nb.interp import InterpreterError
+from tile_nb.interp import DeadlockError, InterpreterError, OrderingError
 from tile_nb.lower import LoweringError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # NotLowerableWarning: the GPU refuses these
@@ -247,7 +247,7 @@ def test_gemm_of_a_stage_of_a_3d_shared_buffer_builds(arch):
 
 def test_a_missing_wait_is_a_read_before_the_copy_landed():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(InterpreterError, match=r"warp group 0 reads A_s\[0:1, 0:32, 0:16\] before the T.tma_copy "
+    with pytest.raises(OrderingError, match=r"warp group 0 reads A_s\[0:1, 0:32, 0:16\] before the T.tma_copy "
                        r"at line \d+ into it has landed: that copy completes with phase 0 of bars\[0\]") as info:
         pipe(a, b, mistake="no_full_wait")
     assert "T.gemm(A_s[s, :, :], B_s[s, :, :], acc)" in info.value.source_line()
@@ -256,7 +256,7 @@ def test_a_missing_wait_is_a_read_before_the_copy_landed():
 
 def test_a_release_before_the_read_is_a_write_to_a_tile_still_being_read():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(InterpreterError, match=r"warp group 1 writes A_s\[0:1, 0:32, 0:16\], still being read by "
+    with pytest.raises(OrderingError, match=r"warp group 1 writes A_s\[0:1, 0:32, 0:16\], still being read by "
                        r"warp group 0 \(line \d+\), with no barrier between them") as info:
         pipe(a, b, mistake="early_release")
     assert "T.tma_copy(A[by * block_M, ko * block_K], A_s[s, :, :]" in info.value.source_line()
@@ -264,14 +264,14 @@ def test_a_release_before_the_read_is_a_write_to_a_tile_still_being_read():
 
 def test_a_producer_that_does_not_wait_for_the_empty_barrier_overwrites_a_copy_in_flight():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(InterpreterError, match=r"warp group 1 overwrites A_s\[0:1, 0:32, 0:16\] before the "
+    with pytest.raises(OrderingError, match=r"warp group 1 overwrites A_s\[0:1, 0:32, 0:16\] before the "
                        r"T.tma_copy at line \d+ into it has landed"):
         pipe(a, b, mistake="no_empty_wait")
 
 
 def test_a_wait_that_never_completes_is_a_deadlock_naming_barrier_phase_and_arrivals():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(InterpreterError, match="deadlock: no warp group can go on") as info:
+    with pytest.raises(DeadlockError, match="deadlock: no warp group can go on") as info:
         pipe(a, b, mistake="parity")
     text = str(info.value)
     assert "warp group 0 waits at line" in text and "on bars[0] for parity 1: it is in phase 1 with 0 of 128" \
@@ -292,9 +292,43 @@ def test_a_statement_every_group_runs_deadlocks_when_one_group_waits_forever():
                 T.mbarrier_wait_parity(bar, 0)
             T.copy(A, s)
 
-    with pytest.raises(InterpreterError, match=r"(?s)deadlock.*warp group 0 waits at line \d+ on bar\[0\] for "
+    with pytest.raises(DeadlockError, match=r"(?s)deadlock.*warp group 0 waits at line \d+ on bar\[0\] for "
                        r"parity 0.*warp group 1 waits at line \d+ for warp groups \[0\] to reach the statement"):
         stuck(torch.randn(8))
+
+
+def test_a_group_that_ends_while_another_waits_is_a_deadlock_at_the_wait():
+    @tile_nb.jit
+    def orphan(A):
+        A: T.Tensor[[8], T.float32]
+        with T.Kernel(1, threads=256) as _:
+            bar = T.alloc_barrier([128, 128])
+            with T.ws(1):
+                T.mbarrier_arrive(bar[0])
+            with T.ws(0):
+                T.mbarrier_wait_parity(bar[0], 0)
+                T.mbarrier_wait_parity(bar[1], 0)
+
+    with pytest.raises(DeadlockError, match=r"(?s)warp group 0 waits at line \d+ on bar\[1\] for parity 0: it is in "
+                       r"phase 0 with 0 of 128 arrivals.*warp group 1 ended") as info:
+        orphan(torch.randn(8))
+    assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
+
+    @tile_nb.jit
+    def orphan_later(A):  # group 0 blocks first, then group 1 runs to the end
+        A: T.Tensor[[8], T.float32]
+        with T.Kernel(1, threads=256) as _:
+            bar = T.alloc_barrier([128, 128])
+            with T.ws(1):
+                T.mbarrier_wait_parity(bar[0], 0)
+            with T.ws(0):
+                T.mbarrier_arrive(bar[0])
+                T.mbarrier_wait_parity(bar[1], 0)
+
+    with pytest.raises(DeadlockError, match=r"(?s)warp group 0 waits at line \d+ on bar\[1\].*warp group 1 ended") \
+            as info:
+        orphan_later(torch.randn(8))
+    assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
 
 
 def test_more_arrivals_than_a_phase_expects_are_refused():

@@ -29,11 +29,13 @@ Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rul
 atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parallel loops as strided views),
 `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile primitives), `runner.py` (arguments and the
 entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `written.py` (which elements each block
-wrote), `debug.py` and `breakpoint.py` (T.print, T.device_assert, T.breakpoint), `errors.py`.
+wrote), `warps.py` (warp-specialized blocks: `T.ws` groups as coroutines, mbarriers, `DeadlockError` and
+`OrderingError` checks), `debug.py` and `breakpoint.py` (T.print, T.device_assert, T.breakpoint), `errors.py`.
 """
 from .access import AccessMap, access_map
-from .errors import InterpreterError, OutOfBoundsError, SourceLocation, UninitializedReadError
+from .errors import (DeadlockError, InterpreterError, OrderingError, OutOfBoundsError, SourceLocation,
+                     UninitializedReadError)
 from .runner import compile_func, run
 
-__all__ = ["AccessMap", "InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError",
-           "access_map", "compile_func", "run"]
+__all__ = ["AccessMap", "DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError", "SourceLocation",
+           "UninitializedReadError", "access_map", "compile_func", "run"]

@@ -18,7 +18,7 @@ import re
 
 from ..errors import TileNBError
 
-__all__ = ["InterpreterError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "location_of"]
+__all__ = ["DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "location_of"]
 
 
 class SourceLocation:
@@ -113,6 +113,16 @@ class InterpreterError(TileNBError, RuntimeError):
     def __reduce__(self):
         return (_rebuild_interp, (type(self), self.message, self.filename, self.lineno, self.col, self.end_col,
                                   self.hint))
+
+
+class DeadlockError(InterpreterError):
+    """Every warp group of a block waits (on an mbarrier, or for the others at a statement they all run): the GPU
+    would hang (interp/warps.py)."""
+
+
+class OrderingError(InterpreterError):
+    """A warp group reads or writes a shared tile that another group (or a T.tma_copy in flight) may still be
+    using, with no barrier between them: the GPU result would depend on timing (interp/warps.py)."""
 
 
 def _rebuild_interp(cls, message, filename, lineno, col, end_col, hint):

@@ -24,7 +24,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..language.sync import BARRIER_SCOPE, WARP_GROUP, WS_ATTR
 from .compiler import Compiler, Frame, op_short_name, tile_rule
-from .errors import InterpreterError
+from .errors import DeadlockError, InterpreterError, OrderingError
 from .memory import compile_region
 
 __all__ = ["uses_warp_groups", "WarpInfo"]
@@ -132,6 +132,7 @@ class Group:
         self.observed: dict = {}  # barrier key -> latest phase this group saw completed
         self.ready = None  # while blocked: a callable saying whether it may go on
         self.waiting = ""  # while blocked: what it waits for (for the deadlock message)
+        self.where = None  # and the statement's location
         self.done = False
         self.counts: dict = {}  # leaf key -> times reached (collective statements are matched by it)
         frame.warp = self
@@ -195,7 +196,7 @@ class _Scheduler:
             if nxt is not None:
                 self.current = nxt.gid
             elif not all(h.done for h in self.groups):
-                self.error = self._deadlock(None, f"warp group {g.gid} ended")
+                self.error = self._deadlock(None)
             self.cv.notify_all()
 
     def _next(self, after: int):
@@ -211,10 +212,10 @@ class _Scheduler:
         if ready():
             return
         with self.cv:
-            g.ready, g.waiting = ready, waiting
+            g.ready, g.waiting, g.where = ready, waiting, location
             nxt = self._next(g.gid)
             if nxt is None:
-                err = self._deadlock(location, None)
+                err = self._deadlock(location)
                 self.error = self.error or err
                 self.cv.notify_all()
                 g.ready = None
@@ -227,11 +228,13 @@ class _Scheduler:
             if self.error is not None:
                 raise _Abort()
 
-    def _deadlock(self, location, ended: str | None) -> InterpreterError:
-        lines = [f"  warp group {h.gid} {h.waiting}" for h in self.groups if not h.done and h.ready is not None]
-        if ended:
-            lines.append(f"  {ended}")
-        return InterpreterError("deadlock: no warp group can go on (the GPU would hang)\n" + "\n".join(lines),
+    def _deadlock(self, location) -> InterpreterError:
+        blocked = [h for h in self.groups if not h.done and h.ready is not None]
+        lines = [f"  warp group {h.gid} {h.waiting}" for h in blocked]
+        lines += [f"  warp group {h.gid} ended (reached the end of the kernel)" for h in self.groups if h.done]
+        if location is None and blocked:
+            location = blocked[0].where
+        return DeadlockError("deadlock: no warp group can go on (the GPU would hang)\n" + "\n".join(lines),
                                 location, hint="each wait needs arrivals that come before it in some group; "
                                 "check the parity (a fresh barrier is in phase 0: waiting on parity 1 returns "
                                 "at once) and the arrive counts")
@@ -283,7 +286,7 @@ class _Scheduler:
                 if g.observed.get(bkey, -1) < phase:
                     bar = self.barriers[bkey]
                     verb = "overwrites" if write else "reads"
-                    raise InterpreterError(
+                    raise OrderingError(
                         f"warp group {g.gid} {verb} {region.name}{_show(box)} before the T.tma_copy at line "
                         f"{rec.line} into it has landed: that copy completes with phase {phase} of {bar.name}, "
                         f"and this group has not waited for it", location,
@@ -297,7 +300,7 @@ class _Scheduler:
                     what = f"still being read by warp group {rec.gid} (line {rec.line})"
                     hint = ("the reader arrives at a barrier after its read (releasing the tile), and this group "
                             "waits on it before writing")
-                raise InterpreterError(
+                raise OrderingError(
                     f"warp group {g.gid} {'writes' if write else 'reads'} {region.name}{_show(box)}, {what}, with no "
                     f"barrier between them: the order is not guaranteed on the GPU", location, hint=hint)
         line = location.line
