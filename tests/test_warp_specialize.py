@@ -331,6 +331,35 @@ def test_a_group_that_ends_while_another_waits_is_a_deadlock_at_the_wait():
     assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
 
 
+@pytest.mark.parametrize("use", ["tile", "element"])
+def test_a_register_buffer_used_by_two_groups_is_refused(use):
+    """A fragment lives in registers: each group would have its own copy on the GPU, the interpreter one."""
+    @tile_nb.jit
+    def shared_frag(A, use: str = "tile"):
+        A: T.Tensor[[16], T.float32]
+        B = T.empty((16,), T.float32)
+        with T.Kernel(1, threads=256) as _:
+            frag = T.alloc_fragment((16,), T.float32)
+            bar = T.alloc_barrier(128)
+            T.clear(frag)
+            with T.ws(0):
+                T.copy(A, frag)
+                T.mbarrier_arrive(bar)
+            with T.ws(1):
+                T.mbarrier_wait_parity(bar, 0)
+                if use == "tile":
+                    T.copy(frag, B)
+                else:
+                    for i in T.Parallel(16):
+                        B[i] = frag[i]
+        return B
+
+    with pytest.raises(OrderingError, match=r"frag \(local.fragment\) is used by warp group 1 here and by warp "
+                       r"group 0 at line \d+: it lives in registers") as info:
+        shared_frag(torch.randn(16), use=use)
+    assert ("T.copy(frag, B)" if use == "tile" else "B[i] = frag[i]") in info.value.source_line()
+
+
 def test_more_arrivals_than_a_phase_expects_are_refused():
     @tile_nb.jit
     def spill(A):

@@ -135,6 +135,8 @@ class Compiler:
         if slot is None:
             slot = self._slots[key] = len(self._slots)
             self.vars[slot] = var
+        if self.warps is not None:
+            self.warps.touched.add(slot)  # which buffers each block-level statement uses (warps.py)
         return slot
 
     def buffer_slot(self, buf) -> int:
@@ -169,11 +171,18 @@ class Compiler:
         if not isinstance(node, _SEQ):
             self.location = location_of(node) if getattr(node, "span", None) is not None else \
                 _fallback_location(node, saved)
+        if self.warps is None:
+            try:
+                return rule(self, node)
+            finally:
+                self.location = saved
+        outer, self.warps.touched = self.warps.touched, set()
         try:
-            closure = rule(self, node)
-            return closure if self.warps is None else self.warps.wrap(self, node, closure)
+            return self.warps.wrap(self, node, rule(self, node))
         finally:
             self.location = saved
+            outer |= self.warps.touched
+            self.warps.touched = outer
 
 
 _SEQ = tirx.SeqStmt

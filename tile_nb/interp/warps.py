@@ -24,12 +24,13 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..language.sync import BARRIER_SCOPE, WARP_GROUP, WS_ATTR
 from .compiler import Compiler, Frame, op_short_name, tile_rule
-from .errors import DeadlockError, InterpreterError, OrderingError
+from .errors import DeadlockError, InterpreterError, OrderingError, location_of
 from .memory import compile_region
 
 __all__ = ["uses_warp_groups", "WarpInfo"]
 
 _SHARED = ("shared", "shared.dyn")
+_REGISTERS = ("local.fragment", "local", "local.var")
 _CONTAINERS = (tirx.SeqStmt, tirx.IfThenElse, tirx.While, tirx.AttrStmt, tirx.Bind)
 _SYNC_OPS = ("ws", "barrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_copy")
 
@@ -54,6 +55,7 @@ class WarpInfo:
     def __init__(self):
         self.ids: tuple | None = None  # None: outside any T.ws (every group)
         self.leaves = 0
+        self.touched: set = set()  # slots the statement being compiled uses (Compiler.slot)
 
     def wrap(self, comp: Compiler, node, closure):
         """A block-level statement's closure, run by its groups (every group outside T.ws), with its checks."""
@@ -63,7 +65,9 @@ class WarpInfo:
         ids, key = self.ids, self.leaves
         self.leaves += 1
         accesses = _accesses(comp, node)
-        location = comp.location
+        registers = tuple(s for s in sorted(self.touched) if s in comp.buffers
+                          and comp.buffers[s].scope() in _REGISTERS)
+        location = comp.location if comp.location.line is not None else _first_located(node, comp.location)
         shares = isinstance(node, (tirx.AllocBuffer, tirx.DeclBuffer))
         buffers = comp.buffers  # (filled while the whole function compiles)
 
@@ -72,8 +76,25 @@ class WarpInfo:
             if g is None:  # outside the block's threads (grid-level code)
                 closure(f)
                 return
-            g.sched.leaf(g, key, ids, f, closure, accesses, location, buffers if shares else None)
+            g.sched.leaf(g, key, ids, f, closure, accesses, location, buffers if shares else None, registers)
         return leaf
+
+
+def _first_located(node, fallback):
+    """The location of the first statement with a source line under `node` (a `T.Parallel` loop has none)."""
+    stack = [node]
+    while stack:
+        s = stack.pop()
+        if getattr(s, "span", None) is not None:
+            loc = location_of(s)
+            if loc.line is not None:
+                return loc
+        if isinstance(s, tirx.SeqStmt):
+            stack.extend(reversed(list(s.seq)))
+        else:
+            stack.extend(c for c in (getattr(s, k, None) for k in ("else_case", "then_case", "body"))
+                         if isinstance(c, tirx.Stmt))
+    return fallback
 
 
 _PARALLEL = (int(tirx.ForKind.PARALLEL), int(tirx.ForKind.VECTORIZED), int(tirx.ForKind.THREAD_BINDING))
@@ -154,6 +175,7 @@ class _Scheduler:
         self.barriers: dict = {}  # (buffer slot, index) -> _Barrier
         self.collective: dict = {}  # (leaf key, n) -> set of arrived groups, or True once it ran
         self.shadow: dict = {}  # buffer slot -> [_Access]
+        self.owners: dict = {}  # register buffer slot -> (group, line) of its first use inside a T.ws
 
     # -- coroutines -----------------------------------------------------------------------------------------
     def run(self, body, f: Frame) -> None:
@@ -240,10 +262,13 @@ class _Scheduler:
                                 "at once) and the arrive counts")
 
     # -- statements -------------------------------------------------------------------------------------------
-    def leaf(self, g: Group, key: int, ids, f: Frame, closure, accesses, location, buffers) -> None:
+    def leaf(self, g: Group, key: int, ids, f: Frame, closure, accesses, location, buffers, registers) -> None:
         members = tuple(range(self.ngroups)) if ids is None else tuple(k for k in ids if k < self.ngroups)
         if g.gid not in members:
             return
+        if len(members) == 1:
+            for s in registers:
+                self.own(g, s, location)
         if len(members) > 1:
             n = g.counts.get(key, 0)
             g.counts[key] = n + 1
@@ -274,6 +299,17 @@ class _Scheduler:
             self.collective[(key, n)] = True
 
     # -- ordering checks --------------------------------------------------------------------------------------
+    def own(self, g: Group, slot: int, location) -> None:
+        """A fragment / local buffer used inside `T.ws(k)` lives in group k's registers: one group only (the
+        interpreter keeps one copy, the GPU one per group, so a second group would see values it cannot have)."""
+        owner = self.owners.setdefault(slot, (g.gid, location.line))
+        if owner[0] != g.gid:
+            buf = self.buffers[slot]
+            raise OrderingError(
+                f"{buf.name} ({buf.scope()}) is used by warp group {g.gid} here and by warp group {owner[0]} at line "
+                f"{owner[1]}: it lives in registers, so each group would have its own copy on the GPU", location,
+                hint="allocate one buffer per warp group, or pass the values through shared memory and a barrier")
+
     def check(self, g: Group, members, region, write: bool, f: Frame, location) -> None:
         _, starts, exts = region.resolve(f)
         box = tuple((s, s + e) for s, e in zip(starts, exts))
