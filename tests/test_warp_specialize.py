@@ -38,7 +38,7 @@ def pipe(A, B, block_M: int = 32, block_N: int = 16, block_K: int = 16, stages: 
         A_s = T.alloc_shared((stages, block_M, block_K), T.float16)
         B_s = T.alloc_shared((stages, block_K, block_N), T.float16)
         acc = T.alloc_fragment((block_M, block_N), T.float32)
-        bars = T.alloc_barrier([128] * (2 * stages))
+        bars = T.alloc_barrier([256 if mistake == "count" else 128] * (2 * stages))
         with T.ws(consumer):
             T.clear(acc)
         for ko in range(T.ceildiv(K, block_K)):
@@ -48,7 +48,8 @@ def pipe(A, B, block_M: int = 32, block_N: int = 16, block_K: int = 16, stages: 
                     T.mbarrier_wait_parity(bars[s + stages], (ko // stages) % 2 ^ 1)
                 T.tma_copy(A[by * block_M, ko * block_K], A_s[s, :, :], barrier=bars[s])
                 T.tma_copy(B[ko * block_K, bx * block_N], B_s[s, :, :], barrier=bars[s])
-                T.mbarrier_arrive(bars[s])
+                if mistake != "no_full_arrive":
+                    T.mbarrier_arrive(bars[s])
             with T.ws(consumer):
                 if mistake != "no_full_wait":
                     T.mbarrier_wait_parity(mbarrier=bars[s], parity=(ko // stages) % 2 ^ (mistake == "parity"))
@@ -279,6 +280,16 @@ def test_a_wait_that_never_completes_is_a_deadlock_naming_barrier_phase_and_arri
     assert "warp group 1 waits at line" in text and "on bars[2] for parity 0: it is in phase 0 with 0 of 128" \
         " arrivals" in text
     assert "T.mbarrier_wait_parity(" in info.value.source_line()
+
+
+@pytest.mark.parametrize("mistake, waiting", [
+    ("no_full_arrive", "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 0 of 128"),
+    ("count", "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 128 of 256"),
+])
+def test_missing_arrivals_are_a_deadlock(mistake, waiting):
+    a, b = _inputs(40, 20, 30)
+    with pytest.raises(DeadlockError, match=waiting):
+        pipe(a, b, mistake=mistake)
 
 
 def test_a_statement_every_group_runs_deadlocks_when_one_group_waits_forever():
