@@ -1,12 +1,13 @@
-"""Warp specialization on the interpreter (issue 31): `T.ws(k)` regions, `T.alloc_barrier`, `T.mbarrier_arrive` /
-`T.mbarrier_wait_parity` (and tilelang's `T.barrier_arrive` / `T.barrier_wait`), `T.tma_copy(..., barrier=)`.
+"""Warp specialization on the interpreter (issue 31): `T.ws(k)` regions, `T.alloc_barrier`,
+`T.mbarrier_arrive` / `T.mbarrier_wait_parity` (and tilelang's `T.barrier_arrive` /
+`T.barrier_wait`), `T.tma_copy(..., barrier=)`.
 
-Producer / consumer GEMMs in each barrier form against torch at odd shapes (M, N, K not multiples of the tiles,
-sizes of 1, a dynamic M); the deadlock error (a wait that can never complete); the ordering errors of wrong
-pipelines (a missing wait: a read before the TMA copy landed; a release before the read: a write to a tile still
-being read); bad arguments refused at the user's line; the GPU lowering refuses such kernels at the user's line
-(no CUDA lowering yet, so there is no GPU twin to run). A T.gemm of a stage of a 3-d shared buffer, which the
-examples use, on the interpreter, through nvcc and (marked gpu) on CUDA."""
+Producer / consumer GEMMs in each barrier form against torch at odd shapes (M, N, K not multiples of the
+tiles, sizes of 1, a dynamic M); the deadlock error (a wait that can never complete); the ordering errors of
+wrong pipelines (a missing wait: a read before the TMA copy landed; a release before the read: a write to a
+tile still being read); bad arguments refused at the user's line; the GPU lowering refuses such kernels at the
+user's line (no CUDA lowering yet, so there is no GPU twin to run). A T.gemm of a stage of a 3-d shared
+buffer, which the examples use, on the interpreter, through nvcc and (marked gpu) on CUDA."""
 import pytest
 import torch
 
@@ -26,8 +27,8 @@ BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 @tile_nb.jit
 def pipe(A, B, block_M: int = 32, block_N: int = 16, block_K: int = 16, stages: int = 2, producer: int = 1,
          dynamic: bool = False, mistake: str = ""):
-    """barrierpipe: `stages` full barriers (the producer's TMA copies land on them) then `stages` empty ones (the
-    consumer releases a stage after its T.gemm)."""
+    """barrierpipe: `stages` full barriers (the producer's TMA copies land on them) then `stages` empty ones
+    (the consumer releases a stage after its T.gemm)."""
     M = T.dynamic("M") if dynamic else T.const("M")
     N, K = T.const("N, K")
     A: T.Tensor[[M, K], T.float16]
@@ -52,7 +53,9 @@ def pipe(A, B, block_M: int = 32, block_N: int = 16, block_K: int = 16, stages: 
                     T.mbarrier_arrive(bars[s])
             with T.ws(consumer):
                 if mistake != "no_full_wait":
-                    T.mbarrier_wait_parity(mbarrier=bars[s], parity=(ko // stages) % 2 ^ (mistake == "parity"))
+                    T.mbarrier_wait_parity(
+                        mbarrier=bars[s], parity=(ko // stages) % 2 ^ (mistake == "parity")
+                    )
                 if mistake == "early_release":
                     T.mbarrier_arrive(mbarrier=bars[s + stages])
                 T.gemm(A_s[s, :, :], B_s[s, :, :], acc)
@@ -97,8 +100,8 @@ def handshake(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16, pro
 
 @tile_nb.jit
 def split_n(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16, together: bool = False):
-    """copy_gemm_0_1: a copy every group runs, then each group its half of the N tile (no barriers); `together`
-    also runs the epilogue as `T.ws(0, 1)`."""
+    """copy_gemm_0_1: a copy every group runs, then each group its half of the N tile (no barriers);
+    `together` also runs the epilogue as `T.ws(0, 1)`."""
     M, N, K = T.const("M, N, K")
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[K, N], T.float16]
@@ -211,7 +214,8 @@ def test_element_stores_print_and_an_allocation_inside_ws():
 
 @tile_nb.jit
 def staged(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, threads: int = 128):
-    """Not warp-specialized: a T.gemm of stages of 3-d shared buffers (`A_s[ko % 2, :, :]`, as the examples)."""
+    """Not warp-specialized: a T.gemm of stages of 3-d shared buffers
+    (`A_s[ko % 2, :, :]`, as the examples)."""
     M, N, K = T.const("M, N, K")
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[K, N], T.float16]
@@ -244,12 +248,15 @@ def test_gemm_of_a_stage_of_a_3d_shared_buffer_builds(arch):
     assert staged.compile(a, b, target=arch, block_M=128, block_N=128).cubin
 
 
-# ---- wrong pipelines ----------------------------------------------------------------------------------------
+# ---- wrong pipelines ---------------------------------------------------------------------------------------
 
 def test_a_missing_wait_is_a_read_before_the_copy_landed():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(OrderingError, match=r"warp group 0 reads A_s\[0:1, 0:32, 0:16\] before the T.tma_copy "
-                       r"at line \d+ into it has landed: that copy completes with phase 0 of bars\[0\]") as info:
+    with pytest.raises(
+        OrderingError,
+        match=r"warp group 0 reads A_s\[0:1, 0:32, 0:16\] before the T.tma_copy "
+        r"at line \d+ into it has landed: that copy completes with phase 0 of bars\[0\]",
+    ) as info:
         pipe(a, b, mistake="no_full_wait")
     assert "T.gemm(A_s[s, :, :], B_s[s, :, :], acc)" in info.value.source_line()
     assert "T.mbarrier_wait_parity(bars[0], 0)" in info.value.hint
@@ -257,8 +264,11 @@ def test_a_missing_wait_is_a_read_before_the_copy_landed():
 
 def test_a_release_before_the_read_is_a_write_to_a_tile_still_being_read():
     a, b = _inputs(70, 45, 50)
-    with pytest.raises(OrderingError, match=r"warp group 1 writes A_s\[0:1, 0:32, 0:16\], still being read by "
-                       r"warp group 0 \(line \d+\), with no barrier between them") as info:
+    with pytest.raises(
+        OrderingError,
+        match=r"warp group 1 writes A_s\[0:1, 0:32, 0:16\], still being read by "
+        r"warp group 0 \(line \d+\), with no barrier between them",
+    ) as info:
         pipe(a, b, mistake="early_release")
     assert "T.tma_copy(A[by * block_M, ko * block_K], A_s[s, :, :]" in info.value.source_line()
 
@@ -275,17 +285,30 @@ def test_a_wait_that_never_completes_is_a_deadlock_naming_barrier_phase_and_arri
     with pytest.raises(DeadlockError, match="deadlock: no warp group can go on") as info:
         pipe(a, b, mistake="parity")
     text = str(info.value)
-    assert "warp group 0 waits at line" in text and "on bars[0] for parity 1: it is in phase 1 with 0 of 128" \
-        " arrivals" in text
-    assert "warp group 1 waits at line" in text and "on bars[2] for parity 0: it is in phase 0 with 0 of 128" \
-        " arrivals" in text
+    assert (
+        "warp group 0 waits at line" in text
+        and "on bars[0] for parity 1: it is in phase 1 with 0 of 128 arrivals" in text
+    )
+    assert (
+        "warp group 1 waits at line" in text
+        and "on bars[2] for parity 0: it is in phase 0 with 0 of 128 arrivals" in text
+    )
     assert "T.mbarrier_wait_parity(" in info.value.source_line()
 
 
-@pytest.mark.parametrize("mistake, waiting", [
-    ("no_full_arrive", "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 0 of 128"),
-    ("count", "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 128 of 256"),
-])
+@pytest.mark.parametrize(
+    "mistake, waiting",
+    [
+        (
+            "no_full_arrive",
+            "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 0 of 128",
+        ),
+        (
+            "count",
+            "warp group 0 waits at line \\d+ on bars\\[0\\] for parity 0: it is in phase 0 with 128 of 256",
+        ),
+    ],
+)
 def test_missing_arrivals_are_a_deadlock(mistake, waiting):
     a, b = _inputs(40, 20, 30)
     with pytest.raises(DeadlockError, match=waiting):
@@ -303,8 +326,11 @@ def test_a_statement_every_group_runs_deadlocks_when_one_group_waits_forever():
                 T.mbarrier_wait_parity(bar, 0)
             T.copy(A, s)
 
-    with pytest.raises(DeadlockError, match=r"(?s)deadlock.*warp group 0 waits at line \d+ on bar\[0\] for "
-                       r"parity 0.*warp group 1 waits at line \d+ for warp groups \[0\] to reach the statement"):
+    with pytest.raises(
+        DeadlockError,
+        match=r"(?s)deadlock.*warp group 0 waits at line \d+ on bar\[0\] for "
+        r"parity 0.*warp group 1 waits at line \d+ for warp groups \[0\] to reach the statement",
+    ):
         stuck(torch.randn(8))
 
 
@@ -320,8 +346,11 @@ def test_a_group_that_ends_while_another_waits_is_a_deadlock_at_the_wait():
                 T.mbarrier_wait_parity(bar[0], 0)
                 T.mbarrier_wait_parity(bar[1], 0)
 
-    with pytest.raises(DeadlockError, match=r"(?s)warp group 0 waits at line \d+ on bar\[1\] for parity 0: it is in "
-                       r"phase 0 with 0 of 128 arrivals.*warp group 1 ended") as info:
+    with pytest.raises(
+        DeadlockError,
+        match=r"(?s)warp group 0 waits at line \d+ on bar\[1\] for parity 0: it is in "
+        r"phase 0 with 0 of 128 arrivals.*warp group 1 ended",
+    ) as info:
         orphan(torch.randn(8))
     assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
 
@@ -336,8 +365,9 @@ def test_a_group_that_ends_while_another_waits_is_a_deadlock_at_the_wait():
                 T.mbarrier_arrive(bar[0])
                 T.mbarrier_wait_parity(bar[1], 0)
 
-    with pytest.raises(DeadlockError, match=r"(?s)warp group 0 waits at line \d+ on bar\[1\].*warp group 1 ended") \
-            as info:
+    with pytest.raises(
+        DeadlockError, match=r"(?s)warp group 0 waits at line \d+ on bar\[1\].*warp group 1 ended"
+    ) as info:
         orphan_later(torch.randn(8))
     assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
 
@@ -365,8 +395,11 @@ def test_a_register_buffer_used_by_two_groups_is_refused(use):
                         B[i] = frag[i]
         return B
 
-    with pytest.raises(OrderingError, match=r"frag \(local.fragment\) is used by warp group 1 here and by warp "
-                       r"group 0 at line \d+: it lives in registers") as info:
+    with pytest.raises(
+        OrderingError,
+        match=r"frag \(local.fragment\) is used by warp group 1 here and by warp "
+        r"group 0 at line \d+: it lives in registers",
+    ) as info:
         shared_frag(torch.randn(16), use=use)
     assert ("T.copy(frag, B)" if use == "tile" else "B[i] = frag[i]") in info.value.source_line()
 
@@ -380,8 +413,11 @@ def test_more_arrivals_than_a_phase_expects_are_refused():
             with T.ws(1):
                 T.mbarrier_arrive(bar)
 
-    with pytest.raises(InterpreterError, match=r"128 threads \(warp groups \[1\]\) arrive at bar\[0\], whose phase 0 "
-                       r"expects 64 arrivals and has 0") as info:
+    with pytest.raises(
+        InterpreterError,
+        match=r"128 threads \(warp groups \[1\]\) arrive at bar\[0\], whose phase 0 "
+        r"expects 64 arrivals and has 0",
+    ) as info:
         spill(torch.randn(8))
     assert "T.mbarrier_arrive(bar)" in info.value.source_line()
 
@@ -408,14 +444,23 @@ def test_arrivals_outside_ws_count_every_thread_of_the_block():
 
 # ---- the language ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, message", [
-    ("with T.ws(2):\n                T.clear(s)", r"T.ws\(...\) takes warp group ids, compile-time ints in \[0, 2\)"),
-    ("with T.ws(0):\n                with T.ws(1):\n                    T.clear(s)", "cannot be nested"),
-    ("T.alloc_barrier(0)", r"T.alloc_barrier\(arrive_count=...\) takes an int or a list of ints in \[1, 1024\]"),
-    ("T.mbarrier_wait_parity(T.alloc_barrier(1), 2)", r"parity=...\) must be 0 or 1; got 2"),
-    ("T.mbarrier_arrive(s)", "mbarrier must be a barrier from T.alloc_barrier"),
-    ("T.tma_copy(A[0:8], s)", r"T.tma_copy\(src, dst, barrier=...\): a load needs the mbarrier"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "with T.ws(2):\n                T.clear(s)",
+            r"T.ws\(...\) takes warp group ids, compile-time ints in \[0, 2\)",
+        ),
+        ("with T.ws(0):\n                with T.ws(1):\n                    T.clear(s)", "cannot be nested"),
+        (
+            "T.alloc_barrier(0)",
+            r"T.alloc_barrier\(arrive_count=...\) takes an int or a list of ints in \[1, 1024\]",
+        ),
+        ("T.mbarrier_wait_parity(T.alloc_barrier(1), 2)", r"parity=...\) must be 0 or 1; got 2"),
+        ("T.mbarrier_arrive(s)", "mbarrier must be a barrier from T.alloc_barrier"),
+        ("T.tma_copy(A[0:8], s)", r"T.tma_copy\(src, dst, barrier=...\): a load needs the mbarrier"),
+    ],
+)
 def test_bad_arguments_are_refused_at_the_users_line(body, message):
     src = f'''
 import tile_nb
@@ -435,12 +480,14 @@ def bad(A):
     assert info.value.lineno is not None and info.value.lineno >= 11
 
 
-# ---- the GPU ------------------------------------------------------------------------------------------------
+# ---- the GPU -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
     a, b = _inputs(256, 256, 64)
-    with pytest.raises(LoweringError, match="tile op tirx.tile.ws has no CUDA lowering in tile_nb yet") as info:
+    with pytest.raises(
+        LoweringError, match="tile op tirx.tile.ws has no CUDA lowering in tile_nb yet"
+    ) as info:
         split_n.compile(a, b, target=arch, block_M=128, block_N=256, block_K=32)
     assert "with T.ws(1):" in info.value.source_line()
 
@@ -448,7 +495,8 @@ def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
 @pytest.mark.parametrize("kernel", [pipe, handshake])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_the_cuda_lowering_refuses_mbarriers(kernel, arch):
-    """Refused, but without the user's line yet: lower/emitter.py's emit_alloc raises for the scope unlocated."""
+    """Refused, but without the user's line yet: lower/emitter.py's emit_alloc
+    raises for the scope unlocated."""
     a, b = _inputs(256, 256, 64)
     with pytest.raises(LoweringError, match="in scope shared.barrier is not supported"):
         kernel.compile(a, b, target=arch, block_M=128, block_N=128, block_K=32)

@@ -37,5 +37,5 @@ from .errors import (DeadlockError, InterpreterError, OrderingError, OutOfBounds
                      UninitializedReadError)
 from .runner import compile_func, run
 
-__all__ = ["AccessMap", "DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError", "SourceLocation",
-           "UninitializedReadError", "access_map", "compile_func", "run"]
+__all__ = ["AccessMap", "DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError",
+           "SourceLocation", "UninitializedReadError", "access_map", "compile_func", "run"]

@@ -82,8 +82,8 @@ class Frame:
     warp / members: in a block run as warp groups (warps.py), this frame's group and the statement's groups.
     """
 
-    __slots__ = ("access", "block", "mask", "members", "overlays", "par_shape", "ranges", "trace", "vals", "warp",
-                 "written")
+    __slots__ = ("access", "block", "mask", "members", "overlays", "par_shape", "ranges", "trace", "vals",
+                 "warp", "written")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots

@@ -18,7 +18,8 @@ import re
 
 from ..errors import TileNBError
 
-__all__ = ["DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError", "SourceLocation", "UninitializedReadError", "location_of"]
+__all__ = ["DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError", "SourceLocation",
+           "UninitializedReadError", "location_of"]
 
 
 class SourceLocation:
@@ -116,8 +117,8 @@ class InterpreterError(TileNBError, RuntimeError):
 
 
 class DeadlockError(InterpreterError):
-    """Every warp group of a block waits (on an mbarrier, or for the others at a statement they all run): the GPU
-    would hang (interp/warps.py)."""
+    """Every warp group of a block waits (on an mbarrier, or for the others at a statement they all run):
+    the GPU would hang (interp/warps.py)."""
 
 
 class OrderingError(InterpreterError):

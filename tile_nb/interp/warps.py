@@ -1,19 +1,19 @@
 """Warp-specialized blocks (`T.ws`, mbarriers, `T.tma_copy`; language/sync.py) on the interpreter.
 
-A block whose kernel uses them runs as one coroutine per warp group (threads // 128 of them), each a Python thread
-of which exactly one runs at a time (a strict hand-off: deterministic). A group runs until it must wait: at an
-mbarrier wait whose phase has not completed, or at a statement outside `T.ws` (run by every group: it executes
-once, when the last group reaches it, as a block-wide step). Then the next group that can go on runs, the next
-higher id first. So a producer group runs as far ahead as its waits allow before the consumer catches up, which is
-the schedule that exposes missing synchronization. When no group can go on, the block is deadlocked: an error at
-the waiting statement names each group's barrier, its phase and arrivals.
+A block whose kernel uses them runs as one coroutine per warp group (threads // 128 of them), each a Python
+thread of which exactly one runs at a time (a strict hand-off: deterministic). A group runs until it must
+wait: at an mbarrier wait whose phase has not completed, or at a statement outside `T.ws` (run by every group:
+it executes once, when the last group reaches it, as a block-wide step). Then the next group that can go on
+runs, the next higher id first. So a producer group runs as far ahead as its waits allow before the consumer
+catches up, which is the schedule that exposes missing synchronization. When no group can go on, the block is
+deadlocked: an error at the waiting statement names each group's barrier, its phase and arrivals.
 
-Ordering checks (happens-before, by vector clocks): each group's clock advances at each arrive; a completed phase
-carries the join of its arrivers' clocks and a wait that sees it completed takes them. Reads and writes of shared
-tiles by tile operations (`T.copy`, `T.gemm`, ...) are recorded as boxes; one group's access that conflicts with
-another group's earlier one (read after write, write after read or write) without an arrive -> wait chain between
-them is an error at the user's line. A `T.tma_copy` write lands with its barrier's phase: reading (or overwriting)
-it before a wait on that phase is an error, in the issuing group too.
+Ordering checks (happens-before, by vector clocks): each group's clock advances at each arrive; a completed
+phase carries the join of its arrivers' clocks and a wait that sees it completed takes them. Reads and writes
+of shared tiles by tile operations (`T.copy`, `T.gemm`, ...) are recorded as boxes; one group's access that
+conflicts with another group's earlier one (read after write, write after read or write) without an arrive ->
+wait chain between them is an error at the user's line. A `T.tma_copy` write lands with its barrier's phase:
+reading (or overwriting) it before a wait on that phase is an error, in the issuing group too.
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ class WarpInfo:
         self.touched: set = set()  # slots the statement being compiled uses (Compiler.slot)
 
     def wrap(self, comp: Compiler, node, closure):
-        """A block-level statement's closure, run by its groups (every group outside T.ws), with its checks."""
+        """A block-level statement's closure, run by its groups (every group
+        outside T.ws), with its checks."""
         if isinstance(node, _CONTAINERS) or (isinstance(node, tirx.For) and int(node.kind) not in _PARALLEL) \
                 or comp.par_vars:
             return closure
@@ -101,8 +102,8 @@ _PARALLEL = (int(tirx.ForKind.PARALLEL), int(tirx.ForKind.VECTORIZED), int(tirx.
 
 
 def _accesses(comp: Compiler, node):
-    """(region, is_write) of the shared tiles a tile operation reads and writes; the first region is written (and
-    read too by T.gemm and accumulating reductions), the others read."""
+    """(region, is_write) of the shared tiles a tile operation reads and writes; the first region is written
+    (and read too by T.gemm and accumulating reductions), the others read."""
     if not isinstance(node, TilePrimitiveCall) or op_short_name(node.op) in _SYNC_OPS:
         return ()
     regions = [a for a in node.args if hasattr(a, "source") and hasattr(a, "region")]
@@ -253,16 +254,23 @@ class _Scheduler:
     def _deadlock(self, location) -> InterpreterError:
         blocked = [h for h in self.groups if not h.done and h.ready is not None]
         lines = [f"  warp group {h.gid} {h.waiting}" for h in blocked]
-        lines += [f"  warp group {h.gid} ended (reached the end of the kernel)" for h in self.groups if h.done]
+        lines += [
+            f"  warp group {h.gid} ended (reached the end of the kernel)" for h in self.groups if h.done
+        ]
         if location is None and blocked:
             location = blocked[0].where
-        return DeadlockError("deadlock: no warp group can go on (the GPU would hang)\n" + "\n".join(lines),
-                                location, hint="each wait needs arrivals that come before it in some group; "
-                                "check the parity (a fresh barrier is in phase 0: waiting on parity 1 returns "
-                                "at once) and the arrive counts")
+        return DeadlockError(
+            "deadlock: no warp group can go on (the GPU would hang)\n" + "\n".join(lines),
+            location,
+            hint="each wait needs arrivals that come before it in some group; "
+            "check the parity (a fresh barrier is in phase 0: waiting on parity 1 returns "
+            "at once) and the arrive counts",
+        )
 
-    # -- statements -------------------------------------------------------------------------------------------
-    def leaf(self, g: Group, key: int, ids, f: Frame, closure, accesses, location, buffers, registers) -> None:
+    # -- statements ------------------------------------------------------------------------------------------
+    def leaf(
+        self, g: Group, key: int, ids, f: Frame, closure, accesses, location, buffers, registers
+    ) -> None:
         members = tuple(range(self.ngroups)) if ids is None else tuple(k for k in ids if k < self.ngroups)
         if g.gid not in members:
             return
@@ -276,11 +284,15 @@ class _Scheduler:
             slot.add(g.gid)
             if len(slot) < len(members):
                 where = f" at line {location.line}" if location.line is not None else ""
-                self.block(g, lambda: self.collective.get((key, n)) is True,
-                           f"waits{where} for warp groups {sorted(set(members) - slot)} to reach the statement "
-                           f"that groups {list(members)} run together", location)
+                self.block(
+                    g,
+                    lambda: self.collective.get((key, n)) is True,
+                    f"waits{where} for warp groups {sorted(set(members) - slot)} to reach the statement "
+                    f"that groups {list(members)} run together",
+                    location,
+                )
                 return
-            joined = [max(c) for c in zip(*(self.groups[m].vc for m in members))]
+            joined = [max(c) for c in zip(*(self.groups[m].vc for m in members), strict=True)]
             seen = _merge(*(self.groups[m].observed for m in members))
             for m in members:
                 self.groups[m].vc, self.groups[m].observed = list(joined), dict(seen)
@@ -298,21 +310,26 @@ class _Scheduler:
         if len(members) > 1:
             self.collective[(key, n)] = True
 
-    # -- ordering checks --------------------------------------------------------------------------------------
+    # -- ordering checks -------------------------------------------------------------------------------------
     def own(self, g: Group, slot: int, location) -> None:
         """A fragment / local buffer used inside `T.ws(k)` lives in group k's registers: one group only (the
-        interpreter keeps one copy, the GPU one per group, so a second group would see values it cannot have)."""
+        interpreter keeps one copy, the GPU one per group, so a second group
+        would see values it cannot have)."""
         owner = self.owners.setdefault(slot, (g.gid, location.line))
         if owner[0] != g.gid:
             buf = self.buffers[slot]
             raise OrderingError(
-                f"{buf.name} ({buf.scope()}) is used by warp group {g.gid} here and by warp group {owner[0]} at line "
-                f"{owner[1]}: it lives in registers, so each group would have its own copy on the GPU", location,
-                hint="allocate one buffer per warp group, or pass the values through shared memory and a barrier")
+                f"{buf.name} ({buf.scope()}) is used by warp group {g.gid} here and by warp group "
+                f"{owner[0]} at line "
+                f"{owner[1]}: it lives in registers, so each group would have its own copy on the GPU",
+                location,
+                hint="allocate one buffer per warp group, or pass the values through shared memory "
+                     "and a barrier",
+            )
 
     def check(self, g: Group, members, region, write: bool, f: Frame, location) -> None:
         _, starts, exts = region.resolve(f)
-        box = tuple((s, s + e) for s, e in zip(starts, exts))
+        box = tuple((s, s + e) for s, e in zip(starts, exts, strict=True))
         records = self.shadow.setdefault(region.slot, [])
         for rec in records:
             if not (write or rec.write) or not _overlap(rec.box, box):
@@ -324,21 +341,32 @@ class _Scheduler:
                     verb = "overwrites" if write else "reads"
                     raise OrderingError(
                         f"warp group {g.gid} {verb} {region.name}{_show(box)} before the T.tma_copy at line "
-                        f"{rec.line} into it has landed: that copy completes with phase {phase} of {bar.name}, "
-                        f"and this group has not waited for it", location,
-                        hint=f"T.mbarrier_wait_parity({bar.name}, {phase % 2}) first")
+                        f"{rec.line} into it has landed: that copy completes with phase {phase} of "
+                        f"{bar.name}, "
+                        f"and this group has not waited for it",
+                        location,
+                        hint=f"T.mbarrier_wait_parity({bar.name}, {phase % 2}) first",
+                    )
             elif rec.gid not in members and g.vc[rec.gid] < rec.epoch:
                 if rec.write:
                     what = f"written by warp group {rec.gid} at line {rec.line}"
-                    hint = ("the writer arrives at a barrier after writing, and this group waits on it before "
-                            "reading")
+                    hint = (
+                        "the writer arrives at a barrier after writing, and this group waits on it before "
+                        "reading"
+                    )
                 else:
                     what = f"still being read by warp group {rec.gid} (line {rec.line})"
-                    hint = ("the reader arrives at a barrier after its read (releasing the tile), and this group "
-                            "waits on it before writing")
+                    hint = (
+                        "the reader arrives at a barrier after its read (releasing the tile), and this group "
+                        "waits on it before writing"
+                    )
                 raise OrderingError(
-                    f"warp group {g.gid} {'writes' if write else 'reads'} {region.name}{_show(box)}, {what}, with no "
-                    f"barrier between them: the order is not guaranteed on the GPU", location, hint=hint)
+                    f"warp group {g.gid} {'writes' if write else 'reads'} {region.name}{_show(box)}, "
+                    f"{what}, with no "
+                    f"barrier between them: the order is not guaranteed on the GPU",
+                    location,
+                    hint=hint,
+                )
         line = location.line
         if write:
             records[:] = [r for r in records if not _inside(r.box, box)]
@@ -349,14 +377,14 @@ class _Scheduler:
     def tma_landing(self, g: Group, region, bkey, f: Frame) -> None:
         """The write just recorded into `region` lands with barrier `bkey`'s phase in progress."""
         _, starts, exts = region.resolve(f)
-        box = tuple((s, s + e) for s, e in zip(starts, exts))
+        box = tuple((s, s + e) for s, e in zip(starts, exts, strict=True))
         phase = self.barrier(bkey).completed
         for rec in reversed(self.shadow.get(region.slot, [])):
             if rec.write and rec.box == box:
                 rec.tma = (bkey, phase)
                 return
 
-    # -- barriers ---------------------------------------------------------------------------------------------
+    # -- barriers --------------------------------------------------------------------------------------------
     def barrier(self, bkey) -> _Barrier:
         bar = self.barriers.get(bkey)
         if bar is None:
@@ -373,11 +401,14 @@ class _Scheduler:
         if bar.arrived + threads > bar.count:
             raise InterpreterError(
                 f"{threads} threads (warp groups {list(members)}) arrive at {bar.name}, whose phase "
-                f"{bar.completed} expects {bar.count} arrivals and has {bar.arrived}: the arrivals of one statement "
-                f"would spill into the next phase", location,
-                hint="give T.alloc_barrier the number of threads that arrive per phase (128 per warp group)")
+                f"{bar.completed} expects {bar.count} arrivals and has {bar.arrived}: the arrivals of "
+                "one statement "
+                f"would spill into the next phase",
+                location,
+                hint="give T.alloc_barrier the number of threads that arrive per phase (128 per warp group)",
+            )
         for m in members:
-            bar.pending = [max(a, b) for a, b in zip(bar.pending, self.groups[m].vc)]
+            bar.pending = [max(a, b) for a, b in zip(bar.pending, self.groups[m].vc, strict=True)]
             bar.pending_obs = _merge(bar.pending_obs, self.groups[m].observed)
         bar.arrived += threads
         if bar.arrived == bar.count:
@@ -394,12 +425,17 @@ class _Scheduler:
         def ready():
             return bar.completed % 2 != parity
         where = f" at line {location.line}" if location.line is not None else ""
-        self.block(g, ready, f"waits{where} on {bar.name} for parity {parity}: it is in phase {bar.completed} "
-                             f"with {bar.arrived} of {bar.count} arrivals", location)
+        self.block(
+            g,
+            ready,
+            f"waits{where} on {bar.name} for parity {parity}: it is in phase {bar.completed} "
+            f"with {bar.arrived} of {bar.count} arrivals",
+            location,
+        )
         if bar.completed:  # the latest completed phase (of the other parity than the one in progress)
             for m in members:
                 h = self.groups[m]
-                h.vc = [max(a, b) for a, b in zip(h.vc, bar.last_vc)]
+                h.vc = [max(a, b) for a, b in zip(h.vc, bar.last_vc, strict=True)]
                 h.observed = _merge(h.observed, bar.last_obs, {bkey: bar.completed - 1})
 
 
@@ -422,18 +458,18 @@ def _merge(*seen: dict) -> dict:
 
 
 def _overlap(a, b) -> bool:
-    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+    return all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True))
 
 
 def _inside(a, b) -> bool:
-    return all(lo2 <= lo1 and hi1 <= hi2 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+    return all(lo2 <= lo1 and hi1 <= hi2 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True))
 
 
 def _show(box) -> str:
     return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in box) + "]"
 
 
-# ---- the tile primitives --------------------------------------------------------------------------------------
+# ---- the tile primitives -----------------------------------------------------------------------------------
 
 def _barrier_key(comp: Compiler, region, what: str):
     r = compile_region(comp, region, what)

@@ -13,8 +13,8 @@ tile primitive `T.tile.ws(k, ...)`; a barrier allocation is a `shared.barrier` u
 `T.tile.barrier_init(bars, count, ...)`; an arrive / wait is `T.tile.mbarrier_arrive(bars[i:i+1])` /
 `T.tile.mbarrier_wait(bars[i:i+1], parity)`; `T.tma_copy(src, dst, barrier=b)` is a `T.copy` followed by
 `T.tile.tma_copy(dst, b[i:i+1])`, which says that the copy is asynchronous and lands with b's current phase.
-The CPU interpreter runs these (interp/warps.py); the CUDA lowering has no rule for them yet, so it refuses such a
-kernel at the user's line (docs/tilelang.md).
+The CPU interpreter runs these (interp/warps.py); the CUDA lowering has no rule for them yet, so it refuses
+such a kernel at the user's line (docs/tilelang.md).
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ _LOCK = threading.Lock()
 
 
 def _op(short: str):
-    """The tile primitive `T.tile.<short>`, registered in TVM's op registry once per process (as T.cumsum's)."""
+    """The tile primitive `T.tile.<short>`, registered in TVM's op registry
+    once per process (as T.cumsum's)."""
     import tvm
     from tvm.ir import _ffi_api
 
@@ -68,17 +69,24 @@ def _in_kernel(what: str):
 
 
 class ws:  # noqa: N801 - tilelang's name
-    """`with T.ws(k):` the statements inside run in warp group k only (threads 128*k .. 128*k + 127); `T.ws(0, 1)`
-    in groups 0 and 1 together. Statements outside any `T.ws` run in every warp group. Groups synchronize through
-    mbarriers (`T.alloc_barrier`); the interpreter runs them as coroutines and checks their ordering."""
+    """`with T.ws(k):` the statements inside run in warp group k only (threads 128*k .. 128*k +
+    127); `T.ws(0, 1)` in groups 0 and 1 together. Statements outside any `T.ws` run in every warp
+    group. Groups synchronize through mbarriers (`T.alloc_barrier`); the interpreter runs them as
+    coroutines and checks their ordering."""
 
     def __init__(self, *group_ids):
         st = _in_kernel("T.ws")
-        ids = tuple(group_ids[0]) if len(group_ids) == 1 and isinstance(group_ids[0], (list, tuple)) else group_ids
+        ids = (
+            tuple(group_ids[0])
+            if len(group_ids) == 1 and isinstance(group_ids[0], (list, tuple))
+            else group_ids
+        )
         groups = -(-(st.threads or WARP_GROUP) // WARP_GROUP)
         if not ids or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < groups for k in ids):
-            raise st.error(f"T.ws(...) takes warp group ids, compile-time ints in [0, {groups}) for a kernel of "
-                           f"{st.threads} threads ({WARP_GROUP} per group); got {group_ids!r}")
+            raise st.error(
+                f"T.ws(...) takes warp group ids, compile-time ints in [0, {groups}) for a kernel of "
+                f"{st.threads} threads ({WARP_GROUP} per group); got {group_ids!r}"
+            )
         if st.ws_ids is not None:
             raise st.error(f"T.ws{ids} is inside T.ws{st.ws_ids}: warp-specialized regions cannot be nested")
         self.ids = tuple(sorted(set(ids)))
@@ -103,9 +111,10 @@ class ws:  # noqa: N801 - tilelang's name
 
 
 def alloc_barrier(arrive_count):
-    """`bars = T.alloc_barrier([128, 128])`: mbarriers in shared memory, one per count (an int: one barrier, used
-    as `bars` or `bars[0]`). A barrier's phase completes when `count` threads have arrived (`T.mbarrier_arrive`
-    inside `T.ws(k)` is 128 arrivals, outside any T.ws one per thread of the block); it starts in phase 0."""
+    """`bars = T.alloc_barrier([128, 128])`: mbarriers in shared memory, one per count (an int: one
+    barrier, used as `bars` or `bars[0]`). A barrier's phase completes when `count` threads have arrived
+    (`T.mbarrier_arrive` inside `T.ws(k)` is 128 arrivals, outside any T.ws one per thread of the
+    block); it starts in phase 0."""
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
@@ -113,8 +122,10 @@ def alloc_barrier(arrive_count):
     counts = [arrive_count] if isinstance(arrive_count, int) and not isinstance(arrive_count, bool) else \
         list(arrive_count) if isinstance(arrive_count, (list, tuple)) else None
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1024 for c in counts):
-        raise st.error(f"T.alloc_barrier(arrive_count=...) takes an int or a list of ints in [1, 1024] (threads "
-                       f"that arrive per phase); got {arrive_count!r}")
+        raise st.error(
+            f"T.alloc_barrier(arrive_count=...) takes an int or a list of ints in [1, 1024] (threads "
+            f"that arrive per phase); got {arrive_count!r}"
+        )
     buf = T.alloc_buffer((len(counts),), "uint64", scope=BARRIER_SCOPE)
     st.record_alloc(buf)
     _emit("barrier_init", buf[0:len(counts)], *[tirx.const(c, "int32") for c in counts])
@@ -133,26 +144,30 @@ def _barrier(what: str, st, mbarrier):
 
 
 def mbarrier_arrive(mbarrier, cta_id=None):
-    """`T.mbarrier_arrive(bars[i])`: the threads running this statement arrive at the barrier (128 in a `T.ws(k)`
-    region, every thread of the block outside one)."""
+    """`T.mbarrier_arrive(bars[i])`: the threads running this statement arrive at the barrier (128 in a
+    `T.ws(k)` region, every thread of the block outside one)."""
     st = _in_kernel("T.mbarrier_arrive")
     if cta_id is not None:
-        raise st.error("T.mbarrier_arrive(cta_id=...) arrives at another CTA's cluster barrier: tile_nb has no "
-                       "cluster barriers yet")
+        raise st.error(
+            "T.mbarrier_arrive(cta_id=...) arrives at another CTA's cluster barrier: tile_nb has no "
+            "cluster barriers yet"
+        )
     _emit("mbarrier_arrive", _barrier("T.mbarrier_arrive", st, mbarrier))
 
 
 def mbarrier_wait_parity(mbarrier, parity):
-    """`T.mbarrier_wait_parity(bars[i], p)`: wait until the barrier's latest phase of parity p has completed. A
-    fresh barrier is in phase 0, so waiting on parity 1 returns at once (the idiom of a producer's first wait
-    on an 'empty' barrier)."""
+    """`T.mbarrier_wait_parity(bars[i], p)`: wait until the barrier's latest phase of parity p has completed.
+    A fresh barrier is in phase 0, so waiting on parity 1 returns at once (the idiom of a producer's first
+    wait on an 'empty' barrier)."""
     from tvm import tirx
 
     from .irutil import as_expr, is_expr
 
     st = _in_kernel("T.mbarrier_wait_parity")
     if isinstance(parity, bool) or not (isinstance(parity, int) or is_expr(parity)):
-        raise st.error(f"T.mbarrier_wait_parity(parity=...) must be an int expression (0 or 1); got {parity!r}")
+        raise st.error(
+            f"T.mbarrier_wait_parity(parity=...) must be an int expression (0 or 1); got {parity!r}"
+        )
     if isinstance(parity, int) and parity not in (0, 1):
         raise st.error(f"T.mbarrier_wait_parity(parity=...) must be 0 or 1; got {parity}")
     region = _barrier("T.mbarrier_wait_parity", st, mbarrier)
@@ -172,9 +187,10 @@ def barrier_wait(mbarrier, parity):
 
 def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=None, eviction_policy=None,
              annotations=None):
-    """`T.tma_copy(A[...], A_s, barrier=b)`: an asynchronous copy from global to shared memory that completes with
-    b's current phase; it does not arrive (arrive with `T.mbarrier_arrive(b)`), and `A_s` may be read only after
-    a wait on that phase. tilelang's `eviction_policy` and `annotations` are accepted, not applied."""
+    """`T.tma_copy(A[...], A_s, barrier=b)`: an asynchronous copy from global to shared memory that
+    completes with b's current phase; it does not arrive (arrive with `T.mbarrier_arrive(b)`), and
+    `A_s` may be read only after a wait on that phase. tilelang's `eviction_policy` and
+    `annotations` are accepted, not applied."""
     from . import memory
 
     st = _in_kernel("T.tma_copy")
@@ -183,8 +199,11 @@ def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=
         raise st.error("T.tma_copy(cluster_mask=...) multicasts within a cluster: tile_nb has no clusters in "
                        "T.tma_copy yet")
     if barrier is None:
-        raise st.error("T.tma_copy(src, dst, barrier=...): a load needs the mbarrier it completes on (tile_nb has "
-                       "no TMA stores through T.tma_copy)", hint="T.copy(src, dst) is a synchronous copy")
+        raise st.error(
+            "T.tma_copy(src, dst, barrier=...): a load needs the mbarrier it completes on (tile_nb has "
+            "no TMA stores through T.tma_copy)",
+            hint="T.copy(src, dst) is a synchronous copy",
+        )
     bar = _barrier("T.tma_copy", st, barrier)
     memory.copy(src, dst)  # validates both operands and their shapes
     from .irutil import is_region
@@ -192,7 +211,9 @@ def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=
     dst_region = memory.region_of(dst) if is_buffer(dst) or is_region(dst) else \
         memory.region_of(dst, [r.extent for r in memory.region_of(src).region], what="T.tma_copy")
     if dst_region.source.scope() not in ("shared", "shared.dyn"):
-        raise st.error(f"T.tma_copy: dst {dst_region.source.name} is in {dst_region.source.scope()} memory; a TMA "
-                       "load writes shared memory")
+        raise st.error(
+            f"T.tma_copy: dst {dst_region.source.name} is in {dst_region.source.scope()} memory; a TMA "
+            "load writes shared memory"
+        )
     _emit("tma_copy", dst_region, bar)
 
