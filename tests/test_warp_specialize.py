@@ -248,6 +248,130 @@ def test_gemm_of_a_stage_of_a_3d_shared_buffer_builds(arch):
     assert staged.compile(a, b, target=arch, block_M=128, block_N=128).cubin
 
 
+@tile_nb.jit
+def dispatch(A, form: str = "elif"):
+    """flashmla / MLA decode style: `tx = T.get_thread_binding()` and `if tx < 128: ... elif ...: ... else:`
+    choose warp groups (a loader, a scaler, a writer chained by barriers)."""
+    N = T.const("N")
+    A: T.Tensor[[N], T.float32]
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 64), threads=384) as bx:
+        s = T.alloc_shared((64,), T.float32)
+        t = T.alloc_shared((64,), T.float32)
+        bar = T.alloc_barrier([128, 128])
+        tx = T.get_thread_binding()
+        if form == "elif":
+            if tx < 128:
+                T.mbarrier_wait_parity(bar[1], 0)
+                for i in T.Parallel(64):
+                    if bx * 64 + i < N:
+                        B[bx * 64 + i] = t[i] + 1.0
+            elif tx >= 128 and tx < 256:
+                T.mbarrier_wait_parity(bar[0], 0)
+                for i in T.Parallel(64):
+                    t[i] = s[i] * 2.0
+                T.mbarrier_arrive(bar[1])
+            else:
+                T.copy(A[bx * 64], s)
+                T.mbarrier_arrive(bar[0])
+        else:  # the same with `not`, `or`, a reversed comparison and separate ifs
+            if 256 <= tx:
+                T.copy(A[bx * 64], s)
+                T.mbarrier_arrive(bar[0])
+            if not (tx < 128 or tx >= 256):
+                T.mbarrier_wait_parity(bar[0], 0)
+                for i in T.Parallel(64):
+                    t[i] = s[i] * 2.0
+                T.mbarrier_arrive(bar[1])
+            if tx < 128:
+                T.mbarrier_wait_parity(bar[1], 0)
+                for i in T.Parallel(64):
+                    if bx * 64 + i < N:
+                        B[bx * 64 + i] = t[i] + 1.0
+    return B
+
+
+@pytest.mark.parametrize("form", ["elif", "separate"])
+@pytest.mark.parametrize("n", [1, 100, 128, 333])
+def test_thread_binding_conditions_choose_warp_groups(form, n):
+    torch.manual_seed(n)
+    a = torch.randn(n)
+    torch.testing.assert_close(dispatch(a, form=form), a * 2 + 1)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("if tx < 100:\n                T.clear(s)", r"`tx < 100` splits warp group 0 \(threads 0..127\)"),
+    ("T.fill(s, tx + 1)", "the thread index of T.get_thread_binding\\(\\) can only choose warp groups"),
+    ("x = 1 if tx < 128 else 2", r"can only be the condition of an `if`"),
+    ("if tx < 0:\n                T.clear(s)", r"has an empty `then` branch: it holds for no warp group"),
+    ("while tx < 128:\n                T.clear(s)", r"only an `if` can choose warp groups"),
+    ("if tx < 128 and bx < 2:\n                T.clear(s)", r"can only be combined with another one"),
+])
+def test_other_uses_of_the_thread_index_are_refused(body, message):
+    src = f'''
+import tile_nb
+import tile_nb.language as T
+
+@tile_nb.jit
+def bad(A):
+    A: T.Tensor[[8], T.float32]
+    with T.Kernel(2, threads=256) as bx:
+        s = T.alloc_shared((8,), T.float32)
+        tx = T.get_thread_binding()
+        if True:
+            {body}
+'''
+    ns = run_source(src, {}, filename="bad_tx.py")
+    with pytest.raises(DSLError, match=message) as info:
+        ns["bad"](torch.randn(8))
+    assert info.value.lineno is not None and info.value.lineno >= 12
+    assert "block-level code" in (info.value.hint or "")
+
+
+@tile_nb.jit
+def unrolled_clear(A, B, wgmma: bool = False):
+    """`clear_accum=(j == 0)` in an unrolled loop (flashmla's QK): a run-time
+    choice, one T.gemm per branch."""
+    M, N = T.const("M, N")
+    A: T.Tensor[[M, 64], T.float16]
+    B: T.Tensor[[64, N], T.float16]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+        A_s = T.alloc_shared((64, 64), T.float16)
+        B_s = T.alloc_shared((64, 64), T.float16)
+        acc = T.alloc_fragment((64, 64), T.float32)
+        T.copy(A[by * 64, 0], A_s)
+        T.copy(B[0, bx * 64], B_s)
+        T.fill(acc, 7.0)  # must be cleared by the first product
+        for j in T.unroll(4):
+            if wgmma:
+                T.wgmma_gemm(
+                    A_s[:, j * 16 : (j + 1) * 16], B_s[j * 16 : (j + 1) * 16, :], acc, clear_accum=(j == 0)
+                )
+                T.wait_wgmma(0)
+            else:
+                T.gemm(A_s[:, j * 16:(j + 1) * 16], B_s[j * 16:(j + 1) * 16, :], acc, clear_accum=(j == 0))
+        T.fence_proxy_async()
+        T.copy(acc, C[by * 64, bx * 64])
+    return C
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("wgmma", [False, True])
+@pytest.mark.parametrize("M, N", [(70, 45), (1, 1), (128, 130)])
+def test_a_run_time_clear_accum_clears_once(backend, wgmma, M, N):
+    a, b = _inputs(M, N, 64, seed=M + N)
+    c = unrolled_clear(a.to(backend), b.to(backend), wgmma=wgmma)
+    torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_a_run_time_clear_accum_builds(arch):
+    a, b = _inputs(128, 128, 64)
+    assert unrolled_clear.compile(a, b, target=arch).cubin
+
+
 # ---- wrong pipelines ---------------------------------------------------------------------------------------
 
 def test_a_missing_wait_is_a_read_before_the_copy_landed():
@@ -451,7 +575,8 @@ def test_arrivals_outside_ws_count_every_thread_of_the_block():
             "with T.ws(2):\n                T.clear(s)",
             r"T.ws\(...\) takes warp group ids, compile-time ints in \[0, 2\)",
         ),
-        ("with T.ws(0):\n                with T.ws(1):\n                    T.clear(s)", "cannot be nested"),
+        ("with T.ws(0):\n                with T.ws(1):\n                    T.clear(s)",
+     r"T.ws\(1\) is inside T.ws\(0\): a region inside another runs in some of its warp groups only"),
         (
             "T.alloc_barrier(0)",
             r"T.alloc_barrier\(arrive_count=...\) takes an int or a list of ints in \[1, 1024\]",

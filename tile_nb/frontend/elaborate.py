@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AnnotationError, DSLError, ReturnError, TileNBError
-from ..language import loops, memory
+from ..language import loops, memory, sync
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import DType
@@ -109,6 +109,7 @@ class Hooks:
         self.scratch: list[BufferParam] = []  # T.alloc_global's, named ws0, ws1, ... until bound to a name
         self.returned = False
         self.ir_ifs = 0  # run-time `if`s open now
+        self.ir_conds: list = []  # their conditions, innermost last (a `sync.WarpGroups` makes T.ws regions)
         self.parallel_depth = 0  # T.Parallel loops open now
         self.macro_frames: list[int] = []  # ir_nesting() where each T.macro being elaborated was called
 
@@ -334,6 +335,8 @@ class Hooks:
         from tvm import tirx
 
         a = unwrap_comparison(first())
+        if isinstance(a, sync.WarpGroups):  # `tx >= 128 and tx < 256`: warp groups (language/sync.py)
+            return a.both(second()) if op == "and" else a.either(second())
         if not self._ir_value(a):
             if (op == "and" and not a) or (op == "or" and a):
                 return a
@@ -346,6 +349,8 @@ class Hooks:
         from tvm import tirx
 
         value = unwrap_comparison(value)
+        if isinstance(value, sync.WarpGroups):
+            return value.others()
         return tirx.Not(self._as_bool(value)) if self._ir_value(value) else not value
 
     def choose(self, cond, then_value, else_value):
@@ -363,6 +368,11 @@ class Hooks:
 
     def is_ir(self, cond, what: str = "if") -> bool:
         """Whether an `if` (or a `while`) on `cond` is a run-time one, built into the IR."""
+        if isinstance(cond, sync.WarpGroups):
+            if what != "if":
+                raise self.st.error(f"`{what}` on the thread index of T.get_thread_binding(): only an `if` "
+                                    "can choose warp groups", hint=sync.BLOCK_LEVEL)
+            return True
         if not _is_expr(cond):
             return False
         from tvm import tirx
@@ -475,10 +485,15 @@ class Hooks:
         from tvm.script.ir_builder import tirx as T
 
         self.ir_ifs += 1
+        self.ir_conds.append(cond)
         try:
-            with _state.frame(T.If(cond)) as frame:
-                yield frame
+            if isinstance(cond, sync.WarpGroups):  # `if tx < 128:` -> T.ws regions (ir_then / ir_else)
+                yield None
+            else:
+                with _state.frame(T.If(cond)) as frame:
+                    yield frame
         finally:
+            self.ir_conds.pop()
             self.ir_ifs -= 1
 
     def ir_nesting(self) -> int:
@@ -500,11 +515,15 @@ class Hooks:
     def ir_then(self):
         from tvm.script.ir_builder import tirx as T
 
+        if isinstance(self.ir_conds[-1], sync.WarpGroups):
+            return sync.warp_groups_region(self.ir_conds[-1], "then")
         return _state.frame(T.Then())
 
     def ir_else(self):
         from tvm.script.ir_builder import tirx as T
 
+        if isinstance(self.ir_conds[-1], sync.WarpGroups):
+            return sync.warp_groups_region(self.ir_conds[-1], "else")
         return _state.frame(T.Else())
 
     def enter(self, manager, names):

@@ -63,6 +63,8 @@ class WarpInfo:
         if isinstance(node, _CONTAINERS) or (isinstance(node, tirx.For) and int(node.kind) not in _PARALLEL) \
                 or comp.par_vars:
             return closure
+        if isinstance(node, TilePrimitiveCall) and op_short_name(node.op) == "ws":
+            return closure  # the region's marker: no step of its own (that would sync its groups at entry)
         ids, key = self.ids, self.leaves
         self.leaves += 1
         accesses = _accesses(comp, node)

@@ -30,8 +30,8 @@ from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg
 from .layouts import Fragment, Layout, annotate_layout
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
-from .sync import (alloc_barrier, barrier_arrive, barrier_wait, mbarrier_arrive, mbarrier_wait_parity, tma_copy,
-                   ws)
+from .sync import (alloc_barrier, barrier_arrive, barrier_wait, fence_proxy_async, get_thread_binding,
+                   mbarrier_arrive, mbarrier_wait_parity, tma_copy, wait_wgmma, wgmma_gemm, ws)
 
 float16 = ALL_DTYPES["float16"]
 bfloat16 = ALL_DTYPES["bfloat16"]
@@ -57,7 +57,8 @@ __all__ = [
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "breakpoint", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
-    "ws", "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
+    "ws", "get_thread_binding", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "alloc_barrier", "mbarrier_arrive",
+    "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
     "tma_copy",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",

@@ -8,7 +8,7 @@ import threading
 
 from . import state as _state
 from .dtypes import as_dtype
-from .irutil import as_expr, is_buffer, is_load, is_region
+from .irutil import as_expr, is_buffer, is_expr, is_load, is_region, unwrap_comparison
 from .memory import region_of
 
 __all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
@@ -35,6 +35,17 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
     from .hints import gemm_policy
 
     st = _state.active("T.gemm")
+    clear_accum = unwrap_comparison(clear_accum)
+    if is_expr(clear_accum) and not isinstance(clear_accum, (bool, int)):
+        # a run-time choice (`clear_accum=(j == 0)` in an unrolled loop): one T.gemm per branch
+        from tvm.script.ir_builder import tirx as T
+
+        with _state.frame(T.If(clear_accum)):
+            with _state.frame(T.Then()):
+                gemm(A, B, C, transpose_A, transpose_B, True, policy)
+            with _state.frame(T.Else()):
+                gemm(A, B, C, transpose_A, transpose_B, False, policy)
+        return
     gemm_policy(st, policy)
     ra, rb, rc = (region_of(x, what="T.gemm") for x in (A, B, C))
     shapes = [[_static(r.extent) for r in reg.region] for reg in (ra, rb, rc)]

@@ -23,8 +23,9 @@ import threading
 from . import state as _state
 from .irutil import is_buffer, is_load
 
-__all__ = ["ws", "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
-           "tma_copy", "WS_ATTR", "BARRIER_SCOPE", "WARP_GROUP"]
+__all__ = ["ws", "get_thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_region", "alloc_barrier",
+           "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait", "tma_copy", "WS_ATTR",
+           "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma", "fence_proxy_async"]
 
 WS_ATTR = "tile_nb.ws"
 BARRIER_SCOPE = "shared.barrier"
@@ -87,10 +88,14 @@ class ws:  # noqa: N801 - tilelang's name
                 f"T.ws(...) takes warp group ids, compile-time ints in [0, {groups}) for a kernel of "
                 f"{st.threads} threads ({WARP_GROUP} per group); got {group_ids!r}"
             )
-        if st.ws_ids is not None:
-            raise st.error(f"T.ws{ids} is inside T.ws{st.ws_ids}: warp-specialized regions cannot be nested")
+        if st.ws_ids is not None and not set(ids) <= set(st.ws_ids):
+            raise st.error(
+                f"T.ws({_ids(ids)}) is inside T.ws({_ids(st.ws_ids)}): a region inside another runs "
+                "in some of its warp groups only"
+            )
         self.ids = tuple(sorted(set(ids)))
         self._frame = None
+        self._outer = None
 
     def __enter__(self):
         from tvm import ir, tirx
@@ -101,13 +106,151 @@ class ws:  # noqa: N801 - tilelang's name
         self._frame = _state.frame(T.attr(ir.StringImm("warp_group"), WS_ATTR, tirx.const(mask, "int32")))
         self._frame.__enter__()
         _emit("ws", *[tirx.const(k, "int32") for k in self.ids])
-        st.ws_ids = self.ids
+        self._outer, st.ws_ids = st.ws_ids, self.ids
         return self
 
     def __exit__(self, exc_type, exc, tb):
         st = _state.active("T.ws")
-        st.ws_ids = None
+        st.ws_ids = self._outer
         return self._frame.__exit__(exc_type, exc, tb)
+
+
+BLOCK_LEVEL = (
+    "tile_nb's kernel bodies are block-level code (every statement outside a T.Parallel loop "
+    "describes the whole CTA), so a per-thread index has no meaning there; write per-thread work as "
+    "a T.Parallel loop over the elements, and choose warp groups with `if tx < 128:` or T.ws(k)"
+)
+
+
+def _ids(ids) -> str:
+    return ", ".join(str(k) for k in ids)
+
+
+class ThreadIndex:
+    """`tx = T.get_thread_binding()`: tilelang's thread index, which tile_nb accepts only to choose
+    warp groups, as `if tx < 128: ... else: ...` (that is `with T.ws(0): ... ` and
+    `with T.ws(1): ...`). A comparison with an int gives the `WarpGroups` where it holds; it must hold
+    for all or none of each group's 128 threads."""
+
+    def __init__(self, st):
+        self.threads = st.threads
+        self.groups = -(-st.threads // WARP_GROUP)
+
+    def _compare(self, op: str, other) -> WarpGroups:
+        import operator
+
+        st = _state.active("T.get_thread_binding")
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise st.error(
+                f"the thread index of T.get_thread_binding() can only be compared with a compile-time "
+                f"int (to choose warp groups); got {other!r}",
+                hint=BLOCK_LEVEL,
+            )
+        test = getattr(operator, op)
+        ids = []
+        for k in range(self.groups):
+            threads = range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), self.threads))
+            hits = [test(t, other) for t in threads]
+            if any(hits) and not all(hits):
+                raise st.error(
+                    f"`tx {_SYMBOLS[op]} {other}` splits warp group {k} (threads {threads.start}.."
+                    f"{threads.stop - 1}): the thread index of T.get_thread_binding() can only choose "
+                    f"whole warp groups of {WARP_GROUP} threads",
+                    hint=BLOCK_LEVEL,
+                )
+            if all(hits):
+                ids.append(k)
+        return WarpGroups(frozenset(ids), self.groups)
+
+    def __lt__(self, other):
+        return self._compare("lt", other)
+
+    def __le__(self, other):
+        return self._compare("le", other)
+
+    def __gt__(self, other):
+        return self._compare("gt", other)
+
+    def __ge__(self, other):
+        return self._compare("ge", other)
+
+    def __eq__(self, other):
+        return self._compare("eq", other)
+
+    def __ne__(self, other):
+        return self._compare("ne", other)
+
+    __hash__ = None
+
+    def _refuse(self, *args, **kwargs):
+        raise _state.active("T.get_thread_binding").error(
+            "the thread index of T.get_thread_binding() can only choose warp groups (`if tx < 128:`)",
+            hint=BLOCK_LEVEL)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = _refuse
+    __mod__ = __rmod__ = __truediv__ = __index__ = __int__ = __bool__ = __neg__ = _refuse
+
+
+_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+class WarpGroups:
+    """The warp groups where a condition on `T.get_thread_binding()` holds: the condition of an `if`, which
+    the front end builds as `T.ws` regions (the `else` branch: the other groups)."""
+
+    def __init__(self, ids: frozenset, groups: int):
+        self.ids, self.groups = ids, groups
+
+    def both(self, other) -> WarpGroups:
+        return WarpGroups(self.ids & _groups_of(other), self.groups)
+
+    def either(self, other) -> WarpGroups:
+        return WarpGroups(self.ids | _groups_of(other), self.groups)
+
+    def others(self) -> WarpGroups:
+        return WarpGroups(frozenset(range(self.groups)) - self.ids, self.groups)
+
+    def __bool__(self):
+        raise _state.active("T.get_thread_binding").error(
+            "a condition on the thread index of T.get_thread_binding() can only be the condition of an `if` "
+            "(which chooses warp groups)", hint=BLOCK_LEVEL)
+
+
+def _groups_of(x) -> frozenset:
+    if not isinstance(x, WarpGroups):
+        raise _state.active("T.get_thread_binding").error(
+            "a condition on the thread index of T.get_thread_binding() can only be combined with "
+            "another one "
+            f"(`tx >= 128 and tx < 256`); got {x!r}",
+            hint=BLOCK_LEVEL,
+        )
+    return x.ids
+
+
+def get_thread_binding(dim: int = 0):
+    """`tx = T.get_thread_binding()`: tilelang's thread index, accepted to choose warp groups only:
+    `if tx < 128:` runs its body as `T.ws(0)` and its `else` as the other groups
+    (`elif tx >= 128 and tx < 256:` as `T.ws(1)`). Any other use (arithmetic, indexing) is refused:
+    kernel bodies are block-level code."""
+    st = _in_kernel("T.get_thread_binding")
+    if dim != 0:
+        raise st.error(f"T.get_thread_binding({dim!r}): tile_nb kernels have a 1-d thread block (dim 0 only)",
+                       hint=BLOCK_LEVEL)
+    return ThreadIndex(st)
+
+
+def warp_groups_region(cond: WarpGroups, branch: str):
+    """The `T.ws` region of an `if` on warp groups: the `then` branch runs in `cond`'s groups, `else` in the
+    others (front end)."""
+    st = _state.active("if")
+    groups = cond if branch == "then" else cond.others()
+    if st.ws_ids is not None:  # inside another region: its groups only (an `elif` after `if tx < 128:`)
+        groups = groups.both(WarpGroups(frozenset(st.ws_ids), groups.groups))
+    if not groups.ids:
+        why = "it holds for no warp group" if branch == "then" else "it holds for every warp group"
+        raise st.error(f"this `if` on the thread index of T.get_thread_binding() has an empty `{branch}` "
+                       f"branch: {why}", hint=BLOCK_LEVEL)
+    return ws(*sorted(groups.ids))
 
 
 def alloc_barrier(arrive_count):
@@ -217,3 +360,28 @@ def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=
         )
     _emit("tma_copy", dst_region, bar)
 
+
+
+def wgmma_gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, policy=None,
+               clear_accum: bool = False, annotations=None):
+    """tilelang's `T.wgmma_gemm(A, B, C, ...)`: a Hopper wgmma that runs on until `T.wait_wgmma`. tile_nb
+    builds it as `T.gemm` (complete when the statement ends), which is one of the orders the GPU may take:
+    results agree wherever the program waits before it reads C. `annotations` are accepted, not used."""
+    from .compute import gemm
+
+    del annotations
+    gemm(A, B, C, transpose_A=transpose_A, transpose_B=transpose_B, clear_accum=clear_accum, policy=policy)
+
+
+def wait_wgmma(id: int = 0):  # noqa: A002 - tilelang's name
+    """tilelang's `T.wait_wgmma(n)`: wait until at most n wgmma groups are in flight; tile_nb's
+    `T.wgmma_gemm` completes at once, so there is nothing to wait for."""
+    st = _in_kernel("T.wait_wgmma")
+    if isinstance(id, bool) or not isinstance(id, int) or id < 0:
+        raise st.error(f"T.wait_wgmma(n) takes a compile-time int >= 0; got {id!r}")
+
+
+def fence_proxy_async():
+    """tilelang's `T.fence_proxy_async()`: orders shared-memory writes before the asynchronous proxy (TMA,
+    wgmma) reads them; tile_nb's tile operations complete in program order, so it has no effect here."""
+    _in_kernel("T.fence_proxy_async")

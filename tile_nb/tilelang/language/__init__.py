@@ -11,10 +11,7 @@ _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "
             "bfloat": "bfloat16", "symbolic": "dynamic", "match_buffer": "make_tensor"}
 _SUBMODULES = {"fp8", "dtypes"}
 # Why a name is refused, where there is more to say than "not yet".
-_DETAILS = {"get_thread_binding": "tile_nb's kernel bodies are block-level code: every statement outside a "
-                                  "T.Parallel loop describes the whole CTA, and the interpreter runs it once per "
-                                  "block, so a per-thread index has no meaning there; write the per-thread work "
-                                  "as a T.Parallel loop over the threads' elements"}
+_DETAILS: dict[str, str] = {}
 
 
 def _language():
