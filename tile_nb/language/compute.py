@@ -36,6 +36,8 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
 
     st = _state.active("T.gemm")
     clear_accum = unwrap_comparison(clear_accum)
+    if hasattr(clear_accum, "value") and is_expr(clear_accum) and not is_load(clear_accum):
+        clear_accum = bool(clear_accum.value)  # a folded constant (`j == 0` with j a Python int)
     if is_expr(clear_accum) and not isinstance(clear_accum, (bool, int)):
         # a run-time choice (`clear_accum=(j == 0)` in an unrolled loop): one T.gemm per branch
         from tvm.script.ir_builder import tirx as T
