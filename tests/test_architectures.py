@@ -22,7 +22,7 @@ import pytest
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 from tile_nb.backend import toolchain  # noqa: E402
-from tile_nb.lower.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
+from tile_nb.lower.analysis.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
 from kernels.corpus import ARCHS  # noqa: E402
 
 HAVE_NVCC = toolchain.find_tool("nvcc") is not None

@@ -13,8 +13,8 @@ import torch
 
 import tile_nb
 from tile_nb.backend import toolchain
-from tile_nb.lower.fma_gemm import position, reg_digits, register_part
-from tile_nb.lower.layout import MmaAccLayout
+from tile_nb.lower.emit.fma_gemm import position, reg_digits, register_part
+from tile_nb.lower.analysis.layout import MmaAccLayout
 from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

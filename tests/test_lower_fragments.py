@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from tile_nb.lower.fragments import blocked, mma_accumulator, wgmma_accumulator
-from tile_nb.lower.layout import MmaAccLayout, WgmmaAccLayout
+from tile_nb.lower.analysis.fragments import blocked, mma_accumulator, wgmma_accumulator
+from tile_nb.lower.analysis.layout import MmaAccLayout, WgmmaAccLayout
 
 
 def owners(layout, threads):

@@ -84,7 +84,7 @@ def test_big_tile_uses_dynamic_shared_memory_above_48k():
 
 
 def test_warp_layout_128x256_over_8_warps():
-    from tile_nb.lower.layout import MmaAccLayout, choose_warp_grid
+    from tile_nb.lower.analysis.layout import MmaAccLayout, choose_warp_grid
 
     assert choose_warp_grid(128, 128, 4) == (2, 2)
     assert choose_warp_grid(128, 256, 8) == (2, 4)

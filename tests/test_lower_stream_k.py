@@ -12,7 +12,7 @@ from tvm import tirx
 
 import tile_nb
 import tile_nb.language as T
-from tile_nb.lower.stream_k import StreamK, contributors, tail_range
+from tile_nb.lower.emit.stream_k import StreamK, contributors, tail_range
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
@@ -166,7 +166,7 @@ def test_contributors_publish_then_finishers_wait_add_and_store():
 
 
 def test_the_workspace_is_declared_once_in_the_module():
-    from tile_nb.lower.stream_k import _helpers
+    from tile_nb.lower.emit.stream_k import _helpers
 
     sk = StreamK(3, 116, 132, 64, None, 128, 256)
     src = _helpers(sk)

@@ -13,7 +13,7 @@ from kernels.seed import gemm_ir
 from kernels.cuda import cuda_source, pipeline_note, plan, ptxas_report, target
 
 from tile_nb.lower import lower, lower_with_plan
-from tile_nb.lower.decisions import TWO_CTAS_PER_SM, PipelineKind
+from tile_nb.lower.analysis.decisions import TWO_CTAS_PER_SM, PipelineKind
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 

@@ -7,7 +7,7 @@ import tvm.sym as sym
 from tvm import tirx
 
 from tile_nb.lower.exprs import rewrite
-from tile_nb.lower.uniform import never_true
+from tile_nb.lower.emit.uniform import never_true
 
 I, J, K, BX, S = (tirx.Var(n, "int32") for n in ("i", "j", "k", "bx", "S"))
 EXTENTS = {I: 8, J: 4}

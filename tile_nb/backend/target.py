@@ -21,7 +21,7 @@ import os
 import re
 from typing import Any
 
-from ..lower.arch import ArchCaps, parse_arch
+from ..lower.analysis.arch import ArchCaps, parse_arch
 
 __all__ = ["ARCH_ENV", "DEFAULT_ARCH", "arch_for_capability", "device_arch", "device_sm_count", "launch_problem",
            "resolve_target", "target_arch", "target_caps", "target_embeds_ptx", "target_label"]
@@ -148,9 +148,9 @@ def target_arch(target) -> str:
 
 
 def target_caps(target: Any = None) -> ArchCaps:
-    """What the architecture a kernel is built for offers (`tile_nb.lower.arch.ArchCaps`), the arch chosen as every
-    compile chooses it: `target` if given, else `TILE_NB_ARCH`, else the GPU in this process, else sm_90a. For
-    sizing tiles to the GPU at hand:
+    """What the architecture a kernel is built for offers (`tile_nb.lower.analysis.arch.ArchCaps`), the arch
+    chosen as every compile chooses it: `target` if given, else `TILE_NB_ARCH`, else the GPU in this process, else
+    sm_90a. For sizing tiles to the GPU at hand:
 
         caps = target_caps()     # on a T4 (or TILE_NB_ARCH=sm_75 / compute_75): caps.arch == "sm_75",
         caps.max_shared_bytes    # 65536 bytes of shared memory per block; caps.wgmma False

@@ -1,7 +1,7 @@
 """The per-block limits a compiled kernel must fit, and the check that prunes configurations by them.
 
 With a GPU the figures come from torch's device properties; without one, from the lowering's table for the target
-arch (`tile_nb.lower.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine prunes as
+arch (`tile_nb.lower.analysis.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine prunes as
 the GPU would. The lowering already refuses a kernel whose shared-memory tiles or register fragments cannot fit;
 this check reads what ptxas reports of the built kernel: the registers it really allocated (x threads, against the
 SM's register file), static shared memory, and spills.
@@ -44,7 +44,7 @@ def limits_for(arch: str, *, use_device: bool = True) -> DeviceLimits:
                     return DeviceLimits(arch, int(shared), int(regs or 65536), source="device")
         except Exception:  # noqa: BLE001, S110 - a broken driver: the table below, labelled source='table'
             pass
-    from ..lower.budget import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, max_shared_bytes
+    from ..lower.analysis.budget import MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, max_shared_bytes
 
     return DeviceLimits(arch, max_shared_bytes(arch), REGISTERS_PER_SM, MAX_REGISTERS_PER_THREAD)
 

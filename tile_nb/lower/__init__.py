@@ -42,8 +42,8 @@ __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringErro
            "LoweringOptions", "lower", "lower_with_plan", "resolve"]
 
 # The rest loads TVM: imported on first use, so that `tile_nb.lower.options` (the JIT's cache keys) stays light.
-_LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emitter", "LoweringError": ".errors",
-         "lower_with_plan": ".lowering", "KernelPlan": ".plan"}
+_LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emit.emitter", "LoweringError": ".errors",
+         "lower_with_plan": ".lowering", "KernelPlan": ".analysis.plan"}
 
 
 def __getattr__(name):

@@ -11,7 +11,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import prim
 
-from . import intrin
+from .emit import intrin
 from .errors import LoweringError
 
 __all__ = ["conjunction", "const_int", "fit_int32", "is_const_int", "reaches_int32_limit", "rewrite", "walk_loads",

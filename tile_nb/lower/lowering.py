@@ -12,20 +12,20 @@ from __future__ import annotations
 from tvm import tirx
 
 # The emitter's rules, registered on import (emitter.py imports none of them):
-from . import copy as _copy  # noqa: F401  (T.tile.copy)
-from . import debug as _debug  # noqa: F401  (T.print / T.device_assert)
-from . import elementwise as _elementwise  # noqa: F401  (T.tile.fill)
-from . import epilogue as _epilogue  # noqa: F401  (the TMA-store epilogue of TMA kernels)
-from . import gemm as _gemm  # noqa: F401  (T.tile.gemm)
-from . import loops as _loops  # noqa: F401  (T.serial / T.unroll / T.Parallel)
-from . import persistent as _persistent  # noqa: F401  (the kernel body of persistent CTAs)
-from . import pipeline as _pipeline  # noqa: F401  (T.Pipelined: the cp.async pipeline)
-from . import reduce as _reduce  # noqa: F401  (T.tile.sum / max / min)
-from . import scan as _scan  # noqa: F401  (T.tile.cumsum)
-from . import tma as _tma  # noqa: F401  (T.Pipelined: the warp-specialized TMA pipeline)
-from .emitter import Emitter
+from .emit import copy as _copy  # noqa: F401  (T.tile.copy)
+from .emit import debug as _debug  # noqa: F401  (T.print / T.device_assert)
+from .emit import elementwise as _elementwise  # noqa: F401  (T.tile.fill)
+from .emit import epilogue as _epilogue  # noqa: F401  (the TMA-store epilogue of TMA kernels)
+from .emit import gemm as _gemm  # noqa: F401  (T.tile.gemm)
+from .emit import loops as _loops  # noqa: F401  (T.serial / T.unroll / T.Parallel)
+from .emit import persistent as _persistent  # noqa: F401  (the kernel body of persistent CTAs)
+from .emit import pipeline as _pipeline  # noqa: F401  (T.Pipelined: the cp.async pipeline)
+from .emit import reduce as _reduce  # noqa: F401  (T.tile.sum / max / min)
+from .emit import scan as _scan  # noqa: F401  (T.tile.cumsum)
+from .emit import tma as _tma  # noqa: F401  (T.Pipelined: the warp-specialized TMA pipeline)
+from .emit.emitter import Emitter
 from .options import LoweringOptions, resolve
-from .plan import KernelPlan, make_plan
+from .analysis.plan import KernelPlan, make_plan
 
 __all__ = ["lower_with_plan"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from .errors import LoweringError
+from ..errors import LoweringError
 
 __all__ = ["MmaAccLayout", "SharedTile", "WgmmaAccLayout", "accumulator_register_dtype", "choose_warp_grid"]
 

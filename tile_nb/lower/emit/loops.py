@@ -17,8 +17,8 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_statement
-from .errors import LoweringError
-from .exprs import is_const_int
+from ..errors import LoweringError
+from ..exprs import is_const_int
 from .threads import distribute
 from .uniform import never_true, split_masked_store
 

@@ -22,11 +22,11 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_tile_op
-from .errors import LoweringError
+from ..errors import LoweringError
 from .fma_gemm import fma_gemm, is_tf32, lower_gemm_fma
 from .tf32_gemm import lower_gemm_tf32
-from .irwalk import gemm_k, region_of
-from .layout import MmaAccLayout, WgmmaAccLayout
+from ..irwalk import gemm_k, region_of
+from ..analysis.layout import MmaAccLayout, WgmmaAccLayout
 
 __all__ = ["lower_gemm"]
 

@@ -20,10 +20,10 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_tile_op
-from .errors import LoweringError
-from .exprs import conjunction
-from .irwalk import region_of, scope_of
-from .layout import tirx_bits
+from ..errors import LoweringError
+from ..exprs import conjunction
+from ..irwalk import region_of, scope_of
+from ..analysis.layout import tirx_bits
 from .threads import distribute, serial_nest
 
 __all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy"]

@@ -22,13 +22,13 @@ from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
 from . import intrin
-from .arch import ArchCaps
-from .diagnostics import SourceLines
-from .errors import LoweringError
-from .exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
-from .irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
-from .layout import accumulator_register_dtype
-from .sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
+from ..analysis.arch import ArchCaps
+from ..diagnostics import SourceLines
+from ..errors import LoweringError
+from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
+from ..irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
+from ..analysis.layout import accumulator_register_dtype
+from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 
 __all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "Emitter", "Scope", "register_kernel_hook",
            "register_statement", "register_tile_op"]

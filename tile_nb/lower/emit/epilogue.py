@@ -46,12 +46,12 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .budget import SHARED_PER_SM, WGMMA_HEADROOM, ctas_per_sm, layout_pool, max_shared_bytes
+from ..analysis.budget import SHARED_PER_SM, WGMMA_HEADROOM, ctas_per_sm, layout_pool, max_shared_bytes
 from .emitter import register_kernel_hook, register_statement
-from .exprs import conjunction, const_int
-from .decisions import Refusal
-from .irwalk import region_of, scope_of, seq_items
-from .layout import SharedTile, WgmmaAccLayout, tirx_bits
+from ..exprs import conjunction, const_int
+from ..analysis.decisions import Refusal
+from ..irwalk import region_of, scope_of, seq_items
+from ..analysis.layout import SharedTile, WgmmaAccLayout, tirx_bits
 from .intrin import device_helper
 from .tma import last_stage, loop_bounds, release_stage, tensormap
 

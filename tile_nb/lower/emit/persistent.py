@@ -32,13 +32,13 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .cluster import CLUSTER_SIZE, Multicast, plan_multicast
+from ..analysis.cluster import CLUSTER_SIZE, Multicast, plan_multicast
 from .emitter import register_statement
-from .decisions import Refusal
-from .irwalk import buffers_touched, region_of, seq_items, vars_bound_in
+from ..analysis.decisions import Refusal
+from ..irwalk import buffers_touched, region_of, seq_items, vars_bound_in
 from .stream_k import StreamK, emit_fixup, emit_partial_sums, emit_signal, plan_stream_k, tail_range
 from .epilogue import emit_producer_stores, finish_producer_stores
-from .exprs import const_int
+from ..exprs import const_int
 from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
                   release_stage, wait_stage_free)
 

@@ -26,22 +26,22 @@ from tvm import tirx
 from .arch import ArchCaps
 from .arch_rules import check_target
 from .budget import check_registers, check_shared, layout_pool, packed_registers
-from .diagnostics import SourceLines
-from .errors import LoweringError
+from ..diagnostics import SourceLines
+from ..errors import LoweringError
 from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
-from .irwalk import iter_stmts, region_of, scope_of
+from ..irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
-from .epilogue import TmaStore, describe_store, plan_tma_store
-from .fma_gemm import fma_gemm, is_tf32
-from .options import LoweringOptions
-from .persistent import Persistent, describe_persistent, plan_persistent
+from ..emit.epilogue import TmaStore, describe_store, plan_tma_store
+from ..emit.fma_gemm import fma_gemm, is_tf32
+from ..options import LoweringOptions
+from ..emit.persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
-from .stream_k import StreamK, describe_stream_k
-from .tma import TmaPlan, describe_tma, plan_tma
-from .wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
+from ..emit.stream_k import StreamK, describe_stream_k
+from ..emit.tma import TmaPlan, describe_tma, plan_tma
+from ..emit.wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
 

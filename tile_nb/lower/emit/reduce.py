@@ -24,8 +24,8 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_tile_op
-from .exprs import conjunction
-from .irwalk import region_of, scope_of
+from ..exprs import conjunction
+from ..irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
 
 __all__ = ["accumulation_dtype", "compare_dtype", "lower_reduce", "reduction_dtype"]

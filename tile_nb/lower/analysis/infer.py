@@ -22,10 +22,10 @@ import tvm
 from tvm import tirx
 
 from .budget import MAX_REGISTERS_PER_THREAD, packed_registers
-from .errors import LoweringError
-from .exprs import walk_loads
+from ..errors import LoweringError
+from ..exprs import walk_loads
 from .fragments import FragmentLayout, blocked
-from .irwalk import region_of, scope_of
+from ..irwalk import region_of, scope_of
 
 __all__ = ["FragmentPlan", "infer_layouts", "rows_coupled"]
 
@@ -251,7 +251,7 @@ def _static_int(e):
 
 
 def _first_line_stmt(stmt):
-    from .irwalk import iter_stmts
+    from ..irwalk import iter_stmts
 
     for s in iter_stmts(stmt):
         if isinstance(s, (tirx.BufferStore, tirx.TilePrimitiveCall, tirx.Evaluate)):
@@ -294,7 +294,7 @@ def rows_coupled(func: tirx.PrimFunc) -> set:
     """2-d fragments whose rows meet a row statistic: reduced over their last dim, or driving a T.Parallel loop
     that also indexes a 1-d fragment by the row. An accumulator among them gets all its warps along M (a row is
     then never split between warps, and the row statistics of two accumulators share one layout)."""
-    from .diagnostics import SourceLines
+    from ..diagnostics import SourceLines
 
     c = _Collector(func, SourceLines(func), {})
     out = {src for src, dim, _, _, _ in c.slices if dim == len(src.shape) - 1 and len(src.shape) == 2}

@@ -14,7 +14,7 @@ import tvm.sym as sym
 from tvm import tirx
 from tvm.ir import prim
 
-from .exprs import walk_loads
+from ..exprs import walk_loads
 
 __all__ = ["never_true", "split_masked_store"]
 

@@ -50,13 +50,13 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .budget import SHARED_PER_SM, WGMMA_HEADROOM
-from .cluster import CLUSTER_SIZE
-from .decisions import TWO_CTAS_PER_SM, Refusal
+from ..analysis.budget import SHARED_PER_SM, WGMMA_HEADROOM
+from ..analysis.cluster import CLUSTER_SIZE
+from ..analysis.decisions import TWO_CTAS_PER_SM, Refusal
 from .emitter import register_kernel_hook, register_statement
-from .exprs import const_int
-from .irwalk import buffers_touched, region_of, scope_of, seq_items
-from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from ..exprs import const_int
+from ..irwalk import buffers_touched, region_of, scope_of, seq_items
+from ..analysis.layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_expect_tx,
                        mbarrier_init, mbarrier_wait, tma_load)
 from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm

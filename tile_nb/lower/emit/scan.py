@@ -28,8 +28,8 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .emitter import register_tile_op
-from .errors import LoweringError
-from .irwalk import region_of, scope_of
+from ..errors import LoweringError
+from ..irwalk import region_of, scope_of
 from .reduce import accumulation_dtype
 from .threads import distribute, serial_nest
 

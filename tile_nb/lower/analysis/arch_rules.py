@@ -17,9 +17,9 @@ from __future__ import annotations
 from tvm import tirx
 
 from .arch import ArchCaps
-from .errors import LoweringError
-from .fma_gemm import fma_gemm, is_tf32
-from .irwalk import buffers_touched, iter_stmts, region_of
+from ..errors import LoweringError
+from ..emit.fma_gemm import fma_gemm, is_tf32
+from ..irwalk import buffers_touched, iter_stmts, region_of
 
 __all__ = ["check_target"]
 

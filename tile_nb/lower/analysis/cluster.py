@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from tvm import tirx
 
 from .decisions import Refusal
-from .irwalk import region_of
+from ..irwalk import region_of
 from .layout import tirx_bits
 
 __all__ = ["CLUSTER_SIZE", "Multicast", "describe_multicast", "plan_multicast"]

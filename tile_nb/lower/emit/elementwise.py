@@ -5,8 +5,8 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from .emitter import register_tile_op
-from .errors import LoweringError
-from .irwalk import region_of, scope_of
+from ..errors import LoweringError
+from ..irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
 
 __all__ = ["lower_fill"]

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import tvm
 
-from .errors import LoweringError
+from ..errors import LoweringError
 
 __all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "check_shared",
            "ctas_per_sm", "layout_pool", "max_shared_bytes", "packed_registers"]

@@ -46,10 +46,10 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .exprs import const_int
-from .decisions import Refusal
-from .irwalk import region_of, seq_items
-from .layout import WgmmaAccLayout, tirx_bits
+from ..exprs import const_int
+from ..analysis.decisions import Refusal
+from ..irwalk import region_of, seq_items
+from ..analysis.layout import WgmmaAccLayout, tirx_bits
 
 __all__ = ["Range", "StreamK", "contributors", "describe_stream_k", "emit_fixup", "emit_partial_sums", "emit_signal", "plan_stream_k",
            "tail_range"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from .exprs import conjunction
+from ..exprs import conjunction
 
 __all__ = ["Digit", "FragmentLayout", "blocked", "mma_accumulator", "wgmma_accumulator"]
 

@@ -25,8 +25,8 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .irwalk import region_of
-from .layout import WgmmaAccLayout
+from ..irwalk import region_of
+from ..analysis.layout import WgmmaAccLayout
 
 __all__ = ["PINGPONG_BARRIER", "WGMMA_TYPES", "drain_accumulators", "k_major_panels",
            "fence_registers", "lower_gemm_wgmma", "wait_for_gemm", "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
@@ -312,7 +312,7 @@ __forceinline__ __device__ void {name}(void* p) {{
 
 def drain_accumulators(em, stmts):
     """After a loop whose T.gemm left a wgmma group in flight: wait for it (naming each accumulator's registers)."""
-    from .irwalk import tile_calls
+    from ..irwalk import tile_calls
 
     drained = []
     for stmt in stmts:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from .exprs import walk_loads
-from .irwalk import buffers_touched, region_of, scope_of, seq_items, vars_bound_in
+from ..exprs import walk_loads
+from ..irwalk import buffers_touched, region_of, scope_of, seq_items, vars_bound_in
 
 __all__ = ["PipelineSchedule", "is_global_to_shared_copy", "schedule_pipeline"]
 

@@ -14,10 +14,10 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .errors import LoweringError
-from .fragments import FragmentLayout
-from .irwalk import gemm_k, region_of
-from .layout import accumulator_register_dtype
+from ..errors import LoweringError
+from ..analysis.fragments import FragmentLayout
+from ..irwalk import gemm_k, region_of
+from ..analysis.layout import accumulator_register_dtype
 
 __all__ = ["FMA_INPUTS", "fma_gemm", "is_tf32", "lower_gemm_fma", "position", "reg_digits", "register_part"]
 

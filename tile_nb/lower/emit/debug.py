@@ -14,10 +14,10 @@ from __future__ import annotations
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
-from ..language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
+from ...language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import intrin
 from .emitter import register_statement
-from .errors import LoweringError
+from ..errors import LoweringError
 
 __all__ = ["DEBUG_CALLS"]
 

@@ -30,7 +30,7 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .copy import issue_async_copy
 from .emitter import register_statement
-from .irwalk import region_of, seq_items
+from ..irwalk import region_of, seq_items
 from .wgmma import drain_accumulators
 
 __all__ = ["emit_pipelined"]

@@ -14,8 +14,8 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .errors import LoweringError
-from .irwalk import gemm_k, region_of
+from ..errors import LoweringError
+from ..irwalk import gemm_k, region_of
 
 __all__ = ["lower_gemm_tf32"]
 
