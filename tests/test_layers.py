@@ -21,6 +21,15 @@ ABOVE = {
     "notebook": ("autotune", "torch"),
 }
 
+# Inside lower/ (its __init__.py draws the map): the shared leaves, then analysis/ (what decides), then emit/ (what
+# the decisions become), then the driver lowering.py. Folder or file -> the modules below tile_nb it must never import.
+LOWER_LEAVES = ("diagnostics", "errors", "exprs", "irwalk", "options", "sourcemap")
+LOWER = {
+    **{f"lower/{leaf}.py": ("lower.analysis", "lower.emit", "lower.lowering") for leaf in LOWER_LEAVES},
+    "lower/analysis": ("lower.emit", "lower.lowering"),
+    "lower/emit": ("lower.lowering",),
+}
+
 
 def _imports(path: pathlib.Path) -> set[str]:
     """The tile_nb modules `path` imports, as dotted names below tile_nb ("" for the package itself)."""
@@ -85,3 +94,16 @@ def test_the_faces_work_without_importing_their_layers_first(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "k"
+
+
+@pytest.mark.parametrize("part", sorted(LOWER))
+def test_analysis_never_imports_the_emitters(part):
+    bad = [f"{path.relative_to(PACKAGE.parent)} imports tile_nb.{name}" for path in _files(part)
+           for name in _imports(path) if any(name == b or name.startswith(b + ".") for b in LOWER[part])]
+    assert not bad, bad
+
+
+def test_every_module_at_the_top_of_lower_has_a_place():
+    top = {p.stem for p in (PACKAGE / "lower").glob("*.py")} - {"__init__", "lowering"}
+    assert top == set(LOWER_LEAVES), "a module at the top of lower/ is a shared leaf (add it to LOWER_LEAVES) or " \
+                                     "belongs in analysis/ or emit/"

@@ -12,7 +12,8 @@ from tvm import tirx
 
 import tile_nb
 import tile_nb.language as T
-from tile_nb.lower.emit.stream_k import StreamK, contributors, tail_range
+from tile_nb.lower.analysis.stream_k import StreamK
+from tile_nb.lower.emit.stream_k import contributors, tail_range
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 

@@ -11,7 +11,6 @@ import tvm
 from tvm import tirx
 from tvm.ir import prim
 
-from .emit import intrin
 from .errors import LoweringError
 
 __all__ = ["conjunction", "const_int", "fit_int32", "is_const_int", "reaches_int32_limit", "rewrite", "walk_loads",
@@ -30,10 +29,12 @@ _COMPARE = tuple(getattr(prim.expr, name) for name in ("EQ", "NE", "LT", "LE", "
 
 
 def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None,
-            approx_math: bool = False):
+            minmax: Callable | None = None, approx: Callable | None = None):
     """`fit(comparison)`, when given, may replace each rebuilt comparison (the emitter widens index arithmetic
-    that reaches the int32 limits there, `fit_int32`). With `approx_math` (LoweringOptions.approx_math), T.tanh,
-    T.exp and T.exp2 of 16- and 32-bit floats become the GPU's approximate instructions (intrin.approx_math)."""
+    that reaches the int32 limits there, `fit_int32`). The emitter's CUDA choices come as functions, so that this
+    walker stays below the emitters: `minmax(kind, a, b, dtype)` builds a float max / min ("max" / "min": the
+    NaN-propagating intrin.minmax_nan), and `approx(op, x, dtype)` may replace a call of `op` by an approximate
+    instruction (intrin.approx_math where LoweringOptions.approx_math is on), None keeping the call."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]
@@ -44,10 +45,11 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
             return var_map.get(e, e)
         if isinstance(e, _LEAF) or not isinstance(e, tvm.ir.Expr):
             return e
-        if isinstance(e, (prim.expr.Max, prim.expr.Min)) and str(e.ty).startswith(("float", "bfloat")):
+        if minmax is not None and isinstance(e, (prim.expr.Max, prim.expr.Min)) \
+                and str(e.ty).startswith(("float", "bfloat")):
             # docs/IR.md: a NaN operand makes T.max / T.min NaN (CUDA's fmaxf would drop it)
             kind = "max" if isinstance(e, prim.expr.Max) else "min"
-            return intrin.minmax_nan(kind, go(e.a), go(e.b), str(e.ty))
+            return minmax(kind, go(e.a), go(e.b), str(e.ty))
         if fit is not None and isinstance(e, _COMPARE):
             return fit(type(e)(go(e.a), go(e.b)))
         if isinstance(e, _BINARY):
@@ -76,8 +78,8 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
             return prim.expr.Broadcast(go(e.value), e.lanes)
         if isinstance(e, tvm.ir.expr.Call):
             args = [go(a) for a in e.args]
-            if approx_math and getattr(e.op, "name", None) in intrin.APPROX_OPS:
-                fast = intrin.approx_math(e.op.name, args[0], str(e.ty))
+            if approx is not None and args:
+                fast = approx(getattr(e.op, "name", None), args[0], str(e.ty))
                 if fast is not None:
                     return fast
             return tvm.ir.expr.Call(e.op, args, attrs=e.attrs, ret_ty=e.ty)

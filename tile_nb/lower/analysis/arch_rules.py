@@ -18,7 +18,7 @@ from tvm import tirx
 
 from .arch import ArchCaps
 from ..errors import LoweringError
-from ..emit.fma_gemm import fma_gemm, is_tf32
+from .mma import fma_gemm, is_tf32
 from ..irwalk import buffers_touched, iter_stmts, region_of
 
 __all__ = ["check_target"]

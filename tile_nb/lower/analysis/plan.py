@@ -34,14 +34,14 @@ from ..irwalk import iter_stmts, region_of, scope_of
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
-from ..emit.epilogue import TmaStore, describe_store, plan_tma_store
-from ..emit.fma_gemm import fma_gemm, is_tf32
+from .epilogue import TmaStore, describe_store, plan_tma_store
+from .mma import fma_gemm, is_tf32
 from ..options import LoweringOptions
-from ..emit.persistent import Persistent, describe_persistent, plan_persistent
+from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
-from ..emit.stream_k import StreamK, describe_stream_k
-from ..emit.tma import TmaPlan, describe_tma, plan_tma
-from ..emit.wgmma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
+from .stream_k import StreamK, describe_stream_k
+from .tma import TmaPlan, describe_tma, plan_tma
+from .mma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
 

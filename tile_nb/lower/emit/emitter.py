@@ -166,8 +166,9 @@ class Emitter:
     # ---- expressions and buffer access -----------------------------------------------------------------------
     def expr(self, e):
         """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
+        approx = intrin.approx_math if self.plan.options.approx_math else None
         return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx), fit=self.fit_int32,
-                       approx_math=self.plan.options.approx_math)
+                       minmax=intrin.minmax_nan, approx=approx)
 
     def fit_int32(self, cond):
         """`cond` with its int32 index arithmetic in int64 where it can reach the int32 limits (docs/IR.md)."""

@@ -19,27 +19,7 @@ from ..analysis.fragments import FragmentLayout
 from ..irwalk import gemm_k, region_of
 from ..analysis.layout import accumulator_register_dtype
 
-__all__ = ["FMA_INPUTS", "fma_gemm", "is_tf32", "lower_gemm_fma", "position", "reg_digits", "register_part"]
-
-# Operand dtypes the CUDA-core path multiplies (converted to the accumulator's register dtype first).
-FMA_INPUTS = ("float16", "bfloat16", "float32", "float64")
-_TENSOR_CORE_FLOATS = ("float16", "bfloat16")
-
-
-def fma_gemm(call) -> bool:
-    """Whether this `T.gemm` runs on the CUDA cores: float operands and accumulator, and not the tensor cores' case
-    (A and B both float16 or both bfloat16 into a float32 / 16-bit accumulator), and not a TF32 product."""
-    if is_tf32(call):
-        return False
-    c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
-    if a not in FMA_INPUTS or b not in FMA_INPUTS or c not in FMA_INPUTS:
-        return False
-    return not (a == b and a in _TENSOR_CORE_FLOATS and c != "float64")
-
-
-def is_tf32(call) -> bool:
-    """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32 tensor-core MMAs (tf32_gemm.py)."""
-    return bool(int((call.config or {}).get("tf32", 0)))
+__all__ = ["lower_gemm_fma", "position", "reg_digits", "register_part"]
 
 
 def _fd(a, b):

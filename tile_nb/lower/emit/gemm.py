@@ -23,7 +23,8 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from .emitter import register_tile_op
 from ..errors import LoweringError
-from .fma_gemm import fma_gemm, is_tf32, lower_gemm_fma
+from ..analysis.mma import fma_gemm, is_tf32
+from .fma_gemm import lower_gemm_fma
 from .tf32_gemm import lower_gemm_tf32
 from ..irwalk import gemm_k, region_of
 from ..analysis.layout import MmaAccLayout, WgmmaAccLayout

@@ -1,7 +1,7 @@
 """`T.gemm` on Hopper warpgroup MMA (`wgmma.mma_async`, sm_90a), A and B read by the tensor cores from shared memory.
 
-Chosen by `analyze` when the target is sm_90a and the shapes fit (see `wgmma_eligible`); otherwise gemm.py's
-mma.sync path runs. Layout decisions:
+Chosen by the plan when the target is sm_90a and the shapes fit (analysis/mma.py's `wgmma_eligible`);
+otherwise gemm.py's mma.sync path runs. Layout decisions:
 - warpgroup g (threads 128g..128g+127) owns m-blocks of 64 rows; each m-block is one `m64nNk16` per k16 step
   (`m64nNk32` per k32 step for 8-bit floats, e4m3 / e5m2: the same 32 bytes of each row);
 - A (not transposed, K-major, rows of 64 or 128 bytes): the swizzled SharedTile (XOR of 16-byte chunk with the
@@ -27,75 +27,11 @@ from tvm.script.ir_builder import tirx as T
 from . import intrin
 from ..irwalk import region_of
 from ..analysis.layout import WgmmaAccLayout
+from ..analysis.mma import EIGHT_BIT, elem_bytes, wgmma_operand_types
 
-__all__ = ["PINGPONG_BARRIER", "WGMMA_TYPES", "drain_accumulators", "k_major_panels",
-           "fence_registers", "lower_gemm_wgmma", "wait_for_gemm", "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
-
-
-# wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
-# 16-bit ones may not.
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-               "int8": "s8", "uint8": "u8"}
-_EIGHT_BIT = {"e4m3": "float", "e5m2": "float", "s8": "int", "u8": "int"}
+__all__ = ["PINGPONG_BARRIER", "drain_accumulators", "fence_registers", "lower_gemm_wgmma", "wait_for_gemm"]
 _K_STEP_BYTES = 32  # every wgmma k-step reads 32 bytes of a row: k16 for 16-bit, k32 for 8-bit operands
 PINGPONG_BARRIER = 2  # named barrier of consumer warpgroup 0 in the ping-pong schedule (warpgroup w: 2 + w)
-
-
-def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
-    """The wgmma type names of A and B (`f16`, `e4m3`, ...), or None when wgmma cannot multiply them."""
-    ta, tb = WGMMA_TYPES.get(str(a_dtype)), WGMMA_TYPES.get(str(b_dtype))
-    if ta is None or tb is None:
-        return None
-    if ta in _EIGHT_BIT and _EIGHT_BIT[ta] == _EIGHT_BIT.get(tb):
-        return ta, tb
-    return (ta, tb) if ta == tb else None
-
-
-def wgmma_eligible(target, call, threads) -> bool:
-    if target is None or "sm_90a" not in str(target.attrs.get("arch", "")):
-        return False
-    (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
-    trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
-    types = wgmma_operand_types(a.dtype, b.dtype)
-    if trans_a or threads % 128 or types is None:
-        return False
-    if types[0] in _EIGHT_BIT and not trans_b:
-        return False  # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
-    if (_EIGHT_BIT.get(types[0]) == "int") != (str(c.dtype) == "int32"):
-        return False  # integer products accumulate in int32, float ones in a float accumulator
-    bm, bn = int(c.shape[0]), int(c.shape[1])
-    a_ext = [int(e) for _, e in a_rng]
-    b_ext = [int(e) for _, e in b_rng]
-    wgs = threads // 128
-    bk = a_ext[-1]
-    elem = _elem_bytes(a.dtype)
-    if bm % (64 * wgs) or bn % 64 or bn > 256 or not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
-        return False
-    if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
-        return False  # whole-tile operands only (descriptors address the tile from its start)
-    if trans_b and b_ext[-1] != bk:
-        return False
-    return True
-
-
-def wgmma_register_a_ok(call) -> bool:
-    """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a 16-bit
-    float A, not transposed, whole, with a K of whole k16 steps."""
-    a, a_rng = region_of(call.args[1])
-    if bool(call.args[4]) or str(a.dtype) not in ("float16", "bfloat16"):
-        return False
-    ext = [int(e) for _, e in a_rng]
-    return len(a.shape) == 2 and [int(x) for x in a.shape] == ext and ext[-1] % 16 == 0
-
-
-def k_major_panels(dtype, bk: int) -> bool:
-    """Whether a K-major operand with `bk` columns is stored in 64-column panels ([bk/64][rows][64], each a
-    128-byte-swizzled tile): 16-bit rows longer than the 128 bytes one swizzle atom spans (head dim 128)."""
-    return _elem_bytes(dtype) == 2 and bk > 64 and bk % 64 == 0
-
-
-def _elem_bytes(dtype) -> int:
-    return 1 if WGMMA_TYPES.get(str(dtype)) in _EIGHT_BIT else 2
 
 
 def _desc_source():
@@ -132,8 +68,8 @@ def _desc_at(base_word, byte_offset) -> tirx.Expr:
 def _wgmma_call(n, types, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, trans_b):
     """`a_lo`, `b_lo`: the low words of the operands' descriptors (`_desc_at`)."""
     ta, tb = types
-    integer = _EIGHT_BIT.get(ta) == "int"
-    k = 32 if ta in _EIGHT_BIT else 16
+    integer = EIGHT_BIT.get(ta) == "int"
+    k = 32 if ta in EIGHT_BIT else 16
     regs = n // 2
     name = f"tnb_wgmma_m64n{n}k{k}_{ta}_{tb}_tb{int(trans_b)}"
     outs = ", ".join(f"%{i}" for i in range(regs))
@@ -199,13 +135,13 @@ def lower_gemm_wgmma(em, call):
         a_tile, a_view = em.tile(a_buf), em.view(a_buf)
     types = wgmma_operand_types(a_buf.dtype, b_buf.dtype)
     bk = int(a_rng[-1][1])
-    k_step = _K_STEP_BYTES // _elem_bytes(a_buf.dtype)  # elements of K per wgmma
+    k_step = _K_STEP_BYTES // elem_bytes(a_buf.dtype)  # elements of K per wgmma
     acc = em.registers[c_buf]
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, str(acc.dtype)), [r])
     # K-major operands: rows of 64 or 128 bytes, or 64-column panels of 128-byte rows (k_major_panels).
-    a_row_bytes = min(bk * _elem_bytes(a_buf.dtype), 128)
+    a_row_bytes = min(bk * elem_bytes(a_buf.dtype), 128)
     a_mode = 1 if a_row_bytes == 128 else 2  # 128B or 64B swizzle
     a_sbo = 8 * a_row_bytes
     if trans_b:  # [N, K], K-major like A

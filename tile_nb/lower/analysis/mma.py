@@ -1,0 +1,95 @@
+"""Which instruction each `T.gemm` gets: wgmma (`wgmma_eligible`, sm_90a, with A from registers where
+`wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64), TF32 mma.sync (`is_tf32`), or
+mma.sync otherwise; `plan._choose_mma` asks these, the emitters (emit/wgmma.py, fma_gemm.py, tf32_gemm.py, gemm.py)
+follow the answer.
+"""
+from __future__ import annotations
+
+from ..irwalk import region_of
+
+__all__ = ["EIGHT_BIT", "FMA_INPUTS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "is_tf32", "k_major_panels",
+           "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
+
+
+# wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
+# 16-bit ones may not.
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
+               "int8": "s8", "uint8": "u8"}
+EIGHT_BIT = {"e4m3": "float", "e5m2": "float", "s8": "int", "u8": "int"}
+
+
+def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
+    """The wgmma type names of A and B (`f16`, `e4m3`, ...), or None when wgmma cannot multiply them."""
+    ta, tb = WGMMA_TYPES.get(str(a_dtype)), WGMMA_TYPES.get(str(b_dtype))
+    if ta is None or tb is None:
+        return None
+    if ta in EIGHT_BIT and EIGHT_BIT[ta] == EIGHT_BIT.get(tb):
+        return ta, tb
+    return (ta, tb) if ta == tb else None
+
+
+def wgmma_eligible(target, call, threads) -> bool:
+    if target is None or "sm_90a" not in str(target.attrs.get("arch", "")):
+        return False
+    (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
+    trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
+    types = wgmma_operand_types(a.dtype, b.dtype)
+    if trans_a or threads % 128 or types is None:
+        return False
+    if types[0] in EIGHT_BIT and not trans_b:
+        return False  # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
+    if (EIGHT_BIT.get(types[0]) == "int") != (str(c.dtype) == "int32"):
+        return False  # integer products accumulate in int32, float ones in a float accumulator
+    bm, bn = int(c.shape[0]), int(c.shape[1])
+    a_ext = [int(e) for _, e in a_rng]
+    b_ext = [int(e) for _, e in b_rng]
+    wgs = threads // 128
+    bk = a_ext[-1]
+    elem = elem_bytes(a.dtype)
+    if bm % (64 * wgs) or bn % 64 or bn > 256 or not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
+        return False
+    if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
+        return False  # whole-tile operands only (descriptors address the tile from its start)
+    if trans_b and b_ext[-1] != bk:
+        return False
+    return True
+
+
+def wgmma_register_a_ok(call) -> bool:
+    """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a 16-bit
+    float A, not transposed, whole, with a K of whole k16 steps."""
+    a, a_rng = region_of(call.args[1])
+    if bool(call.args[4]) or str(a.dtype) not in ("float16", "bfloat16"):
+        return False
+    ext = [int(e) for _, e in a_rng]
+    return len(a.shape) == 2 and [int(x) for x in a.shape] == ext and ext[-1] % 16 == 0
+
+
+def k_major_panels(dtype, bk: int) -> bool:
+    """Whether a K-major operand with `bk` columns is stored in 64-column panels ([bk/64][rows][64], each a
+    128-byte-swizzled tile): 16-bit rows longer than the 128 bytes one swizzle atom spans (head dim 128)."""
+    return elem_bytes(dtype) == 2 and bk > 64 and bk % 64 == 0
+
+
+def elem_bytes(dtype) -> int:
+    return 1 if WGMMA_TYPES.get(str(dtype)) in EIGHT_BIT else 2
+
+# Operand dtypes the CUDA-core path multiplies (converted to the accumulator's register dtype first).
+FMA_INPUTS = ("float16", "bfloat16", "float32", "float64")
+_TENSOR_CORE_FLOATS = ("float16", "bfloat16")
+
+
+def fma_gemm(call) -> bool:
+    """Whether this `T.gemm` runs on the CUDA cores: float operands and accumulator, and not the tensor cores' case
+    (A and B both float16 or both bfloat16 into a float32 / 16-bit accumulator), and not a TF32 product."""
+    if is_tf32(call):
+        return False
+    c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
+    if a not in FMA_INPUTS or b not in FMA_INPUTS or c not in FMA_INPUTS:
+        return False
+    return not (a == b and a in _TENSOR_CORE_FLOATS and c != "float64")
+
+
+def is_tf32(call) -> bool:
+    """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32 tensor-core MMAs (tf32_gemm.py)."""
+    return bool(int((call.config or {}).get("tf32", 0)))
