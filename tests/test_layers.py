@@ -21,8 +21,8 @@ ABOVE = {
     "notebook": ("autotune", "torch"),
 }
 
-# Inside lower/ (its __init__.py draws the map): the shared leaves, then analysis/ (what decides), then emit/ (what
-# the decisions become), then the driver lowering.py. Folder or file -> the modules below tile_nb it must never import.
+# Inside lower/ (its __init__.py draws the map): the shared leaves, then analysis/ (what decides), then emit/
+# (what the decisions become), then the driver lowering.py. Folder or file -> what below tile_nb it must not import.
 LOWER_LEAVES = ("diagnostics", "errors", "exprs", "irwalk", "options", "sourcemap")
 LOWER = {
     **{f"lower/{leaf}.py": ("lower.analysis", "lower.emit", "lower.lowering") for leaf in LOWER_LEAVES},
@@ -105,5 +105,5 @@ def test_analysis_never_imports_the_emitters(part):
 
 def test_every_module_at_the_top_of_lower_has_a_place():
     top = {p.stem for p in (PACKAGE / "lower").glob("*.py")} - {"__init__", "lowering"}
-    assert top == set(LOWER_LEAVES), "a module at the top of lower/ is a shared leaf (add it to LOWER_LEAVES) or " \
-                                     "belongs in analysis/ or emit/"
+    assert top == set(LOWER_LEAVES), \
+        "a module at the top of lower/ is a shared leaf (add it to LOWER_LEAVES) or belongs in analysis/ or emit/"

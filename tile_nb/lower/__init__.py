@@ -7,18 +7,18 @@
 `lowering.py` runs the two steps: the analyses make one frozen `KernelPlan` (analysis/plan.py), the emitter
 follows it. The package, bottom up (tests/test_layers.py holds each part to importing only those below it):
 - shared leaves, at the top: errors.py (LoweringError), options.py (LoweringOptions: what the user sets),
-  irwalk.py and exprs.py (walking and rebuilding tile-IR statements and expressions), diagnostics.py (the user's
-  lines), sourcemap.py (marks from statements to lowered lines). Both halves below use them, and so do layers
-  outside lower/ (jit, runtime, torch, bench), which is why they belong to neither;
+  irwalk.py and exprs.py (walking and rebuilding tile-IR statements and expressions), diagnostics.py (the
+  user's lines), sourcemap.py (marks from statements to lowered lines). Both halves below use them, and so do
+  layers outside lower/ (jit, runtime, torch, bench), which is why they belong to neither;
 - analysis/: what decides. Functions from the function, the options and earlier results to typed results:
-  arch.py and arch_rules.py (what a target has and refuses), mma.py (which instruction each T.gemm gets), layout.py,
-  fragments.py and infer.py (register and shared layouts), budget.py, schedule.py, the planning halves of tma.py,
-  persistent.py, stream_k.py and epilogue.py, cluster.py, decisions.py, and plan.py, which calls them in order and
-  returns the `KernelPlan`. Nothing here imports emit/;
+  arch.py and arch_rules.py (what a target has and refuses), mma.py (which instruction each T.gemm gets),
+  layout.py, fragments.py and infer.py (register and shared layouts), budget.py, schedule.py, the planning
+  halves of tma.py, persistent.py, stream_k.py and epilogue.py, cluster.py, decisions.py, and plan.py, which
+  calls them in order and returns the `KernelPlan`. Nothing here imports emit/;
 - emit/: what the decisions become. emitter.py walks the body and hands each tile op and statement to the rule
-  that rules.py lists (copy, elementwise, reduce, scan, gemm with wgmma / fma_gemm / tf32_gemm, loops, pipeline,
-  debug, and the emitting halves of tma, persistent, stream_k and epilogue), over intrin.py, mbarrier.py,
-  threads.py and uniform.py.
+  that rules.py lists (copy, elementwise, reduce, scan, gemm with wgmma / fma_gemm / tf32_gemm, loops,
+  pipeline, debug, and the emitting halves of tma, persistent, stream_k and epilogue), over intrin.py,
+  mbarrier.py, threads.py and uniform.py.
 Fragments live in registers with inferred layouts (fragments.py, infer.py) unless the plan says why not;
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits (16-bit and 8-bit inputs; a register fragment as A is
 read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared memory instead), mma.sync m16n8k16
@@ -56,7 +56,7 @@ __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringErro
            "LoweringOptions", "lower", "lower_with_plan", "resolve"]
 
 # The rest loads TVM: imported on first use, so that `tile_nb.lower.options` (the JIT's cache keys) stays light.
-_LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emit.emitter", "LoweringError": ".errors",
+_LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emit.rules", "LoweringError": ".errors",
          "lower_with_plan": ".lowering", "KernelPlan": ".analysis.plan"}
 
 

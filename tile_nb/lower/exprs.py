@@ -31,10 +31,10 @@ _COMPARE = tuple(getattr(prim.expr, name) for name in ("EQ", "NE", "LT", "LE", "
 def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None,
             minmax: Callable | None = None, approx: Callable | None = None):
     """`fit(comparison)`, when given, may replace each rebuilt comparison (the emitter widens index arithmetic
-    that reaches the int32 limits there, `fit_int32`). The emitter's CUDA choices come as functions, so that this
-    walker stays below the emitters: `minmax(kind, a, b, dtype)` builds a float max / min ("max" / "min": the
-    NaN-propagating intrin.minmax_nan), and `approx(op, x, dtype)` may replace a call of `op` by an approximate
-    instruction (intrin.approx_math where LoweringOptions.approx_math is on), None keeping the call."""
+    that reaches the int32 limits there, `fit_int32`). The emitter's CUDA choices come as functions, so that
+    this walker stays below the emitters: `minmax(kind, a, b, dtype)` builds a float max / min ("max" / "min":
+    the NaN-propagating intrin.minmax_nan), and `approx(op, x, dtype)` may replace a call of `op` by an
+    approximate instruction (intrin.approx_math where LoweringOptions.approx_math is on), None keeping the call."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]

@@ -1,7 +1,7 @@
 """Which instruction each `T.gemm` gets: wgmma (`wgmma_eligible`, sm_90a, with A from registers where
 `wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64), TF32 mma.sync (`is_tf32`), or
-mma.sync otherwise; `plan._choose_mma` asks these, the emitters (emit/wgmma.py, fma_gemm.py, tf32_gemm.py, gemm.py)
-follow the answer.
+mma.sync otherwise; `plan._choose_mma` asks these, the emitters (emit/wgmma.py, fma_gemm.py, tf32_gemm.py,
+gemm.py) follow the answer.
 """
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .emitter import register_tile_op
 from ..errors import LoweringError
 from ..exprs import conjunction
 from ..irwalk import region_of, scope_of
@@ -287,7 +286,6 @@ def _cast(value, dtype):
     return tirx.Cast(dtype, value)
 
 
-@register_tile_op("copy")
 def lower_copy(em, call):
     dst, src = Operand(em, call.args[0]), Operand(em, call.args[1])
     if dst.buf in em.plan.shared and src.scope == "global" and not em.scope.thread_code:

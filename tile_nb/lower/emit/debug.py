@@ -16,15 +16,14 @@ from tvm.script.ir_builder import tirx as T
 
 from ...language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import intrin
-from .emitter import register_statement
 from ..errors import LoweringError
 
-__all__ = ["DEBUG_CALLS"]
+__all__ = ["DEBUG_CALLS", "debug_call", "emit_debug"]
 
 DEBUG_CALLS = (PRINT, PRINT_TILE, ASSERT, BREAKPOINT)
 
 
-def _debug_call(stmt):
+def debug_call(stmt):
     if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, ir.Call):
         return None
     call = stmt.value
@@ -269,6 +268,5 @@ def _refuse_breakpoint(em, stmt):
 _RULES = {PRINT: _emit_print, PRINT_TILE: _emit_print_tile, ASSERT: _emit_assert, BREAKPOINT: _refuse_breakpoint}
 
 
-@register_statement(lambda em, stmt: _debug_call(stmt) is not None, priority=10)
-def _emit_debug(em, stmt):
-    _RULES[_debug_call(stmt)](em, stmt)
+def emit_debug(em, stmt):
+    _RULES[debug_call(stmt)](em, stmt)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from .emitter import register_tile_op
 from ..errors import LoweringError
 from ..irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
@@ -12,7 +11,6 @@ from .threads import distribute, serial_nest
 __all__ = ["lower_fill"]
 
 
-@register_tile_op("fill")
 def lower_fill(em, call):
     buf, rng = region_of(call.args[0])
     value = em.expr(call.args[1])

@@ -1,7 +1,7 @@
 """The emitter: re-emits the tile IR through TVM's IR builder as thread-level TIRx, following a `KernelPlan`.
 
-It walks the body statement by statement: tile ops go to the rule registered for them (`register_tile_op`, one
-module per op family: copy.py, elementwise.py, reduce.py, gemm.py), loops to loops.py / pipeline.py / tma.py,
+It walks the body statement by statement: tile ops go to the rule rules.py lists for them (one module per op
+family: copy.py, elementwise.py, reduce.py, gemm.py), loops to loops.py / pipeline.py / tma.py,
 and CTA barriers are inserted wherever shared memory written by one statement is read (or rewritten) by a later
 one. The plan is never changed here; what the emitter keeps is what emission itself creates (the pool views,
 the register arrays, the TMA tensor maps) and what holds while one construct is emitted (`Scope`, the variable
@@ -29,45 +29,9 @@ from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_i
 from ..irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
 from ..analysis.layout import accumulator_register_dtype
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
+from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS
 
-__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "Emitter", "Scope", "register_kernel_hook",
-           "register_statement", "register_tile_op"]
-
-# op name (as `T.tile.<name>` prints) -> emit function(emitter, call)
-TILE_OPS: dict = {}
-# (priority, matches(emitter, stmt), emit(emitter, stmt)) for statements the rules' modules emit (loops, pipelines):
-# the highest priority that matches wins. The modules register themselves, so this one imports none of them.
-STATEMENT_RULES: list = []
-# "host" (before the first launch dimension: host code) / "thread" (at the threads' entry, after the shared pool) /
-# "end" (after the kernel body, on the threads that reach it) -> functions(emitter) run there, e.g. the TMA
-# pipeline's tensor maps and barrier initialisation.
-KERNEL_HOOKS: dict = {"host": [], "thread": [], "end": []}
-
-
-def register_tile_op(*names: str):
-    def deco(fn):
-        for name in names:
-            TILE_OPS["tirx.tile." + name] = fn
-        return fn
-
-    return deco
-
-
-def register_statement(matches, priority: int = 0):
-    def deco(fn):
-        STATEMENT_RULES.append((priority, matches, fn))
-        STATEMENT_RULES.sort(key=lambda rule: -rule[0])
-        return fn
-
-    return deco
-
-
-def register_kernel_hook(where: str):
-    def deco(fn):
-        KERNEL_HOOKS[where].append(fn)
-        return fn
-
-    return deco
+__all__ = ["Emitter", "Scope"]
 
 
 @dataclass(frozen=True)
@@ -367,7 +331,7 @@ class Emitter:
             yield
 
     def _statement_rule(self, stmt):
-        for _, matches, emit in STATEMENT_RULES:
+        for matches, emit in STATEMENT_RULES:
             if matches(self, stmt):
                 return emit
         return None

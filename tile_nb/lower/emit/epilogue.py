@@ -1,6 +1,6 @@
-"""The TMA-store epilogue (`KernelPlan.tma_store`, planned by `analysis/epilogue.py`), emitted: C's tensor map, the
-staging tile, the consumers' register writes into it and the TMA stores, by a consumer thread or the producer
-warp.
+"""The TMA-store epilogue (`KernelPlan.tma_store`, planned by `analysis/epilogue.py`), emitted: C's tensor map,
+the staging tile, the consumers' register writes into it and the TMA stores, by a consumer thread or the
+producer warp.
 """
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .emitter import register_kernel_hook, register_statement
 from ..exprs import conjunction
 from ..irwalk import region_of
 from ..analysis.layout import tirx_bits
@@ -23,7 +22,6 @@ __all__ = ["declare_spill_view", "emit_producer_stores", "emit_store_map", "emit
 
 # ---- host: C's tensor map --------------------------------------------------------------------------------------
 
-@register_kernel_hook("host")
 def emit_store_map(em):
     store = em.plan.tma_store
     if store is not None:
@@ -32,7 +30,6 @@ def emit_store_map(em):
 
 # ---- device ---------------------------------------------------------------------------------------------------
 
-@register_kernel_hook("thread")
 def declare_spill_view(em):
     """The spill tile's stages seen as C's dtype (an fp8 B tile holds 16-bit output panels): `em.spill_view`."""
     store = em.plan.tma_store
@@ -74,7 +71,6 @@ def _bulk_wait():
     return intrin.asm_statement("tnb_bulk_wait0", "cp.async.bulk.wait_group 0;")
 
 
-@register_statement(lambda em, s: em.plan.tma_store is not None and s.same_as(em.plan.tma_store.call), priority=1)
 def emit_tma_store(em, call):
     store = em.plan.tma_store
     if store.by_producer:
@@ -166,7 +162,6 @@ def finish_producer_stores():
     T.evaluate(_bulk_wait())
 
 
-@register_kernel_hook("end")
 def finish_stores(em):
     """The issuing thread's stores complete before the CTA (and its shared memory) goes."""
     if em.plan.tma_store is not None and not em.plan.tma_store.by_producer:

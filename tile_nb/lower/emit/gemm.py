@@ -21,7 +21,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .emitter import register_tile_op
 from ..errors import LoweringError
 from ..analysis.mma import fma_gemm, is_tf32
 from .fma_gemm import lower_gemm_fma
@@ -36,7 +35,6 @@ def _float(x) -> float:
     return float(x.value) if hasattr(x, "value") else float(x)
 
 
-@register_tile_op("gemm")
 def lower_gemm(em, call):
     (c_buf, c_rng), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])

@@ -16,7 +16,6 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from .emitter import register_statement
 from ..errors import LoweringError
 from ..exprs import is_const_int
 from .threads import distribute
@@ -29,7 +28,6 @@ def _is_parallel(loop) -> bool:
     return isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL
 
 
-@register_statement(lambda em, s: isinstance(s, tirx.For) and s not in em.plan.pipelines)
 def emit_for(em, loop):
     if _is_parallel(loop):
         emit_parallel(em, loop)
@@ -49,7 +47,6 @@ def emit_for(em, loop):
             em.sync()
 
 
-@register_statement(lambda em, s: isinstance(s, tirx.While))
 def emit_while(em, loop):
     """A block-level `while`: every thread of the CTA tests the same condition (block-level code computes the same
     values in every thread), so barriers inside the loop are reached by all of them."""

@@ -1,5 +1,5 @@
-"""Persistent CTAs (`KernelPlan.persistent`, planned by `analysis/persistent.py`), emitted: each CTA walks its tiles
-with the kernel body, and the stream-K roles of the last wave (stream_k.py).
+"""Persistent CTAs (`KernelPlan.persistent`, planned by `analysis/persistent.py`), emitted: each CTA walks its
+tiles with the kernel body, and the stream-K roles of the last wave (stream_k.py).
 """
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..analysis.cluster import CLUSTER_SIZE
-from .emitter import register_statement
 from ..irwalk import seq_items
 from .stream_k import emit_fixup, emit_partial_sums, emit_signal, tail_range
 from .epilogue import emit_producer_stores, finish_producer_stores
@@ -19,7 +18,6 @@ from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, e
 __all__ = ["emit_persistent_body"]
 
 
-@register_statement(lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body), priority=2)
 def emit_persistent_body(em, body):
     """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles (and, with
     stream-K, its share of the last wave's k-tiles)."""

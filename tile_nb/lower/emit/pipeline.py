@@ -29,7 +29,6 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from .copy import issue_async_copy
-from .emitter import register_statement
 from ..irwalk import region_of, seq_items
 from .wgmma import drain_accumulators
 
@@ -45,7 +44,6 @@ def _issue(em, copies, loop_var, iteration, stages):
                 issue_async_copy(em, c)
 
 
-@register_statement(lambda em, s: isinstance(s, tirx.For) and s in em.plan.pipelines)
 def emit_pipelined(em, loop):
     schedule = em.plan.pipelines[loop]
     body = seq_items(loop.body)

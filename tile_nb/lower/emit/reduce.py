@@ -23,7 +23,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .emitter import register_tile_op
 from ..exprs import conjunction
 from ..irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
@@ -76,7 +75,6 @@ def _cast(value, dtype):
     return value if str(value.ty) == str(dtype) else tirx.Cast(str(dtype), value)
 
 
-@register_tile_op("sum", "max", "min")
 def lower_reduce(em, call):
     kind = call.op.name.rsplit(".", 1)[-1]
     dst, drng = region_of(call.args[0])

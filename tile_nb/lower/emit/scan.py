@@ -27,7 +27,6 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from . import intrin
-from .emitter import register_tile_op
 from ..errors import LoweringError
 from ..irwalk import region_of, scope_of
 from .reduce import accumulation_dtype
@@ -40,7 +39,6 @@ def _cast(value, dtype):
     return value if str(value.ty) == str(dtype) else tirx.Cast(str(dtype), value)
 
 
-@register_tile_op("cumsum")
 def lower_cumsum(em, call):
     dst, drng = region_of(call.args[0])
     src, srng = region_of(call.args[1])

@@ -1,6 +1,6 @@
-"""Stream-K's last wave (`KernelPlan.persistent.stream_k`, planned by `analysis/stream_k.py`), emitted: each CTA's range of the
-tail's k-tiles, the partial sums it writes to the workspace, the flags it raises and the fix-up of the tiles it
-finishes.
+"""Stream-K's last wave (`KernelPlan.persistent.stream_k`, planned by `analysis/stream_k.py`), emitted: each
+CTA's range of the tail's k-tiles, the partial sums it writes to the workspace, the flags it raises and the
+fix-up of the tiles it finishes.
 """
 from __future__ import annotations
 

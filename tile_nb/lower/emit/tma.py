@@ -1,5 +1,5 @@
-"""The warp-specialized TMA pipeline that `analysis/tma.py` plans (`KernelPlan.tma`), emitted: the tensor maps on the host,
-the stage barriers, the producer warp's loads and the consumers' loop.
+"""The warp-specialized TMA pipeline that `analysis/tma.py` plans (`KernelPlan.tma`), emitted: the tensor maps
+on the host, the stage barriers, the producer warp's loads and the consumers' loop.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from tvm.script.ir_builder import tirx as T
 
 from . import intrin
 from ..analysis.cluster import CLUSTER_SIZE
-from .emitter import register_kernel_hook, register_statement
 from ..irwalk import buffers_touched
 from ..analysis.layout import tirx_bits
 from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_expect_tx,
@@ -29,7 +28,6 @@ _L2_PROMOTION_256B = 3
 
 # ---- host side: one tensor map per (tensor, box, swizzle) --------------------------------------------------
 
-@register_kernel_hook("host")
 def emit_tensor_maps(em):
     """Bind and encode the tensor maps (host code, before the kernel launch): `em.tensor_maps[copy]`."""
     plan = em.plan.tma
@@ -105,7 +103,6 @@ def _release(em, plan: TmaPlan, s, groups, when=None):
                 T.evaluate(mbarrier_arrive_cluster(_empty(em, plan, s, g), lane))
 
 
-@register_kernel_hook("thread")
 def emit_barrier_init(em):
     """Thread 0 initialises the stage barriers; every thread (producer included) waits for that."""
     plan = em.plan.tma
@@ -127,7 +124,6 @@ def emit_barrier_init(em):
     T.evaluate(cluster_sync() if multicast is not None else intrin.cta_sync())
 
 
-@register_statement(lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), priority=1)
 def emit_ws_loop(em, loop):
     """The loop at its place in the kernel body: the producer's branch and the consumers' branch. In a persistent
     kernel (persistent.py) the roles split around the loop over tiles instead, and only the consumers' part of
