@@ -1,5 +1,5 @@
 """`T.gemm` with float32 / float64 operands (or a float64 accumulator): exact products by FMA on the CUDA cores
-(tile_nb/lower/fma_gemm.py), in the register layout of the mma.sync accumulator.
+(tile_nb/lower/emit/fma_gemm.py), in the register layout of the mma.sync accumulator.
 
 CPU: the register arithmetic of the FMA path covers each accumulator element once, where the layout puts it; the
 plan names the path; the CUDA and PTX for sm_90a, sm_80 and sm_75 build with nvcc and hold FMAs and no tensor-core

@@ -12,7 +12,7 @@ Two kinds of build, by spelling (nvcc's own names):
 - `compute_80`: the same lowering and the same cubin check (ptxas, resources), but the module holds the PTX, which
   the driver compiles for the GPU it runs on: sm_80's code paths run on any newer GPU (an H200), for
   correctness, never for speed. Marked on the tvm Target by the key "ptx" (`target_embeds_ptx`).
-Architectures tile_nb builds, and what each one gets: tile_nb/lower/arch.py and docs/architectures.md.
+Architectures tile_nb builds, and what each gets: tile_nb/lower/analysis/arch.py and docs/architectures.md.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ _ARCH_RE = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 def split_arch(text: str, where: str = "") -> tuple[str, bool]:
     """`"compute_80"` -> ("sm_80", True), `"sm_80"` -> ("sm_80", False); refused (ValueError naming `where`)
-    unless tile_nb builds for it (lower/arch.py)."""
+    unless tile_nb builds for it (lower/analysis/arch.py)."""
     text = str(text).strip()
     ptx = text.startswith("compute_")
     arch = "sm_" + text[len("compute_"):] if ptx else text

@@ -1,8 +1,8 @@
 """The per-block limits a compiled kernel must fit, and the check that prunes configurations by them.
 
 With a GPU the figures come from torch's device properties; without one, from the lowering's table for the target
-arch (`tile_nb.lower.analysis.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine prunes as
-the GPU would. The lowering already refuses a kernel whose shared-memory tiles or register fragments cannot fit;
+arch (`tile_nb.lower.analysis.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine
+prunes as the GPU would. The lowering already refuses a kernel whose shared-memory tiles or register fragments cannot fit;
 this check reads what ptxas reports of the built kernel: the registers it really allocated (x threads, against the
 SM's register file), static shared memory, and spills.
 """

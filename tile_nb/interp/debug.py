@@ -2,7 +2,7 @@
 
 Block-level code runs once per CTA here, so a print runs once per block: the block filter is applied, the thread
 filter only names the thread in the text (every thread of the CTA holds the same block-level values). The text is
-the GPU's, character for character (lower/debug.py builds the same lines with device printf): floats as C's `%g`,
+the GPU's, character for character (lower/emit/debug.py builds the same lines with device printf): floats as C's `%g`,
 integers as `%d`. Lines go to Python's `sys.stdout`, so pytest's capsys and the notebook cell see them.
 """
 from __future__ import annotations

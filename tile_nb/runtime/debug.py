@@ -29,7 +29,7 @@ _lock = threading.Lock()
 
 
 def debug_ops_of(cuda_source: str) -> tuple[bool, list[int]]:
-    """(whether the kernel prints, the lines of its asserts), read from the helpers lower/debug.py emits."""
+    """(whether the kernel prints, its asserts' lines), read from the helpers lower/emit/debug.py emits."""
     prints = 'printf("[line ' in cuda_source
     asserts = sorted({int(m) for m in _ASSERT_LINE.findall(cuda_source)})
     return prints, asserts
