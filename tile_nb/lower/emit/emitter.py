@@ -74,6 +74,7 @@ class Emitter:
         self.loop_registers: dict = {}  # fragment -> (indices, register index) inside a fragment-driven loop
         self.tensor_maps: dict = {}  # TmaCopy -> tensor map handle (host code)
         self.store_map = None  # the TMA store epilogue's tensor map of C (epilogue.py)
+        self.spill_view = None  # the spill tile's stages seen as C's dtype (epilogue.declare_spill_view)
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
         # wgmma reads its shared operands through the async proxy, which sees ordinary stores only after
