@@ -121,7 +121,7 @@ def test_gqa_on_cuda(torch_dtype, dtype, tol, causal, d, cfg):
         kernel = fa.compile(Q, K, V, O, dtype=dtype, causal=causal, **cfg)
         if kernel.arch == "sm_90a":
             assert [m["kind"] for m in kernel.plan["mma"]] == ["wgmma", "wgmma"], kernel.plan["mma"]
-            if cfg["threads"] == 256:  # a producer warp where one CTA fills the SM (tile_nb/lower/tma.py)
+            if cfg["threads"] == 256:  # a producer warp where one CTA fills the SM (lower/analysis/tma.py)
                 assert kernel.plan["pipeline_kind"] == "tma", kernel.plan["pipeline"]
                 assert kernel.plan["producer_warp"] == (d == 128), kernel.plan["pipeline"]
         fa(Q, K, V, O, dtype=dtype, causal=causal, **cfg)

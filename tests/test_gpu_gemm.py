@@ -98,7 +98,7 @@ def test_big_tile_256_threads(path, trans_B):
     assert run_case(1000, 1030, 999, **cfg) < 1e-3
 
 
-# ---- the TMA + producer-warp pipeline (sm_90a default where eligible; tile_nb/lower/tma.py) ---------------
+# ---- the TMA + producer-warp pipeline (sm_90a default where eligible; lower/analysis/tma.py) ---------------
 TMA = "TMA + mbarriers"
 needs_hopper = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="TMA path needs sm_90")

@@ -1,5 +1,5 @@
-"""Persistent CTAs over a TMA kernel's tiles (tile_nb/lower/persistent.py): when they are built, what they emit,
-and that the kernels build without spills. CPU only; the GPU runs are in tests/test_gpu_gemm.py
+"""Persistent CTAs over a TMA kernel's tiles (lower/analysis/persistent.py): when they are built, what they
+emit, and that the kernels build without spills. CPU only; the GPU runs are in tests/test_gpu_gemm.py
 (`test_persistent_*`)."""
 import re
 

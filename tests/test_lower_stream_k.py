@@ -1,6 +1,7 @@
-"""Stream-K for the last wave of a persistent GEMM (tile_nb/lower/stream_k.py): when it is planned, that the k-tile
-ranges it emits cover the tail exactly once with the contributors each finisher waits for, the code's order, and
-that the kernels build without spills. CPU only; the GPU runs are in tests/test_gpu_gemm.py (`test_stream_k_*`)."""
+"""Stream-K for the last wave of a persistent GEMM (lower/analysis/stream_k.py): when it is planned, that the
+k-tile ranges it emits cover the tail exactly once with the contributors each finisher waits for, the
+code's order, and that the kernels build without spills. CPU only; the GPU runs are in
+tests/test_gpu_gemm.py (`test_stream_k_*`)."""
 
 import pytest
 import tvm

@@ -1,4 +1,4 @@
-"""The sm_90a TMA pipeline (tile_nb/lower/tma.py): when it is chosen, what it emits, and that it builds.
+"""The sm_90a TMA pipeline (lower/analysis/tma.py): when it is chosen, what it emits, and that it builds.
 
 CPU only: lowered IR and CUDA source through TVM, cubins through nvcc and NVRTC with ptxas resource use.
 The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).

@@ -1,4 +1,4 @@
-"""Masks tested once per block (tile_nb/lower/uniform.py): the condition `never_true` derives must imply that the
+"""Masks tested once per block (lower/emit/uniform.py): the condition `never_true` derives must imply that the
 mask is false at every point of the nest; checked exhaustively on small grids, and in the generated CUDA."""
 import itertools
 

@@ -118,7 +118,8 @@ def tuning_key(kernel, args: tuple, kwargs: dict, tuned: set[str], key: list[str
     return out
 
 
-# The lowering's budget refusals (tile_nb/lower/budget.py): a configuration that cannot fit is pruned, not failed.
+# The lowering's budget refusals (lower/analysis/budget.py): a configuration that cannot fit is pruned, not
+# failed.
 # Read from the message because LoweringError has no resource fields yet; an unmatched message stays a failure,
 # shown with its text, so a change of wording loses the label, never the reason.
 _REFUSALS = (re.compile(r"the kernel needs ([\d.]+ KiB) of shared memory per block; (\S+) allows ([\d.]+ KiB)"),

@@ -1,7 +1,7 @@
 """Debugging in a kernel: `T.print` and `T.device_assert` (docs/debugging.md).
 
 Both build one `T.evaluate(T.call_extern("int32", ...))` statement that the interpreter (`interp/debug.py`) and the
-lowering (`lower/debug.py`) give the same meaning:
+lowering (`lower/emit/debug.py`) give the same meaning:
 
 - `tile_nb_print(label, line, thread, show_thread, block_x, block_y, block_z, value)`: one line of text;
 - `tile_nb_print_tile(label, line, thread, show_thread, block_x, block_y, block_z, address_of(buf[start]),

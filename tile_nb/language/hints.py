@@ -7,7 +7,8 @@ shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at line <n
 - `T.GemmWarpPolicy` (`Square`, `FullRow`, `FullCol`), given as `T.gemm(..., policy=...)`: how tilelang splits a
   GEMM tile among warps. tile_nb chooses its own warp layout; the product is the same.
 - `T.disable_warp_group_reg_alloc()` (tilelang's alias `T.no_set_max_nreg()`): do not move registers between warp
-  groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/tma.py); registers never change a value.
+  groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/analysis/tma.py); registers never
+  change a value.
 """
 from __future__ import annotations
 
