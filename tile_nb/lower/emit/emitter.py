@@ -29,7 +29,7 @@ from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_i
 from ..irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
 from ..analysis.layout import accumulator_register_dtype
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
-from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS
+from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS, WARP_SPECIALIZED
 
 __all__ = ["Emitter", "Scope"]
 
@@ -490,7 +490,10 @@ class Emitter:
             IRBuilder.name(buf.name, new)
             self.locals[buf] = new
             return
-        raise LoweringError(f"buffer {buf.name} in scope {scope} is not supported")
+        if scope == "shared.barrier":  # T.alloc_barrier (language/sync.py)
+            raise self.lines.locate(LoweringError(WARP_SPECIALIZED), buffer_name=buf.name)
+        raise self.lines.locate(LoweringError(f"buffer {buf.name} in scope {scope} is not supported"),
+                                buffer_name=buf.name)
 
     def touches_shared(self, stmt):
         reads, writes = buffers_touched(stmt)

@@ -8,9 +8,19 @@ from types import MappingProxyType
 
 from tvm import tirx
 
+from ..errors import LoweringError
 from . import copy, debug, elementwise, epilogue, gemm, loops, persistent, pipeline, reduce, scan, tma
 
-__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS"]
+__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "WARP_SPECIALIZED"]
+
+WARP_SPECIALIZED = ("T.ws warp-specialized regions and mbarriers are not lowered to CUDA yet; the interpreter runs "
+                    "them (backend='cpu'), checking their ordering")
+
+
+def refuse_warp_specialized(em, call):
+    """T.ws, T.alloc_barrier's arrive counts, T.mbarrier_arrive / _wait_parity, T.tma_copy (language/sync.py)."""
+    raise LoweringError(WARP_SPECIALIZED)
+
 
 # op name (as `T.tile.<name>` prints) -> emit function(emitter, call)
 TILE_OPS = MappingProxyType({
@@ -21,6 +31,8 @@ TILE_OPS = MappingProxyType({
     "tirx.tile.min": reduce.lower_reduce,
     "tirx.tile.cumsum": scan.lower_cumsum,
     "tirx.tile.gemm": gemm.lower_gemm,
+    **{f"tirx.tile.{op}": refuse_warp_specialized
+       for op in ("ws", "barrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_copy")},
 })
 
 # (matches(emitter, stmt), emit(emitter, stmt)), tried in this order: the first that matches emits the statement;
