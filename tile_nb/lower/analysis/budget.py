@@ -10,14 +10,11 @@ from dataclasses import replace
 import tvm
 
 from ..errors import LoweringError
+from .arch import SHARED_PER_BLOCK
 
 __all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check_registers", "check_shared",
            "ctas_per_sm", "layout_pool", "max_shared_bytes", "packed_registers"]
 
-# Dynamic shared memory a block may opt into, by compute capability (CUDA C Programming Guide, "Features and
-# Technical Specifications").
-_SHARED_PER_BLOCK = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
-                     89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024}
 MAX_REGISTERS_PER_THREAD = 255
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
@@ -39,10 +36,10 @@ def ctas_per_sm(threads: int, registers: int, pool_bytes: int) -> int:
 
 
 def max_shared_bytes(arch: str) -> int:
-    """`sm_90a` -> 232448."""
+    """`sm_90a` -> 232448: arch.SHARED_PER_BLOCK's entry (the one table of it)."""
     digits = int("".join(ch for ch in arch[3:] if ch.isdigit()))
-    known = [cc for cc in _SHARED_PER_BLOCK if cc <= digits]
-    return _SHARED_PER_BLOCK[max(known)] if known else 48 * 1024
+    known = [cc for cc in SHARED_PER_BLOCK if cc <= digits]
+    return SHARED_PER_BLOCK[max(known)] if known else 48 * 1024
 
 
 def layout_pool(tiles) -> tuple[list, int]:
