@@ -63,11 +63,53 @@ def _cast(comp: Compiler, node):
 
 # ---- arithmetic and logic -----------------------------------------------------------------------------------
 
-def _binary(fn):
+# torch's CPU kernels lack most arithmetic, comparisons and shifts for these: their values are computed in int64.
+_WIDENED = {"uint16", "uint32", "uint64"}
+# Index arithmetic stays unwrapped (as before): only these integer results of + - * are not wrapped to their width.
+_INDEX_DTYPES = {"int32", "int64"}
+
+
+def _binary(fn, bitwise: bool = False):
+    """A binary rule. Integer results wrap around to the node's dtype as on the GPU: always for shifts and bitwise
+    ops (bit manipulation: `(x << 28) >> 28` in int32 sign-extends), and for + - * of dtypes other than the index
+    dtypes int32 / int64 (a Python int does not wrap by itself; uint16 `(s << 5 | e) << 10` must)."""
     def rule(comp: Compiler, node):
         a, b = comp.expr(node.a), comp.expr(node.b)
-        return lambda f: fn(a(f), b(f))
+        widen = str(node.a.ty.dtype) in _WIDENED or str(node.b.ty.dtype) in _WIDENED
+        result = str(node.ty.dtype)
+        wrap = _is_int(result) and (bitwise or result not in _INDEX_DTYPES)
+        if not widen and not wrap:
+            return lambda f: fn(a(f), b(f))
+        tdtype = V.torch_dtype(result) if wrap else None
+
+        def binary(f):
+            x, y = a(f), b(f)
+            if widen:
+                x, y = _int64(x), _int64(y)
+            r = fn(x, y)
+            return _wrap(r, tdtype) if wrap else r
+        return binary
     return rule
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _int64(x):
+    return x.to(torch.int64) if V.is_tensor(x) and not x.dtype.is_floating_point else x
+
+
+def _wrap(x, tdtype):
+    """An integer value wrapped to `tdtype`: a tensor of that dtype (uint16/32/64 ones stay int64: see _WIDENED), or
+    a Python int in its range."""
+    if V.is_tensor(x):
+        wrapped = V.wrap_int(x.to(torch.int64), tdtype)
+        return wrapped.to(torch.int64) if tdtype in _WIDENED_TORCH else wrapped
+    return V.wrap_scalar(int(x), tdtype)
+
+
+_WIDENED_TORCH = {V.torch_dtype(name) for name in _WIDENED}
 
 
 def _div(a, b):
@@ -96,10 +138,13 @@ for _node_type, _fn in [
     (tirx.Min, V.vmin), (tirx.Max, V.vmax),
     (tirx.EQ, operator.eq), (tirx.NE, operator.ne), (tirx.LT, operator.lt), (tirx.LE, operator.le),
     (tirx.GT, operator.gt), (tirx.GE, operator.ge), (tirx.And, _and), (tirx.Or, _or),
+]:
+    expr_rule(_node_type)(_binary(_fn))
+for _node_type, _fn in [
     (tirx.BitwiseAnd, operator.and_), (tirx.BitwiseOr, operator.or_), (tirx.BitwiseXor, operator.xor),
     (tirx.LShift, operator.lshift), (tirx.RShift, operator.rshift),
 ]:
-    expr_rule(_node_type)(_binary(_fn))
+    expr_rule(_node_type)(_binary(_fn, bitwise=True))
 
 
 @expr_rule(tirx.Not)
@@ -205,6 +250,33 @@ def _pow(comp: Compiler, node):
 @call_rule("if_then_else")
 def _if_then_else(comp: Compiler, node):
     return _guarded_select(comp, *node.args)
+
+
+@call_rule("reinterpret")
+def _reinterpret(comp: Compiler, node):
+    """`T.reinterpret(dtype, x)`: x's bits read as `dtype` (same width; TVM checks it when building the call)."""
+    (arg,) = comp.exprs(node.args)
+    source, target = V.torch_dtype(str(node.args[0].ty.dtype)), V.torch_dtype(str(node.ty.dtype))
+    if source.itemsize != target.itemsize:
+        raise NotImplementedError(f"T.reinterpret from {source} to {target}: the widths differ")
+    source_is_int = not source.is_floating_point and source != torch.bool
+
+    def reinterpret(f):
+        x = arg(f)
+        scalar = not V.is_tensor(x)
+        if scalar:
+            x = torch.tensor(V.wrap_scalar(int(x), source) if source_is_int else x, dtype=source)
+        elif source_is_int:
+            x = V.wrap_int(x.to(torch.int64), source)  # int64 carrying uint16/32/64 values, or an int8 tensor
+        else:
+            x = x.to(source)
+        r = x.view(target)
+        if target in _WIDENED_TORCH:
+            r = r.to(torch.int64)
+        if scalar and not target.is_floating_point:
+            return int(r)
+        return r
+    return reinterpret
 
 
 @call_rule("likely")

@@ -20,6 +20,7 @@ import difflib as _difflib
 from tile_nb.errors import UnknownNameError as _UnknownNameError
 
 from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
+from .bits import bitwise_and, bitwise_not, bitwise_or, bitwise_xor, reinterpret, shift_left, shift_right
 from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, cumsum, erf, exp, exp2, floor, floordiv,
                       floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
                       reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
@@ -56,6 +57,7 @@ __all__ = [
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
+    "reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "breakpoint", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
     "ws", "get_thread_binding", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "alloc_barrier", "mbarrier_arrive",
     "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",

@@ -19,6 +19,7 @@ import os
 import sys
 
 from ..errors import TileNBError
+from . import tvm_names
 from ._support import stub_module
 
 __all__ = ["install", "uninstall", "installed", "real_tilelang_location", "RealTilelangError", "TilelangFinder"]
@@ -103,6 +104,7 @@ def install(*, shadow: bool = False) -> None:
             del sys.modules[name]
     _finder = TilelangFinder()
     sys.meta_path.insert(0, _finder)
+    tvm_names.install()  # the program's `tvm` is tilelang's: its fork's names (tirx.PrimExpr, expr.dtype)
     os.environ["TILE_NB_TILELANG"] = "1"  # child processes (a script's own subprocesses) can tell
 
 
@@ -112,6 +114,7 @@ def uninstall() -> None:
     if _finder is not None and _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _finder = None
+    tvm_names.uninstall()
     for name in [n for n, m in list(sys.modules.items())
                  if (n == "tilelang" or n.startswith("tilelang.")) and getattr(m, "__name__", "").startswith(_PREFIX)
                  or getattr(m, "__tile_nb_stub__", False)]:  # stubs are also under their tile_nb names
