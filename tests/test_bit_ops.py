@@ -12,7 +12,7 @@ import torch
 import tile_nb
 import tile_nb.language as T
 from tile_nb.backend import toolchain
-from tile_nb.errors import DSLError
+from tile_nb.errors import AnnotationError, DSLError
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -243,3 +243,41 @@ def test_tilelang_tvm_names_only_while_the_mapping_is_installed():
     assert buffer.dtype == "uint8"
     with pytest.raises(AttributeError):
         scalar.dtype  # noqa: B018 - TVM 0.27's own behaviour is back
+
+
+# ---- sub-byte dtypes are names only ---------------------------------------------------------------------------
+
+def test_sub_byte_dtypes_can_be_named_and_compared():
+    table = {T.float16: "f16", T.int4: "i4", T.int8: "i8"}     # tilelang's lop3 helpers pick intrinsics this way
+    assert table[T.int4] == "i4" and T.int4 == "int4" and T.int4 != T.int8 and repr(T.uint4) == "T.uint4"
+    assert T.float4_e2m1fn in [T.float16, T.float4_e2m1fn]
+
+
+@pytest.mark.parametrize("line,where", [
+    ("s = T.alloc_shared((8,), T.int4)", "T.alloc_shared dtype"),
+    ("s = T.alloc_fragment((8,), T.uint4)", "T.alloc_fragment dtype"),
+])
+def test_sub_byte_buffers_are_refused_at_the_line(line, where):
+    k = _kernel(f"""
+@tile_nb.jit
+def sub_byte(A):
+    A: T.Tensor[[8], T.uint8]
+    with T.Kernel(1, threads=32) as bx:
+        {line}
+""", "sub_byte")
+    with pytest.raises(DSLError, match="line 6") as info:
+        k(torch.zeros(8, dtype=torch.uint8))
+    assert f"{where}: tile_nb has no" in str(info.value) and "sub-byte dtype" in str(info.value)
+
+
+def test_sub_byte_tensor_annotation_is_refused():
+    k = _kernel("""
+@tile_nb.jit
+def sub_byte_param(A):
+    A: T.Tensor[[8], T.int4]
+    with T.Kernel(1, threads=32) as bx:
+        pass
+""", "sub_byte_param")
+    with pytest.raises(AnnotationError, match="line 4") as info:
+        k(torch.zeros(8, dtype=torch.uint8))
+    assert "tile_nb has no int4 buffers or values yet" in str(info.value)

@@ -25,7 +25,7 @@ from .compute import (Cast, abs, atomic_add, cast, ceil, ceildiv, clamp, cos, cu
                       floormod, gemm, if_then_else, infinity, log, log2, log10, max, min, reduce_absmax, reduce_max,
                       reduce_min, reduce_sum, round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
 from .debug import breakpoint, device_assert, print  # noqa: A004 - the DSL's names
-from .dtypes import ALL_DTYPES, DType, dtype, tfloat32
+from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
 from .layouts import Fragment, Layout, annotate_layout
@@ -49,6 +49,9 @@ uint16 = ALL_DTYPES["uint16"]
 uint32 = ALL_DTYPES["uint32"]
 uint64 = ALL_DTYPES["uint64"]
 bool = ALL_DTYPES["bool"]  # noqa: A001 - the DSL's name
+# Named only (sub-byte): comparable and usable as keys; an allocation, annotation or cast of one is refused.
+int4, uint4, int2, uint2 = NAMED_ONLY["int4"], NAMED_ONLY["uint4"], NAMED_ONLY["int2"], NAMED_ONLY["uint2"]
+int1, uint1, float4_e2m1fn = NAMED_ONLY["int1"], NAMED_ONLY["uint1"], NAMED_ONLY["float4_e2m1fn"]
 
 __all__ = [
     "Tensor", "StridedTensor", "TensorAnnotation", "ptr", "const", "dynamic", "dtype", "DType", "prim_func", "macro", "Ref",
@@ -64,6 +67,7 @@ __all__ = [
     "tma_copy",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "tfloat32",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+    "int4", "uint4", "int2", "uint2", "int1", "uint1", "float4_e2m1fn",
 ]
 
 
