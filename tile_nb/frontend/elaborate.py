@@ -648,6 +648,9 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     }
     if result.scratch:  # T.alloc_global parameters (absent when none, so other kernels' IR is unchanged)
         attrs["tile_nb.scratch"] = list(result.scratch)
+    if st.views:  # T.Tensor(shape, dtype, A.data): [view name, tensor parameter name] (absent when none)
+        attrs["tile_nb.views"] = [[view.name, next((p.name for p in params if p.same_as(base)), base.name)]
+                                  for view, base in st.views]
     if st.hints:  # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
         attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).

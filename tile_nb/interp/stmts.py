@@ -96,6 +96,8 @@ def _decl(comp: Compiler, node):
     buf = node.buffer
     slot = comp.buffer_slot(buf)
     data = node.data
+    if getattr(getattr(data, "op", None), "name", None) == "tirx.buffer_data":
+        data = data.args[0]  # `T.Tensor(shape, dtype, A.data)`: a view of the buffer A (TVM 0.27's A.data)
     if data is None or not hasattr(data, "__chandle__") or data.__chandle__() not in comp._slots:
         raise NotImplementedError(f"DeclBuffer over {data!r}: only views of a buffer already in scope are "
                                   f"supported by the CPU interpreter")
@@ -107,7 +109,13 @@ def _decl(comp: Compiler, node):
         base = f.vals[source]
         if base.dtype != dtype:
             raise InterpreterError(f"DeclBuffer '{buf.name}' reinterprets {base.dtype} as {dtype}: unsupported")
-        f.vals[slot] = base.reshape(-1)[: _numel(shape, f)].view([int(s(f)) for s in shape])
+        n, dims = _numel(shape, f), [int(s(f)) for s in shape]
+        if not base.is_contiguous():  # reshape would copy: writes through the view would be lost
+            raise InterpreterError(f"the view '{buf.name}' is over a non-contiguous tensor {tuple(base.shape)}")
+        if n > base.numel():
+            raise InterpreterError(f"the view '{buf.name}' {tuple(dims)} has {n} elements, more than the "
+                                   f"{base.numel()} of the tensor it views {tuple(base.shape)}")
+        f.vals[slot] = base.reshape(-1)[:n].view(dims)
         if f.written is not None and f.written[source] is not None:
             f.written[source] = True  # writes through the view are not tracked: stop checking the buffer
     return decl

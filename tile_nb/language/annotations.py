@@ -69,8 +69,9 @@ class _TensorType:
     def __call__(self, shape, dtype="float32", data=None, strides=None, scope=None) -> TensorAnnotation:
         """tilelang's `T.Tensor(shape, dtype="float32")`; `strides=` makes it strided, as T.StridedTensor."""
         if data is not None:
-            raise AnnotationError("T.Tensor(shape, dtype, data) (a tensor view over another buffer's data) is not "
-                                  "supported yet", hint="index the original tensor instead")
+            from .memory import tensor_view
+
+            return tensor_view(shape, dtype, data, strides, scope)
         if scope not in (None, "global"):
             raise AnnotationError(f"T.Tensor(..., scope={scope!r}): kernel parameters are global tensors")
         if strides is not None:

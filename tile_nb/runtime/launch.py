@@ -106,10 +106,18 @@ class Specialization:
         return generated("direct_key", terms + self.facts_terms)
 
     def facts(self, key: tuple) -> CallFacts:
-        """The CallFacts a `facts_key` tuple stands for."""
+        """The CallFacts a `facts_key` tuple stands for. A view `T.Tensor(shape, dtype, A.data)` shares A's data
+        pointer, so it is unaligned when A is."""
         n = len(self.buffer_args)
-        return CallFacts(tuple(name for (_, name), unaligned in zip(self.buffer_args, key[:n]) if unaligned),
+        unaligned = [name for (_, name), unaligned in zip(self.buffer_args, key[:n]) if unaligned]
+        unaligned += [view for view, base in self.views if base in unaligned]
+        return CallFacts(tuple(unaligned),
                          tuple(name for name, divisible in zip(self.dynamic_sources, key[n:]) if divisible))
+
+    @functools.cached_property
+    def views(self) -> list[tuple[str, str]]:
+        """(view name, tensor parameter name) of the kernel's `T.Tensor(shape, dtype, A.data)` views."""
+        return [(str(v), str(b)) for v, b in ((self.func.attrs or {}).get("tile_nb.views", None) or [])]
 
     def call_facts(self, call_args) -> CallFacts:
         """The CallFacts of a call on `call_args` (runtime arguments then outputs)."""
