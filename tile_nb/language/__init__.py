@@ -28,6 +28,7 @@ from .debug import breakpoint, device_assert, print  # noqa: A004 - the DSL's na
 from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
+from .im2col import im2col
 from .layouts import Fragment, Layout, annotate_layout
 from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
@@ -60,7 +61,7 @@ __all__ = [
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
-    "reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "im2col", "reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "breakpoint", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
     "ws", "get_thread_binding", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "alloc_barrier", "mbarrier_arrive",
     "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
