@@ -188,6 +188,9 @@ def test_bit_kernels_build(arch):
     assert to_bf16.compile(x, torch.empty(1000, dtype=torch.bfloat16), parallel=False, target=arch).cubin
     assert u16_wrap.compile(torch.empty(29, dtype=torch.int32), torch.empty(29, 3, dtype=torch.int32),
                             target=arch).cubin
+    for dt in ("uint32", "uint16"):
+        a = torch.empty(45, dtype=getattr(torch, dt))
+        assert unsigned_ops.compile(a, torch.empty(45, 2, dtype=a.dtype), dt=dt, target=arch).cubin
 
 
 # ---- errors at the user's line -------------------------------------------------------------------------------
@@ -281,3 +284,38 @@ def sub_byte_param(A):
     with pytest.raises(AnnotationError, match="line 4") as info:
         k(torch.zeros(8, dtype=torch.uint8))
     assert "tile_nb has no int4 buffers or values yet" in str(info.value)
+
+
+# ---- uint16 / uint32 buffers: loads, wrapping arithmetic, max, shifts and stores ------------------------------
+
+@tile_nb.jit
+def unsigned_ops(A, B, dt: T.dtype = T.uint32, parallel: bool = True):
+    N = T.dynamic("N")
+    A: T.Tensor[[N], dt]
+    B: T.Tensor[[N, 2], dt]
+    with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+        if parallel:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i, 0] = T.max(A[bx * 32 + i] + dt(1), A[bx * 32 + i] >> dt(1))
+                    B[bx * 32 + i, 1] = (A[bx * 32 + i] << dt(3)) | dt(5)
+        else:
+            for i in T.serial(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i, 0] = T.max(A[bx * 32 + i] + dt(1), A[bx * 32 + i] >> dt(1))
+                    B[bx * 32 + i, 1] = (A[bx * 32 + i] << dt(3)) | dt(5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt,bits", [("uint32", 32), ("uint16", 16)])
+@pytest.mark.parametrize("N,parallel", [(45, True), (1, True), (37, False)])
+def test_unsigned_buffers(device, dt, bits, N, parallel):
+    torch.manual_seed(N + bits)
+    a64 = torch.randint(0, 2 ** bits, (N,), dtype=torch.int64)
+    a64[0] = 2 ** bits - 1                                               # + 1 wraps to 0
+    a = a64.to(getattr(torch, dt)).to(device)
+    b = torch.zeros(N, 2, dtype=getattr(torch, dt), device=device)
+    unsigned_ops(a, b, dt=dt, parallel=parallel)
+    mask = 2 ** bits - 1
+    want = torch.stack((torch.maximum((a64 + 1) & mask, a64 >> 1), ((a64 << 3) & mask) | 5), 1)
+    torch.testing.assert_close(b.cpu().to(torch.int64), want)

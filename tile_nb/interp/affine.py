@@ -112,6 +112,7 @@ def compile_slice_access(comp: Compiler, indices) -> SliceAccess | None:
 
 def store_into(view: torch.Tensor, value, mask) -> bool:
     """Write `value` through the view (under `mask`); False when shapes do not fit (the caller falls back)."""
+    view, value = V.signed_target(view, value)  # uint16/32/64: the same bits through a signed view
     shape = view.shape
     if V.is_tensor(value) and not _fits(value.shape, shape):
         return False

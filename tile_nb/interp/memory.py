@@ -213,6 +213,7 @@ def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: 
     """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space;
     `space` (the loops' whole iteration space) makes an atomic add once per iteration even where neither its index
     nor its value depends on the loop variables."""
+    t, value = V.signed_target(t, value)  # uint16/32/64: the same bits through a signed view
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
     if val.dim() > 0 and val.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():

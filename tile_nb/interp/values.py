@@ -23,6 +23,7 @@ __all__ = [
     "truncmod",
     "vmax",
     "vmin",
+    "signed_target",
     "where",
     "wrap_int",
     "wrap_scalar",
@@ -105,6 +106,20 @@ def wrap_scalar(x: int, dtype: torch.dtype) -> int:
     bits = torch.iinfo(dtype).bits
     x &= (1 << bits) - 1
     return x - (1 << bits) if dtype.is_signed and x >> (bits - 1) else x
+
+
+_SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def signed_target(t: torch.Tensor, value):
+    """(t, value) for a store into `t`: a uint16/32/64 tensor becomes a signed view of the same bits, and the value
+    is wrapped to it (torch's CPU kernels lack index_put, where and copy between those and int64)."""
+    signed = _SIGNED_TWIN.get(t.dtype)
+    if signed is None:
+        return t, value
+    if is_tensor(value):
+        return t.view(signed), wrap_int(value.to(torch.int64), signed)
+    return t.view(signed), wrap_scalar(int(value), signed)
 
 
 def cast(x, dtype: str):
