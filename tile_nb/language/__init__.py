@@ -30,7 +30,7 @@ from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
 from .im2col import im2col
 from .layouts import Fragment, Layout, annotate_layout
-from .loops import Kernel, Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
+from .loops import Kernel, Parallel, get_block_binding, Pipelined, Serial, Unroll, Vectorized, serial, unroll, vectorized
 from .memory import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, clear, copy, empty, fill, make_tensor
 from .sync import (alloc_barrier, barrier_arrive, barrier_wait, fence_proxy_async, get_thread_binding,
                    mbarrier_arrive, mbarrier_wait_parity, tma_copy, wait_wgmma, wgmma_gemm, ws)
@@ -61,7 +61,7 @@ __all__ = [
     "gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
     "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
     "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round",
-    "im2col", "reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+    "get_block_binding", "im2col", "reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
     "clamp", "floordiv", "floormod", "Cast", "print", "device_assert", "breakpoint", "use_swizzle", "GemmWarpPolicy", "disable_warp_group_reg_alloc", "no_set_max_nreg", "annotate_layout", "Layout", "Fragment",
     "ws", "get_thread_binding", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "alloc_barrier", "mbarrier_arrive",
     "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",

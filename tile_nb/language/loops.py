@@ -78,12 +78,27 @@ class Kernel:
             block_vars.append(var)
         tx = self._stack.enter_context(_state.frame(T.launch_thread("threadIdx.x", self.threads)))
         IRBuilder.name("tx", tx)
+        st.block_vars = tuple(block_vars)
         return block_vars[0] if len(block_vars) == 1 else tuple(block_vars)
 
     def __exit__(self, exc_type, exc, tb):
         st = _state.active("T.Kernel")
         st.kernel_open = False
+        st.block_vars = ()
         return self._stack.__exit__(exc_type, exc, tb)
+
+
+def get_block_binding(dim: int = 0):
+    """`T.get_block_binding(dim)`: the open T.Kernel's block index along grid dim `dim` (0: x, the first value
+    `with T.Kernel(...) as (bx, by)` gives; 1: y; 2: z), for helpers and macros that do not receive it. (Block
+    indices are block-level values; thread indices are not: T.get_thread_binding stays refused.)"""
+    st = _state.active("T.get_block_binding")
+    if not st.kernel_open:
+        raise st.error("T.get_block_binding must be called inside `with T.Kernel(...)`")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(st.block_vars):
+        raise st.error(f"T.get_block_binding(dim): dim must be an int from 0 to {len(st.block_vars) - 1} (the kernel's "
+                       f"grid has {len(st.block_vars)} dim{'s' if len(st.block_vars) != 1 else ''}); got {dim!r}")
+    return st.block_vars[dim]
 
 
 class LoopSpec:

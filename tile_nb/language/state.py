@@ -50,6 +50,7 @@ class State:
     allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
     hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
     tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
+    block_vars: tuple = ()  # the open T.Kernel's block indices (blockIdx.x, .y, .z), for T.get_block_binding
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
 
     def record_tile_op(self) -> None:
