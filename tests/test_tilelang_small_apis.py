@@ -209,3 +209,12 @@ def test_get_thread_binding_only_chooses_warp_groups():
     import tile_nb.tilelang.language as TL
 
     assert TL.get_thread_binding is tile_nb.language.get_thread_binding
+
+
+def test_import_source_is_refused_with_the_reason():
+    import tile_nb.tilelang.language as TL
+
+    with pytest.raises(UnsupportedTilelangAPI, match=r"import_source yet \(it adds CUDA C source to the module for "
+                                                     r"T.call_extern to call; the CPU interpreter cannot run"):
+        TL.import_source
+    assert TL.get_block_binding is T.get_block_binding and TL.im2col is T.im2col and TL.int4 == "int4"
