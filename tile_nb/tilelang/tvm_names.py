@@ -16,6 +16,8 @@ TVM's own). Nothing else of TVM changes; `uninstall()` removes exactly what `ins
 """
 from __future__ import annotations
 
+import sys
+
 __all__ = ["install", "uninstall", "installed"]
 
 _added: list[tuple[object, str, object]] = []  # (owner, name, what was there before or _ABSENT)
@@ -51,16 +53,69 @@ def _add(owner, name: str, value) -> None:
 
 
 def installed() -> bool:
-    return bool(_added)
+    return bool(_added) or _pending is not None
+
+
+class _AfterTvmImport:
+    """A meta-path finder that lets `tvm` import as usual, then adds the names (a run whose script never imports
+    TVM does not pay its import time, several seconds)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "tvm":
+            return None
+        import importlib.util
+
+        _drop_pending()
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _ThenAddNames(spec.loader)
+        return spec
+
+
+class _ThenAddNames:
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _add_names()
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+_pending: _AfterTvmImport | None = None
+
+
+def _drop_pending() -> None:
+    global _pending
+    if _pending is not None and _pending in sys.meta_path:
+        sys.meta_path.remove(_pending)
+    _pending = None
 
 
 def install() -> None:
-    """Add tilelang's TVM names to Apache TVM (idempotent)."""
-    if _added:
+    """Add tilelang's TVM names to Apache TVM (idempotent): now if TVM is imported, else right after its import."""
+    global _pending
+    if installed():
         return
+    if "tvm" in sys.modules:
+        _add_names()
+    else:
+        _pending = _AfterTvmImport()
+        sys.meta_path.insert(0, _pending)
+
+
+def _add_names() -> None:
     import tvm.ir
     import tvm.tirx
 
+    if _added:
+        return
     if not hasattr(tvm.tirx, "PrimExpr"):
         _add(tvm.tirx, "PrimExpr", tvm.ir.Expr)
     if "dtype" not in tvm.ir.Expr.__dict__:
@@ -71,7 +126,8 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Remove what install() added, newest first."""
+    """Remove what install() added, newest first (or the pending hook, if TVM was never imported)."""
+    _drop_pending()
     while _added:
         owner, name, before = _added.pop()
         if before is _ABSENT:
