@@ -113,3 +113,24 @@ def test_tile_and_destination_of_different_shapes_are_refused():
 
     with pytest.raises(DSLError, match="have different shapes"):
         bad(torch.zeros(8, 8))
+
+
+def test_tile_atomic_keeps_the_tile_op_lines_in_step():
+    """`tile_nb.tile_op_lines` pairs lines with the T.tile.* calls in order: the tile atomic (a loop of atomicAdd,
+    no T.tile call) must not add one, or every later tile op's error points at the line before it."""
+    @tile_nb.jit
+    def after_atomic(A, C):
+        A: T.Tensor[[16], T.float32]
+        C: T.Tensor[[16], T.float32]
+        with T.Kernel(1, threads=32) as bx:
+            t = T.alloc_fragment((16,), T.float32)
+            s = T.alloc_shared((16,), T.float32)
+            T.copy(A[0], t)
+            T.atomic_add(C[0:16], t)
+            T.copy(A[0], s)
+            T.fill(s, 1.0)
+
+    func = after_atomic.specialize(torch.zeros(16), torch.zeros(16))
+    lines = [int(x) for x in func.attrs["tile_nb.tile_op_lines"]]
+    assert len(lines) == func.script().count("T.tile.") == 3
+    assert lines[1] - lines[0] == 2 and lines[2] - lines[1] == 1    # the copies and the fill, not the atomic

@@ -236,7 +236,7 @@ def _atomic_add_tile(st, dst, value) -> None:
                 cond = tirx.And(cond, g)
             stmt = tirx.IfThenElse(cond, stmt, None)
         T.add_to_parent(stmt)
-    st.record_tile_op()
+    # (no record_tile_op: that list pairs lines with T.tile.* calls in order; this is a loop of calls with spans)
 
 
 def if_then_else(cond, then_value, else_value):
