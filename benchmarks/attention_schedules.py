@@ -60,7 +60,7 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.config:
-        CONFIG.update(zip(("block_M", "block_N", "threads", "num_stages"), (int(x) for x in args.config.split(","))))
+        CONFIG.update(zip(("block_M", "block_N", "threads", "num_stages"), (int(x) for x in args.config.split(",")), strict=True))
     b, h, s = (int(x) for x in args.shape.split(","))
     info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
             "config": CONFIG, "rounds": args.rounds}

@@ -430,7 +430,7 @@ class JITFunction:
         if empty:
             # No block to run (M=0, as torch ops take empty tensors): nothing to launch, as long as no T.empty
             # output would come back unwritten.
-            unwritten = [(name, tuple(t.shape)) for (name, _, _), t in zip(spec.output_shapes, outputs) if t.numel()]
+            unwritten = [(name, tuple(t.shape)) for (name, _, _), t in zip(spec.output_shapes, outputs, strict=True) if t.numel()]
             if unwritten:
                 raise empty_grid_error(self.definition.name, empty,
                                        f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be "
@@ -479,7 +479,7 @@ class JITFunction:
             self._warn_if_not_lowerable(spec)
         on_cpu = [a.cpu() if is_tensor(a) else a for a in call_args]
         interp.run(spec.func, on_cpu)
-        for original, result in zip(call_args, on_cpu):
+        for original, result in zip(call_args, on_cpu, strict=True):
             if is_tensor(original) and original is not result:
                 original.copy_(result)
 

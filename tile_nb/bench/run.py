@@ -136,7 +136,7 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
         device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = device.startswith("cuda") and backend != "cpu"
     do_compile = gpu if compile is None else compile
-    configs = [dict(zip(params, combo)) for combo in itertools.product(*params.values())]
+    configs = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*params.values())]
     name = name or getattr(kernel, "__name__", "kernel")
     result = SweepResult(name, params, gpu=gpu, device_name=device_name(gpu),
                          baseline_name=(baseline_name or callable_name(baseline)) if baseline is not None else None,

@@ -137,7 +137,7 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: float
         fn()
         ends[i].record(stream)
     torch.cuda.synchronize()
-    return _summary([s.elapsed_time(e) for s, e in zip(starts, ends)], "cuda")
+    return _summary([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], "cuda")
 
 
 def _bench_host(fn, warmup_ms, rep_ms, min_runs, max_runs) -> Timing:

@@ -54,7 +54,7 @@ def expand_configs(configs: Any) -> list[dict]:
                 raise ConfigError(f"a configuration grid maps each name to a list of values; '{name}' maps to "
                                   f"{values!r}")
         grid = {k: list(v) for k, v in configs.items()}
-        out = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+        out = [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
     elif isinstance(configs, (list, tuple)):
         out = []
         for i, c in enumerate(configs):

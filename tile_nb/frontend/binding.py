@@ -62,7 +62,8 @@ def bind(definition: KernelDefinition, args, kwargs) -> tuple[dict, dict, dict]:
     if len(args) > len(positional):
         raise ArgumentCountError(f"{name}() takes {len(positional)} positional arguments but {len(args)} were "
                                  "given", **where)
-    values = {p.name: a for p, a in zip(positional, args)}
+    # strict=False: fewer arguments than parameters is fine, the rest come by keyword or default
+    values = {p.name: a for p, a in zip(positional, args, strict=False)}
     extra = {}
     for key, value in kwargs.items():
         if signature.by_name(key) is None:

@@ -31,7 +31,7 @@ def describe_dims(template_param: BufferParam | None, values: tuple) -> str:
     """`(K=512, N)`: the annotation's dims, with the values phase 2 gave them where known."""
     names = [str(d) for d in template_param.annotation.shape] if template_param else [None] * len(values)
     parts = []
-    for name, value in zip(names, values):
+    for name, value in zip(names, values, strict=True):
         if name is None or name == str(value):
             parts.append(str(value) if value is not None else "?")
         elif value is None:
@@ -54,11 +54,11 @@ class TensorExpectation:
     def matches(self, t) -> bool:
         if t.dtype is not self.dtype or len(t.shape) != len(self.shape):
             return False
-        if any(e is not None and e != g for e, g in zip(self.shape, t.shape)):
+        if any(e is not None and e != g for e, g in zip(self.shape, t.shape, strict=True)):
             return False
         if self.strides is None:
             return t.is_contiguous()
-        return all(e is None or e == g for e, g in zip(self.strides, t.stride()))
+        return all(e is None or e == g for e, g in zip(self.strides, t.stride(), strict=True))
 
 
 _SCALAR_TYPES = {"float": ((float, int), "a float or an int"), "int": ((int,), "an int"),
@@ -269,7 +269,7 @@ class Expectations:
                 return DtypeMismatchError(
                     f"{self.kernel_name}() argument '{e.name}' must have dtype {e.param.annotation.dtype}; got "
                     f"{t.dtype}", **where, hint=f"convert it with {e.name}.to({e.dtype})")
-            bad = [i for i, (x, g) in enumerate(zip(e.shape, t.shape)) if x is not None and x != g]
+            bad = [i for i, (x, g) in enumerate(zip(e.shape, t.shape, strict=True)) if x is not None and x != g]
             if bad:
                 return ShapeMismatchError(
                     f"{self.kernel_name}() argument '{e.name}' must have shape "
@@ -281,7 +281,7 @@ class Expectations:
                     f"strides {tuple(t.stride())} for shape {tuple(t.shape)}", **where,
                     hint=f"pass {e.name}.contiguous(), or annotate it as T.StridedTensor")
             if e.strides is not None:
-                bad = [i for i, (x, g) in enumerate(zip(e.strides, t.stride())) if x is not None and x != g]
+                bad = [i for i, (x, g) in enumerate(zip(e.strides, t.stride(), strict=True)) if x is not None and x != g]
                 if bad:
                     return ShapeMismatchError(
                         f"{self.kernel_name}() argument '{e.name}' must have strides {e.strides}; got "

@@ -689,7 +689,7 @@ def _signature_tensor(hooks: Hooks, kernel, param, output: bool = False):
     annotation = param.annotation
     if isinstance(annotation, str):
         fn = kernel.fn
-        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True))
         try:
             annotation = eval(annotation, fn.__globals__, cells)  # noqa: S307 - the user's own annotation text
         except Exception as err:  # noqa: BLE001 - any failure is the annotation's; said with its text

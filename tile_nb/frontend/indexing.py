@@ -24,7 +24,7 @@ def span(shape, strides=None) -> int:
         for n in shape:
             count *= n
         return count
-    return 1 + sum((n - 1) * abs(int(s)) for n, s in zip(shape, strides))
+    return 1 + sum((n - 1) * abs(int(s)) for n, s in zip(shape, strides, strict=True))
 
 
 def tensor_span(t) -> int:

@@ -45,7 +45,7 @@ def record_element(f, slot: int, t: torch.Tensor, kind: int, sliced, index) -> N
                 return
     idx = tuple(i(f) for i in index)
     # out-of-range indices of masked-off iterations are clamped (not counted); an active one is an error anyway
-    idx = tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(int(k), 0), n - 1) for k, n in zip(idx, t.shape))
+    idx = tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(int(k), 0), n - 1) for k, n in zip(idx, t.shape, strict=True))
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     shape = torch.broadcast_shapes(*(p.shape for p in parts), *(() if f.mask is None else (f.mask.shape,)))
     parts = [p.expand(shape) for p in parts]
@@ -64,7 +64,8 @@ class _Trace:
     """The block to record, and the masks recorded so far (slot -> (read, written))."""
 
     def __init__(self, block: tuple):
-        self.block = dict(zip("xyz", block))
+        # strict=False: a block index of 1 to 3 dims
+        self.block = dict(zip("xyz", block, strict=False))
         self.masks: dict = {}
 
     def active(self, current: dict) -> dict | None:
@@ -93,7 +94,7 @@ def access_map(func, args: list, block=0, *, threads: int | None = 1) -> dict[st
     trace = _Trace(ids)
     run_program(program, list(args), threads, trace)
     out = {}
-    for p, t in zip(program.params, args):
+    for p, t in zip(program.params, args, strict=True):
         if not isinstance(p, BufferParam):
             continue
         read, written = trace.masks.get(p.slot, (None, None))

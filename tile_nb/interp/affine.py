@@ -62,7 +62,7 @@ class SliceAccess:
     def view(self, f, t: torch.Tensor):
         """The accessed elements as a view in parallel layout, or None if some index is out of range."""
         index = []
-        for (slot, offsets), size in zip(self.dims, t.shape):
+        for (slot, offsets), size in zip(self.dims, t.shape, strict=True):
             off = 0
             for sign, fn in offsets:
                 v = fn(f)
@@ -133,7 +133,7 @@ def _fits(small, shape) -> bool:
     """Whether `small` broadcasts to exactly `shape` (torch.broadcast_shapes is slow for this hot path)."""
     if len(small) > len(shape):
         return False
-    return all(a == 1 or a == b for a, b in zip(reversed(small), reversed(shape)))
+    return all(a == 1 or a == b for a, b in zip(reversed(small), reversed(shape), strict=False))
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -98,22 +98,22 @@ def _print_tile(comp: Compiler, node):
         t = f.vals[slot]
         lo = [int(i(f)) for i in index]
         ext = [int(e(f)) for e in extents]
-        if any(a < 0 or a + n > d for a, n, d in zip(lo, ext, t.shape)):
+        if any(a < 0 or a + n > d for a, n, d in zip(lo, ext, t.shape, strict=True)):
             raise InterpreterError(f"T.print of '{buf.name}' region starting at {lo} with extents {ext} is out of "
                                    f"the buffer's shape {tuple(t.shape)}", location)
         m = written.mask_of(f.written, slot, t)
-        found = written.region_unwritten(m, tuple(slice(a, a + n) for a, n in zip(lo, ext)))
+        found = written.region_unwritten(m, tuple(slice(a, a + n) for a, n in zip(lo, ext, strict=True)))
         if found is not None:  # the GPU would print garbage
             written.raise_region(buf, lo, ext, t.shape, found, "T.print", location, f.block_ids())
         sys.stdout.write("".join(tile_lines(prefix(line, block, thread), label, buf.name, dtype, lo,
-                                            t[tuple(slice(a, a + n) for a, n in zip(lo, ext))])))
+                                            t[tuple(slice(a, a + n) for a, n in zip(lo, ext, strict=True))])))
         return 0
     return run
 
 
 def tile_lines(head: str, label: str, name: str, dtype: str, lo: list[int], tile: torch.Tensor):
     """The header and the rows of a printed tile (rows split every ROW_CHUNK values), each ending in a newline."""
-    region = ", ".join(f"{a}:{a + n}" for a, n in zip(lo, tile.shape))
+    region = ", ".join(f"{a}:{a + n}" for a, n in zip(lo, tile.shape, strict=True))
     yield f"{head}{label + ': ' if label else ''}{name}[{region}] {dtype}\n"
     width = tile.shape[-1]
     rows = tile.reshape(-1, width) if tile.numel() else tile.reshape(0, width)

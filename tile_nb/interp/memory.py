@@ -29,7 +29,7 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
         raise InterpreterError(f"buffer '{comp.buffers[slot].name}' of rank {t.dim()} indexed with "
                                f"{len(idx)} indices", location)
     bad = None
-    for k, n in zip(idx, t.shape):
+    for k, n in zip(idx, t.shape, strict=True):
         if V.is_tensor(k):
             out = (k < 0) | (k >= n)
             bad = out if bad is None else bad | out
@@ -46,7 +46,7 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
     if bool(bad.any()):
         _raise_oob(comp, f, slot, t, idx, bad, location, loops)
     # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
-    return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape))
+    return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape, strict=True))
 
 
 def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, location, loops=()):
@@ -323,9 +323,9 @@ class Region:
             starts = [int(r.min.value) for r in region.region]
             exts = [int(r.extent.value) for r in region.region]
             shape = [int(d.value) for d in self.buffer.shape]
-            if len(shape) == rank and all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, shape)):
+            if len(shape) == rank and all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, shape, strict=True)):
                 whole = starts == [0] * rank and exts == shape
-                self._fixed = (starts, exts, None if whole else tuple(slice(s, s + e) for s, e in zip(starts, exts)))
+                self._fixed = (starts, exts, None if whole else tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True)))
 
     def resolve(self, f):
         if self._fixed is not None:
@@ -347,10 +347,10 @@ class Region:
         self.mark(f, self._fixed[2])
 
     def _inside(self, t, starts, exts) -> bool:
-        return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape))
+        return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape, strict=True))
 
     def _oob(self, f, t, starts, exts):
-        index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts))
+        index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts, strict=True))
         raise OutOfBoundsError(self.name, index, tuple(t.shape), self.location, f.block_ids(), what="region")
 
     def unwritten_possible(self, f) -> bool:
@@ -370,7 +370,7 @@ class Region:
             starts, exts, index = self._fixed
         else:
             _, starts, exts = self.resolve(f)
-            index = tuple(slice(s, s + e) for s, e in zip(starts, exts))
+            index = tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))
         found = written.region_unwritten(m, index, need)
         if found is not None:
             written.raise_region(self.buffer, starts, exts, m.shape, found, self.op, self.location, f.block_ids())
@@ -409,7 +409,7 @@ class Region:
         if self._inside(t, starts, exts):
             if check:
                 self.check(f)
-            return t[tuple(slice(s, s + e) for s, e in zip(starts, exts))]
+            return t[tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))]
         if not self.guarded:
             self._oob(f, t, starts, exts)
         out = torch.zeros(exts, dtype=t.dtype)
@@ -433,7 +433,7 @@ class Region:
             return
         t, starts, exts = self.resolve(f)
         if self._inside(t, starts, exts):
-            index = tuple(slice(s, s + e) for s, e in zip(starts, exts))
+            index = tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))
             t[index] = value
             if not self.guarded:
                 self.mark(f, None if list(exts) == list(t.shape) else index)
@@ -451,7 +451,7 @@ class Region:
 def clip(shape, starts, exts):
     """Slices of the in-range part: (in the buffer, in the region), or (None, None) when nothing is in range."""
     src, dst = [], []
-    for s, e, n in zip(starts, exts, shape):
+    for s, e, n in zip(starts, exts, shape, strict=True):
         lo, hi = max(s, 0), min(s + e, n)
         if lo >= hi:
             return None, None

@@ -54,7 +54,7 @@ class Program:
         if check_uninit:
             f.written = [None] * self.nslots
         f.trace = trace
-        for p, a in zip(self.params, args):
+        for p, a in zip(self.params, args, strict=True):
             p.bind(f, a, self.name)
         for p in self.params:
             p.check(f, self.name)

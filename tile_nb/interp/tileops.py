@@ -53,7 +53,7 @@ def _in_range(shape, starts, exts, src_shape) -> torch.Tensor | None:
     """Which elements of a copy's source land inside a global destination (those past its edge are not stored on
     the GPU, so they need not have been written), shaped as the source region; None when all of them do."""
     src, dst = clip(shape, starts, exts)
-    if src is not None and all(s.stop - s.start == e for s, e in zip(src, exts)):
+    if src is not None and all(s.stop - s.start == e for s, e in zip(src, exts, strict=True)):
         return None
     need = torch.zeros(exts, dtype=torch.bool)
     if dst is not None:

@@ -100,7 +100,7 @@ def region_unwritten(m, index, need: torch.Tensor | None = None) -> tuple[int, t
 def raise_region(buf, starts, exts, shape, found, op: str, location, block):
     """Raise for a tile op that reads a region of `buf` (starts/extents) with `found` = region_unwritten(...)."""
     count, rel = found
-    region = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts))
-    element = tuple(s + r for s, r in zip(starts, rel))
+    region = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts, strict=True))
+    element = tuple(s + r for s, r in zip(starts, rel, strict=True))
     raise UninitializedReadError(buf.name, element, tuple(shape), buf.scope(), location, block, op=op,
                                  region=region, count=count)

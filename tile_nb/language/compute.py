@@ -84,7 +84,7 @@ def _reduce(op_name: str, src, dst, dim: int, clear: bool, absolute: bool = Fals
     got = [_static(r.extent) for r in rd.region]
     if not want and all(g == 1 for g in got):
         want = got  # a 1-d source reduces to one value: a [1] (or [1, 1]) destination holds it (tilelang's form)
-    if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got)):
+    if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got, strict=True)):
         raise st.error(f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
                        f"gives {want}, but the destination is {got}")
     config = {"absolute": 1} if absolute else {}  # abs-max: `T.tile.max(..., absolute=1)` (docs/IR.md)
@@ -158,7 +158,7 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
         raise st.error(f"T.cumsum: dim must be an int in [{-rank}, {rank}) for a {rank}-d tile; got {dim!r}")
     axis = dim + rank if dim < 0 else dim
     dshape = [_static(r.extent) for r in rd.region]
-    if len(dshape) != rank or any(None not in (a, b) and a != b for a, b in zip(shape, dshape)):
+    if len(dshape) != rank or any(None not in (a, b) and a != b for a, b in zip(shape, dshape, strict=True)):
         raise st.error(f"T.cumsum: dst {rd.source.name}{dshape} must have the shape of src {rs.source.name}{shape}")
     if not isinstance(reverse, (bool, int)):
         raise st.error(f"T.cumsum: reverse must be a Python bool; got {reverse!r}")
@@ -219,14 +219,14 @@ def _atomic_add_tile(st, dst, value) -> None:
         loop_vars = loop_vars if isinstance(loop_vars, tuple) else (loop_vars,)
         dst_index = list(dst_min)
         guards = []
-        for d, v, e in zip(walks, loop_vars, extents):
+        for d, v, e in zip(walks, loop_vars, extents, strict=True):
             if d is None:
                 continue
             dst_index[d] = dst_min[d] + v
             start, size, bound = _static(dst_min[d]), _static(e), _static(dst_buf.shape[d])
             if None in (start, size, bound) or start + size > bound:  # a tile past the edge of C: not written
                 guards.append(dst_index[d] < dst_buf.shape[d])
-        src_index = [m + v for m, v in zip(src_min, loop_vars)]
+        src_index = [m + v for m, v in zip(src_min, loop_vars, strict=True)]
         call = tirx.call_extern(dst_buf.dtype, "atomicAdd", tirx.address_of(dst_buf[tuple(dst_index)]),
                                 as_expr(src_buf[tuple(src_index)], dst_buf.dtype))
         stmt = tirx.Evaluate(call, st.span())

@@ -72,7 +72,8 @@ class Kernel:
         st.threads = self.threads
         self._stack = contextlib.ExitStack()
         block_vars = []
-        for tag, extent, name in zip(_BLOCK_TAGS, self.grid, self.names):
+        # strict=False: a grid of 1 to 3 dims takes that many of the three block tags
+        for tag, extent, name in zip(_BLOCK_TAGS, self.grid, self.names, strict=False):
             var = self._stack.enter_context(_state.frame(T.launch_thread(tag, extent)))
             IRBuilder.name(name, var)
             block_vars.append(var)

@@ -110,7 +110,7 @@ def region_of(x, extents=None, what: str = "T.copy"):
         if sizes is None:
             raise st.error(f"{what}: a tile of shape {list(extents)} cannot start at a {len(indices)}-d corner of "
                            f"'{x.source.name}'", hint="give the region as a slice, e.g. A[i:i + m, j:j + n]")
-        return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes))]
+        return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes, strict=True))]
     raise st.error(f"{what}: expected a buffer, a slice `A[a:b, ...]` or a start corner `A[i, j]`; got {x!r}")
 
 

@@ -27,7 +27,7 @@ def _box(mask: torch.Tensor) -> str:
     """`[32:50, 0:40]`: the bounding box of the true elements."""
     idx = mask.nonzero()
     lo, hi = idx.min(0).values.tolist(), idx.max(0).values.tolist()
-    return "[" + ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi)) + "]"
+    return "[" + ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi, strict=True)) + "]"
 
 
 def _as_2d(t: torch.Tensor) -> torch.Tensor:
@@ -52,14 +52,15 @@ def access_png(maps: dict, title: str = "") -> bytes:
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(len(names), 1), squeeze=False)[0]
     cmap = ListedColormap(_COLORS)
-    for ax, name in zip(axes, names):
+    # strict=False: one (empty) axis is drawn when there is no buffer
+    for ax, name in zip(axes, names, strict=False):
         m = maps[name]
         code = _as_2d(m.read.to(torch.int8) + 2 * m.written.to(torch.int8))
         ax.imshow(code.numpy(), cmap=cmap, vmin=0, vmax=3, interpolation="nearest", aspect="auto")
         shape = "x".join(str(d) for d in m.read.shape)
         ax.set_title(f"{name} [{shape}]", fontsize=9)
         ax.tick_params(labelsize=7)
-    fig.legend(handles=[Patch(color=c, label=label) for c, label in zip(_COLORS, _LABELS)], loc="lower center",
+    fig.legend(handles=[Patch(color=c, label=label) for c, label in zip(_COLORS, _LABELS, strict=True)], loc="lower center",
                ncol=4, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -93,7 +93,7 @@ def _run(kernel, args: tuple, kwargs: dict, cpu: bool):
         return kernel(*args, backend="cpu", **kwargs), "cpu"
     cpu_args = tuple(a.cpu() if _is_tensor(a) else a for a in args)
     out = kernel(*cpu_args, **kwargs)
-    for original, copy in zip(args, cpu_args):
+    for original, copy in zip(args, cpu_args, strict=True):
         if _is_tensor(original):
             original.copy_(copy)
     return out, "cpu"

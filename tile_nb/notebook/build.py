@@ -91,8 +91,9 @@ def _shape_pairs(template_func, specialized_func):
         t_ty, s_ty = _buffer_type(p), _buffer_type(other) if other is not None else None
         if t_ty is None or s_ty is None:
             continue
-        yield from zip(list(t_ty.shape), list(s_ty.shape))
-        yield from zip(list(t_ty.strides or []), list(s_ty.strides or []))
+        yield from zip(list(t_ty.shape), list(s_ty.shape), strict=True)
+        # strict=False: one side may have no strides (row-major)
+        yield from zip(list(t_ty.strides or []), list(s_ty.strides or []), strict=False)
 
 
 def const_values(template_func, specialized_func, given: dict | None = None) -> tuple[dict[str, int], list[str]]:
@@ -129,7 +130,7 @@ def tensor_device(values) -> str:
 def max_abs_err(actual, expected) -> float:
     """Largest absolute difference between two tensors (or tuples of tensors), computed in float64."""
     if isinstance(actual, (tuple, list)):
-        return max((max_abs_err(a, e) for a, e in zip(actual, expected)), default=0.0)
+        return max((max_abs_err(a, e) for a, e in zip(actual, expected, strict=True)), default=0.0)
     import torch
 
     actual = torch.as_tensor(actual).detach().to("cpu", torch.float64)

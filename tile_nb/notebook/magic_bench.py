@@ -71,7 +71,8 @@ def _baseline(code, namespace: dict, names: list[str]):
         return None
 
     def baseline(*args):
-        return eval(code, namespace, dict(zip(names, args)))
+        # strict=False: arguments past the runtime parameters have no name here
+        return eval(code, namespace, dict(zip(names, args, strict=False)))
 
     return baseline
 
@@ -86,7 +87,8 @@ def bench_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: 
     if args is None:
         args = make_inputs(kernel, **kwargs)
     names = _input_names(kernel)
-    values = {**(consts or {}), **dict(zip(names, args)), **kwargs}
+    # strict=False: arguments past the runtime parameters have no name here
+    values = {**(consts or {}), **dict(zip(names, args, strict=False)), **kwargs}
     flops = _work(flops_code, namespace, values)
     nbytes = _work(bytes_code, namespace, values)
     baseline = _baseline(base_code, namespace, names)

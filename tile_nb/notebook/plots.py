@@ -72,7 +72,7 @@ def sweep_png(view, x: str | None = None) -> bytes:
                 values = [(p.tflops if rate == "TFLOP/s" else p.gbps) or 0 for p in good]
                 thr.plot(gx, values, "o-", color=None if len(series) > 1 else _KERNEL, label=view.name + suffix, ms=4)
         based = [p for p in good if p.baseline_timing is not None]
-        drawn = tuple((x_, p.baseline_timing.median_ms) for x_, p in zip(xs(based), based))
+        drawn = tuple((x_, p.baseline_timing.median_ms) for x_, p in zip(xs(based), based, strict=True))
         if based and drawn not in drawn_baselines:  # a baseline independent of the series is drawn once
             drawn_baselines.add(drawn)
             suffix = suffix if len(drawn_baselines) > 1 or len(series) == 1 else ""

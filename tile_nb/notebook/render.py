@@ -85,7 +85,7 @@ def _pre(lines: list[str], tints: list[str] | None = None, style: str = _PRE) ->
     if tints is None:
         tints = [""] * len(lines)
     body = "".join(f'<div style="{tint}">{line or " "}</div>' if tint else f"<div>{line or ' '}</div>"
-                   for line, tint in zip(lines, tints))
+                   for line, tint in zip(lines, tints, strict=True))
     return f'<pre style="{style}">{body}</pre>'
 
 

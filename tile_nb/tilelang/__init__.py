@@ -106,7 +106,8 @@ class JITKernel:
         self._kwargs = {k: v for k, v in kwargs.items() if not _runtime_placeholder(v)}
         names = [p.name for p in inspect.signature(fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        for name, value in zip(names, args):
+        # strict=False: compile() may be given fewer arguments than the function has
+        for name, value in zip(names, args, strict=False):
             if not hasattr(value, "data_ptr") and not _runtime_placeholder(value):
                 self._kwargs.setdefault(name, value)
 

@@ -105,7 +105,7 @@ def _expand(configs) -> list[dict]:
     """A list of dicts, from a list of dicts or a grid {name: [values]}."""
     if isinstance(configs, dict):
         names = list(configs)
-        return [dict(zip(names, values)) for values in itertools.product(*(configs[n] for n in names))]
+        return [dict(zip(names, values, strict=True)) for values in itertools.product(*(configs[n] for n in names))]
     configs = list(configs or [])
     for c in configs:
         if not isinstance(c, dict):
@@ -150,7 +150,7 @@ def _check(outputs, reference, profile: dict) -> str | None:
         return "the kernel returned no outputs to compare with ref_prog (return them, or use out_idx=)"
     if len(got) != len(want):
         return f"the kernel returned {len(got)} outputs, ref_prog {len(want)}"
-    for i, (a, e) in enumerate(zip(got, want)):
+    for i, (a, e) in enumerate(zip(got, want, strict=True)):
         try:
             torch_assert_close(a, e, rtol=profile["rtol"], atol=profile["atol"],
                                max_mismatched_ratio=profile["max_mismatched_ratio"], check_dtype=False,

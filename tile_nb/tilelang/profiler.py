@@ -92,7 +92,7 @@ class Profiler:
         actual, expected = as_list(actual), as_list(expected)
         assert len(actual) == len(expected), \
             f"the kernel returned {len(actual)} outputs, the reference {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             a64, e64 = a.detach().to("cpu", torch.float64), torch.as_tensor(e).detach().to("cpu", torch.float64)
             record_error(a64, e64)
             bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)

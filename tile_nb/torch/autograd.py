@@ -169,9 +169,9 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
     n_inputs = len(entry.runtime_names)
 
     def setup_context(ctx, inputs, output):
-        values = dict(zip(entry.runtime_names, inputs))
+        values = dict(zip(entry.runtime_names, inputs, strict=True))
         outs = output if isinstance(output, tuple) else (output,)
-        values.update(zip(out_names, outs))
+        values.update(zip(out_names, outs, strict=True))
         ctx.save_for_backward(*[values[n] for n in saved_tensors])
         ctx.tile_nb_scalars = {n: values[n] for n in scalar_names}
         ctx.tile_nb_outputs = [(o.shape, o.dtype, o.device) for o in outs]  # a None gradient becomes zeros
@@ -193,7 +193,7 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
         result = bwd_op(**kwargs, **static)
         result = result if isinstance(result, tuple) else (result,)
         out: list = [None] * n_inputs
-        for slot, g in zip(slots, result):
+        for slot, g in zip(slots, result, strict=True):
             out[slot] = g
         return tuple(out)
 

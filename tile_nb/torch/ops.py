@@ -144,14 +144,14 @@ class OpEntry:
         if self.positional:
             result = self.caller(*runtime, **self.static)
         else:
-            result = self.caller(**dict(zip(self.runtime_names, runtime)), **self.static)
+            result = self.caller(**dict(zip(self.runtime_names, runtime, strict=True)), **self.static)
         return result
 
     def fake(self, *runtime):
         """Outputs of the right shapes, dtypes and device, from the template (sizes may be symbolic)."""
         import torch
 
-        values = dict(zip(self.runtime_names, runtime))
+        values = dict(zip(self.runtime_names, runtime, strict=True))
         env = _const_env(self, values)
         device = next((values[n].device for n in self.tensor_names), torch.device("cpu"))
         outs = []
@@ -551,7 +551,7 @@ def _impl_of(entry: OpEntry):
             if entry.positional:
                 result = kernel(*runtime, **static)
             else:
-                result = kernel(**dict(zip(names, runtime)), **static)
+                result = kernel(**dict(zip(names, runtime, strict=True)), **static)
             for i in written:
                 bump(runtime[i])
             return result
