@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--config", default=None, help="block_M,block_N,threads,num_stages (default: %s)" % CONFIG)
+    ap.add_argument("--config", default=None, help=f"block_M,block_N,threads,num_stages (default: {CONFIG})")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.config:

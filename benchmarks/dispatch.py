@@ -12,8 +12,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import tile_nb  # noqa: E402
 from kernels.seed import gemm  # noqa: E402
+
+import tile_nb  # noqa: E402
 
 
 def elaboration_ms(repeats: int = 30) -> tuple[float, float]:

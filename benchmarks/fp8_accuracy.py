@@ -17,8 +17,9 @@ import torch
 
 ROOT = __file__.rsplit("/benchmarks/", 1)[0]
 sys.path[:0] = [ROOT, ROOT + "/tests"]
-import tile_nb.language as T  # noqa: E402
 from kernels.seed import gemm_fp8  # noqa: E402
+
+import tile_nb.language as T  # noqa: E402
 
 
 def main():

@@ -27,9 +27,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import tile_nb  # noqa: E402
 from kernels.seed import gemm, gemm_variant  # noqa: E402
 from launch import per_call_us  # noqa: E402  (benchmarks/launch.py: N calls, one synchronisation)
+
+import tile_nb  # noqa: E402
 
 
 def gpu_us_per_launch(fn, n=200):

@@ -23,10 +23,11 @@ import torch
 ROOT = __file__.rsplit("/benchmarks/", 1)[0]
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-import tile_nb  # noqa: E402
-import tile_nb.language as T  # noqa: E402
 from kernels import reference  # noqa: E402  FlashAttention forward and friends, as tests/kernels has them
 from kernels.seed import gemm  # noqa: E402  the seed GEMM exactly as the feature discussion writes it
+
+import tile_nb  # noqa: E402
+import tile_nb.language as T  # noqa: E402
 from tile_nb import interp  # noqa: E402
 
 

@@ -15,6 +15,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from kernels.seed import gemm_ir  # noqa: E402
+
 from tile_nb.runtime import compile as rt_compile  # noqa: E402
 
 BIG = {"block_N": 256, "block_K": 64, "threads": 256}

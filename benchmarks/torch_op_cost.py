@@ -25,10 +25,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from kernels.seed import gemm  # noqa: E402
+
 import tile_nb  # noqa: E402
 import tile_nb.language as T  # noqa: E402
 import tile_nb.torch as tt  # noqa: E402
-from kernels.seed import gemm  # noqa: E402
 
 
 @tile_nb.jit

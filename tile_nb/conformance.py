@@ -67,7 +67,7 @@ _SYMPTOMS = (
 )
 
 
-def _infer_missing(case: "Case") -> str | None:
+def _infer_missing(case: Case) -> str | None:
     if case.missing or case.status not in ("error", "fail"):
         return case.missing
     try:

@@ -16,8 +16,9 @@ import contextlib
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import cuda_compile
 from .cuda_compile import CubinResult

@@ -9,7 +9,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from ..errors import ArgumentCountError, ArgumentError, MissingConstError, RankMismatchError, UnhashableArgumentError
+from ..errors import (
+    ArgumentCountError,
+    ArgumentError,
+    MissingConstError,
+    RankMismatchError,
+    UnhashableArgumentError,
+)
 from .checks import check_const_value, check_tensor_kind, const_where
 from .elaborate import Elaboration
 from .kernel import KernelDefinition

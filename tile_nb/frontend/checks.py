@@ -8,9 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (ArgumentError, ConstValueError, DeviceMismatchError, DtypeMismatchError, EmptyGridError,
-                      NotContiguousError, RankMismatchError, RequiresGradError, ShapeMismatchError,
-                      UnsupportedTensorError)
+from ..errors import (
+    ArgumentError,
+    ConstValueError,
+    DeviceMismatchError,
+    DtypeMismatchError,
+    EmptyGridError,
+    NotContiguousError,
+    RankMismatchError,
+    RequiresGradError,
+    ShapeMismatchError,
+    UnsupportedTensorError,
+)
 from ..language.dtypes import torch_dtype
 from .elaborate import BufferParam, Elaboration, ScalarParam
 from .indexing import INDEX_LIMIT, tensor_span
@@ -456,7 +465,7 @@ def dynamic_grid(func) -> tuple:
     return tuple((tag, extent) for tag, extent in launch_grid(func).items() if not isinstance(extent, tirx.IntImm))
 
 
-def empty_at_call(expectations: "Expectations", dynamic_values: dict) -> tuple[str, ...]:
+def empty_at_call(expectations: Expectations, dynamic_values: dict) -> tuple[str, ...]:
     """`blockIdx.x = (N + 127) // 128 = 0` for each grid extent over T.dynamic dims that these values make 0."""
     from .shapes import evaluate
 

@@ -358,7 +358,7 @@ class Environment:
         self._evaluate = _evaluator(reads, fn.__globals__, fn)
 
     @classmethod
-    def of_kernel(cls, definition) -> "Environment":
+    def of_kernel(cls, definition) -> Environment:
         """The environment of a `KernelDefinition`: its body's reads, its function's globals and cells."""
         fn, source = definition.fn, definition.source
         arguments = source.tree.args

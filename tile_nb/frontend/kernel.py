@@ -23,7 +23,7 @@ class KernelDefinition:
     factory: types.FunctionType
 
     @classmethod
-    def from_function(cls, fn, out_idx=None) -> "KernelDefinition":
+    def from_function(cls, fn, out_idx=None) -> KernelDefinition:
         """`out_idx`: the positions of signature tensors that are outputs (allocated by the call, returned)."""
         source = get_source(fn)
         signature = analyze_signature(fn, source, out_idx)

@@ -34,8 +34,8 @@ def format_value(value, dtype: str) -> str:
     if V.is_tensor(value):
         value = value.item()
     if dtype.startswith(("float", "bfloat")):
-        return "%g" % float(value)
-    return "%d" % int(value)
+        return f"{float(value):g}"
+    return f"{int(value):d}"
 
 
 def _ints(args) -> list[int]:

@@ -55,7 +55,7 @@ class Kernel:
         self.names = ["bx", "by", "bz"][: len(grid)]
         self._stack: contextlib.ExitStack | None = None
 
-    def with_names(self, names) -> "Kernel":
+    def with_names(self, names) -> Kernel:
         """Called by the front end with the `as (...)` target names, so the IR uses them."""
         if names and len(names) == len(self.grid):
             self.names = list(names)

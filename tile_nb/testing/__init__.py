@@ -48,7 +48,7 @@ def sanitize_patterns(path: str | Path = SANITIZE_FILE) -> list[tuple[str, str]]
     return pairs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_device() -> str | None:
     """The name of the CUDA device torch sees (device 0), or None: no torch, no CUDA build, no device, or
     CUDA_VISIBLE_DEVICES hiding them. Memoized; never raises."""

@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._support import UnsupportedTilelangAPI, forwarding_getattr, unsupported
 from .profiler import TensorSupplyType

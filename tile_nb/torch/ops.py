@@ -606,7 +606,7 @@ def _fake_of(entry: OpEntry):
     return fake
 
 
-_ops: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def op(kernel) -> KernelOp:
