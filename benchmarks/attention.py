@@ -4,7 +4,8 @@ torch.nn.functional.scaled_dot_product_attention on the same inputs, same run, s
     python benchmarks/attention.py [--shapes 4,32,4096 1,32,16384] [--dims 64 128] [--rounds 3] [--out r.json]
 
 TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA first (max abs error).
-tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations (CONFIGS; --all-configs for more).
+tile_nb is the best of a few (block_M, block_N, threads, num_stages) configurations
+(CONFIGS; --all-configs for more).
 
 Beside SDPA: a plain Triton FlashAttention forward (benchmarks/triton_attention.py), the best of its few
 CONFIGS that compiles and agrees with SDPA to 1e-2; "x Triton" is tile_nb's speed over it. Without Triton
@@ -43,8 +44,9 @@ except Exception as exc:  # noqa: BLE001 - ImportError, or a Triton install that
 TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configuration is not timed
 
 # Two or three consumer warpgroups (threads=256 / 384: K and V by TMA from a producer warp(group) where the
-# registers allow, cp.async where two CTAs share an SM) over 128- or 192-row Q tiles: the configurations that won
-# a case in the runs of benchmarks/results/attention.md, and 192x128 (FlashAttention-3's head-dim-64 tiles).
+# registers allow, cp.async where two CTAs share an SM) over 128- or 192-row Q tiles: the
+# configurations that won a case in the runs of benchmarks/results/attention.md, and 192x128
+# (FlashAttention-3's head-dim-64 tiles).
 CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=3, threads=256),
            dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384),
            dict(block_M=192, block_N=128, num_stages=3, threads=384)]
@@ -80,9 +82,9 @@ def bench_triton(q, k, v, causal: bool, expected):
 
 def _settle(row: dict, rounds: int, flop: float, ours: list, sdpa, triton) -> None:
     """Re-time the search's finalists (`ours`: (config, fn) of the configurations within 5% of its best: one
-    timing cannot tell them apart) against SDPA (and Triton's best) in interleaved rounds. The finalist with the
-    lowest median of round medians becomes the row's configuration; the row's figures become those medians, the
-    search's own figures stay under `search_*`."""
+    timing cannot tell them apart) against SDPA (and Triton's best) in interleaved rounds. The finalist with
+    the lowest median of round medians becomes the row's configuration; the row's figures become those
+    medians, the search's own figures stay under `search_*`."""
     fns = {f"tile_nb {i}": fn for i, (_, fn) in enumerate(ours)} | {"sdpa": sdpa}
     fns |= {"triton": triton} if triton is not None else {}
     times = {name: [] for name in fns}

@@ -1,12 +1,13 @@
-"""Grouped-query FlashAttention forward: `flash_attention_gqa` of tests/kernels/reference.py (unchanged source: HK
-KV heads shared by H query heads, a T.dynamic sequence length, fp16 or bf16) vs
-torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True) on the same inputs, same run, same timing.
+"""Grouped-query FlashAttention forward: `flash_attention_gqa` of tests/kernels/reference.py
+(unchanged source: HK KV heads shared by H query heads, a T.dynamic sequence length, fp16 or
+bf16) vs torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True) on the same
+inputs, same run, same timing.
 
     python benchmarks/attention_gqa.py [--shapes 1,32,8,8192 4,32,8,4096] [--dims 128 64] [--dtypes fp16 bf16]
                                        [--out r.json]
 
-A shape is B,H,HK,S. TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA first
-(max abs error). tile_nb is the best of benchmarks/attention.py's CONFIGS.
+A shape is B,H,HK,S. TFLOP/s = 4 B H S^2 D / time (halved for causal). Each output is checked against SDPA
+first (max abs error). tile_nb is the best of benchmarks/attention.py's CONFIGS.
 """
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
-"""What each schedule of the FlashAttention loop brings: the same kernel and configuration compiled with lowering
-switches on and off, timed in interleaved rounds (one round times every variant once; median of the rounds), so
-that drifting clocks and power caps hit every variant alike.
+"""What each schedule of the FlashAttention loop brings: the same kernel and configuration compiled with
+lowering switches on and off, timed in interleaved rounds (one round times every variant once; median of the
+rounds), so that drifting clocks and power caps hit every variant alike.
 
     python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7] [--variants default ...]
                                              [--out r.json]
 
-Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default, the loop in order (no
-softmax/MMA overlap, TILE_NB_SOFTMAX_OVERLAP=0), ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA
+Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default, the loop in order
+(no softmax/MMA overlap, TILE_NB_SOFTMAX_OVERLAP=0), ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA
 (TILE_NB_TMA=0), TMA wherever legal (TILE_NB_TMA=1), causal CTAs heaviest first in groups of heads
 (TILE_NB_HEAVY_FIRST=1, the default) or in launch order (TILE_NB_HEAVY_FIRST=0), TMA loads issued by
 the first consumer thread instead of a producer warp (TILE_NB_PRODUCER_WARP=0). Each variant is its
-own `tile_nb.jit` of the reference kernel, compiled under its switches at its first call (the JIT keeps one kernel
-per call).
+own `tile_nb.jit` of the reference kernel, compiled under its switches at its first call (the JIT keeps one
+kernel per call).
 """
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 
 def compiled_variant(switches: dict, *args, **kwargs):
-    """A fresh JIT of the reference kernel with the lowering options `switches` spell (TILE_NB_* variables, read
-    as tile_nb.LoweringOptions fields: the kernel's own options), called once on these arguments, and the pipeline
-    note of the kernel compiled then."""
+    """A fresh JIT of the reference kernel with the lowering options `switches` spell (TILE_NB_* variables,
+    read as tile_nb.LoweringOptions fields: the kernel's own options), called once on these arguments, and the
+    pipeline note of the kernel compiled then."""
     kernel = tile_nb.jit(ref.flash_attention.fn, options=tile_nb.LoweringOptions.from_environment(switches))
     kernel(*args, **kwargs)
     torch.cuda.synchronize()

@@ -3,10 +3,11 @@
     python benchmarks/compile.py [--repeat 3] [--json out.json]
 
 Every measurement runs in its own Python process, so nothing but the disk cache carries over:
-- cold (NVRTC) / cold (nvcc): empty cache folder; the time of the first `gemm.compile(...)` call (elaborate, lower,
-  TVM codegen, cubin, export of module.so where a GPU is present, cache write). `import tvm` / `import tile_nb`
-  happen before the clock starts and are reported on their own.
-- warm process: a second, different specialization compiled in the same process (one-time TVM set-up excluded).
+- cold (NVRTC) / cold (nvcc): empty cache folder; the time of the first `gemm.compile(...)` call (elaborate,
+  lower, TVM codegen, cubin, export of module.so where a GPU is present, cache write). `import tvm` /
+  `import tile_nb` happen before the clock starts and are reported on their own.
+- warm process: a second, different specialization compiled in the same
+  process (one-time TVM set-up excluded).
 - disk hit: a new process over the cache the cold run left; the time of the same `gemm.compile(...)` call.
 On a machine with a GPU each process also launches the kernel once and checks it against torch.matmul.
 Targets (issue 3): cold compile <= 1.5 s, disk-cache hit in a new process <= 50 ms.

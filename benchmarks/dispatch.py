@@ -1,5 +1,6 @@
-"""Front-end costs of the seed GEMM: phase 1 + phase 2 elaboration, and the Python cost of a cached call up to the
-launch (argument binding, const reading, cache lookup, argument checks), with the launch itself stubbed out.
+"""Front-end costs of the seed GEMM: phase 1 + phase 2 elaboration, and the Python cost of a
+cached call up to the launch (argument binding, const reading, cache lookup, argument checks),
+with the launch itself stubbed out.
 
     python benchmarks/dispatch.py
 """

@@ -1,5 +1,5 @@
-"""How precisely 8-bit float GEMMs accumulate on this GPU: tile_nb's `gemm_fp8` (default and `precise_accum`) and
-torch._scaled_mm (cuBLAS, with and without `use_fast_accum`), float32 output, against a float64 product.
+"""How precisely 8-bit float GEMMs accumulate on this GPU: tile_nb's `gemm_fp8` (default and `precise_accum`)
+and torch._scaled_mm (cuBLAS, with and without `use_fast_accum`), float32 output, against a float64 product.
 
     python benchmarks/fp8_accuracy.py [--k 256 1024 4096 16384] [--out results.json]
 

@@ -4,8 +4,9 @@
                               [--split-k] [--only NAME ...] [--rounds 5] [--out results.json]
 
 A size is N (square) or MxNxK. `--dtype float32` times the FMA path (exact products on the CUDA cores) against
-torch with TF32 off, `--dtype tfloat32` the TF32 tensor-core path (T.tfloat32 shared tiles) against torch with TF32
-on; both with float32 tensors and the FP32 table (float32 tiles take twice the shared memory of 16-bit ones).
+torch with TF32 off, `--dtype tfloat32` the TF32 tensor-core path (T.tfloat32 shared tiles)
+against torch with TF32 on; both with float32 tensors and the FP32 table (float32 tiles take twice
+the shared memory of 16-bit ones).
 
 Timing: CUDA events around each launch, L2 flushed (a 512 MiB write) before every timed launch, warm-up first,
 median of 30 launches per round; rounds interleave all configs and torch; the median over rounds is reported.
@@ -28,7 +29,8 @@ from kernels.seed import gemm_split_k, gemm_variant  # noqa: E402  (the seed GEM
 
 import tile_nb.language as T  # noqa: E402
 
-# fp16 in and out, fp32 accumulation (the CUDA is identical to the kernel this file defined before 2026-12-02 13:40)
+# fp16 in and out, fp32 accumulation (the CUDA is identical to the kernel this
+# file defined before 2026-12-02 13:40)
 SEED = dict(block_M=128, block_N=128, block_K=32, threads=128, num_stages=3, out_dtype=T.float16)
 BIG = dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3, out_dtype=T.float16)
 # name -> (kernel config, lowering attributes)
@@ -72,7 +74,8 @@ FP32 = {  # --dtype float32 / tfloat32 (the 16-bit tables' tiles need more share
     "seed 128x128x32 t128 s3": (dict(SEED, out_dtype=T.float32), {}),
     "128x128x16 t256 s3": (dict(block_M=128, block_N=128, block_K=16, threads=256, num_stages=3), {}),
     "64x64x32 t128 s3": (dict(block_M=64, block_N=64, block_K=32, threads=128, num_stages=3), {}),
-    # the operand tiles row-major (8-way bank conflicts at 32 floats a row) instead of swizzled: what it is worth
+    # the operand tiles row-major (8-way bank conflicts at 32 floats a row)
+    # instead of swizzled: what it is worth
     "seed 128x128x32 t128 s3, no swizzle": (dict(SEED, out_dtype=T.float32), {"tile_nb.wide_swizzle": 0}),
     "128x128x16 t256 s3, no swizzle": (dict(block_M=128, block_N=128, block_K=16, threads=256, num_stages=3),
                                        {"tile_nb.wide_swizzle": 0}),

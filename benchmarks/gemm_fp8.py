@@ -1,13 +1,14 @@
-"""8-bit GEMM: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, or with --int8 its `gemm_int8` vs
-torch._int_mm, same run.
+"""8-bit GEMM: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, or with --int8 its
+`gemm_int8` vs torch._int_mm, same run.
 
     python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--int8] [--rounds 5] [--out results.json]
 
-fp8: A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales are
-one-element float32 tensors. Each tile_nb kernel is compared with cuBLAS accumulating the same way: the default
-kernel with `use_fast_accum=True`, `precise_accum` with cuBLAS's default (docs/IR.md, "8-bit floats"). int8: A [M, K], B [N, K] int8, C int32 (exact). Timing as in gemm.py (its `bench`: CUDA events, L2 flushed before every launch,
-median of 30 launches per round, configs and torch interleaved in each round, median over rounds).
-TFLOP/s = 2 M N K / time.
+fp8: A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales
+are one-element float32 tensors. Each tile_nb kernel is compared with cuBLAS accumulating the same way: the
+default kernel with `use_fast_accum=True`, `precise_accum` with cuBLAS's default (docs/IR.md, "8-bit floats").
+int8: A [M, K], B [N, K] int8, C int32 (exact). Timing as in gemm.py (its `bench`: CUDA events, L2 flushed
+before every launch, median of 30 launches per round, configs and torch interleaved in each round, median over
+rounds). TFLOP/s = 2 M N K / time.
 """
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def main():
             args_of = (a, b, c, sa, sb)
             kernel_fn, ref = gemm_fp8, (a.double() @ b.double().T) * 0.125
             # cuBLAS both ways: its default keeps float32 sums across k-tiles (like precise_accum); fast
-            # accumulation keeps the MMAs' own (like tile_nb's default). Ratios are like for like (docs/IR.md).
+            # accumulation keeps the MMAs' own (like tile_nb's default). Ratios
+            # are like for like (docs/IR.md).
             kernels = {torch_name: functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,
                                                      out_dtype=torch.bfloat16),
                        FAST: functools.partial(torch._scaled_mm, a, b.T, scale_a=sa, scale_b=sb,

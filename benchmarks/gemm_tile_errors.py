@@ -2,12 +2,13 @@
 
     python benchmarks/gemm_tile_errors.py [--shapes 16384x4096x4096 4096x11008x4096] [--launches 2]
 
-For each shape and lowering variant (default; stream-K off; the consumers' stores) the kernel runs `--launches`
-times on fresh random inputs; every 128x256 tile whose largest error exceeds 2e-3 of the largest |C| is reported
-by what produced it: a whole tile (its wave, and the CTA that ran it) or a tail tile of stream-K (its index, its
-finisher, how many CTAs contributed), which is what tells a race in the epilogue from one in stream-K's fix-up
-(docs/decisions.md#the-producer-warp-issues-the-epilogues-stores; benchmarks/results/gemm-stream-k-tile-errors-*.txt).
-Needs an sm_90 GPU; the raster is tile_nb's default (groups of 8 tiles down M).
+For each shape and lowering variant (default; stream-K off; the consumers' stores) the kernel runs
+`--launches` times on fresh random inputs; every 128x256 tile whose largest error exceeds 2e-3 of the
+largest |C| is reported by what produced it: a whole tile (its wave, and the CTA that ran it) or a tail
+tile of stream-K (its index, its finisher, how many CTAs contributed), which is what tells a race in the
+epilogue from one in stream-K's fix-up (docs/decisions.md#the-producer-warp-issues-the-epilogues-stores;
+benchmarks/results/gemm-stream-k-tile-errors-*.txt). Needs an sm_90 GPU; the raster is tile_nb's default
+(groups of 8 tiles down M).
 """
 import argparse
 import sys
@@ -33,7 +34,8 @@ def linear_tile(bx: int, by: int, tiles_n: int) -> int:
 
 
 def stream_k_owners(waves, tail, ctas, n):
-    """Tail tile -> (its finisher, its first contributor), by stream_k.py's own range arithmetic (constants folded)."""
+    """Tail tile -> (its finisher, its first contributor), by stream_k.py's own range
+    arithmetic (constants folded)."""
     sk = StreamK(waves, tail, min(ctas, 2 * tail), n, None, 128, 256)
     finisher = {}
     for c in range(sk.ctas):

@@ -1,17 +1,20 @@
-"""Where the host time of one cached call goes (GPU): the seed GEMM at 128^3 in a host-bound loop, taken apart.
+"""Where the host time of one cached call goes (GPU): the seed GEMM at 128^3
+in a host-bound loop, taken apart.
 
     python benchmarks/host_cost.py [--n 3000] [--cuda-host] [--json out.json]
 
-Each line times N back-to-back calls of one piece of the call path, synchronised once at the end (per-call wall
-time), next to torch.matmul in the same loop; rounds interleave the lines and the median is reported:
+Each line times N back-to-back calls of one piece of the call path, synchronised once at the end (per-call
+wall time), next to torch.matmul in the same loop; rounds interleave the lines and the median is reported:
   - `gemm(a, b, c)`: the whole cached call of the `@lazy_jit` kernel;
   - the front end alone (a second JIT of the kernel whose launches are no-ops): the fast path's lookups;
-  - `kernel(a, b, c)` and `kernel._func(a, b, c)`: the CompiledKernel and the raw tvm_ffi function on torch tensors;
+  - `kernel(a, b, c)` and `kernel._func(a, b, c)`: the CompiledKernel and the raw
+    tvm_ffi function on torch tensors;
   - the raw function on tensors converted to tvm_ffi once (what DLPack conversion per call costs);
-  - where the bare launch goes: a no-op tvm_ffi function on the same three tensors (the FFI's own cost), and the
-    seed lowered with cp.async (no tensor maps to encode per call);
-  - with `--cuda-host`, the same kernel built with host='cuda_host' (backend/cuda_host.py: TVM's host function as
-    CUDA C++ calling cuTensorMapEncodeTiled and cudaLaunchKernelEx itself): the whole call and the bare launch;
+  - where the bare launch goes: a no-op tvm_ffi function on the same three tensors (the FFI's own cost), and
+    the seed lowered with cp.async (no tensor maps to encode per call);
+  - with `--cuda-host`, the same kernel built with host='cuda_host' (backend/cuda_host.py:
+    TVM's host function as CUDA C++ calling cuTensorMapEncodeTiled and cudaLaunchKernelEx
+    itself): the whole call and the bare launch;
   - the GPU time of one launch (launches queued behind `torch.cuda._sleep`, so the host is never waited on).
 A loop is host-bound when its per-call time is above the GPU time per launch.
 Results: benchmarks/results/dispatch.md ("Host cost of a cached GPU call").
@@ -136,8 +139,8 @@ def main():
         print(f"  cuda_host launcher build: {facts['cuda_host_build_s'] or 'from the disk cache'} s")
         rows["host='cuda_host': gemm(a, b, c)  (whole call)"] = lambda: lean_gemm(a, b, c)
         rows["host='cuda_host': kernel._func(a, b, c)"] = lambda: lean._func(a, b, c)
-    # Rounds interleave the rows: the host's speed drifts by 20-30% over a minute on the lent machines, so rows
-    # timed one after the other once are not comparable.
+    # Rounds interleave the rows: the host's speed drifts by 20-30% over a minute on the lent machines, so
+    # rows timed one after the other once are not comparable.
     times: dict = {name: [] for name in rows}
     for _ in range(args.rounds):
         for name, fn in rows.items():

@@ -2,9 +2,9 @@
 
     python benchmarks/interp.py [--sizes 1024 2048] [--reps 5] [--threads 1 2] [--out results.json]
 
-For each case: the first call through `tile_nb.jit` (elaboration + interpretation), then the median / min / max
-of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc (wall clock, and the process's CPU
-time), per torch thread count (the
+For each case: the first call through `tile_nb.jit` (elaboration + interpretation), then the median / min /
+max of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc (wall clock, and the process's
+CPU time), per torch thread count (the
 interpreter sets torch's intra-op threads while it runs; `--threads` compares settings).
 Goal (issue 4): the seed GEMM at 1024^3 in <= 2 s on a 2-core machine.
 """
@@ -65,7 +65,8 @@ def add(X, Y, block: int = 1024):
 
 
 def timed(fn, reps: int):
-    """Wall-clock median / min / max, and the median CPU time of this process (steadier on a shared machine)."""
+    """Wall-clock median / min / max, and the median CPU time of this process
+    (steadier on a shared machine)."""
     times, cpu = [], []
     for _ in range(reps):
         t, c = time.perf_counter(), time.process_time()

@@ -3,18 +3,19 @@
     python benchmarks/rowwise.py [--rows 32768] [--cols 1024 4096 8192 16384] [--ops add gelu ...] [--out r.json]
 
 Ops (fp16 rows unless named): add (a broadcast bias), gelu (tanh), softmax, softmax_fp32, rmsnorm, layernorm;
-gelu_approx and gelu_precise are the GELU kernel under the lowering option approx_math (tanh.approx.f32 whatever the
-toolkit) and with tanh computed precisely (built without --use_fast_math, approx_math off): torch and Triton are timed
-again for them, so their ratios stay within one op's rows. The kernels are tests/kernels/rowwise.py (the fast form: whole rows in register fragments). Also timed: the same
-kernels with the row count `T.dynamic` (`dyn`), and the unchanged reference softmax (fp32) and RMSNorm of
+gelu_approx and gelu_precise are the GELU kernel under the lowering option approx_math (tanh.approx.f32
+whatever the toolkit) and with tanh computed precisely (built without --use_fast_math, approx_math off): torch
+and Triton are timed again for them, so their ratios stay within one op's rows. The kernels are
+tests/kernels/rowwise.py (the fast form: whole rows in register fragments). Also timed: the same kernels with
+the row count `T.dynamic` (`dyn`), and the unchanged reference softmax (fp32) and RMSNorm of
 tests/kernels/reference.py (`ref`) at 1024 and 8192 columns.
 
-Every kernel is timed with tile_nb.bench.do_bench (L2 flushed before each run, CUDA events, median), each output
-checked against torch first. Bandwidth = bytes read + written once (inputs read once, outputs written once; the
-[N] weights are counted) / time; "% copy" divides by the device-to-device copy (`Y.copy_(X)`) measured in the
-same run on the same bytes. tile_nb is the best of a few (block_M, threads) configurations per size (listed in
-the output); the Triton kernels are written the obvious way (one row per program, BLOCK = next power of 2 of N,
-default num_warps), as a user would.
+Every kernel is timed with tile_nb.bench.do_bench (L2 flushed before each run, CUDA events, median), each
+output checked against torch first. Bandwidth = bytes read + written once (inputs read once, outputs written
+once; the [N] weights are counted) / time; "% copy" divides by the device-to-device copy (`Y.copy_(X)`)
+measured in the same run on the same bytes. tile_nb is the best of a few (block_M, threads) configurations per
+size (listed in the output); the Triton kernels are written the obvious way (one row per program, BLOCK = next
+power of 2 of N, default num_warps), as a user would.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ CONFIGS = {1024: [(1, 128), (2, 128), (4, 128), (4, 256), (8, 256)],
            16384: [(1, 512), (1, 1024)]}
 
 
-# ---- the ops: inputs, torch, tile_nb ---------------------------------------------------------------------------
+# ---- the ops: inputs, torch, tile_nb -----------------------------------------------------------------------
 
 def make_inputs(op, M, N):
     dtype = torch.float32 if op == "softmax_fp32" else torch.float16
@@ -99,7 +100,7 @@ def bytes_moved(op, X):
     return n + extra
 
 
-# ---- plain Triton kernels (one row per program) ------------------------------------------------------------------
+# ---- plain Triton kernels (one row per program) ------------------------------------------------------------
 
 def triton_fns():
     try:
@@ -175,7 +176,7 @@ def triton_fns():
     return make
 
 
-# ---- the run ------------------------------------------------------------------------------------------------------
+# ---- the run -----------------------------------------------------------------------------------------------
 
 def rel_err(out, expected) -> float:
     out, expected = out.double(), expected.double()

@@ -1,6 +1,6 @@
-"""What the hot loops become in SASS: the instruction mix of the sm_90a kernels that the GEMM and FlashAttention
-benchmarks time, from the cubin nvcc builds (no GPU needed; cuobjdump or nvdisasm on PATH, e.g. the copies in
-Triton's wheel under triton/backends/nvidia/bin).
+"""What the hot loops become in SASS: the instruction mix of the sm_90a kernels that the GEMM and
+FlashAttention benchmarks time, from the cubin nvcc builds (no GPU needed; cuobjdump or nvdisasm on PATH, e.g.
+the copies in Triton's wheel under triton/backends/nvidia/bin).
 
     python benchmarks/sass_report.py [--out benchmarks/results/sass.md]
 
@@ -47,8 +47,8 @@ def instruction_mix(sass: str) -> dict:
 
 
 def between_mmas(sass: str) -> list[list[str]]:
-    """The opcodes between each warpgroup MMA and the next one of the same group (the first not ending its group
-    with `gsb0`): the per-MMA overhead of issuing a k-tile's MMAs, such as descriptor arithmetic."""
+    """The opcodes between each warpgroup MMA and the next one of the same group (the first not ending its
+    group with `gsb0`): the per-MMA overhead of issuing a k-tile's MMAs, such as descriptor arithmetic."""
     lines = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", sass)
     gaps, current = [], None
     for opcode, operands in lines:

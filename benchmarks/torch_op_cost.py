@@ -3,16 +3,17 @@
     python benchmarks/torch_op_cost.py [--n 3000] [--rounds 7] [--json out.json]
     python benchmarks/torch_op_cost.py --device cpu --n 3 --rounds 1     # smoke run on the interpreter
 
-Each line times N back-to-back calls, synchronised once at the end (per-call wall time, as host_cost.py); rounds
-interleave the lines and the median is reported. Two kernels, both at tiny sizes so the loop is host-bound:
+Each line times N back-to-back calls, synchronised once at the end (per-call wall time, as
+host_cost.py); rounds interleave the lines and the median is reported. Two kernels, both at
+tiny sizes so the loop is host-bound:
   - the seed GEMM at 128^3 writing C in place (a mutating op: `Tensor(a!) C`), next to torch.matmul;
   - an elementwise y = scale * x * w on 4096 fp16 values returning a T.empty output (a functional op).
-For each: the bare cached call `kernel(...)`; `tile_nb.torch.op(kernel)(...)` (the op object in eager mode: the
-kernel directly when torch needs no dispatcher, which is the target: <= 1 us over the bare call); the OpOverload
-`torch.ops.tile_nb.<op>.default` (torch's dispatcher, the op's Python Autograd kernel and backend kernel: what a
-compiled graph pays per call); the op with inputs that require grad (the autograd path). Then a small model (`relu(kernel(x + 1, w)) * 3`)
-in eager mode against torch.compile (inductor; the claim: the compiled graph is no slower than eager) and, where
-CUDA graphs capture it, mode="reduce-overhead".
+For each: the bare cached call `kernel(...)`; `tile_nb.torch.op(kernel)(...)` (the op object in eager mode:
+the kernel directly when torch needs no dispatcher, which is the target: <= 1 us over the bare call); the
+OpOverload `torch.ops.tile_nb.<op>.default` (torch's dispatcher, the op's Python Autograd kernel and backend
+kernel: what a compiled graph pays per call); the op with inputs that require grad (the autograd path). Then a
+small model (`relu(kernel(x + 1, w)) * 3`) in eager mode against torch.compile (inductor; the claim: the
+compiled graph is no slower than eager) and, where CUDA graphs capture it, mode="reduce-overhead".
 """
 import argparse
 import json

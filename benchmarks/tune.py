@@ -1,23 +1,26 @@
-"""Autotuning the seed GEMM on the GPU: search, compare with the hand-picked best, pick the result up in a new process.
+"""Autotuning the seed GEMM on the GPU: search, compare with the hand-picked best,
+pick the result up in a new process.
 
     python benchmarks/tune.py OUT.json [--size 8192] [--workers N] [--rounds 5]
 
-1. Search `GRID` (48 configurations of block sizes, threads and stages; the hand-picked best, 128x256x64 with 256
-   threads and 3 stages, and the seed's 128x128x32 / 128 / 3 are among them) with `tile_nb.bench.tune` on fp16
-   M = N = K = size, fp16 out: candidates compiled in a process pool (one worker per core, the parent compiling while
-   they start), pruned by resources, timed one at a time (do_bench: L2 flush, CUDA events), the best 3 re-timed over
-   3 interleaved rounds. The kernel cache and tuning store start empty (a temporary TILE_NB_CACHE_DIR), so every
-   configuration is really compiled. The wall time is split into setup, elaborate, compile and timing.
-2. Time the tuned best and the hand-picked configuration against each other: `--rounds` rounds, both in each round
-   (median of 30 launches with a 512 MiB L2 flush before each, as benchmarks/gemm.py), so clock drift under the
-   GPU's power cap hits both alike; report hand-picked median / tuned median (>= 0.97: within 3%). Check the tuned
-   kernel's output against torch.matmul.
+1. Search `GRID` (48 configurations of block sizes, threads and stages; the hand-picked best, 128x256x64
+   with 256 threads and 3 stages, and the seed's 128x128x32 / 128 / 3 are among them) with
+   `tile_nb.bench.tune` on fp16 M = N = K = size, fp16 out: candidates compiled in a process pool (one
+   worker per core, the parent compiling while they start), pruned by resources, timed one at a time
+   (do_bench: L2 flush, CUDA events), the best 3 re-timed over 3 interleaved rounds. The kernel cache and
+   tuning store start empty (a temporary TILE_NB_CACHE_DIR), so every configuration is really compiled. The
+   wall time is split into setup, elaborate, compile and timing.
+2. Time the tuned best and the hand-picked configuration against each other: `--rounds` rounds, both in each
+   round (median of 30 launches with a 512 MiB L2 flush before each, as benchmarks/gemm.py), so clock drift
+   under the GPU's power cap hits both alike; report hand-picked median / tuned median (>= 0.97: within 3%).
+   Check the tuned kernel's output against torch.matmul.
 3. In a NEW process over the same cache: an `@tile_nb.autotune` kernel with the same grid; time its first call
-   (`gemm(A, B, C)` + synchronize: the store lookup, elaboration, the kernel from the disk cache, the launch; the
-   imports of torch/TVM/tile_nb and the tensor allocation come before the clock and are reported apart), and
-   separately the lookup of the stored choice (`gemm.config_for`); check that nothing was searched (from_store 1).
-Prints a table at the end and writes everything to OUT.json. Target: the whole run well inside 8 minutes on one H200
-with 16 cores.
+   (`gemm(A, B, C)` + synchronize: the store lookup, elaboration, the kernel from the disk cache, the
+   launch; the imports of torch/TVM/tile_nb and the tensor allocation come before the clock and are
+   reported apart), and separately the lookup of the stored choice (`gemm.config_for`); check that
+   nothing was searched (from_store 1).
+Prints a table at the end and writes everything to OUT.json. Target: the whole run well inside 8 minutes on
+one H200 with 16 cores.
 """
 from __future__ import annotations
 

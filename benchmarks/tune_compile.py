@@ -1,21 +1,24 @@
-"""Parallel compiles for tuning: the compile stage of a search, serial in one process vs the worker-process pool.
+"""Parallel compiles for tuning: the compile stage of a search, serial in one
+process vs the worker-process pool.
 
     python benchmarks/tune_compile.py [--workers 2] [--repeat 2] [--json out.json]
 
 The jobs are those `tile_nb.bench.tune` sends: 32 configurations of the seed GEMM (tests/kernels/seed.py
-gemm_variant, M = N = K = 2048; block_M, block_N in {64, 128}, block_K in {32, 64}, 2 to 5 stages, 128 threads),
-each as its phase-2 IR text, lowered and built to a cubin with ptxas's resource report. Every measurement runs in
-a fresh Python process over an empty kernel cache (TVM imported before the clock, as in a notebook that has run a
-kernel already):
+gemm_variant, M = N = K = 2048; block_M, block_N in {64, 128}, block_K in {32, 64}, 2 to 5 stages, 128
+threads), each as its phase-2 IR text, lowered and built to a cubin with ptxas's resource report. Every
+measurement runs in a fresh Python process over an empty kernel cache (TVM imported before the clock, as in a
+notebook that has run a kernel already):
 - serial: `InlinePool` (this process compiles one job after another);
-- pool: `ProcessPool(workers)` as tuning uses it: workers start (each imports TVM) while this process compiles;
+- pool: `ProcessPool(workers)` as tuning uses it: workers start (each imports
+  TVM) while this process compiles;
 - pool, workers only: the same without the parent's help.
 Before each measurement, the cores this process can really use are measured (busy loops alone vs in parallel):
-on a shared machine other work takes its share, and the speedup is bounded by that figure, not by `os.cpu_count()`.
-Speedup = serial / pool wall time. Also reported: when the first worker result began (the workers' start-up: a
-fresh interpreter importing TVM), and the steady-state speedup after it (jobs compiled per second by the pool once
-its workers run, over the serial rate). No GPU is needed (without a driver the build stops at the cubin; with one it also exports
-the module, which adds the same per-job work on both sides).
+on a shared machine other work takes its share, and the speedup is bounded by that figure, not by
+`os.cpu_count()`. Speedup = serial / pool wall time. Also reported: when the first worker result began
+(the workers' start-up: a fresh interpreter importing TVM), and the steady-state speedup after it
+(jobs compiled per second by the pool once its workers run, over the serial rate). No GPU is needed
+(without a driver the build stops at the cubin; with one it also exports the module, which adds the
+same per-job work on both sides).
 """
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
-"""Execute notebooks headless, as a mybinder.org user would run them (every cell, in order, in a fresh kernel), and
-record the peak memory of each run; print a table; exit 1 when a notebook fails or goes over the limit.
+"""Execute notebooks headless, as a mybinder.org user would run them (every cell, in order,
+in a fresh kernel), and record the peak memory of each run; print a table; exit 1 when a
+notebook fails or goes over the limit.
 
     python scripts/binder_run.py notebooks/*.ipynb [--limit-mb 1000]
 
 Run by scripts/binder_check.sh with the binder environment's python. Peak memory is sampled every 50 ms with
-psutil: the proportional set size (PSS) of the kernel process and its children (what the notebook itself costs),
-and the total with this driver process (nbclient) added. PSS splits each shared page among the processes that
-map it, so the sum counts a library shared by a kernel and its compile workers once, as the container's memory
-limit does; a sum of resident sets (RSS, used where PSS is not available) would count it once per process.
-Cells that raise fail the run, except those tagged `raises-exception` (they show an error on purpose).
+psutil: the proportional set size (PSS) of the kernel process and its children (what the notebook
+itself costs), and the total with this driver process (nbclient) added. PSS splits each shared page
+among the processes that map it, so the sum counts a library shared by a kernel and its compile workers
+once, as the container's memory limit does; a sum of resident sets (RSS, used where PSS is not
+available) would count it once per process. Cells that raise fail the run, except those tagged
+`raises-exception` (they show an error on purpose).
 """
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
     python3 scripts/check_results_links.py
 
-Names are read from `benchmarks/results/NAME` paths anywhere and from bare names inside the results' summaries;
-`{a,b}` and `[x]` expand, `*` matches. A name marked `NAME`† was removed on purpose (the summary says where it went).
-Exits 1 if a named file is missing; files no one names are listed, not failed (README names some summaries bare).
+Names are read from `benchmarks/results/NAME` paths anywhere and from bare names inside the results'
+summaries; `{a,b}` and `[x]` expand, `*` matches. A name marked `NAME`† was removed on purpose (the
+summary says where it went). Exits 1 if a named file is missing; files no one names are listed, not failed
+(README names some summaries bare).
 """
 import itertools
 import os

@@ -2,12 +2,13 @@
 
     python3 scripts/gpu_cells.py notebooks/05_flash_attention.ipynb [...]
 
-nbval is the real notebook test (CI, every cell, outputs compared); this is for the machine where it cannot run:
-every code cell runs in order in one namespace, so the `gpu`-tagged cells (skipped by nbval without a CUDA device)
-run on real tensors and their own checks (`torch.testing.assert_close`) decide. `%load_ext` lines are dropped and a
-`%%tilekernel` cell runs its body (the kernel definition); cells with other IPython magics, and cells
-that need a package this machine lacks (ipywidgets, IPython), are reported as not run, never as passed. Exits 1 if
-any cell that ran failed (a cell tagged `raises-exception` fails when it does not raise).
+nbval is the real notebook test (CI, every cell, outputs compared); this is
+for the machine where it cannot run:
+every code cell runs in order in one namespace, so the `gpu`-tagged cells (skipped by nbval without a CUDA
+device) run on real tensors and their own checks (`torch.testing.assert_close`) decide. `%load_ext` lines are
+dropped and a `%%tilekernel` cell runs its body (the kernel definition); cells with other IPython magics, and
+cells that need a package this machine lacks (ipywidgets, IPython), are reported as not run, never as passed.
+Exits 1 if any cell that ran failed (a cell tagged `raises-exception` fails when it does not raise).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Execute notebooks headless with nbclient, writing executed copies to an output folder, and show progress."""
+"""Execute notebooks headless with nbclient, writing executed copies to an
+output folder, and show progress."""
 import sys
 import time
 from pathlib import Path

@@ -14,8 +14,9 @@ gemm.template().script()      # phase 1: TVMScript with M, N, K symbolic
 gemm.specialize(M=1024, N=1024, K=1024)   # phase 2: the PrimFunc for those shapes
 ```
 Lowering options (TMA, persistent CTAs, stream-K, ...): `tile_nb.LoweringOptions`, per kernel with
-`@tile_nb.jit(options={"tma": False})`, for the process with `tile_nb.set_options(...)` or `with tile_nb.options(...)`.
-Importing tile_nb loads no Jupyter, widget or plotting package; the notebook pieces load on `%load_ext tile_nb`.
+`@tile_nb.jit(options={"tma": False})`, for the process with `tile_nb.set_options(...)` or
+`with tile_nb.options(...)`. Importing tile_nb loads no Jupyter, widget or plotting package; the notebook
+pieces load on `%load_ext tile_nb`.
 """
 import sys as _sys
 
@@ -44,9 +45,10 @@ def load_ipython_extension(ip):
 
 class _Face:
     """A method of `JITFunction` that a layer above jit provides (`gemm.bench`, `.sweep`, `.tune` from
-    tile_nb/bench/faces.py; `gemm.show` from tile_nb/notebook/faces.py). jit.py imports neither layer: the first
-    use of a face imports its layer's faces module and puts those methods on the class in place of these stand-ins,
-    so `import tile_nb` stays light and the methods work where the user never imported those layers."""
+    tile_nb/bench/faces.py; `gemm.show` from tile_nb/notebook/faces.py). jit.py imports neither
+    layer: the first use of a face imports its layer's faces module and puts those methods on the
+    class in place of these stand-ins, so `import tile_nb` stays light and the methods work where the
+    user never imported those layers."""
 
     def __init__(self, name: str, load):
         self.name, self.load = name, load
@@ -77,9 +79,9 @@ JITFunction.show = _Face("show", _notebook_faces)
 
 
 def _connect_notebook() -> None:
-    """Imported inside a running IPython: let it display bench results (HTML tables, plots) and tuning progress
-    (a widget bar) without `%load_ext tile_nb`. Registers lazy hooks only: nothing heavy is imported here, and
-    outside IPython (IPython not already loaded) this does nothing."""
+    """Imported inside a running IPython: let it display bench results (HTML tables, plots) and tuning
+    progress (a widget bar) without `%load_ext tile_nb`. Registers lazy hooks only: nothing heavy is imported
+    here, and outside IPython (IPython not already loaded) this does nothing."""
     ipython = _sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
     if shell is None:

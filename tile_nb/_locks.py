@@ -45,7 +45,8 @@ class KeyedLocks:
 
 
 def build_once(table: dict, key, build: Callable[[], Any], locks: KeyedLocks, lock_key=None):
-    """`table[key]`, built by `build()` and stored when missing; concurrent callers for one key share one build.
+    """`table[key]`, built by `build()` and stored when missing; concurrent
+    callers for one key share one build.
 
     `lock_key` names the key among `locks` when one KeyedLocks serves several tables (default: `key`).
     """

@@ -15,8 +15,8 @@ class _CudaArray:
 
 
 def tensor_from_pointer(pointer: int, shape, dtype, device):
-    """A row-major view of `shape` elements of `dtype` at `pointer`: device memory when `device` is a CUDA device
-    (or, with no tensor argument to tell, when CUDA knows the pointer), host memory otherwise."""
+    """A row-major view of `shape` elements of `dtype` at `pointer`: device memory when `device` is a CUDA
+    device (or, with no tensor argument to tell, when CUDA knows the pointer), host memory otherwise."""
     import torch
 
     if device is None:

@@ -14,8 +14,8 @@ gemm.stored()           # stored results of this kernel; gemm.clear_stored() del
 
 On the first call for a tuning key (the consts named by `key`, default all of them, plus the compile-time
 arguments that are not tuned) the kernel looks in this process's memory, then in the tuning store on disk (any
-process, same kernel source, device and versions), and only then searches (`tile_nb.bench.tuning`). Calls on CPU
-tensors run the CPU interpreter with the first configuration (tuning needs a GPU) and say so once.
+process, same kernel source, device and versions), and only then searches (`tile_nb.bench.tuning`). Calls on
+CPU tensors run the CPU interpreter with the first configuration (tuning needs a GPU) and say so once.
 Everything else (`template`, `specialize`, `compile`, `show`, `bench`, ...) is the wrapped `JITFunction`'s.
 """
 from __future__ import annotations
@@ -31,7 +31,8 @@ from .jit import JITFunction, jit
 
 __all__ = ["Autotuner", "autotune"]
 
-# `options` is a whole tile_nb.bench.TuneOptions; the other names replace its fields (tile_nb.bench.tuning.tune)
+# `options` is a whole tile_nb.bench.TuneOptions; the other names replace its
+# fields (tile_nb.bench.tuning.tune)
 _TUNE_OPTIONS = {"options", "progress", "pool", "workers", "flops", "bytes", "warmup_ms", "rep_ms", "confirm",
                  "rounds", "max_spill_bytes", "compile_timeout_s", "restore", "store"}
 
@@ -41,7 +42,8 @@ class NoConfigurationError(RuntimeError):
 
 
 class Autotuner:
-    """A `JITFunction` with a configuration space; see the module docstring. Build one with `tile_nb.autotune`."""
+    """A `JITFunction` with a configuration space; see the module docstring.
+    Build one with `tile_nb.autotune`."""
 
     def __init__(self, kernel: JITFunction, configs, key: list[str] | None = None, **tune_options):
         from .bench.tuning import check_config_names, expand_configs
@@ -72,7 +74,7 @@ class Autotuner:
     def __repr__(self) -> str:
         return f"<tile_nb autotuned kernel {self.kernel.definition.name}: {len(self.configs)} configs>"
 
-    # -- calls ---------------------------------------------------------------------------------------------------
+    # -- calls -----------------------------------------------------------------------------------------------
     def __call__(self, *args, backend: str | None = None, **kwargs):
         if backend is not None:
             kwargs["backend"] = backend
@@ -153,15 +155,17 @@ class Autotuner:
         return tune(self.kernel, configs, *args, key=self.key, **options, **kwargs)
 
     def bench(self, *args, **kwargs):
-        """Time a call with the configuration calls run (`tile_nb.bench.bench`): the chosen one for these shapes."""
+        """Time a call with the configuration calls run (`tile_nb.bench.bench`): the
+        chosen one for these shapes."""
         from .bench import bench
 
         return bench(self, *args, **kwargs)
 
-    # -- the search and the store --------------------------------------------------------------------------------
+    # -- the search and the store ----------------------------------------------------------------------------
     def tune(self, *args, configs=None, **kwargs):
         """Search now (or read the stored result) and return the `TuneResult`; `configs` defaults to the
-        decorator's. Options as `tile_nb.bench.tuning` (`force=True` searches again even if a result is stored)."""
+        decorator's. Options as `tile_nb.bench.tuning` (`force=True` searches again
+        even if a result is stored)."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _TUNE_OPTIONS | {"force", "results"}}
         result = self._search(args, kwargs, self.configs if configs is None else configs, **options)
         if configs is None and result.best_config is not None:
@@ -193,12 +197,12 @@ class Autotuner:
 
 
 def autotune(configs=None, key: list[str] | None = None, **options):
-    """Decorate a kernel (a `@tile_nb.jit` function, or a plain function, which is jitted) with a configuration
-    space to search per shapes.
+    """Decorate a kernel (a `@tile_nb.jit` function, or a plain function, which is jitted) with a
+    configuration space to search per shapes.
 
     - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
-    - `key`: the consts whose values select a result (default: every const); compile-time arguments that are not
-      tuned always do.
+    - `key`: the consts whose values select a result (default: every const); compile-time arguments that are
+      not tuned always do.
     - options for the search: `options=tile_nb.bench.TuneOptions(...)`, or these fields of it as keywords:
       `progress`, `pool`, `workers`, `flops`, `bytes`, `warmup_ms`, `rep_ms`, `confirm`, `rounds`,
       `max_spill_bytes`, `compile_timeout_s`, `restore`, `store`.

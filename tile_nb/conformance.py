@@ -1,5 +1,5 @@
-"""The conformance runner: tilelang's own examples and LazyJIT/eager tests, run on tile_nb from a tilelang checkout
-outside this repository (fetched, never copied in), each in its own process.
+"""The conformance runner: tilelang's own examples and LazyJIT/eager tests, run on tile_nb from a tilelang
+checkout outside this repository (fetched, never copied in), each in its own process.
 
     python -m tile_nb.conformance PATH [--cases GLOB ...] [--backend interp|cuda] [--timeout S] [--jobs N]
                                        [--json OUT] [--markdown OUT] [--tests GLOB ...] [--run-excluded]
@@ -7,21 +7,21 @@ outside this repository (fetched, never copied in), each in its own process.
 Cases:
 - every `examples/**/example_*.py`, run through `python -m tile_nb.run` (so `import tilelang` is tile_nb's
   stand-in) with its own checks as the reference. When a test file next to it calls `<example>.main(...)` with
-  literal arguments (tilelang's CI sizes, usually small), the case imports the example and makes that call; otherwise
-  it runs the example as `__main__` with its default arguments.
-- every `examples/**/*.ipynb`: its code cells in order in one process (a cell whose stored outputs show an error may
-  raise again; magics become comments), classified like the examples;
+  literal arguments (tilelang's CI sizes, usually small), the case imports the example and makes that call;
+  otherwise it runs the example as `__main__` with its default arguments.
+- every `examples/**/*.ipynb`: its code cells in order in one process (a cell whose stored outputs show an
+  error may raise again; magics become comments), classified like the examples;
 - every test function of `testing/python/language/*eager*.py` and `*lazy*.py` (more with `--tests GLOB`), run
   under pytest through `python -m tile_nb.run --pytest`, one process per test.
-Each example is classified by the tilelang API names its source uses: `sm_100` (tcgen05, TMEM, ...; Blackwell only),
-`AMD` (an amd/ example, MFMA, HIP target), `low-level` (mbarriers, TMA copies, warp specialization, thread
-bindings, PTX/extern calls), else `tile-level`. sm_100 and AMD examples are excluded (counted apart) unless
-`--run-excluded`. With `--backend interp` (the default without a GPU) each process maps torch's "cuda" device to
-the CPU (tile_nb/tilelang/cpu_device.py), so kernels run on tile_nb's interpreter.
+Each example is classified by the tilelang API names its source uses: `sm_100` (tcgen05, TMEM, ...; Blackwell
+only), `AMD` (an amd/ example, MFMA, HIP target), `low-level` (mbarriers, TMA copies, warp specialization,
+thread bindings, PTX/extern calls), else `tile-level`. sm_100 and AMD examples are excluded (counted apart)
+unless `--run-excluded`. With `--backend interp` (the default without a GPU) each process maps torch's "cuda"
+device to the CPU (tile_nb/tilelang/cpu_device.py), so kernels run on tile_nb's interpreter.
 
-Outcomes: pass; fail (the case's own check, an AssertionError); error (anything else; when the cause is a tilelang
-API tile_nb lacks, its name is the "missing" column); timeout (`--timeout` seconds per case, the process group is
-killed); skip (a pytest skip); excluded. The max error is the largest absolute difference any
+Outcomes: pass; fail (the case's own check, an AssertionError); error (anything else; when the cause is a
+tilelang API tile_nb lacks, its name is the "missing" column); timeout (`--timeout` seconds per case, the
+process group is killed); skip (a pytest skip); excluded. The max error is the largest absolute difference any
 `torch.testing.assert_close` / `torch.allclose` in the case saw.
 """
 from __future__ import annotations
@@ -59,8 +59,9 @@ _LOW = re.compile(r"\bmbarrier\w*|alloc_barrier|alloc_cluster_barrier|barrier_ar
                   r"tvm_thread_allreduce|cp_async\w*|import_source|\bT\.attr\b|warp_specialize\w*")
 
 
-# Errors tile_nb raises that are symptoms of a tilelang form it does not read yet, when the case's source uses that
-# form: (error pattern, source pattern, the feature). Shown as "<feature> (inferred)" in the missing column.
+# Errors tile_nb raises that are symptoms of a tilelang form it does not read yet, when the case's
+# source uses that form: (error pattern, source pattern, the feature). Shown as "<feature>
+# (inferred)" in the missing column.
 _SYMPTOMS = (
     (re.compile(r"'_TensorType' object is not callable|no tensor dim is exactly"), re.compile(r"\bT\.Tensor\("),
      "tilelang.language.Tensor(shape, dtype) call form"),
@@ -128,7 +129,8 @@ def _literal_call(node: ast.Call):
 
 
 def _main_call(example: Path) -> list | None:
-    """The literal arguments of the first `<example module>.main(...)` call in a test file next to the example."""
+    """The literal arguments of the first `<example module>.main(...)` call in a
+    test file next to the example."""
     stem = example.stem
     for test_file in sorted(example.parent.glob("test_*.py")):
         try:

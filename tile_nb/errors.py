@@ -1,7 +1,7 @@
 """User-facing errors: one class per condition, each carrying where in the user's source it points.
 
-Every error keeps structured fields (so a notebook can render it, and it pickles for worker processes) and formats
-itself as the user's line with a caret, in the shape of STYLE.md:
+Every error keeps structured fields (so a notebook can render it, and it pickles for worker processes) and
+formats itself as the user's line with a caret, in the shape of STYLE.md:
 
     ShapeMismatch: gemm() argument 'B' must have shape (K=512, N) to match A; got (256, 384).
       --> cell [3], line 5, col 5
@@ -156,7 +156,8 @@ class EmptyGridError(ArgumentError, ValueError):
 
 
 class UnsupportedTensorError(ArgumentError, ValueError):
-    """A tensor tile_nb cannot read: no data (meta device), not dense (sparse layouts), quantized, another device."""
+    """A tensor tile_nb cannot read: no data (meta device), not dense (sparse
+    layouts), quantized, another device."""
 
 
 class RequiresGradError(ArgumentError, RuntimeError):
@@ -180,8 +181,8 @@ class SourceNotFoundError(TileNBError, OSError):
 
 
 class UnknownNameError(TileNBError, AttributeError):
-    """`T.<name>` for a name the tile language does not have. Also an AttributeError, so `hasattr(T, name)` and
-    code that probes modules for names keep working; `name` is the name asked for."""
+    """`T.<name>` for a name the tile language does not have. Also an AttributeError, so `hasattr(T, name)`
+    and code that probes modules for names keep working; `name` is the name asked for."""
 
 
 class DSLError(TileNBError, ValueError):
@@ -193,5 +194,6 @@ class ReturnError(TileNBError, ValueError):
 
 
 class DeviceAssertError(TileNBError, AssertionError):
-    """A `T.device_assert` failed: on the interpreter at the user's line (with the block, loop indices and values),
-    on the GPU after the launch (naming the kernel and the assert's line; CUDA's context is then unusable)."""
+    """A `T.device_assert` failed: on the interpreter at the user's line (with the block, loop
+    indices and values), on the GPU after the launch (naming the kernel and the assert's line;
+    CUDA's context is then unusable)."""

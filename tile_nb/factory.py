@@ -1,7 +1,7 @@
 """Kernel factories: `@tile_nb.jit` of a Python function that defines a `@T.prim_func` and returns it.
 
-This is tilelang's older kernel style: the factory's arguments pick sizes, dtypes and tile shapes as plain Python,
-and the kernel inside annotates its tensors in its signature with those values:
+This is tilelang's older kernel style: the factory's arguments pick sizes, dtypes and tile shapes as plain
+Python, and the kernel inside annotates its tensors in its signature with those values:
 
     @tile_nb.jit(out_idx=[-1])
     def matmul(M, N, K, block_M=128, block_N=128, block_K=32):
@@ -12,11 +12,11 @@ and the kernel inside annotates its tensors in its signature with those values:
 
     kernel = matmul(1024, 1024, 512)    # a tile_nb kernel (JITFunction); C = kernel(A, B)
 
-A call runs the factory once per distinct argument values (keyed as compile-time values are: by type and current
-contents) and what the factory reads (its globals, closure cells and helpers, keyed as a kernel's reads are: a
-global changed in a notebook cell runs the factory again), and makes a `JITFunction` of the kernel it returns, with
-the factory's `jit` options (`out_idx`, target, lowering options). Later calls with the same values return that
-kernel.
+A call runs the factory once per distinct argument values (keyed as compile-time values are: by type and
+current contents) and what the factory reads (its globals, closure cells and helpers, keyed as a kernel's
+reads are: a global changed in a notebook cell runs the factory again), and makes a `JITFunction` of the
+kernel it returns, with the factory's `jit` options (`out_idx`, target, lowering options). Later calls with
+the same values return that kernel.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ __all__ = ["KernelFactory"]
 
 
 class KernelFactory:
-    """What `@tile_nb.jit` makes of a kernel factory. Call it with the factory's arguments to get the kernel."""
+    """What `@tile_nb.jit` makes of a kernel factory. Call it with the
+    factory's arguments to get the kernel."""
 
     def __init__(self, fn, jit_options: dict):
         self.fn = fn

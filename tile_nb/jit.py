@@ -1,8 +1,8 @@
 """`@tile_nb.jit`: the decorator that ties the front end, the compiled-kernel runtime and the CPU interpreter.
 
 A call goes: bind arguments -> template (phase 1, cached per compile-time key) -> const values read from the
-tensors -> specialization (phase 2, cached per const values) -> argument checks -> launch (GPU) or interpret (CPU).
-The common case (same compile-time values, shapes seen before) takes a precomputed fast path.
+tensors -> specialization (phase 2, cached per const values) -> argument checks -> launch (GPU) or interpret
+(CPU). The common case (same compile-time values, shapes seen before) takes a precomputed fast path.
 """
 from __future__ import annotations
 
@@ -42,16 +42,17 @@ class NotLowerableWarning(UserWarning):
 log = logging.getLogger("tile_nb")
 
 
-# Compile-time values enter cache keys by type and current contents, as the environment's values do: 1, 1.0 and
-# True are equal in Python but build different IR, and a changed list or config object must rebuild.
+# Compile-time values enter cache keys by type and current contents, as the environment's values do: 1, 1.0
+# and True are equal in Python but build different IR, and a changed list or config object must rebuild.
 _key_part = value_key
 
 
 _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
-# The tensors of torch's tracing (FakeTensorMode, make_fx, export): they have no data, so a call on them goes through
-# the kernel's custom op (tile_nb.torch); other tensor subclasses are tensors with data and run the kernel.
+# The tensors of torch's tracing (FakeTensorMode, make_fx, export): they have no data, so a call
+# on them goes through the kernel's custom op (tile_nb.torch); other tensor subclasses are
+# tensors with data and run the kernel.
 _TRACED_TENSORS = frozenset({"FakeTensor", "FunctionalTensor"})
 
 
@@ -63,7 +64,8 @@ class JITFunction:
         from .lower.options import kernel_options, on_change
 
         self.fn = fn
-        # the kernel's lowering options (tile_nb.lower.LoweringOptions, or a dict of its fields over the process's)
+        # the kernel's lowering options (tile_nb.lower.LoweringOptions, or a dict of
+        # its fields over the process's)
         self.options = kernel_options(options)
         # out_idx: signature tensors (tilelang's @T.prim_func style) that the call allocates and returns
         self.definition = KernelDefinition.from_function(fn, out_idx)
@@ -73,22 +75,24 @@ class JITFunction:
         self.compile_options = dict(compile_options or {})
         self._templates: dict = {}
         self._runtime_names = [p.name for p in self.signature.runtime]
-        # Everything the body's elaboration reads (globals, cells, attributes, helpers, transitively), keyed per call.
+        # Everything the body's elaboration reads (globals, cells, attributes, helpers,
+        # transitively), keyed per call.
         self._environment = Environment.of_kernel(self.definition)
         self._global_names = self._read_globals()
         self._reads_environment = self._environment.reads_anything
         self._fast: dict = {}  # keyword arguments (a tuple of items) -> _FastEntry
         self.stats = {"templates": 0, "specializations": 0, "compilations": 0}
-        # Threads may call one kernel at once: a template, specialization or compiled kernel is built by the first
-        # caller of its key while the others wait for it (the cached call path reads dicts and takes no lock).
+        # Threads may call one kernel at once: a template, specialization or compiled kernel is
+        # built by the first caller of its key while the others wait for it (the cached call path
+        # reads dicts and takes no lock).
         self._building = KeyedLocks()
         self._stats_lock = threading.Lock()
         on_change(self, JITFunction._forget_launches)  # tile_nb.set_options: launches kept below are stale
         functools.update_wrapper(self, fn)
 
     def _forget_launches(self) -> None:
-        """The lowering options changed (tile_nb.set_options / tile_nb.options): drop the fast path's tables and
-        the launches kept per specialization, so the next call of every shape goes through `_compiled`."""
+        """The lowering options changed (tile_nb.set_options / tile_nb.options): drop the fast path's tables
+        and the launches kept per specialization, so the next call of every shape goes through `_compiled`."""
         self._fast.clear()
         for template in list(self._templates.values()):
             for spec in list(template.specializations.values()):
@@ -97,11 +101,12 @@ class JITFunction:
     def __repr__(self) -> str:
         return f"<tile_nb kernel {self.definition.name}{self.signature.signature}>"
 
-    # -- cache keys --------------------------------------------------------------------------------------------
+    # -- cache keys ------------------------------------------------------------------------------------------
     def _read_globals(self) -> tuple[str, ...]:
-        """Module globals the body reads that are values now (not modules, functions or classes). Parameters and
-        names the body assigns are its own, even when a global of that name exists (a notebook's `X = ...` next to
-        a kernel whose parameter is X). The key uses all of `self._environment`, helpers and attributes included."""
+        """Module globals the body reads that are values now (not modules, functions or classes).
+        Parameters and names the body assigns are its own, even when a global of that name exists (a
+        notebook's `X = ...` next to a kernel whose parameter is X). The key uses all of
+        `self._environment`, helpers and attributes included."""
         g = self.fn.__globals__
         return tuple(sorted(r.name for r in self._environment.reads.globals
                             if r.name in g and not isinstance(g[r.name], _SKIP_GLOBAL_TYPES)))
@@ -125,7 +130,7 @@ class JITFunction:
     def _def_where(self) -> dict:
         return definition_where(self.definition)
 
-    # -- phases ------------------------------------------------------------------------------------------------
+    # -- phases ----------------------------------------------------------------------------------------------
     def _template_for(self, compile_values: dict) -> tuple[tuple, Template]:
         key = (tuple(_key_part(compile_values[p.name]) for p in self.signature.compile_time), self._environment_key())
         template = self._templates.get(key)
@@ -174,8 +179,9 @@ class JITFunction:
         return spec
 
     def _allocated_shape(self, elab: Elaboration, template: Template, scalar_dims: dict, name: str) -> tuple:
-        """(name, shape, torch dtype) of a tensor the call allocates (a T.empty output or a T.alloc_global scratch
-        tensor): ints, or shape expressions over T.dynamic dims and scalar parameters that the call's arguments give."""
+        """(name, shape, torch dtype) of a tensor the call allocates (a T.empty output or a
+        T.alloc_global scratch tensor): ints, or shape expressions over T.dynamic dims and scalar
+        parameters that the call's arguments give."""
         param = elab.buffers[name]
         shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
         used = {v for d in shape if type(d) is not int for v in free_vars(d)}
@@ -189,7 +195,7 @@ class JITFunction:
                 hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword")
         return name, shape, torch_dtype(param.annotation.dtype)
 
-    # -- public API --------------------------------------------------------------------------------------------
+    # -- public API ------------------------------------------------------------------------------------------
     def template(self, **compile_kwargs) -> Elaboration:
         """Phase 1: the template for these compile-time arguments (`.script()` prints it with consts symbolic;
         `.stopped` says where and why it ended early, if it did)."""
@@ -200,8 +206,8 @@ class JITFunction:
         return bind_compile_only(self.definition, kwargs)
 
     def specialize(self, *args, **kwargs):
-        """Phase 2: the `PrimFunc` specialized to these arguments; consts can be given as keywords (`M=1024`), so
-        no tensors are needed."""
+        """Phase 2: the `PrimFunc` specialized to these arguments; consts can be given as keywords (`M=1024`),
+        so no tensors are needed."""
         return self._specialize(args, kwargs)[1].func
 
     def _specialize(self, args, kwargs):
@@ -209,8 +215,8 @@ class JITFunction:
         return template, self._specialization(template, const_values), runtime
 
     def _call_consts(self, args, kwargs):
-        """Bind a call whose runtime arguments may be missing (consts given as keywords): (template, const values,
-        the runtime arguments given)."""
+        """Bind a call whose runtime arguments may be missing (consts given as keywords): (template, const
+        values, the runtime arguments given)."""
         named = dict(kwargs)
         positional = [p for p in self.signature.params if not p.keyword_only]
         given = {p.name for p in positional[: len(args)]} | set(named)
@@ -223,10 +229,11 @@ class JITFunction:
         return template, self._const_values(template, runtime, extra), runtime
 
     def compile(self, *args, target=None, **kwargs):
-        """Specialize and compile (no GPU needed): the kernel holds `.cuda_source`, `.ptx`, `.sass`, `.resources`,
-        `.lowered_ir`, `.plan` and `.timings`. Given every runtime argument (tensors), it is the kernel a launch
-        on them uses (the tensors' pointer alignment and the divisibility of their T.dynamic dims, as
-        `plan["assumes"]` lists); given consts as keywords, the general kernel (aligned pointers, no divisibility)."""
+        """Specialize and compile (no GPU needed): the kernel holds `.cuda_source`, `.ptx`, `.sass`,
+        `.resources`, `.lowered_ir`, `.plan` and `.timings`. Given every runtime argument (tensors), it
+        is the kernel a launch on them uses (the tensors' pointer alignment and the divisibility of their
+        T.dynamic dims, as `plan["assumes"]` lists); given consts as keywords, the general kernel
+        (aligned pointers, no divisibility)."""
         start = time.perf_counter()
         template, spec, runtime = self._specialize(args, kwargs)
         elaborate_s = time.perf_counter() - start
@@ -256,8 +263,9 @@ class JITFunction:
             target_text = str(target)
         from .lower.options import current
 
-        # the lowering options as of now (the kernel's options=, tile_nb.set_options, the environment: TILE_NB_TMA=0
-        # set between two calls builds another kernel), resolved once for the key and the compilation
+        # the lowering options as of now (the kernel's options=, tile_nb.set_options, the
+        # environment: TILE_NB_TMA=0 set between two calls builds another kernel), resolved once
+        # for the key and the compilation
         lowering = current(self.options)
         key = (target_text, facts, lowering.key())
         kernel = spec.compiled.get(key)
@@ -300,8 +308,9 @@ class JITFunction:
         return self._call_slow(args, kwargs, backend)
 
     def _call_seen_shapes(self, fast: FastEntry, key, args):
-        """A call whose shapes an earlier call had: check dtype, layout and device here, launch (and remember the
-        launch under `key` for the direct path) or interpret. `NOT_SEEN` when the shapes are new or a check fails."""
+        """A call whose shapes an earlier call had: check dtype, layout and device here, launch (and
+        remember the launch under `key` for the direct path) or interpret. `NOT_SEEN` when the
+        shapes are new or a check fails."""
         try:
             spec = fast.specs.get(fast.read_shapes(args))
             if spec is None or not spec.check_layout(args):
@@ -365,16 +374,16 @@ class JITFunction:
             if e.name in expectations.written:
                 check_not_autograd(self.definition.name, e.name, tensors[e.name], expectations._where(e.param))
 
-    # Set by tile_nb.torch (a layer above): `traced_call(kernel, args, kwargs)` runs a call on tensor subclasses
-    # (fake tensors of FakeTensorMode, make_fx, torch.export) through the kernel's torch custom op.
+    # Set by tile_nb.torch (a layer above): `traced_call(kernel, args, kwargs)` runs a call on tensor
+    # subclasses (fake tensors of FakeTensorMode, make_fx, torch.export) through the kernel's torch custom op.
     traced_call = None
 
     def _call_slow(self, args, kwargs, backend):
         if backend is None and JITFunction.traced_call is not None \
                 and any(type(a).__name__ in _TRACED_TENSORS for a in (*args, *kwargs.values())):
             return JITFunction.traced_call(self, args, kwargs)
-        # Read before the call is bound: if another thread changes a global the body reads meanwhile, this call's
-        # specialization may be the old one and must not be filed under the new values.
+        # Read before the call is bound: if another thread changes a global the body reads meanwhile, this
+        # call's specialization may be the old one and must not be filed under the new values.
         env_key = self._environment_key()
         spec, ordered, device = self._checked_call(args, kwargs)
         empty = spec.expectations.empty_grid or self._empty_at_call(spec, ordered)
@@ -399,7 +408,8 @@ class JITFunction:
     @staticmethod
     def _empty_at_call(spec: Specialization, ordered) -> tuple[str, ...]:
         """The grid extents over T.dynamic dims that this call's sizes make 0 (a zero-block launch is a CUDA
-        error; the call then runs nothing, as with static sizes). Such shapes stay off the fast path's tables."""
+        error; the call then runs nothing, as with static sizes). Such shapes
+        stay off the fast path's tables."""
         if not spec.expectations.dynamic_grid:
             return ()
         return empty_at_call(spec.expectations, spec.dim_values(ordered))
@@ -491,8 +501,9 @@ class JITFunction:
         return target, str(target)
 
     def _warn_if_not_lowerable(self, spec: Specialization) -> None:
-        """A kernel must never work on the CPU and then fail on the GPU by surprise: the first interpreted call of
-        each specialization also lowers it for the GPU target (no CUDA compile) and warns when that fails."""
+        """A kernel must never work on the CPU and then fail on the GPU by surprise: the first
+        interpreted call of each specialization also lowers it for the GPU target (no CUDA
+        compile) and warns when that fails."""
         import warnings
 
         from .backend.target import resolve_target
@@ -510,18 +521,18 @@ class JITFunction:
                 f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
                 f"failed ({type(err).__name__}: {err}); please report this"), stacklevel=_user_stacklevel())
 
-    # -- what tuning needs from a call -------------------------------------------------------------------------
+    # -- what tuning needs from a call -----------------------------------------------------------------------
     # (`bench`, `sweep`, `tune` and `show` are attached by their layers: tile_nb/bench/faces.py and
     # tile_nb/notebook/faces.py, through tile_nb/__init__.py)
     def call_values(self, *args, **kwargs) -> tuple[dict, dict]:
-        """(compile-time values, const values) a call with these arguments specializes with; consts may be given
-        as keywords instead of tensors. Nothing is compiled."""
+        """(compile-time values, const values) a call with these arguments specializes with; consts may be
+        given as keywords instead of tensors. Nothing is compiled."""
         template, consts, _ = self._call_consts(args, kwargs)
         return dict(template.compile_values), consts
 
     def call_arguments(self, *args, **kwargs) -> tuple[Any, list]:
-        """(phase-2 PrimFunc, the argument list the compiled kernel takes: runtime arguments then outputs, which
-        are allocated here) for a checked call. What a launcher or a remote benchmark needs."""
+        """(phase-2 PrimFunc, the argument list the compiled kernel takes: runtime arguments then outputs,
+        which are allocated here) for a checked call. What a launcher or a remote benchmark needs."""
         spec, ordered, device = self._checked_call(args, kwargs)
         return spec.func, [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
 
@@ -534,8 +545,8 @@ class JITFunction:
 
     def launcher(self, *args, **kwargs) -> Launcher:
         """Bind, check and compile once: a zero-argument callable that launches the compiled kernel on these
-        arguments (CUDA tensors) or runs the interpreter (CPU tensors). Tuning times this, so each timed launch
-        pays no argument binding."""
+        arguments (CUDA tensors) or runs the interpreter (CPU tensors). Tuning times this, so each timed
+        launch pays no argument binding."""
         spec, ordered, device = self._checked_call(args, kwargs)
         call_args = [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
         if device is not None and device.type == "cuda":
@@ -544,10 +555,11 @@ class JITFunction:
         return Launcher(functools.partial(self._interpret, spec, call_args), None, call_args)
 
     def identity(self) -> dict:
-        """What identifies this kernel across processes (tuning results are stored under it): its name, the sha256
-        of its source, and every value its body reads (closure cells, globals, attributes, helper functions by their
-        code and what they read, arrays and tensors by content hash) as stable text. `persistable` is False (with
-        `why`) when one of those values has no stable text (its repr prints an object address)."""
+        """What identifies this kernel across processes (tuning results are stored under it): its name,
+        the sha256 of its source, and every value its body reads (closure cells, globals, attributes,
+        helper functions by their code and what they read, arrays and tensors by content hash) as
+        stable text. `persistable` is False (with `why`) when one of those values has no stable text
+        (its repr prints an object address)."""
         import hashlib
 
         reprs = self._environment.describe()
@@ -580,16 +592,18 @@ def _static(x):
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None,
         out_idx=None):
     """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
-    `verbose=` (log each template, specialization and compilation), `compile_options=` (a dict for the backend:
-    `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the list),
-    `options=` (the lowering options: a dict of `tile_nb.LoweringOptions` fields such as `{"tma": False}`, over
-    `tile_nb.set_options` and the environment, or a whole `LoweringOptions`; unknown names are refused with the
-    list; a function attribute `tile_nb.<option>` still overrides them), `out_idx=` (positions of tensors
-    annotated in the signature that are outputs: the call allocates and returns them, tilelang's convention).
+    `verbose=` (log each template, specialization and compilation),
+    `compile_options=` (a dict for the backend:
+    `compiler` ("nvrtc" or "nvcc"), `fast_math`, `ptxas_options`, `cache`; unknown keys are refused with the
+    list), `options=` (the lowering options: a dict of `tile_nb.LoweringOptions` fields such as
+    `{"tma": False}`, over `tile_nb.set_options` and the environment, or a whole `LoweringOptions`; unknown
+    names are refused with the list; a function attribute `tile_nb.<option>` still overrides them),
+    `out_idx=` (positions of tensors annotated in the signature that are outputs: the call allocates and
+    returns them, tilelang's convention).
 
-    `fn` is a kernel, a `@T.prim_func`, or a kernel factory: a function that defines a `@T.prim_func` and returns
-    it; `jit` of a factory gives a `KernelFactory`, whose call runs the factory (once per argument values) and
-    returns the kernel."""
+    `fn` is a kernel, a `@T.prim_func`, or a kernel factory: a function that defines a `@T.prim_func` and
+    returns it; `jit` of a factory gives a `KernelFactory`, whose call runs the factory (once per argument
+    values) and returns the kernel."""
     if fn is None:
         return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options,
                                  options=options, out_idx=out_idx)

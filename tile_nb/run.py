@@ -1,5 +1,5 @@
-"""Run a tilelang script (or tilelang's pytest tests) on tile_nb: `import tilelang` resolves to tile_nb's stand-in
-(tile_nb.tilelang) for this run only.
+"""Run a tilelang script (or tilelang's pytest tests) on tile_nb: `import tilelang` resolves to tile_nb's
+stand-in (tile_nb.tilelang) for this run only.
 
     python -m tile_nb.run script.py [args...]          # the script as __main__, with its own arguments
     python -m tile_nb.run --cpu script.py              # torch's "cuda" device requests become "cpu": the interpreter
@@ -9,8 +9,9 @@
 
 If a real tilelang is importable, tile_nb says where and refuses (exit status 3) unless `--shadow` is given.
 `--result-json PATH` writes the outcome as JSON (what the conformance runner reads): pass / fail (an
-AssertionError: the script's own check) / error, the exception's first line, the tilelang API tile_nb lacks if that
-was the cause, and the largest absolute error any `torch.testing.assert_close` / `torch.allclose` check saw.
+AssertionError: the script's own check) / error, the exception's first line, the tilelang API
+tile_nb lacks if that was the cause, and the largest absolute error any
+`torch.testing.assert_close` / `torch.allclose` check saw.
 """
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ def _first_line(text: str) -> str:
 
 
 def outcome_of(exc: BaseException | None, text: str = "") -> dict:
-    """pass / fail / error for an exception (None: passed), with its first line and the missing tilelang API."""
+    """pass / fail / error for an exception (None: passed), with its first line
+    and the missing tilelang API."""
     from .tilelang._support import missing_feature
 
     if exc is None:
@@ -189,7 +191,8 @@ def _write(path: str | None, result: dict) -> None:
 
 def notebook_cells(path: str) -> list[tuple[int, str, bool]]:
     """The code cells of a notebook: (cell number among code cells, source, whether its stored outputs hold an
-    error). Line magics and shell escapes become comments; a cell magic (`%%...`) makes the whole cell a comment."""
+    error). Line magics and shell escapes become comments; a cell magic (`%%...`)
+    makes the whole cell a comment."""
     with open(path, encoding="utf-8") as f:
         notebook = json.load(f)
     cells = []
@@ -214,8 +217,9 @@ def notebook_cells(path: str) -> list[tuple[int, str, bool]]:
 
 
 def _run_notebook(path: str) -> None:
-    """Run a notebook's code cells in order in one namespace, as a kernel would. A cell whose stored outputs show an
-    error may raise again (the notebook demonstrates that error); any other exception stops the run."""
+    """Run a notebook's code cells in order in one namespace, as a kernel would. A cell whose
+    stored outputs show an error may raise again (the notebook demonstrates that error); any
+    other exception stops the run."""
     from . import run_source
 
     namespace = {"__name__": "__main__"}

@@ -1,14 +1,14 @@
 """Thread-level TIRx IRModule -> CUDA source, cubin, resource use and (with a GPU) a loadable TVM module.
 
 `tvm.compile(..., tir_pipeline="tirx")` lowers the module, generates CUDA C++ and, when TVM's CUDA runtime is
-loaded (a GPU driver is present), asks the global `tvm_callback_cuda_compile` for a binary. tile_nb installs its
-own callback so it chooses the compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the step.
-Without a driver TVM never calls the callback and keeps the source only; the cubin is then made here, from the
-same source, so resource use is known on CPU-only machines too (that module cannot launch).
+loaded (a GPU driver is present), asks the global `tvm_callback_cuda_compile` for a binary. tile_nb installs
+its own callback so it chooses the compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the
+step. Without a driver TVM never calls the callback and keeps the source only; the cubin is then made here,
+from the same source, so resource use is known on CPU-only machines too (that module cannot launch).
 
-A `compute_XY` target (target.py) is compiled the same way (the cubin for sm_XY checks that ptxas accepts the code
-and gives its resources), but the callback hands TVM the PTX, which TVM loads as such (it tells PTX from a cubin by
-the leading '/' of PTX's comment header), so the driver compiles it for whatever GPU runs it.
+A `compute_XY` target (target.py) is compiled the same way (the cubin for sm_XY checks that ptxas accepts the
+code and gives its resources), but the callback hands TVM the PTX, which TVM loads as such (it tells PTX from
+a cubin by the leading '/' of PTX's comment header), so the driver compiles it for whatever GPU runs it.
 """
 from __future__ import annotations
 
@@ -149,9 +149,9 @@ def _no_marks(code: str) -> tuple[str, dict]:
 
 @contextlib.contextmanager
 def compiling_cuda(arch: str, options: BuildOptions, take_marks=None, *, ptx: bool = False):
-    """Inside, TVM's CUDA compiles go through `cuda_compile` with `options` and `take_marks` applied (one build at
-    a time: TVM's compile callback is process-global); the capture lists what was compiled. With `ptx`, TVM's
-    module gets the PTX instead of the cubin."""
+    """Inside, TVM's CUDA compiles go through `cuda_compile` with `options` and `take_marks` applied (one
+    build at a time: TVM's compile callback is process-global); the capture lists what was compiled. With
+    `ptx`, TVM's module gets the PTX instead of the cubin."""
     with _build_lock:
         _install_callback()
         capture = _Capture(arch, options, take_marks or _no_marks, ptx)
@@ -175,8 +175,9 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
 
     Stages timed: `codegen` (TVM's lowering passes and CUDA codegen) and `cubin` (NVRTC/nvcc with ptxas).
     `script` is `mod.script()` when the caller has it already (it is read for the dynamic shared memory size).
-    `take_marks(code) -> (code, regions)` takes the lowering's source marks out of the generated CUDA before it is
-    compiled (tile_nb.lower.sourcemap.split_marks); the result keeps the code without them and the regions.
+    `take_marks(code) -> (code, regions)` takes the lowering's source marks out of the
+    generated CUDA before it is compiled (tile_nb.lower.sourcemap.split_marks); the result
+    keeps the code without them and the regions.
     """
     import tvm
 

@@ -86,7 +86,8 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
                  ptxas_options: tuple[str, ...] = ()) -> CubinResult:
     """Compile CUDA C++ to a cubin for `arch` (e.g. "sm_90a"); raise CudaCompileError with the log on failure.
 
-    `compiler="auto"` prefers NVRTC (in-process: no nvcc process start, no host-side pass) and falls back to nvcc.
+    `compiler="auto"` prefers NVRTC (in-process: no nvcc process start, no
+    host-side pass) and falls back to nvcc.
     """
     chosen = available_compiler(compiler)
     if chosen is None:
@@ -100,15 +101,16 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
 # ---------------------------------------------------------------------------------------------------- NVRTC
 
 # TVM's generated header pulls in <cuda/std/type_traits> under NVRTC for a few `std::` aliases. Parsing that
-# header is most of NVRTC's compile time (docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped),
-# so when the kernel uses none of the aliases the block is dropped before compiling. The names are checked in the
-# rest of the source.
+# header is most of NVRTC's compile time
+# (docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped), so when the kernel uses none
+# of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
 _TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n",
                            re.DOTALL)
 
 
-# NVRTC has no <cuda.h>, so TVM's `const __grid_constant__ CUtensorMap` kernel parameters (TMA) name an unknown
-# type there. The driver API defines it as 16 opaque 64-bit words aligned to 64 bytes (CU_TENSOR_MAP_NUM_QWORDS).
+# NVRTC has no <cuda.h>, so TVM's `const __grid_constant__ CUtensorMap` kernel parameters (TMA)
+# name an unknown type there. The driver API defines it as 16 opaque 64-bit words aligned to 64
+# bytes (CU_TENSOR_MAP_NUM_QWORDS).
 _TENSOR_MAP_TYPE = """
 #if defined(__CUDACC_RTC__) && !defined(CUDA_VERSION)
 typedef struct CUtensorMap_st { alignas(64) unsigned long long opaque[16]; } CUtensorMap;
@@ -175,8 +177,9 @@ def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple
         nvrtc.nvrtcDestroyProgram(prog)
     resources = parse_ptxas_log(log)
     if not resources and ptx:
-        # Some NVRTC versions (13.0; docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped) leave
-        # the ptxas -v report out of the program log: then run ptxas on the PTX for it (the cubin stays NVRTC's).
+        # Some NVRTC versions (13.0;
+        # docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped) leave the ptxas -v
+        # report out of the program log: then run ptxas on the PTX for it (the cubin stays NVRTC's).
         report = _ptxas_report(ptx, arch, ptxas_options)
         if report:
             log += "\n" + report

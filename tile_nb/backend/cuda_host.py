@@ -1,13 +1,13 @@
 """A lean launcher: the host function built by TVM's `cuda_host` target instead of its LLVM host.
 
-The default host function (LLVM) reaches the kernel through packed calls into TVM's runtime: one to set the device,
-one per tensor map (`runtime.cuTensorMapEncodeTiled`) and one to launch. TVM's `cuda_host` target writes the same
-host function as CUDA C++ instead (argument checks, `cuTensorMapEncodeTiled` and `cudaLaunchKernelEx` called
-directly), which nvcc builds together with the kernel into a shared library that tvm_ffi loads. It shortens the
-launch, but the nvcc build of host and device code costs seconds per kernel, so it is opt-in: the build option
-`host="cuda_host"` (see docs/decisions.md#host-cost-of-a-cached-call). The generated
-source is rewritten first (`cache_launch_setup`) so that repeated launches skip re-encoding unchanged tensor maps
-and re-setting the kernel's dynamic shared memory size.
+The default host function (LLVM) reaches the kernel through packed calls into TVM's runtime: one to set the
+device, one per tensor map (`runtime.cuTensorMapEncodeTiled`) and one to launch. TVM's `cuda_host` target
+writes the same host function as CUDA C++ instead (argument checks, `cuTensorMapEncodeTiled` and
+`cudaLaunchKernelEx` called directly), which nvcc builds together with the kernel into a shared library that
+tvm_ffi loads. It shortens the launch, but the nvcc build of host and device code costs seconds per kernel, so
+it is opt-in: the build option `host="cuda_host"` (see docs/decisions.md#host-cost-of-a-cached-call). The
+generated source is rewritten first (`cache_launch_setup`) so that repeated launches skip re-encoding
+unchanged tensor maps and re-setting the kernel's dynamic shared memory size.
 
 Needs nvcc, a C++ compiler and ninja (tvm_ffi.cpp builds with them) and, to link, the CUDA driver library.
 """
@@ -30,8 +30,8 @@ __all__ = ["build_launcher", "cache_launch_setup", "cuda_host_source", "load_lau
 
 def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | None = None) -> str:
     """One CUDA C++ translation unit for a lowered IRModule: the kernels, then TVM's host wrappers.
-    `take_marks(code) -> (code, regions)` takes the lowering's source marks out (as `build` does: TVM compiles the
-    device code on the way, where a GPU runtime is loaded, and keeps the text it generated)."""
+    `take_marks(code) -> (code, regions)` takes the lowering's source marks out (as `build` does: TVM compiles
+    the device code on the way, where a GPU runtime is loaded, and keeps the text it generated)."""
     import tvm
     from tvm.backend.cuda import export_cuda_host
 
@@ -153,21 +153,23 @@ _GET_DEVICE = re.compile(r"\bcudaGetDevice\(&(\w+)\)")
 
 
 class LaunchCacheError(RuntimeError):
-    """TVM's cuda_host source is not spelled as `cache_launch_setup` expects (a TVM upgrade changed its codegen)."""
+    """TVM's cuda_host source is not spelled as `cache_launch_setup` expects (a TVM
+    upgrade changed its codegen)."""
 
 
 def cache_launch_setup(source: str) -> str:
     """Rewrite TVM's cuda_host source so that a launch skips the setup calls whose result it already has.
 
-    The generated host function calls `cuTensorMapEncodeTiled` for every tensor map and `cudaFuncSetAttribute(kernel,
-    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)` on every launch, though both results depend only on their
-    arguments, which repeat from call to call; skipping them is most of what is left to save in a launch, the
-    attribute more than the encode (see docs/decisions.md#host-cost-of-a-cached-call).
-    Each encode call goes through `tile_nb_encode_tiled<site>` (a thread_local cache of the last arguments and map
-    per call site) and each set through `tile_nb_set_max_dynamic_smem<site>` (the last size set, per device); both
-    are in `LAUNCH_CACHE_PRELUDE`, inserted before the host functions. A source with neither call (a cp.async kernel
-    with at most 48 KiB of dynamic shared memory) comes back unchanged; one whose calls are not spelled as
-    expected raises LaunchCacheError rather than launching uncached without a word."""
+    The generated host function calls `cuTensorMapEncodeTiled` for every tensor map and
+    `cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)` on every launch, though
+    both results depend only on their arguments, which repeat from call to call; skipping them is most of what
+    is left to save in a launch, the attribute more than the encode (see
+    docs/decisions.md#host-cost-of-a-cached-call). Each encode call goes through `tile_nb_encode_tiled<site>`
+    (a thread_local cache of the last arguments and map per call site) and each set through
+    `tile_nb_set_max_dynamic_smem<site>` (the last size set, per device); both are in `LAUNCH_CACHE_PRELUDE`,
+    inserted before the host functions. A source with neither call (a cp.async kernel with at most 48 KiB of
+    dynamic shared memory) comes back unchanged; one whose calls are not spelled as expected raises
+    LaunchCacheError rather than launching uncached without a word."""
     if _PRELUDE_MARK in source:
         return source                                              # rewritten already
     host_at = source.find(_HOST_CODE_START)
@@ -209,8 +211,8 @@ def _unexpected(what: str) -> LaunchCacheError:
 
 
 def build_launcher(source: str, arch: str, folder: str | os.PathLike, *, link: bool = True) -> tuple[Path, float]:
-    """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library, or
-    with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
+    """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library,
+    or with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
     seconds)."""
     if arch.startswith("compute_"):  # seen on the H200: an sm_80 cubin and "no kernel image is available"
         raise CudaCompileError("nvcc (cuda_host launcher)", arch, f"host='cuda_host' builds the kernel as machine "
@@ -247,8 +249,8 @@ def load_launcher(path: str | os.PathLike, name: str):
 
 @contextlib.contextmanager
 def _arch_list(arch: str):
-    """tvm_ffi.cpp reads the architecture from TVM_FFI_CUDA_ARCH_LIST ("9.0a"); without it, it asks nvidia-smi,
-    which says 9.0 (no wgmma). Set for the build only (callers hold the backend's build lock)."""
+    """tvm_ffi.cpp reads the architecture from TVM_FFI_CUDA_ARCH_LIST ("9.0a"); without it, it asks
+    nvidia-smi, which says 9.0 (no wgmma). Set for the build only (callers hold the backend's build lock)."""
     number = arch.removeprefix("sm_").rstrip("af")          # sm_90a -> 90, sm_100a -> 100
     value = f"{number[:-1]}.{number[-1]}{arch[len('sm_') + len(number):]}"
     saved = os.environ.get("TVM_FFI_CUDA_ARCH_LIST")

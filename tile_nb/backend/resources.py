@@ -107,15 +107,15 @@ def combine(per_kernel: dict[str, Resources]) -> Resources | None:
     )
 
 
-# `smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")` in TVMScript; `T.decl_buffer(..., data=...)`
-# views into the pool are not allocations and are not counted.
+# `smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")` in TVMScript;
+# `T.decl_buffer(..., data=...)` views into the pool are not allocations and are not counted.
 _DYN_ALLOC = re.compile(r'T\.alloc_buffer\(\(([^()]*)\),\s*"(\w+)"[^\n]*?scope="shared\.dyn"')
 _DTYPE_BITS = re.compile(r"^[a-z]+?(\d+)(?:x(\d+))?$")
 
 
 def dynamic_shared_from_script(script: str) -> int | None:
-    """Bytes of dynamic shared memory allocated in a lowered module's TVMScript, or None when there is none or a
-    size is not a constant."""
+    """Bytes of dynamic shared memory allocated in a lowered module's TVMScript, or None when there is none or
+    a size is not a constant."""
     total = 0
     for dims_text, dtype in _DYN_ALLOC.findall(script):
         dims = [d.strip() for d in dims_text.split(",") if d.strip()]

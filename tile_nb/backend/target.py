@@ -1,16 +1,16 @@
 """Which CUDA target a kernel is built for.
 
-The architecture is, strongest first: the one the caller names (`target="sm_80"`, `"cuda -arch=sm_80"`, a dict or
-a tvm Target), else the environment variable `TILE_NB_ARCH` (`TILE_NB_ARCH=sm_75`), else the GPU in this process
-(so the cubin loads on it), else `sm_90a` (the H200 the project measures on). So any architecture can be built,
-read and checked on a machine without a GPU. TVM's own `Target("cuda")` would silently pick `sm_50` on a machine
-without a GPU, so a bare "cuda" is completed here instead.
+The architecture is, strongest first: the one the caller names (`target="sm_80"`, `"cuda -arch=sm_80"`, a dict
+or a tvm Target), else the environment variable `TILE_NB_ARCH` (`TILE_NB_ARCH=sm_75`), else the GPU in this
+process (so the cubin loads on it), else `sm_90a` (the H200 the project measures on). So any architecture can
+be built, read and checked on a machine without a GPU. TVM's own `Target("cuda")` would silently pick `sm_50`
+on a machine without a GPU, so a bare "cuda" is completed here instead.
 
 Two kinds of build, by spelling (nvcc's own names):
-- `sm_80`: the kernel lowered for sm_80 and loaded as an sm_80 cubin, which runs on that GPU only (the same major
-  version: an sm_80 cubin runs on sm_86, not on sm_90);
-- `compute_80`: the same lowering and the same cubin check (ptxas, resources), but the module holds the PTX, which
-  the driver compiles for the GPU it runs on: sm_80's code paths run on any newer GPU (an H200), for
+- `sm_80`: the kernel lowered for sm_80 and loaded as an sm_80 cubin, which runs on that GPU only (the same
+  major version: an sm_80 cubin runs on sm_86, not on sm_90);
+- `compute_80`: the same lowering and the same cubin check (ptxas, resources), but the module holds the PTX,
+  which the driver compiles for the GPU it runs on: sm_80's code paths run on any newer GPU (an H200), for
   correctness, never for speed. Marked on the tvm Target by the key "ptx" (`target_embeds_ptx`).
 Architectures tile_nb builds, and what each gets: tile_nb/lower/analysis/arch.py and docs/architectures.md.
 """
@@ -102,10 +102,10 @@ def _parse_target_string(text: str) -> dict[str, Any]:
 def resolve_target(target: Any = None):
     """Return a `tvm.target.Target` of kind cuda with an explicit arch.
 
-    `target` may be None, a string ("cuda", "sm_80", "compute_80", "cuda -arch=sm_80"), a dict in TVM's JSON form,
-    or a Target. An arch named by the caller wins (one may want to read sm_80 code on an H200); otherwise
-    `TILE_NB_ARCH`, otherwise the device's arch, otherwise `DEFAULT_ARCH`. A `compute_XY` arch gives the Target
-    arch sm_XY and the key "ptx" (the module holds PTX for the driver to compile).
+    `target` may be None, a string ("cuda", "sm_80", "compute_80", "cuda -arch=sm_80"), a dict in TVM's JSON
+    form, or a Target. An arch named by the caller wins (one may want to read sm_80 code on an H200);
+    otherwise `TILE_NB_ARCH`, otherwise the device's arch, otherwise `DEFAULT_ARCH`. A `compute_XY` arch gives
+    the Target arch sm_XY and the key "ptx" (the module holds PTX for the driver to compile).
     """
     import tvm
 
@@ -172,8 +172,8 @@ def target_label(target) -> str:
 def launch_problem(target, device: str | None) -> str | None:
     """Why a module built for `target` cannot run on a GPU of arch `device` (e.g. "sm_90a"), or None.
 
-    A cubin runs on its own compute capability (tile_nb asks for the same digits); PTX of an architecture that is
-    not arch-specific runs, compiled by the driver, on that one and every newer GPU."""
+    A cubin runs on its own compute capability (tile_nb asks for the same digits); PTX of an architecture that
+    is not arch-specific runs, compiled by the driver, on that one and every newer GPU."""
     if device is None:
         return "torch sees no CUDA device"
     arch = target_arch(target)

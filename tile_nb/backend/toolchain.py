@@ -35,8 +35,8 @@ def cuda_home() -> str | None:
 
 @functools.cache
 def find_tool(name: str) -> str | None:
-    """Path of a CUDA command-line tool, looked up on PATH, then in the toolkit's bin folder, then in NVIDIA's pip
-    wheels (`nvidia/cu13/bin/nvdisasm` from nvidia-cuda-nvdisasm, which the test extra installs)."""
+    """Path of a CUDA command-line tool, looked up on PATH, then in the toolkit's bin folder, then in NVIDIA's
+    pip wheels (`nvidia/cu13/bin/nvdisasm` from nvidia-cuda-nvdisasm, which the test extra installs)."""
     found = shutil.which(name)
     if found:
         return found
@@ -87,7 +87,8 @@ def nvrtc_version() -> str | None:
 @functools.cache
 def cuda_include_dirs() -> tuple[str, ...]:
     """Header folders NVRTC needs (it has no default include path): the toolkit's include, the per-platform
-    `targets/<triple>/include` and its `cccl` subfolder (`<cuda/std/...>`), and the headers pip wheels ship."""
+    `targets/<triple>/include` and its `cccl` subfolder (`<cuda/std/...>`),
+    and the headers pip wheels ship."""
     dirs: list[str] = []
     home = cuda_home()
     if home:

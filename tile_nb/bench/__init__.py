@@ -8,10 +8,10 @@
     t = tune(gemm, configs, A, B, C, options=TuneOptions(pool="inline", rounds=5))   # how it searches
 
 Modules: `timing` (do_bench), `counts` (FLOPs, bytes, roofline), `results` (BenchResult, SweepPoint,
-SweepResult, TuneResult), `inputs` (make_inputs), `run` (bench, sweep), `progress` (reporters), `tuning` (the search),
-`limits` (resource pruning), `compile_worker` and `pool` (parallel compiles), `ray_pool` (Ray), `tune_store`
-(persisted tuning results). Views (HTML, plots, widgets) live in tile_nb.notebook; nothing here imports matplotlib,
-IPython or ipywidgets, and tqdm and Ray only when asked for.
+SweepResult, TuneResult), `inputs` (make_inputs), `run` (bench, sweep), `progress` (reporters), `tuning` (the
+search), `limits` (resource pruning), `compile_worker` and `pool` (parallel compiles), `ray_pool` (Ray),
+`tune_store` (persisted tuning results). Views (HTML, plots, widgets) live in tile_nb.notebook; nothing here
+imports matplotlib, IPython or ipywidgets, and tqdm and Ray only when asked for.
 """
 from .counts import dtype_bytes, elementwise_bytes, gbps, gemm_bytes, gemm_flops, roofline_ms, tflops
 from .inputs import make_inputs

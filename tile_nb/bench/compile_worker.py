@@ -1,18 +1,18 @@
 """Compiling one tuning candidate away from the parent process: `compile_job(job) -> outcome`.
 
-A job is plain data (JSON): the candidate's phase-2 IR as TVMScript text, the target, the build options and the
-lowering options (whole: the worker's environment does not change them). The worker parses the text back into a PrimFunc, checks that it prints to the same text (so the
-disk-cache key it publishes under is the key the parent will look up), and compiles it through
-`tile_nb.runtime.compile`, which lowers, builds and publishes the entry (CUDA source, cubin, and on a machine
-with a CUDA driver the exported module) to the disk cache. The parent then loads the kernel from that cache
-without building it again.
+A job is plain data (JSON): the candidate's phase-2 IR as TVMScript text, the target, the build options and
+the lowering options (whole: the worker's environment does not change them). The worker parses the text back
+into a PrimFunc, checks that it prints to the same text (so the disk-cache key it publishes under is the key
+the parent will look up), and compiles it through `tile_nb.runtime.compile`, which lowers, builds and
+publishes the entry (CUDA source, cubin, and on a machine with a CUDA driver the exported module) to the disk
+cache. The parent then loads the kernel from that cache without building it again.
 
 Why IR text and not the kernel's Python source: the worker needs nothing of the user's program (closures,
 notebook globals, helper functions, `linecache` entries), only TVM and tile_nb; no live TVM object crosses a
 process boundary; and the text is exactly what keys the disk cache.
 
-`python -m tile_nb.bench.compile_worker` serves jobs as JSON lines on stdin/stdout (the process pool's workers);
-`tile_nb.bench.ray_pool` calls `compile_job` in Ray tasks.
+`python -m tile_nb.bench.compile_worker` serves jobs as JSON lines on stdin/stdout (the process pool's
+workers); `tile_nb.bench.ray_pool` calls `compile_job` in Ray tasks.
 """
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ _THREADS = re.compile(r'launch_thread\("threadIdx\.x", (\d+)\)')
 
 
 def job_lowering(job: dict):
-    """The lowering options a job is compiled under: its "lowering" (every field of a LoweringOptions, resolved by
-    the parent: part of the cache key, so they must match exactly); a job without them gives its "env" (the
-    parent's TILE_NB_* variables) as the environment to read them from. os.environ is not touched."""
+    """The lowering options a job is compiled under: its "lowering" (every field of a
+    LoweringOptions, resolved by the parent: part of the cache key, so they must match exactly); a
+    job without them gives its "env" (the parent's TILE_NB_* variables) as the environment to read
+    them from. os.environ is not touched."""
     from ..lower.options import LoweringOptions, current
 
     if job.get("lowering") is not None:
@@ -41,12 +42,14 @@ def job_lowering(job: dict):
 
 
 def compile_job(job: dict) -> dict:
-    """Compile one candidate; never raises (a failure is an outcome with `ok: False`, the stage and the error).
+    """Compile one candidate; never raises (a failure is an outcome with
+    `ok: False`, the stage and the error).
 
     job: {"id", "ir" (TVMScript of the phase-2 PrimFunc), "target" (str), "options" (build options),
-    "lowering" (LoweringOptions.to_dict(); or "env": TILE_NB_* variables to read them from), "ship_entry" (return the cache entry's files, for a parent on another machine)}.
-    outcome: {"id", "ok", "stage", "error", "key", "resources", "threads", "timings", "has_module", "seconds",
-    "pid", "host", "files" (when shipped)}.
+    "lowering" (LoweringOptions.to_dict(); or "env": TILE_NB_* variables to read them from),
+    "ship_entry" (return the cache entry's files, for a parent on another machine)}. outcome: {"id",
+    "ok", "stage", "error", "key", "resources", "threads", "timings", "has_module", "seconds", "pid",
+    "host", "files" (when shipped)}.
     """
     start = time.perf_counter()
     out: dict = {"id": job.get("id"), "ok": False, "pid": os.getpid(), "host": socket.gethostname()}
@@ -118,8 +121,8 @@ def main() -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    # tvm_ffi imports torch whenever it can (~200 MB per process); a compile worker never touches a tensor, and
-    # with n workers next to a notebook that memory decides whether tuning fits a 2 GB binder container
+    # tvm_ffi imports torch whenever it can (~200 MB per process); a compile worker never touches a tensor,
+    # and with n workers next to a notebook that memory decides whether tuning fits a 2 GB binder container
     sys.modules.setdefault("torch", None)
     try:
         import tvm  # noqa: F401 - the slow import happens before "ready", not inside the first job

@@ -13,7 +13,8 @@ _SIZES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "
 
 
 def dtype_bytes(dtype: Any) -> int:
-    """Bytes per element of a dtype given as a string ("float16"), a torch dtype or anything with `itemsize`."""
+    """Bytes per element of a dtype given as a string ("float16"), a torch
+    dtype or anything with `itemsize`."""
     itemsize = getattr(dtype, "itemsize", None)
     if isinstance(itemsize, int):
         return itemsize

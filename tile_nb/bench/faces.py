@@ -2,8 +2,8 @@
 
 Methods of `tile_nb.JITFunction` that this layer provides (jit.py sits below bench and imports none of it):
 `tile_nb/__init__.py` attaches them to the class, importing this module on their first use, so they work in a
-script or notebook that never imported `tile_nb.bench` itself. Each is the module-level function of the same name
-with the kernel first.
+script or notebook that never imported `tile_nb.bench` itself. Each is the module-level function of the same
+name with the kernel first.
 """
 from __future__ import annotations
 

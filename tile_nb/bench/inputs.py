@@ -1,4 +1,5 @@
-"""Inputs and descriptions for benchmarks: random tensors shaped by a kernel's annotations, byte counts, labels."""
+"""Inputs and descriptions for benchmarks: random tensors shaped by a kernel's
+annotations, byte counts, labels."""
 from __future__ import annotations
 
 import inspect
@@ -74,7 +75,8 @@ def positional_arity(fn: Callable) -> int | None:
 
 
 def call_baseline(baseline: Callable, args: tuple) -> Callable[[], object]:
-    """A zero-argument baseline as is; one that takes arguments gets the kernel's arguments (`lambda A, B, C: ...`)."""
+    """A zero-argument baseline as is; one that takes arguments gets the kernel's
+    arguments (`lambda A, B, C: ...`)."""
     arity = positional_arity(baseline)
     if arity == 0:
         return baseline
@@ -110,9 +112,9 @@ def compile_time_names(kernel) -> set[str]:
 def make_inputs(kernel, *, device: str | None = None, seed: int = 0, **values) -> tuple:
     """Random input tensors for `kernel` specialized with `values` (consts and compile-time parameters).
 
-    The shapes and dtypes come from the kernel's own annotations (phase 2), so `make_inputs(gemm, M=256, N=256,
-    K=128)` gives `(A, B, C)`. Floating tensors are `randn`, integer tensors small integers; outputs the kernel
-    returns are not made. `device` defaults to "cuda" when torch sees a GPU, else "cpu".
+    The shapes and dtypes come from the kernel's own annotations (phase 2), so `make_inputs(gemm, M=256,
+    N=256, K=128)` gives `(A, B, C)`. Floating tensors are `randn`, integer tensors small integers; outputs
+    the kernel returns are not made. `device` defaults to "cuda" when torch sees a GPU, else "cpu".
     """
     import torch
 

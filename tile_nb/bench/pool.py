@@ -4,18 +4,19 @@
         for outcome in pool.run(jobs):     # in completion order; a job = compile_worker's JSON dict
             ...
 
-Each worker is `python -m tile_nb.bench.compile_worker`, a fresh interpreter (not a fork: the parent may hold CUDA
-and TVM state that a fork cannot use) reading one JSON job per line. A plain subprocess instead of
-`concurrent.futures.ProcessPoolExecutor`: a worker that crashes inside TVM or the CUDA compiler (a segfault, an
-abort) costs only its own job, which is reported with the exit status and the end of its stderr, and the worker
-is replaced; a job that hangs is killed after `timeout_s`. Nothing is pickled and the user's `__main__` is never
-re-imported, so scripts without an `if __name__ == "__main__":` guard and notebooks both work.
+Each worker is `python -m tile_nb.bench.compile_worker`, a fresh interpreter (not a fork: the parent may hold
+CUDA and TVM state that a fork cannot use) reading one JSON job per line. A plain subprocess instead of
+`concurrent.futures.ProcessPoolExecutor`: a worker that crashes inside TVM or the CUDA compiler (a segfault,
+an abort) costs only its own job, which is reported with the exit status and the end of its stderr, and the
+worker is replaced; a job that hangs is killed after `timeout_s`. Nothing is pickled and the user's `__main__`
+is never re-imported, so scripts without an `if __name__ == "__main__":` guard and notebooks both work.
 
-Until the first worker is ready (a fresh interpreter imports TVM: seconds), the parent compiles jobs itself, so a
-small search never waits for the pool and a large one loses no time to its start.
+Until the first worker is ready (a fresh interpreter imports TVM: seconds), the parent compiles jobs itself,
+so a small search never waits for the pool and a large one loses no time to its start.
 
-Workers hide the GPUs (`CUDA_VISIBLE_DEVICES=""`): they compile (CUDA source, cubin, ptxas figures, the exported
-module) but never create a CUDA context, so they take no GPU memory and do not disturb the timing in the parent.
+Workers hide the GPUs (`CUDA_VISIBLE_DEVICES=""`): they compile (CUDA source, cubin, ptxas
+figures, the exported module) but never create a CUDA context, so they take no GPU memory and do
+not disturb the timing in the parent.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def default_workers(jobs: int) -> int:
 
 
 class InlinePool:
-    """Compiles in this process, one job after another (`workers=0`): for debugging, or where processes can't."""
+    """Compiles in this process, one job after another (`workers=0`): for
+    debugging, or where processes can't."""
 
     kind = "inline"
     workers = 0
@@ -74,8 +76,8 @@ WORKER_COMMAND = (sys.executable, "-m", "tile_nb.bench.compile_worker")
 class _Worker:
     def __init__(self, env: dict, command=WORKER_COMMAND):
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the worker's life; close() closes it
-        # Its own session: a Ctrl-C sent to the terminal's or the notebook kernel's process group interrupts the
-        # parent only, which then kills the workers (and their nvcc) as a group.
+        # Its own session: a Ctrl-C sent to the terminal's or the notebook kernel's process group interrupts
+        # the parent only, which then kills the workers (and their nvcc) as a group.
         self.proc = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=env, start_new_session=hasattr(os, "killpg"))
         os.set_blocking(self.proc.stdout.fileno(), False)
@@ -223,7 +225,8 @@ class ProcessPool:
                 if not self._pool and (pending or busy):
                     raise WorkerStartError("every compile worker failed; see the errors above")
         except BaseException:
-            # Ctrl-C, or a consumer that stopped early: the jobs in flight are abandoned, and their workers with them
+            # Ctrl-C, or a consumer that stopped early: the jobs in flight are
+            # abandoned, and their workers with them
             self.close()
             raise
         finally:

@@ -4,10 +4,10 @@
     reporter.update(result, point, phase="compile")
     reporter.close(result)
 
-"auto" picks, in order: the reporter `tile_nb.notebook` registered (an ipywidgets bar with a table and plot that
-fill in) when running in a Jupyter kernel; tqdm when it is installed and stderr is a terminal; else one printed
-line per point. tqdm and ipywidgets are optional: nothing here imports them unless chosen. The notebook layer
-registers itself (`register_reporter`), so this module never imports upward.
+"auto" picks, in order: the reporter `tile_nb.notebook` registered (an ipywidgets bar with a table and plot
+that fill in) when running in a Jupyter kernel; tqdm when it is installed and stderr is a terminal; else one
+printed line per point. tqdm and ipywidgets are optional: nothing here imports them unless chosen. The
+notebook layer registers itself (`register_reporter`), so this module never imports upward.
 """
 from __future__ import annotations
 
@@ -33,13 +33,14 @@ _registered: dict[str, Callable[..., Reporter]] = {}
 
 
 def register_reporter(name: str, factory: Callable[..., Reporter]) -> None:
-    """Make `factory(total=, name=)` available as progress mode `name` ("notebook" is the one "auto" prefers in a
-    Jupyter kernel)."""
+    """Make `factory(total=, name=)` available as progress mode `name` ("notebook" is the one "auto" prefers
+    in a Jupyter kernel)."""
     _registered[name] = factory
 
 
 def point_status(point, phase: str = "time") -> str:
-    """`1.23 ms, 456 TFLOP/s` / `compiled: 154 regs, 144 KiB smem` / `pruned: ...` / `failed at compile: ...`."""
+    """`1.23 ms, 456 TFLOP/s` / `compiled: 154 regs, 144 KiB smem` /
+    `pruned: ...` / `failed at compile: ...`."""
     if point.error is not None:
         return f"failed at {point.stage}: {first_line(point.error)}"
     if point.pruned is not None:
@@ -125,7 +126,8 @@ def _tqdm_available() -> bool:
 
 
 def make_reporter(mode: Any, total: int, name: str = "") -> Reporter:
-    """`mode`: "auto", "notebook" / "bar", "tqdm", "print", None (silent), or an object with `update`/`close`."""
+    """`mode`: "auto", "notebook" / "bar", "tqdm", "print", None (silent), or an
+    object with `update`/`close`."""
     if mode is None or mode is False:
         return _Silent()
     if hasattr(mode, "update") and hasattr(mode, "close"):

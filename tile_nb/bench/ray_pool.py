@@ -1,25 +1,27 @@
-"""Tuning past one machine with Ray (`pip install 'tile_nb[ray]'`): compile jobs on Ray CPU workers, timing on Ray
-GPU actors, one per GPU of the cluster.
+"""Tuning past one machine with Ray (`pip install 'tile_nb[ray]'`): compile jobs on Ray CPU workers, timing on
+Ray GPU actors, one per GPU of the cluster.
 
     ray.init(address="auto")               # or nothing: a local Ray is started
     gemm.tune(A, B, C, configs=grid, pool="ray")
 
-The jobs are those of the local process pool (`compile_worker.compile_job`: phase-2 IR as TVMScript text). A Ray
-worker may be on another machine with another disk, so it sends the built cache entry back (`ship_entry`: CUDA
-source, cubin, exported module) and the parent publishes it to its own disk cache; an actor receives the entry with
-its job, publishes it to its machine's cache and loads the kernel from there (no build on the GPU node). An actor
-makes random inputs of the call's shapes and dtypes on its GPU and times with `do_bench`. Timings of different
-GPUs are not compared for the final choice: the best few are re-timed, interleaved over rounds, on one actor.
+The jobs are those of the local process pool (`compile_worker.compile_job`: phase-2 IR as TVMScript text). A
+Ray worker may be on another machine with another disk, so it sends the built cache entry back
+(`ship_entry`: CUDA source, cubin, exported module) and the parent publishes it to its own disk cache; an
+actor receives the entry with its job, publishes it to its machine's cache and loads the kernel from there
+(no build on the GPU node). An actor makes random inputs of the call's shapes and dtypes on its GPU and
+times with `do_bench`. Timings of different GPUs are not compared for the final choice: the best few are
+re-timed, interleaved over rounds, on one actor.
 
 A shipped entry is checked before it is stored (`publish_entry`): its key must be the key of its material, and
 the key this process computes for the job it sent (same IR, target, options, switches, tile_nb and TVM); its
 files must match their checksums. Anything else is refused with a `ShippedEntryError` (the configuration fails
 with it). This catches a worker with another version or environment, or a damaged transfer; it cannot catch a
-worker that lies about what it built (the cluster runs the code it is sent, so it is trusted like this machine).
+worker that lies about what it built (the cluster runs the code it is sent, so
+it is trusted like this machine).
 
-`device="cpu"` makes CPU actors that time the CPU interpreter on the same jobs: it exists so the whole Ray path
-(scheduling, shipping entries, inputs from specs, timing) is tested on machines without a GPU; its timings measure
-the interpreter, and the result says so.
+`device="cpu"` makes CPU actors that time the CPU interpreter on the same jobs: it exists so the whole Ray
+path (scheduling, shipping entries, inputs from specs, timing) is tested on machines without a GPU; its
+timings measure the interpreter, and the result says so.
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def cluster_gpu_name() -> str | None:
 
 
 def _compile_on_ray_worker(job: dict) -> dict:
-    """A Ray task: keep off the GPU (when torch is not loaded yet in this worker), compile, ship the entry back."""
+    """A Ray task: keep off the GPU (when torch is not loaded yet in this worker),
+    compile, ship the entry back."""
     if "torch" not in sys.modules:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from tile_nb.bench.compile_worker import compile_job
@@ -77,9 +80,9 @@ _BOOKKEEPING = ("format", "key", "files", "created")   # fields the cache writes
 
 
 def check_shipped(key: str, files: dict, meta: dict | None, expected_key: str | None = None) -> None:
-    """Raise `ShippedEntryError` unless `files` and `meta` are a whole entry for `key`: the key recomputed from the
-    material in `meta` (and equal to `expected_key`, the receiver's own key for the job), every file listed with
-    its sha256 and size, and nothing unlisted."""
+    """Raise `ShippedEntryError` unless `files` and `meta` are a whole entry for `key`: the key recomputed
+    from the material in `meta` (and equal to `expected_key`, the receiver's own key for the job), every file
+    listed with its sha256 and size, and nothing unlisted."""
     from ..runtime.cache import check_file_name, compute_key
 
     where = f"the cache entry a Ray worker sent for key {str(key)[:16]}..."
@@ -273,8 +276,8 @@ def _specs(kernel, args: tuple, kwargs: dict, config: dict) -> tuple[list, list]
 
 def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter, *, target: str,
                    options: dict, lowering: dict, device: str, flops, nbytes, warmup_ms, rep_ms, confirm, rounds) -> None:
-    """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor at a
-    time; then re-time the best `confirm` in `rounds` on the first actor."""
+    """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor
+    at a time; then re-time the best `confirm` in `rounds` on the first actor."""
     from .results import retime_best, timing_from
 
     ray = _ray()

@@ -5,9 +5,9 @@
     SweepResult   every configuration of a sweep: `gemm.sweep(...)`
     TuneResult    a SweepResult with the search's mode, timings and the chosen configuration: `gemm.tune(...)`
 
-Two texts: `repr()` (IPython's text/plain) says what was measured and which configurations worked, never a number
-that varies from run to run, so notebook regression tests can compare it; `str()` / `.table()` give the numbers.
-HTML, plots and widgets are in `tile_nb.notebook`; nothing here imports them.
+Two texts: `repr()` (IPython's text/plain) says what was measured and which configurations worked, never a
+number that varies from run to run, so notebook regression tests can compare it; `str()` / `.table()` give the
+numbers. HTML, plots and widgets are in `tile_nb.notebook`; nothing here imports them.
 """
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def fmt_rate(value: float | None) -> str:
 
 
 def first_line(message: str | None) -> str:
-    """The first line of an error, without a trailing `(file.py:123)`; when that line only introduces a compiler's
-    log (it ends with a colon), the log's first error line is added (`... sm_90a: ptxas fatal: Insufficient ...`)."""
+    """The first line of an error, without a trailing `(file.py:123)`; when that line only introduces a
+    compiler's log (it ends with a colon), the log's first error line is added
+    (`... sm_90a: ptxas fatal: Insufficient ...`)."""
     lines = message.strip().splitlines() if message and message.strip() else [""]
     line = re.sub(r" \([^()\s]+\.py:\d+\)$", "", lines[0])
     if line.endswith(":"):
@@ -93,7 +94,8 @@ def _text_table(headers: list[str], rows: list[list[str]]) -> str:
 class BenchResult:
     """One kernel call timed with `tile_nb.bench.do_bench` (and a baseline, when given).
 
-    `timing` (median_ms, p20, p80, min_ms, max_ms, n), `tflops`, `gbps`, `ratio` (baseline median / kernel median:
+    `timing` (median_ms, p20, p80, min_ms, max_ms, n), `tflops`, `gbps`, `ratio`
+    (baseline median / kernel median:
     above 1, the kernel is faster), `baseline_timing`, `first_call_s` (elaboration and compilation included).
     """
 
@@ -262,9 +264,9 @@ class SweepPoint:
 
 def retime_best(result, points: list[SweepPoint], candidates, *, confirm: int, rounds: int, time_one, args_of,
                 flops, nbytes) -> list[int]:
-    """Re-time the `confirm` fastest of `candidates` in `rounds` interleaved rounds (each point's `rounds_ms`; clock
-    drift hits them alike), then recompute their rates. `time_one(i)` gives a median in ms, or None if it failed;
-    `args_of(i)` the call's arguments. The time spent goes to `result.timings["confirm"]`."""
+    """Re-time the `confirm` fastest of `candidates` in `rounds` interleaved rounds (each point's `rounds_ms`;
+    clock drift hits them alike), then recompute their rates. `time_one(i)` gives a median in ms, or None if
+    it failed; `args_of(i)` the call's arguments. The time spent goes to `result.timings["confirm"]`."""
     t0 = time.perf_counter()
     top = sorted((i for i in candidates if points[i].ok), key=lambda i: points[i].timing.median_ms)[:confirm]
     if len(top) > 1 and rounds > 0:
@@ -286,8 +288,8 @@ def retime_best(result, points: list[SweepPoint], candidates, *, confirm: int, r
 class SweepResult:
     """Every configuration of a sweep: timings, failures, a text table; `best()` is the fastest working point.
 
-    `save(path)` / `SweepResult.load(path)` write and read JSON. In a notebook, `tile_nb.notebook` shows it as a
-    table with a plot of latency and throughput against the swept parameter.
+    `save(path)` / `SweepResult.load(path)` write and read JSON. In a notebook, `tile_nb.notebook` shows it as
+    a table with a plot of latency and throughput against the swept parameter.
     """
 
     name: str
@@ -401,14 +403,15 @@ class SweepResult:
 # ------------------------------------------------------------------------------------------------------ tune
 @dataclass(repr=False)
 class TuneResult(SweepResult):
-    """The search of `gemm.tune(...)` / `@tile_nb.autotune`: every configuration (timed, pruned or failed), the
-    chosen one, and where the time went.
+    """The search of `gemm.tune(...)` / `@tile_nb.autotune`: every configuration (timed, pruned or failed),
+    the chosen one, and where the time went.
 
     - `mode`: "gpu" (compiled, pruned, timed one at a time on the GPU) or "compile-only" (no GPU: compiled and
       pruned only; `best()` is None and nothing is persisted as a choice).
     - `key`: the values the result is stored under (consts such as M, N, K, and fixed compile-time arguments).
-    - `timings`: seconds: `elaborate`, `compile_wall` (first job sent to last result back), `compile_busy` (sum of
-      the workers' compile times), `bench` (timing on the GPU), `confirm` (re-timing the best few), `total`.
+    - `timings`: seconds: `elaborate`, `compile_wall` (first job sent to last result back),
+      `compile_busy` (sum of the workers' compile times), `bench` (timing on the GPU), `confirm`
+      (re-timing the best few), `total`.
     - `pool`: where candidates compiled ("process" workers, "ray", or "inline"), `workers`: how many.
     - `from_cache`: True when the result was read from the tuning store instead of searched.
     """

@@ -5,9 +5,10 @@
     shapes = sweep(gemm, {"M": [256, 512], "N": [256, 512]}, make_args={"K": 256},     # inputs built for you
                    baseline=lambda A, B: torch.matmul(A, B))
 
-Timing is `do_bench` (GPU: warm-up, L2 flush, CUDA events; CPU: the host clock). A sweep records a configuration
-that fails (compile error, out of resources, interpreter error) with its stage and message and goes on; it
-reports progress (`tile_nb.bench.progress`) and can rewrite a JSON results file after every configuration.
+Timing is `do_bench` (GPU: warm-up, L2 flush, CUDA events; CPU: the host clock). A sweep records
+a configuration that fails (compile error, out of resources, interpreter error) with its stage
+and message and goes on; it reports progress (`tile_nb.bench.progress`) and can rewrite a JSON
+results file after every configuration.
 """
 from __future__ import annotations
 
@@ -44,13 +45,13 @@ def bench(kernel, *args, flops: float | None = None, bytes: float | None = None,
           **kwargs) -> BenchResult:
     """Time `kernel(*args, **kwargs)` and return a `BenchResult` (`gemm.bench(A, B, C, ...)` is this).
 
-    - `flops` / `bytes`: the work of one call, for TFLOP/s and GB/s; `bytes` defaults to the tensor arguments and
-      outputs, each counted once (the least traffic a kernel can have).
+    - `flops` / `bytes`: the work of one call, for TFLOP/s and GB/s; `bytes` defaults to the tensor arguments
+      and outputs, each counted once (the least traffic a kernel can have).
     - `baseline`: a callable to time the same way, e.g. `lambda: torch.matmul(A, B)`; one that takes arguments
       gets the kernel's arguments. The result gives baseline median / kernel median; `baseline_name` labels it
       (default: the function's name, or the lambda's body).
-    - `backend="cpu"`: the CPU interpreter even for CUDA tensors. On CPU tensors the interpreter runs and the host
-      clock times it: that measures the interpreter, and the result says so.
+    - `backend="cpu"`: the CPU interpreter even for CUDA tensors. On CPU tensors the interpreter runs and the
+      host clock times it: that measures the interpreter, and the result says so.
     - `warmup_ms`, `rep_ms`, `flush_l2`: passed to `do_bench`.
 
     >>> result = scale_add.bench(X, Y, baseline=lambda: X * 2 + 1)      # doctest: +SKIP
@@ -107,21 +108,23 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
           flush_l2: bool = True) -> SweepResult:
     """Time `kernel` under every combination of `params` (name -> list of values) and return a `SweepResult`.
 
-    Names that are compile-time parameters of the kernel (`block_M`) are passed to each call; the others are for
-    the inputs: consts of the kernel (`M`, `N`, `K`) or keys your `make_args` reads. Inputs, per configuration:
+    Names that are compile-time parameters of the kernel (`block_M`) are passed to each call; the
+    others are for the inputs: consts of the kernel (`M`, `N`, `K`) or keys your `make_args`
+    reads. Inputs, per configuration:
 
     - `make_args=callable(config) -> arguments` (a tuple, a dict of keywords, or `(args, kwargs)`);
     - `args=(A, B, C)`: the same tensors for every configuration (sweep compile-time parameters only);
     - neither (or `make_args={"K": 256}`, fixed values): random tensors shaped by the kernel's annotations
       (`make_inputs`), on `device` (default: "cuda" when torch sees a GPU).
 
-    `flops` / `bytes`: numbers or functions of the config (default bytes: tensor arguments and outputs, once each).
-    `baseline`: timed on each configuration's inputs (`lambda A, B, C: torch.matmul(A, B)`, or zero-argument).
-    `results`: a JSON file rewritten after every configuration. `progress`: "auto" (a widget bar in a Jupyter
-    kernel with the notebook layer loaded, tqdm in a terminal, else a printed line per configuration), "print",
-    "tqdm", None, or a reporter. `compile`: compile each configuration before running it, so compile errors and
-    out-of-resources are recorded as such (default: on the GPU). `x`: the parameter on the plot's x axis.
-    A configuration that raises is recorded with the stage and message, and the sweep goes on.
+    `flops` / `bytes`: numbers or functions of the config (default bytes: tensor arguments and outputs,
+    once each). `baseline`: timed on each configuration's inputs (`lambda A, B, C: torch.matmul(A, B)`,
+    or zero-argument). `results`: a JSON file rewritten after every configuration. `progress`: "auto" (a
+    widget bar in a Jupyter kernel with the notebook layer loaded, tqdm in a terminal, else a printed
+    line per configuration), "print", "tqdm", None, or a reporter. `compile`: compile each configuration
+    before running it, so compile errors and out-of-resources are recorded as such (default: on the
+    GPU). `x`: the parameter on the plot's x axis. A configuration that raises is recorded with the
+    stage and message, and the sweep goes on.
     """
     params = {k: list(v) for k, v in params.items()}
     compile_names = compile_time_names(kernel)

@@ -1,8 +1,8 @@
 """Honest kernel timing: warm-up, an L2 flush before every timed run, CUDA events, medians and spread.
 
-Each timed run is: write a buffer larger than the L2 cache (so the kernel reads its inputs from device memory, as
-it would inside a real model), record a start event, run `fn`, record an end event. Events are read after one
-synchronize at the end, so the host never stalls the queue between runs. The flush itself sits outside the
+Each timed run is: write a buffer larger than the L2 cache (so the kernel reads its inputs from device memory,
+as it would inside a real model), record a start event, run `fn`, record an end event. Events are read after
+one synchronize at the end, so the host never stalls the queue between runs. The flush itself sits outside the
 events. Reported: median, 20th and 80th percentiles, min, max and the number of runs.
 
 CUDA events resolve about 0.5 us and launches cost a few us, so figures under ~10 us say more about the launch
@@ -91,9 +91,9 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: float
              max_runs: int = 1000, flush_l2: bool = True, device: str | None = None) -> Timing:
     """Time `fn()` (a closure that launches the work; inputs allocated beforehand).
 
-    Runs it for about `warmup_ms` untimed, then enough timed runs to fill about `rep_ms` (between `min_runs` and
-    `max_runs`). On a machine without CUDA, or with `device="cpu"`, it times with the host clock instead (for the
-    CPU interpreter), with the same statistics.
+    Runs it for about `warmup_ms` untimed, then enough timed runs to fill about `rep_ms` (between `min_runs`
+    and `max_runs`). On a machine without CUDA, or with `device="cpu"`, it times with the host clock instead
+    (for the CPU interpreter), with the same statistics.
 
     Example::
 

@@ -3,22 +3,23 @@
     $TILE_NB_CACHE_DIR (default ~/.cache/tile_nb)/tune-v1/ab/abcdef....json
 
 The key is a sha256 over:
-- the kernel: its name, the sha256 of its source text, and the values of the closure variables and module globals
-  its body reads (by type and repr);
-- the shapes: the values of the tuning key (by default every const, e.g. M, N, K) and the compile-time arguments
-  that are not tuned (e.g. `out_dtype`);
+- the kernel: its name, the sha256 of its source text, and the values of the closure variables and module
+  globals its body reads (by type and repr);
+- the shapes: the values of the tuning key (by default every const, e.g. M, N, K) and the compile-time
+  arguments that are not tuned (e.g. `out_dtype`);
 - the search space: the list of configurations (another list is another search);
 - the device: its name and arch;
-- the versions: tile_nb (version and the fingerprint of its lowering and backend sources, as the kernel cache) and
-  TVM.
+- the versions: tile_nb (version and the fingerprint of its lowering and backend sources, as the kernel cache)
+  and TVM.
 A file holds the key material (so `entries()` can say what each one is for), the chosen configuration and the
-whole search (every configuration's time, pruning reason or error). Written atomically (a temporary file, then a
-rename), so any number of processes may read and write the store at once; JSON only, nothing is unpickled.
+whole search (every configuration's time, pruning reason or error). Written atomically (a temporary file, then
+a rename), so any number of processes may read and write the store at once; JSON only, nothing is unpickled.
 
-The store's folders are private like the kernel cache's (`tile_nb.runtime.cache_guard`: created 0700, refused with
-a `CacheSecurityError` when someone else could write them). A damaged record (unreadable, without a result, or
-whose best configuration is not in the search space) is reported with a `CacheWarning` and removed, so the search
-runs again and stores a good one; temporary files that a killed writer left are removed by later writers.
+The store's folders are private like the kernel cache's (`tile_nb.runtime.cache_guard`: created 0700,
+refused with a `CacheSecurityError` when someone else could write them). A damaged record (unreadable,
+without a result, or whose best configuration is not in the search space) is reported with a
+`CacheWarning` and removed, so the search runs again and stores a good one; temporary files that a killed
+writer left are removed by later writers.
 """
 from __future__ import annotations
 
@@ -87,8 +88,8 @@ class StoredTuning:
 
 
 def best_in(best: Any, configs: list[dict]) -> dict | None:
-    """The configuration of `configs` that a stored best configuration is (compared as the store wrote it: JSON,
-    anything else as its str), or None when it is none of them."""
+    """The configuration of `configs` that a stored best configuration is (compared as the store wrote it:
+    JSON, anything else as its str), or None when it is none of them."""
     as_stored = lambda value: json.loads(json.dumps(value, default=str))  # noqa: E731
     if not isinstance(best, dict) or not best:
         return None
@@ -216,7 +217,8 @@ class TuneStore:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tile_nb.bench.tune_store list [KERNEL]` / `clear [KERNEL]`: inspect or delete stored tunings."""
+    """`python -m tile_nb.bench.tune_store list [KERNEL]` / `clear [KERNEL]`:
+    inspect or delete stored tunings."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m tile_nb.bench.tune_store", description=main.__doc__)

@@ -1,8 +1,9 @@
 """Argument binding: a kernel call's arguments split into runtime values, compile-time values and consts.
 
-Pure Python over the kernel's definition and its phase-1 template: nothing here compiles, allocates or launches.
-`tile_nb/jit.py` calls these on a call's first sight of a compile-time key or of new shapes (the cached call path
-never binds). Errors name the kernel, the parameter, what was expected and what was given, at the user's line.
+Pure Python over the kernel's definition and its phase-1 template: nothing here compiles, allocates
+or launches. `tile_nb/jit.py` calls these on a call's first sight of a compile-time key or of new
+shapes (the cached call path never binds). Errors name the kernel, the parameter, what was expected
+and what was given, at the user's line.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def definition_where(definition: KernelDefinition) -> dict:
 
 
 def bind(definition: KernelDefinition, args, kwargs) -> tuple[dict, dict, dict]:
-    """Split a call into runtime values, compile-time values (checked, hashable), and extra keywords (consts)."""
+    """Split a call into runtime values, compile-time values (checked,
+    hashable), and extra keywords (consts)."""
     name, signature = definition.name, definition.signature
     where = definition_where(definition)
     positional = [p for p in signature.params if not p.keyword_only]
@@ -134,13 +136,13 @@ def bind_compile_only(definition: KernelDefinition, kwargs) -> tuple[dict, dict,
 
 
 def value_sources(definition: KernelDefinition, elab: Elaboration) -> tuple[dict, dict]:
-    """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly it.
-    (const name -> (param, "shape" | "stride", dim), dynamic name -> (param, dim))."""
+    """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly
+    it. (const name -> (param, "shape" | "stride", dim), dynamic name -> (param, dim))."""
     consts, dynamics = {}, {}
     runtime_names = [p.name for p in definition.signature.runtime]
     pointers = {p.name for p in definition.signature.runtime if p.kind == POINTER}
-    # Tensors first; a pointer parameter's T.make_tensor shape is a source too, used when the call passes a tensor
-    # for it (an address carries no shape: `const_values` says so then).
+    # Tensors first; a pointer parameter's T.make_tensor shape is a source too, used when the call passes a
+    # tensor for it (an address carries no shape: `const_values` says so then).
     for name in sorted(runtime_names, key=lambda n: n in pointers):
         param = elab.buffers.get(name)
         if param is None:
@@ -165,8 +167,8 @@ def value_sources(definition: KernelDefinition, elab: Elaboration) -> tuple[dict
 
 
 def const_values(definition: KernelDefinition, template: Template, runtime: dict, extra: dict) -> dict:
-    """The value of each const of `template` in this call: given as a keyword, or read from a tensor's shape or
-    stride (that tensor's kind and rank are checked here, before anything reads a dim of it)."""
+    """The value of each const of `template` in this call: given as a keyword, or read from a tensor's shape
+    or stride (that tensor's kind and rank are checked here, before anything reads a dim of it)."""
     name, signature = definition.name, definition.signature
     values = {}
     unknown = [k for k in extra if k not in template.consts]

@@ -1,7 +1,9 @@
-"""Argument checks for a specialized kernel: what each runtime parameter must be, and the errors when it is not.
+"""Argument checks for a specialized kernel: what each runtime parameter must
+be, and the errors when it is not.
 
-`Expectations` is computed once per specialization; `check` is the fast yes/no used on every call, and `explain`
-builds the precise error (name, expected, given, the annotation's line, a hint) when `check` says no.
+`Expectations` is computed once per specialization; `check` is the fast yes/no used on
+every call, and `explain` builds the precise error (name, expected, given, the annotation's
+line, a hint) when `check` says no.
 """
 from __future__ import annotations
 
@@ -98,8 +100,8 @@ class ScalarExpectation:
 
 @dataclass
 class DerivedDim:
-    """A tensor dim given by T.dynamic dims (`B: T.Tensor[[N * 2 + 1]]`, or `N` again after another tensor gave
-    it): Python expressions over the call's `args` for the size given and the size expected."""
+    """A tensor dim given by T.dynamic dims (`B: T.Tensor[[N * 2 + 1]]`, or `N` again after another tensor
+    gave it): Python expressions over the call's `args` for the size given and the size expected."""
 
     tensor: TensorExpectation
     dim: int
@@ -160,8 +162,9 @@ def _python_of(expr, names: dict, tirx) -> str | None:
 
 @dataclass
 class IndexRange:
-    """A tensor with T.dynamic dims, which the kernel indexes in 32 bits (frontend/indexing.py): Python expressions
-    over the call's `args` for the elements it spans and for its shape, checked when the call's shapes are new."""
+    """A tensor with T.dynamic dims, which the kernel indexes in 32 bits (frontend/indexing.py):
+    Python expressions over the call's `args` for the elements it spans and for its shape, checked
+    when the call's shapes are new."""
 
     param: BufferParam
     span: str
@@ -222,8 +225,8 @@ class Expectations:
         self.check_layout = self._compile_check(shapes=False)  # for callers that matched the shapes already
 
     def _compile_check(self, shapes: bool):
-        """`check(args) -> bool`, generated as straight-line Python: this runs on every call, where a loop over
-        expectations costs several microseconds."""
+        """`check(args) -> bool`, generated as straight-line Python: this runs on every call, where a loop
+        over expectations costs several microseconds."""
         terms, env = [], {}
         for k, e in enumerate(self.tensors):
             a = f"args[{e.index}]"
@@ -306,7 +309,8 @@ class Expectations:
         return self._explain_index_range(args)
 
     def _explain_index_range(self, args) -> ArgumentError | None:
-        """A tensor with T.dynamic dims that spans 2^31 elements or more: its 32-bit indices would wrap around."""
+        """A tensor with T.dynamic dims that spans 2^31 elements or more: its
+        32-bit indices would wrap around."""
         for r in self.index_ranges:
             env = {"args": args, "tensor_span": tensor_span}
             count = eval(r.span, env)  # noqa: S307 - our own text
@@ -363,12 +367,12 @@ def check_devices(kernel_name: str, tensors: dict[str, Any]):
                                   hint="move them with .to(device) before the call")
 
 
-# ---- what the shape and dtype checks take for granted -----------------------------------------------------------
+# ---- what the shape and dtype checks take for granted ------------------------------------------------------
 
 def check_tensor_storage(kernel_name: str, name: str, value, where: dict, device: bool = True):
-    """A tensor whose elements a kernel can address: strided (dense) memory, on the CPU or a CUDA device (unless
-    `device=False`), not quantized. Checked where a call's tensors are first seen, before anything reads their
-    layout."""
+    """A tensor whose elements a kernel can address: strided (dense) memory, on the CPU or a CUDA device
+    (unless `device=False`), not quantized. Checked where a call's tensors are first seen, before anything
+    reads their layout."""
     import torch
 
     if device:
@@ -444,8 +448,8 @@ def launch_grid(func) -> dict:
 
 
 def empty_grid(func, template_func=None) -> tuple[str, ...]:
-    """`blockIdx.x = (M + 127) // 128 = 0` for each grid extent of a specialized kernel that is the constant 0 (no
-    block runs), with the template's expression for it when there is one."""
+    """`blockIdx.x = (M + 127) // 128 = 0` for each grid extent of a specialized kernel that is the constant 0
+    (no block runs), with the template's expression for it when there is one."""
     from tvm import tirx
 
     symbolic = launch_grid(template_func) if template_func is not None else {}
@@ -466,7 +470,8 @@ def dynamic_grid(func) -> tuple:
 
 
 def empty_at_call(expectations: Expectations, dynamic_values: dict) -> tuple[str, ...]:
-    """`blockIdx.x = (N + 127) // 128 = 0` for each grid extent over T.dynamic dims that these values make 0."""
+    """`blockIdx.x = (N + 127) // 128 = 0` for each grid extent over T.dynamic
+    dims that these values make 0."""
     from .shapes import evaluate
 
     return tuple(f"{tag} = {extent} = 0" for tag, extent in expectations.dynamic_grid
@@ -495,7 +500,8 @@ def _node_where(source, node) -> dict:
 
 
 def const_where(source, const: str) -> dict:
-    """Where `const` is declared (`M, N = T.const('M, N')`) in the kernel's source; the `def` line if nowhere."""
+    """Where `const` is declared (`M, N = T.const('M, N')`) in the kernel's
+    source; the `def` line if nowhere."""
     import ast
 
     node = next((n for n in ast.walk(source.tree) if const in _const_names(n)), None)

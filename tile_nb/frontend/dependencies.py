@@ -1,10 +1,11 @@
 """What a kernel's elaboration reads from its environment, found statically.
 
-The body runs as plain Python when it is elaborated, so every global, closure cell, attribute and helper function
-it reads can change the IR. A read is a root name (a global or a closure cell), the attribute chains taken from it
-(`cfg.block`, `mod.CONST`, `Cls.attr`) and whether the root is also used as a whole (called, indexed, passed on).
-The kernel's reads come from its AST at decoration (in-body annotations, which elaboration runs, are not in the
-bytecode); a helper's from its bytecode, when a call first meets it. `environment.py` keys what they read.
+The body runs as plain Python when it is elaborated, so every global, closure cell, attribute and helper
+function it reads can change the IR. A read is a root name (a global or a closure cell), the attribute chains
+taken from it (`cfg.block`, `mod.CONST`, `Cls.attr`) and whether the root is also used as a whole (called,
+indexed, passed on). The kernel's reads come from its AST at decoration (in-body annotations, which
+elaboration runs, are not in the bytecode); a helper's from its bytecode, when a call first meets it.
+`environment.py` keys what they read.
 """
 from __future__ import annotations
 
@@ -54,12 +55,13 @@ class _ReadSet:
                      tuple((freevars.index(r.name), r) for (scope, _), r in made.items() if scope == "closure"))
 
 
-# -- finding the reads ----------------------------------------------------------------------------------------
+# -- finding the reads ---------------------------------------------------------------------------------------
 
 def kernel_reads(body: list[ast.stmt], params: set[str], freevars: tuple[str, ...], globals_: dict,
                  filename: str, first_line: int, indent: int) -> Reads:
-    """The reads of a kernel body (its AST: in-body annotations, which the elaboration runs, are not bytecode).
-    Names the body assigns and its parameters are its own; names only found in builtins are not read."""
+    """The reads of a kernel body (its AST: in-body annotations, which the elaboration runs,
+    are not bytecode). Names the body assigns and its parameters are its own; names only
+    found in builtins are not read."""
     local = set(params)
     for stmt in body:
         for node in ast.walk(stmt):
@@ -103,8 +105,8 @@ def kernel_reads(body: list[ast.stmt], params: set[str], freevars: tuple[str, ..
 
 
 def code_reads(code: types.CodeType) -> Reads:
-    """The reads of a helper's bytecode, nested lambdas and comprehensions included (bytecode, because a helper
-    defined by exec or in a notebook may have no findable source)."""
+    """The reads of a helper's bytecode, nested lambdas and comprehensions included (bytecode, because a
+    helper defined by exec or in a notebook may have no findable source)."""
     found = _ReadSet()
     _scan_code(code, code.co_freevars, found)
     return found.reads(code.co_freevars)
@@ -116,7 +118,8 @@ _CELL_OPS = {"LOAD_DEREF", "LOAD_CLASSDEREF"}
 
 
 def _scan_code(code: types.CodeType, freevars: tuple[str, ...], found: _ReadSet) -> None:
-    """A load of a global or of one of the helper's closure cells, followed by attribute loads, is one chain."""
+    """A load of a global or of one of the helper's closure cells, followed by
+    attribute loads, is one chain."""
     chain = None  # [scope, name, attrs, site]
     line_now = code.co_firstlineno  # Python 3.10's instructions have no positions: the line they start is kept
     for ins in dis.get_instructions(code):

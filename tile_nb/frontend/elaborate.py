@@ -1,8 +1,9 @@
 """Phases 1 and 2: run the rewritten kernel body under TVM's IR builder.
 
-Phase 1 (template) runs it with every `T.const` as a `tvm.tirx.Var`; where plain Python needs a concrete value, the
-template stops at that statement and records why. Phase 2 (specialize) runs it again with the consts as Python
-ints. Both return an `Elaboration`: the `PrimFunc` plus what the runtime needs to check and call it.
+Phase 1 (template) runs it with every `T.const` as a `tvm.tirx.Var`; where plain Python needs a
+concrete value, the template stops at that statement and records why. Phase 2 (specialize) runs it
+again with the consts as Python ints. Both return an `Elaboration`: the `PrimFunc` plus what the
+runtime needs to check and call it.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ class Elaboration:
 
 
 class _Placeholder:
-    """Stands for a runtime parameter while the body runs, until its annotation turns it into a buffer or var."""
+    """Stands for a runtime parameter while the body runs, until its annotation
+    turns it into a buffer or var."""
 
     def __init__(self, name: str, pointer: bool):
         self.name = name
@@ -113,11 +115,11 @@ class Hooks:
         self.parallel_depth = 0  # T.Parallel loops open now
         self.macro_frames: list[int] = []  # ir_nesting() where each T.macro being elaborated was called
 
-    # -- locations ---------------------------------------------------------------------------------------------
+    # -- locations -------------------------------------------------------------------------------------------
     def at(self, lineno: int, col: int, end_col: int | None) -> None:
         self.st.lineno, self.st.col, self.st.end_col = lineno, col, end_col
 
-    # -- parameters --------------------------------------------------------------------------------------------
+    # -- parameters ------------------------------------------------------------------------------------------
     def annotate(self, name: str, annotation, current):
         st = self.st
         if not isinstance(current, _Placeholder):
@@ -156,8 +158,8 @@ class Hooks:
         return buf
 
     def _adopt_dynamic(self, dims: tuple) -> None:
-        """Dims made by `T.dynamic` outside the body (a kernel factory's, for its `@T.prim_func` signature) become
-        this kernel's dynamic dims, by name."""
+        """Dims made by `T.dynamic` outside the body (a kernel factory's, for its `@T.prim_func` signature)
+        become this kernel's dynamic dims, by name."""
         from tvm import tirx
 
         st = self.st
@@ -203,7 +205,8 @@ class Hooks:
         return buf
 
     def global_scratch(self, shape, dtype):
-        """T.alloc_global: a buffer parameter after the outputs, which the call allocates and does not return."""
+        """T.alloc_global: a buffer parameter after the outputs, which the call
+        allocates and does not return."""
         from tvm.script.ir_builder import tirx as T
 
         self._adopt_dynamic(tuple(shape))
@@ -226,9 +229,10 @@ class Hooks:
         IRBuilder.name(name, buf)
         return buf
 
-    # -- statements --------------------------------------------------------------------------------------------
+    # -- statements ------------------------------------------------------------------------------------------
     def bind(self, name: str, value):
-        """Give IR buffers the user's variable name (`A_shared = T.alloc_shared(...)` prints as `A_shared`)."""
+        """Give IR buffers the user's variable name
+        (`A_shared = T.alloc_shared(...)` prints as `A_shared`)."""
         from tvm.script.ir_builder import IRBuilder
         from tvm.tirx import Buffer
 
@@ -256,19 +260,21 @@ class Hooks:
         return is_buffer(value) and value.scope() == "local.var" and len(value.shape) == 1
 
     def read_var(self, value):
-        """A read of a name bound to a T.alloc_var is a read of its value (`x[0]`); other values pass through."""
+        """A read of a name bound to a T.alloc_var is a read of its value
+        (`x[0]`); other values pass through."""
         return value[0] if self._is_var(value) else value
 
     def assign_var(self, name: str, value, current):
-        """`x = v` where `x` names a T.alloc_var: a store into it (the name keeps the variable); otherwise, as when
-        `x = T.alloc_var(...)` itself runs, a plain binding."""
+        """`x = v` where `x` names a T.alloc_var: a store into it (the name keeps the variable); otherwise, as
+        when `x = T.alloc_var(...)` itself runs, a plain binding."""
         if self._is_var(current) and not is_buffer(value):
             memory.store(current, (0,), value)
             return current
         return self.bind(name, value)
 
     def store_ref(self, ref, value):
-        """`x = value` where `x: T.Ref` is a T.macro parameter: a store into the location the caller passed."""
+        """`x = value` where `x: T.Ref` is a T.macro parameter: a store into
+        the location the caller passed."""
         if is_load(ref):
             memory.store(ref.source, tuple(ref.indices), value)
         elif self._is_var(ref):
@@ -314,7 +320,7 @@ class Hooks:
     def condition(self, cond):
         return unwrap_comparison(cond)
 
-    # -- boolean logic on IR values (frontend.rewrite turns `and`, `or`, `not`, `x if c else y` into these) --------
+    # -- boolean logic on IR values (frontend.rewrite turns `and`, `or`, `not`, `x if c else y` into these)
     def _ir_value(self, x) -> bool:
         from tvm import tirx
 
@@ -331,7 +337,8 @@ class Hooks:
         return x if str(x.ty.dtype) == "bool" else x != 0
 
     def logic(self, op: str, first, second):
-        """`a and b` / `a or b`: IR And/Or when an operand is an IR expression, else Python's own semantics."""
+        """`a and b` / `a or b`: IR And/Or when an operand is an IR expression,
+        else Python's own semantics."""
         from tvm import tirx
 
         a = unwrap_comparison(first())
@@ -417,8 +424,9 @@ class Hooks:
             self.st.loops.pop()
 
     def check(self, cond, message, text: str) -> None:
-        """`assert` in a kernel body: checked in Python once its values are known. The template (consts symbolic)
-        notes it and goes on, so a guard such as `assert K % block_K == 0` does not end the template."""
+        """`assert` in a kernel body: checked in Python once its values are known. The
+        template (consts symbolic) notes it and goes on, so a guard such as
+        `assert K % block_K == 0` does not end the template."""
         st = self.st
         cond = unwrap_comparison(cond)
         if _is_expr(cond):
@@ -440,8 +448,9 @@ class Hooks:
             raise st.error(f"kernel assertion failed: `{text}`{detail}")
 
     def _consts_in(self, expr) -> list[str] | None:
-        """The const names of a phase-1 condition made of consts alone (with compile-time values), else None: a
-        condition that also reads loop variables, block ids, dynamic dims or buffers is a runtime (IR) condition."""
+        """The const names of a phase-1 condition made of consts alone (with compile-time values),
+        else None: a condition that also reads loop variables, block ids, dynamic dims or buffers
+        is a runtime (IR) condition."""
         from tvm import tirx
 
         const_vars = self.st.const_vars
@@ -466,8 +475,8 @@ class Hooks:
                  f"variable of the kernel (`{example} = T.alloc_var(T.float32)`, then `{example}[0] = ...`)")
 
     def carried_in_loop(self, names: tuple, lineno: int) -> None:
-        """A kernel loop whose body reads Python names and then rebinds them (`acc = acc + x`): the body runs once
-        while the kernel is built, so no value would carry from one iteration to the next."""
+        """A kernel loop whose body reads Python names and then rebinds them (`acc = acc + x`): the body runs
+        once while the kernel is built, so no value would carry from one iteration to the next."""
         if not self.st.loops or self.st.loops[-1] != "ir":
             return
         listing = ", ".join(f"`{n}`" for n in names)
@@ -504,8 +513,8 @@ class Hooks:
         return call_macro(self, macro, args, kwargs)
 
     def macro_return(self, value):
-        """`return v` in a T.macro: Python returns at once, so under a kernel loop or a run-time `if` (opened in
-        the macro) the rest of that loop or branch would silently vanish from the kernel."""
+        """`return v` in a T.macro: Python returns at once, so under a kernel loop or a run-time `if` (opened
+        in the macro) the rest of that loop or branch would silently vanish from the kernel."""
         if self.macro_frames and self.ir_nesting() > self.macro_frames[-1]:
             raise self.st.error("`return` inside a kernel loop or a run-time `if` of a T.macro is not supported: "
                                 "the macro's code after it would be dropped",
@@ -564,7 +573,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
               const_values: dict[str, int] | None) -> Elaboration:
     """Run one phase. `const_values=None` is phase 1 (symbolic consts); a dict of ints is phase 2.
 
-    `kernel` is the factory's product for this elaboration (the rewritten function bound to the current closure).
+    `kernel` is the factory's product for this elaboration (the rewritten
+    function bound to the current closure).
     """
     from tvm import ir, tirx
     from tvm.script.ir_builder import IRBuilder
@@ -677,9 +687,9 @@ def _check_scratch_names(hooks: Hooks, result: Elaboration) -> None:
 
 
 def _signature_tensor(hooks: Hooks, kernel, param, output: bool = False):
-    """The buffer of a parameter annotated in the signature with T.Tensor / T.StridedTensor (either spelling). The
-    annotation's value is the one `def` evaluated; a string (`from __future__ import annotations`) is evaluated
-    here, in the kernel's globals and closure."""
+    """The buffer of a parameter annotated in the signature with T.Tensor / T.StridedTensor (either spelling).
+    The annotation's value is the one `def` evaluated; a string (`from __future__ import annotations`) is
+    evaluated here, in the kernel's globals and closure."""
     source = kernel.source
     args = source.tree.args
     node = next(a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg == param.name)

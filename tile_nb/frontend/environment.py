@@ -10,7 +10,8 @@
 - numpy arrays (no version counter) by a hash of their bytes, up to `ARRAY_HASH_LIMIT`; a larger one raises,
   naming the read and the line.
 
-The key runs on every call of a kernel, so each set of reads is evaluated by straight-line code generated once:
+The key runs on every call of a kernel, so each set of reads is evaluated by
+straight-line code generated once:
 roots that named a library module when it was generated (`T`, `torch`) cost one identity check.
 `Environment.describe()` gives the same reads as stable text (content and code hashes) for tuning's
 cross-process key.
@@ -34,7 +35,7 @@ __all__ = ["Environment", "value_key", "code_digest", "ARRAY_HASH_LIMIT"]
 ARRAY_HASH_LIMIT = 1 << 20  # bytes of a numpy array hashed on every call; a larger one must be an argument
 
 
-# -- library or user code ----------------------------------------------------------------------------------------
+# -- library or user code ------------------------------------------------------------------------------------
 
 @functools.cache
 def _library_dirs() -> tuple[str, ...]:
@@ -84,10 +85,11 @@ def _library_value(value) -> bool:
     return isinstance(value, types.BuiltinFunctionType) and isinstance(value.__self__, (types.ModuleType, type(None)))
 
 
-# -- keying values --------------------------------------------------------------------------------------------
+# -- keying values -------------------------------------------------------------------------------------------
 
 class _Unkeyable(Exception):
-    """A value no key can stand for (a numpy array too large to hash per call); `path` says where it was read."""
+    """A value no key can stand for (a numpy array too large to hash per call);
+    `path` says where it was read."""
 
     def __init__(self, what: str, hint: str):
         super().__init__(what)
@@ -123,10 +125,10 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 
 
 def value_key(value, seen: dict | None = None):
-    """A hashable key, equal for two values exactly when an elaboration reading them sees the same thing: the type
-    is part of it (1, 1.0 and True build different IR); containers and objects go by their current contents.
-    `seen` maps the ids of the functions and objects being keyed to them, so recursion and cycles end (and,
-    kept alive, no temporary object's id is reused meanwhile)."""
+    """A hashable key, equal for two values exactly when an elaboration reading them sees the same thing: the
+    type is part of it (1, 1.0 and True build different IR); containers and objects go by their current
+    contents. `seen` maps the ids of the functions and objects being keyed to them, so recursion and cycles
+    end (and, kept alive, no temporary object's id is reused meanwhile)."""
     kind = type(value)
     if kind in _SCALARS:
         return (kind, value)
@@ -207,7 +209,8 @@ def _array_key(array):
 
 
 def _function_key(fn: types.FunctionType, seen: dict | None):
-    """A user function by its code (a redefinition has new code) and what it reads now (a global only it reads)."""
+    """A user function by its code (a redefinition has new code) and what it reads
+    now (a global only it reads)."""
     if seen is None:
         seen = {}
     elif id(fn) in seen:
@@ -254,7 +257,8 @@ def _class_key(cls: type, seen: dict | None):
 
 
 def _module_key(module: types.ModuleType, seen: dict | None):
-    """A user module used whole (passed to a helper, say): everything it defines, as no read through it is known."""
+    """A user module used whole (passed to a helper, say): everything it defines,
+    as no read through it is known."""
     seen = {} if seen is None else seen
     if id(module) in seen:
         return ("<recursion>", module)
@@ -273,7 +277,8 @@ def _follow(value, chain: tuple[str, ...]):
 
 
 def _read_key(read: Read, value, seen: dict | None):
-    """The key of one root: the value as a whole if the body uses it whole, and the end of each attribute chain."""
+    """The key of one root: the value as a whole if the body uses it whole, and
+    the end of each attribute chain."""
     try:
         if read.whole and not read.chains:
             return value_key(value, seen)
@@ -294,16 +299,17 @@ def _cell_value(cells, index: int):
 
 
 def _all_reads_key(reads: Reads, globals_: dict, cells, seen: dict | None) -> tuple:
-    """Every read keyed the general way: the evaluator's answer when a root it took for a library was rebound."""
+    """Every read keyed the general way: the evaluator's answer when a root it
+    took for a library was rebound."""
     return ("<rebound>",) + tuple(_read_key(r, globals_.get(r.name, _ABSENT), seen) for r in reads.globals) \
         + tuple(_read_key(r, _cell_value(cells, i), seen) for i, r in reads.closure)
 
 
 def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None = None):
     """`evaluate(globals, cells, seen)` -> the key of `reads`, as straight-line code: roots that are library
-    values in `globals_` now are checked by identity (if one was rebound, every read is keyed in full), a scalar
-    read whole is `(type, value)` inline, anything else goes through `_read_key`. For a `kernel`, `evaluate()`
-    takes no arguments (its globals and cells are bound: this runs on every call)."""
+    values in `globals_` now are checked by identity (if one was rebound, every read is keyed in full), a
+    scalar read whole is `(type, value)` inline, anything else goes through `_read_key`. For a `kernel`,
+    `evaluate()` takes no arguments (its globals and cells are bound: this runs on every call)."""
     env = {"A": _ABSENT, "S": _SCALARS, "rk": _read_key, "rebound": _all_reads_key, "reads": reads,
            "G": globals_, "F": kernel}
     pinned = [r for r in reads.globals if r.name in globals_ and _library_value(globals_[r.name])]
@@ -334,9 +340,9 @@ def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None =
 
 
 def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
-    """The key of one call of a kernel factory: its arguments, and the factory as a user function is keyed (its
-    code and defaults and what it reads now, helpers followed), so a global changed since the last call runs it
-    again rather than returning the kernel built from the old value."""
+    """The key of one call of a kernel factory: its arguments, and the factory as a user function is keyed
+    (its code and defaults and what it reads now, helpers followed), so a global changed since the last call
+    runs it again rather than returning the kernel built from the old value."""
     try:
         return (value_key(args), value_key(tuple(sorted(kwargs.items()))), _function_key(fn, None))
     except _Unkeyable as err:
@@ -348,7 +354,7 @@ def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
             col=site[2], end_col=site[3], hint=err.hint) from None
 
 
-# -- a kernel's environment ---------------------------------------------------------------------------------------
+# -- a kernel's environment ----------------------------------------------------------------------------------
 
 class Environment:
     """The reads of one kernel, bound to its function's globals and closure cells."""
@@ -372,8 +378,8 @@ class Environment:
         return bool(self.reads.globals or self.reads.closure)
 
     def key(self) -> tuple:
-        """What the body reads, now; raises UnhashableArgumentError, at the line that reads it, for a value that
-        cannot be keyed."""
+        """What the body reads, now; raises UnhashableArgumentError, at the line that reads it, for a value
+        that cannot be keyed."""
         try:
             return self._evaluate()
         except _Unkeyable as err:
@@ -458,7 +464,8 @@ def _describe(value, label: str, out: dict, seen: dict) -> str | None:
 
 
 def code_digest(code: types.CodeType) -> str:
-    """A hash of what a code object does (bytecode, constants, names, nested code), not of where it is defined."""
+    """A hash of what a code object does (bytecode, constants, names, nested
+    code), not of where it is defined."""
     h = hashlib.blake2b(digest_size=16)
 
     def feed(c: types.CodeType) -> None:

@@ -1,10 +1,10 @@
 """Index width of tensor parameters (docs/IR.md, "Index width").
 
-A kernel addresses a tensor with 32-bit index arithmetic unless the tensor spans 2^31 elements or more. Phase 2
-gives such a tensor (all of its dims and strides known) int64 dims and strides, so TVM computes every offset into
-it in 64 bits; the tensors below that size keep 32-bit indices, which are cheaper. A tensor with `T.dynamic` dims
-keeps 32-bit indices whatever its size, so a call is refused when one of its tensors spans 2^31 elements or more
-(frontend/checks.py).
+A kernel addresses a tensor with 32-bit index arithmetic unless the tensor spans 2^31 elements or more. Phase
+2 gives such a tensor (all of its dims and strides known) int64 dims and strides, so TVM computes every offset
+into it in 64 bits; the tensors below that size keep 32-bit indices, which are cheaper. A tensor with
+`T.dynamic` dims keeps 32-bit indices whatever its size, so a call is refused when one of its tensors spans
+2^31 elements or more (frontend/checks.py).
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def _static(dims) -> bool:
 
 
 def index_dims(shape, strides=None) -> tuple[list, list | None]:
-    """The dims and strides to declare a tensor parameter with: int64 constants when all are ints and the tensor
-    spans `INDEX_LIMIT` elements or more, else as given."""
+    """The dims and strides to declare a tensor parameter with: int64 constants when all are ints and the
+    tensor spans `INDEX_LIMIT` elements or more, else as given."""
     shape = list(shape)
     strides = None if strides is None else list(strides)
     if not _static(shape) or (strides is not None and not _static(strides)) or span(shape, strides) < INDEX_LIMIT:

@@ -1,7 +1,7 @@
 """A kernel definition: the user's function, its source, signature analysis and rewritten body.
 
-Everything here is computed once, at decoration; `instantiate` binds the rewritten body to the closure's current
-values for one elaboration.
+Everything here is computed once, at decoration; `instantiate` binds the rewritten body to the closure's
+current values for one elaboration.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class KernelDefinition:
 
     @classmethod
     def from_function(cls, fn, out_idx=None) -> KernelDefinition:
-        """`out_idx`: the positions of signature tensors that are outputs (allocated by the call, returned)."""
+        """`out_idx`: the positions of signature tensors that are outputs
+        (allocated by the call, returned)."""
         source = get_source(fn)
         signature = analyze_signature(fn, source, out_idx)
         code = rewrite_kernel(source, fn.__code__.co_freevars)

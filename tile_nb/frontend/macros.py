@@ -1,7 +1,8 @@
 """Calling a `T.macro` while a kernel is elaborated: its body, rewritten as a kernel body is, runs in place.
 
-A macro's body is kernel code (loops over T.Parallel, IR `if`s, stores into buffers), so it goes through the same
-AST rewrite as a kernel body (`frontend.rewrite`), once per function code, and runs with the calling kernel's hooks:
+A macro's body is kernel code (loops over T.Parallel, IR `if`s, stores into buffers), so it goes
+through the same AST rewrite as a kernel body (`frontend.rewrite`), once per function code, and
+runs with the calling kernel's hooks:
 what it builds lands where it is called. Its `return` gives its value back to the caller.
 """
 from __future__ import annotations
@@ -62,7 +63,8 @@ def call_macro(hooks, macro, args: tuple, kwargs: dict):
 
 
 def _is_call_error(err: TypeError, fn) -> bool:
-    """A TypeError from binding the call's arguments (wrong count, unknown keyword), not from inside the body."""
+    """A TypeError from binding the call's arguments (wrong count, unknown
+    keyword), not from inside the body."""
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

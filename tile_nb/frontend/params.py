@@ -5,9 +5,10 @@ annotations do not reach the bytecode):
 - a parameter annotated in the body (`A: T.Tensor[...]`, `x: T.float32`), or in the signature with `T.ptr`, a
   dtype or a tensor annotation (`A: T.Tensor[[128, 64], T.float16]`, `A: T.Tensor((128, 64), T.float16)`) is a
   runtime argument;
-- every other parameter is a compile-time value, visible to plain Python in the body and part of the template key.
-A tensor parameter named by `out_idx` (tilelang's `@T.prim_func` kernels) is an output: the call allocates it and
-returns it, so it is not among the call's parameters.
+- every other parameter is a compile-time value, visible to plain Python in the
+  body and part of the template key.
+A tensor parameter named by `out_idx` (tilelang's `@T.prim_func` kernels) is an output: the call allocates it
+and returns it, so it is not among the call's parameters.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ class Param:
     # RUNTIME (annotated in the body), TENSOR (T.Tensor / T.StridedTensor in the signature), POINTER (T.ptr),
     # SCALAR (signature dtype) or COMPILE_TIME
     kind: str
-    # No field defaults: a default of inspect.Parameter.empty reads as "no default" to the inspect.signature that
-    # Python 3.11.0-3.11.3's dataclass builds for __doc__, which then raised at import.
+    # No field defaults: a default of inspect.Parameter.empty reads as "no default" to the inspect.signature
+    # that Python 3.11.0-3.11.3's dataclass builds for __doc__, which then raised at import.
     default: Any  # inspect.Parameter.empty when the signature gives none
     keyword_only: bool
     annotation: Any  # the signature's annotation (compile-time values are checked by it), or Parameter.empty
@@ -121,7 +122,8 @@ def analyze_signature(fn, source: KernelSource, out_idx=None) -> KernelSignature
 
 
 def _output_positions(name: str, params: list, out_idx, where: dict) -> list[int]:
-    """The parameter positions `out_idx` names (an int or a list of ints; negative ones count from the end)."""
+    """The parameter positions `out_idx` names (an int or a list of ints;
+    negative ones count from the end)."""
     if out_idx is None:
         return []
     items = [out_idx] if isinstance(out_idx, int) else out_idx
@@ -141,11 +143,11 @@ def _output_positions(name: str, params: list, out_idx, where: dict) -> list[int
 
 
 def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, tuple[str, str, int]]:
-    """Where consts come from, read from the source alone: `M, K = T.const('M, K')` and `A: T.Tensor[[M, K], ...]`
-    (or `A: T.Tensor((M, K), ...)`, in the body or the signature).
+    """Where consts come from, read from the source alone: `M, K = T.const('M, K')` and
+    `A: T.Tensor[[M, K], ...]` (or `A: T.Tensor((M, K), ...)`, in the body or the signature).
 
-    Used when the template stopped before the annotations ran (a Python `if` on a const at the top, say), so that
-    calls can still read the consts from the tensors.
+    Used when the template stopped before the annotations ran (a Python `if` on a const at the top, say), so
+    that calls can still read the consts from the tensors.
     """
     consts: set[str] = set()
     for node in ast.walk(tree):
@@ -207,8 +209,8 @@ _TYPE_NAMES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def check_compile_value(param: Param, value):
-    """`value` for the compile-time parameter `param`, checked against its signature annotation (int, float, bool,
-    str or T.dtype) and normalized (an int for a float becomes a float, a dtype name a DType).
+    """`value` for the compile-time parameter `param`, checked against its signature annotation (int, float,
+    bool, str or T.dtype) and normalized (an int for a float becomes a float, a dtype name a DType).
 
     Raises TypeError with what was expected; the caller adds the kernel's name and line.
     """

@@ -1,7 +1,8 @@
 """AST rewrite of a kernel body, so that running it builds IR.
 
-Python runs the rewritten body (that is how compile-time parameters stay plain Python); the rewrite routes the few
-constructs whose meaning differs in a kernel through the helper object `__tnb__` (`frontend.elaborate.Hooks`):
+Python runs the rewritten body (that is how compile-time parameters stay plain Python); the
+rewrite routes the few constructs whose meaning differs in a kernel through the helper object
+`__tnb__` (`frontend.elaborate.Hooks`):
 
     A: T.Tensor[[M, K], T.float16]   ->  A = __tnb__.annotate('A', T.Tensor[[M, K], T.float16], <A>)
     x = expr                         ->  x = __tnb__.bind('x', expr)          (names IR buffers after the user)
@@ -87,9 +88,9 @@ def _is_ref(annotation: ast.expr | None) -> bool:
 
 
 def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
-    """Names bound before a loop that its body reads before it rebinds them (`acc = acc + x`, `acc += x`): a value
-    meant to carry from one iteration to the next. In a kernel loop the body runs once while the kernel is built,
-    so such a name would hold one iteration's expression, silently."""
+    """Names bound before a loop that its body reads before it rebinds them (`acc = acc + x`, `acc += x`): a
+    value meant to carry from one iteration to the next. In a kernel loop the body runs once while the kernel
+    is built, so such a name would hold one iteration's expression, silently."""
     stored: set[str] = set()
     carried: list[str] = []
 
@@ -139,8 +140,9 @@ def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
 
 
 def _assigned_in_branches(node: ast.If) -> set[str]:
-    """Names an `if`'s branches assign, not counting loop targets: `for i in T.Parallel(n)` in a branch makes a new
-    loop variable (the name's old value is not what the loop reads), so rebinding `i` there is no leak."""
+    """Names an `if`'s branches assign, not counting loop targets: `for i in T.Parallel(n)` in a
+    branch makes a new loop variable (the name's old value is not what the loop reads), so
+    rebinding `i` there is no leak."""
     names: set[str] = set()
 
     def visit(n: ast.AST) -> None:
@@ -168,9 +170,9 @@ def _names_of(target: ast.expr) -> tuple[str, ...]:
 
 
 class _LogicRewriter(ast.NodeTransformer):
-    """Boolean logic and conditional expressions go through hooks: Python's `and`, `or`, `not` and `x if c else
-    y` call bool() on their operands, which on an IR `==` is a structural comparison (silently False) and on `<`
-    an error. Runs over the whole body before the statement rewrite."""
+    """Boolean logic and conditional expressions go through hooks: Python's `and`, `or`, `not` and `x if c
+    else y` call bool() on their operands, which on an IR `==` is a structural comparison (silently False) and
+    on `<` an error. Runs over the whole body before the statement rewrite."""
 
     def visit_BoolOp(self, node: ast.BoolOp):
         self.generic_visit(node)
@@ -204,8 +206,8 @@ class _LogicRewriter(ast.NodeTransformer):
 
 
 def _alloc_var_names(body: list[ast.stmt]) -> set[str]:
-    """Names the body assigns a `T.alloc_var(...)` to: variables of the kernel, read and assigned by name as in
-    tilelang (`x = T.alloc_var(T.int32)`, `x = 0`, `x += 1`, `A[i] = x`), besides `x[0]`."""
+    """Names the body assigns a `T.alloc_var(...)` to: variables of the kernel, read and assigned by name as
+    in tilelang (`x = T.alloc_var(T.int32)`, `x = 0`, `x += 1`, `A[i] = x`), besides `x[0]`."""
     return {stmt.targets[0].id for node in body for stmt in ast.walk(node)
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
             and isinstance(stmt.value, ast.Call)
@@ -213,8 +215,9 @@ def _alloc_var_names(body: list[ast.stmt]) -> set[str]:
 
 
 class _VarReads(ast.NodeTransformer):
-    """A read of a kernel variable by name reads its value: `x` -> `__tnb__.read_var(x)` (`x[0]` of a T.alloc_var;
-    anything else bound to the name is returned as it is). `x[0]` and `x.dtype` keep the buffer."""
+    """A read of a kernel variable by name reads its value: `x` -> `__tnb__.read_var(x)`
+    (`x[0]` of a T.alloc_var; anything else bound to the name is returned as it is). `x[0]`
+    and `x.dtype` keep the buffer."""
 
     def __init__(self, names: set[str]):
         self.names = names
@@ -353,8 +356,8 @@ class _BodyRewriter(ast.NodeTransformer):
         ir_body = [ast.With([ast.withitem(_hook("ir_then"))], copy.deepcopy(body))]
         if orelse:
             ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
-        # A Python name bound before this `if` and rebound in it would keep the new value whatever the run-time
-        # condition says: refused when the condition turns out to be an IR expression.
+        # A Python name bound before this `if` and rebound in it would keep the new value whatever the
+        # run-time condition says: refused when the condition turns out to be an IR expression.
         leaks = sorted(n for n in _assigned_in_branches(node) if n in bound_before and n not in self.var_names)
         if leaks:
             guard = _hook("rebound_under_if", ast.Tuple([_const(n) for n in leaks], ast.Load()),
@@ -370,7 +373,8 @@ class _BodyRewriter(ast.NodeTransformer):
             raise self.fail(node, "`while ... else` is not supported in kernels")
         if isinstance(node.test, ast.Constant) and node.test.value and \
                 not any(isinstance(n, ast.Break) for stmt in node.body for n in ast.walk(stmt)):
-            # a Python-level loop that never ends would hang the elaboration (a notebook cell that never returns)
+            # a Python-level loop that never ends would hang the elaboration (a
+            # notebook cell that never returns)
             raise self.fail(node, f"`while {node.test.value!r}:` with no `break` never ends: it would run forever "
                                   "while the kernel is built; loop over a range (`for i in T.serial(n)`) or test "
                                   "a value the body changes")
@@ -390,8 +394,8 @@ class _BodyRewriter(ast.NodeTransformer):
             guard = _hook("carried_in_loop", ast.Tuple([_const(n) for n in carried], ast.Load()), lineno)
             ir_body.insert(0, ast.copy_location(ast.Expr(guard), node))
         assign = ast.Assign([ast.Name(cond_name, ast.Store())], _hook("condition", node.test))
-        # `for _ in <one pass>` around the traced body, so that a `break` in it is still Python inside a loop (the
-        # `jump` hook refuses it in a kernel loop before Python would run it)
+        # `for _ in <one pass>` around the traced body, so that a `break` in it is still Python inside a loop
+        # (the `jump` hook refuses it in a kernel loop before Python would run it)
         it_name = self.fresh("it")
         traced = ast.For(ast.Name(self.fresh("pass"), ast.Store()), ast.Name(it_name, ast.Load()), ir_body, [])
         ir_branch = ast.With([ast.withitem(_hook("ir_while", ast.Name(cond_name, ast.Load())),
@@ -433,12 +437,13 @@ def rewrite_kernel(source: KernelSource, free_vars: tuple[str, ...], macro: bool
     """Compile the rewritten kernel into a factory `__tnb_factory__(__tnb__, *free_vars) -> function`.
 
     The factory takes the closure's values as parameters, so each elaboration sees their current values.
-    `macro`: the body of a T.macro (its `return` stays Python's). Returns the code object of a module defining the
-    factory.
+    `macro`: the body of a T.macro (its `return` stays Python's). Returns the code object of a module defining
+    the factory.
     """
     tree = copy.deepcopy(source.tree)
     tree.decorator_list = []
-    # Arguments are always passed explicitly, so defaults (already evaluated at `def` time) are not re-evaluated.
+    # Arguments are always passed explicitly, so defaults (already evaluated at
+    # `def` time) are not re-evaluated.
     tree.args.defaults = []
     tree.args.kw_defaults = [None] * len(tree.args.kwonlyargs)
     for arg in tree.args.args + tree.args.kwonlyargs:

@@ -1,6 +1,6 @@
 """Shape expressions (TVM PrimExprs over T.const and T.dynamic vars) evaluated to sizes, for `T.empty` outputs
-whose dims are arithmetic of a call's dims (`T.empty((N * 2,), ...)`): the runtime with ints, the torch layer's
-fake implementations with symbolic sizes."""
+whose dims are arithmetic of a call's dims (`T.empty((N * 2,), ...)`): the runtime with ints, the torch
+layer's fake implementations with symbolic sizes."""
 from __future__ import annotations
 
 __all__ = ["UnsupportedShapeExpr", "evaluate", "free_vars"]
@@ -19,8 +19,8 @@ def _binary():
 
 
 def evaluate(expr, env: dict):
-    """`expr` with each var replaced by `env[var name]` (ints or torch SymInts); a var missing from `env` raises
-    KeyError with its name."""
+    """`expr` with each var replaced by `env[var name]` (ints or torch SymInts); a var missing from `env`
+    raises KeyError with its name."""
     from tvm import tirx
 
     if isinstance(expr, int):

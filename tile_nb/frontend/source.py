@@ -1,7 +1,9 @@
-"""Finding a kernel's source text: files, notebook cells, closures, and `exec`'d code registered in `linecache`.
+"""Finding a kernel's source text: files, notebook cells, closures, and
+`exec`'d code registered in `linecache`.
 
-In-body annotations (`A: T.Tensor[...]`) are not in the bytecode, so the front end needs the source. Python keeps it
-for files; IPython registers every cell in `linecache`; for `exec`, `run_source` does the same registration.
+In-body annotations (`A: T.Tensor[...]`) are not in the bytecode, so the front end needs the
+source. Python keeps it for files; IPython registers every cell in `linecache`; for `exec`,
+`run_source` does the same registration.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ _exec_ids = _counter()
 
 
 def register_source(text: str, filename: str | None = None) -> str:
-    """Put `text` into `linecache` under `filename` (made up if None) so its functions' source can be found."""
+    """Put `text` into `linecache` under `filename` (made up if None) so its
+    functions' source can be found."""
     if filename is None:
         filename = f"<tile_nb-exec-{next(_exec_ids)}>"
     lines = text.splitlines(keepends=True)

@@ -3,7 +3,8 @@
 The kernel runs as with `run` (every block, in place); while the chosen block runs, loads, stores, atomics and
 tile-op regions of global tensors also set bool masks, one pair (read, written) per tensor. Only the active
 iterations of a `T.Parallel` count, and only the in-range part of a guarded `T.copy`. The masks show a block's
-footprint, the way triton-viz draws it: the rows of A and columns of B a GEMM tile reads, the tile of C it writes.
+footprint, the way triton-viz draws it: the rows of A and columns of B a GEMM
+tile reads, the tile of C it writes.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def _mask(f, slot: int, t: torch.Tensor, kind: int) -> torch.Tensor:
 
 
 def record_element(f, slot: int, t: torch.Tensor, kind: int, sliced, index) -> None:
-    """A load or store `t[index]` (index closures; `sliced`: its slice plan or None) by the active iterations."""
+    """A load or store `t[index]` (index closures; `sliced`: its slice plan or
+    None) by the active iterations."""
     m = _mask(f, slot, t, kind)
     if sliced is not None:
         mv = sliced.view(f, m)
@@ -44,7 +46,8 @@ def record_element(f, slot: int, t: torch.Tensor, kind: int, sliced, index) -> N
                 mv.logical_or_(f.mask)
                 return
     idx = tuple(i(f) for i in index)
-    # out-of-range indices of masked-off iterations are clamped (not counted); an active one is an error anyway
+    # out-of-range indices of masked-off iterations are clamped (not counted);
+    # an active one is an error anyway
     idx = tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(int(k), 0), n - 1) for k, n in zip(idx, t.shape, strict=True))
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     shape = torch.broadcast_shapes(*(p.shape for p in parts), *(() if f.mask is None else (f.mask.shape,)))

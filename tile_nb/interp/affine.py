@@ -2,10 +2,10 @@
 
 The general path gathers and scatters with index tensors and checks every index. But most accesses in parallel
 loops (`S[i, j]`, `X[bx * 128 + i]`, `row_max[i]`) index each dim by at most one parallel loop var plus a
-block-level offset: such an access is a strided *slice* of the buffer. The slice is taken as a view, its bounds
-checked once per dim, and its dims permuted into the parallel iteration layout (`Frame.par_shape`: the var at
-depth d on dim -(d + 1)). When anything does not fit (an index out of range, a mask that does not broadcast,
-a racy store), the caller falls back to the general path, which also produces the error messages.
+block-level offset: such an access is a strided *slice* of the buffer. The slice is taken as a view, its
+bounds checked once per dim, and its dims permuted into the parallel iteration layout (`Frame.par_shape`: the
+var at depth d on dim -(d + 1)). When anything does not fit (an index out of range, a mask that does not
+broadcast, a racy store), the caller falls back to the general path, which also produces the error messages.
 """
 from __future__ import annotations
 

@@ -3,10 +3,11 @@
 The interpreter runs closures, not the user's function, so there is no frame of the kernel to stop in. One is
 made: a small function compiled with the user's file name, whose body sits on the user's line, assigns every
 variable in scope (named as in the kernel) and calls Python's `breakpoint()`. pdb, IPython's debugger and
-Jupyter's then show the user's file and line, and their locals are the kernel's: tiles as the interpreter's torch
-tensors (live: writing them changes the run), `T.alloc_var` scalars and float scalar parameters as 0-d tensors,
-indices (block ids, loop vars, integer parameters and dims) as Python ints. `breakpoint()` goes through
-`sys.breakpointhook`, so `PYTHONBREAKPOINT=0` disables it and a test can install a hook that records the frame.
+Jupyter's then show the user's file and line, and their locals are the kernel's: tiles as the
+interpreter's torch tensors (live: writing them changes the run), `T.alloc_var` scalars and float scalar
+parameters as 0-d tensors, indices (block ids, loop vars, integer parameters and dims) as Python ints.
+`breakpoint()` goes through `sys.breakpointhook`, so `PYTHONBREAKPOINT=0` disables it and a test can
+install a hook that records the frame.
 """
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ def _in_scope(comp: Compiler) -> list[tuple[str, int, str]]:
 
 
 def _frame_function(kernel: str, filename: str, line: int, names: tuple[str, ...]):
-    """A function named after the kernel whose code is on `line` of `filename`: it binds `names` from the dict it
-    is given and calls `breakpoint()` (pdb stops as the function returns, still on that line)."""
+    """A function named after the kernel whose code is on `line` of `filename`: it binds `names` from the dict
+    it is given and calls `breakpoint()` (pdb stops as the function returns, still on that line)."""
     key = (kernel, filename, line, names)
     fn = _FRAMES.get(key)
     if fn is None:

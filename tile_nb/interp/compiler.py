@@ -1,9 +1,10 @@
-"""The interpreter's core: rule tables, the `Compiler` that turns IR nodes into Python closures, and the `Frame`.
+"""The interpreter's core: rule tables, the `Compiler` that turns IR nodes into
+Python closures, and the `Frame`.
 
 Each IR node is translated once into a closure `fn(frame)` by a small rule looked up in a dict (one per node
-type, one per call op name, one per tile primitive), as JAX Pallas registers one interpreter rule per primitive.
-Running a kernel is then calling closures: no tree walk and no dict dispatch per element or per CTA.
-A node without a rule raises `NotImplementedError` naming the node, so unsupported IR fails loudly.
+type, one per call op name, one per tile primitive), as JAX Pallas registers one interpreter rule per
+primitive. Running a kernel is then calling closures: no tree walk and no dict dispatch per element or per
+CTA. A node without a rule raises `NotImplementedError` naming the node, so unsupported IR fails loudly.
 """
 from __future__ import annotations
 
@@ -109,8 +110,8 @@ class Compiler:
 
     def __init__(self, tile_lines: list[int] | None = None, filename: str | None = None, name: str = "kernel"):
         self.name = name  # the kernel's, for the frame T.breakpoint stops in
-        # Tile-op calls have no span: the frontend lists their lines in program order (`tile_nb.tile_op_lines`),
-        # which is the order they are compiled in here.
+        # Tile-op calls have no span: the frontend lists their lines in program order
+        # (`tile_nb.tile_op_lines`), which is the order they are compiled in here.
         self._tile_lines = tile_lines
         self._filename = filename
         self._tile_count = 0
@@ -118,8 +119,8 @@ class Compiler:
         self.buffers: dict[int, Any] = {}   # slot -> buffer Var, for names, scopes and dtypes
         self.location = SourceLocation()     # of the statement being compiled, for error messages
         self.par_vars: dict[int, tuple] = {}  # enclosing parallel loop vars: key -> (slot, depth, name)
-        # For T.breakpoint: each slot's variable (first seen in program order), and the slots out of scope at the
-        # statement being compiled (loop vars of loops already closed, thread indices).
+        # For T.breakpoint: each slot's variable (first seen in program order), and the slots out of scope at
+        # the statement being compiled (loop vars of loops already closed, thread indices).
         self.vars: dict[int, Any] = {}
         self.closed: set[int] = set()
         self.tracked: list[int] = []  # slots of buffers whose written elements are tracked (written.py)

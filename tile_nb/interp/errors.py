@@ -2,8 +2,8 @@
 
 They are `tile_nb.errors.TileNBError`s, so they print as the user's line with a caret (the frontend's format)
 and pickle cleanly; an out-of-bounds error also keeps its structured fields (buffer, index, shape, block, loop
-values). The line comes from the statement's `span`; IR built by hand has none, and then the message quotes the
-statement itself.
+values). The line comes from the statement's `span`; IR built by hand has none, and then the message quotes
+the statement itself.
 
     OutOfBoundsError: index [32] is out of bounds for buffer 'S' of shape (32,) (block (0,), i = 31)
       --> kernels.py, line 12, col 9
@@ -25,8 +25,8 @@ __all__ = ["DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsErr
 class SourceLocation:
     """Where a statement comes from: a file (or notebook cell), line and columns, or a description of it.
 
-    For IR built by hand (no span) the statement is printed only when an error needs it: printing TVMScript for
-    every statement at compile time would cost more than running small kernels.
+    For IR built by hand (no span) the statement is printed only when an error needs it: printing TVMScript
+    for every statement at compile time would cost more than running small kernels.
     """
 
     def __init__(self, filename: str | None = None, line: int | None = None, statement: str | None = None,
@@ -141,10 +141,10 @@ _HINTS = {
 class OutOfBoundsError(TileNBError, IndexError):
     """An access that the GPU would perform silently out of bounds.
 
-    Fields: `buffer` (name), `index` (the offending index: a tuple of ints, or of `start:stop` strings for a tile
-    region), `shape` (the buffer's shape), `block` (blockIdx values or None), `loop` (values of the enclosing
-    parallel loop vars at the first bad iteration, name -> int), `source` (a `SourceLocation`); `filename`,
-    `lineno` (also `line`), `col` point at the user's statement.
+    Fields: `buffer` (name), `index` (the offending index: a tuple of ints, or of `start:stop` strings for a
+    tile region), `shape` (the buffer's shape), `block` (blockIdx values or None), `loop` (values of the
+    enclosing parallel loop vars at the first bad iteration, name -> int), `source` (a `SourceLocation`);
+    `filename`, `lineno` (also `line`), `col` point at the user's statement.
     """
 
     def __init__(self, buffer: str, index: tuple, shape: tuple, location: SourceLocation | None = None,
@@ -178,13 +178,14 @@ _SCOPE_NAMES = {"shared": "shared", "shared.dyn": "shared", "local.fragment": "f
 
 
 class UninitializedReadError(TileNBError, RuntimeError):
-    """A read of shared, fragment or local memory that nothing wrote before in this block: the GPU reads whatever
-    the memory holds there (the interpreter's buffers start at 0, so its result could agree with a correct kernel
-    by chance).
+    """A read of shared, fragment or local memory that nothing wrote before in this block: the GPU reads
+    whatever the memory holds there (the interpreter's buffers start at 0, so its result could agree with a
+    correct kernel by chance).
 
-    Fields: `buffer` (name), `index` (the first element never written, a tuple of ints), `region` (the region a tile
-    op reads, as `start:stop` strings, or None for an element read), `count` (elements of that region never
-    written), `shape`, `scope`, `block`, `loop` (parallel loop values at the element), `op` (what reads it:
+    Fields: `buffer` (name), `index` (the first element never written, a tuple of ints), `region`
+    (the region a tile op reads, as `start:stop` strings, or None for an element read), `count`
+    (elements of that region never written), `shape`, `scope`, `block`, `loop` (parallel loop values
+    at the element), `op` (what reads it:
     "load", "T.copy", "T.gemm", ...), `source`; `filename`, `lineno`, `col` point at the user's statement.
     """
 

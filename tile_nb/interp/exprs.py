@@ -17,7 +17,7 @@ from .compiler import CALL_RULES, Compiler, call_rule, expr_rule, op_short_name
 __all__: list[str] = []
 
 
-# ---- leaves -------------------------------------------------------------------------------------------------
+# ---- leaves ------------------------------------------------------------------------------------------------
 
 @expr_rule(tirx.IntImm)
 def _int_imm(comp: Compiler, node):
@@ -61,7 +61,7 @@ def _cast(comp: Compiler, node):
     return lambda f: V.cast(value(f), dtype)
 
 
-# ---- arithmetic and logic -----------------------------------------------------------------------------------
+# ---- arithmetic and logic ----------------------------------------------------------------------------------
 
 # torch's CPU kernels lack most arithmetic, comparisons and shifts for these: their values are computed in int64.
 _WIDENED = {"uint16", "uint32", "uint64"}
@@ -193,7 +193,7 @@ def _guarded_select(comp: Compiler, cond_node, true_node, false_node):
     return select
 
 
-# ---- calls --------------------------------------------------------------------------------------------------
+# ---- calls -------------------------------------------------------------------------------------------------
 
 @expr_rule(ir.Call)
 def _call(comp: Compiler, node):

@@ -62,8 +62,8 @@ class Program:
 
 
 def _tile_lines(func: tirx.PrimFunc) -> tuple[list[int] | None, str | None]:
-    """The user's lines of the tile-op calls, in program order, and the kernel's file (None when unknown or when
-    their number does not match the calls, e.g. IR changed after elaboration)."""
+    """The user's lines of the tile-op calls, in program order, and the kernel's file (None when unknown or
+    when their number does not match the calls, e.g. IR changed after elaboration)."""
     attrs = func.attrs or {}
     if "tile_nb.tile_op_lines" not in attrs:
         return None, None
@@ -105,7 +105,8 @@ class _ScalarParam:
 
 
 class BufferParam:
-    """A tensor parameter: dtype and rank are checked, symbolic dims and strides bound, static ones compared."""
+    """A tensor parameter: dtype and rank are checked, symbolic dims and
+    strides bound, static ones compared."""
 
     def __init__(self, comp: Compiler, buf):
         self.name = buf.name
@@ -182,8 +183,8 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
 
     Raises `OutOfBoundsError` for an access the GPU would perform out of bounds, `InterpreterError` for
     arguments that do not match the function, `NotImplementedError` for IR without an interpreter rule,
-    `UninitializedReadError` for a read of shared / fragment / local memory that the block never wrote (the GPU
-    would read garbage there; `TILE_NB_CHECK_UNINIT=0` turns that check off).
+    `UninitializedReadError` for a read of shared / fragment / local memory that the block never wrote (the
+    GPU would read garbage there; `TILE_NB_CHECK_UNINIT=0` turns that check off).
 
     Errors are raised without the interpreter's own frames (set `TILE_NB_DEBUG=1` to keep them).
 

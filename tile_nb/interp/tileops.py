@@ -50,8 +50,8 @@ def _copy(comp: Compiler, node):
 
 
 def _in_range(shape, starts, exts, src_shape) -> torch.Tensor | None:
-    """Which elements of a copy's source land inside a global destination (those past its edge are not stored on
-    the GPU, so they need not have been written), shaped as the source region; None when all of them do."""
+    """Which elements of a copy's source land inside a global destination (those past its edge are not stored
+    on the GPU, so they need not have been written), shaped as the source region; None when all of them do."""
     src, dst = clip(shape, starts, exts)
     if src is not None and all(s.stop - s.start == e for s, e in zip(src, exts, strict=True)):
         return None
@@ -95,7 +95,8 @@ def _gemm(comp: Compiler, node):
     alpha = float(_const(node.args[6], "alpha")) if len(node.args) > 6 else 1.0
     beta = float(_const(node.args[7], "beta")) if len(node.args) > 7 else 1.0
     acc = V.accum_dtype(d_reg.dtype)
-    # A T.tfloat32 operand: both operands rounded to TF32 (as the tensor cores' inputs), then an ordinary product.
+    # A T.tfloat32 operand: both operands rounded to TF32 (as the tensor cores'
+    # inputs), then an ordinary product.
     tf32 = bool(int((node.config or {}).get("tf32", 0)))
     location = comp.location
     # The usual `C_frag += A_s @ B_s`: accumulate in place in the accumulator (no temporary, no copy back).
@@ -163,7 +164,8 @@ def _reduce_rule(kind: str):
         dst, src = compile_region(comp, node.args[0], op), compile_region(comp, node.args[1], op)
         axes = [int(_const(a, "reduce axis")) for a in node.args[2]]
         accum = bool(_const(node.args[3], "accum")) if len(node.args) > 3 else False
-        # docs/IR.md: sums in the destination's accumulation dtype, max/min in one that holds the source exactly
+        # docs/IR.md: sums in the destination's accumulation dtype, max/min in
+        # one that holds the source exactly
         acc = V.accum_dtype(dst.dtype) if kind == "sum" else V.compare_dtype(src.dtype)
         location = comp.location
         absolute = bool(int((node.config or {}).get("absolute", 0)))  # T.reduce_absmax
@@ -193,8 +195,8 @@ for _kind in _REDUCERS:
 
 @tile_rule("cumsum")
 def _cumsum(comp: Compiler, node):
-    """`T.tile.cumsum(dst, src, dim, reverse)`: the inclusive prefix sum along `dim`, in the accumulation dtype of
-    `dst` (docs/IR.md), each element rounded to `dst`'s dtype once."""
+    """`T.tile.cumsum(dst, src, dim, reverse)`: the inclusive prefix sum along `dim`, in the accumulation
+    dtype of `dst` (docs/IR.md), each element rounded to `dst`'s dtype once."""
     dst, src = compile_region(comp, node.args[0]), compile_region(comp, node.args[1])
     dim = int(_const(node.args[2], "cumsum dim"))
     reverse = bool(_const(node.args[3], "cumsum reverse"))

@@ -1,8 +1,8 @@
 """Values of the interpreter: TVM dtypes as torch dtypes, and arithmetic that works on both kinds of value.
 
 At block level a value is a Python number (indices, loop counters, scalar parameters) or a 0-d tensor (a float
-read from a buffer, so that it keeps its dtype). Inside `T.parallel` loops a value may be a tensor broadcast over
-the parallel iteration space. The helpers here accept either, so each expression rule is written once.
+read from a buffer, so that it keeps its dtype). Inside `T.parallel` loops a value may be a tensor broadcast
+over the parallel iteration space. The helpers here accept either, so each expression rule is written once.
 """
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def is_tensor(x) -> bool:
 
 
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
-    """float32 values rounded to TF32 as the GPU's `cvt.rna.tf32.f32` does before a TF32 MMA: 10 explicit mantissa
-    bits kept, the 13 dropped ones rounded to nearest, ties away from zero (adding half of the dropped range to the
-    magnitude's bit pattern, then clearing it; a carry into the exponent is the correct rounding up, to infinity
-    past the largest value). NaN and infinity stay as they are."""
+    """float32 values rounded to TF32 as the GPU's `cvt.rna.tf32.f32` does before a TF32 MMA: 10 explicit
+    mantissa bits kept, the 13 dropped ones rounded to nearest, ties away from zero (adding half of the
+    dropped range to the magnitude's bit pattern, then clearing it; a carry into the exponent is the correct
+    rounding up, to infinity past the largest value). NaN and infinity stay as they are."""
     x = x.to(torch.float32).contiguous()
     bits = (x.view(torch.int32) + 0x1000) & ~0x1FFF
     return torch.where(torch.isfinite(x), bits.view(torch.float32), x)
@@ -73,8 +73,8 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
 
 def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a matmul or a sum into `dtype` is computed in before it is converted to `dtype` (docs/IR.md's
-    numeric contract): float32 for 16- and 8-bit floats, float64 for float64, and int64 for integers, whose result
-    then wraps around to `dtype`'s width (`wrap_int`) as the GPU's int32 arithmetic does."""
+    numeric contract): float32 for 16- and 8-bit floats, float64 for float64, and int64 for integers, whose
+    result then wraps around to `dtype`'s width (`wrap_int`) as the GPU's int32 arithmetic does."""
     if dtype == torch.float64:
         return torch.float64
     return torch.float32 if dtype.is_floating_point else torch.int64
@@ -82,15 +82,16 @@ def accum_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def compare_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a max or min of `dtype` values is taken in: one that holds every value exactly, as on the GPU
-    (16- and 8-bit floats compare in float32, integers in int64 here; values of uint64 above 2^63 excepted)."""
+    (16- and 8-bit floats compare in float32, integers in int64 here; values
+    of uint64 above 2^63 excepted)."""
     if dtype.is_floating_point:
         return torch.float64 if dtype == torch.float64 else torch.float32
     return torch.int64
 
 
 def wrap_int(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An int64 tensor converted to `dtype`; an integer dtype keeps the low bits (two's complement wrap-around, as
-    CUDA's and torch's integer arithmetic); a float or bool dtype converts as `.to` does."""
+    """An int64 tensor converted to `dtype`; an integer dtype keeps the low bits (two's complement
+    wrap-around, as CUDA's and torch's integer arithmetic); a float or bool dtype converts as `.to` does."""
     if dtype.is_floating_point or dtype == torch.bool or t.dtype.is_floating_point:
         return t.to(dtype)
     bits = torch.iinfo(dtype).bits
@@ -123,7 +124,8 @@ def signed_target(t: torch.Tensor, value):
 
 
 def cast(x, dtype: str):
-    """`T.Cast(dtype, x)`: Python numbers stay Python numbers where exact; narrow floats become 0-d tensors."""
+    """`T.Cast(dtype, x)`: Python numbers stay Python numbers where exact;
+    narrow floats become 0-d tensors."""
     tdtype = torch_dtype(dtype)
     if is_tensor(x):
         return x.to(tdtype)
@@ -222,7 +224,8 @@ def _is_float(x) -> bool:
 
 
 def _as_tensors(a, b):
-    """Make both operands tensors; a Python scalar takes the other operand's dtype (as TIR would have cast it)."""
+    """Make both operands tensors; a Python scalar takes the other operand's
+    dtype (as TIR would have cast it)."""
     if not is_tensor(a):
         a = torch.tensor(a, dtype=b.dtype)
     elif not is_tensor(b):

@@ -2,14 +2,15 @@
 
 The GPU's shared memory and registers start with whatever they held; the interpreter's buffers start at 0. A
 kernel that reads an element before writing it (a `T.gemm` into an accumulator never cleared, a reduction with
-`clear=False` into a fresh fragment, a tile copied out before it was filled) could therefore pass on the CPU and
-fail on the GPU. So each buffer allocated in the kernel gets a bool mask of written elements (fresh with the
-buffer and at the start of every CTA), stores and tile ops set it, and reads check it: `UninitializedReadError`.
+`clear=False` into a fresh fragment, a tile copied out before it was filled) could therefore pass on
+the CPU and fail on the GPU. So each buffer allocated in the kernel gets a bool mask of written
+elements (fresh with the buffer and at the start of every CTA), stores and tile ops set it, and reads
+check it: `UninitializedReadError`.
 
-`Frame.written[slot]` is None (not tracked: global tensors, or the check is off), `False` (nothing written yet;
-the mask is made on the first partial write or read, so a buffer first written whole costs no mask), `True`
-(every element written: the common case after `T.clear` / a whole-tile `T.copy`, which then costs no more
-checking), or the mask.
+`Frame.written[slot]` is None (not tracked: global tensors, or the check is off), `False` (nothing written
+yet; the mask is made on the first partial write or read, so a buffer first written whole costs no mask),
+`True` (every element written: the common case after `T.clear` / a whole-tile `T.copy`, which then costs no
+more checking), or the mask.
 `TILE_NB_CHECK_UNINIT=0` turns the check off (read per run).
 """
 from __future__ import annotations
@@ -31,8 +32,8 @@ def enabled() -> bool:
 
 
 def mask_of(w: list | None, slot: int, t: torch.Tensor) -> torch.Tensor | None:
-    """The mask of buffer `slot` (tensor `t`), made now if nothing was written yet; None when the buffer is not
-    tracked or fully written (nothing to check)."""
+    """The mask of buffer `slot` (tensor `t`), made now if nothing was written yet; None when the buffer is
+    not tracked or fully written (nothing to check)."""
     if w is None:
         return None
     m = w[slot]
@@ -98,7 +99,8 @@ def region_unwritten(m, index, need: torch.Tensor | None = None) -> tuple[int, t
 
 
 def raise_region(buf, starts, exts, shape, found, op: str, location, block):
-    """Raise for a tile op that reads a region of `buf` (starts/extents) with `found` = region_unwritten(...)."""
+    """Raise for a tile op that reads a region of `buf` (starts/extents) with
+    `found` = region_unwritten(...)."""
     count, rel = found
     region = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts, strict=True))
     element = tuple(s + r for s, r in zip(starts, rel, strict=True))

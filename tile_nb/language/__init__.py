@@ -13,7 +13,8 @@ def add(A, B):
         for i in T.Parallel(128):
             B[bx * 128 + i] = A[bx * 128 + i] + 1.0
 ```
-Everything here builds IR while the front end elaborates a kernel; calling these outside a kernel raises a clear error.
+Everything here builds IR while the front end elaborates a kernel; calling these
+outside a kernel raises a clear error.
 """
 import difflib as _difflib
 
@@ -73,7 +74,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """`T.alloc_fragmnet`: name the unknown attribute and suggest the closest of the language's public names."""
+    """`T.alloc_fragmnet`: name the unknown attribute and suggest the closest
+    of the language's public names."""
     if name.startswith("_"):  # dunder probes (pickle, IPython, inspect) get Python's own error
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     close = _difflib.get_close_matches(name, __all__, n=1)

@@ -1,8 +1,8 @@
 """Parameter annotations and shape symbols: `T.Tensor`, `T.StridedTensor`, `T.ptr`, `T.const`, `T.dynamic`.
 
 Annotations are written in the kernel body (`A: T.Tensor[[M, K], T.float16]`); the front end turns each into a
-runtime buffer parameter. `T.const('M, N')` returns the compile-time dims of the running phase (tvm Vars in the
-template, ints once specialized); `T.dynamic('N')` returns a runtime symbolic dim.
+runtime buffer parameter. `T.const('M, N')` returns the compile-time dims of the running phase (tvm Vars in
+the template, ints once specialized); `T.dynamic('N')` returns a runtime symbolic dim.
 """
 from __future__ import annotations
 
@@ -107,7 +107,8 @@ class _StridedTensorType:
 
 class _PtrType:
     """`A: T.ptr` in the signature: a raw device pointer (`tensor.data_ptr()`), bound with `T.make_tensor`.
-    `T.ptr()` is the same marker (tilelang writes it where a pointer argument goes in a list of configurations)."""
+    `T.ptr()` is the same marker (tilelang writes it where a pointer argument goes
+    in a list of configurations)."""
 
     def __call__(self, dtype=None):
         return self
@@ -130,7 +131,8 @@ def _names(spec: str) -> list[str]:
 
 
 def const(spec: str) -> Any:
-    """`M, N, K = T.const('M, N, K')`: compile-time dims, read from the call's tensors (or `M=...` keywords)."""
+    """`M, N, K = T.const('M, N, K')`: compile-time dims, read from the call's
+    tensors (or `M=...` keywords)."""
     st = _state.active("T.const")
     values = []
     for name in _names(spec):
@@ -143,9 +145,9 @@ def const(spec: str) -> Any:
 
 
 def dynamic(spec: str, dtype: str = "int32") -> Any:
-    """`N = T.dynamic('N')`: a runtime dim; one compiled kernel serves every value. Outside a kernel body (in a
-    kernel factory, for the signature of its `@T.prim_func`) it makes the dim, and the kernel that annotates a
-    tensor with it adopts it by name."""
+    """`N = T.dynamic('N')`: a runtime dim; one compiled kernel serves every value. Outside a kernel body (in
+    a kernel factory, for the signature of its `@T.prim_func`) it makes the dim, and the kernel that annotates
+    a tensor with it adopts it by name."""
     from tvm import tirx
 
     names = _names(spec)

@@ -27,9 +27,10 @@ def _static(x):
 
 
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False, policy=None):
-    """`T.gemm(A, B, C)`: `C += A @ B` on tiles (`C = A @ B` with `clear_accum=True`). `A` is `[M, K]` (`[K, M]` with
-    `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and accumulates in its dtype.
-    `policy` (a `T.GemmWarpPolicy`) is tilelang's warp-partition hint: recorded, tile_nb picks its own layout."""
+    """`T.gemm(A, B, C)`: `C += A @ B` on tiles (`C = A @ B` with `clear_accum=True`). `A` is `[M, K]`
+    (`[K, M]` with `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and
+    accumulates in its dtype. `policy` (a `T.GemmWarpPolicy`) is tilelang's warp-partition hint: recorded,
+    tile_nb picks its own layout."""
     from tvm.tirx.script import tile as Tx
 
     from .hints import gemm_policy
@@ -64,7 +65,8 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_ac
             raise st.error(f"T.gemm: {name} differ ({want} vs {got}); shapes A{tuple(shapes[0])} "
                            f"B{tuple(shapes[1])} C{tuple(shapes[2])}",
                            hint="use transpose_A= / transpose_B= when a tile is stored transposed")
-    # A T.tfloat32 operand makes it a TF32 product (`T.tile.gemm(..., tf32=1)`, docs/IR.md): both operands rounded.
+    # A T.tfloat32 operand makes it a TF32 product (`T.tile.gemm(..., tf32=1)`,
+    # docs/IR.md): both operands rounded.
     tf32 = any(r.source.same_as(b) for r in (ra, rb) for b in st.tf32)
     config = {"tf32": 1} if tf32 else {}
     Tx.gemm(rc, ra, rb, rc, bool(transpose_A), bool(transpose_B), 1.0, 0.0 if clear_accum else 1.0, **config)
@@ -99,12 +101,14 @@ def reduce_absmax(src, dst, dim: int = -1, clear: bool = True):
 
 
 def reduce_max(src, dst, dim: int = -1, clear: bool = True):
-    """`T.reduce_max(src, dst, dim=1)`: max of `src` over `dim` into `dst` (combined with `dst` if `clear=False`)."""
+    """`T.reduce_max(src, dst, dim=1)`: max of `src` over `dim` into `dst` (combined
+    with `dst` if `clear=False`)."""
     _reduce("max", src, dst, dim, clear)
 
 
 def reduce_sum(src, dst, dim: int = -1, clear: bool = True):
-    """`T.reduce_sum(src, dst, dim=1)`: sum of `src` over `dim` into `dst` (added to `dst` if `clear=False`)."""
+    """`T.reduce_sum(src, dst, dim=1)`: sum of `src` over `dim` into `dst`
+    (added to `dst` if `clear=False`)."""
     _reduce("sum", src, dst, dim, clear)
 
 
@@ -119,8 +123,9 @@ _REGISTER_LOCK = threading.Lock()
 
 def _cumsum_op():
     """The tile primitive `T.tile.cumsum(dst, src, dim, reverse)`. TVM 0.27 has no scan primitive: tile_nb
-    registers one in TVM's op registry (once per process) as a tile primitive, so it is a `TilePrimitiveCall` like
-    `T.tile.sum`, printed `T.tile.cumsum`; the interpreter and the lowering register their rules for it by name."""
+    registers one in TVM's op registry (once per process) as a tile primitive, so it is a
+    `TilePrimitiveCall` like `T.tile.sum`, printed `T.tile.cumsum`; the interpreter and the lowering
+    register their rules for it by name."""
     import tvm
     from tvm.ir import _ffi_api
 
@@ -134,12 +139,13 @@ def _cumsum_op():
 
 
 def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict | None = None):
-    """`T.cumsum(src, dst=None, dim=0, reverse=False)`: the inclusive prefix sum of `src` along `dim` into `dst`
-    (`src` itself when `dst` is None); `reverse=True` sums from the end (`dst[i] = src[i] + ... + src[n-1]`).
-    `src` and `dst` are shared, fragment or local tiles (or regions of them) of the same shape. Sums accumulate in
-    float32 (float64, or the integer width of `dst`, as `T.reduce_sum`) and each element is rounded to `dst`'s dtype
-    once. tilelang's `annotations` are accepted and not used. On the GPU a fragment operand is held in shared
-    memory, and each thread scans whole lines serially (docs/IR.md)."""
+    """`T.cumsum(src, dst=None, dim=0, reverse=False)`: the inclusive prefix sum of `src` along `dim` into
+    `dst` (`src` itself when `dst` is None); `reverse=True` sums from the end
+    (`dst[i] = src[i] + ... + src[n-1]`). `src` and `dst` are shared, fragment or local tiles (or regions
+    of them) of the same shape. Sums accumulate in float32 (float64, or the integer width of `dst`, as
+    `T.reduce_sum`) and each element is rounded to `dst`'s dtype once. tilelang's `annotations` are
+    accepted and not used. On the GPU a fragment operand is held in shared memory, and each thread scans
+    whole lines serially (docs/IR.md)."""
     from tvm.script.ir_builder import tirx as T
     from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -168,10 +174,10 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
 
 def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = None, return_prev: bool = False):
     """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs). tilelang's tile form,
-    `T.atomic_add(C[i, j], C_local)` or `T.atomic_add(C[r0:r1, c0:c1], C_local)` (a tile as the value), adds the
-    whole tile element by element: a `T.Parallel` loop of atomic adds, each guarded against the edge of `C`.
-    `use_tma=True` (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order` may be
-    "relaxed" (what CUDA's atomicAdd is), others are refused."""
+    `T.atomic_add(C[i, j], C_local)` or `T.atomic_add(C[r0:r1, c0:c1], C_local)` (a tile as the value), adds
+    the whole tile element by element: a `T.Parallel` loop of atomic adds, each guarded against the edge of
+    `C`. `use_tma=True` (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order`
+    may be "relaxed" (what CUDA's atomicAdd is), others are refused."""
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
@@ -277,7 +283,8 @@ def clamp(x, low, high):
 
 
 def floordiv(a, b):
-    """`T.floordiv(a, b)`: division rounding toward minus infinity (Python's `//`), folded when both are ints."""
+    """`T.floordiv(a, b)`: division rounding toward minus infinity (Python's
+    `//`), folded when both are ints."""
     from tvm import tirx
 
     if isinstance(a, int) and isinstance(b, int):

@@ -1,8 +1,8 @@
 """Data types of the tile language: `T.float16`, `T.int32`, ... and the `T.dtype` parameter annotation.
 
-A `DType` is a `str` subclass holding TVM's name ("float16"), so it is hashable, compares equal to the plain name,
-and can be passed wherever TVM wants a dtype string. Calling it builds a typed constant (`T.float32(0)`); used as a
-parameter annotation (`x: T.float32`) it declares a runtime scalar.
+A `DType` is a `str` subclass holding TVM's name ("float16"), so it is hashable, compares equal to the plain
+name, and can be passed wherever TVM wants a dtype string. Calling it builds a typed constant
+(`T.float32(0)`); used as a parameter annotation (`x: T.float32`) it declares a runtime scalar.
 """
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ __all__ = ["DType", "TF32", "NamedOnlyDType", "NAMED_ONLY", "dtype", "as_dtype",
 
 
 class DType(str):
-    """A tile-language dtype; `DType("float16") == "float16"`. `plain` is the name as a plain str: torch.compile
-    (Dynamo before torch 2.13) does not take a str subclass as a constant, but reads an attribute of one."""
+    """A tile-language dtype; `DType("float16") == "float16"`. `plain` is the name as a plain
+    str: torch.compile (Dynamo before torch 2.13) does not take a str subclass as a constant,
+    but reads an attribute of one."""
 
     def __new__(cls, name):
         self = super().__new__(cls, name)
@@ -42,9 +43,10 @@ class DType(str):
 
 
 class TF32(DType):
-    """`T.tfloat32`: float32 storage (its name, for TVM, torch and every check, is "float32") whose `T.gemm` runs on
-    the tensor cores in TF32: both operands rounded to 10 mantissa bits (docs/IR.md, "TF32"). The allocation that
-    uses it records the buffer (state.tf32); its type keeps it apart from T.float32 in cache keys."""
+    """`T.tfloat32`: float32 storage (its name, for TVM, torch and every check, is "float32") whose
+    `T.gemm` runs on the tensor cores in TF32: both operands rounded to 10 mantissa bits (docs/IR.md,
+    "TF32"). The allocation that uses it records the buffer (state.tf32); its type keeps it apart
+    from T.float32 in cache keys."""
 
     __slots__ = ()
 

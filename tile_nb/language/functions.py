@@ -37,8 +37,8 @@ def _check_function(fn, what: str) -> None:
 
 
 class PrimFuncDefinition:
-    """What `@T.prim_func` returns: the kernel function, for `tile_nb.jit(func, out_idx=...)` (or a kernel factory
-    under `tile_nb.jit`) to compile. It is not callable itself."""
+    """What `@T.prim_func` returns: the kernel function, for `tile_nb.jit(func, out_idx=...)` (or a kernel
+    factory under `tile_nb.jit`) to compile. It is not callable itself."""
 
     def __init__(self, fn: types.FunctionType):
         _check_function(fn, "@T.prim_func")
@@ -55,8 +55,8 @@ class PrimFuncDefinition:
 
 
 class Macro:
-    """What `@T.macro` returns. Called inside a kernel body, its body is elaborated there (the front end installs
-    `State.on_macro`); called anywhere else it raises."""
+    """What `@T.macro` returns. Called inside a kernel body, its body is elaborated there (the front end
+    installs `State.on_macro`); called anywhere else it raises."""
 
     def __init__(self, fn: types.FunctionType):
         _check_function(fn, "@T.macro")
@@ -72,8 +72,9 @@ class Macro:
 
 
 class _RefType:
-    """`x: T.Ref` on a T.macro parameter: the argument is a location (a buffer element `A[i]` or a `T.alloc_var`),
-    and `x = value` in the macro stores there, as a C++ reference would. Reading `x` reads the location."""
+    """`x: T.Ref` on a T.macro parameter: the argument is a location (a buffer element `A[i]` or
+    a `T.alloc_var`), and `x = value` in the macro stores there, as a C++ reference would.
+    Reading `x` reads the location."""
 
     def __repr__(self) -> str:
         return "T.Ref"
@@ -83,16 +84,17 @@ Ref = _RefType()
 
 
 def prim_func(fn=None, *, private: bool = False, check_well_formed: bool = True):
-    """`@T.prim_func`: a kernel with its tensors annotated in the signature (`A: T.Tensor((M, K), T.float16)`).
-    tilelang's `private` and `check_well_formed` flags change nothing here and are accepted."""
+    """`@T.prim_func`: a kernel with its tensors annotated in the signature
+    (`A: T.Tensor((M, K), T.float16)`). tilelang's `private` and `check_well_formed` flags change
+    nothing here and are accepted."""
     if fn is None:
         return lambda f: PrimFuncDefinition(f)
     return PrimFuncDefinition(fn)
 
 
 def macro(fn=None, *, hygienic: bool = True):
-    """`@T.macro`: a helper whose body is kernel code, elaborated where it is called. (`hygienic`: its names are
-    its own, as any Python function's; `hygienic=False` is not supported.)"""
+    """`@T.macro`: a helper whose body is kernel code, elaborated where it is called. (`hygienic`: its names
+    are its own, as any Python function's; `hygienic=False` is not supported.)"""
     if not hygienic:
         raise DSLError("@T.macro(hygienic=False) (a macro that reads the caller's local names) is not supported",
                        hint="pass what the macro needs as arguments")
@@ -102,8 +104,8 @@ def macro(fn=None, *, hygienic: bool = True):
 
 
 def defines_prim_func(fn: types.FunctionType) -> bool:
-    """True when `fn` is a kernel factory: its code, or a function nested in it, reads the name `prim_func` (the
-    `@T.prim_func` decorator is evaluated by the enclosing function's code)."""
+    """True when `fn` is a kernel factory: its code, or a function nested in it, reads the name `prim_func`
+    (the `@T.prim_func` decorator is evaluated by the enclosing function's code)."""
     todo = [fn.__code__]
     while todo:
         code = todo.pop()

@@ -5,8 +5,8 @@ __all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr"
 
 
 def unwrap_comparison(x):
-    """`a == b` / `a != b` on TVM expressions give EqualOp / NotEqualOp wrappers whose `bool()` is a structural
-    comparison; the condition a user meant is the wrapped expression."""
+    """`a == b` / `a != b` on TVM expressions give EqualOp / NotEqualOp wrappers whose `bool()` is a
+    structural comparison; the condition a user meant is the wrapped expression."""
     if hasattr(x, "asobject") and type(x).__name__ in ("EqualOp", "NotEqualOp"):
         return x.asobject()
     return x

@@ -1,11 +1,13 @@
-"""Layout annotations in tilelang's spellings: `T.annotate_layout({buf: layout})`, `T.Layout`, `T.Fragment` and the
-swizzled layout of a shared tile (`tilelang.layout.make_swizzled_layout(buf)`, `T.swizzled_layout(buf)` here).
+"""Layout annotations in tilelang's spellings: `T.annotate_layout({buf: layout})`, `T.Layout`,
+`T.Fragment` and the swizzled layout of a shared tile
+(`tilelang.layout.make_swizzled_layout(buf)`, `T.swizzled_layout(buf)` here).
 
-tile_nb chooses every layout itself (shared-memory swizzles from the copy and MMA that use a tile, fragment layouts
-from layout inference). A swizzle of a shared tile only changes where its elements sit in shared memory, never a
-result, so that annotation is accepted and recorded as a hint (`func.attrs["tile_nb.hints"]`). A layout written by
-hand (`T.Layout(shape, fn)`, `T.Fragment(...)`) can change what a buffer's memory holds (a global buffer stored
-permuted, read by another kernel) and is refused at the user's line until tile_nb can honor it.
+tile_nb chooses every layout itself (shared-memory swizzles from the copy and MMA that use a tile, fragment
+layouts from layout inference). A swizzle of a shared tile only changes where its elements sit in shared
+memory, never a result, so that annotation is accepted and recorded as a hint
+(`func.attrs["tile_nb.hints"]`). A layout written by hand (`T.Layout(shape, fn)`, `T.Fragment(...)`) can
+change what a buffer's memory holds (a global buffer stored permuted, read by another kernel) and is refused
+at the user's line until tile_nb can honor it.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ class Layout:
 
 
 class Fragment(Layout):
-    """`T.Fragment(shape, forward_thread_fn=..., ...)`: a register layout written by hand (refused for now)."""
+    """`T.Fragment(shape, forward_thread_fn=..., ...)`: a register layout
+    written by hand (refused for now)."""
 
     def __repr__(self) -> str:
         return "T.Fragment(...)"

@@ -1,7 +1,7 @@
 """Kernel launch and loops: `T.Kernel`, `T.Pipelined`, `T.Parallel`, `T.serial`, `T.unroll` (and `range`).
 
-Each loop form is a `LoopSpec`; the front end rewrites `for i in <spec>:` so that the spec opens its IR frames,
-binds the loop variables under the user's names, and runs the body once to trace it.
+Each loop form is a `LoopSpec`; the front end rewrites `for i in <spec>:` so that the spec opens its IR
+frames, binds the loop variables under the user's names, and runs the body once to trace it.
 """
 from __future__ import annotations
 
@@ -151,8 +151,8 @@ def unroll(start, stop=None) -> LoopSpec:
 
 
 def vectorized(start, stop=None) -> LoopSpec:
-    """`for i in T.vectorized(n)` (tilelang's spelling): each thread runs the loop in order, as `T.serial`; tile_nb
-    builds it as a T.serial loop (same results; the CUDA compiler may still vectorize it)."""
+    """`for i in T.vectorized(n)` (tilelang's spelling): each thread runs the loop in order, as `T.serial`;
+    tile_nb builds it as a T.serial loop (same results; the CUDA compiler may still vectorize it)."""
     return _Serial(start, stop)
 
 
@@ -167,8 +167,9 @@ def Pipelined(*bounds, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N80
     """`for k in T.Pipelined(n, num_stages=3)`: a sequential loop whose copies overlap the compute of earlier
     iterations (a `num_stages`-deep software pipeline on the GPU; iterations run in order on the interpreter).
 
-    As in tilelang, one bound is the trip count (k runs 0..n-1) and two are `start, stop` (k runs start..stop-1,
-    none when stop <= start); `num_stages` is a keyword. 0 and 1 stages issue no copy ahead (tilelang's default 0).
+    As in tilelang, one bound is the trip count (k runs 0..n-1) and two are `start, stop` (k runs
+    start..stop-1, none when stop <= start); `num_stages` is a keyword. 0 and 1 stages issue no
+    copy ahead (tilelang's default 0).
 
     >>> for k in T.Pipelined(1, T.ceildiv(K, block_K), num_stages=3):   # doctest: +SKIP
     ...     T.copy(A[bx * block_M, k * block_K], A_shared)
@@ -195,8 +196,8 @@ def Pipelined(*bounds, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N80
 
 
 class _ShiftedSerial(_Serial):
-    """A serial loop over start..stop-1 built as a loop from 0 whose variable is offset by `start`: the lowering's
-    pipelines (cp.async, TMA, stream-K) then only ever see zero-based loops."""
+    """A serial loop over start..stop-1 built as a loop from 0 whose variable is offset by `start`: the
+    lowering's pipelines (cp.async, TMA, stream-K) then only ever see zero-based loops."""
 
     def __init__(self, start, stop, annotations=None):
         self.start = start
@@ -244,7 +245,8 @@ def _trip_count(start, stop, step: int):
 
 
 class RangeLoop(_Serial):
-    """Python's `range(...)` inside a kernel: a serial loop (steps other than 1 are scaled from a unit loop)."""
+    """Python's `range(...)` inside a kernel: a serial loop (steps other than 1
+    are scaled from a unit loop)."""
 
     def __init__(self, *args: Any):
         st = _state.active("range")

@@ -33,7 +33,8 @@ def _alloc(what: str, shape, dtype, scope: str):
     return buf
 
 
-# tilelang's `scope=` argument of each allocation: the scopes that mean the same memory here, and what they become.
+# tilelang's `scope=` argument of each allocation: the scopes that mean the same
+# memory here, and what they become.
 _SHARED_SCOPES = {"shared.dyn": "shared.dyn", "shared": "shared.dyn"}  # static or dynamic: both are shared memory
 _FRAGMENT_SCOPES = {"local.fragment": "local.fragment", "local": "local"}  # "local": a per-thread array
 _LOCAL_SCOPES = {"local": "local"}
@@ -49,14 +50,15 @@ def _scope(what: str, scope, known: dict) -> str:
 
 def alloc_shared(shape, dtype, scope="shared.dyn"):
     """A tile in shared memory, one per CTA: `A_s = T.alloc_shared((128, 32), T.float16)`. tilelang's `scope`
-    ("shared.dyn" or "shared") is accepted: tile_nb places every shared tile in dynamic shared memory, which holds
-    the same values."""
+    ("shared.dyn" or "shared") is accepted: tile_nb places every shared tile in dynamic shared memory, which
+    holds the same values."""
     return _alloc("T.alloc_shared", shape, dtype, _scope("T.alloc_shared", scope, _SHARED_SCOPES))
 
 
 def alloc_fragment(shape, dtype, scope="local.fragment"):
-    """A tile held in the registers of the CTA's threads (an accumulator): `T.alloc_fragment((128, 128), T.float32)`.
-    `scope="local"` (tilelang's) makes a per-thread array, as `T.alloc_local`."""
+    """A tile held in the registers of the CTA's threads (an accumulator):
+    `T.alloc_fragment((128, 128), T.float32)`. `scope="local"` (tilelang's) makes a
+    per-thread array, as `T.alloc_local`."""
     return _alloc("T.alloc_fragment", shape, dtype, _scope("T.alloc_fragment", scope, _FRAGMENT_SCOPES))
 
 
@@ -74,10 +76,11 @@ def alloc_var(dtype, init=None):
 
 
 def alloc_global(shape, dtype, scope="global"):
-    """`ws = T.alloc_global((M, S), T.float32)` outside `with T.Kernel(...)`: a scratch tensor in global memory
-    that every `T.Kernel` of the body can read and write (tilelang's workspace, as flash decoding's split and
-    combine kernels share partial results). Each call allocates it (`torch.empty` on the call's device: its
-    values start undefined, so write before reading) and drops it afterwards; it is not returned."""
+    """`ws = T.alloc_global((M, S), T.float32)` outside `with T.Kernel(...)`: a scratch tensor in
+    global memory that every `T.Kernel` of the body can read and write (tilelang's workspace, as flash
+    decoding's split and combine kernels share partial results). Each call allocates it (`torch.empty`
+    on the call's device: its values start undefined, so write before reading) and drops it
+    afterwards; it is not returned."""
     st = _state.active("T.alloc_global")
     if st.kernel_open:
         raise st.error("T.alloc_global must be called outside `with T.Kernel(...)` (a scratch tensor the kernels "
@@ -92,8 +95,8 @@ def alloc_global(shape, dtype, scope="global"):
 
 
 def region_of(x, extents=None, what: str = "T.copy"):
-    """A `TensorRegion` from a buffer, a slice `A[a:b, c:d]`, or a start corner `A[i, j]` (then `extents` gives its
-    size, aligned to the trailing dims)."""
+    """A `TensorRegion` from a buffer, a slice `A[a:b, c:d]`, or a start corner `A[i, j]` (then `extents`
+    gives its size, aligned to the trailing dims)."""
     st = _state.active(what)
     if is_buffer(x):
         return x[tuple(slice(0, d) for d in x.shape)]
@@ -121,8 +124,8 @@ def _is_one(e) -> bool:
 
 
 def _align_extents(extents: list, rank: int) -> list | None:
-    """The tile's extents placed on a `rank`-d corner: the same dims when the ranks agree (a `(block_M, 1)` tile
-    is a column, never a row); a lower-rank tile covers the trailing dims (leading dims of extent 1); a
+    """The tile's extents placed on a `rank`-d corner: the same dims when the ranks agree (a `(block_M, 1)`
+    tile is a column, never a row); a lower-rank tile covers the trailing dims (leading dims of extent 1); a
     higher-rank tile first drops unit dims, leading ones first. None when the tile cannot fit."""
     extents = list(extents)
     while len(extents) > rank:
@@ -142,10 +145,11 @@ _EVICTION_POLICIES = ("evict_normal", "evict_first", "evict_last")
 
 def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = None,
          coalesced_width: int | None = None):
-    """`T.copy(src, dst)`: copy a tile between any two of global, shared and fragment memory. Either side may be a
-    start corner `A[i, j]`; rows and columns past the edge of a global tensor are not read (0) nor written.
-    tilelang's `disable_tma=`, `eviction_policy=` and `coalesced_width=` say how to move the data, never what
-    arrives: recorded in `tile_nb.hints`, not applied (tile_nb's lowering picks TMA, cp.async and vector widths)."""
+    """`T.copy(src, dst)`: copy a tile between any two of global, shared and fragment memory. Either
+    side may be a start corner `A[i, j]`; rows and columns past the edge of a global tensor are not read
+    (0) nor written. tilelang's `disable_tma=`, `eviction_policy=` and `coalesced_width=` say how to
+    move the data, never what arrives: recorded in `tile_nb.hints`, not applied (tile_nb's lowering
+    picks TMA, cp.async and vector widths)."""
     from tvm.tirx.script import tile as Tx
 
     from .hints import record_hint
@@ -215,8 +219,8 @@ def store(buffer, indices, value):
 
 
 def empty(*shape, dtype=None):
-    """`out = T.empty((M, N), dtype)`: an output tensor the call allocates and returns (`return out`). tilelang's
-    spellings `T.empty(M, N, dtype=dt)` and `T.empty([M, N], dtype=dt)` mean the same."""
+    """`out = T.empty((M, N), dtype)`: an output tensor the call allocates and returns (`return out`).
+    tilelang's spellings `T.empty(M, N, dtype=dt)` and `T.empty([M, N], dtype=dt)` mean the same."""
     st = _state.active("T.empty")
     if st.kernel_open:
         raise st.error("T.empty must be called before `with T.Kernel(...)`, at the top of the kernel body")

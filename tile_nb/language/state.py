@@ -1,8 +1,8 @@
 """The elaboration state the `T.*` builders read: set by `tile_nb.frontend` while it runs a kernel body.
 
-The tile language only builds IR; which phase is running, the values of the consts, and the user's current source
-line live here so that every builder can attach the line to what it emits, and so that IR frames are closed
-cleanly when phase 1 has to stop early.
+The tile language only builds IR; which phase is running, the values of the consts, and the user's current
+source line live here so that every builder can attach the line to what it emits, and so that IR frames are
+closed cleanly when phase 1 has to stop early.
 """
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ class State:
                         end_col=self.end_col, hint=hint)
 
 
-# Per thread (and per asyncio task): several threads may elaborate kernels at once, each with its own State, as
-# TVM's IRBuilder stack is thread-local too.
+# Per thread (and per asyncio task): several threads may elaborate kernels at once, each with its own State,
+# as TVM's IRBuilder stack is thread-local too.
 _active: contextvars.ContextVar[State | None] = contextvars.ContextVar("tile_nb_elaboration", default=None)
 
 
@@ -104,9 +104,9 @@ def activated(state: State):
 def frame(builder_frame):
     """Enter an IR builder frame; on a phase-1 stop, close it anyway so the template keeps what was built.
 
-    TVM's frames are dropped when their `with` block raises; the template must instead show the kernel up to the
-    statement that stopped it, so a `StopTemplate` closes the frames it passes through (the innermost first gets
-    a no-op statement, since a frame cannot be empty).
+    TVM's frames are dropped when their `with` block raises; the template must instead show the kernel up to
+    the statement that stopped it, so a `StopTemplate` closes the frames it passes through (the innermost
+    first gets a no-op statement, since a frame cannot be empty).
     """
     from tvm.script.ir_builder import tirx as T
 

@@ -8,14 +8,14 @@
         ...
 
 From Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`) returns a `KernelView`
-(displayed when it is the cell's result); `kernel_view(gemm, args, kwargs, cuda=True, run=True, ...)` has every
-option of the magic; `explore(gemm, M=[256, 512], block_M=[64, 128])` puts sliders over a kernel's view.
+(displayed when it is the cell's result); `kernel_view(gemm, args, kwargs, cuda=True, run=True, ...)` has
+every option of the magic; `explore(gemm, M=[256, 512], block_M=[64, 128])` puts sliders over a kernel's view.
 
 Modules: `views` (KernelView and its plain-text and JSON forms), `render` (static HTML), `highlight`, `diff`
 (template/specialized line alignment), `build` (views from kernel objects), `api` (show, kernel_view), `magic`
 (%%tilekernel), `tracebacks` (short errors), `widgets` (explore), `bench` (tables and plots of
-`tile_nb.bench` results), `progress` (the tuning/sweep progress widget), `access` (heat maps of a block's memory
-access), `hooks` (registers both with IPython). This is the only package that imports IPython,
+`tile_nb.bench` results), `progress` (the tuning/sweep progress widget), `access` (heat maps of a block's
+memory access), `hooks` (registers both with IPython). This is the only package that imports IPython,
 ipywidgets or matplotlib, and only when the magic is loaded or a widget is made.
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ def load_ipython_extension(ip) -> None:
 
 
 def unload_ipython_extension(ip) -> None:
-    """Restore IPython's default exception display (the magic stays registered, as IPython has no unregister)."""
+    """Restore IPython's default exception display (the magic stays registered,
+    as IPython has no unregister)."""
     from tile_nb.notebook.tracebacks import uninstall
 
     uninstall(ip)

@@ -1,8 +1,9 @@
 """The Python twins of `%%tilekernel`: `show(f, ...)` and the `kernel_view` it is built on.
 
-`show(gemm, M=256, N=256, K=128)` takes the same arguments as `gemm.specialize(...)` and returns a `KernelView`
-(template and specialized IR side by side). `kernel_view` adds the options of the magic: compile for the CUDA
-source and lowered IR, run the kernel (on the CPU interpreter for CPU tensors), and compare against a reference.
+`show(gemm, M=256, N=256, K=128)` takes the same arguments as `gemm.specialize(...)` and returns a
+`KernelView` (template and specialized IR side by side). `kernel_view` adds the options of the
+magic: compile for the CUDA source and lowered IR, run the kernel (on the CPU interpreter for CPU
+tensors), and compare against a reference.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def _is_tensor(value) -> bool:
 def split_arguments(kernel, args: tuple, kwargs: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a call's arguments into (compile-time candidates, consts given by keyword).
 
-    Arguments bound to a parameter of the Python signature that are not tensors are compile-time candidates (the
-    template takes them); keywords that name no parameter are consts (`M=1024`).
+    Arguments bound to a parameter of the Python signature that are not tensors are compile-time candidates
+    (the template takes them); keywords that name no parameter are consts (`M=1024`).
     """
     sig = signature_of(kernel)
     if sig is None:
@@ -49,8 +50,9 @@ def split_arguments(kernel, args: tuple, kwargs: dict) -> tuple[dict[str, Any], 
 def _compile_time_values(kernel, compile_time: dict, template_func) -> dict[str, Any]:
     """Every compile-time parameter with its value (given or default), for the params list of the view.
 
-    The kernel's own parameter analysis says which parameters are compile-time (`kernel.signature.compile_time`,
-    as `tile_nb.jit` has it); otherwise, every Python parameter that is not a runtime param of the template.
+    The kernel's own parameter analysis says which parameters are compile-time
+    (`kernel.signature.compile_time`, as `tile_nb.jit` has it); otherwise, every Python parameter that is not
+    a runtime param of the template.
     """
     sig = signature_of(kernel)
     if sig is None:
@@ -73,7 +75,8 @@ def _compile_time_values(kernel, compile_time: dict, template_func) -> dict[str,
 
 
 def _call_template(kernel, compile_time: dict):
-    """`kernel.template(...)` with the compile-time values (a runtime value given by keyword is bound, not used)."""
+    """`kernel.template(...)` with the compile-time values (a runtime value given
+    by keyword is bound, not used)."""
     return kernel.template(**compile_time)
 
 
@@ -128,7 +131,8 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
     template_func = template_func_of(template)
     if specialize is None:
         specialize = bool(args or kwargs) or run
-    # A `T.dynamic` dim given by keyword (`--shapes N=1000`) stays symbolic: one compiled kernel serves every value.
+    # A `T.dynamic` dim given by keyword (`--shapes N=1000`) stays symbolic: one
+    # compiled kernel serves every value.
     dynamic = [n for n in given_consts if n in (getattr(template, "dynamic", None) or ())]
     if dynamic:
         note = (f"{', '.join(dynamic)}: T.dynamic, so phase 2 keeps {'it' if len(dynamic) == 1 else 'them'} "
@@ -157,7 +161,8 @@ def kernel_view(kernel, args: tuple = (), kwargs: dict | None = None, *, special
 
 
 def show(kernel, *args, **kwargs) -> KernelView:
-    """The view of `kernel` specialized like `kernel.specialize(*args, **kwargs)`; with no arguments, the template.
+    """The view of `kernel` specialized like `kernel.specialize(*args, **kwargs)`;
+    with no arguments, the template.
 
     >>> show(gemm, M=256, N=256, K=128)          # doctest: +SKIP
     KernelView gemm

@@ -1,10 +1,11 @@
-"""Views of benchmark results: static HTML tables (and PNG plots) of `BenchResult`, `SweepResult`, `TuneResult`.
+"""Views of benchmark results: static HTML tables (and PNG plots) of
+`BenchResult`, `SweepResult`, `TuneResult`.
 
-The results themselves, and the timing, sweeping and tuning that make them, are `tile_nb.bench`; this module only
-draws them. `tile_nb.notebook.hooks` registers these functions with IPython's display formatters, so a result that
-is a cell's value shows as a table; `view(result)` wraps one for any front end that calls `_repr_mimebundle_`.
-`text/plain` is the result's own deterministic text (what nbval compares); the HTML holds the numbers and renders
-on GitHub, nbconvert and Sphinx (inline styles only, no script).
+The results themselves, and the timing, sweeping and tuning that make them, are `tile_nb.bench`; this module
+only draws them. `tile_nb.notebook.hooks` registers these functions with IPython's display formatters, so a
+result that is a cell's value shows as a table; `view(result)` wraps one for any front end that calls
+`_repr_mimebundle_`. `text/plain` is the result's own deterministic text (what nbval compares); the HTML holds
+the numbers and renders on GitHub, nbconvert and Sphinx (inline styles only, no script).
 """
 from __future__ import annotations
 
@@ -133,8 +134,8 @@ def sweep_html(r) -> str:
 
 # ------------------------------------------------------------------------------------------------------ tune
 def tune_html(r, *, plot: bool = True) -> str:
-    """The search: a line of where the time went, notes, the plot, and every configuration sorted by time (then
-    the compiled-only, pruned and failed ones)."""
+    """The search: a line of where the time went, notes, the plot, and every configuration sorted by time
+    (then the compiled-only, pruned and failed ones)."""
     keys = r.keys()
     rate = r.rate_name()
     timed = not r.compile_only
@@ -192,7 +193,8 @@ def html_of(result) -> str:
 
 
 def png_of(result) -> bytes | None:
-    """The plot of a sweep or tuning result as PNG bytes (None without a timed point, or without matplotlib)."""
+    """The plot of a sweep or tuning result as PNG bytes (None without a timed
+    point, or without matplotlib)."""
     if getattr(result, "kind", None) not in ("sweep", "tune") or not any(p.ok for p in result.points):
         return None
     try:

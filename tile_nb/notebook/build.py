@@ -1,10 +1,11 @@
-"""Build a `KernelView` from what the JIT already holds: template, specialized PrimFunc, compiled kernel, a run.
+"""Build a `KernelView` from what the JIT already holds: template, specialized
+PrimFunc, compiled kernel, a run.
 
 Everything here is duck-typed, so the views work on any object of the right shape:
 - a template: `.script()` (TVMScript with symbolic consts), `.stopped` (None or "reason"), optionally `.func`;
 - a specialized function: a TVM `PrimFunc` (`.script()`, `.params`, `.attrs`);
-- a compiled kernel: `.cuda_source`, `.ptx`, `.sass`, `.lowered_ir`, `.resources`, `.timings` (stage -> seconds),
-  any of them missing or None;
+- a compiled kernel: `.cuda_source`, `.ptx`, `.sass`, `.lowered_ir`, `.resources`, `.timings` (stage ->
+  seconds), any of them missing or None;
 - a jit function: `.template(**compile_kwargs)`, `.specialize(*args, **kwargs)`, `.compile(*args, **kwargs)`.
 The notebook only renders what the kernel objects hold (STYLE.md); nothing here compiles by itself.
 """
@@ -32,8 +33,8 @@ __all__ = [
 ]
 
 def clean_script(text: str) -> str:
-    """TVMScript as the views show it: without the printer's `# from tvm... import` header, trailing blanks and the
-    front end's internal `tile_nb.*` function attributes."""
+    """TVMScript as the views show it: without the printer's `# from tvm... import` header, trailing blanks
+    and the front end's internal `tile_nb.*` function attributes."""
     return "\n".join(clean_lines(text)[0])
 
 
@@ -100,7 +101,8 @@ def const_values(template_func, specialized_func, given: dict | None = None) -> 
     """Const values and dynamic dim names, read by comparing the template's and the specialized buffer shapes.
 
     A symbolic dim of the template that is an integer in the specialized function is a const; one that stays
-    symbolic is a `T.dynamic` dim. `given` (keyword arguments such as `M=1024`) adds consts used only in the grid.
+    symbolic is a `T.dynamic` dim. `given` (keyword arguments such as `M=1024`)
+    adds consts used only in the grid.
     """
     consts: dict[str, int] = {}
     dynamic: list[str] = []
@@ -152,7 +154,8 @@ def _resources(obj) -> dict[str, int] | None:
 
 
 def _text_attr(obj, attr: str):
-    """A compiled kernel's text attribute; some are made on first access (SASS needs cuobjdump), so never raise."""
+    """A compiled kernel's text attribute; some are made on first access (SASS
+    needs cuobjdump), so never raise."""
     try:
         return getattr(obj, attr, None)
     except Exception:  # noqa: BLE001 - a missing disassembler only costs that section
@@ -160,8 +163,8 @@ def _text_attr(obj, attr: str):
 
 
 def _compiled_line_maps(compiled, func, source, tile_op_lines) -> dict[str, dict[int, list[int]]]:
-    """"lowered" / "cuda" -> {user line: [lines of that text]}, from the compiled kernel's source regions and the
-    phase-2 `func` it was compiled from (empty without one of them)."""
+    """"lowered" / "cuda" -> {user line: [lines of that text]}, from the compiled kernel's source regions and
+    the phase-2 `func` it was compiled from (empty without one of them)."""
     regions = getattr(compiled, "source_regions", None)
     if func is None or not isinstance(regions, dict):
         return {}
@@ -217,7 +220,8 @@ def source_of(kernel):
 
 
 def source_lines(source) -> dict | None:
-    """The kernel's lines as its file or cell has them (for the view's line mapping): first line number, lines."""
+    """The kernel's lines as its file or cell has them (for the view's line
+    mapping): first line number, lines."""
     if source is None:
         return None
     count = len(str(source.text).rstrip("\n").split("\n"))
@@ -231,7 +235,8 @@ _TEMPLATE_FUNC_ATTRS = ("func", "prim_func", "primfunc")
 
 
 def template_func_of(template):
-    """The PrimFunc behind a template object (`.func`, `.prim_func`), the template itself if it is one, or None."""
+    """The PrimFunc behind a template object (`.func`, `.prim_func`), the template
+    itself if it is one, or None."""
     if template is None:
         return None
     for attr in _TEMPLATE_FUNC_ATTRS:
@@ -242,7 +247,8 @@ def template_func_of(template):
 
 
 def stop_note(stopped, source_filename: str | None = None) -> str | None:
-    """Where and why the template stopped: `.stopped` is None, a string, or an object with `lineno`/`reason`."""
+    """Where and why the template stopped: `.stopped` is None, a string, or an
+    object with `lineno`/`reason`."""
     if not stopped:
         return None
     lineno, reason = getattr(stopped, "lineno", None), getattr(stopped, "reason", None)
@@ -257,10 +263,11 @@ def stop_note(stopped, source_filename: str | None = None) -> str | None:
 
 
 def _annotated_params(runtime_func, template_func, template, specialized_meta) -> list[Param]:
-    """Runtime params in PrimFunc order, with the annotations as the user wrote them where the front end kept them.
+    """Runtime params in PrimFunc order, with the annotations as the user wrote
+    them where the front end kept them.
 
-    The template's annotations (symbolic: `T.Tensor[[M, K], T.float16]`) are preferred; a template that stopped
-    early may lack later params, which then come from the specialized function.
+    The template's annotations (symbolic: `T.Tensor[[M, K], T.float16]`) are preferred; a template that
+    stopped early may lack later params, which then come from the specialized function.
     """
     outputs = set(getattr(template, "outputs", None) or getattr(specialized_meta, "outputs", None) or ())
     symbolic = {p.name: p for p in func_params(template_func)} if template_func is not None else {}
@@ -295,12 +302,13 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
 
     `template`: a phase-1 template object (an elaboration with `.func`, `.stopped`, `.buffers`, `.consts`,
     `.dynamic`, any of them optional) or a PrimFunc; `specialized`: the phase-2 PrimFunc (or an elaboration);
-    `compiled`: a compiled kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` / `cuda`; its resources
-    and timings always); `compile_time`: the Python compile-time parameters and their values; `given_consts`:
+    `compiled`: a compiled kernel (its lowered IR, CUDA/PTX/SASS are shown when `lowered` /
+    `cuda`; its resources and timings always); `compile_time`: the Python compile-time parameters
+    and their values; `given_consts`:
     consts given as keywords; `run`: {"device": str, "max_abs_err": float | None}; `backend`: "cuda",
-    "cpu-interpreter" or None; `source_filename`: the kernel's file or cell, to quote the line a template stopped at;
-    `source`: the kernel's `KernelSource`, for the line mapping (each IR section's `line_map` and the view's
-    `source` lines).
+    "cpu-interpreter" or None; `source_filename`: the kernel's file or cell, to quote the line a template
+    stopped at; `source`: the kernel's `KernelSource`, for the line mapping (each IR section's `line_map` and
+    the view's `source` lines).
     """
     template_func = template_func_of(template)
     specialized_func = template_func_of(specialized)

@@ -1,8 +1,9 @@
 """Line alignment of the phase-1 template and the phase-2 specialized IR.
 
-Specialization replaces symbolic consts by integers, so most lines of the two TVMScript texts correspond one to one
-and a few change (shapes, loop extents, grid sizes) or disappear (the `M = T.int32()` declarations). `align` pairs
-them for the side-by-side table; `changed_lines` lists the specialized lines that differ from the template.
+Specialization replaces symbolic consts by integers, so most lines of the two TVMScript texts correspond
+one to one and a few change (shapes, loop extents, grid sizes) or disappear (the `M = T.int32()`
+declarations). `align` pairs them for the side-by-side table; `changed_lines` lists the specialized
+lines that differ from the template.
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def _pair_block(left, right, lrange: range, rrange: range):
     """Pair the lines of a replaced block so that similar lines share a row, keeping both orders.
 
     A small dynamic program maximizes the summed similarity of the pairs (only pairs at least `_SIMILAR` alike
-    count); unpaired lines get rows of their own, placed where they fall. Yields (left index, right index), either
-    of which may be None.
+    count); unpaired lines get rows of their own, placed where they fall. Yields (left index, right index),
+    either of which may be None.
     """
     n, m = len(lrange), len(rrange)
     if n * m > _MAX_CELLS:

@@ -1,6 +1,7 @@
 """The notebook face of a kernel: `gemm.show(...)`.
 
-A method of `tile_nb.JITFunction` that this layer provides (jit.py sits below notebook and imports none of it):
+A method of `tile_nb.JITFunction` that this layer provides (jit.py sits below
+notebook and imports none of it):
 `tile_nb/__init__.py` attaches it to the class, importing this module on its first use. Importing this module
 imports no IPython, widget or plotting package.
 """

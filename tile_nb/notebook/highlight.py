@@ -1,9 +1,10 @@
 """Syntax highlighting for the kernel views: source text -> one HTML fragment per line.
 
-The views put every line in its own table cell (side-by-side IR, changed-line marks), so the highlighter works per
-line and styles with inline `style` attributes only: the HTML must render the same on GitHub, nbconvert and Sphinx,
-where no stylesheet of ours is loaded. Tokens come from Pygments (already a dependency of IPython); the colours are
-a small fixed palette so the output is byte-for-byte deterministic. Without Pygments the lines are only escaped.
+The views put every line in its own table cell (side-by-side IR, changed-line marks), so the highlighter
+works per line and styles with inline `style` attributes only: the HTML must render the same on GitHub,
+nbconvert and Sphinx, where no stylesheet of ours is loaded. Tokens come from Pygments (already a dependency
+of IPython); the colours are a small fixed palette so the output is byte-for-byte deterministic. Without
+Pygments the lines are only escaped.
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def _lexer(language: str):
 
 
 def _join_blanks(runs: list[list]) -> list[list]:
-    """Move an unstyled run of only spaces into the token after it: `    <span>for</span>` would be a text node of
-    only whitespace, which nbconvert's HTML export collapses to one space (the IR's indentation lost)."""
+    """Move an unstyled run of only spaces into the token after it: `    <span>for</span>`
+    would be a text node of only whitespace, which nbconvert's HTML export collapses to one
+    space (the IR's indentation lost)."""
     joined: list[list] = []
     for style, piece in runs:
         if joined and joined[-1][0] is None and not joined[-1][1].strip():
@@ -69,7 +71,8 @@ def _join_blanks(runs: list[list]) -> list[list]:
 def highlight_lines(text: str, language: str = "text") -> list[str]:
     """Highlight `text` and return one HTML fragment per line (no trailing newline, no wrapping element).
 
-    `language` is one of `LANGUAGES` ("python" for TVMScript, "cuda", "ptx", "text"); unknown names are plain text.
+    `language` is one of `LANGUAGES` ("python" for TVMScript, "cuda", "ptx",
+    "text"); unknown names are plain text.
 
     >>> highlight_lines("x = 1", "text")
     ['x = 1']

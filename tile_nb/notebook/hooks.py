@@ -2,8 +2,8 @@
 
 `connect(shell)` registers, by type name (so nothing is imported until a result is shown):
 - text/html and image/png formatters for `tile_nb.bench.results.BenchResult`, `SweepResult` and `TuneResult`;
-- the "notebook" progress reporter of `tile_nb.bench.progress` (an ipywidgets bar with a table and plot that fill
-  in), which "auto" progress picks inside a Jupyter kernel.
+- the "notebook" progress reporter of `tile_nb.bench.progress` (an ipywidgets bar with a table and plot that
+  fill in), which "auto" progress picks inside a Jupyter kernel.
 It runs on `%load_ext tile_nb`, and when `tile_nb` is imported inside IPython.
 """
 from __future__ import annotations

@@ -1,18 +1,21 @@
 """Which lines of the displayed TVMScript come from which line of the user's kernel source (phases 1 and 2).
 
-The front end attaches the user's line to the IR it builds where TVM keeps one (docs/IR.md, "Source locations"):
-a `span` on `BufferStore` and `Evaluate`, and the lines of the tile ops, in order, in `tile_op_lines`. Loops, `if`s,
-thread launches and allocations carry no line, but they bind names (`for k in ...`, `A_shared = ...`,
+The front end attaches the user's line to the IR it builds where TVM keeps one
+(docs/IR.md, "Source locations"):
+a `span` on `BufferStore` and `Evaluate`, and the lines of the tile ops, in order, in `tile_op_lines`. Loops,
+`if`s, thread launches and allocations carry no line, but they bind names (`for k in ...`, `A_shared = ...`,
 `with T.Kernel(...) as (bx, by)`) and enclose statements that do carry one, so their line is the innermost
 statement of the same kind in the user's source that binds that name and encloses those lines.
 
 The printed text is matched to the IR, not parsed: TVMScript prints a function's statements in pre-order, one
-line each (a block's header on its own line), so the printed lines of each kind (`for`, `T.tile.*`, allocations,
+line each (a block's header on its own line), so the printed lines of each
+kind (`for`, `T.tile.*`, allocations,
 ...) are the IR statements of that kind in order. A kind whose printed count differs from the IR's is left
 unmapped: a line is mapped right or not at all.
 
-`script_lines(func, source)` returns the text the views show (without the printer's import header and without the
-front end's internal `tile_nb.*` function attributes) and the map `user line -> [displayed lines]` (1-based).
+`script_lines(func, source)` returns the text the views show (without the printer's import header and
+without the front end's internal `tile_nb.*` function attributes) and the map
+`user line -> [displayed lines]` (1-based).
 
 The lowered TIRx and the CUDA source are mapped through the compiled kernel's source regions instead
 (tile_nb.lower.sourcemap: the lines each statement of the phase-2 IR became, by the statement's index);
@@ -34,7 +37,8 @@ _FUNC_ATTR = re.compile(r"^(\s*)T\.func_attr\((\{.*\})\)\s*$")
 
 # --------------------------------------------------------------------------------------------- displayed text
 def _visible_attrs(line: str) -> str | None:
-    """A `T.func_attr({...})` line without the `tile_nb.*` keys (None: nothing left to show); other lines as is."""
+    """A `T.func_attr({...})` line without the `tile_nb.*` keys (None: nothing
+    left to show); other lines as is."""
     match = _FUNC_ATTR.match(line)
     if match is None or INTERNAL_ATTR_PREFIX not in line:
         return line
@@ -65,8 +69,8 @@ def _literal(value) -> str:
 def clean_lines(text: str) -> tuple[list[str], list[int | None]]:
     """The lines the views show, and for each line of `text` its 1-based displayed line (None: not shown).
 
-    Drops the printer's `# from tvm... import` header with the blank lines around it, trailing blank lines, and
-    the internal `tile_nb.*` entries of `T.func_attr` (the line goes when nothing else is in it).
+    Drops the printer's `# from tvm... import` header with the blank lines around it, trailing blank lines,
+    and the internal `tile_nb.*` entries of `T.func_attr` (the line goes when nothing else is in it).
     """
     raw = text.split("\n")
     shown: list[str] = []
@@ -90,7 +94,8 @@ def clean_lines(text: str) -> tuple[list[str], list[int | None]]:
 
 
 def shift_line_map(line_map: dict | None, where: list[int | None]) -> dict[int, list[int]]:
-    """A `user line -> [lines of the raw text]` map (e.g. `CompiledKernel.line_map["lowered"]`) in displayed lines."""
+    """A `user line -> [lines of the raw text]` map (e.g.
+    `CompiledKernel.line_map["lowered"]`) in displayed lines."""
     shifted: dict[int, list[int]] = {}
     for user_line, lines in (line_map or {}).items():
         out = sorted({where[n - 1] for n in lines if isinstance(n, int) and 0 < n <= len(where)
@@ -100,7 +105,8 @@ def shift_line_map(line_map: dict | None, where: list[int | None]) -> dict[int, 
     return shifted
 
 
-# --------------------------------------------------------------------------------------------- the user's source
+# ---------------------------------------------------------------------------------------------
+# the user's source
 @dataclass
 class _Source:
     """The kernel's AST with absolute line numbers: statements by kind, and the names each one binds."""
@@ -184,7 +190,8 @@ class _Stmt:
 
 
 def _ir_statements(func, filename: str, tile_op_lines: list[int] | None) -> list[_Stmt]:
-    """The statements of `func` in printing (pre-)order, with the user lines their spans and tile ops carry."""
+    """The statements of `func` in printing (pre-)order, with the user lines
+    their spans and tile ops carry."""
     from tvm import tirx
 
     tile_lines = list(tile_op_lines or [])
@@ -276,7 +283,8 @@ def _same_name(printed: str, ir_name: str | None) -> bool:
 
 
 def script_lines(func, source=None, tile_op_lines: list[int] | None = None) -> tuple[str, dict[int, list[int]]]:
-    """The displayed TVMScript of `func` and `{user line: [displayed lines]}` (1-based; empty without `source`).
+    """The displayed TVMScript of `func` and `{user line: [displayed lines]}`
+    (1-based; empty without `source`).
 
     `source` is the kernel's `KernelSource` (`.filename`, `.first_line`, `.tree`); `tile_op_lines` the user
     lines of the tile ops in order (default: the function's `tile_nb.tile_op_lines` attribute).
@@ -369,7 +377,8 @@ def _user_lines(stmt: _Stmt, user: _Source) -> set[int]:
 def region_line_map(func, source, regions: dict | None, tile_op_lines: list[int] | None = None) -> dict[int, list[int]]:
     """`{user line: [lines of a compiled text]}` from a compiled kernel's `source_regions[text]` (region id ->
     lines), for the phase-2 `func` it was compiled from. A `T.Parallel` loop is one region: all the lines of
-    its body map to it; other regions map from their own line (a loop from its `for`, a tile op from its call).
+    its body map to it; other regions map from their own line (a loop from its
+    `for`, a tile op from its call).
     """
     from tile_nb.lower.sourcemap import source_regions
 

@@ -1,14 +1,14 @@
 """`%%tilekernel`: define a kernel in a cell and show its view.
 
-The cell is executed in the user namespace like an ordinary cell, but compiled through IPython's caching compiler
-with a first line standing for the `%%tilekernel` line, so `linecache` holds the source (the front end needs it for
-in-body annotations) and line numbers in errors are the lines of the cell as the editor shows them. The source is
-registered under the number IPython shows for the running cell, so errors name that cell (`In[2]`), also when they
-are raised later by a call in another cell.
+The cell is executed in the user namespace like an ordinary cell, but compiled through IPython's caching
+compiler with a first line standing for the `%%tilekernel` line, so `linecache` holds the source (the front
+end needs it for in-body annotations) and line numbers in errors are the lines of the cell as the editor shows
+them. The source is registered under the number IPython shows for the running cell, so errors name that cell
+(`In[2]`), also when they are raised later by a call in another cell.
 
-Every function of the cell whose own body opens `with T.Kernel(...)` (whatever the language module is called), and
-every function already decorated with `@tile_nb.jit`, is a kernel: the magic decorates the undecorated ones. Other
-functions (references, helpers) stay plain Python functions.
+Every function of the cell whose own body opens `with T.Kernel(...)` (whatever the language module is called),
+and every function already decorated with `@tile_nb.jit`, is a kernel: the magic decorates the undecorated
+ones. Other functions (references, helpers) stay plain Python functions.
 """
 from __future__ import annotations
 
@@ -109,10 +109,12 @@ def _own_nodes(func: ast.FunctionDef | ast.AsyncFunctionDef):
 
 
 def opens_kernel(func: ast.FunctionDef | ast.AsyncFunctionDef, namespace: dict) -> bool:
-    """Whether the function's own body has a `with T.Kernel(...)` statement, `T` being any name of the language.
+    """Whether the function's own body has a `with T.Kernel(...)` statement,
+    `T` being any name of the language.
 
-    The callee is looked up in `namespace` (the cell's globals, after it ran); a name that is not bound there is
-    taken by its spelling (`...Kernel`), so a kernel whose module import failed is still reported as a kernel.
+    The callee is looked up in `namespace` (the cell's globals, after it ran); a name that is
+    not bound there is taken by its spelling (`...Kernel`), so a kernel whose module import
+    failed is still reported as a kernel.
     """
     language = sys.modules.get("tile_nb.language")  # not loaded: no cell can have used its Kernel
     marker = getattr(language, "Kernel", _MISSING)
@@ -133,8 +135,9 @@ def opens_kernel(func: ast.FunctionDef | ast.AsyncFunctionDef, namespace: dict) 
 
 
 def cell_kernels(tree: ast.Module, namespace: dict) -> tuple[dict[str, ast.AST], list[str]]:
-    """The cell's top-level functions by name (in order; a name defined twice keeps its last definition) and the
-    names of those that are kernels: already a tile_nb kernel in `namespace`, or opening `T.Kernel` in their body."""
+    """The cell's top-level functions by name (in order; a name defined twice keeps its last
+    definition) and the names of those that are kernels: already a tile_nb kernel in `namespace`, or
+    opening `T.Kernel` in their body."""
     defs: dict[str, ast.AST] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -151,8 +154,8 @@ def _names(names) -> str:
 def running_cell_number(shell) -> int:
     """The number IPython shows for the running cell (`In [n]`).
 
-    IPython 9 counts the cell before running it and earlier versions after, so `shell.execution_count` names the
-    next cell on one of them; the running cell's result object carries its own number on both.
+    IPython 9 counts the cell before running it and earlier versions after, so `shell.execution_count` names
+    the next cell on one of them; the running cell's result object carries its own number on both.
     """
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
     number = getattr(result, "execution_count", None)
@@ -213,13 +216,13 @@ class TileKernelMagics(Magics):
     def tilekernel(self, line: str, cell: str):
         """Define a tile kernel in the cell and show its view (template IR beside the specialized IR).
 
-        The cell holds kernel definitions, decorated with `@tile_nb.jit` or not, and may hold other code. It runs
-        in the notebook's namespace, so everything it defines is usable afterwards. Every function whose body opens
-        `with T.Kernel(...)` is a kernel (the magic decorates the undecorated ones); other functions, such as a
-        `def reference(x)`, stay plain functions. The view shows the kernel `--name` (or `--call`) names, else the
-        only kernel, else the last one (the view then lists the others).
-        With a body of only comments (IPython refuses a cell magic whose body is empty), the magic shows a kernel
-        defined before: the one `--name` or `--call` names.
+        The cell holds kernel definitions, decorated with `@tile_nb.jit` or not, and may hold other code. It
+        runs in the notebook's namespace, so everything it defines is usable afterwards. Every function whose
+        body opens `with T.Kernel(...)` is a kernel (the magic decorates the undecorated ones); other
+        functions, such as a `def reference(x)`, stay plain functions. The view shows the kernel `--name` (or
+        `--call`) names, else the only kernel, else the last one (the view then lists the others).
+        With a body of only comments (IPython refuses a cell magic whose body is empty), the magic shows a
+        kernel defined before: the one `--name` or `--call` names.
 
         With no option the view shows the phase-1 template (consts symbolic). `--shapes` or `--call` add the
         phase-2 specialized IR beside it, with the lines that specialization changed marked. Examples:
@@ -228,13 +231,14 @@ class TileKernelMagics(Magics):
             %%tilekernel --call "gemm(A, B, C)" --expect "A.float() @ B.float()"
             %%tilekernel --shapes M=4096 N=4096 K=4096 --cuda --lowered
 
-        Benchmarks (timings vary: mark such cells `# NBVAL_IGNORE_OUTPUT` under nbval). `--bench` times the call
-        with `tile_nb.bench.do_bench` (GPU: warm-up, L2 flush, CUDA events; CPU tensors: the interpreter with the
-        host clock, and it says so); alone it prints one line, with `--flops`, `--bytes` or `--baseline` it shows
-        a table with TFLOP/s, GB/s and the ratio to the baseline. With `--shapes` instead of `--call`, random
-        inputs are made from the kernel's annotations. `--sweep` times every combination of the listed values,
-        shows progress, records failing configurations with their error, writes `--results` JSON, and shows a
-        table and a plot of latency and throughput against the swept parameter:
+        Benchmarks (timings vary: mark such cells `# NBVAL_IGNORE_OUTPUT` under nbval). `--bench` times
+        the call with `tile_nb.bench.do_bench` (GPU: warm-up, L2 flush, CUDA events; CPU tensors: the
+        interpreter with the host clock, and it says so); alone it prints one line, with `--flops`,
+        `--bytes` or `--baseline` it shows a table with TFLOP/s, GB/s and the ratio to the baseline.
+        With `--shapes` instead of `--call`, random inputs are made from the kernel's annotations.
+        `--sweep` times every combination of the listed values, shows progress, records failing
+        configurations with their error, writes `--results` JSON, and shows a table and a plot of
+        latency and throughput against the swept parameter:
 
             %%tilekernel --call "gemm(A, B, C)" --bench --flops "2*M*N*K" --baseline "A @ B"
             %%tilekernel --call "gemm(A, B, C)" --sweep "block_M=64,128 block_N=64,128" --results gemm.json
@@ -248,8 +252,8 @@ class TileKernelMagics(Magics):
             %%tilekernel --shapes M=4096 N=4096 K=4096 --tune "block_M=64,128 block_N=128,256 num_stages=2,3"
 
         The same views from Python: `tile_nb.notebook.show(gemm, M=256, N=256, K=128)` (`gemm.show(...)`),
-        `gemm.bench(A, B, C, flops=..., baseline=lambda: A @ B)` and `gemm.sweep({"block_M": [64, 128]}, args=(A, B,
-        C), results="gemm.json")`.
+        `gemm.bench(A, B, C, flops=..., baseline=lambda: A @ B)` and `gemm.sweep({"block_M": [64, 128]},
+        args=(A, B, C), results="gemm.json")`.
         Errors in the kernel point at the cell's line; `%tb` prints the full traceback.
         """
         opts = parse_argstring(self.tilekernel, line)
@@ -316,7 +320,8 @@ class TileKernelMagics(Magics):
         return name
 
     def _define(self, line: str, cell: str, wanted: str | None) -> tuple[str, list[str]]:
-        """Execute the cell in the user namespace, decorate its kernels; return (the kernel to show, all kernels)."""
+        """Execute the cell in the user namespace, decorate its kernels; return (the
+        kernel to show, all kernels)."""
         shell = self.shell
         body = shell.transform_cell(cell)
         # The first line stands for the magic line, so that line k of the source is line k of the cell.

@@ -1,10 +1,10 @@
-"""The `--bench` (with `--flops`, `--bytes`, `--baseline`, or on `--shapes`), `--sweep` and `--tune` options of
-`%%tilekernel`.
+"""The `--bench` (with `--flops`, `--bytes`, `--baseline`, or on `--shapes`), `--sweep` and `--tune` options
+of `%%tilekernel`.
 
 They turn the magic line's expressions into the arguments of `tile_nb.bench.bench`, `.sweep` and `.tune`:
-`--flops "2*M*N*K"` is evaluated per configuration with the configuration's values (and the fixed `--shapes`) as
-names; `--baseline "torch.matmul(A, B)"` is evaluated on each call with the kernel's tensors bound to its parameter
-names, so it times the same inputs as the kernel.
+`--flops "2*M*N*K"` is evaluated per configuration with the configuration's values (and the fixed `--shapes`)
+as names; `--baseline "torch.matmul(A, B)"` is evaluated on each call with the kernel's tensors bound to its
+parameter names, so it times the same inputs as the kernel.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ __all__ = ["bench_from_magic", "parse_sweep", "sweep_from_magic", "tune_from_mag
 def parse_sweep(text: str, namespace: dict | None = None, option: str = "--sweep") -> dict[str, list]:
     """`"block_M=64,128 block_N=64,128"` -> {"block_M": [64, 128], "block_N": [64, 128]}.
 
-    Values are Python expressions (evaluated in `namespace`); a name with one value is swept over that one value.
+    Values are Python expressions (evaluated in `namespace`); a name with one
+    value is swept over that one value.
     """
     params: dict[str, list] = {}
     for item in text.split():
@@ -66,7 +67,8 @@ def _work(code, namespace: dict, values: dict):
 
 
 def _baseline(code, namespace: dict, names: list[str]):
-    """A baseline taking the kernel's arguments, evaluating the expression with them bound to the parameter names."""
+    """A baseline taking the kernel's arguments, evaluating the expression with them
+    bound to the parameter names."""
     if code is None:
         return None
 
@@ -120,7 +122,8 @@ def sweep_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: 
 def tune_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: dict,
                     consts: dict | None = None) -> Any:
     """`--tune [SPEC]`: a `TuneResult`. SPEC is a grid like --sweep's; without one, the kernel's own
-    `@tile_nb.autotune` configurations. With `--call`, on its arguments; else on random inputs of `--shapes`."""
+    `@tile_nb.autotune` configurations. With `--call`, on its arguments; else
+    on random inputs of `--shapes`."""
     from tile_nb.bench.tuning import tune
 
     spec = _unquote(opts.tune)

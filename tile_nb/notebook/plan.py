@@ -1,6 +1,6 @@
 """The lowering plan of a compiled kernel (`CompiledKernel.plan`, tile_nb.lower.KernelPlan.summary()) as text:
-where each fragment lives and its register layout (with who holds the top-left corner), the MMAs, the shared-memory
-pool, the pipelines and what the kernel assumes of each call."""
+where each fragment lives and its register layout (with who holds the top-left corner), the MMAs, the
+shared-memory pool, the pipelines and what the kernel assumes of each call."""
 from __future__ import annotations
 
 __all__ = ["plan_text"]

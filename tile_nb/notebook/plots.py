@@ -1,7 +1,7 @@
 """Plots of benchmark results: latency and throughput against the swept parameter, as a small PNG.
 
-matplotlib is imported here only, and through its object API (`Figure` + the Agg canvas), so making a plot never
-touches pyplot's global state or the notebook's backend. Figures are sized to stay well under 60 KB.
+matplotlib is imported here only, and through its object API (`Figure` + the Agg canvas), so making a plot
+never touches pyplot's global state or the notebook's backend. Figures are sized to stay well under 60 KB.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _numeric(values: list) -> bool:
 
 
 def _series(view, x: str | None) -> tuple[str | None, list[tuple[str, list]]]:
-    """(x parameter or None for labels, [(series label, points)]): one series per value of the other parameters."""
+    """(x parameter or None for labels, [(series label, points)]): one series per
+    value of the other parameters."""
     varying = [k for k, v in view.params.items() if len(v) > 1]
     if x is None and len(varying) == 1:
         x = varying[0]
@@ -80,7 +81,8 @@ def sweep_png(view, x: str | None = None) -> bytes:
             lat.plot(bx, [p.baseline_timing.median_ms for p in based], "s--", color=_BASELINE, ms=3,
                      label=(view.baseline_name or "baseline")[:30] + suffix)
             if thr is not None:
-                # Same work in the baseline's time: its rate is the kernel's scaled by kernel ms / baseline ms.
+                # Same work in the baseline's time: its rate is the kernel's
+                # scaled by kernel ms / baseline ms.
                 rates = [((p.tflops if rate == "TFLOP/s" else p.gbps) or 0) * p.timing.median_ms
                          / p.baseline_timing.median_ms for p in based]
                 thr.plot(bx, rates, "s--", color=_BASELINE, ms=3, label=(view.baseline_name or "baseline")[:30] + suffix)
@@ -120,7 +122,8 @@ def sweep_png(view, x: str | None = None) -> bytes:
 
 
 def _small_png(png: bytes) -> bytes:
-    """The same image with a 64-colour palette: about a third of the size (notebooks store it twice: HTML and PNG)."""
+    """The same image with a 64-colour palette: about a third of the size (notebooks
+    store it twice: HTML and PNG)."""
     try:
         from PIL import Image
     except ImportError:  # Pillow comes with matplotlib; without it, the full-colour PNG
@@ -132,8 +135,8 @@ def _small_png(png: bytes) -> bytes:
 
 
 def tune_png(result) -> bytes:
-    """Throughput (else latency) of every timed configuration of a `TuneResult`, fastest first; the chosen one in
-    the accent colour, pruned and failed ones counted in the title."""
+    """Throughput (else latency) of every timed configuration of a `TuneResult`, fastest first; the chosen one
+    in the accent colour, pruned and failed ones counted in the title."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -1,16 +1,17 @@
 """Progress of sweeps and tuning in a notebook: an ipywidgets bar, and the result's table (with its plot) that
 fills in as configurations arrive.
 
-`tile_nb.bench.progress.make_reporter("auto", ...)` returns this reporter inside a Jupyter kernel once the notebook
-layer is connected (`%load_ext tile_nb`, or importing tile_nb inside IPython). The table is redrawn after every
-configuration; the plot at most once a second (drawing it takes tens of milliseconds). The cell's final value is
-the result itself (its table as HTML, its plot as PNG), so nbval compares that.
+`tile_nb.bench.progress.make_reporter("auto", ...)` returns this reporter inside a Jupyter kernel once the
+notebook layer is connected (`%load_ext tile_nb`, or importing tile_nb inside IPython). The table is redrawn
+after every configuration; the plot at most once a second (drawing it takes tens of milliseconds). The cell's
+final value is the result itself (its table as HTML, its plot as PNG), so nbval compares that.
 
-The bar is displayed as one bundle with the widget view and static forms (`text/plain`, `text/html`), and under a
-display id: on `close` the static forms are replaced by the final state ("tuned 8 of 8 configurations in 3.4 s, 2
-pruned"), so a stored notebook read where widgets are not drawn (GitHub, nbconvert without widget state, an untrusted
-notebook in JupyterLab) shows that line instead of the widget's `VBox(children=(...` repr. Renderers that draw
-widgets show the bar (from the kernel, or from the widget state saved in the notebook). docs/notebooks.md.
+The bar is displayed as one bundle with the widget view and static forms (`text/plain`, `text/html`), and
+under a display id: on `close` the static forms are replaced by the final state ("tuned 8 of 8
+configurations in 3.4 s, 2 pruned"), so a stored notebook read where widgets are not drawn (GitHub,
+nbconvert without widget state, an untrusted notebook in JupyterLab) shows that line instead of the widget's
+`VBox(children=(...` repr. Renderers that draw widgets show the bar (from the kernel, or from the widget
+state saved in the notebook). docs/notebooks.md.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ __all__ = ["NotebookReporter", "static_bundle"]
 
 
 def static_bundle(widget, text: str, html: str | None = None) -> dict:
-    """`widget`'s display bundle with `text` as its `text/plain` (in place of ipywidgets' constructor repr) and an
-    HTML form (`html`, or `text` escaped): what renderers without the widget's state show."""
+    """`widget`'s display bundle with `text` as its `text/plain` (in place of ipywidgets' constructor repr)
+    and an HTML form (`html`, or `text` escaped): what renderers without the widget's state show."""
     from html import escape
 
     data = dict(widget._repr_mimebundle_())

@@ -1,21 +1,22 @@
 """Static HTML for `KernelView`: inline styles, no JavaScript, no ids, deterministic.
 
-Layout: a title line; notes (template stopped early, where the kernel ran); the phase-1 template and the phase-2
-specialized TVMScript side by side in one table (line numbers, a marker column, changed lines tinted); then
-collapsed `<details>` sections for the lowered IR, CUDA, PTX, SASS, resources and compile timings.
+Layout: a title line; notes (template stopped early, where the kernel ran); the phase-1 template and the
+phase-2 specialized TVMScript side by side in one table (line numbers, a marker column, changed lines tinted);
+then collapsed `<details>` sections for the lowered IR, CUDA, PTX, SASS, resources and compile timings.
 
-Untrusted outputs (a notebook opened as stored, GitHub, nbviewer, VS Code) pass through an HTML sanitizer that keeps
-only listed tags, attributes and CSS properties with listed value forms: JupyterLab's drops `ch` widths, `<style>`,
-ids and scripts. So every style here uses properties and units it keeps (px, em, %), and nothing depends on a
-style being kept: the side-by-side table has one row per aligned line (row alignment is the table's structure, not
-equal line heights), long lines wrap inside their cell, and the marker column (`~` changed, `-` template only,
-`+` specialized only) keeps the diff readable without colors. `extension/tests/sanitize.test.ts` runs the stored
-notebooks' views through JupyterLab's own sanitizer and checks that nothing is dropped.
+Untrusted outputs (a notebook opened as stored, GitHub, nbviewer, VS Code) pass through an HTML sanitizer
+that keeps only listed tags, attributes and CSS properties with listed value forms: JupyterLab's drops
+`ch` widths, `<style>`, ids and scripts. So every style here uses properties and units it keeps (px, em,
+%), and nothing depends on a style being kept: the side-by-side table has one row per aligned line (row
+alignment is the table's structure, not equal line heights), long lines wrap inside their cell, and the
+marker column (`~` changed, `-` template only, `+` specialized only) keeps the diff readable without
+colors. `extension/tests/sanitize.test.ts` runs the stored notebooks' views through JupyterLab's own
+sanitizer and checks that nothing is dropped.
 
 JupyterLab and GitHub style `<table>`s (right-aligned cells, zebra rows, padding), so every cell sets its own
-alignment, padding and background. Long single texts (lowered IR, CUDA, PTX, SASS) are one row whose columns are
-`<pre>`s holding a `<div>` per line, scrolling sideways, which keeps large listings small.
-A code line that came from a line of the kernel's source has a tooltip naming it (the extension highlights it).
+alignment, padding and background. Long single texts (lowered IR, CUDA, PTX, SASS) are one row whose columns
+are `<pre>`s holding a `<div>` per line, scrolling sideways, which keeps large listings small. A code line
+that came from a line of the kernel's source has a tooltip naming it (the extension highlights it).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from typing import Any
 from tile_nb.notebook.diff import align
 from tile_nb.notebook.highlight import escape, highlight_lines
 
-# views.py renders through this module, so this one reads its objects by their fields and imports nothing of it.
+# views.py renders through this module, so this one reads its objects by their
+# fields and imports nothing of it.
 KernelView = Any   # a tile_nb.notebook.views.KernelView
 Section = Any      # a tile_nb.notebook.views.Section
 

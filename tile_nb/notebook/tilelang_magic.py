@@ -1,5 +1,5 @@
-"""`%tilelang_on_tile_nb`: in a notebook, `import tilelang` resolves to tile_nb's stand-in (tile_nb.tilelang), so an
-unchanged tilelang notebook runs on tile_nb.
+"""`%tilelang_on_tile_nb`: in a notebook, `import tilelang` resolves to tile_nb's stand-in (tile_nb.tilelang),
+so an unchanged tilelang notebook runs on tile_nb.
 
     %load_ext tile_nb
     %tilelang_on_tile_nb            # from now on in this kernel; refused when a real tilelang is importable

@@ -1,4 +1,5 @@
-"""Short error display in IPython: a `TileNBError` shows the user's cell line with a caret, not tile_nb internals.
+"""Short error display in IPython: a `TileNBError` shows the user's cell line
+with a caret, not tile_nb internals.
 
 `install(shell)` registers a custom exception handler for `tile_nb.errors.TileNBError`. The short form is
 
@@ -10,14 +11,15 @@
     hint: ...
     (short form by tile_nb: %tb shows the full traceback; TILE_NB_TRACEBACK=1 always shows it)
 
-The full traceback stays available: the handler records it as the last exception (so `%tb` prints it), and with the
-environment variable `TILE_NB_TRACEBACK=1` the handler shows it directly.
+The full traceback stays available: the handler records it as the last exception (so `%tb` prints it), and
+with the environment variable `TILE_NB_TRACEBACK=1` the handler shows it directly.
 
-Errors of the other layers that are not `TileNBError`s (the CUDA compiler's `CudaCompileError`, the interpreter's
-`OutOfBoundsError`, `LoweringError`, ...) get the same short form: the message, then the kernel line the error
-carries, else the innermost line of the user's own cell in the traceback. Their classes are registered once their
-modules are loaded (several import TVM, which `%load_ext` must not): at install, before each cell, and when the
-magic finishes (an `except` clause reads the handled classes only when the exception reaches it).
+Errors of the other layers that are not `TileNBError`s (the CUDA compiler's `CudaCompileError`, the
+interpreter's `OutOfBoundsError`, `LoweringError`, ...) get the same short form: the message, then the
+kernel line the error carries, else the innermost line of the user's own cell in the traceback. Their
+classes are registered once their modules are loaded (several import TVM, which `%load_ext` must not):
+at install, before each cell, and when the magic finishes (an `except` clause reads the handled classes
+only when the exception reaches it).
 """
 from __future__ import annotations
 
@@ -85,7 +87,8 @@ def _message(err: BaseException) -> str:
 
 
 def _user_frame(tb, shell) -> tuple[str, int, int | None, int | None] | None:
-    """(filename, line, col, end col) of the innermost traceback frame in a notebook cell (not the magic's call)."""
+    """(filename, line, col, end col) of the innermost traceback frame in a
+    notebook cell (not the magic's call)."""
     cells = getattr(getattr(shell, "compile", None), "_filename_map", {}) or {}
     found = None
     for frame in traceback.extract_tb(tb):
@@ -145,8 +148,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
         footer = (f"(short form by tile_nb: %tb shows the full traceback; "
                   f"{TRACEBACK_ENV}=1 always shows it)")
         stb = [format_short(value, shell, color=color, tb=tb), footer]
-    # In IPython 8 the value returned from a custom handler is dropped by `run_code`: show it ourselves (ipykernel
-    # turns this into the cell's `error` output, with ename/evalue of the original exception).
+    # In IPython 8 the value returned from a custom handler is dropped by `run_code`: show it ourselves
+    # (ipykernel turns this into the cell's `error` output, with ename/evalue of the original exception).
     shell._showtraceback(etype, value, stb)
 
 

@@ -1,16 +1,19 @@
 """`KernelView`: the display object of a kernel (template IR, specialized IR, CUDA, resources, timings, run).
 
-A `KernelView` only holds plain data (strings, ints, floats), so it renders the same everywhere and pickles. It is
-built by `tile_nb.notebook.build` from a jit function, or directly from parts in tests. Three renderings:
+A `KernelView` only holds plain data (strings, ints, floats), so it renders the same everywhere
+and pickles. It is built by `tile_nb.notebook.build` from a jit function, or directly from
+parts in tests. Three renderings:
 
-- `text/plain`: a short, deterministic summary (what nbval compares): kernel name, params, const values, line counts.
-  No addresses, timings, paths, register counts or errors that vary between machines.
-- `text/html`: a static page fragment (no JavaScript, inline styles) for GitHub, nbconvert and Sphinx; see `render.py`.
+- `text/plain`: a short, deterministic summary (what nbval compares): kernel name, params, const values, line
+  counts. No addresses, timings, paths, register counts or errors that vary between machines.
+- `text/html`: a static page fragment (no JavaScript, inline styles) for GitHub,
+  nbconvert and Sphinx; see `render.py`.
 - `application/vnd.tile-nb.kernel+json`: the structured data the JupyterLab extension renders (`to_json`).
 
-Line mapping: `KernelView.source` holds the kernel's source lines (from its file or notebook cell, with the line
-number of the first in that file or cell), and each section's `line_map` says which of its lines each source line became
-(`{source line: (section lines...)}`, 1-based; see `linemap.py`). The extension highlights them on hover.
+Line mapping: `KernelView.source` holds the kernel's source lines (from its file or notebook cell, with
+the line number of the first in that file or cell), and each section's `line_map` says which of its
+lines each source line became (`{source line: (section lines...)}`, 1-based; see `linemap.py`). The
+extension highlights them on hover.
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ RESOURCE_KEYS = ("registers", "shared_bytes", "spill_stores", "spill_loads")
 class Param:
     """A kernel parameter as the view shows it.
 
-    `kind` is one of `PARAM_KINDS`: "tensor" (a buffer argument), "scalar" (a runtime scalar), "const" (a `T.const`
-    dim), "dynamic" (a `T.dynamic` dim) or "compile_time" (a plain Python parameter); `annotation` is its type as
-    the user wrote it (e.g. `T.Tensor[[M, K], float16]`, or `int = 128` for a compile-time value).
+    `kind` is one of `PARAM_KINDS`: "tensor" (a buffer argument), "scalar" (a runtime scalar),
+    "const" (a `T.const` dim), "dynamic" (a `T.dynamic` dim) or "compile_time" (a plain Python
+    parameter); `annotation` is its type as the user wrote it (e.g. `T.Tensor[[M, K], float16]`, or
+    `int = 128` for a compile-time value).
     """
 
     name: str
@@ -45,11 +49,12 @@ class Param:
 
 @dataclass(frozen=True)
 class Section:
-    """One text of the kernel: `id` in `SECTION_IDS`; `language` "python" (TVMScript), "cuda", "ptx" or "text".
+    """One text of the kernel: `id` in `SECTION_IDS`; `language` "python"
+    (TVMScript), "cuda", "ptx" or "text".
 
-    `changed_lines` (1-based, in this section's text) is only set for the "specialized" section; `note` is a short
-    remark shown with the section (e.g. where the template stopped early); `line_map` maps a line of the kernel's
-    source to the lines of this section it became.
+    `changed_lines` (1-based, in this section's text) is only set for the "specialized" section; `note` is a
+    short remark shown with the section (e.g. where the template stopped early); `line_map` maps a line of the
+    kernel's source to the lines of this section it became.
     """
 
     id: str
@@ -89,12 +94,14 @@ class KernelView:
     notes: list[str] = field(default_factory=list)  # messages shown in the HTML and plain text (stable wording)
     source: dict | None = None  # {"first_line": int, "lines": [str]}: the kernel's source lines
 
-    # ----------------------------------------------------------------------------------------------- accessors
+    # -----------------------------------------------------------------------------------------------
+    # accessors
     def section(self, section_id: str) -> Section | None:
         """The section with this id, or None."""
         return next((s for s in self.sections if s.id == section_id), None)
 
-    # ----------------------------------------------------------------------------------------------- renderings
+    # -----------------------------------------------------------------------------------------------
+    # renderings
     def to_text(self) -> str:
         """The deterministic plain-text summary (the `text/plain` of the bundle)."""
         lines = [f"KernelView {self.name}"]
@@ -118,7 +125,8 @@ class KernelView:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        """The `application/vnd.tile-nb.kernel+json` payload (version 1; the JupyterLab extension's contract)."""
+        """The `application/vnd.tile-nb.kernel+json` payload (version 1; the
+        JupyterLab extension's contract)."""
         sections = []
         for s in self.sections:
             sections.append({

@@ -3,15 +3,16 @@
     from tile_nb.notebook.widgets import explore
     explore(gemm, M=[256, 512, 1024], N=[256, 512], K=[128, 256], block_M=[64, 128])
 
-Each keyword with a list (or range) of values becomes a selection slider; a single value is passed as is. The view
-below the sliders is the `KernelView` of `kernel_view(kernel, kwargs=current values)`, so it shows the template
-and the specialized IR side by side, with the lines that the current choice changes marked. ipywidgets is imported
-only here, when `explore` is called.
+Each keyword with a list (or range) of values becomes a selection slider; a single value is passed as is. The
+view below the sliders is the `KernelView` of `kernel_view(kernel, kwargs=current values)`, so it shows the
+template and the specialized IR side by side, with the lines that the current choice changes marked.
+ipywidgets is imported only here, when `explore` is called.
 
-Displayed, the explorer is one bundle: the widget view, and static forms of the current choice (`text/plain`: the
-choice and the view's text; `text/html`: the choice and the view's HTML) that renderers without the widget's state
-show (GitHub, nbconvert without widget state, an untrusted notebook in JupyterLab) in place of `VBox(children=(HBox(...`. The bundle is shown
-under a display id, and moving a slider updates those static forms with the new choice.
+Displayed, the explorer is one bundle: the widget view, and static forms of the current choice
+(`text/plain`: the choice and the view's text; `text/html`: the choice and the view's HTML) that renderers
+without the widget's state show (GitHub, nbconvert without widget state, an untrusted notebook in
+JupyterLab) in place of `VBox(children=(HBox(...`. The bundle is shown under a display id, and moving a
+slider updates those static forms with the new choice.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ __all__ = ["Explorer", "explore"]
 
 
 class Explorer:
-    """The widget `explore` returns: `.controls` (name -> slider), `.output`, `.widget` (what is displayed)."""
+    """The widget `explore` returns: `.controls` (name -> slider), `.output`,
+    `.widget` (what is displayed)."""
 
     def __init__(self, kernel, choices: dict[str, list], fixed: dict[str, Any], **view_options):
         import ipywidgets as widgets
@@ -54,8 +56,8 @@ class Explorer:
     def render(self) -> None:
         """Rebuild the view for the current values; an error is shown in place of the view."""
         # The output's `outputs` are set rather than written through `with self.output:`, which sends iopub
-        # messages that only a browser turns into widget state (nbval and a slider moved from code would see them
-        # as the cell's own outputs).
+        # messages that only a browser turns into widget state (nbval and a slider moved from code would see
+        # them as the cell's own outputs).
         self.output.outputs = ()
         try:
             self.view = kernel_view(self.kernel, (), self.values(), **self.view_options)
@@ -112,7 +114,8 @@ class Explorer:
 
 
 def explore(kernel, *, cuda: bool = False, lowered: bool = False, **choices) -> Explorer:
-    """Sliders over `choices` (name -> list of values, or one value) and the kernel's view for the current choice.
+    """Sliders over `choices` (name -> list of values, or one value) and the
+    kernel's view for the current choice.
 
     `cuda` / `lowered` compile every choice and add those sections (slower: one compile per new combination).
     """

@@ -10,15 +10,15 @@ Layout (one folder per kernel, named by its key)::
         meta.sha256      sha256 of meta.json (so a damaged meta.json is found like any other damaged file)
 
 Why it is safe with several processes: an entry is written completely into a private temporary folder and then
-published with one `os.rename` of the folder, which is atomic; a reader therefore sees either no entry or a whole
-one. Two writers racing for the same key both build a full entry; the loser's rename fails and its folder is
-dropped. A reader checks the format, the key and the checksum of every file before using any of them; an entry
-that fails the check is reported (a `CacheWarning`), moved aside and rebuilt, never loaded. Temporary and
-discarded folders that a killed process left behind are removed by later writers once they are old enough.
-Nothing is pickled: metadata is JSON, code is text, binaries are the compiler's own formats.
+published with one `os.rename` of the folder, which is atomic; a reader therefore sees either no entry or a
+whole one. Two writers racing for the same key both build a full entry; the loser's rename fails and its
+folder is dropped. A reader checks the format, the key and the checksum of every file before using any of
+them; an entry that fails the check is reported (a `CacheWarning`), moved aside and rebuilt, never loaded.
+Temporary and discarded folders that a killed process left behind are removed by later writers once they are
+old enough. Nothing is pickled: metadata is JSON, code is text, binaries are the compiler's own formats.
 
-Why it is safe with other users: checksums only detect damage, so the folders are private (cache_guard.py): the
-root and every folder and file below it must belong to the user and be writable by nobody else, or a
+Why it is safe with other users: checksums only detect damage, so the folders are private (cache_guard.py):
+the root and every folder and file below it must belong to the user and be writable by nobody else, or a
 `CacheSecurityError` says which path is wrong and how to fix it.
 """
 from __future__ import annotations
@@ -50,7 +50,8 @@ from .cache_guard import (
 __all__ = ["FORMAT", "CacheEntry", "CacheSecurityError", "CacheWarning", "CorruptEntry", "DiskCache", "cache_dir",
            "cache_enabled", "check_file_name", "compute_key", "source_fingerprint"]
 
-# Bumped when an entry's layout changes (v2: the lowering plan; v3: meta.sha256 and the key material in meta.json).
+# Bumped when an entry's layout changes (v2: the lowering plan; v3: meta.sha256
+# and the key material in meta.json).
 FORMAT = "tile_nb-kernel-v3"
 META_SUM = "meta.sha256"
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -58,8 +59,9 @@ _LEFTOVERS = (".tmp-", ".trash-")
 
 
 def cache_dir() -> Path:
-    """`$TILE_NB_CACHE_DIR`, else `~/.cache/tile_nb` (read on every call, so tests can point it elsewhere). It must
-    belong to the user and be writable by nobody else (else `CacheSecurityError`); tile_nb creates it 0700."""
+    """`$TILE_NB_CACHE_DIR`, else `~/.cache/tile_nb` (read on every call, so tests can point it
+    elsewhere). It must belong to the user and be writable by nobody else (else
+    `CacheSecurityError`); tile_nb creates it 0700."""
     env = os.environ.get("TILE_NB_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "tile_nb"
 
@@ -147,7 +149,8 @@ class CorruptEntry(Exception):
 
 
 def check_file_name(name: str) -> None:
-    """Entry files are plain names: a shipped listing must not reach outside its folder or shadow the metadata."""
+    """Entry files are plain names: a shipped listing must not reach outside its
+    folder or shadow the metadata."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith(".") \
             or name in ("meta.json", META_SUM):
         raise ValueError(f"a cache entry's file names are plain names other than meta.json and {META_SUM}; "
@@ -175,9 +178,9 @@ class DiskCache:
     # ------------------------------------------------------------------ read
 
     def load(self, key: str, *, need_module: bool = False) -> CacheEntry | None:
-        """The verified entry for `key`, or None. A corrupt or mismatched entry is reported with a `CacheWarning`
-        and moved aside (so the caller's rebuild can take its place) and None is returned; with `need_module`, an
-        entry without one is a miss."""
+        """The verified entry for `key`, or None. A corrupt or mismatched entry is reported with a
+        `CacheWarning` and moved aside (so the caller's rebuild can take its place) and None is returned; with
+        `need_module`, an entry without one is a miss."""
         _check_key(key)
         path = self.entry_path(key)
         if not ensure_private(self.root, path, create=False):
@@ -236,8 +239,8 @@ class DiskCache:
         return CacheEntry(path=path, meta=meta, files=files)
 
     def report_damage(self, path: Path, why: str) -> None:
-        """Warn that the entry at `path` is damaged and move it aside; quiet when another process removed it first
-        (what it read was then a folder being taken away, not damage)."""
+        """Warn that the entry at `path` is damaged and move it aside; quiet when another process removed it
+        first (what it read was then a folder being taken away, not damage)."""
         if not os.path.isdir(path):
             return
         warnings.warn(f"tile_nb: the cached kernel {path} is damaged ({why}); it is removed and will be rebuilt",
@@ -248,9 +251,10 @@ class DiskCache:
 
     def store(self, key: str, meta: dict[str, Any], files: dict[str, bytes | str | Path], *,
               replace: bool = False) -> Path | None:
-        """Publish an entry atomically. `files` maps names to contents (or to a Path to copy). Returns the entry
-        folder, or None when another process published the same key first (its entry is as good as ours).
-        `replace=True` swaps out an existing entry (used when ours is better, e.g. it has a loadable module)."""
+        """Publish an entry atomically. `files` maps names to contents (or to a Path to copy).
+        Returns the entry folder, or None when another process published the same key first (its
+        entry is as good as ours). `replace=True` swaps out an existing entry (used when ours is
+        better, e.g. it has a loadable module)."""
         _check_key(key)
         for name in files:
             check_file_name(name)
@@ -303,7 +307,8 @@ class DiskCache:
             remove_leftovers(sub, _LEFTOVERS)
 
     def discard(self, path: Path) -> None:
-        """Move an entry out of the way first (atomic), then delete it; another process may be doing the same."""
+        """Move an entry out of the way first (atomic), then delete it; another
+        process may be doing the same."""
         trash = path.parent / f".trash-{path.name[:12]}-{uuid.uuid4().hex[:8]}"
         try:
             os.rename(path, trash)

@@ -1,12 +1,13 @@
 """Who may write the on-disk caches: folders and files that only their owner can change, checked before use.
 
-The kernel cache holds code that this process loads and runs (`module.so`), so the checksums in `meta.json` only
-detect damage: anyone who can write the folder can also rewrite the checksums. What protects the user is that
-every folder from the cache root down to each file is owned by the user and writable by nobody else. So:
+The kernel cache holds code that this process loads and runs (`module.so`), so the checksums in `meta.json`
+only detect damage: anyone who can write the folder can also rewrite the checksums. What protects the user is
+that every folder from the cache root down to each file is owned by the user and writable by nobody else. So:
 
 - folders the cache creates are made 0700 (the missing parents of the root too) and files 0600;
-- before use, the root and every folder below it down to the entry, and every file read or loaded, must be owned
-  by the current user and not writable by group or others; below the root, nothing may be a symbolic link;
+- before use, the root and every folder below it down to the entry, and every file read or
+  loaded, must be owned by the current user and not writable by group or others; below the
+  root, nothing may be a symbolic link;
 - otherwise a `CacheSecurityError` names the path, its owner and mode, and what to do. It is raised to the
   caller, never turned into a silent uncached run; `TILE_NB_DISABLE_CACHE=1` (or another `TILE_NB_CACHE_DIR`)
   is the way to compile without that folder.
@@ -27,7 +28,8 @@ from ..errors import TileNBError
 __all__ = ["STALE_AFTER_S", "CacheSecurityError", "CacheWarning", "check_private_file", "ensure_private",
            "read_private", "remove_leftovers", "write_private"]
 
-# A temporary folder or file older than this was left by a killed writer: publishing takes well under a minute.
+# A temporary folder or file older than this was left by a killed writer:
+# publishing takes well under a minute.
 STALE_AFTER_S = 15 * 60
 
 _ENFORCED = hasattr(os, "geteuid")   # POSIX owners and modes; elsewhere there is nothing to compare
@@ -36,7 +38,8 @@ _ENFORCED = hasattr(os, "geteuid")   # POSIX owners and modes; elsewhere there i
 class CacheSecurityError(TileNBError):
     """A cache folder or file that someone other than the user could change; it is not used.
 
-    Fields: `path`, `uid` and `owner` (its owner), `mode` (its permission bits), `problem` (why it is refused).
+    Fields: `path`, `uid` and `owner` (its owner), `mode` (its permission
+    bits), `problem` (why it is refused).
     """
 
     def __init__(self, message: str, *, path: str | None = None, uid: int | None = None, owner: str | None = None,
@@ -54,7 +57,8 @@ def _rebuild(cls, message, path, uid, owner, mode, problem, hint):
 
 
 class CacheWarning(UserWarning):
-    """A damaged cache entry or record was found: it is removed and rebuilt (the message says which and why)."""
+    """A damaged cache entry or record was found: it is removed and rebuilt
+    (the message says which and why)."""
 
 
 def _user_name(uid: int) -> str:
@@ -115,8 +119,8 @@ def _make_dirs(path: Path) -> None:
 
 
 def ensure_private(root: Path, folder: Path, *, create: bool) -> bool:
-    """Check `root` (links followed: the user chose it) and every folder from it down to `folder`; with `create`,
-    make the missing ones 0700 first. Returns False when a folder is missing (and not created)."""
+    """Check `root` (links followed: the user chose it) and every folder from it down to `folder`; with
+    `create`, make the missing ones 0700 first. Returns False when a folder is missing (and not created)."""
     if not os.path.lexists(root):
         if not create:
             return False
@@ -153,7 +157,8 @@ def read_private(path: Path) -> tuple[bytes, os.stat_result]:
 
 
 def check_private_file(path: Path) -> None:
-    """Raise unless `path` is a regular file that only the user can change (before a loader opens it by name)."""
+    """Raise unless `path` is a regular file that only the user can change
+    (before a loader opens it by name)."""
     _check(path, os.lstat(path), folder=False)
 
 
@@ -166,8 +171,8 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def remove_leftovers(folder: Path, prefixes: tuple[str, ...], *, older_than_s: float = STALE_AFTER_S) -> int:
-    """Delete the files and folders in `folder` whose names start with one of `prefixes` and that have not changed
-    for `older_than_s` (a killed writer's; a live writer's are younger). Returns how many went."""
+    """Delete the files and folders in `folder` whose names start with one of `prefixes` and that have not
+    changed for `older_than_s` (a killed writer's; a live writer's are younger). Returns how many went."""
     removed = 0
     now = time.time()
     try:

@@ -5,8 +5,8 @@
     disk cache hit    -> module.so loaded with TVM's runtime (no lowering, no nvcc)
     miss              -> tile_nb.lower.lower -> tile_nb.backend.build -> export -> publish to the disk cache
 
-Timings (`kernel.timings`, seconds spent in this process): key, lower, codegen, cubin, export, cache_store on a
-build; key, cache_load on a disk hit.
+Timings (`kernel.timings`, seconds spent in this process): key, lower, codegen, cubin, export, cache_store on
+a build; key, cache_load on a disk hit.
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def clear_cache() -> None:
 
 
 def _entry_function(mod):
-    """The PrimFunc of a module that the host calls, and its symbol: the one with a global_symbol, else main."""
+    """The PrimFunc of a module that the host calls, and its symbol: the one
+    with a global_symbol, else main."""
     import tvm
 
     funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
@@ -66,8 +67,8 @@ def _param_names(func) -> tuple[str, ...]:
 
 
 def _lower(func, target, lowering=None):
-    """Thread-level TIRx for tvm.compile and the lowering plan's summary: an IRModule is taken as already lowered
-    (no plan); a PrimFunc goes through tile_nb.lower, under `lowering` (the kernel's options: see
+    """Thread-level TIRx for tvm.compile and the lowering plan's summary: an IRModule is taken as already
+    lowered (no plan); a PrimFunc goes through tile_nb.lower, under `lowering` (the kernel's options: see
     tile_nb.lower.options.resolve)."""
     import tvm
 
@@ -95,8 +96,8 @@ def _lowering_key(func, lowering) -> dict[str, Any]:
 
 
 def _key(func, target, build_options: BuildOptions, lowering=None) -> tuple[str, dict[str, Any]]:
-    """The disk-cache key of `func` (device facts applied) for a resolved target and the kernel's lowering options
-    (`current(...)`: without the function's attributes), and what it is made of."""
+    """The disk-cache key of `func` (device facts applied) for a resolved target and the kernel's lowering
+    options (`current(...)`: without the function's attributes), and what it is made of."""
     material = key_material(_keyed_script(func), str(target),
                             dict(build_options.to_dict(), **_lowering_key(func, lowering)))
     return compute_key(material), material
@@ -116,11 +117,11 @@ def cache_key(func, target=None, options: dict[str, Any] | None = None, *, env: 
 
 
 def with_device_facts(func, target=None, lowering=None):
-    """The PrimFunc with what its lowering needs to know of this process's GPU, when it is built for it: the SM
-    count (`tile_nb.sm_count`: the CTAs a persistent kernel launches), unless its options (`lowering`, the
+    """The PrimFunc with what its lowering needs to know of this process's GPU, when it is built for it: the
+    SM count (`tile_nb.sm_count`: the CTAs a persistent kernel launches), unless its options (`lowering`, the
     process's, the environment) set one or turn persistent CTAs off.
-    Part of the IR text, so of the cache key: code that compiles elsewhere (tuning workers hide the GPU) applies
-    it first."""
+    Part of the IR text, so of the cache key: code that compiles elsewhere (tuning workers hide the GPU)
+    applies it first."""
     import tvm
 
     from ..lower.options import resolve
@@ -137,8 +138,8 @@ def with_device_facts(func, target=None, lowering=None):
 
 
 def _keyed_script(func) -> str:
-    """The IR text that keys the caches: without the source-line attributes, so moving a kernel down a few lines
-    in its file or cell finds the kernel already built."""
+    """The IR text that keys the caches: without the source-line attributes, so moving a kernel down a few
+    lines in its file or cell finds the kernel already built."""
     import tvm
 
     if isinstance(func, tvm.tirx.PrimFunc):
@@ -164,8 +165,8 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None, lowerin
     `options`: build options (`compiler`: "auto" | "nvrtc" | "nvcc", `fast_math`, `ptxas_options`, `host`:
     "llvm" | "cuda_host", the leaner launch of backend/cuda_host.py, ~5 s more to build) and
     `cache` (default True; `TILE_NB_DISABLE_CACHE=1` turns the disk cache off everywhere).
-    `lowering`: the kernel's lowering options (a `tile_nb.lower.LoweringOptions`, or a dict of its fields over the
-    process's options and the environment); the function's `tile_nb.*` attributes override them.
+    `lowering`: the kernel's lowering options (a `tile_nb.lower.LoweringOptions`, or a dict of its fields over
+    the process's options and the environment); the function's `tile_nb.*` attributes override them.
 
     Example::
 
@@ -289,8 +290,8 @@ def _publish(disk: DiskCache, key: str, material: dict[str, Any], kernel: Compil
     if kernel._ptx is not None:
         files["kernel.ptx"] = kernel._ptx
     with tempfile.TemporaryDirectory(prefix="tile_nb_export_") as tmp:
-        # Export whenever TVM built a module, even one this process cannot launch (a tuning worker that keeps off
-        # the GPU, or a build for another arch): the process that can launch it loads it from here.
+        # Export whenever TVM built a module, even one this process cannot launch (a tuning worker that keeps
+        # off the GPU, or a build for another arch): the process that can launch it loads it from here.
         if launcher is not None:
             files["module.so"] = launcher
         elif result.module is not None:

@@ -1,14 +1,16 @@
-"""Launching kernels that use `T.print` / `T.device_assert` (docs/debugging.md): their output reaches the notebook.
+"""Launching kernels that use `T.print` / `T.device_assert` (docs/debugging.md):
+their output reaches the notebook.
 
 Device printf writes through the CUDA driver into the process's C stdout (file descriptor 1) when the host
 synchronizes; Jupyter shows only what goes through Python's `sys.stdout`, so it would land in the server's
 terminal. `DebugLaunch` wraps the launch of such a kernel (and only such kernels: `CompiledKernel._set_launch`
-leaves every other kernel's launch as it is): it points fds 1 and 2 at temporary files, launches, synchronizes the
-device, restores them, and writes what was captured to `sys.stdout` / `sys.stderr`. A failing device assert (CUDA's
-sticky cudaErrorAssert) becomes a `DeviceAssertError` naming the kernel and the assert's line.
+leaves every other kernel's launch as it is): it points fds 1 and 2 at temporary files, launches, synchronizes
+the device, restores them, and writes what was captured to `sys.stdout` / `sys.stderr`. A failing device
+assert (CUDA's sticky cudaErrorAssert) becomes a `DeviceAssertError` naming the kernel and the assert's line.
 
 Redirecting a file descriptor is process-wide: output of other threads during the launch is captured too (and
-written out with the kernel's). Under CUDA graph capture nothing is redirected (no synchronization is allowed).
+written out with the kernel's). Under CUDA graph capture nothing is
+redirected (no synchronization is allowed).
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def captured_fds(fds=(1, 2)):
 
 
 class DebugLaunch:
-    """The launch of a kernel with prints or asserts: output captured into `sys.stdout`, asserts made errors."""
+    """The launch of a kernel with prints or asserts: output captured into
+    `sys.stdout`, asserts made errors."""
 
     def __init__(self, func, kernel_name: str, assert_lines: list[int]):
         self.func = func

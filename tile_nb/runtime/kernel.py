@@ -1,8 +1,9 @@
 """CompiledKernel: one built kernel, every stage's text, and a launcher for torch CUDA tensors.
 
-Launching goes through the TVM module's host function via `tvm_ffi`: torch tensors pass by DLPack without a copy,
-and tvm_ffi runs the kernel on torch's current stream of the tensors' device (it asks torch for the stream at each
-call), so the kernel is ordered with the surrounding torch work and with CUDA graphs under capture.
+Launching goes through the TVM module's host function via `tvm_ffi`: torch tensors pass by DLPack
+without a copy, and tvm_ffi runs the kernel on torch's current stream of the tensors' device (it
+asks torch for the stream at each call), so the kernel is ordered with the surrounding torch work
+and with CUDA graphs under capture.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from ..errors import TileNBError
 __all__ = ["CompiledKernel", "KernelNotLaunchableError", "OneStreamAtATime"]
 
 class KernelNotLaunchableError(TileNBError, RuntimeError):
-    """The kernel was built (source, cubin, resources) but cannot run in this process; the message says why."""
+    """The kernel was built (source, cubin, resources) but cannot run in this
+    process; the message says why."""
 
 
 @dataclass(eq=False)
@@ -23,8 +25,9 @@ class CompiledKernel:
     """A compiled kernel. Build one with `tile_nb.runtime.compile(func, target)`.
 
     Attributes hold every stage's text so views render without recompiling: `lowered_ir` (TVMScript handed to
-    `tvm.compile`), `cuda_source`, `ptx`, `sass` (made on first access when cuobjdump/nvdisasm exist), `resources`
-    (registers, shared memory, spills, stack of the kernel), `timings` (stage -> seconds spent in this process).
+    `tvm.compile`), `cuda_source`, `ptx`, `sass` (made on first access when cuobjdump/nvdisasm
+    exist), `resources` (registers, shared memory, spills, stack of the kernel), `timings` (stage
+    -> seconds spent in this process).
 
     Example::
 
@@ -49,8 +52,8 @@ class CompiledKernel:
     from_cache: bool = False
     not_launchable_reason: str | None = None
     plan: dict | None = None                     # the lowering's decisions (tile_nb.lower.KernelPlan.summary())
-    # "lowered" / "cuda" -> {region id: [1-based lines of that text]}: the code each statement of the phase-2 IR
-    # became (tile_nb.lower.sourcemap; the views turn region ids into the user's lines)
+    # "lowered" / "cuda" -> {region id: [1-based lines of that text]}: the code each statement of the phase-2
+    # IR became (tile_nb.lower.sourcemap; the views turn region ids into the user's lines)
     source_regions: dict = field(default_factory=dict)
     _ptx: str | None = None
     _sass: str | None = None
@@ -61,8 +64,8 @@ class CompiledKernel:
 
     @property
     def pipeline(self) -> str | None:
-        """How the lowering built the kernel's `T.Pipelined` loop, and why (e.g. "TMA + mbarriers, producer warp
-        (warp-specialized)" or "cp.async (...)"); None when the kernel has no pipelined loop."""
+        """How the lowering built the kernel's `T.Pipelined` loop, and why (e.g. "TMA + mbarriers, producer
+        warp (warp-specialized)" or "cp.async (...)"); None when the kernel has no pipelined loop."""
         return (self.plan or {}).get("pipeline") or None
 
     @property
@@ -83,7 +86,8 @@ class CompiledKernel:
 
     @property
     def sass(self) -> str | None:
-        """SASS disassembly of the cubin (cuobjdump or nvdisasm); None without a cubin or without the tools."""
+        """SASS disassembly of the cubin (cuobjdump or nvdisasm); None without
+        a cubin or without the tools."""
         if self._sass is None and self.cubin is not None:
             from ..backend.cuda_compile import disassemble
 
@@ -129,13 +133,14 @@ class CompiledKernel:
 
 
 class OneStreamAtATime:
-    """Launches of a kernel whose module keeps state during a launch (stream-K's partial sums and flags live in
-    `__device__` arrays of the module) must not overlap. Launches on one stream never do; a launch on another
-    stream than the previous one (per device) first waits for the previous one (a CUDA event), so that two streams
-    take turns instead of sharing the workspace. A stream query and an event record per launch are cheap beside
-    kernels that run for hundreds of microseconds (docs/decisions.md#stream-k-and-its-cost-model). Under CUDA graph
-    capture it stays out of the way (events recorded outside a capture must not enter it); replaying one graph on two
-    streams at once is the one case it does not order."""
+    """Launches of a kernel whose module keeps state during a launch (stream-K's partial sums and flags
+    live in `__device__` arrays of the module) must not overlap. Launches on one stream never do; a launch
+    on another stream than the previous one (per device) first waits for the previous one (a CUDA event),
+    so that two streams take turns instead of sharing the workspace. A stream query and an event record per
+    launch are cheap beside kernels that run for hundreds of microseconds
+    (docs/decisions.md#stream-k-and-its-cost-model). Under CUDA graph capture it stays out of the way
+    (events recorded outside a capture must not enter it); replaying one graph on two streams at once is
+    the one case it does not order."""
 
     def __init__(self, func):
         self.func = func

@@ -1,10 +1,11 @@
 """What a kernel call launches, and the tables of the cached call path.
 
-A `Specialization` is phase 2 for one set of const values: its PrimFunc, its argument checks, its compiled kernels
-per target and call facts, and their launches. A `FastEntry` is the cached call path's table for one set of keyword
-arguments: specializations by the shapes of the tensor arguments, and launches by `Specialization.direct_key`.
-The key functions are generated as straight-line Python, because they run on every call (`JITFunction.__call__`
-in tile_nb/jit.py reads these tables inline: each attribute lookup there costs ~50 ns of a ~1 us budget).
+A `Specialization` is phase 2 for one set of const values: its PrimFunc, its argument checks, its compiled
+kernels per target and call facts, and their launches. A `FastEntry` is the cached call path's table for
+one set of keyword arguments: specializations by the shapes of the tensor arguments, and launches by
+`Specialization.direct_key`. The key functions are generated as straight-line Python, because they run on
+every call (`JITFunction.__call__` in tile_nb/jit.py reads these tables inline: each attribute lookup
+there costs ~50 ns of a ~1 us budget).
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ NOT_SEEN = object()  # the shapes (or the checks) send the call down the slow pa
 
 @dataclass(frozen=True)
 class CallFacts:
-    """What the GPU kernel of one call may assume beyond the shapes: which tensors' data pointers are NOT 16-byte
-    aligned (they get no vector, cp.async or TMA access) and which T.dynamic dims are multiples of 16 (vector and
-    async paths stay open for them). Checked on every call; each combination is its own compiled kernel."""
+    """What the GPU kernel of one call may assume beyond the shapes: which tensors' data pointers are
+    NOT 16-byte aligned (they get no vector, cp.async or TMA access) and which T.dynamic dims are
+    multiples of 16 (vector and async paths stay open for them). Checked on every call; each
+    combination is its own compiled kernel."""
 
     unaligned: tuple = ()
     divisible: tuple = ()
@@ -49,7 +51,8 @@ ALIGNED = CallFacts()
 
 @dataclass
 class Specialization:
-    """Phase 2 for one set of const values: the PrimFunc, its argument checks, and compiled kernels per target."""
+    """Phase 2 for one set of const values: the PrimFunc, its argument checks,
+    and compiled kernels per target."""
 
     elaboration: Elaboration
     expectations: Expectations
@@ -68,8 +71,8 @@ class Specialization:
         return self.elaboration.func
 
     def dim_values(self, ordered) -> dict:
-        """The values of this call's dims that are not consts: T.dynamic dims from its tensors, scalar parameters
-        from its arguments (for output shapes and grid extents)."""
+        """The values of this call's dims that are not consts: T.dynamic dims from its tensors, scalar
+        parameters from its arguments (for output shapes and grid extents)."""
         values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in self.dynamic_sources.items()}
         values.update({name: int(ordered[i]) for name, i in self.scalar_dims.items()})
         return values
@@ -83,23 +86,23 @@ class Specialization:
 
     @functools.cached_property
     def facts_terms(self) -> list[str]:
-        """Python expressions over `args` for the facts of a call: for each tensor, is its data pointer unaligned
-        to 16 bytes; for each T.dynamic dim, is it a multiple of 16."""
+        """Python expressions over `args` for the facts of a call: for each tensor, is its data pointer
+        unaligned to 16 bytes; for each T.dynamic dim, is it a multiple of 16."""
         return ([f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
                 + [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()])
 
     @functools.cached_property
     def facts_key(self):
-        """`facts_key(call_args)`: `facts_terms` as one tuple of bools, generated as straight-line Python (it runs
-        on GPU calls)."""
+        """`facts_key(call_args)`: `facts_terms` as one tuple of bools, generated as straight-line Python (it
+        runs on GPU calls)."""
         return generated("facts_key", self.facts_terms)
 
     @functools.cached_property
     def direct_key(self):
-        """`direct_key(args)`: what picks a compiled kernel's launch for a positional call without looking at the
-        specialization: the shapes of the tensor arguments, whether the first is on a GPU, the type of each runtime
-        scalar, and the facts. The kernel's host function checks the rest in C (dtype, strides, device, and the
-        shapes again) and raises TypeError or ValueError on a mismatch."""
+        """`direct_key(args)`: what picks a compiled kernel's launch for a positional call without looking at
+        the specialization: the shapes of the tensor arguments, whether the first is on a GPU, the type of
+        each runtime scalar, and the facts. The kernel's host function checks the rest in C (dtype, strides,
+        device, and the shapes again) and raises TypeError or ValueError on a mismatch."""
         terms = [f"args[{e.index}].shape" for e in self.expectations.tensors]
         terms.append(f"args[{self.device_arg}].is_cuda")
         terms += [f"type(args[{s.index}])" for s in self.expectations.scalars]
@@ -125,9 +128,10 @@ class Specialization:
 
 
 class FastEntry:
-    """The fast path's tables for one set of keyword arguments (one template): specializations by the shapes of
-    the tensor arguments, and compiled kernels' launches by `Specialization.direct_key` (shapes and facts), which a
-    call reaches without reading dtypes or layouts in Python (the kernel's host function checks them in C)."""
+    """The fast path's tables for one set of keyword arguments (one template): specializations by the
+    shapes of the tensor arguments, and compiled kernels' launches by `Specialization.direct_key`
+    (shapes and facts), which a call reaches without reading dtypes or layouts in Python (the kernel's
+    host function checks them in C)."""
 
     __slots__ = ("n_args", "env_key", "specs", "read_shapes", "direct", "direct_key")
 
@@ -149,8 +153,8 @@ def shape_reader(spec: Specialization):
 
 
 def generated(name: str, terms: list[str]):
-    """`name(args)` returning the tuple of `terms` (Python expressions over `args`), generated as straight-line
-    code: these run on every call, where a loop over expectations costs microseconds."""
+    """`name(args)` returning the tuple of `terms` (Python expressions over `args`), generated as
+    straight-line code: these run on every call, where a loop over expectations costs microseconds."""
     env: dict = {}
     exec(f"def {name}(args):\n    return ({', '.join(terms)}{',' if len(terms) == 1 else ''})\n", env)  # noqa: S102
     return env[name]
@@ -170,9 +174,10 @@ class Launcher:
 
 
 def allocate_outputs(spec: Specialization, ordered, device) -> list:
-    """The tensors a call allocates: its T.empty outputs, then its T.alloc_global scratch tensors (the kernel's
-    last parameters; only the first `len(spec.output_shapes)` are returned). Shapes from the specialization,
-    T.dynamic dims from the call's tensors, dims that are scalar parameters (`M: T.int32`) from the call's values."""
+    """The tensors a call allocates: its T.empty outputs, then its T.alloc_global scratch tensors (the
+    kernel's last parameters; only the first `len(spec.output_shapes)` are returned). Shapes from the
+    specialization, T.dynamic dims from the call's tensors, dims that are scalar parameters
+    (`M: T.int32`) from the call's values."""
     import torch
 
     outputs, dynamic = [], None
@@ -217,7 +222,8 @@ def allocating_launch(func, outputs: list, n_returned: int, device_arg: int):
 
 
 def resolve_pointers(spec: Specialization, ordered, runtime_names: list[str]) -> list:
-    """The runtime arguments with each integer given for a pointer parameter made a tensor over that address."""
+    """The runtime arguments with each integer given for a pointer parameter
+    made a tensor over that address."""
     from .._pointers import tensor_from_pointer
 
     out = list(ordered)

@@ -1,10 +1,12 @@
 """Testing notebooks that use tile_nb: the rules shared by the pytest plugin (`tile_nb.testing.pytest_plugin`,
 registered as the `tile_nb` pytest plugin when tile_nb is installed) and by scripts that execute notebooks.
 
-- A code cell **needs a GPU** when its metadata tags include `gpu` or a line of it is the comment `# TILE_NB_GPU`.
-  Under `pytest --nbval` it runs where torch sees a CUDA device and is skipped, with that reason, elsewhere.
-- `SANITIZE_FILE` holds the output sanitizers for what tile_nb prints (cell file names in error locations, execution
-  counts, memory addresses), in nbval's `--nbval-sanitize-with` format; the plugin applies them to every notebook.
+- A code cell **needs a GPU** when its metadata tags include `gpu` or a line of it is the
+  comment `# TILE_NB_GPU`. Under `pytest --nbval` it runs where torch sees a CUDA device and is
+  skipped, with that reason, elsewhere.
+- `SANITIZE_FILE` holds the output sanitizers for what tile_nb prints (cell file names in error
+  locations, execution counts, memory addresses), in nbval's `--nbval-sanitize-with` format; the
+  plugin applies them to every notebook.
 
 ```python
 from tile_nb.testing import needs_gpu, sanitize_patterns
@@ -40,7 +42,8 @@ def needs_gpu(cell) -> bool:
 
 
 def sanitize_patterns(path: str | Path = SANITIZE_FILE) -> list[tuple[str, str]]:
-    """The (regex, replacement) pairs of a sanitizer file in nbval's format (`regex: ...` then `replace: ...`)."""
+    """The (regex, replacement) pairs of a sanitizer file in nbval's format
+    (`regex: ...` then `replace: ...`)."""
     text = Path(path).read_text()
     pairs = re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
     for regex, _ in pairs:

@@ -2,14 +2,16 @@
 
 Installed with tile_nb (entry point `pytest11`), it acts only in `pytest --nbval` and `--nbval-lax` runs:
 
-1. **GPU cells.** A cell tagged `gpu` (or holding the line `# TILE_NB_GPU`) runs, and is compared like any other
-   cell, where torch sees a CUDA device; elsewhere it is skipped with that reason. `--tile-nb-gpu=require` turns
-   a missing device into an error, so that a GPU job cannot pass by skipping its GPU cells.
-2. **Sanitizers.** tile_nb's output sanitizers (`tile_nb/testing/nbval_sanitize.cfg`: cell file names, execution
-   counts, memory addresses) apply to every notebook, before those of `--nbval-sanitize-with`.
+1. **GPU cells.** A cell tagged `gpu` (or holding the line `# TILE_NB_GPU`) runs, and is
+   compared like any other cell, where torch sees a CUDA device; elsewhere it is skipped with
+   that reason. `--tile-nb-gpu=require` turns a missing device into an error, so that a GPU job
+   cannot pass by skipping its GPU cells.
+2. **Sanitizers.** tile_nb's output sanitizers (`tile_nb/testing/nbval_sanitize.cfg`: cell file names,
+   execution counts, memory addresses) apply to every notebook, before those of `--nbval-sanitize-with`.
    `--tile-nb-no-sanitize` leaves them out.
-3. **Counts.** The terminal summary gives, per notebook, how many cells had their output compared, ran without a
-   comparison (`# NBVAL_IGNORE_OUTPUT`, lax mode, or a cell stored without output), were skipped (and why), failed.
+3. **Counts.** The terminal summary gives, per notebook, how many cells had their output
+   compared, ran without a comparison (`# NBVAL_IGNORE_OUTPUT`, lax mode, or a cell stored
+   without output), were skipped (and why), failed.
 
 `-p no:tile_nb` turns the plugin off.
 """

@@ -1,18 +1,20 @@
-"""tile_nb's stand-in for `tilelang`: what tile_nb can honor of tilelang's Python API, under tilelang's names, so an
-unchanged tilelang script or notebook runs on tile_nb when you ask for it:
+"""tile_nb's stand-in for `tilelang`: what tile_nb can honor of tilelang's Python API, under tilelang's names,
+so an unchanged tilelang script or notebook runs on tile_nb when you ask for it:
 
     python -m tile_nb.run script.py [args]          # `import tilelang` resolves here for that run
     %tilelang_on_tile_nb                            # the same in a notebook (after `%load_ext tile_nb`)
 
 It is never installed by importing tile_nb, and a real tilelang is not hidden unless you say so (`--shadow`).
-Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated in the body or the signature; the
-object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and `get_profiler()`), `tilelang.language`
-(tile_nb.language, with tilelang's dtype aliases), `tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`,
-`tilelang.next_power_of_2`, `tilelang.autotune` and `tilelang.autotuner` (a search: autotuner.py),
-`tilelang.compile` (a TVM PrimFunc), `tilelang.PassConfigKey` (fast math: the build's fast_math and the
-lowering's approx_math; lowering hints tile_nb decides itself are accepted and ignored),
-`tilelang.profiler.do_bench`, `tilelang.testing` (main, requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` / `is_cache_enabled`,
-`tilelang.DataType`, `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
+Mapped today: `tilelang.jit` / `lazy_jit` (kernels whose tensors are annotated in the body or the
+signature; the object keeps `.compile(**consts)`, whose kernel has `get_kernel_source()` and
+`get_profiler()`), `tilelang.language` (tile_nb.language, with tilelang's dtype aliases),
+`tilelang.language.fp8`, `tilelang.cdiv`, `tilelang.math`, `tilelang.next_power_of_2`, `tilelang.autotune`
+and `tilelang.autotuner` (a search: autotuner.py), `tilelang.compile` (a TVM PrimFunc),
+`tilelang.PassConfigKey` (fast math: the build's fast_math and the lowering's approx_math; lowering hints
+tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
+requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` /
+`is_cache_enabled`, `tilelang.DataType`, `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc` and
+`tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
 "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
 """
 from __future__ import annotations
@@ -54,9 +56,11 @@ def _key_name(key) -> str:
 
 
 def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
-    """tilelang's pass_configs as tile_nb's (build options, lowering options). 'tl.enable_fast_math' (tilelang:
-    nvcc --use_fast_math, off by default) sets both the build's `fast_math` and the lowering's `approx_math` (T.tanh,
-    T.exp, T.exp2 as the GPU's approximate instructions, whatever the toolkit: tile_nb.lower.options)."""
+    """tilelang's pass_configs as tile_nb's (build options, lowering options).
+    'tl.enable_fast_math' (tilelang:
+    nvcc --use_fast_math, off by default) sets both the build's `fast_math` and the lowering's
+    `approx_math` (T.tanh, T.exp, T.exp2 as the GPU's approximate instructions, whatever the
+    toolkit: tile_nb.lower.options)."""
     build, lowering = {}, {}
     for key, value in (pass_configs or {}).items():
         name = _key_name(key)
@@ -68,8 +72,8 @@ def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
 
 
 def _build_options(pass_configs: dict | None, compile_flags, where: str) -> tuple[dict, dict]:
-    """(build options, lowering options) from `pass_configs` and nvcc `compile_flags` (flags.py: `--use_fast_math`
-    is nvcc's, so it sets the build's fast_math only); the two must agree on fast math."""
+    """(build options, lowering options) from `pass_configs` and nvcc `compile_flags` (flags.py:
+    `--use_fast_math` is nvcc's, so it sets the build's fast_math only); the two must agree on fast math."""
     from .flags import compile_flag_options
 
     build, lowering = _pass_configs(pass_configs)
@@ -96,13 +100,14 @@ def _runtime_placeholder(value) -> bool:
 
 
 class JITKernel:
-    """What tilelang's `f.compile(**consts)` returns: a kernel with its compile-time values bound. Calling it calls
-    the tile_nb kernel (compiled on CUDA tensors, interpreted on CPU tensors)."""
+    """What tilelang's `f.compile(**consts)` returns: a kernel with its compile-time values bound. Calling it
+    calls the tile_nb kernel (compiled on CUDA tensors, interpreted on CPU tensors)."""
 
     def __init__(self, fn, args: tuple, kwargs: dict):
         self._fn = fn
         self._args = args   # what compile() was given: tensors say the shapes, other values are bound by name
-        # T.ptr() / T.Tensor(...) stand where a runtime argument goes (tilelang's configuration lists): not bound
+        # T.ptr() / T.Tensor(...) stand where a runtime argument goes (tilelang's
+        # configuration lists): not bound
         self._kwargs = {k: v for k, v in kwargs.items() if not _runtime_placeholder(v)}
         names = [p.name for p in inspect.signature(fn).parameters.values()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -140,8 +145,9 @@ class JITKernel:
 
 
 class JITImpl:
-    """What `@tilelang.jit` returns: calls go to the tile_nb kernel; `.compile(**consts)` binds compile-time values
-    (tilelang's spelling); other tile_nb kernel attributes (`template`, `specialize`, `bench`, ...) pass through."""
+    """What `@tilelang.jit` returns: calls go to the tile_nb kernel; `.compile(**consts)` binds
+    compile-time values (tilelang's spelling); other tile_nb kernel attributes (`template`,
+    `specialize`, `bench`, ...) pass through."""
 
     def __init__(self, fn, **options):
         from .. import jit as _jit
@@ -167,12 +173,15 @@ class JITImpl:
         return JITKernel(self._tile_nb, args, kwargs)
 
     def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
-        """tilelang's warm-up of several configurations (dicts of keywords, or tuples of positional arguments):
-        each becomes a kernel with those values bound. tile_nb compiles each on its first call (CUDA tensors)."""
+        """tilelang's warm-up of several configurations (dicts of keywords, or
+        tuples of positional arguments):
+        each becomes a kernel with those values bound. tile_nb compiles each on
+        its first call (CUDA tensors)."""
         return [self.compile(**c) if isinstance(c, dict) else self.compile(*c) for c in configs]
 
     def get_kernel_source(self, *args, **kwargs) -> str:
-        """The CUDA source of the kernel for these arguments (tensors or consts as keywords; no GPU needed)."""
+        """The CUDA source of the kernel for these arguments (tensors or consts
+        as keywords; no GPU needed)."""
         return self._tile_nb.compile(*args, **kwargs).cuda_source
 
     def parse_cache_key(self, *args, **kwargs) -> tuple:
@@ -197,7 +206,8 @@ class JITImpl:
 
 
 def _shape_only(value):
-    """A tensor annotation given where a tensor goes: a tensor of that shape, strides and dtype without data."""
+    """A tensor annotation given where a tensor goes: a tensor of that shape,
+    strides and dtype without data."""
     from ..language.annotations import TensorAnnotation
     from ..language.dtypes import torch_dtype
 
@@ -215,8 +225,8 @@ def _shape_only(value):
 
 def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = False, target=None,
                 pass_configs=None, **options) -> list:
-    """tilelang.par_compile: `tilelang.compile` of each function (TVM PrimFuncs, such as `f.get_tir(...)` gives, or
-    `@T.prim_func`s), several at once; with `ignore_error`, a function that fails gives None."""
+    """tilelang.par_compile: `tilelang.compile` of each function (TVM PrimFuncs, such as `f.get_tir(...)`
+    gives, or `@T.prim_func`s), several at once; with `ignore_error`, a function that fails gives None."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(func):
@@ -233,11 +243,11 @@ def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = Fals
 
 
 def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
-    """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel factories
-    (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast math (the
-    lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides itself are ignored),
-    `compile_flags` that map onto tile_nb's build (flags.py). Refused with UnsupportedTilelangAPI: other compile
-    flags, targets and pass_configs keys."""
+    """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel
+    factories (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast
+    math (the lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides
+    itself are ignored), `compile_flags` that map onto tile_nb's build (flags.py). Refused with
+    UnsupportedTilelangAPI: other compile flags, targets and pass_configs keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
@@ -260,8 +270,8 @@ lazy_jit = jit
 
 def compile(func, out_idx=None, target=None, pass_configs=None, compile_flags=None,  # noqa: A001 - tilelang's name
             **options):
-    """tilelang.compile: of a `@T.prim_func` (sizes in its signature), a kernel with `out_idx` honored; of a TVM
-    PrimFunc, `tile_nb.runtime.compile` for CUDA (no `out_idx`)."""
+    """tilelang.compile: of a `@T.prim_func` (sizes in its signature), a kernel with `out_idx` honored; of a
+    TVM PrimFunc, `tile_nb.runtime.compile` for CUDA (no `out_idx`)."""
     import tvm
 
     from ..language.functions import PrimFuncDefinition
@@ -332,11 +342,11 @@ __all__ = ["jit", "lazy_jit", "compile", "par_compile", "cdiv", "next_power_of_2
            "UnsupportedTilelangAPI"]
 
 
-# -- tilelang's kernel cache switches: tile_nb's disk cache of compiled kernels (tile_nb.runtime.cache) ------------
+# -- tilelang's kernel cache switches: tile_nb's disk cache of compiled kernels (tile_nb.runtime.cache) ------
 def disable_cache() -> None:
     """tilelang.disable_cache: turn tile_nb's disk cache of compiled kernels off for this process and the
-    processes it starts (it sets TILE_NB_DISABLE_CACHE=1, read at every compile). Kernels already compiled in this
-    process stay in memory; the results of a kernel never depend on the cache."""
+    processes it starts (it sets TILE_NB_DISABLE_CACHE=1, read at every compile). Kernels already compiled in
+    this process stay in memory; the results of a kernel never depend on the cache."""
     import os
 
     os.environ["TILE_NB_DISABLE_CACHE"] = "1"
@@ -350,7 +360,8 @@ def enable_cache() -> None:
 
 
 def is_cache_enabled() -> bool:
-    """Whether tile_nb's disk cache of compiled kernels is on (TILE_NB_DISABLE_CACHE is not set to a true value)."""
+    """Whether tile_nb's disk cache of compiled kernels is on
+    (TILE_NB_DISABLE_CACHE is not set to a true value)."""
     from ..runtime.cache import cache_enabled
 
     return cache_enabled()

@@ -1,5 +1,5 @@
-"""What the `tilelang` stand-in shares: the error for an API tile_nb does not offer yet, and stand-in modules for
-tilelang submodules tile_nb has no counterpart of."""
+"""What the `tilelang` stand-in shares: the error for an API tile_nb does not offer yet, and stand-in modules
+for tilelang submodules tile_nb has no counterpart of."""
 from __future__ import annotations
 
 import importlib
@@ -16,7 +16,8 @@ _PATTERN = re.compile(r"tile_nb does not support (.+?) yet\b")
 
 
 class UnsupportedTilelangAPI(TileNBError, NotImplementedError):
-    """A tilelang API that tile_nb does not offer yet. `api` is its dotted name (`tilelang.language.use_swizzle`)."""
+    """A tilelang API that tile_nb does not offer yet. `api` is its dotted name
+    (`tilelang.language.use_swizzle`)."""
 
     def __init__(self, message: str, *, api: str | None = None, **where):
         super().__init__(message, **where)
@@ -25,11 +26,11 @@ class UnsupportedTilelangAPI(TileNBError, NotImplementedError):
 
 
 class UnsupportedTilelangName(UnsupportedTilelangAPI, AttributeError):
-    """A name looked up in one of the stand-in's modules that tile_nb does not offer. Also an AttributeError: code
-    that probes modules for a name expects one where it is absent (pickle's whichmodule walks every module in
-    sys.modules, and torch.compile's inductor pickles graphs that way). So `from tilelang.language import
-    use_swizzle` shows Python's "cannot import name ... from 'tile_nb.tilelang.language'", which `missing_feature`
-    reads as well."""
+    """A name looked up in one of the stand-in's modules that tile_nb does not offer. Also an AttributeError:
+    code that probes modules for a name expects one where it is absent (pickle's whichmodule walks every
+    module in sys.modules, and torch.compile's inductor pickles graphs that way). So `from tilelang.language
+    import use_swizzle` shows Python's "cannot import name ... from 'tile_nb.tilelang.language'", which
+    `missing_feature` reads as well."""
 
 
 def unsupported(api: str, detail: str | None = None, kind: type = UnsupportedTilelangAPI) -> UnsupportedTilelangAPI:
@@ -41,8 +42,9 @@ def unsupported(api: str, detail: str | None = None, kind: type = UnsupportedTil
 
 
 def missing_feature(text: str) -> str | None:
-    """The tilelang API an error text names as unsupported, if any (the conformance runner ranks these): "tile_nb
-    does not support tilelang.X yet", or the ImportError of `from tilelang.M import X` on the stand-in."""
+    """The tilelang API an error text names as unsupported, if any (the conformance runner ranks
+    these): "tile_nb does not support tilelang.X yet", or the ImportError of
+    `from tilelang.M import X` on the stand-in."""
     found = _PATTERN.search(text or "")
     if found:
         return found.group(1)
@@ -83,13 +85,15 @@ def _stub_getattr(name: str, tilelang_name: str):
 
 
 def stub_module(name: str, tilelang_name: str) -> types.ModuleType:
-    """A stand-in for a tilelang submodule tile_nb has no counterpart of: importing it works (so an import at the top
-    of a script that never uses it costs nothing), and using any name in it raises UnsupportedTilelangAPI."""
+    """A stand-in for a tilelang submodule tile_nb has no counterpart of: importing it works (so an
+    import at the top of a script that never uses it costs nothing), and using any name in it
+    raises UnsupportedTilelangAPI."""
     module = types.ModuleType(name, f"tile_nb has no counterpart of {tilelang_name} yet.")
     module.__path__ = []  # a package: its own submodules are stubs too
     module.__getattr__ = _stub_getattr(name, tilelang_name)
     module.__tile_nb_stub__ = True
-    # Under its own name too: `from tilelang.x import Name` looks for a submodule `<name>.Name` before it reports
-    # the missing name, and that search must find this parent (else: "No module named 'tile_nb.tilelang.x'").
+    # Under its own name too: `from tilelang.x import Name` looks for a submodule `<name>.Name`
+    # before it reports the missing name, and that search must find this parent (else: "No
+    # module named 'tile_nb.tilelang.x'").
     sys.modules.setdefault(name, module)
     return module

@@ -1,27 +1,30 @@
 """`tilelang.autotuner` / `tilelang.autotune` on tile_nb: tilelang's autotuner API with a real search.
 
 - `@tilelang.autotune(configs=...)` over a `@tilelang.jit` kernel. A call that gives any tuned parameter (by
-  keyword or position) skips the search and runs what it gives (tilelang's rule; the others keep their defaults).
-  Otherwise the first call for these arguments searches: every configuration is built, run once (the warm-up, which
-  also compiles), checked against `ref_prog` when one is given (`rtol`, `atol`, `max_mismatched_ratio`, or
-  `manual_check_prog(outputs, reference_outputs)`), then timed; the fastest wins and is kept for later calls with
-  the same arguments. An eager kernel (tensors annotated in its body or signature) then runs with it on the call's
-  tensors; `.compile(...)` returns the chosen kernel, with `.config` and `.latency`.
+  keyword or position) skips the search and runs what it gives (tilelang's rule; the others keep their
+  defaults). Otherwise the first call for these arguments searches: every configuration is built, run
+  once (the warm-up, which also compiles), checked against `ref_prog` when one is given (`rtol`,
+  `atol`, `max_mismatched_ratio`, or `manual_check_prog(outputs, reference_outputs)`), then timed; the
+  fastest wins and is kept for later calls with the same arguments. An eager kernel (tensors annotated
+  in its body or signature) then runs with it on the call's tensors; `.compile(...)` returns the chosen
+  kernel, with `.config` and `.latency`.
 - `AutoTuner.from_kernel(kernel=factory, configs=...).set_compile_args(...).set_profile_args(...).run(warmup=,
-  rep=, timeout=)`: the same search over `tilelang.jit(out_idx=..., target=..., pass_configs=...)(factory)(**config)`;
-  the result has `.latency`, `.config`, `.kernel`, `.ref_latency`, `.libcode`, `.func` and `.table` (every
-  configuration with its latency or why it was dropped).
-- `with set_autotune_inputs(*tensors):` the inputs the search runs on (else: clones of the call's tensors, else
-  inputs tile_nb makes from the kernel's annotations, as `kernel.get_profiler()`).
+  rep=, timeout=)`: the same search over
+  `tilelang.jit(out_idx=..., target=..., pass_configs=...)(factory)(**config)`; the result has
+  `.latency`, `.config`, `.kernel`, `.ref_latency`, `.libcode`, `.func` and `.table` (every configuration
+  with its latency or why it was dropped).
+- `with set_autotune_inputs(*tensors):` the inputs the search runs on (else: clones of the call's tensors,
+  else inputs tile_nb makes from the kernel's annotations, as `kernel.get_profiler()`).
 
-Timing: on a GPU (CUDA input tensors), `tile_nb.bench.do_bench` (warm-up `warmup` ms, `rep` ms of runs, CUDA events,
-median). On the CPU interpreter (`tile_nb.run --cpu`), one run on the host clock after the warm-up run: the
-interpreter's time ranks configurations by how much work it simulates, not by GPU speed, and the output says so.
-A configuration the GPU lowering refuses (the interpreter's first run lowers it and warns: too much shared memory,
+Timing: on a GPU (CUDA input tensors), `tile_nb.bench.do_bench` (warm-up `warmup` ms, `rep` ms of runs,
+CUDA events, median). On the CPU interpreter (`tile_nb.run --cpu`), one run on the host clock after the
+warm-up run: the interpreter's time ranks configurations by how much work it simulates, not by GPU speed,
+and the output says so. A configuration the GPU lowering refuses (the interpreter's first run lowers it
+and warns: too much shared memory,
 ...) is dropped there too, as it would not compile on the GPU.
-`timeout` is accepted and not enforced (a configuration is not interrupted). Results are kept in this process only
-(tilelang's disk cache of tuning results is not mapped). Per-configuration `pass_configs` may hold only lowering
-hints tile_nb ignores; any other key is refused.
+`timeout` is accepted and not enforced (a configuration is not interrupted). Results are kept in this process
+only (tilelang's disk cache of tuning results is not mapped). Per-configuration `pass_configs` may hold only
+lowering hints tile_nb ignores; any other key is refused.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ __all__ = ["autotune", "AutoTuner", "AutotuneResult", "set_autotune_inputs", "ge
 
 _PASS_CONFIGS = "pass_configs"   # a reserved key of a configuration: its pass_configs
 
-# -- set_autotune_inputs -------------------------------------------------------------------------------------------
+# -- set_autotune_inputs -------------------------------------------------------------------------------------
 _capture = threading.local()
 
 
@@ -67,8 +70,8 @@ class _AutotuneInputs:
 
 
 def set_autotune_inputs(*args) -> _AutotuneInputs:
-    """`with set_autotune_inputs(a, b):` searches inside the block run on these inputs (one list or tuple argument
-    is the list of inputs)."""
+    """`with set_autotune_inputs(a, b):` searches inside the block run on these inputs (one list or tuple
+    argument is the list of inputs)."""
     tensors = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
     return _AutotuneInputs(tensors)
 
@@ -78,7 +81,7 @@ def get_autotune_inputs() -> list | None:
     return stack[-1] if stack else None
 
 
-# -- results -------------------------------------------------------------------------------------------------------
+# -- results -------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class AutotuneResult:
     """The search's outcome: the fastest configuration, its latency (ms) and kernel; `table` has every
@@ -177,10 +180,11 @@ def _time(call: Callable, gpu: bool, warmup: float, rep: float) -> float:
 
 
 def _first_run(call: Callable):
-    """Run `call()` once: (its outputs, why the CUDA lowering refuses the kernel or None). On the interpreter the
-    first run of a specialization also lowers it for the GPU and warns (NotLowerableWarning) when the lowering refuses
-    it (too much shared memory, ...): such a configuration would not compile on the GPU, so the search drops it, as
-    tilelang drops configurations that fail to compile. Other warnings pass through."""
+    """Run `call()` once: (its outputs, why the CUDA lowering refuses the kernel or None). On the
+    interpreter the first run of a specialization also lowers it for the GPU and warns
+    (NotLowerableWarning) when the lowering refuses it (too much shared memory, ...): such a configuration
+    would not compile on the GPU, so the search drops it, as tilelang drops configurations that fail to
+    compile. Other warnings pass through."""
     import warnings
 
     from ..jit import NotLowerableWarning
@@ -280,10 +284,11 @@ def _kernel_source(kernel) -> str | None:
         return None
 
 
-# -- AutoTuner (tilelang's API mode) --------------------------------------------------------------------------------
+# -- AutoTuner (tilelang's API mode) -------------------------------------------------------------------------
 class AutoTuner:
-    """tilelang's `AutoTuner.from_kernel(kernel=..., configs=...)`: `kernel(**config)` builds a `@T.prim_func`;
-    `run()` compiles each configuration with `tilelang.jit` and the compile args, and searches (module docstring)."""
+    """tilelang's `AutoTuner.from_kernel(kernel=..., configs=...)`: `kernel(**config)` builds a
+    `@T.prim_func`; `run()` compiles each configuration with `tilelang.jit` and the compile args,
+    and searches (module docstring)."""
 
     def __init__(self, fn: Callable, configs):
         self.fn = fn
@@ -335,9 +340,10 @@ class AutoTuner:
     __call__ = run
 
 
-# -- @tilelang.autotune (decorator mode) ----------------------------------------------------------------------------
+# -- @tilelang.autotune (decorator mode) ---------------------------------------------------------------------
 def _is_factory(fn) -> bool:
-    """Whether `fn` builds a `@T.prim_func` (tilelang's lazy style: calling it gives a kernel to call later)."""
+    """Whether `fn` builds a `@T.prim_func` (tilelang's lazy style: calling it
+    gives a kernel to call later)."""
     todo = [getattr(fn, "__code__", None)]
     while todo:
         code = todo.pop()

@@ -1,5 +1,6 @@
-"""The errors a run's reference checks saw: `tile_nb.run` wraps `torch.testing.assert_close` / `torch.allclose` to call
-`record_error`, and so does the stand-in profiler's `assert_allclose`; the conformance runner reports the largest."""
+"""The errors a run's reference checks saw: `tile_nb.run` wraps `torch.testing.assert_close` /
+`torch.allclose` to call `record_error`, and so does the stand-in profiler's `assert_allclose`; the
+conformance runner reports the largest."""
 from __future__ import annotations
 
 __all__ = ["errors", "record_error"]

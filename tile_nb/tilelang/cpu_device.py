@@ -2,13 +2,15 @@
 
 `python -m tile_nb.run --cpu script.py` (and the conformance runner's `--backend interp`) installs this in the
 script's process before the script runs. It patches, for that process only:
-- torch's tensor factories (`torch.randn(..., device="cuda")`, `zeros`, `empty`, `*_like`, `arange`, `tensor`, ...)
-  and `Tensor.to(...)`: a "cuda" / "cuda:N" / `torch.device("cuda")` / integer device becomes "cpu";
-  `Tensor.cuda()` returns the tensor itself (already on the CPU); `torch.Generator(device="cuda")` is a CPU one;
-- `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's main target, sm_90a),
-  `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do nothing, `Event` times on the host clock.
-tile_nb kernels then see CPU tensors and run on the interpreter. Nothing else changes: a script that needs a real
-GPU for something else (its own CUDA extension, cuBLAS through a library) fails there, as it should.
+- torch's tensor factories (`torch.randn(..., device="cuda")`, `zeros`, `empty`, `*_like`, `arange`,
+  `tensor`, ...) and `Tensor.to(...)`: a "cuda" / "cuda:N" / `torch.device("cuda")` / integer device
+  becomes "cpu"; `Tensor.cuda()` returns the tensor itself (already on the CPU);
+  `torch.Generator(device="cuda")` is a CPU one;
+- `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's
+  main target, sm_90a), `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do
+  nothing, `Event` times on the host clock.
+tile_nb kernels then see CPU tensors and run on the interpreter. Nothing else changes: a script that needs a
+real GPU for something else (its own CUDA extension, cuBLAS through a library) fails there, as it should.
 """
 from __future__ import annotations
 
@@ -142,8 +144,8 @@ def install() -> None:
     cuda = torch.cuda
 
     def nothing(name):
-        """A do-nothing function of its own for each name: torch.compile's trace rules map every torch object to one
-        rule and refuse one function object under two names ("Duplicate torch object")."""
+        """A do-nothing function of its own for each name: torch.compile's trace rules map every torch object
+        to one rule and refuse one function object under two names ("Duplicate torch object")."""
         def do_nothing(*args, **kwargs):
             return None
 

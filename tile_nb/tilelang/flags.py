@@ -1,9 +1,10 @@
-"""tilelang's `compile_flags=` (nvcc flags) mapped onto tile_nb's build options (backend/build.py BuildOptions).
+"""tilelang's `compile_flags=` (nvcc flags) mapped onto tile_nb's build
+options (backend/build.py BuildOptions).
 
-tile_nb generates its own CUDA source and already compiles it the way tilelang's usual flags ask (optimized, half
-and bfloat16 operators defined, relaxed constexpr, extended lambdas), so most of them change nothing and are
-accepted; `--use_fast_math` sets `fast_math`, `--ptxas-options=...` adds to `ptxas_options`. Any other flag
-(another -D macro, -G, --fmad=false, -arch, ...) is refused by name: tile_nb would not honor it.
+tile_nb generates its own CUDA source and already compiles it the way tilelang's usual flags ask (optimized,
+half and bfloat16 operators defined, relaxed constexpr, extended lambdas), so most of them change nothing and
+are accepted; `--use_fast_math` sets `fast_math`, `--ptxas-options=...` adds to `ptxas_options`. Any other
+flag (another -D macro, -G, --fmad=false, -arch, ...) is refused by name: tile_nb would not honor it.
 """
 from __future__ import annotations
 

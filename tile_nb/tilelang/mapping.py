@@ -1,13 +1,13 @@
-"""The import mapping: `import tilelang` (and `tilelang.language`, `tilelang.testing`, ...) resolves to tile_nb's
-stand-in, `tile_nb.tilelang`, while the mapping is installed, and only then.
+"""The import mapping: `import tilelang` (and `tilelang.language`, `tilelang.testing`, ...) resolves to
+tile_nb's stand-in, `tile_nb.tilelang`, while the mapping is installed, and only then.
 
     from tile_nb.tilelang import mapping
     mapping.install()          # refuses (RealTilelangError) when a real tilelang is importable, unless shadow=True
     import tilelang            # -> tile_nb.tilelang
     mapping.uninstall()        # removes the finder and the tilelang modules it made
 
-`python -m tile_nb.run script.py` and the `%tilelang_on_tile_nb` line magic install it for you. A tilelang submodule
-tile_nb has no counterpart of imports as a stub whose every name raises UnsupportedTilelangAPI.
+`python -m tile_nb.run script.py` and the `%tilelang_on_tile_nb` line magic install it for you. A tilelang
+submodule tile_nb has no counterpart of imports as a stub whose every name raises UnsupportedTilelangAPI.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ _PREFIX = "tile_nb."
 
 
 class RealTilelangError(TileNBError):
-    """A real tilelang is importable: mapping `tilelang` onto tile_nb would hide it, so tile_nb refuses unless asked."""
+    """A real tilelang is importable: mapping `tilelang` onto tile_nb would hide it, so
+    tile_nb refuses unless asked."""
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -68,8 +69,8 @@ def installed() -> bool:
 
 
 def real_tilelang_location() -> str | None:
-    """Where a real tilelang would be imported from (a module already imported that is not the stand-in, or one the
-    path finders find), else None."""
+    """Where a real tilelang would be imported from (a module already imported that is not the stand-in, or
+    one the path finders find), else None."""
     module = sys.modules.get("tilelang")
     if module is not None and not module.__name__.startswith(_PREFIX):
         return getattr(module, "__file__", None) or repr(module)
@@ -86,8 +87,8 @@ def real_tilelang_location() -> str | None:
 
 
 def install(*, shadow: bool = False) -> None:
-    """Resolve `tilelang` to tile_nb's stand-in. If a real tilelang is importable, raise RealTilelangError naming
-    it, unless `shadow=True` (then it is hidden, with a warning on stderr, until `uninstall()`)."""
+    """Resolve `tilelang` to tile_nb's stand-in. If a real tilelang is importable, raise RealTilelangError
+    naming it, unless `shadow=True` (then it is hidden, with a warning on stderr, until `uninstall()`)."""
     global _finder
     if installed():
         return

@@ -1,8 +1,8 @@
 """`tilelang.profiler` on tile_nb: `do_bench` and the profiler of a compiled kernel (`kernel.get_profiler()`).
 
-On CUDA it is tile_nb.bench.do_bench (warm-up, L2 flush, CUDA events, median). On the CPU interpreter (tensors on the
-CPU) timing means nothing, so `do_bench` runs the function once and returns that wall time in milliseconds: scripts
-that benchmark after their check still run, quickly."""
+On CUDA it is tile_nb.bench.do_bench (warm-up, L2 flush, CUDA events, median). On the CPU interpreter (tensors
+on the CPU) timing means nothing, so `do_bench` runs the function once and returns that wall time in
+milliseconds: scripts that benchmark after their check still run, quickly."""
 from __future__ import annotations
 
 import enum
@@ -33,7 +33,8 @@ def _gpu() -> bool:
 
 def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, backend=None,
              quantiles=None, return_mode: str = "mean", **_ignored) -> float:
-    """Milliseconds per call of `fn()`: tile_nb.bench.do_bench's median on CUDA, one run on the interpreter."""
+    """Milliseconds per call of `fn()`: tile_nb.bench.do_bench's median on
+    CUDA, one run on the interpreter."""
     if quantiles is not None:
         raise unsupported("tilelang.profiler.do_bench(quantiles=)")
     if not _gpu():
@@ -46,16 +47,17 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
 
 
 class Profiler:
-    """`kernel.get_profiler()`: `do_bench()` times the kernel on inputs tile_nb makes for it (or `do_bench(func)`);
-    `assert_allclose(reference)` checks it against a reference program on such inputs."""
+    """`kernel.get_profiler()`: `do_bench()` times the kernel on inputs tile_nb makes for it (or
+    `do_bench(func)`); `assert_allclose(reference)` checks it against a reference program on such inputs."""
 
     def __init__(self, kernel, supply_type=None):
         self.kernel = kernel
         self.supply_type = supply_type
 
     def _inputs(self):
-        """Inputs for the kernel: shapes and dtypes from its annotations (tile_nb.bench.make_inputs), filled as the
-        supply type says (tilelang.utils.tensor.get_tensor_supply) when one was given, else tile_nb's randn."""
+        """Inputs for the kernel: shapes and dtypes from its annotations
+        (tile_nb.bench.make_inputs), filled as the supply type says
+        (tilelang.utils.tensor.get_tensor_supply) when one was given, else tile_nb's randn."""
         from ..bench import make_inputs
 
         device = "cuda" if _gpu() else "cpu"

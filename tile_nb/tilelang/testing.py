@@ -1,5 +1,6 @@
-"""`tilelang.testing` on tile_nb: `main()` (pytest on the calling file), the `requires_cuda*` skips (read from torch,
-so under `tile_nb.run --cpu` the interpreter counts as CUDA with compute capability 9.0) and `set_random_seed`."""
+"""`tilelang.testing` on tile_nb: `main()` (pytest on the calling file), the `requires_cuda*` skips
+(read from torch, so under `tile_nb.run --cpu` the interpreter counts as CUDA with compute
+capability 9.0) and `set_random_seed`."""
 from __future__ import annotations
 
 import inspect

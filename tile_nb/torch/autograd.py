@@ -1,22 +1,23 @@
 """Pairing a forward kernel with its backward: `tile_nb.torch.autograd(forward, backward=..., save=...)`.
 
 The result (`Differentiable`) is called like the forward kernel and is differentiable in eager mode, under
-`torch.compile` and in `torch.autograd.gradcheck`: its ops are the forward's custom ops with an autograd formula
-registered (`torch.library.register_autograd`), separate from the bare kernel's ops (which have none: a backward
-through them raises `NoBackwardError`).
+`torch.compile` and in `torch.autograd.gradcheck`: its ops are the forward's custom ops with an autograd
+formula registered (`torch.library.register_autograd`), separate from the bare kernel's ops (which have none:
+a backward through them raises `NoBackwardError`).
 
 The backward is a kernel, bound by names:
-- its runtime parameters named like a forward parameter or output listed in `save` get the saved tensor (or the
-  forward's runtime scalar of that name); `grad_<out>` gets the gradient of the forward output `<out>` (made
-  contiguous);
-- its compile-time parameters named like one of the forward's get the forward call's value (block sizes, scales);
-- its `T.empty` outputs are the gradients of the forward inputs: by name (`grad_X` is the gradient of `X`), or in
-  the order `inputs=` gives. Inputs without a gradient get None.
+- its runtime parameters named like a forward parameter or output listed in `save` get the saved tensor (or
+  the forward's runtime scalar of that name); `grad_<out>` gets the gradient of the forward output `<out>`
+  (made contiguous);
+- its compile-time parameters named like one of the forward's get the forward
+  call's value (block sizes, scales);
+- its `T.empty` outputs are the gradients of the forward inputs: by name (`grad_X` is the gradient of `X`), or
+  in the order `inputs=` gives. Inputs without a gradient get None.
 
 Or the backward is a Python function with torch's contract: `setup_context(ctx, inputs, output)` and
-`backward(ctx, *grads)` returning one gradient (or None) per runtime argument of the forward, in signature order;
-`ctx.compile_values` holds the forward call's compile-time values. It may call kernels: call them through
-`tile_nb.torch.op(kernel)`, so that torch.compile can trace the backward.
+`backward(ctx, *grads)` returning one gradient (or None) per runtime argument of the forward, in signature
+order; `ctx.compile_values` holds the forward call's compile-time values. It may call kernels: call them
+through `tile_nb.torch.op(kernel)`, so that torch.compile can trace the backward.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class Differentiable(KernelOp):
             raise TypeError(f"backward= takes a @tile_nb.jit kernel or a function (ctx, *grads); got "
                             f"{type(self.backward).__name__}")
 
-    # -- registration --------------------------------------------------------------------------------------------
+    # -- registration ----------------------------------------------------------------------------------------
     def _pair(self, entry: OpEntry) -> None:
         name = self.forward.definition.name
         if entry.mutated or not entry.outputs:
@@ -99,8 +100,8 @@ def _is_kernel(obj) -> bool:
 
 
 def _with_compile_values(setup_context, entry: OpEntry):
-    """The user's setup_context, with `ctx.compile_values` set first: the forward call's compile-time values and
-    keyword consts (a Python backward passes them on to its kernels)."""
+    """The user's setup_context, with `ctx.compile_values` set first: the forward call's compile-time values
+    and keyword consts (a Python backward passes them on to its kernels)."""
     static = dict(entry.static)
 
     def setup(ctx, inputs, output):
@@ -223,9 +224,10 @@ def autograd(forward=None, *, backward, save=None, inputs=None, setup_context=No
     y = mul(x, w, scale=2.0)          # differentiable; under torch.compile too
     ```
     `backward` is a kernel bound by names (module docstring) or a Python function `backward(ctx, *grads)` with
-    `setup_context(ctx, inputs, output)`, as `torch.library.register_autograd` takes them. `save` lists the forward
-    parameters and outputs the backward kernel reads (default: every tensor parameter); `inputs` the forward
-    inputs whose gradients the backward kernel returns, in order (default: by the names grad_<input>)."""
+    `setup_context(ctx, inputs, output)`, as `torch.library.register_autograd` takes them. `save`
+    lists the forward parameters and outputs the backward kernel reads (default: every tensor
+    parameter); `inputs` the forward inputs whose gradients the backward kernel returns, in order
+    (default: by the names grad_<input>)."""
     if forward is None:
         return lambda fwd: autograd(fwd, backward=backward, save=save, inputs=inputs, setup_context=setup_context)
     from ..autotune import Autotuner

@@ -2,18 +2,18 @@
 
 The op of a kernel for one set of compile-time values (and keyword consts) has:
 - a schema of the kernel's runtime parameters in signature order: a `T.Tensor` parameter is `Tensor`, or
-  `Tensor(a!)` when the kernel writes it (read from the phase-1 IR: the tile ops and stores of the body); a runtime
-  scalar (`x: T.float32`) is `float` / `int` / `bool`; the returns are the `T.empty` outputs (`()`, `Tensor` or a
-  tuple of them);
+  `Tensor(a!)` when the kernel writes it (read from the phase-1 IR: the tile ops and stores of the body); a
+  runtime scalar (`x: T.float32`) is `float` / `int` / `bool`; the returns are the `T.empty` outputs (`()`,
+  `Tensor` or a tuple of them);
 - a CPU kernel (the interpreter) and a CUDA kernel (the compiled kernel), both the kernel's own call;
 - a fake implementation derived from the template: every `T.empty` output's shape is its annotation with each
   `T.const` and `T.dynamic` replaced by the size it is read from (symbolic sizes stay symbolic), its dtype the
   annotation's, its device the first tensor argument's.
 
 `KernelOp` (`tile_nb.torch.op(kernel)`) is called like the kernel and picks the op for the call's compile-time
-values. In eager mode, when nothing above the backend needs the dispatcher (plain tensors, no dispatch mode, no
-functorch transform, no tensor that requires grad), it calls the kernel directly, so the op costs a few checks
-more than the bare call; otherwise the call goes through `torch.ops.tile_nb.<op>`.
+values. In eager mode, when nothing above the backend needs the dispatcher (plain tensors, no dispatch mode,
+no functorch transform, no tensor that requires grad), it calls the kernel directly, so the op costs a few
+checks more than the bare call; otherwise the call goes through `torch.ops.tile_nb.<op>`.
 
 Dynamo: a `@tile_nb.jit` kernel called inside `torch.compile` becomes a call of its op in the graph (see
 `install_dynamo_hook`); tile_nb's Python never runs under Dynamo's tracer, only at trace time, to pick the op.
@@ -78,17 +78,17 @@ class OpEntry:
 
     @functools.cached_property
     def plain(self):
-        """`plain(runtime)`: True when an eager call may skip the dispatcher and call the kernel, because nothing
-        above the backend would see the op: no dispatch mode (FakeTensorMode, make_fx), no functorch transform
-        (vmap, grad), only plain tensors (not fake, functional or a subclass), none requiring grad while grad mode
-        is on. Generated as one straight-line expression over this op's tensor arguments."""
+        """`plain(runtime)`: True when an eager call may skip the dispatcher and call the kernel, because
+        nothing above the backend would see the op: no dispatch mode (FakeTensorMode, make_fx), no functorch
+        transform (vmap, grad), only plain tensors (not fake, functional or a subclass), none requiring grad
+        while grad mode is on. Generated as one straight-line expression over this op's tensor arguments."""
         return self._generated("plain", "def plain(a):\n    return not ({test})\n")
 
     @functools.cached_property
     def eager(self):
-        """`eager(args, kwargs)`: the kernel's own call when `plain(args)` (and the version bump of the tensors it
-        writes, as torch's in-place ops do), else the op's; for a call whose positional arguments are exactly the
-        runtime arguments (the rest are compile-time keywords)."""
+        """`eager(args, kwargs)`: the kernel's own call when `plain(args)` (and the version bump of the
+        tensors it writes, as torch's in-place ops do), else the op's; for a call whose positional arguments
+        are exactly the runtime arguments (the rest are compile-time keywords)."""
         import torch
 
         bump = getattr(torch.autograd.graph, "increment_version", None)
@@ -121,9 +121,9 @@ class OpEntry:
                 bump(runtime[self.runtime_names.index(name)])
 
     def dispatch(self, runtime):
-        """The call through torch's dispatcher. A tensor the kernel writes must not require grad while grad mode is
-        on (the write would bypass autograd): the bare kernel's RequiresGradError, where torch would raise its
-        in-place-on-a-leaf error."""
+        """The call through torch's dispatcher. A tensor the kernel writes must not require grad while grad
+        mode is on (the write would bypass autograd): the bare kernel's RequiresGradError, where torch would
+        raise its in-place-on-a-leaf error."""
         if self.mutated:
             import torch
 
@@ -164,8 +164,8 @@ class OpEntry:
 
 
 def _const_env(entry: OpEntry, values: dict) -> dict:
-    """Each const and dynamic dim of the template -> its value in this call (an int or a SymInt), checking ranks,
-    dtypes and the dims two tensors share (with torch._check, which also holds for symbolic sizes)."""
+    """Each const and dynamic dim of the template -> its value in this call (an int or a SymInt), checking
+    ranks, dtypes and the dims two tensors share (with torch._check, which also holds for symbolic sizes)."""
     import torch
 
     from ..language.dtypes import torch_dtype
@@ -239,8 +239,9 @@ def _written_params(func) -> set:
 
 
 def _atomic_targets(stmt, out: set) -> None:
-    """`T.atomic_add(dst, value)` writes dst: an Evaluate of `call_extern("atomicAdd", address_of(dst[...]), ...)`,
-    which buffers_touched counts as loads. Any buffer whose address an evaluated call takes counts as written."""
+    """`T.atomic_add(dst, value)` writes dst: an Evaluate of
+    `call_extern("atomicAdd", address_of(dst[...]), ...)`, which buffers_touched counts as loads. Any buffer
+    whose address an evaluated call takes counts as written."""
     import re
 
     from tvm import tirx
@@ -253,9 +254,10 @@ def _atomic_targets(stmt, out: set) -> None:
 
 
 class KernelOp:
-    """A kernel as torch custom ops: `op = tile_nb.torch.op(kernel)`; `op(A, B, block=64)` runs the kernel like
-    `kernel(A, B, block=64)`, through `torch.ops.tile_nb.<name>` where torch needs it (autograd, fake tensors,
-    torch.compile, functorch), and `op.torch_op(block=64)` is that op (`torch.ops.tile_nb.<name>.default`)."""
+    """A kernel as torch custom ops: `op = tile_nb.torch.op(kernel)`; `op(A, B, block=64)` runs the kernel
+    like `kernel(A, B, block=64)`, through `torch.ops.tile_nb.<name>` where torch needs it (autograd, fake
+    tensors, torch.compile, functorch), and `op.torch_op(block=64)` is that op
+    (`torch.ops.tile_nb.<name>.default`)."""
 
     def __init__(self, kernel, *, suffix: str = "", caller=None):
         self.kernel = kernel  # the JITFunction: signature, templates, errors
@@ -272,7 +274,7 @@ class KernelOp:
     def __repr__(self) -> str:
         return f"<tile_nb torch op of {self.kernel.definition.name}>"
 
-    # -- binding -----------------------------------------------------------------------------------------------
+    # -- binding ---------------------------------------------------------------------------------------------
     def _split(self, n_args: int, keys: tuple) -> tuple:
         """(runtime positions, static positions, runtime keywords, static keywords) of a call with `n_args`
         positional arguments and these keywords, from the signature alone."""
@@ -285,7 +287,8 @@ class KernelOp:
         return rpos, spos, rkeys, skeys
 
     def entry(self, static_named: dict) -> OpEntry:
-        """The op for these compile-time values (by parameter name; consts as keywords), registered on first use."""
+        """The op for these compile-time values (by parameter name; consts as
+        keywords), registered on first use."""
         kernel = self.kernel
         _, compile_values, extra = kernel._bind_compile_only(dict(static_named))
         from ..frontend.environment import value_key
@@ -328,7 +331,8 @@ class KernelOp:
         return entry
 
     def _describe(self, compile_values: dict, extra: dict) -> tuple:
-        """(schema, runtime names, tensor names, written tensors, outputs, template) of the op for these values."""
+        """(schema, runtime names, tensor names, written tensors, outputs,
+        template) of the op for these values."""
         kernel = self.kernel
         name = kernel.definition.name
         where = kernel._def_where()
@@ -385,11 +389,11 @@ class KernelOp:
         return schema, runtime_names, tensor_names, mutated, outputs, template
 
     def torch_op(self, **static):
-        """The op for these compile-time values (consts as keywords): `torch.ops.tile_nb.<name>.default`, which
-        takes the runtime arguments only: `op.torch_op(block=64)(A, B)`."""
+        """The op for these compile-time values (consts as keywords): `torch.ops.tile_nb.<name>.default`,
+        which takes the runtime arguments only: `op.torch_op(block=64)(A, B)`."""
         return self.entry(static).overload
 
-    # -- calls -------------------------------------------------------------------------------------------------
+    # -- calls -----------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         # The hot path: one dict lookup and a generated straight-line check (every attribute lookup here costs
         # ~50 ns of a 1 us budget).
@@ -430,8 +434,9 @@ class KernelOp:
         return entry, runtime
 
     def _dynamo_call(self):
-        """The function Dynamo traces in place of a call of the kernel (see `install_dynamo_hook`): the op is picked
-        at trace time (constant-folded), and the graph gets one call of `torch.ops.tile_nb.<op>.default`."""
+        """The function Dynamo traces in place of a call of the kernel (see `install_dynamo_hook`): the op is
+        picked at trace time (constant-folded), and the graph gets one call of
+        `torch.ops.tile_nb.<op>.default`."""
         import torch
 
         fn = getattr(self, "_dynamo_fn", None)
@@ -477,14 +482,15 @@ class KernelOp:
 
 
 def _constant(value):
-    """A compile-time argument as Dynamo takes constants: a T.dtype as its plain name (torch 2.11's Dynamo refuses a
-    str subclass in `assume_constant_result`: "UserDefinedObjectVariable(DType) is not a constant")."""
+    """A compile-time argument as Dynamo takes constants: a T.dtype as its plain name (torch
+    2.11's Dynamo refuses a str subclass in `assume_constant_result`:
+    "UserDefinedObjectVariable(DType) is not a constant")."""
     return value.plain if type(value) is DType else value  # a subclass (T.tfloat32) keeps its type
 
 
 class _RequiresGrad:
-    """Stands for a written tensor that requires grad in `KernelOp._dynamo_call`'s refusal (a real tensor is not
-    at hand at trace time)."""
+    """Stands for a written tensor that requires grad in `KernelOp._dynamo_call`'s refusal (a real tensor is
+    not at hand at trace time)."""
 
     requires_grad = True
 
@@ -493,7 +499,8 @@ _library = None
 
 
 def _lib():
-    """The torch.library.Library("tile_nb", "FRAGMENT") every op is defined in (kept alive for the process)."""
+    """The torch.library.Library("tile_nb", "FRAGMENT") every op is defined in
+    (kept alive for the process)."""
     global _library
     if _library is None:
         import torch
@@ -503,14 +510,14 @@ def _lib():
 
 
 def _define(entry: OpEntry, paired: bool) -> None:
-    """Define the op (torch.library.Library.define) with its CPU and CUDA kernels (the kernel's own call), its fake
-    implementation, and, unless a backward is paired (registered by the pairing), an Autograd kernel that attaches
-    a grad_fn raising NoBackwardError to the outputs of inputs that require grad.
+    """Define the op (torch.library.Library.define) with its CPU and CUDA kernels (the kernel's own call), its
+    fake implementation, and, unless a backward is paired (registered by the pairing), an Autograd kernel that
+    attaches a grad_fn raising NoBackwardError to the outputs of inputs that require grad.
 
-    Not torch.library.custom_op: its per-call Python layers (an autograd kernel with a context manager, an aliasing
-    check of the outputs, a version-bump kernel) cost ~2.5x the dispatcher overhead of this registration. The op is
-    tagged pt2_compliant, and needs_exact_strides (needs_fixed_stride_order on older torch) so that inductor keeps
-    the strides the kernel would see in eager mode."""
+    Not torch.library.custom_op: its per-call Python layers (an autograd kernel with a context manager, an
+    aliasing check of the outputs, a version-bump kernel) cost ~2.5x the dispatcher overhead of this
+    registration. The op is tagged pt2_compliant, and needs_exact_strides (needs_fixed_stride_order on older
+    torch) so that inductor keeps the strides the kernel would see in eager mode."""
     import torch
 
     lib = _lib()
@@ -535,8 +542,8 @@ def _op_basename(name: str) -> str:
 
 
 def _impl_of(entry: OpEntry):
-    """The CPU / CUDA kernel of the op: the kernel's own call, and a version bump of the tensors it writes (what
-    torch's in-place ops do, so autograd notices a saved tensor changed)."""
+    """The CPU / CUDA kernel of the op: the kernel's own call, and a version bump of the tensors it writes
+    (what torch's in-place ops do, so autograd notices a saved tensor changed)."""
     import torch
 
     bump = getattr(torch.autograd.graph, "increment_version", None)
@@ -571,9 +578,9 @@ def _no_backward_error(entry: OpEntry):
 
 
 def _no_backward_kernel(entry: OpEntry):
-    """The Autograd kernel of an op without a paired backward: below autograd when no input requires grad (or grad
-    mode is off); otherwise through an autograd.Function whose backward raises NoBackwardError (not a silent
-    detach: torch's convention for an op without a derivative)."""
+    """The Autograd kernel of an op without a paired backward: below autograd when no input requires grad (or
+    grad mode is off); otherwise through an autograd.Function whose backward raises NoBackwardError (not a
+    silent detach: torch's convention for an op without a derivative)."""
     import torch
     from torch import _C
 
@@ -611,11 +618,12 @@ _ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def op(kernel) -> KernelOp:
     """The torch custom ops of a `@tile_nb.jit` kernel: `tile_nb.torch.op(kernel)(A, B)` runs the kernel as
-    `torch.ops.tile_nb.<name>` (one op per compile-time key, registered on first use) with a fake implementation
-    for torch.compile, FakeTensorMode and make_fx. The same object for every call on one kernel.
+    `torch.ops.tile_nb.<name>` (one op per compile-time key, registered on first use)
+    with a fake implementation for torch.compile, FakeTensorMode and make_fx. The same
+    object for every call on one kernel.
 
-    An `@tile_nb.autotune` kernel is one op per compile-time key of the values it does not tune: its call picks
-    the configuration at run time (every configuration must give the same schema and outputs)."""
+    An `@tile_nb.autotune` kernel is one op per compile-time key of the values it does not tune: its call
+    picks the configuration at run time (every configuration must give the same schema and outputs)."""
     from ..autotune import Autotuner
     from ..jit import JITFunction
 
@@ -635,15 +643,15 @@ def op(kernel) -> KernelOp:
 
 
 def install_dynamo_hook() -> None:
-    """Make a call of a `@tile_nb.jit` kernel inside `torch.compile` a call of its custom op, with no graph break
-    and without Dynamo tracing tile_nb's Python.
+    """Make a call of a `@tile_nb.jit` kernel inside `torch.compile` a call of its custom op, with no graph
+    break and without Dynamo tracing tile_nb's Python.
 
-    Dynamo treats an object whose class has the attribute `__script_if_tracing_wrapper` as a wrapper and traces
-    its `__original_fn` instead (the protocol of `torch.jit._script_if_tracing`, in Dynamo since torch 2.1;
-    `substitute_in_graph` serves C functions, not Python methods, and `allow_in_graph` would run the kernel's
-    Python on fake tensors). `__original_fn` here is a small function that asks for the op at trace time
-    (constant-folded with `torch._dynamo.assume_constant_result`) and calls it. Setting two class attributes
-    imports nothing; eager calls never read them."""
+    Dynamo treats an object whose class has the attribute `__script_if_tracing_wrapper` as a wrapper and
+    traces its `__original_fn` instead (the protocol of `torch.jit._script_if_tracing`, in Dynamo since torch
+    2.1; `substitute_in_graph` serves C functions, not Python methods, and `allow_in_graph` would run the
+    kernel's Python on fake tensors). `__original_fn` here is a small function that asks for the op at trace
+    time (constant-folded with `torch._dynamo.assume_constant_result`) and calls it. Setting two class
+    attributes imports nothing; eager calls never read them."""
     from ..jit import JITFunction
 
     if "__original_fn" in JITFunction.__dict__:
@@ -660,8 +668,8 @@ def install_dynamo_hook() -> None:
 
 
 def _traced_call(kernel_op: KernelOp):
-    """`__original_fn`: only Dynamo reads it (then torch._dynamo is loaded); introspection (dir, inspect.getmembers,
-    help) before that sees no such attribute rather than importing Dynamo."""
+    """`__original_fn`: only Dynamo reads it (then torch._dynamo is loaded); introspection (dir,
+    inspect.getmembers, help) before that sees no such attribute rather than importing Dynamo."""
     import sys
 
     if "torch._dynamo" not in sys.modules:

@@ -1,9 +1,9 @@
 """`tilelang.contrib.nvcc` on tile_nb: the compute capability helpers (host facts), not the compiler driver.
 
-`get_target_compute_version(target=None)` reads the arch of `target` ("cuda -arch=sm_90a", a TVM Target, a dict
-with "arch") when it names one, else the current GPU's capability from torch ("9.0" under `tile_nb.run --cpu`,
-the interpreter's pretend device). `parse_compute_version("9.0")` is (9, 0). Compiling with nvcc
-(`compile_cuda`, ...) is tile_nb's runtime's business and raises UnsupportedTilelangAPI here."""
+`get_target_compute_version(target=None)` reads the arch of `target` ("cuda -arch=sm_90a", a TVM Target, a
+dict with "arch") when it names one, else the current GPU's capability from torch ("9.0" under
+`tile_nb.run --cpu`, the interpreter's pretend device). `parse_compute_version("9.0")` is (9, 0). Compiling
+with nvcc (`compile_cuda`, ...) is tile_nb's runtime's business and raises UnsupportedTilelangAPI here."""
 from __future__ import annotations
 
 import re

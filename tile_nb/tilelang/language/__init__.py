@@ -1,6 +1,6 @@
-"""`tilelang.language` on tile_nb: every name of tile_nb.language (looked up when used, so what tile_nb.language
-gains shows here at once), tilelang's dtype aliases (`T.float`, `T.half`, `T.int`, ...), and for any other name an
-UnsupportedTilelangAPI naming `tilelang.language.<name>`."""
+"""`tilelang.language` on tile_nb: every name of tile_nb.language (looked up when used, so what
+tile_nb.language gains shows here at once), tilelang's dtype aliases (`T.float`, `T.half`, `T.int`, ...), and
+for any other name an UnsupportedTilelangAPI naming `tilelang.language.<name>`."""
 from __future__ import annotations
 
 import importlib

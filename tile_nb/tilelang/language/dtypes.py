@@ -1,5 +1,6 @@
 """`tilelang.language.dtypes` on tile_nb: `dtype` (a name or a torch dtype -> tile_nb's dtype) and the table
-`_TORCH_DTYPE_TO_STR` (torch dtype -> dtype name) that tilelang's examples read, for the dtypes tile_nb has."""
+`_TORCH_DTYPE_TO_STR` (torch dtype -> dtype name) that tilelang's examples
+read, for the dtypes tile_nb has."""
 from __future__ import annotations
 
 from ...language.dtypes import ALL_DTYPES, DType, as_dtype, torch_dtype

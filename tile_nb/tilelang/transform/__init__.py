@@ -1,5 +1,6 @@
-"""`tilelang.transform` on tile_nb: only `PassConfigKey` (the same keys as `tilelang.PassConfigKey`). tilelang's IR
-passes are not offered: tile_nb lowers with its own pipeline, and each pass name raises UnsupportedTilelangAPI."""
+"""`tilelang.transform` on tile_nb: only `PassConfigKey` (the same keys as
+`tilelang.PassConfigKey`). tilelang's IR passes are not offered: tile_nb lowers with its own
+pipeline, and each pass name raises UnsupportedTilelangAPI."""
 from __future__ import annotations
 
 from .._support import forwarding_getattr

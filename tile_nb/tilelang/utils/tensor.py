@@ -1,13 +1,14 @@
 """`tilelang.utils.tensor` on tile_nb: `TensorSupplyType` (the profiler's), `get_tensor_supply` and
 `torch_assert_close`, with tilelang's signatures and meaning (written for tile_nb, not copied).
 
-- `get_tensor_supply(supply_type)` returns `supply(param)`: a tensor of `param.shape` and `param.dtype` (any object
-  with those: a torch tensor, a TVM buffer, a kernel parameter; the dtype a torch dtype or a dtype name) on the
-  current device ("cuda" when torch sees one, so the CPU under `tile_nb.run --cpu`), filled as the type says.
+- `get_tensor_supply(supply_type)` returns `supply(param)`: a tensor of `param.shape` and `param.dtype`
+  (any object with those: a torch tensor, a TVM buffer, a kernel parameter; the dtype a torch dtype or
+  a dtype name) on the current device ("cuda" when torch sees one, so the CPU under
+  `tile_nb.run --cpu`), filled as the type says.
 - `torch_assert_close(a, b, rtol=1e-2, atol=1e-3, max_mismatched_ratio=0.001, ...)` passes when at most
-  `int(numel * max_mismatched_ratio)` elements lie outside `atol + rtol * |b|` (NaN equals NaN by default), after
-  checking shape (and device, dtype, layout, stride as asked); else AssertionError with the count, the first
-  mismatch and the greatest differences. Returns True.
+  `int(numel * max_mismatched_ratio)` elements lie outside `atol + rtol * |b|` (NaN equals NaN by default),
+  after checking shape (and device, dtype, layout, stride as asked); else AssertionError with the count, the
+  first mismatch and the greatest differences. Returns True.
 """
 from __future__ import annotations
 
@@ -38,11 +39,13 @@ def _device():
 
 
 def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer):
-    """tilelang's tensor supply: `get_tensor_supply(kind)(param)` makes a tensor shaped and typed like `param`.
+    """tilelang's tensor supply: `get_tensor_supply(kind)(param)` makes a
+    tensor shaped and typed like `param`.
 
-    Integer: small integers (-2..2; 0..2 unsigned, 0..1 bool, -128..127 cast for FP8); Uniform: U(-1, 1); Normal:
-    N(-1, 1) (tilelang's mean); Randn: N(0, 1); Zero, One; Auto: U(-1, 1) for float16/bfloat16/float32, else as
-    Integer. Uniform and Normal of int8 give ones (as tilelang's)."""
+    Integer: small integers (-2..2; 0..2 unsigned, 0..1 bool, -128..127 cast for
+    FP8); Uniform: U(-1, 1); Normal:
+    N(-1, 1) (tilelang's mean); Randn: N(0, 1); Zero, One; Auto: U(-1, 1) for float16/bfloat16/float32, else
+    as Integer. Uniform and Normal of int8 give ones (as tilelang's)."""
     if not isinstance(supply_type, TensorSupplyType):
         raise TypeError(f"get_tensor_supply(supply_type=...) takes a TensorSupplyType; got {supply_type!r}")
 

@@ -1,10 +1,10 @@
 """`tilelang.carver.arch.driver` on tile_nb: CUDA device facts, read from `torch.cuda.get_device_properties`.
 
-Under `tile_nb.run --cpu` torch reports tile_nb's pretend device (tile_nb/tilelang/cpu_device.py): one device of
-compute capability 9.0 with an H100 SXM's facts, so `get_num_sms()` is 132, `get_shared_memory_per_block()` 49152
-bytes, `get_max_dynamic_shared_size_bytes()` 233472 (per SM) and `get_registers_per_block()` 65536. What torch
-does not report (`get_persisting_l2_cache_max_size`, `get_device_attribute` of a raw attribute number) raises
-UnsupportedTilelangAPI."""
+Under `tile_nb.run --cpu` torch reports tile_nb's pretend device (tile_nb/tilelang/cpu_device.py): one device
+of compute capability 9.0 with an H100 SXM's facts, so `get_num_sms()` is 132, `get_shared_memory_per_block()`
+49152 bytes, `get_max_dynamic_shared_size_bytes()` 233472 (per SM) and `get_registers_per_block()` 65536. What
+torch does not report (`get_persisting_l2_cache_max_size`, `get_device_attribute` of a raw attribute number)
+raises UnsupportedTilelangAPI."""
 from __future__ import annotations
 
 from ..._support import forwarding_getattr, unsupported
@@ -73,8 +73,8 @@ def get_max_dynamic_shared_size_bytes(device_id: int = 0, format: str = "bytes")
 
 
 def get_registers_per_block(device_id: int = 0) -> int:
-    """32-bit registers a block may use (65536 on every GPU since compute capability 5.0; torch reports the same
-    number per multiprocessor, which is what is read)."""
+    """32-bit registers a block may use (65536 on every GPU since compute capability 5.0; torch reports the
+    same number per multiprocessor, which is what is read)."""
     props = _properties(device_id, "get_registers_per_block")
     return int(_field(props, ("regs_per_multiprocessor",), "get_registers_per_block"))
 
