@@ -47,12 +47,20 @@ TRITON_TOL = 1e-2  # max abs error against SDPA above which a Triton configurati
 # registers allow, cp.async where two CTAs share an SM) over 128- or 192-row Q tiles: the
 # configurations that won a case in the runs of benchmarks/results/attention.md, and 192x128
 # (FlashAttention-3's head-dim-64 tiles).
-CONFIGS = [dict(block_M=128, block_N=128, num_stages=2, threads=256), dict(block_M=128, block_N=128, num_stages=3, threads=256),
-           dict(block_M=192, block_N=64, num_stages=2, threads=384), dict(block_M=192, block_N=128, num_stages=2, threads=384),
-           dict(block_M=192, block_N=128, num_stages=3, threads=384)]
+CONFIGS = [
+    dict(block_M=128, block_N=128, num_stages=2, threads=256),
+    dict(block_M=128, block_N=128, num_stages=3, threads=256),
+    dict(block_M=192, block_N=64, num_stages=2, threads=384),
+    dict(block_M=192, block_N=128, num_stages=2, threads=384),
+    dict(block_M=192, block_N=128, num_stages=3, threads=384),
+]
 # --all-configs adds one consumer warpgroup (threads=128) over 64- or 128-row tiles, and 128x64 over two
-MORE_CONFIGS = [dict(block_M=64, block_N=64, num_stages=2), dict(block_M=128, block_N=64, num_stages=2),
-                dict(block_M=64, block_N=128, num_stages=2), dict(block_M=128, block_N=64, num_stages=2, threads=256)]
+MORE_CONFIGS = [
+    dict(block_M=64, block_N=64, num_stages=2),
+    dict(block_M=128, block_N=64, num_stages=2),
+    dict(block_M=64, block_N=128, num_stages=2),
+    dict(block_M=128, block_N=64, num_stages=2, threads=256),
+]
 
 
 def bench_triton(q, k, v, causal: bool, expected):
@@ -94,12 +102,22 @@ def _settle(row: dict, rounds: int, flop: float, ours: list, sdpa, triton) -> No
     med = {name: statistics.median(ts) for name, ts in times.items()}
     won = min(range(len(ours)), key=lambda i: med[f"tile_nb {i}"])
     mine = f"tile_nb {won}"
-    row.update(search_tflops=row["tflops"], search_sdpa_tflops=row["sdpa_tflops"], search_config=row["config"],
-               rounds=rounds, config=ours[won][0], tflops=flop / med[mine] / 1e12,
-               sdpa_tflops=flop / med["sdpa"] / 1e12, vs_sdpa=med["sdpa"] / med[mine],
-               finalists=[dict(cfg, tflops=flop / med[f"tile_nb {i}"] / 1e12) for i, (cfg, _) in enumerate(ours)],
-               spread={name.replace(mine, "tile_nb"): (max(ts) - min(ts)) / med[name] for name, ts in times.items()
-                       if name == mine or not name.startswith("tile_nb")})
+    row.update(
+        search_tflops=row["tflops"],
+        search_sdpa_tflops=row["sdpa_tflops"],
+        search_config=row["config"],
+        rounds=rounds,
+        config=ours[won][0],
+        tflops=flop / med[mine] / 1e12,
+        sdpa_tflops=flop / med["sdpa"] / 1e12,
+        vs_sdpa=med["sdpa"] / med[mine],
+        finalists=[dict(cfg, tflops=flop / med[f"tile_nb {i}"] / 1e12) for i, (cfg, _) in enumerate(ours)],
+        spread={
+            name.replace(mine, "tile_nb"): (max(ts) - min(ts)) / med[name]
+            for name, ts in times.items()
+            if name == mine or not name.startswith("tile_nb")
+        },
+    )
     if "triton" in med:
         row.update(search_triton_tflops=row["triton_tflops"], triton_tflops=flop / med["triton"] / 1e12,
                    x_triton=med["triton"] / med[mine])
@@ -114,18 +132,28 @@ def main():
     ap.add_argument("--shapes", nargs="+", default=["4,32,4096"])
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--out", default=None)
-    ap.add_argument("--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)")
+    ap.add_argument(
+        "--no-triton", action="store_true", help="skip the Triton column (e.g. a TILE_NB_TMA=0 rerun)"
+    )
     ap.add_argument("--all-configs", action="store_true", help="also time the configurations that never won")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="then time the search's finalists (within 5%% of its best, up to 3), SDPA and Triton's best "
-                         "in this many interleaved rounds; the fastest finalist is reported (median of the round "
-                         "medians; the search's best-of-N is biased upward by noise; 0: the search's own figures)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="then time the search's finalists (within 5%% of its best, up to 3), SDPA and Triton's best "
+        "in this many interleaved rounds; the fastest finalist is reported (median of the round "
+        "medians; the search's best-of-N is biased upward by noise; 0: the search's own figures)",
+    )
     args = ap.parse_args()
     configs = CONFIGS + (MORE_CONFIGS if args.all_configs else [])
     global tri, TRITON_MISSING
     if args.no_triton:
         tri, TRITON_MISSING = None, "--no-triton"
-    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
+    info = {
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "torch": torch.__version__,
+    }
     info["triton"] = None if tri is None else tri.triton.__version__
     print(f"device: {info['device']}  date: {info['date']}")
     print(f"triton: {info['triton']}" if tri is not None
@@ -170,21 +198,32 @@ def main():
                         row["x_triton"] = tri_best[0] / best[0]  # tile_nb's TFLOP/s over Triton's
                 if args.rounds and best is not None:
                     top = max(c["tflops"] for c in timed)
-                    near = sorted((c for c in timed if c["tflops"] >= 0.95 * top), key=lambda c: -c["tflops"])[:3]
+                    near = sorted(
+                        (c for c in timed if c["tflops"] >= 0.95 * top), key=lambda c: -c["tflops"]
+                    )[:3]
                     configs_near = [{key: c[key] for key in best[2]} for c in near]
                     finalists = [(cfg, lambda cfg=cfg: ref.flash_attention(q, k, v, o, causal=causal, **cfg))
                                  for cfg in configs_near]
-                    _settle(row, args.rounds, flop, finalists,
-                            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                            None if tri_best is None else lambda cfg=tri_best[2]: tri.attention(q, k, v, causal, **cfg))
+                    _settle(
+                        row,
+                        args.rounds,
+                        flop,
+                        finalists,
+                        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        None
+                        if tri_best is None
+                        else lambda cfg=tri_best[2]: tri.attention(q, k, v, causal, **cfg),
+                    )
                     row["max_abs_err"] = near[configs_near.index(row["config"])]["max_abs_err"]
                 rows.append(row)
                 tri_cfg = f" ({tri.config_name(tri_best[2])})" if tri_best is not None else ""
-                print(f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "
-                      f"TFLOP/s ({row.get('config')}, err {row.get('max_abs_err', float('nan')):.1e})  "
-                      f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}  "
-                      f"triton {_fmt(row['triton_tflops'], '6.1f')}{tri_cfg}  "
-                      f"x Triton {_fmt(row['x_triton'], '.2f')}")
+                print(
+                    f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "
+                    f"TFLOP/s ({row.get('config')}, err {row.get('max_abs_err', float('nan')):.1e})  "
+                    f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}  "
+                    f"triton {_fmt(row['triton_tflops'], '6.1f')}{tri_cfg}  "
+                    f"x Triton {_fmt(row['x_triton'], '.2f')}"
+                )
             q = k = v = o = None  # free before the next shape
     if args.out:
         with open(args.out, "w") as fh:

@@ -56,7 +56,11 @@ def main():
     ap.add_argument("--dtypes", nargs="+", default=["fp16", "bf16"], choices=list(DTYPES))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
+    info = {
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "torch": torch.__version__,
+    }
     print(f"device: {info['device']}  date: {info['date']}  torch: {info['torch']}")
     rows = []
     for shape in args.shapes:
@@ -87,20 +91,26 @@ def main():
                                    vs_sdpa=t_sdpa / best[0])
                     rows.append(row)
                     nan = float("nan")
-                    print(f"b{b} h{h} hk{hk} s{s} d{d} {dtype_name} causal={causal!s:5}: tile_nb "
-                          f"{nan if best is None else row['tflops']:6.1f} TFLOP/s ({row['config']}, err "
-                          f"{nan if best is None else row['max_abs_err']:.1e})  sdpa {row['sdpa_tflops']:6.1f}  "
-                          f"x{nan if best is None else row['vs_sdpa']:.2f}")
+                    print(
+                        f"b{b} h{h} hk{hk} s{s} d{d} {dtype_name} causal={causal!s:5}: tile_nb "
+                        f"{nan if best is None else row['tflops']:6.1f} TFLOP/s ({row['config']}, err "
+                        f"{nan if best is None else row['max_abs_err']:.1e})  sdpa {row['sdpa_tflops']:6.1f}  "
+                        f"x{nan if best is None else row['vs_sdpa']:.2f}"
+                    )
                 q = k = v = o = None  # free before the next shape
     print()
-    print(f"{'B':>3} {'H':>3} {'HK':>3} {'S':>6} {'D':>4} {'dtype':>5} {'causal':>6} {'tile_nb':>8} {'sdpa':>8} "
-          f"{'x sdpa':>7} {'err':>8}  config")
+    print(
+        f"{'B':>3} {'H':>3} {'HK':>3} {'S':>6} {'D':>4} {'dtype':>5} {'causal':>6} {'tile_nb':>8} {'sdpa':>8} "
+        f"{'x sdpa':>7} {'err':>8}  config"
+    )
     for r in rows:
         tf = "-" if r["tflops"] is None else f"{r['tflops']:.1f}"
         x = "-" if r["vs_sdpa"] is None else f"{r['vs_sdpa']:.2f}"
         err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.1e}"
-        print(f"{r['batch']:>3} {r['heads']:>3} {r['kv_heads']:>3} {r['seq']:>6} {r['dim']:>4} {r['dtype']:>5} "
-              f"{r['causal']!s:>6} {tf:>8} {r['sdpa_tflops']:>8.1f} {x:>7} {err:>8}  {r['config']}")
+        print(
+            f"{r['batch']:>3} {r['heads']:>3} {r['kv_heads']:>3} {r['seq']:>6} {r['dim']:>4} {r['dtype']:>5} "
+            f"{r['causal']!s:>6} {tf:>8} {r['sdpa_tflops']:>8.1f} {x:>7} {err:>8}  {r['config']}"
+        )
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"info": info, "rows": rows}, fh, indent=1)

@@ -31,11 +31,18 @@ from kernels import reference as ref  # noqa: E402
 import tile_nb  # noqa: E402
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
-VARIANTS = {"default": {}, "in-order": {"TILE_NB_SOFTMAX_OVERLAP": "0"}, "ping-pong": {"TILE_NB_PINGPONG": "1"},
-            "cp.async": {"TILE_NB_TMA": "0"}, "tma": {"TILE_NB_TMA": "1"}, "heavy-first": {"TILE_NB_HEAVY_FIRST": "1"},
-            "launch-order": {"TILE_NB_HEAVY_FIRST": "0"},
-            "tma-inline": {"TILE_NB_PRODUCER_WARP": "0"},  # TMA loads issued by the first consumer thread
-            "producer-warp": {"TILE_NB_PRODUCER_WARP": "1"}}  # a producer warp (cp.async where two CTAs fit an SM)
+VARIANTS = {
+    "default": {},
+    "in-order": {"TILE_NB_SOFTMAX_OVERLAP": "0"},
+    "ping-pong": {"TILE_NB_PINGPONG": "1"},
+    "cp.async": {"TILE_NB_TMA": "0"},
+    "tma": {"TILE_NB_TMA": "1"},
+    "heavy-first": {"TILE_NB_HEAVY_FIRST": "1"},
+    "launch-order": {"TILE_NB_HEAVY_FIRST": "0"},
+    "tma-inline": {"TILE_NB_PRODUCER_WARP": "0"},  # TMA loads issued by the first consumer thread
+    # a producer warp (cp.async where two CTAs fit an SM)
+    "producer-warp": {"TILE_NB_PRODUCER_WARP": "1"},
+}
 CONFIG = dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 
@@ -60,10 +67,21 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.config:
-        CONFIG.update(zip(("block_M", "block_N", "threads", "num_stages"), (int(x) for x in args.config.split(",")), strict=True))
+        CONFIG.update(
+            zip(
+                ("block_M", "block_N", "threads", "num_stages"),
+                (int(x) for x in args.config.split(",")),
+                strict=True,
+            )
+        )
     b, h, s = (int(x) for x in args.shape.split(","))
-    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
-            "config": CONFIG, "rounds": args.rounds}
+    info = {
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "torch": torch.__version__,
+        "config": CONFIG,
+        "rounds": args.rounds,
+    }
     print(f"device: {info['device']}  date: {info['date']}  {CONFIG}")
     rows = []
     for d in args.dims:
@@ -83,8 +101,13 @@ def main():
                 for name, f in kernels.items():
                     times[name].append(do_bench(lambda f=f: f(q, k, v, o, causal=causal, **CONFIG),
                                                 warmup_ms=5, rep_ms=40).median_ms)
-                times["sdpa"].append(do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                              warmup_ms=5, rep_ms=40).median_ms)
+                times["sdpa"].append(
+                    do_bench(
+                        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        warmup_ms=5,
+                        rep_ms=40,
+                    ).median_ms
+                )
             row = dict(batch=b, heads=h, seq=s, dim=d, causal=causal)
             for name, ts in times.items():
                 row[name] = dict(tflops=flop / statistics.median(ts) / 1e9,

@@ -98,7 +98,9 @@ def device_name() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--child", choices=["cold", "warm", "hit"])
@@ -127,11 +129,15 @@ def main() -> None:
     errors = [r for r in rows if "error" in r]
     for r in errors:
         print("ERROR", r["mode"], r["compiler_option"], r["error"][-600:])
-    print("| measurement | compiler | median s | min s | max s | n | stages (median run) | first launch s | rel err |")
+    print(
+        "| measurement | compiler | median s | min s | max s | n | stages (median run) | first launch s | rel err |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode in ("cold", "warm", "hit"):
         for compiler in compilers:
-            group = [r for r in rows if r["mode"] == mode and r["compiler_option"] == compiler and "error" not in r]
+            group = [
+                r for r in rows if r["mode"] == mode and r["compiler_option"] == compiler and "error" not in r
+            ]
             if not group:
                 continue
             times = sorted(r["compile_s"] for r in group)
@@ -146,7 +152,9 @@ def main() -> None:
                   f"{'-' if launch is None else f'{launch:.4f}'} | {'-' if err is None else f'{err:.1e}'} |")
     imports = [r["import_s"] for r in rows if "import_s" in r]
     if imports:
-        print(f"import torch + tvm + tile_nb (not in the times above): median {statistics.median(imports):.2f} s")
+        print(
+            f"import torch + tvm + tile_nb (not in the times above): median {statistics.median(imports):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ def main():
         results = {}
         for name, precise in (("tile_nb default", False), ("tile_nb precise_accum", True)):
             c = torch.empty(m, n, device="cuda")
-            gemm_fp8(a, b, c, sa, sb, out_dtype=T.float32, precise_accum=precise, block_N=128 if precise else 256)
+            gemm_fp8(
+                a, b, c, sa, sb, out_dtype=T.float32, precise_accum=precise, block_N=128 if precise else 256
+            )
             results[name] = c
         for fast in (False, True):
             results[f"torch._scaled_mm fast_accum={fast}"] = torch._scaled_mm(
@@ -51,8 +53,10 @@ def main():
             ratio = ((c.double() - ref).abs() / magnitude).flatten()
             row = dict(k=k, m=m, n=n, kernel=name, worst=ratio.max().item(), median=ratio.median().item())
             rows.append(row)
-            print(f"K={k:6d}  {name:34s} worst {row['worst']:.2e} (2^{torch.tensor(row['worst']).log2().item():6.1f})"
-                  f"  median {row['median']:.2e}")
+            print(
+                f"K={k:6d}  {name:34s} worst {row['worst']:.2e} (2^{torch.tensor(row['worst']).log2().item():6.1f})"
+                f"  median {row['median']:.2e}"
+            )
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)

@@ -38,7 +38,8 @@ CONFIGS = {
     "seed 128x128x32 t128 s3": (SEED, {}),
     "128x256x64 t256 s3": (BIG, {}),
 }
-VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp, and
+# --variants: what each lowering choice is worth (sm_90a default: wgmma + TMA + producer warp, and
+VARIANTS = {
     #            persistent CTAs where the grid has more tiles than the GPU has SMs)
     "seed, TMA forced": (SEED, {"tile_nb.tma": 1}),  # loads issued by the warpgroup's own first thread
     "seed, TMA forced, producer warp": (SEED, {"tile_nb.tma": 1, "tile_nb.producer_warp": 1}),
@@ -54,12 +55,15 @@ VARIANTS = {  # --variants: what each lowering choice is worth (sm_90a default: 
     "big, not persistent": (BIG, {"tile_nb.persistent": 0}),
     "big s4, not persistent": (dict(BIG, num_stages=4), {"tile_nb.persistent": 0}),
     "big, no TMA store": (BIG, {"tile_nb.tma_store": 0}),
-    "big, TMA store": (BIG, {"tile_nb.tma_store": 1}),  # also where the grid fits in one wave (not persistent)
+    # also where the grid fits in one wave (not persistent)
+    "big, TMA store": (BIG, {"tile_nb.tma_store": 1}),
     "big s4, TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 1}),
     "big s4, no TMA store": (dict(BIG, num_stages=4), {"tile_nb.tma_store": 0}),
-    "big s4, consumer stores": (dict(BIG, num_stages=4), {"tile_nb.producer_stores": 0}),  # the epilogue until 12-03
+    # the epilogue until 12-03
+    "big s4, consumer stores": (dict(BIG, num_stages=4), {"tile_nb.producer_stores": 0}),
     "big, consumer stores": (BIG, {"tile_nb.producer_stores": 0}),
-    "big s4, no stream-K": (dict(BIG, num_stages=4), {"tile_nb.stream_k": 0}),  # the last wave's tiles whole (to 12-03)
+    # the last wave's tiles whole (to 12-03)
+    "big s4, no stream-K": (dict(BIG, num_stages=4), {"tile_nb.stream_k": 0}),
     "big, no stream-K": (BIG, {"tile_nb.stream_k": 0}),
     "big, cluster": (BIG, {"tile_nb.cluster": 2}),  # 2-CTA clusters, B multicast (persistent kernels)
     "big s4, cluster": (dict(BIG, num_stages=4), {"tile_nb.cluster": 2}),
@@ -82,18 +86,34 @@ FP32 = {  # --dtype float32 / tfloat32 (the 16-bit tables' tiles need more share
 }
 
 SMALL = {  # --small: tiles that give small problems more CTAs (sizes <= 2048)
-    "64x128x64 t128 s4": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
-    "64x128x64 t128 s4 TMA": (dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
-                              {"tile_nb.tma": 1}),
+    "64x128x64 t128 s4": (
+        dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
+        {},
+    ),
+    "64x128x64 t128 s4 TMA": (
+        dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
+        {"tile_nb.tma": 1},
+    ),
     "64x128x64 t128 s4 TMA, producer warp": (
         dict(block_M=64, block_N=128, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
-        {"tile_nb.tma": 1, "tile_nb.producer_warp": 1}),
-    "64x256x64 t128 s3": (dict(block_M=64, block_N=256, block_K=64, threads=128, num_stages=3, out_dtype=T.float16), {}),
-    "128x128x64 t256 s4": (dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4, out_dtype=T.float16), {}),
-    "128x64x64 t128 s4": (dict(block_M=128, block_N=64, block_K=64, threads=128, num_stages=4, out_dtype=T.float16), {}),
+        {"tile_nb.tma": 1, "tile_nb.producer_warp": 1},
+    ),
+    "64x256x64 t128 s3": (
+        dict(block_M=64, block_N=256, block_K=64, threads=128, num_stages=3, out_dtype=T.float16),
+        {},
+    ),
+    "128x128x64 t256 s4": (
+        dict(block_M=128, block_N=128, block_K=64, threads=256, num_stages=4, out_dtype=T.float16),
+        {},
+    ),
+    "128x64x64 t128 s4": (
+        dict(block_M=128, block_N=64, block_K=64, threads=128, num_stages=4, out_dtype=T.float16),
+        {},
+    ),
     "128x256x64 t256 s4": (dict(BIG, num_stages=4), {}),
 }
-SPLIT_K = {  # --split-k: slices of K over a third grid axis, summed with atomics into a zeroed fp32 C (timed with it)
+# --split-k: slices of K over a third grid axis, summed with atomics into a zeroed fp32 C (timed with it)
+SPLIT_K = {
     "split-K 128x256x64 k2": dict(block_N=256, split_K=2),
     "split-K 128x256x64 k4": dict(block_N=256, split_K=4),
     "split-K 128x128x64 k2": dict(block_N=128, split_K=2, threads=128),
@@ -130,19 +150,27 @@ def bench(fn, reps=30, warmup=5):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
+    ap.add_argument(
+        "--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK"
+    )
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32", "tfloat32"],
                     help="A, B and C (fp32 accumulation); tfloat32: float32 tensors, TF32 products")
     ap.add_argument("--out", default=None)
     ap.add_argument("--variants", action="store_true", help="also time the VARIANTS table")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds, configs interleaved in each")
-    ap.add_argument("--cooldown", type=float, default=0.0,
-                    help="seconds of GPU idle before timing each config: burst (boost clock) instead of sustained "
-                         "(power-capped) figures; the H200 hits its 700 W cap within ~1 s of back-to-back 8192^3 GEMMs")
+    ap.add_argument(
+        "--cooldown",
+        type=float,
+        default=0.0,
+        help="seconds of GPU idle before timing each config: burst (boost clock) instead of sustained "
+        "(power-capped) figures; the H200 hits its 700 W cap within ~1 s of back-to-back 8192^3 GEMMs",
+    )
     ap.add_argument("--probe", action="store_true", help="check wgmma descriptor variants first")
     ap.add_argument("--small", action="store_true", help="also time the SMALL table (sizes <= 2048)")
     ap.add_argument("--split-k", action="store_true", help="also time the SPLIT_K table (sizes <= 4096)")
-    ap.add_argument("--only", nargs="+", default=None, help="time only these configurations (names of the tables)")
+    ap.add_argument(
+        "--only", nargs="+", default=None, help="time only these configurations (names of the tables)"
+    )
     args = ap.parse_args()
     rows = []
     if args.probe:
@@ -155,11 +183,20 @@ def main():
                 try:
                     build((512, 512, 512), cfg, {"tile_nb.wgmma_swap_lbo_sbo": swap})(a, b, c)
                     torch.cuda.synchronize()
-                    print("probe", cfg["block_N"], "swap", swap, "err", ((c.float() - ref).norm() / ref.norm()).item())
+                    print(
+                        "probe",
+                        cfg["block_N"],
+                        "swap",
+                        swap,
+                        "err",
+                        ((c.float() - ref).norm() / ref.norm()).item(),
+                    )
                 except Exception as exc:  # noqa: BLE001
                     print("probe", cfg["block_N"], "swap", swap, "failed:", str(exc)[:300])
-    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}  rounds: {args.rounds}  "
-          f"cooldown: {args.cooldown} s  dtype: {args.dtype}")
+    print(
+        f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d')}  rounds: {args.rounds}  "
+        f"cooldown: {args.cooldown} s  dtype: {args.dtype}"
+    )
     wide = args.dtype in ("float32", "tfloat32")
     dtype = torch.float32 if wide else getattr(torch, args.dtype)
     torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tfloat32"  # cuBLAS does what the kernel does
@@ -190,7 +227,9 @@ def main():
             firsts[name] = time.perf_counter() - t0
             errs[name] = ((c.float() - ref).norm() / ref.norm()).item()
             kernels[name] = functools.partial(kern, a, b, c)
-        for name, cfg in (SPLIT_K.items() if args.split_k and max(shape) <= 4096 and args.dtype == "float16" else ()):
+        for name, cfg in (
+            SPLIT_K.items() if args.split_k and max(shape) <= 4096 and args.dtype == "float16" else ()
+        ):
             c32 = torch.empty(m, n, device="cuda")
             t0 = time.perf_counter()
             kern = gemm_split_k.compile(a, b, c32, **cfg)
@@ -199,7 +238,9 @@ def main():
             torch.cuda.synchronize()
             firsts[name] = time.perf_counter() - t0
             errs[name] = ((c32 - ref).norm() / ref.norm()).item()
-            kernels[name] = functools.partial(lambda k, a, b, c32: (c32.zero_(), k(a, b, c32)), kern, a, b, c32)
+            kernels[name] = functools.partial(
+                lambda k, a, b, c32: (c32.zero_(), k(a, b, c32)), kern, a, b, c32
+            )
             configs[name] = (cfg, {})
         # Round-robin: every config (torch included) is timed once per round, so clock and thermal drift
         # over the run hit all of them alike; the reported time is the median of the round medians.
@@ -214,9 +255,20 @@ def main():
         for name in configs:
             t = statistics.median(per_round[name])
             lo, hi = min(per_round[name]), max(per_round[name])
-            row = dict(size=size, dtype=args.dtype, config=name, tflops=flop / t / 1e12, torch_tflops=flop / t_ref / 1e12,
-                       ms=t * 1e3, round_ms_min=lo * 1e3, round_ms_max=hi * 1e3, rel_err=errs[name],
-                       first_call_s=firsts[name], rounds=args.rounds, cooldown_s=args.cooldown)
+            row = dict(
+                size=size,
+                dtype=args.dtype,
+                config=name,
+                tflops=flop / t / 1e12,
+                torch_tflops=flop / t_ref / 1e12,
+                ms=t * 1e3,
+                round_ms_min=lo * 1e3,
+                round_ms_max=hi * 1e3,
+                rel_err=errs[name],
+                first_call_s=firsts[name],
+                rounds=args.rounds,
+                cooldown_s=args.cooldown,
+            )
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
             print(f"{size:>16} {name:26s} {row['tflops']:7.1f} TFLOP/s  torch {row['torch_tflops']:7.1f}  "

@@ -35,25 +35,62 @@ CONFIGS = {  # name -> gemm_fp8 compile-time arguments
     "128x256x64 t256 s6": dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=6),
     "128x128x128 t256 s5": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5),
     "64x256x128 t128 s4": dict(block_M=64, block_N=256, block_K=128, threads=128, num_stages=4),
-    "128x256x128 t256 s4 not persistent": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
-                                               env={"TILE_NB_PERSISTENT": "0"}),  # lowering switches while compiling
-    "128x256x128 t256 s4 no TMA store": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
-                                             env={"TILE_NB_TMA_STORE": "0"}),
-    "128x256x128 t256 s4 consumer stores": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
-                                                env={"TILE_NB_PRODUCER_STORES": "0"}),  # the epilogue until 12-03
-    "128x256x128 t256 s4 no stream-K": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
-                                            env={"TILE_NB_STREAM_K": "0"}),  # the last wave's tiles whole (to 12-03)
-    "128x256x128 t256 s4 cluster": dict(block_M=128, block_N=256, block_K=128, threads=256, num_stages=4,
-                                        env={"TILE_NB_CLUSTER": "2"}),
+    "128x256x128 t256 s4 not persistent": dict(
+        block_M=128,
+        block_N=256,
+        block_K=128,
+        threads=256,
+        num_stages=4,
+        # lowering switches while compiling
+        env={"TILE_NB_PERSISTENT": "0"},
+    ),
+    "128x256x128 t256 s4 no TMA store": dict(
+        block_M=128, block_N=256, block_K=128, threads=256, num_stages=4, env={"TILE_NB_TMA_STORE": "0"}
+    ),
+    "128x256x128 t256 s4 consumer stores": dict(
+        block_M=128,
+        block_N=256,
+        block_K=128,
+        threads=256,
+        num_stages=4,
+        # the epilogue until 12-03
+        env={"TILE_NB_PRODUCER_STORES": "0"},
+    ),
+    "128x256x128 t256 s4 no stream-K": dict(
+        block_M=128,
+        block_N=256,
+        block_K=128,
+        threads=256,
+        num_stages=4,
+        # the last wave's tiles whole (to 12-03)
+        env={"TILE_NB_STREAM_K": "0"},
+    ),
+    "128x256x128 t256 s4 cluster": dict(
+        block_M=128, block_N=256, block_K=128, threads=256, num_stages=4, env={"TILE_NB_CLUSTER": "2"}
+    ),
     # small problems (1024^3: 128x128 tiles give 64 CTAs for 132 SMs): 128 CTAs of 64x128 or 128x64
     "64x128x128 t128 s4": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4),
-    "64x128x128 t128 s4 TMA": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4,
-                                   env={"TILE_NB_TMA": "1"}),  # the warpgroup's own first thread issues the loads
-    "64x128x128 t128 s4 TMA, producer warp": dict(block_M=64, block_N=128, block_K=128, threads=128, num_stages=4,
-                                                  env={"TILE_NB_TMA": "1", "TILE_NB_PRODUCER_WARP": "1"}),
+    "64x128x128 t128 s4 TMA": dict(
+        block_M=64,
+        block_N=128,
+        block_K=128,
+        threads=128,
+        num_stages=4,
+        # the warpgroup's own first thread issues the loads
+        env={"TILE_NB_TMA": "1"},
+    ),
+    "64x128x128 t128 s4 TMA, producer warp": dict(
+        block_M=64,
+        block_N=128,
+        block_K=128,
+        threads=128,
+        num_stages=4,
+        env={"TILE_NB_TMA": "1", "TILE_NB_PRODUCER_WARP": "1"},
+    ),
     "128x64x128 t256 s4": dict(block_M=128, block_N=64, block_K=128, threads=256, num_stages=4),
-    "128x128x128 t256 s5 precise": dict(block_M=128, block_N=128, block_K=128, threads=256, num_stages=5,
-                                        precise_accum=True),  # fp8 only: float32 sums per k-tile (docs/IR.md)
+    "128x128x128 t256 s5 precise": dict(
+        block_M=128, block_N=128, block_K=128, threads=256, num_stages=5, precise_accum=True
+    ),  # fp8 only: float32 sums per k-tile (docs/IR.md)
 }
 
 
@@ -66,17 +103,23 @@ def switches(env: dict):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK")
+    ap.add_argument(
+        "--sizes", nargs="+", default=["1024", "2048", "4096", "8192"], help="N (square) or MxNxK"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--int8", action="store_true", help="int8 x int8 -> int32 against torch._int_mm")
     ap.add_argument("--only", nargs="+", default=None, help="time only these configurations (and cuBLAS)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.only and set(args.only) - set(CONFIGS):
-        sys.exit(f"--only: no configuration named {sorted(set(args.only) - set(CONFIGS))}; known: {sorted(CONFIGS)}")
+        sys.exit(
+            f"--only: no configuration named {sorted(set(args.only) - set(CONFIGS))}; known: {sorted(CONFIGS)}"
+        )
     what = "int8 x int8 -> int32" if args.int8 else "e4m3 x e4m3 -> bf16, per-tensor scales"
-    print(f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
-          f"{what}")
+    print(
+        f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
+        f"{what}"
+    )
     torch_name = "torch._int_mm" if args.int8 else "torch._scaled_mm"
     rows = []
     for size in args.sizes:
@@ -125,15 +168,25 @@ def main():
             precise = args.int8 or configs[name].get("precise_accum", False)
             t_ref = statistics.median(per_round[torch_name if precise else FAST])
             t = statistics.median(per_round[name])
-            row = dict(size=size, dtype="int8" if args.int8 else "float8_e4m3fn", config=name,
-                       reference=torch_name if precise else FAST, tflops=flop / t / 1e12,
-                       torch_tflops=flop / t_ref / 1e12, ms=t * 1e3, rel_err=errs[name], first_call_s=firsts[name],
-                       rounds=args.rounds)
+            row = dict(
+                size=size,
+                dtype="int8" if args.int8 else "float8_e4m3fn",
+                config=name,
+                reference=torch_name if precise else FAST,
+                tflops=flop / t / 1e12,
+                torch_tflops=flop / t_ref / 1e12,
+                ms=t * 1e3,
+                rel_err=errs[name],
+                first_call_s=firsts[name],
+                rounds=args.rounds,
+            )
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
-            print(f"{size:>16} {name:28s} {row['tflops']:7.1f} TFLOP/s  {row['reference']} {row['torch_tflops']:7.1f}  "
-                  f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
-                  f"first call {firsts[name]:.2f}s")
+            print(
+                f"{size:>16} {name:28s} {row['tflops']:7.1f} TFLOP/s  {row['reference']} {row['torch_tflops']:7.1f}  "
+                f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
+                f"first call {firsts[name]:.2f}s"
+            )
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)

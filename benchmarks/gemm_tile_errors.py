@@ -71,15 +71,19 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
                     continue
                 lin = linear_tile(bx, by, tiles_n)
                 if lin < waves * ctas or not stream_k:
-                    bad.setdefault(("whole tile, wave", lin // ctas), []).append((f"CTA {lin % ctas}", round(worst, 3)))
+                    bad.setdefault(("whole tile, wave", lin // ctas), []).append(
+                        (f"CTA {lin % ctas}", round(worst, 3))
+                    )
                 else:
                     t = lin - waves * ctas
                     finisher, first = owners[t]
                     bad.setdefault(("tail tile, contributors", finisher - first), []).append(
                         (f"tile {t}, finisher {finisher}", round(worst, 3)))
         summary = {k: (len(v), v[:4]) for k, v in bad.items()} or "none"
-        print(f"{M}x{N}x{K} {attrs or 'default'} launch {launch + 1}: waves {waves}, tail {tail}: wrong tiles: {summary}",
-              flush=True)
+        print(
+            f"{M}x{N}x{K} {attrs or 'default'} launch {launch + 1}: waves {waves}, tail {tail}: wrong tiles: {summary}",
+            flush=True,
+        )
 
 
 def main():

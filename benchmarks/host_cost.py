@@ -80,12 +80,16 @@ def _no_launch(*args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--cuda-host", action="store_true", help="also time the build option host='cuda_host'")
+    parser.add_argument(
+        "--cuda-host", action="store_true", help="also time the build option host='cuda_host'"
+    )
     args = parser.parse_args()
     import tvm_ffi
 
@@ -96,13 +100,18 @@ def main():
     c16 = torch.empty(size, size, device="cuda", dtype=torch.float16)
     gemm(a, b, c)
     torch.testing.assert_close(c, (a.float() @ b.float()), atol=1e-2, rtol=1e-3)
-    kernel = gemm.compile(a, b, c)   # the very kernel the call above launched (same facts, from spec.compiled)
+    # the very kernel the call above launched (same facts, from spec.compiled)
+    kernel = gemm.compile(a, b, c)
     raw = kernel._func
     ta, tb, tc = (tvm_ffi.from_dlpack(t) for t in (a, b, c))
 
     facts = {
-        "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "torch": torch.__version__, "tvm_ffi": getattr(tvm_ffi, "__version__", "?"), "size": size, "n": args.n,
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__,
+        "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
+        "size": size,
+        "n": args.n,
         "torch_has_dlpack_c_exchange_api": hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
         or hasattr(torch.Tensor, "__c_dlpack_exchange_api__"),
     }

@@ -87,8 +87,13 @@ def cases(sizes):
     Y = torch.randn(1 << 20)
     yield "add 2^20 (1024 CTAs)", add, [Y, Y.clone()], {}, 1024
     Q, K, V = (torch.randn(1, 8, 1024, 64).half() for _ in range(3))
-    yield "flash attention fwd b1 h8 s1024 d64 (64x64 tiles)", reference.flash_attention, [Q, K, V,
-                                                                                        torch.empty_like(Q)], {}, 128
+    yield (
+        "flash attention fwd b1 h8 s1024 d64 (64x64 tiles)",
+        reference.flash_attention,
+        [Q, K, V, torch.empty_like(Q)],
+        {},
+        128,
+    )
 
 
 def main():
@@ -114,8 +119,16 @@ def main():
                 interp.run(f, a, threads=t)
 
             med, lo, hi, cpu = timed(call, args.reps)
-            row = dict(case=name, ctas=ctas, threads=threads, first_call_s=round(first, 3), median_s=round(med, 3),
-                       min_s=round(lo, 3), max_s=round(hi, 3), cpu_median_s=round(cpu, 3))
+            row = dict(
+                case=name,
+                ctas=ctas,
+                threads=threads,
+                first_call_s=round(first, 3),
+                median_s=round(med, 3),
+                min_s=round(lo, 3),
+                max_s=round(hi, 3),
+                cpu_median_s=round(cpu, 3),
+            )
             rows.append(row)
             print(json.dumps(row), flush=True)
     info["loadavg_after"] = os.getloadavg()

@@ -200,8 +200,13 @@ def main():
     args = ap.parse_args()
     triton_make = None if args.no_triton else triton_fns()
     start = time.time()
-    info = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-            "triton": getattr(sys.modules.get("triton"), "__version__", None), "rows": args.rows}
+    info = {
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "triton": getattr(sys.modules.get("triton"), "__version__", None),
+        "rows": args.rows,
+    }
     print(f"device: {info['device']}  date: {info['date']}  torch {info['torch']}  triton {info['triton']}")
     rows = []
     M = args.rows
@@ -268,14 +273,28 @@ def main():
             t_triton = entries.get("triton", (None,))[0]
             for name, (t, err, note) in entries.items():
                 gbs = nbytes / t / 1e9
-                row = dict(op=op, rows=M, cols=N, impl=name, ms=t * 1e3, gbs=gbs, pct_copy=100 * gbs / copy_bw,
-                           copy_gbs=copy_bw, rel_err=err, ok=bool(err <= tol), vs_torch=t_torch / t,
-                           vs_triton=(t_triton / t) if t_triton else None, config=note)
+                row = dict(
+                    op=op,
+                    rows=M,
+                    cols=N,
+                    impl=name,
+                    ms=t * 1e3,
+                    gbs=gbs,
+                    pct_copy=100 * gbs / copy_bw,
+                    copy_gbs=copy_bw,
+                    rel_err=err,
+                    ok=bool(err <= tol),
+                    vs_torch=t_torch / t,
+                    vs_triton=(t_triton / t) if t_triton else None,
+                    config=note,
+                )
                 rows.append(row)
                 flag = "" if row["ok"] else f"  WRONG (err {err:.1e})"
                 vt = f"  x{row['vs_triton']:.2f} triton" if row["vs_triton"] else ""
-                print(f"  {op:12s} N={N:5d} {name:12s} {t * 1e6:9.1f} us {gbs:7.0f} GB/s {row['pct_copy']:5.1f}% copy"
-                      f"  x{row['vs_torch']:.2f} torch{vt}  {note}{flag}")
+                print(
+                    f"  {op:12s} N={N:5d} {name:12s} {t * 1e6:9.1f} us {gbs:7.0f} GB/s {row['pct_copy']:5.1f}% copy"
+                    f"  x{row['vs_torch']:.2f} torch{vt}  {note}{flag}"
+                )
             X = W = B = Y = None
             torch.cuda.empty_cache()
     info["seconds"] = time.time() - start
@@ -283,12 +302,16 @@ def main():
         with open(args.out, "w") as fh:
             json.dump({"info": info, "rows": rows}, fh, indent=1)
     # Short table last (the device tool returns the tail of the output).
-    print(f"\nsummary ({info['device']}, {info['date']}): tile_nb best config, % of copy bandwidth, x torch, x triton")
+    print(
+        f"\nsummary ({info['device']}, {info['date']}): tile_nb best config, % of copy bandwidth, x torch, x triton"
+    )
     for r in rows:
         if r["impl"] in ("tile_nb", "tile_nb dyn") or r["impl"].startswith("ref"):
             vt = f"{r['vs_triton']:.2f}" if r["vs_triton"] else "-"
-            print(f"{r['op']:12s} {r['cols']:5d} {r['impl']:11s} {r['pct_copy']:5.1f}%  {r['vs_torch']:.2f}  {vt}"
-                  f"{'' if r['ok'] else '  WRONG'}")
+            print(
+                f"{r['op']:12s} {r['cols']:5d} {r['impl']:11s} {r['pct_copy']:5.1f}%  {r['vs_torch']:.2f}  {vt}"
+                f"{'' if r['ok'] else '  WRONG'}"
+            )
 
 
 if __name__ == "__main__":

@@ -26,15 +26,19 @@ from tile_nb.runtime import compile as rt_compile  # noqa: E402
 FAMILIES = ("HGMMA", "QGMMA", "IGMMA", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "LDGSTS", "HMMA", "STL", "LDL")
 
 KERNELS = {
-    "GEMM fp16 128x256x64, 256 threads, 4 stages (8192^3)":
-        lambda: gemm_ir(8192, 8192, 8192, block_N=256, block_K=64, threads=256, num_stages=4, out_dtype="float16"),
+    "GEMM fp16 128x256x64, 256 threads, 4 stages (8192^3)": lambda: gemm_ir(
+        8192, 8192, 8192, block_N=256, block_K=64, threads=256, num_stages=4, out_dtype="float16"
+    ),
     "GEMM fp16 seed 128x128x32, 128 threads (8192^3)": lambda: gemm_ir(8192, 8192, 8192),
-    "GEMM fp8 e4m3 128x256x128, 256 threads, 4 stages (8192^3)":
-        lambda: gemm_fp8.specialize(M=8192, N=8192, K=8192, block_N=256, block_K=128, threads=256, num_stages=4),
-    "FlashAttention hd128 128x128, 256 threads (4x32x4096)":
-        lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=128, block_M=128, block_N=128, threads=256),
-    "FlashAttention hd64 64x128, 128 threads (4x32x4096)":
-        lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=64, block_M=64, block_N=128),
+    "GEMM fp8 e4m3 128x256x128, 256 threads, 4 stages (8192^3)": lambda: gemm_fp8.specialize(
+        M=8192, N=8192, K=8192, block_N=256, block_K=128, threads=256, num_stages=4
+    ),
+    "FlashAttention hd128 128x128, 256 threads (4x32x4096)": lambda: ref.flash_attention.specialize(
+        B=4, H=32, S=4096, D=128, block_M=128, block_N=128, threads=256
+    ),
+    "FlashAttention hd64 64x128, 128 threads (4x32x4096)": lambda: ref.flash_attention.specialize(
+        B=4, H=32, S=4096, D=64, block_M=64, block_N=128
+    ),
 }
 
 
@@ -72,14 +76,19 @@ def main():
             sys.exit("no disassembler (cuobjdump or nvdisasm) on PATH")
         res = kernel.resources
         rows.append((name, res, instruction_mix(kernel.sass), kernel.plan["pipeline"]))
-    lines = [f"Built {time.strftime('%Y-%m-%d')} for sm_90a with `python benchmarks/sass_report.py` (nvcc on this "
-             "machine; static counts in the whole kernel, not executed counts).", "",
-             "| kernel | registers | spill bytes | " + " | ".join(FAMILIES) + " |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in FAMILIES) + " |"]
+    lines = [
+        f"Built {time.strftime('%Y-%m-%d')} for sm_90a with `python benchmarks/sass_report.py` (nvcc on this "
+        "machine; static counts in the whole kernel, not executed counts).",
+        "",
+        "| kernel | registers | spill bytes | " + " | ".join(FAMILIES) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in FAMILIES) + " |",
+    ]
     for name, res, mix, _ in rows:
         lines.append(f"| {name} | {res.registers} | {res.spill_stores + res.spill_loads} | "
                      + " | ".join(str(mix[f]) for f in FAMILIES) + " |")
-    lines += ["", "Pipelines (the plan's words):"] + [f"- {name}: {pipeline}" for name, _, _, pipeline in rows]
+    lines += ["", "Pipelines (the plan's words):"] + [
+        f"- {name}: {pipeline}" for name, _, _, pipeline in rows
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -42,8 +42,10 @@ def scaled_mul(X, W, scale: float = 1.0, block: int = 256):
     with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
         for i in T.Parallel(block):
             if bx * block + i < N:
-                out[bx * block + i] = T.cast(T.cast(X[bx * block + i], T.float32) * T.cast(W[bx * block + i],
-                                                                                       T.float32) * scale, T.float16)
+                out[bx * block + i] = T.cast(
+                    T.cast(X[bx * block + i], T.float32) * T.cast(W[bx * block + i], T.float32) * scale,
+                    T.float16,
+                )
     return out
 
 
@@ -69,7 +71,9 @@ def model_torch(x, w):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", type=int, default=128, help="the GEMM's M = N = K")
@@ -100,13 +104,23 @@ def main():
     gemm_overload(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-3)
     ref = (x.float() * w.float() * 2).half()
-    for fn in (lambda: scaled_mul(x, w, scale=2.0), lambda: mul_op(x, w, scale=2.0), lambda: mul_overload(x, w)):
+    for fn in (
+        lambda: scaled_mul(x, w, scale=2.0),
+        lambda: mul_op(x, w, scale=2.0),
+        lambda: mul_overload(x, w),
+    ):
         torch.testing.assert_close(fn(), ref, atol=1e-2, rtol=1e-2)
 
-    facts = {"device": torch.cuda.get_device_name() if cuda else "cpu (interpreter: the numbers mean nothing)",
-             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
-             "size": size, "elems": args.elems, "n": args.n, "gemm op": gemm_op.entry({}).schema,
-             "elementwise op": mul_op.entry({"scale": 2.0}).schema}
+    facts = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu (interpreter: the numbers mean nothing)",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__,
+        "size": size,
+        "elems": args.elems,
+        "n": args.n,
+        "gemm op": gemm_op.entry({}).schema,
+        "elementwise op": mul_op.entry({"scale": 2.0}).schema,
+    }
     print(json.dumps(facts))
     rows = {
         "empty loop": lambda: None,
@@ -157,7 +171,9 @@ def main():
             "scaled_mul: OpOverload - bare": per_call["torch.ops.tile_nb.scaled_mul_N.default(x, w)"]
             - per_call["scaled_mul(x, w, scale=2.0)  (bare cached call)"]}
     if not args.no_compile:
-        over["model: compiled - eager"] = per_call["torch.compile(model)  (inductor)"] - per_call["model(x, w)  (eager)"]
+        over["model: compiled - eager"] = (
+            per_call["torch.compile(model)  (inductor)"] - per_call["model(x, w)  (eager)"]
+        )
     for name, us in over.items():
         print(f"  {name:56s} {us:+8.2f} us")
     if args.json:

@@ -94,20 +94,38 @@ def search(args) -> dict:
     same = best.config == HAND_PICKED
     t = result.timings
     return {
-        "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "size": n,
-        "configs": len(result.points), "timed": sum(p.ok for p in result.points), "pruned": len(result.pruned),
-        "failed": len(result.failures), "workers": result.workers, "pool": result.pool,
-        "best": best.config, "best_is_hand_picked": same,
-        "search_s": wall, "setup_s": t.get("setup", 0.0), "elaborate_s": t.get("elaborate", 0.0),
-        "compile_wall_s": t.get("compile_wall", 0.0), "compile_busy_s": t.get("compile_busy", 0.0), "bench_s": t.get("bench", 0.0),
-        "confirm_s": t.get("confirm", 0.0), "total_s": t.get("total", 0.0),
+        "device": torch.cuda.get_device_name(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "size": n,
+        "configs": len(result.points),
+        "timed": sum(p.ok for p in result.points),
+        "pruned": len(result.pruned),
+        "failed": len(result.failures),
+        "workers": result.workers,
+        "pool": result.pool,
+        "best": best.config,
+        "best_is_hand_picked": same,
+        "search_s": wall,
+        "setup_s": t.get("setup", 0.0),
+        "elaborate_s": t.get("elaborate", 0.0),
+        "compile_wall_s": t.get("compile_wall", 0.0),
+        "compile_busy_s": t.get("compile_busy", 0.0),
+        "bench_s": t.get("bench", 0.0),
+        "confirm_s": t.get("confirm", 0.0),
+        "total_s": t.get("total", 0.0),
         "search_best_tflops": best.tflops,
-        "tuned_ms": med["tuned"] * 1e3, "hand_ms": med["hand-picked"] * 1e3, "torch_ms": med["torch.matmul"] * 1e3,
-        "tuned_tflops": flops / med["tuned"] / 1e12, "hand_tflops": flops / med["hand-picked"] / 1e12,
+        "tuned_ms": med["tuned"] * 1e3,
+        "hand_ms": med["hand-picked"] * 1e3,
+        "torch_ms": med["torch.matmul"] * 1e3,
+        "tuned_tflops": flops / med["tuned"] / 1e12,
+        "hand_tflops": flops / med["hand-picked"] / 1e12,
         "torch_tflops": flops / med["torch.matmul"] / 1e12,
-        "hand_over_tuned": med["hand-picked"] / med["tuned"], "within_3pct": med["tuned"] <= 1.03 * med["hand-picked"],
-        "rounds": {k: [x * 1e3 for x in v] for k, v in rounds.items()}, "rel_err": err,
-        "points": [p.to_dict() for p in result.points], "notes": result.notes,
+        "hand_over_tuned": med["hand-picked"] / med["tuned"],
+        "within_3pct": med["tuned"] <= 1.03 * med["hand-picked"],
+        "rounds": {k: [x * 1e3 for x in v] for k, v in rounds.items()},
+        "rel_err": err,
+        "points": [p.to_dict() for p in result.points],
+        "notes": result.notes,
     }
 
 
@@ -160,16 +178,24 @@ def main() -> None:
     os.environ["TILE_NB_CACHE_DIR"] = cache
     report = search(args)
     t0 = time.perf_counter()
-    child = subprocess.run([sys.executable, os.path.abspath(__file__), args.out, "--child-pickup", "--size",
-                            str(args.size)], capture_output=True, text=True, env=dict(os.environ), timeout=300,
-                           check=False)
+    child = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), args.out, "--child-pickup", "--size", str(args.size)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+        check=False,
+    )
     if child.returncode != 0:
         print(child.stdout[-3000:], child.stderr[-3000:], file=sys.stderr)
         raise SystemExit("the pickup process failed")
     report["pickup"] = json.loads(child.stdout.strip().splitlines()[-1])
     report["pickup"]["process_s"] = time.perf_counter() - t0
-    report["pickup_ok"] = (report["pickup"]["stats"]["from_store"] == 1 and report["pickup"]["stats"]["searched"] == 0
-                           and report["pickup"]["config"] == report["best"])
+    report["pickup_ok"] = (
+        report["pickup"]["stats"]["from_store"] == 1
+        and report["pickup"]["stats"]["searched"] == 0
+        and report["pickup"]["config"] == report["best"]
+    )
     report["script_s"] = time.perf_counter() - start
     with open(args.out, "w") as fh:
         json.dump(report, fh, indent=1, default=str)
@@ -178,18 +204,41 @@ def main() -> None:
     rows = [
         ("device / size", f"{r['device']} / {r['size']}^3 fp16"),
         ("configs: timed / pruned / failed", f"{r['configs']}: {r['timed']} / {r['pruned']} / {r['failed']}"),
-        ("best (tuned)", " ".join(f"{k}={v}" for k, v in r["best"].items())
-         + (" (= hand-picked)" if r["best_is_hand_picked"] else "")),
-        ("tuned / hand-picked / torch TFLOP/s", (f"{r['tuned_tflops']:.1f} / {r['hand_tflops']:.1f} / "
-                                                f"{r['torch_tflops']:.1f}  ({args.rounds} interleaved rounds)")),
+        (
+            "best (tuned)",
+            " ".join(f"{k}={v}" for k, v in r["best"].items())
+            + (" (= hand-picked)" if r["best_is_hand_picked"] else ""),
+        ),
+        (
+            "tuned / hand-picked / torch TFLOP/s",
+            (
+                f"{r['tuned_tflops']:.1f} / {r['hand_tflops']:.1f} / "
+                f"{r['torch_tflops']:.1f}  ({args.rounds} interleaved rounds)"
+            ),
+        ),
         ("hand-picked ms / tuned ms", f"{r['hand_over_tuned']:.3f}  (within 3%: {r['within_3pct']})"),
-        ("search wall", (f"{r['search_s']:.1f} s = setup {r['setup_s']:.1f} + elaborate {r['elaborate_s']:.1f} + "
-                        f"compile {r['compile_wall_s']:.1f} + timing {r['bench_s']:.1f} + confirm "
-                        f"{r['confirm_s']:.1f} (+ rest)")),
-        ("compile", (f"{r['compile_busy_s']:.1f} s of compiling over {r['workers']} workers ({r['pool']}) in "
-                    f"{r['compile_wall_s']:.1f} s")),
-        ("new process: first call / lookup", (f"{p['first_call_ms']:.1f} ms / {p['lookup_ms']:.1f} ms "
-                                             f"(< 100 ms: {p['first_call_ms'] < 100}); stats {p['stats']}")),
+        (
+            "search wall",
+            (
+                f"{r['search_s']:.1f} s = setup {r['setup_s']:.1f} + elaborate {r['elaborate_s']:.1f} + "
+                f"compile {r['compile_wall_s']:.1f} + timing {r['bench_s']:.1f} + confirm "
+                f"{r['confirm_s']:.1f} (+ rest)"
+            ),
+        ),
+        (
+            "compile",
+            (
+                f"{r['compile_busy_s']:.1f} s of compiling over {r['workers']} workers ({r['pool']}) in "
+                f"{r['compile_wall_s']:.1f} s"
+            ),
+        ),
+        (
+            "new process: first call / lookup",
+            (
+                f"{p['first_call_ms']:.1f} ms / {p['lookup_ms']:.1f} ms "
+                f"(< 100 ms: {p['first_call_ms'] < 100}); stats {p['stats']}"
+            ),
+        ),
         ("rel. error vs fp32 torch", f"{r['rel_err']:.1e}"),
         ("whole script", f"{r['script_s']:.0f} s"),
     ]

@@ -64,10 +64,17 @@ def child(mode: str, workers: int) -> dict:
     failed = [o for o in outcomes if not o.get("ok")]
     after = [o for o in outcomes if o.get("pid") != os.getpid()]
     rate = len(after) / (wall - ready_at) if ready_at is not None and wall > ready_at else None
-    return {"mode": mode, "wall_s": wall, "busy_s": sum(o.get("seconds", 0.0) for o in outcomes),
-            "jobs_per_s": len(jobs) / wall, "worker_jobs_per_s": rate,
-            "jobs": len(jobs), "failed": len(failed), "by_parent": sum(o.get("pid") == os.getpid() for o in outcomes),
-            "first_worker_result_started_s": ready_at}
+    return {
+        "mode": mode,
+        "wall_s": wall,
+        "busy_s": sum(o.get("seconds", 0.0) for o in outcomes),
+        "jobs_per_s": len(jobs) / wall,
+        "worker_jobs_per_s": rate,
+        "jobs": len(jobs),
+        "failed": len(failed),
+        "by_parent": sum(o.get("pid") == os.getpid() for o in outcomes),
+        "first_worker_result_started_s": ready_at,
+    }
 
 
 _SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000):\n    x += i\nprint(time.perf_counter() - t)\n"
@@ -76,8 +83,12 @@ _SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000)
 def effective_cores(n: int) -> float:
     """How many cores this process can really use now (the machine may be shared): n busy loops in parallel vs
     one alone; n x (time alone / time in parallel)."""
-    one = float(subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True, check=True).stdout)
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    one = float(
+        subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True, check=True).stdout
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True) for _ in range(n)
+    ]
     many = max(float(p.communicate()[0]) for p in procs)
     return n * one / many
 
@@ -116,11 +127,18 @@ def main() -> None:
     steady = statistics.median(r["worker_jobs_per_s"] for r in runs if r["mode"] == "workers-only")
     start = statistics.median(r["first_worker_result_started_s"] for r in runs if r["mode"] == "workers-only")
     usable = statistics.median(r["effective_cores_before"] for r in runs)
-    summary = {"steady_state_speedup": steady / serial_rate, "worker_start_s": start, "usable_cores": usable,
-               "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
-               "date": time.strftime("%Y-%m-%d %H:%M"), "workers": args.workers, "median_wall_s": med,
-               "speedup_pool": med["serial"] / med["pool"], "speedup_workers_only": med["serial"] / med["workers-only"],
-               "runs": runs}
+    summary = {
+        "steady_state_speedup": steady / serial_rate,
+        "worker_start_s": start,
+        "usable_cores": usable,
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "workers": args.workers,
+        "median_wall_s": med,
+        "speedup_pool": med["serial"] / med["pool"],
+        "speedup_workers_only": med["serial"] / med["workers-only"],
+        "runs": runs,
+    }
     print(f"median wall: serial {med['serial']:.1f} s, pool {med['pool']:.1f} s "
           f"(x{summary['speedup_pool']:.2f}), workers only {med['workers-only']:.1f} s "
           f"(x{summary['speedup_workers_only']:.2f}); workers start in {start:.1f} s, then compile "

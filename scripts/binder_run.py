@@ -82,7 +82,9 @@ class PeakSampler(threading.Thread):
 
 def run_notebook(path: Path, timeout: int) -> dict:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     sampler = PeakSampler()
     sampler.start()
     start = time.perf_counter()
@@ -102,13 +104,22 @@ def run_notebook(path: Path, timeout: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
-    parser.add_argument("--limit-mb", type=float, default=1000.0, help="fail above this peak (default 1000 MB)")
-    parser.add_argument("--limit-on", choices=("total", "kernel"), default="total",
-                        help="which peak the limit applies to: the total with the driver (what a binder container "
-                             "counts; the default) or the kernel and its children alone")
+    parser.add_argument(
+        "--limit-mb", type=float, default=1000.0, help="fail above this peak (default 1000 MB)"
+    )
+    parser.add_argument(
+        "--limit-on",
+        choices=("total", "kernel"),
+        default="total",
+        help="which peak the limit applies to: the total with the driver (what a binder container "
+        "counts; the default) or the kernel and its children alone",
+    )
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args(argv)
-    print(f"python {sys.executable}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}", flush=True)
+    print(
+        f"python {sys.executable}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}",
+        flush=True,
+    )
     rows = []
     for path in args.notebooks:
         row = run_notebook(path, args.timeout)

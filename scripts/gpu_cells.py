@@ -39,7 +39,10 @@ def run_notebook(path: str) -> dict:
         label = f"{path} cell {number}{' [gpu]' if gpu else ''}{' (%%tilekernel body)' if magic else ''}"
         if any(line.lstrip().startswith("%") for line in source.splitlines()) or (magic and raises):
             counts["not run"] += 1
-            print(f"  NOT RUN {label}: {'its error comes from the magic' if magic else 'IPython magic'}", flush=True)
+            print(
+                f"  NOT RUN {label}: {'its error comes from the magic' if magic else 'IPython magic'}",
+                flush=True,
+            )
             continue
         start = time.perf_counter()
         try:

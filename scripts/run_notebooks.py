@@ -15,7 +15,9 @@ def main(paths: list[str], out_dir: str = "build/notebooks") -> int:
         start = time.perf_counter()
         print(f"[{i}/{len(paths)}] {path} ...", flush=True)
         nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}).execute()
+        NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}
+        ).execute()
         nbformat.write(nb, out / Path(path).name)
         print(f"      done in {time.perf_counter() - start:.1f} s -> {out / Path(path).name}", flush=True)
     return 0

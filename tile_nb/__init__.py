@@ -27,13 +27,28 @@ from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
 from .lower.options import LoweringOptions, options, reset_options, set_options
 from .torch.ops import install_dynamo_hook as _install_dynamo_hook
 
-_install_dynamo_hook()  # kernels called inside torch.compile become their custom ops (tile_nb/torch; no import)
+# kernels called inside torch.compile become their custom ops (tile_nb/torch; no import)
+_install_dynamo_hook()
 
 __version__ = "0.1.0"
 
-__all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning", "autotune", "Autotuner", "TileNBError",
-           "run_source", "register_source", "__version__", "load_ipython_extension", "LoweringOptions", "options",
-           "set_options", "reset_options"]
+__all__ = [
+    "jit",
+    "lazy_jit",
+    "JITFunction",
+    "NotLowerableWarning",
+    "autotune",
+    "Autotuner",
+    "TileNBError",
+    "run_source",
+    "register_source",
+    "__version__",
+    "load_ipython_extension",
+    "LoweringOptions",
+    "options",
+    "set_options",
+    "reset_options",
+]
 
 
 def load_ipython_extension(ip):

@@ -122,8 +122,11 @@ class Autotuner:
 
         if not tuning.gpu_available(args)[0] or not any(hasattr(a, "data_ptr") for a in args):
             if not self._warned_cpu:
-                warnings.warn(f"{self.__name__}: CPU tensors run on the interpreter with the first configuration "
-                              f"{self.configs[0]} (tuning needs CUDA tensors)", stacklevel=3)
+                warnings.warn(
+                    f"{self.__name__}: CPU tensors run on the interpreter with the first configuration "
+                    f"{self.configs[0]} (tuning needs CUDA tensors)",
+                    stacklevel=3,
+                )
                 self._warned_cpu = True
             return dict(self.configs[0])
         key_values = tuning_key(self.kernel, args, {**kwargs, **self.configs[0]}, self.tuned, self.key)
@@ -133,7 +136,9 @@ class Autotuner:
             self._count("from_memory")
             return config
         # Threads calling with new shapes at once: one searches, the others wait for its choice.
-        return build_once(self._chosen, memo, lambda: self._choose(memo, key_values, args, kwargs), self._searching)
+        return build_once(
+            self._chosen, memo, lambda: self._choose(memo, key_values, args, kwargs), self._searching
+        )
 
     def _choose(self, memo: tuple, key_values: dict, args, kwargs) -> dict:
         result = self._search(args, kwargs, self.configs)
@@ -183,8 +188,11 @@ class Autotuner:
 
         sha = self.kernel.identity()["source_sha256"]
         store = TuneStore()
-        return [e for e in store.entries(self.kernel.definition.name)
-                if ((store.load(e.key) or {}).get("material", {}).get("kernel", {}).get("source_sha256") == sha)]
+        return [
+            e
+            for e in store.entries(self.kernel.definition.name)
+            if ((store.load(e.key) or {}).get("material", {}).get("kernel", {}).get("source_sha256") == sha)
+        ]
 
     def clear_stored(self) -> int:
         """Delete this kernel's stored results (this source) and forget the choices of this process."""
@@ -216,7 +224,9 @@ def autotune(configs=None, key: list[str] | None = None, **options):
         if isinstance(fn, types.FunctionType):
             fn = jit(fn)
         if not isinstance(fn, JITFunction):
-            raise TypeError(f"tile_nb.autotune decorates a kernel or a Python function; got {type(fn).__name__}")
+            raise TypeError(
+                f"tile_nb.autotune decorates a kernel or a Python function; got {type(fn).__name__}"
+            )
         return Autotuner(fn, configs, key, **options)
 
     return wrap

@@ -53,18 +53,23 @@ DEFAULT_TESTS = ("testing/python/language/*eager*.py", "testing/python/language/
 _SM100 = re.compile(r"tcgen05\w*|alloc_tmem|\bTMEM\b|\btmem\w*|\bsm_?100a?\b|blockscaled|"
                     r"compute_version_(?:ge|eq)\(\s*10\b")
 _AMD = re.compile(r"\bmfma\w*|\bgfx9\d\d\b|target\s*=\s*[\"']hip|\brocm\b")
-_LOW = re.compile(r"\bmbarrier\w*|alloc_barrier|alloc_cluster_barrier|barrier_arrive|barrier_wait|tma_copy|"
-                  r"fence_proxy_async|set_max_nreg|\bT\.ws\b|\bWS(?:Sync|Role|Pipeline|Scope|ID)\b|ws_op|"
-                  r"get_thread_binding|thread_binding|\bptx_\w+|call_extern|wgmma\w*|ClusterKernel|access_ptr|"
-                  r"tvm_thread_allreduce|cp_async\w*|import_source|\bT\.attr\b|warp_specialize\w*")
+_LOW = re.compile(
+    r"\bmbarrier\w*|alloc_barrier|alloc_cluster_barrier|barrier_arrive|barrier_wait|tma_copy|"
+    r"fence_proxy_async|set_max_nreg|\bT\.ws\b|\bWS(?:Sync|Role|Pipeline|Scope|ID)\b|ws_op|"
+    r"get_thread_binding|thread_binding|\bptx_\w+|call_extern|wgmma\w*|ClusterKernel|access_ptr|"
+    r"tvm_thread_allreduce|cp_async\w*|import_source|\bT\.attr\b|warp_specialize\w*"
+)
 
 
 # Errors tile_nb raises that are symptoms of a tilelang form it does not read yet, when the case's
 # source uses that form: (error pattern, source pattern, the feature). Shown as "<feature>
 # (inferred)" in the missing column.
 _SYMPTOMS = (
-    (re.compile(r"'_TensorType' object is not callable|no tensor dim is exactly"), re.compile(r"\bT\.Tensor\("),
-     "tilelang.language.Tensor(shape, dtype) call form"),
+    (
+        re.compile(r"'_TensorType' object is not callable|no tensor dim is exactly"),
+        re.compile(r"\bT\.Tensor\("),
+        "tilelang.language.Tensor(shape, dtype) call form",
+    ),
 )
 
 
@@ -88,14 +93,16 @@ class Case:
     path: str                      # the script or test file
     klass: str = "tile-level"
     why: list = dataclasses.field(default_factory=list)   # the API names that set the class
-    call: list | None = None       # [args, kwargs] for main(), from a sibling test file; None: run as __main__
+    # [args, kwargs] for main(), from a sibling test file; None: run as __main__
+    call: list | None = None
     test: str | None = None        # the test function
     status: str = "not run"
     error: str = ""
     missing: str | None = None
     max_error: float | None = None
     seconds: float = 0.0
-    items: list | None = None      # tests: [pytest items passed, pytest items] (parametrized tests have several)
+    # tests: [pytest items passed, pytest items] (parametrized tests have several)
+    items: list | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -138,8 +145,13 @@ def _main_call(example: Path) -> list | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "main"
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == stem):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "main"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == stem
+            ):
                 call = _literal_call(node)
                 if call is not None:
                     return call
@@ -196,8 +208,10 @@ def discover(root: str | os.PathLike, cases: list[str] | None = None,
 
 def _child_env() -> dict:
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parent.parent)   # the directory holding the tile_nb package
-    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    here = str(Path(__file__).resolve().parent.parent)  # the directory holding the tile_nb package
+    env["PYTHONPATH"] = os.pathsep.join(
+        [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env.setdefault("PYTHONHASHSEED", "0")
     return env
 
@@ -254,7 +268,10 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
     if case.kind == "test":
         entries = list(result.get("tests", {}).values())
         if not entries:
-            case.status, case.error = "error", _last_line(err) or f"pytest exit status {result.get('exit_status')}"
+            case.status, case.error = (
+                "error",
+                _last_line(err) or f"pytest exit status {result.get('exit_status')}",
+            )
             return case
         order = {"error": 0, "fail": 1, "pass": 2, "skip": 3}
         worst = min(entries, key=lambda e: order.get(e["status"], 0))
@@ -262,7 +279,11 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
         case.status, case.error, case.missing = worst["status"], worst.get("error", ""), worst.get("missing")
         errors = [e["max_error"] for e in entries if e.get("max_error") is not None]
     else:
-        case.status, case.error, case.missing = result["status"], result.get("error", ""), result.get("missing")
+        case.status, case.error, case.missing = (
+            result["status"],
+            result.get("error", ""),
+            result.get("missing"),
+        )
         errors = [result["max_error"]] if result.get("max_error") is not None else []
     case.max_error = max(errors) if errors else None
     case.missing = _infer_missing(case)
@@ -319,13 +340,18 @@ def other_errors_ranked(cases: list[Case]) -> list[tuple[str, int]]:
         text = re.sub(r"kernel '\w+'", "kernel 'K'", re.sub(r"\b\w+\(\)", "K()", text))
         return re.sub(r"\d+", "N", text)[:140]
 
-    counts = collections.Counter(general(c.error) for c in cases if c.status in ("fail", "error") and not c.missing)
+    counts = collections.Counter(
+        general(c.error) for c in cases if c.status in ("fail", "error") and not c.missing
+    )
     return counts.most_common()
 
 
 def table(cases: list[Case]) -> str:
     """The per-case table and the totals, as Markdown (readable as plain text)."""
-    lines = ["| case | class | result | error / missing feature | max error |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| case | class | result | error / missing feature | max error |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for case in cases:
         what = f"missing: {case.missing}" if case.missing else case.error
         if case.missing and case.missing.endswith("(inferred)"):
@@ -338,18 +364,24 @@ def table(cases: list[Case]) -> str:
 
 def totals_table(cases: list[Case]) -> str:
     statuses = ("pass", "fail", "error", "timeout", "skip", "excluded")
-    lines = ["| class | cases | " + " | ".join(statuses) + " |", "| --- | --- | " + " | ".join("---" for _ in statuses)
-             + " |"]
+    lines = [
+        "| class | cases | " + " | ".join(statuses) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in statuses) + " |",
+    ]
     counts = totals(cases)
     for klass in [k for k in CLASSES if k in counts] + sorted(set(counts) - set(CLASSES)):
         c = counts[klass]
-        lines.append(f"| {klass} | {sum(c.values())} | " + " | ".join(str(c.get(s, 0)) for s in statuses) + " |")
+        lines.append(
+            f"| {klass} | {sum(c.values())} | " + " | ".join(str(c.get(s, 0)) for s in statuses) + " |"
+        )
     return "\n".join(lines)
 
 
 def _git_commit(root: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -381,8 +413,12 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
         "",
         f"- tilelang commit: `{commit or 'unknown'}` (a fetched checkout outside this repository)",
         f"- machine: {machine_text or machine()}",
-        f"- backend: {backend}" + (" (torch's \"cuda\" device mapped to the CPU: tile_nb's interpreter)"
-                                   if backend == "interp" else ""),
+        f"- backend: {backend}"
+        + (
+            " (torch's \"cuda\" device mapped to the CPU: tile_nb's interpreter)"
+            if backend == "interp"
+            else ""
+        ),
         f"- date: {date}",
         f"- command: `{command}` (per-case timeout {timeout:g} s)",
         "",
@@ -408,8 +444,13 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
     for api, n, names in missing_ranked(cases):
         shown = ", ".join(Path(x).name if "::" not in x else x.split("::")[-1] for x in names[:6])
         lines.append(f"| `{api}` | {n} | {_cell(shown + (', ...' if len(names) > 6 else ''), 160)} |")
-    lines += ["", "## Other first errors (not a missing API), grouped", "", "| first line of the error | cases |",
-              "| --- | --- |"]
+    lines += [
+        "",
+        "## Other first errors (not a missing API), grouped",
+        "",
+        "| first line of the error | cases |",
+        "| --- | --- |",
+    ]
     for text, n in other_errors_ranked(cases):
         lines.append(f"| {_cell(text, 160)} | {n} |")
     lines += ["", "## Per case", "", table(cases).split("\n\n")[0], ""]
@@ -417,8 +458,10 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tile_nb.conformance",
-                                     description="Run a tilelang checkout's examples and LazyJIT tests on tile_nb.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tile_nb.conformance",
+        description="Run a tilelang checkout's examples and LazyJIT tests on tile_nb.",
+    )
     parser.add_argument("path", help="a tilelang checkout (outside this repository)")
     parser.add_argument("--cases", nargs="+", metavar="GLOB", help="only cases whose name matches a glob")
     parser.add_argument("--tests", nargs="+", metavar="GLOB", default=list(DEFAULT_TESTS),
@@ -429,9 +472,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1)")
     parser.add_argument("--json", dest="json_out", help="write every case as JSON here")
-    parser.add_argument("--markdown", help="write the results document (totals, ranked missing features, table)")
+    parser.add_argument(
+        "--markdown", help="write the results document (totals, ranked missing features, table)"
+    )
     parser.add_argument("--commit", help="the tilelang commit, when PATH is not a git work tree")
-    parser.add_argument("--run-excluded", action="store_true", help="run sm_100-only and AMD-only examples too")
+    parser.add_argument(
+        "--run-excluded", action="store_true", help="run sm_100-only and AMD-only examples too"
+    )
     parser.add_argument("--shadow", action="store_true", help="pass --shadow to tile_nb.run (a real tilelang "
                         "is importable and should be hidden)")
     parser.add_argument("--list", action="store_true", help="list the cases and their classes; run nothing")
@@ -442,7 +489,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = Path(args.path).resolve()
     if not (root / "examples").is_dir() and not (root / "testing").is_dir():
-        print(f"tile_nb.conformance: {root} has no examples/ or testing/: not a tilelang checkout", file=sys.stderr)
+        print(
+            f"tile_nb.conformance: {root} has no examples/ or testing/: not a tilelang checkout",
+            file=sys.stderr,
+        )
         return 2
     backend = args.backend
     if backend is None:
@@ -474,8 +524,16 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m tile_nb.conformance " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"commit": commit, "backend": backend, "machine": machine(), "cases": [c.to_json() for c in cases]},
-                      f, indent=1)
+            json.dump(
+                {
+                    "commit": commit,
+                    "backend": backend,
+                    "machine": machine(),
+                    "cases": [c.to_json() for c in cases],
+                },
+                f,
+                indent=1,
+            )
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown(cases, commit=commit, backend=backend, command=command, timeout=args.timeout))

@@ -53,7 +53,10 @@ class TileNBError(Exception):
         super().__init__(message)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.message, self.filename, self.lineno, self.col, self.end_col, self.hint))
+        return (
+            _rebuild,
+            (type(self), self.message, self.filename, self.lineno, self.col, self.end_col, self.hint),
+        )
 
     def source_line(self) -> str | None:
         if self.filename is None or self.lineno is None:

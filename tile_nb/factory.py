@@ -52,8 +52,11 @@ class KernelFactory:
             code = self.fn.__code__
             raise SignatureError(
                 f"the kernel factory '{self.fn.__name__}' returned {type(made).__name__} {made!r:.80}; a factory "
-                "under @tile_nb.jit returns the @T.prim_func it defines", filename=code.co_filename,
-                lineno=code.co_firstlineno, hint="end the factory with `return main` (the @T.prim_func's name)")
+                "under @tile_nb.jit returns the @T.prim_func it defines",
+                filename=code.co_filename,
+                lineno=code.co_firstlineno,
+                hint="end the factory with `return main` (the @T.prim_func's name)",
+            )
         return JITFunction(made.fn, **self.jit_options)
 
     def __repr__(self) -> str:

@@ -132,11 +132,19 @@ class JITFunction:
 
     # -- phases ----------------------------------------------------------------------------------------------
     def _template_for(self, compile_values: dict) -> tuple[tuple, Template]:
-        key = (tuple(_key_part(compile_values[p.name]) for p in self.signature.compile_time), self._environment_key())
+        key = (
+            tuple(_key_part(compile_values[p.name]) for p in self.signature.compile_time),
+            self._environment_key(),
+        )
         template = self._templates.get(key)
         if template is None:
-            template = build_once(self._templates, key, lambda: self._new_template(compile_values), self._building,
-                                  ("template", key))
+            template = build_once(
+                self._templates,
+                key,
+                lambda: self._new_template(compile_values),
+                self._building,
+                ("template", key),
+            )
         return key, template
 
     def _new_template(self, compile_values: dict) -> Template:
@@ -158,8 +166,13 @@ class JITFunction:
         key = tuple(const_values[c] for c in template.consts)
         spec = template.specializations.get(key)
         if spec is None:
-            spec = build_once(template.specializations, key, lambda: self._new_specialization(template, const_values),
-                              self._building, ("specialization", id(template), key))
+            spec = build_once(
+                template.specializations,
+                key,
+                lambda: self._new_specialization(template, const_values),
+                self._building,
+                ("specialization", id(template), key),
+            )
         return spec
 
     def _new_specialization(self, template: Template, const_values: dict) -> Specialization:
@@ -183,7 +196,8 @@ class JITFunction:
         T.alloc_global scratch tensor): ints, or shape expressions over T.dynamic dims and scalar
         parameters that the call's arguments give."""
         param = elab.buffers[name]
-        shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]  # else T.dynamic arithmetic
+        # else T.dynamic arithmetic
+        shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]
         used = {v for d in shape if type(d) is not int for v in free_vars(d)}
         unknown = sorted(used - set(template.dynamic_sources) - set(scalar_dims))
         if unknown:
@@ -191,8 +205,12 @@ class JITFunction:
             raise ArgumentError(
                 f"{self.definition.name}() {what} '{name}' has a dim over T.dynamic {', '.join(unknown)}, which no "
                 "argument's shape gives, so its size is not known before the kernel runs",
-                filename=param.filename, lineno=param.lineno, col=param.col, end_col=param.end_col,
-                hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword")
+                filename=param.filename,
+                lineno=param.lineno,
+                col=param.col,
+                end_col=param.end_col,
+                hint="annotate an argument with that dim, or make the dim a T.const passed as a keyword",
+            )
         return name, shape, torch_dtype(param.annotation.dtype)
 
     # -- public API ------------------------------------------------------------------------------------------
@@ -240,16 +258,24 @@ class JITFunction:
         facts = None
         if len(runtime) == len(self._runtime_names):
             spec, ordered, device = self._checked_call(args, kwargs)
-            facts = spec.call_facts([a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device))
+            facts = spec.call_facts(
+                [a for a in ordered if a is not None] + allocate_outputs(spec, ordered, device)
+            )
         return self._compiled(spec, target, elaborate_s, facts)
 
-    def _compiled(self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None):
+    def _compiled(
+        self, spec: Specialization, target, elaborate_s: float = 0.0, facts: CallFacts | None = None
+    ):
         """The compiled kernel for `target` and this call's `facts` (pointer alignment, divisibility of the
         T.dynamic dims: each combination gets its own kernel, as Triton specializes on divisibility by 16)."""
         if spec.expectations.empty_grid:
-            raise empty_grid_error(self.definition.name, spec.expectations.empty_grid, "there is no kernel to compile",
-                                   kernel_where(self.definition.source),
-                                   hint="a call with these shapes runs nothing; compile for sizes of 1 or more")
+            raise empty_grid_error(
+                self.definition.name,
+                spec.expectations.empty_grid,
+                "there is no kernel to compile",
+                kernel_where(self.definition.source),
+                hint="a call with these shapes runs nothing; compile for sizes of 1 or more",
+            )
         facts = facts or ALIGNED
         from . import runtime as rt
 
@@ -294,13 +320,16 @@ class JITFunction:
                 try:
                     key = fast.direct_key(args)
                     launch = fast.direct.get(key)
-                except (AttributeError, IndexError, TypeError, RuntimeError):  # RuntimeError: sparse, no data_ptr
+                # RuntimeError: sparse, no data_ptr
+                except (AttributeError, IndexError, TypeError, RuntimeError):
                     key = launch = None
                 if launch is not None:
                     try:
                         return launch(*args)  # None, or the T.empty outputs of an allocating launch
                     except (TypeError, ValueError):
-                        pass  # the kernel's host function refused the arguments (dtype, layout): the slow path says why
+                        # the kernel's host function refused the arguments (dtype, layout): the slow path says
+                        # why
+                        pass
                 else:
                     result = self._call_seen_shapes(fast, key, args)
                     if result is not NOT_SEEN:
@@ -315,13 +344,17 @@ class JITFunction:
             spec = fast.specs.get(fast.read_shapes(args))
             if spec is None or not spec.check_layout(args):
                 return NOT_SEEN
-            launch = spec.launches.get(spec.facts_key(args)) if spec.launches and args[spec.device_arg].is_cuda \
+            launch = (
+                spec.launches.get(spec.facts_key(args))
+                if spec.launches and args[spec.device_arg].is_cuda
                 else None
+            )
         except (AttributeError, IndexError, TypeError, RuntimeError):
             return NOT_SEEN
         if launch is None:
             if any(type(a).__name__ in _TRACED_TENSORS for a in args):
-                return NOT_SEEN  # fake or functional tensors (torch tracing): the slow path hands them to torch
+                # fake or functional tensors (torch tracing): the slow path hands them to torch
+                return NOT_SEEN
             device = None if spec.device_arg is None else args[spec.device_arg].device
             return self._launch(spec, list(args), device, None, direct=None if key is None else (fast.direct, key))
         if key is not None:
@@ -369,10 +402,14 @@ class JITFunction:
             from .lower.irwalk import buffers_touched
 
             _, writes = buffers_touched(spec.func.body)
-            expectations.written = frozenset(p.name for p in spec.func.params if any(p.same_as(w) for w in writes))
+            expectations.written = frozenset(
+                p.name for p in spec.func.params if any(p.same_as(w) for w in writes)
+            )
         for e in expectations.tensors:
             if e.name in expectations.written:
-                check_not_autograd(self.definition.name, e.name, tensors[e.name], expectations._where(e.param))
+                check_not_autograd(
+                    self.definition.name, e.name, tensors[e.name], expectations._where(e.param)
+                )
 
     # Set by tile_nb.torch (a layer above): `traced_call(kernel, args, kwargs)` runs a call on tensor
     # subclasses (fake tensors of FakeTensorMode, make_fx, torch.export) through the kernel's torch custom op.
@@ -418,8 +455,11 @@ class JITFunction:
         for e in spec.expectations.tensors:
             value = ordered[e.index]
             if not is_tensor(value):
-                return ArgumentError(f"{self.definition.name}() argument '{e.name}' must be a torch.Tensor; got "
-                                     f"{type(value).__name__}", **spec.expectations._where(e.param))
+                return ArgumentError(
+                    f"{self.definition.name}() argument '{e.name}' must be a torch.Tensor; got "
+                    f"{type(value).__name__}",
+                    **spec.expectations._where(e.param),
+                )
         if spec.expectations.check(ordered):
             return None
         error = spec.expectations.explain(ordered)
@@ -434,25 +474,38 @@ class JITFunction:
         outputs = allocate_outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
-            raise ArgumentError(f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
-                                f"{backend!r}", **self._def_where())
+            raise ArgumentError(
+                f"{self.definition.name}() backend must be 'cpu' (the interpreter) or 'cuda'; got "
+                f"{backend!r}",
+                **self._def_where(),
+            )
         empty = empty or spec.expectations.empty_grid
         if empty:
             # No block to run (M=0, as torch ops take empty tensors): nothing to launch, as long as no T.empty
             # output would come back unwritten.
-            unwritten = [(name, tuple(t.shape)) for (name, _, _), t in zip(spec.output_shapes, outputs, strict=True) if t.numel()]
+            unwritten = [
+                (name, tuple(t.shape))
+                for (name, _, _), t in zip(spec.output_shapes, outputs, strict=True)
+                if t.numel()
+            ]
             if unwritten:
-                raise empty_grid_error(self.definition.name, empty,
-                                       f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be "
-                                       "written", kernel_where(self.definition.source))
+                raise empty_grid_error(
+                    self.definition.name,
+                    empty,
+                    f"its output '{unwritten[0][0]}' of shape {unwritten[0][1]} would never be written",
+                    kernel_where(self.definition.source),
+                )
             outputs = outputs[: len(spec.output_shapes)]
             return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
         use_cpu = backend == "cpu" or (backend is None and (device is None or device.type == "cpu"))
         if backend == "cuda" and (device is None or device.type != "cuda"):
             where = "no tensor arguments" if device is None else f"tensors on {device}"
-            raise ArgumentError(f"{self.definition.name}() was called with backend='cuda' but with {where}; the "
-                                "compiled kernel runs on CUDA tensors", **self._def_where(),
-                                hint="move the tensors with .cuda(), or drop backend= to run the CPU interpreter")
+            raise ArgumentError(
+                f"{self.definition.name}() was called with backend='cuda' but with {where}; the "
+                "compiled kernel runs on CUDA tensors",
+                **self._def_where(),
+                hint="move the tensors with .cuda(), or drop backend= to run the CPU interpreter",
+            )
         if use_cpu:
             import torch
 
@@ -461,9 +514,12 @@ class JITFunction:
             with torch.no_grad():  # as on the GPU: the kernel's reads and writes are not recorded by autograd
                 self._interpret(spec, call_args)
         else:
-            if device is not None and device.type != "cuda":  # the meta device, say, reached by the cached path
+            # the meta device, say, reached by the cached path
+            if device is not None and device.type != "cuda":
                 first = spec.expectations.tensors[0]
-                check_device_type(self.definition.name, first.name, device, spec.expectations._where(first.param))
+                check_device_type(
+                    self.definition.name, first.name, device, spec.expectations._where(first.param)
+                )
             key = spec.facts_key(call_args)
             kernel = self._compiled(spec, None, facts=spec.facts(key))
             if kernel.launchable and len(call_args) == len(kernel.params):
@@ -513,13 +569,21 @@ class JITFunction:
         try:
             lower(spec.func, target)
         except LoweringError as err:
-            warnings.warn(NotLowerableWarning(
-                f"{self.definition.name}() runs on the CPU interpreter, but the CUDA lowering for "
-                f"{target.attrs['arch']} refuses it, so it would fail on the GPU:\n{err}"), stacklevel=_user_stacklevel())
+            warnings.warn(
+                NotLowerableWarning(
+                    f"{self.definition.name}() runs on the CPU interpreter, but the CUDA lowering for "
+                    f"{target.attrs['arch']} refuses it, so it would fail on the GPU:\n{err}"
+                ),
+                stacklevel=_user_stacklevel(),
+            )
         except Exception as err:  # noqa: BLE001 - an internal lowering failure is a GPU failure too
-            warnings.warn(NotLowerableWarning(
-                f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
-                f"failed ({type(err).__name__}: {err}); please report this"), stacklevel=_user_stacklevel())
+            warnings.warn(
+                NotLowerableWarning(
+                    f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
+                    f"failed ({type(err).__name__}: {err}); please report this"
+                ),
+                stacklevel=_user_stacklevel(),
+            )
 
     # -- what tuning needs from a call -----------------------------------------------------------------------
     # (`bench`, `sweep`, `tune` and `show` are attached by their layers: tile_nb/bench/faces.py and

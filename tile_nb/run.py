@@ -141,8 +141,11 @@ class _PytestRecorder:
 
         if report.failed:
             text = str(report.longrepr)
-            lines = [line[2:].strip() for line in text.splitlines()
-                     if line.startswith("E ") and re.match(r"[\w.]+(Error|Exception|API)\b", line[2:].strip())]
+            lines = [
+                line[2:].strip()
+                for line in text.splitlines()
+                if line.startswith("E ") and re.match(r"[\w.]+(Error|Exception|API)\b", line[2:].strip())
+            ]
             self.tests[report.nodeid or "collect"] = {"status": "error", "missing": missing_feature(text),
                                                       "error": "collection: " + (lines[-1] if lines
                                                                                  else _first_line(text)),
@@ -286,9 +289,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="map torch's 'cuda' device requests to 'cpu' (kernels run on the interpreter)")
     parser.add_argument("--call", help="import the script (not as __main__) and call this function")
     parser.add_argument("--args", help="with --call: JSON [positional list, keyword dict]")
-    parser.add_argument("--pytest", action="store_true", help="run pytest with these arguments instead of a script")
+    parser.add_argument(
+        "--pytest", action="store_true", help="run pytest with these arguments instead of a script"
+    )
     parser.add_argument("--result-json", help="write the outcome as JSON to this path")
-    parser.add_argument("script", nargs="?", help="the tilelang script (with --pytest: pytest's first argument)")
+    parser.add_argument(
+        "script", nargs="?", help="the tilelang script (with --pytest: pytest's first argument)"
+    )
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
 
@@ -296,7 +303,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.script == "--":
-        args.script, args.script_args = (args.script_args[0] if args.script_args else None), args.script_args[1:]
+        args.script, args.script_args = (
+            (args.script_args[0] if args.script_args else None),
+            args.script_args[1:],
+        )
     if args.script is None and not args.pytest:
         _parser().error("a script to run is needed")
     refused = _install(args)

@@ -35,7 +35,8 @@ class BuildOptions:
     compiler: str = "auto"          # "auto" (NVRTC, else nvcc), "nvrtc" or "nvcc"
     fast_math: bool = True          # TVM's own default; approximate exp/log/division
     ptxas_options: tuple[str, ...] = ()
-    host: str = "llvm"              # the host function: TVM's LLVM host, or "cuda_host" (backend/cuda_host.py)
+    # the host function: TVM's LLVM host, or "cuda_host" (backend/cuda_host.py)
+    host: str = "llvm"
 
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> BuildOptions:
@@ -47,14 +48,20 @@ class BuildOptions:
         if "ptxas_options" in options:
             options["ptxas_options"] = tuple(options["ptxas_options"])
         if options.get("compiler", "auto") not in ("auto", "nvrtc", "nvcc"):
-            raise ValueError(f"build option compiler must be 'auto', 'nvrtc' or 'nvcc'; got {options['compiler']!r}")
+            raise ValueError(
+                f"build option compiler must be 'auto', 'nvrtc' or 'nvcc'; got {options['compiler']!r}"
+            )
         if options.get("host", "llvm") not in ("llvm", "cuda_host"):
             raise ValueError(f"build option host must be 'llvm' (TVM's LLVM host function, the default) or "
                              f"'cuda_host' (a leaner launch, built by nvcc); got {options['host']!r}")
         return cls(**options)
 
     def to_dict(self) -> dict[str, Any]:
-        options = {"compiler": self.compiler, "fast_math": self.fast_math, "ptxas_options": list(self.ptxas_options)}
+        options = {
+            "compiler": self.compiler,
+            "fast_math": self.fast_math,
+            "ptxas_options": list(self.ptxas_options),
+        }
         if self.host != "llvm":   # absent by default: the cache keys of existing kernels stay as they were
             options["host"] = self.host
         return options
@@ -207,8 +214,13 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
         if cuda_compile.available_compiler(options.compiler) is None:
             result.skipped = f"no CUDA compiler ({options.compiler}) on this machine: CUDA source only"
         else:
-            compiled = cuda_compile.compile_cuda(source, arch, compiler=options.compiler,
-                                                 fast_math=options.fast_math, ptxas_options=options.ptxas_options)
+            compiled = cuda_compile.compile_cuda(
+                source,
+                arch,
+                compiler=options.compiler,
+                fast_math=options.fast_math,
+                ptxas_options=options.ptxas_options,
+            )
     if compiled is not None:
         timings["cubin"] = compiled.seconds
         result.cubin, result.ptx, result.compiler = compiled.cubin, compiled.ptx, compiled.compiler

@@ -91,7 +91,9 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
     """
     chosen = available_compiler(compiler)
     if chosen is None:
-        wanted = "NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc) or nvcc" if compiler == "auto" else compiler
+        wanted = (
+            "NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc) or nvcc" if compiler == "auto" else compiler
+        )
         raise ToolMissingError(f"cannot build a cubin: {wanted} is not available on this machine")
     if chosen == "nvrtc":
         return _compile_nvrtc(source, arch, fast_math, ptxas_options)
@@ -104,8 +106,9 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
 # header is most of NVRTC's compile time
 # (docs/decisions.md#compiling-nvrtc-by-default-the-type_traits-header-dropped), so when the kernel uses none
 # of the aliases the block is dropped before compiling. The names are checked in the rest of the source.
-_TRAITS_BLOCK = re.compile(r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n",
-                           re.DOTALL)
+_TRAITS_BLOCK = re.compile(
+    r"[ \t]*#include <cuda/std/type_traits>\n[ \t]*namespace std \{(?P<body>.*?)\n[ \t]*\}\n", re.DOTALL
+)
 
 
 # NVRTC has no <cuda.h>, so TVM's `const __grid_constant__ CUtensorMap` kernel parameters (TMA)
@@ -152,7 +155,9 @@ def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple
     opts += [f"-I{d}" for d in toolchain.cuda_include_dirs()]
     encoded = [o.encode() for o in opts]
 
-    err, prog = nvrtc.nvrtcCreateProgram(slim_source_for_nvrtc(source).encode(), b"tile_nb_kernel.cu", 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(
+        slim_source_for_nvrtc(source).encode(), b"tile_nb_kernel.cu", 0, [], []
+    )
     _nvrtc_check(nvrtc, err, "nvrtcCreateProgram")
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
@@ -197,15 +202,18 @@ def _ptxas_report(ptx: str, arch: str, ptxas_options: tuple[str, ...]) -> str | 
         path = os.path.join(tmp, "kernel.ptx")
         with open(path, "w") as f:
             f.write(ptx)
-        code, out = _run([ptxas, "-v", f"--gpu-name={arch}", *ptxas_options, "-o", os.path.join(tmp, "k.cubin"),
-                          path], tmp)
+        code, out = _run(
+            [ptxas, "-v", f"--gpu-name={arch}", *ptxas_options, "-o", os.path.join(tmp, "k.cubin"), path], tmp
+        )
     return out if code == 0 else None
 
 
 # ---------------------------------------------------------------------------------------------------- nvcc
 
 def _run(cmd: list[str], cwd: str) -> tuple[int, str]:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, check=False)
+    proc = subprocess.run(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, check=False
+    )
     return proc.returncode, proc.stdout.decode(errors="replace")
 
 

@@ -145,10 +145,13 @@ static cudaError_t tile_nb_set_max_dynamic_smem(Kernel kernel, int device, int64
 
 # The spellings of TVM 0.27's cuda_host codegen that `cache_launch_setup` rewrites.
 _PRELUDE_MARK = "// tile_nb launch caches"
-_HOST_CODE_START = "#define TVM_DLL TVM_FFI_DLL_EXPORT\n"   # after the host includes, before the host functions
+# after the host includes, before the host functions
+_HOST_CODE_START = "#define TVM_DLL TVM_FFI_DLL_EXPORT\n"
 _ENCODE_CALL = re.compile(r"\bCUresult (\w+) = cuTensorMapEncodeTiled\(")
 _ANY_ENCODE_CALL = re.compile(r"\bcuTensorMapEncode\w*\(")
-_SET_SMEM_CALL = re.compile(r"\bcudaFuncSetAttribute\((::\w+), cudaFuncAttributeMaxDynamicSharedMemorySize, (\w+)\)")
+_SET_SMEM_CALL = re.compile(
+    r"\bcudaFuncSetAttribute\((::\w+), cudaFuncAttributeMaxDynamicSharedMemorySize, (\w+)\)"
+)
 _GET_DEVICE = re.compile(r"\bcudaGetDevice\(&(\w+)\)")
 
 
@@ -184,7 +187,11 @@ def cache_launch_setup(source: str) -> str:
     if not (encodes or sets):
         return source
     before = source[:max(host_at, 0)]
-    if source.count(_HOST_CODE_START) != 1 or _ANY_ENCODE_CALL.search(before) or "cudaFuncSetAttribute(" in before:
+    if (
+        source.count(_HOST_CODE_START) != 1
+        or _ANY_ENCODE_CALL.search(before)
+        or "cudaFuncSetAttribute(" in before
+    ):
         raise _unexpected(f"one line {_HOST_CODE_START.strip()!r} before the host functions and their calls")
     host = source[host_at + len(_HOST_CODE_START):]
     site = itertools.count()
@@ -206,25 +213,37 @@ def _device_before(host: str, at: int) -> str:
 
 
 def _unexpected(what: str) -> LaunchCacheError:
-    return LaunchCacheError(f"cache_launch_setup expected {what} in TVM's cuda_host source: did its codegen change? "
-                            "(the default host='llvm' builds without it)")
+    return LaunchCacheError(
+        f"cache_launch_setup expected {what} in TVM's cuda_host source: did its codegen change? "
+        "(the default host='llvm' builds without it)"
+    )
 
 
-def build_launcher(source: str, arch: str, folder: str | os.PathLike, *, link: bool = True) -> tuple[Path, float]:
+def build_launcher(
+    source: str, arch: str, folder: str | os.PathLike, *, link: bool = True
+) -> tuple[Path, float]:
     """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library,
     or with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
     seconds)."""
     if arch.startswith("compute_"):  # seen on the H200: an sm_80 cubin and "no kernel image is available"
-        raise CudaCompileError("nvcc (cuda_host launcher)", arch, f"host='cuda_host' builds the kernel as machine "
-                               f"code for one GPU (tvm_ffi's build embeds no PTX), so a {arch} target, which hands "
-                               "PTX to the driver, cannot use it: keep the default host ('llvm') for compute_XY "
-                               "targets, or build for the GPU's own sm_XY")
+        raise CudaCompileError(
+            "nvcc (cuda_host launcher)",
+            arch,
+            f"host='cuda_host' builds the kernel as machine "
+            f"code for one GPU (tvm_ffi's build embeds no PTX), so a {arch} target, which hands "
+            "PTX to the driver, cannot use it: keep the default host ('llvm') for compute_XY "
+            "targets, or build for the GPU's own sm_XY",
+        )
     import tvm_ffi.cpp
 
-    missing = [tool for tool, path in (("nvcc", find_tool("nvcc")), ("ninja", shutil.which("ninja"))) if path is None]
+    missing = [
+        tool for tool, path in (("nvcc", find_tool("nvcc")), ("ninja", shutil.which("ninja"))) if path is None
+    ]
     if missing:
-        raise ToolMissingError(f"build option host='cuda_host' needs {' and '.join(missing)} on PATH (nvcc from the "
-                               "CUDA toolkit; ninja: pip install ninja); the default host='llvm' needs neither")
+        raise ToolMissingError(
+            f"build option host='cuda_host' needs {' and '.join(missing)} on PATH (nvcc from the "
+            "CUDA toolkit; ninja: pip install ninja); the default host='llvm' needs neither"
+        )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "kernel.cu").write_text(source)

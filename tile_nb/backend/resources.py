@@ -45,8 +45,10 @@ class Resources:
 
     def __str__(self) -> str:
         dyn = f" + {self.dynamic_shared_bytes} B dynamic" if self.dynamic_shared_bytes else ""
-        return (f"{self.registers} registers, {self.shared_bytes} B shared{dyn}, "
-                f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads, {self.stack_bytes} B stack")
+        return (
+            f"{self.registers} registers, {self.shared_bytes} B shared{dyn}, "
+            f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads, {self.stack_bytes} B stack"
+        )
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")

@@ -61,7 +61,9 @@ def nvcc_version() -> str | None:
     if not nvcc:
         return None
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        out = subprocess.run(
+            [nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"release (\d+\.\d+)", out)

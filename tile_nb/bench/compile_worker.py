@@ -61,15 +61,24 @@ def compile_job(job: dict) -> dict:
 
         func = tvm.script.from_source(job["ir"])
         if func.script() != job["ir"]:
-            raise RuntimeError("the phase-2 IR does not print back to the text it was parsed from, so the worker "
-                               "cannot publish it under the parent's cache key")
+            raise RuntimeError(
+                "the phase-2 IR does not print back to the text it was parsed from, so the worker "
+                "cannot publish it under the parent's cache key"
+            )
         stage = "compile"
         kernel = rt.compile(func, job["target"], options=dict(job.get("options") or {}),
                             lowering=job_lowering(job))
         resources = kernel.resources
-        out.update(ok=True, key=kernel.key, resources=resources.to_dict() if resources else None,
-                   threads=_launch_threads(kernel), timings=dict(kernel.build_timings or kernel.timings),
-                   has_module=_entry_has_module(kernel), pipeline=kernel.pipeline, from_cache=kernel.from_cache)
+        out.update(
+            ok=True,
+            key=kernel.key,
+            resources=resources.to_dict() if resources else None,
+            threads=_launch_threads(kernel),
+            timings=dict(kernel.build_timings or kernel.timings),
+            has_module=_entry_has_module(kernel),
+            pipeline=kernel.pipeline,
+            from_cache=kernel.from_cache,
+        )
         if job.get("ship_entry"):
             out["files"], out["meta"] = _entry_files(kernel)
     except Exception as err:  # noqa: BLE001 - every failure is reported to the parent, which shows it

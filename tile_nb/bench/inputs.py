@@ -71,7 +71,9 @@ def positional_arity(fn: Callable) -> int | None:
         return None
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+    return sum(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params
+    )
 
 
 def call_baseline(baseline: Callable, args: tuple) -> Callable[[], object]:
@@ -98,7 +100,9 @@ def callable_name(fn: Callable) -> str:
         return "baseline"
     code = fn.__code__
     arg_names = list(code.co_varnames[: code.co_argcount])
-    lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and [a.arg for a in n.args.args] == arg_names]
+    lambdas = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and [a.arg for a in n.args.args] == arg_names
+    ]
     if len(lambdas) != 1:
         return "baseline"
     return ast.unparse(lambdas[0].body)[:60]
@@ -123,7 +127,9 @@ def make_inputs(kernel, *, device: str | None = None, seed: int = 0, **values) -
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     func = kernel.specialize(**values)
-    outputs = {str(o) for o in func.attrs.get("tile_nb.outputs", []) or []} if func.attrs is not None else set()
+    outputs = (
+        {str(o) for o in func.attrs.get("tile_nb.outputs", []) or []} if func.attrs is not None else set()
+    )
     params = {str(p.name): p for p in func.params}
     names = [p.name for p in kernel.signature.runtime]
     gen = torch.Generator().manual_seed(seed)
@@ -134,8 +140,10 @@ def make_inputs(kernel, *, device: str | None = None, seed: int = 0, **values) -
         p = params.get(n)
         shape = getattr(p, "shape", None)
         if p is None or shape is None:
-            raise ValueError(f"make_inputs(): '{n}' of {kernel.__name__}() is not a tensor with a static shape; "
-                             "give make_args=callable(config) -> arguments")
+            raise ValueError(
+                f"make_inputs(): '{n}' of {kernel.__name__}() is not a tensor with a static shape; "
+                "give make_args=callable(config) -> arguments"
+            )
         try:
             dims = [int(d) for d in shape]
         except (TypeError, ValueError):

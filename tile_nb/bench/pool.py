@@ -168,7 +168,8 @@ class ProcessPool:
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.env = worker_env(hide_gpus)
         self.command = tuple(command)   # the worker program (tests give a stand-in that crashes or hangs)
-        self._pool: list[_Worker] = [_Worker(self.env, self.command) for _ in range(workers)]   # start right away
+        # start right away
+        self._pool: list[_Worker] = [_Worker(self.env, self.command) for _ in range(workers)]
         self._restarts = 0
         self.inline_while_starting = inline_while_starting   # the parent compiles until a worker is ready
         self.inline_jobs = 0
@@ -244,7 +245,8 @@ class ProcessPool:
         selector.unregister(w.proc.stdout)
         self._pool.remove(w)
         w.close()
-        if not w.ready and job is None:   # an import error or a broken install: the next worker would fail alike
+        # an import error or a broken install: the next worker would fail alike
+        if not w.ready and job is None:
             error = getattr(w, "startup_error", None) or f"{status} before it was ready"
             raise WorkerStartError(f"a compile worker could not start ({error}); its stderr:\n{tail}")
         if job is not None:

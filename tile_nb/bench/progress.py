@@ -93,7 +93,9 @@ class TqdmReporter:
         self.bar.set_description(f"{self.name} {phase}")
 
     def update(self, result, point, phase: str = "time") -> None:
-        self.bar.set_postfix_str(f"{phase}: {label(point.config)}: {point_status(point, phase)}"[:80], refresh=False)
+        self.bar.set_postfix_str(
+            f"{phase}: {label(point.config)}: {point_status(point, phase)}"[:80], refresh=False
+        )
         self.bar.update(1)
 
     def close(self, result) -> None:

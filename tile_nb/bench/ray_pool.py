@@ -88,10 +88,14 @@ def check_shipped(key: str, files: dict, meta: dict | None, expected_key: str | 
     where = f"the cache entry a Ray worker sent for key {str(key)[:16]}..."
     material = (meta or {}).get("material")
     if not isinstance(material, dict):
-        raise ShippedEntryError(f"{where} has no key material in its meta.json, so its key cannot be checked",
-                                hint="the worker runs an older tile_nb; install the same version on every node")
+        raise ShippedEntryError(
+            f"{where} has no key material in its meta.json, so its key cannot be checked",
+            hint="the worker runs an older tile_nb; install the same version on every node",
+        )
     if compute_key(material) != key:
-        raise ShippedEntryError(f"{where} is not the key of its own material (recomputed {compute_key(material)})")
+        raise ShippedEntryError(
+            f"{where} is not the key of its own material (recomputed {compute_key(material)})"
+        )
     if expected_key is not None and key != expected_key:
         raise ShippedEntryError(
             f"{where} is not the key this process computes for the job it sent ({expected_key})",
@@ -113,7 +117,9 @@ def check_shipped(key: str, files: dict, meta: dict | None, expected_key: str | 
             raise ShippedEntryError(f"{where}: {name} does not match its sha256 and size in meta.json")
 
 
-def publish_entry(key: str | None, files: dict | None, meta: dict | None, *, expected_key: str | None = None) -> None:
+def publish_entry(
+    key: str | None, files: dict | None, meta: dict | None, *, expected_key: str | None = None
+) -> None:
     """Put a shipped cache entry into this machine's disk cache unless an equal or better one is there, after
     `check_shipped` (`expected_key`: the key this process computes for the job, see `expected_key_of`)."""
     if not key or not files:
@@ -234,7 +240,9 @@ def bench_job(job: dict, device: str) -> dict:
         from .results import timing_dict
 
         func = tvm.script.from_source(job["ir"])
-        publish_entry(job.get("key"), job.get("files"), job.get("meta"), expected_key=expected_key_of(job, func))
+        publish_entry(
+            job.get("key"), job.get("files"), job.get("meta"), expected_key=expected_key_of(job, func)
+        )
         args = _inputs(job["specs"], device)
         if device == "cpu":
             from .. import interp
@@ -274,8 +282,28 @@ def _specs(kernel, args: tuple, kwargs: dict, config: dict) -> tuple[list, list]
     return specs, call_args
 
 
-def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter, *, target: str,
-                   options: dict, lowering: dict, device: str, flops, nbytes, warmup_ms, rep_ms, confirm, rounds) -> None:
+def time_on_actors(
+    kernel,
+    args,
+    kwargs,
+    points,
+    survivors,
+    funcs,
+    outcomes,
+    result,
+    reporter,
+    *,
+    target: str,
+    options: dict,
+    lowering: dict,
+    device: str,
+    flops,
+    nbytes,
+    warmup_ms,
+    rep_ms,
+    confirm,
+    rounds,
+) -> None:
     """Time the survivors on Ray actors (one per GPU, or CPU actors timing the interpreter), one job per actor
     at a time; then re-time the best `confirm` in `rounds` on the first actor."""
     from .results import retime_best, timing_from
@@ -293,9 +321,19 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
     for i in survivors:
         out = outcomes[i]
         specs, call_args[i] = _specs(kernel, args, kwargs, points[i].config)
-        jobs[i] = {"id": i, "ir": funcs[i].script(), "target": target, "options": options, "lowering": lowering,
-                   "key": out.get("key"), "files": out.get("shipped"), "meta": out.get("shipped_meta"),
-                   "specs": specs, "warmup_ms": warmup_ms, "rep_ms": rep_ms}
+        jobs[i] = {
+            "id": i,
+            "ir": funcs[i].script(),
+            "target": target,
+            "options": options,
+            "lowering": lowering,
+            "key": out.get("key"),
+            "files": out.get("shipped"),
+            "meta": out.get("shipped_meta"),
+            "specs": specs,
+            "warmup_ms": warmup_ms,
+            "rep_ms": rep_ms,
+        }
     t0 = time.perf_counter()
     queue = list(survivors)
     in_flight = {}
@@ -324,6 +362,8 @@ def time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, res
 
     top = retime_best(result, points, survivors, confirm=confirm, rounds=rounds, flops=flops, nbytes=nbytes,
                       time_one=time_one, args_of=call_args.__getitem__)
-    result.notes.append(f"timed on {len(actors)} Ray actor(s) ({device}); the best {len(top)} re-timed on one")
+    result.notes.append(
+        f"timed on {len(actors)} Ray actor(s) ({device}); the best {len(top)} re-timed on one"
+    )
     for actor in actors:
         ray.kill(actor)

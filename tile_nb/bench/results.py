@@ -22,11 +22,22 @@ from typing import Any
 
 from .timing import Timing
 
-__all__ = ["BenchResult", "SweepPoint", "SweepResult", "TuneResult", "first_line", "fmt_ms", "fmt_rate", "label"]
+__all__ = [
+    "BenchResult",
+    "SweepPoint",
+    "SweepResult",
+    "TuneResult",
+    "first_line",
+    "fmt_ms",
+    "fmt_rate",
+    "label",
+]
 
 CPU_NOTE = "timed on the CPU interpreter with the host clock: interpreter speed, not GPU performance"
-COMPILE_ONLY_NOTE = ("compile-only: no GPU timed these configurations; they were compiled and pruned by static "
-                     "resources (shared memory, registers, spills) and compile failures only")
+COMPILE_ONLY_NOTE = (
+    "compile-only: no GPU timed these configurations; they were compiled and pruned by static "
+    "resources (shared memory, registers, spills) and compile failures only"
+)
 
 
 # ------------------------------------------------------------------------------------------------ formatting
@@ -54,7 +65,9 @@ def first_line(message: str | None) -> str:
     lines = message.strip().splitlines() if message and message.strip() else [""]
     line = re.sub(r" \([^()\s]+\.py:\d+\)$", "", lines[0])
     if line.endswith(":"):
-        detail = next((x.strip() for x in lines[1:] if re.search(r"\b(fatal|error)\b", x, re.IGNORECASE)), None)
+        detail = next(
+            (x.strip() for x in lines[1:] if re.search(r"\b(fatal|error)\b", x, re.IGNORECASE)), None
+        )
         if detail:
             line = line + " " + " ".join(detail.split())
     return line
@@ -118,11 +131,19 @@ class BenchResult:
 
     @property
     def tflops(self) -> float | None:
-        return self.flops / (self.timing.median_ms * 1e-3) / 1e12 if self.flops and self.timing.median_ms else None
+        return (
+            self.flops / (self.timing.median_ms * 1e-3) / 1e12
+            if self.flops and self.timing.median_ms
+            else None
+        )
 
     @property
     def gbps(self) -> float | None:
-        return self.nbytes / (self.timing.median_ms * 1e-3) / 1e9 if self.nbytes and self.timing.median_ms else None
+        return (
+            self.nbytes / (self.timing.median_ms * 1e-3) / 1e9
+            if self.nbytes and self.timing.median_ms
+            else None
+        )
 
     @property
     def ratio(self) -> float | None:
@@ -131,11 +152,21 @@ class BenchResult:
         return self.baseline_timing.median_ms / self.timing.median_ms
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "arguments": self.arguments, "gpu": self.gpu, "device_name": self.device_name,
-                "timing": timing_dict(self.timing), "flops": self.flops, "bytes": self.nbytes,
-                "tflops": self.tflops, "gbps": self.gbps, "baseline": self.baseline_name,
-                "baseline_timing": timing_dict(self.baseline_timing), "ratio": self.ratio,
-                "first_call_s": self.first_call_s}
+        return {
+            "name": self.name,
+            "arguments": self.arguments,
+            "gpu": self.gpu,
+            "device_name": self.device_name,
+            "timing": timing_dict(self.timing),
+            "flops": self.flops,
+            "bytes": self.nbytes,
+            "tflops": self.tflops,
+            "gbps": self.gbps,
+            "baseline": self.baseline_name,
+            "baseline_timing": timing_dict(self.baseline_timing),
+            "ratio": self.ratio,
+            "first_call_s": self.first_call_s,
+        }
 
     def to_text(self) -> str:
         """What was measured and how (deterministic: no timings)."""
@@ -157,7 +188,9 @@ class BenchResult:
     def summary(self) -> str:
         """One line with the numbers."""
         t = self.timing
-        parts = [f"{self.name}: median {fmt_ms(t.median_ms)} (p20 {fmt_ms(t.p20)}, p80 {fmt_ms(t.p80)}, n={t.n})"]
+        parts = [
+            f"{self.name}: median {fmt_ms(t.median_ms)} (p20 {fmt_ms(t.p20)}, p80 {fmt_ms(t.p80)}, n={t.n})"
+        ]
         if self.tflops:
             parts.append(f"{fmt_rate(self.tflops)} TFLOP/s")
         if self.gbps:
@@ -247,19 +280,40 @@ class SweepPoint:
         self.gbps = gbps(b, ms) if b else None
 
     def to_dict(self) -> dict:
-        return {"config": self.config, "timing": timing_dict(self.timing), "tflops": self.tflops, "gbps": self.gbps,
-                "stage": self.stage, "error": self.error, "baseline_timing": timing_dict(self.baseline_timing),
-                "baseline_error": self.baseline_error, "ratio": self.ratio, "pruned": self.pruned,
-                "resources": self.resources, "compile_s": self.compile_s, "rounds_ms": self.rounds_ms,
-                "compiled_by": self.compiled_by}
+        return {
+            "config": self.config,
+            "timing": timing_dict(self.timing),
+            "tflops": self.tflops,
+            "gbps": self.gbps,
+            "stage": self.stage,
+            "error": self.error,
+            "baseline_timing": timing_dict(self.baseline_timing),
+            "baseline_error": self.baseline_error,
+            "ratio": self.ratio,
+            "pruned": self.pruned,
+            "resources": self.resources,
+            "compile_s": self.compile_s,
+            "rounds_ms": self.rounds_ms,
+            "compiled_by": self.compiled_by,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> SweepPoint:
-        return cls(config=dict(d["config"]), timing=timing_from(d.get("timing")), tflops=d.get("tflops"),
-                   gbps=d.get("gbps"), stage=d.get("stage"), error=d.get("error"),
-                   baseline_timing=timing_from(d.get("baseline_timing")), baseline_error=d.get("baseline_error"),
-                   pruned=d.get("pruned"), resources=d.get("resources"), compile_s=d.get("compile_s"),
-                   rounds_ms=d.get("rounds_ms"), compiled_by=d.get("compiled_by"))
+        return cls(
+            config=dict(d["config"]),
+            timing=timing_from(d.get("timing")),
+            tflops=d.get("tflops"),
+            gbps=d.get("gbps"),
+            stage=d.get("stage"),
+            error=d.get("error"),
+            baseline_timing=timing_from(d.get("baseline_timing")),
+            baseline_error=d.get("baseline_error"),
+            pruned=d.get("pruned"),
+            resources=d.get("resources"),
+            compile_s=d.get("compile_s"),
+            rounds_ms=d.get("rounds_ms"),
+            compiled_by=d.get("compiled_by"),
+        )
 
 
 def retime_best(result, points: list[SweepPoint], candidates, *, confirm: int, rounds: int, time_one, args_of,
@@ -439,8 +493,10 @@ class TuneResult(SweepResult):
         return self.mode == "compile-only"
 
     def _where(self) -> str:
-        return {"compile-only": "compile-only, no GPU timing",
-                "interpreter": "CPU interpreter on Ray actors, host clock: not GPU performance"}.get(self.mode, "GPU")
+        return {
+            "compile-only": "compile-only, no GPU timing",
+            "interpreter": "CPU interpreter on Ray actors, host clock: not GPU performance",
+        }.get(self.mode, "GPU")
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -451,14 +507,29 @@ class TuneResult(SweepResult):
     @classmethod
     def from_dict(cls, d: dict, results: str | None = None) -> TuneResult:
         base = SweepResult.from_dict(d, results)
-        return cls(base.name, base.params, base.points, gpu=base.gpu, device_name=base.device_name,
-                   baseline_name=base.baseline_name, results=results, date=base.date, mode=d.get("mode", "gpu"),
-                   key=dict(d.get("key") or {}), best_config=d.get("best"), timings=dict(d.get("timings") or {}),
-                   pool=d.get("pool", ""), workers=d.get("workers", 0), notes=list(d.get("notes") or []))
+        return cls(
+            base.name,
+            base.params,
+            base.points,
+            gpu=base.gpu,
+            device_name=base.device_name,
+            baseline_name=base.baseline_name,
+            results=results,
+            date=base.date,
+            mode=d.get("mode", "gpu"),
+            key=dict(d.get("key") or {}),
+            best_config=d.get("best"),
+            timings=dict(d.get("timings") or {}),
+            pool=d.get("pool", ""),
+            workers=d.get("workers", 0),
+            notes=list(d.get("notes") or []),
+        )
 
     def to_text(self) -> str:
-        head = (f"TuneResult {self.name}: {len(self.points)} configs over {', '.join(self.params) or 'nothing'} "
-                f"({self._where()})")
+        head = (
+            f"TuneResult {self.name}: {len(self.points)} configs over {', '.join(self.params) or 'nothing'} "
+            f"({self._where()})"
+        )
         if self.key:
             head += f" for {label(self.key)}"
         counts = [f"{sum(p.ok for p in self.points)} timed" if not self.compile_only else
@@ -511,8 +582,11 @@ class TuneResult(SweepResult):
 
     def timing_line(self) -> str:
         t = self.timings
-        parts = [f"{name} {t[name]:.1f} s" for name in ("setup", "elaborate", "compile_wall", "bench", "confirm",
-                                                          "total") if name in t]
+        parts = [
+            f"{name} {t[name]:.1f} s"
+            for name in ("setup", "elaborate", "compile_wall", "bench", "confirm", "total")
+            if name in t
+        ]
         where = f"{self.pool}, {self.workers} workers" if self.pool else ""
         busy = f"; compile busy {t['compile_busy']:.1f} s over the workers" if "compile_busy" in t else ""
         return f"time: {', '.join(parts)}{busy}" + (f" ({where})" if where else "")

@@ -64,7 +64,9 @@ def bench(kernel, *args, flops: float | None = None, bytes: float | None = None,
     out = fn()
     sync(gpu)
     first = time.perf_counter() - start
-    timing = do_bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2, device="cuda" if gpu else "cpu")
+    timing = do_bench(
+        fn, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2, device="cuda" if gpu else "cpu"
+    )
     base_timing = base_name = None
     if baseline is not None:
         base_gpu = device_of(args).startswith("cuda")
@@ -75,17 +77,35 @@ def bench(kernel, *args, flops: float | None = None, bytes: float | None = None,
     nbytes = (nbytes_of(args) + nbytes_of([out])) if from_arguments else bytes
     notes = []
     if baseline is not None and not gpu and device_of(args).startswith("cuda"):
-        notes.append("the kernel ran on the CPU interpreter and the baseline on the GPU: the ratio compares the two")
-    return BenchResult(name or getattr(kernel, "__name__", "kernel"), describe(args), gpu, device_name(gpu), timing,
-                       flops=flops, nbytes=nbytes or None, bytes_from_arguments=from_arguments,
-                       baseline_timing=base_timing, baseline_name=base_name, first_call_s=first, notes=notes)
+        notes.append(
+            "the kernel ran on the CPU interpreter and the baseline on the GPU: the ratio compares the two"
+        )
+    return BenchResult(
+        name or getattr(kernel, "__name__", "kernel"),
+        describe(args),
+        gpu,
+        device_name(gpu),
+        timing,
+        flops=flops,
+        nbytes=nbytes or None,
+        bytes_from_arguments=from_arguments,
+        baseline_timing=base_timing,
+        baseline_name=base_name,
+        first_call_s=first,
+        notes=notes,
+    )
 
 
 def normalize_args(made) -> tuple[tuple, dict]:
     """What a `make_args` callable returned, as (args, kwargs)."""
     if isinstance(made, dict):
         return (), dict(made)
-    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], (tuple, list)) and isinstance(made[1], dict):
+    if (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and isinstance(made[0], (tuple, list))
+        and isinstance(made[1], dict)
+    ):
         return tuple(made[0]), dict(made[1])
     if isinstance(made, (tuple, list)):
         return tuple(made), {}
@@ -141,10 +161,16 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
     do_compile = gpu if compile is None else compile
     configs = [dict(zip(params, combo, strict=True)) for combo in itertools.product(*params.values())]
     name = name or getattr(kernel, "__name__", "kernel")
-    result = SweepResult(name, params, gpu=gpu, device_name=device_name(gpu),
-                         baseline_name=(baseline_name or callable_name(baseline)) if baseline is not None else None,
-                         results=str(results) if results is not None else None, x=x,
-                         date=datetime.datetime.now().isoformat(timespec="seconds"))
+    result = SweepResult(
+        name,
+        params,
+        gpu=gpu,
+        device_name=device_name(gpu),
+        baseline_name=(baseline_name or callable_name(baseline)) if baseline is not None else None,
+        results=str(results) if results is not None else None,
+        x=x,
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+    )
     inputs_cache: dict = {}
     baseline_cache: dict = {}
     reporter = make_reporter(progress, len(configs), name)
@@ -184,8 +210,13 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
             out = kernel(*a, **call_kw)
             sync(gpu)
             stage = "time"
-            point.timing = do_bench(lambda a=a, kw=call_kw: kernel(*a, **kw), warmup_ms=warmup_ms, rep_ms=rep_ms,
-                                    flush_l2=flush_l2, device="cuda" if gpu else "cpu")
+            point.timing = do_bench(
+                lambda a=a, kw=call_kw: kernel(*a, **kw),
+                warmup_ms=warmup_ms,
+                rep_ms=rep_ms,
+                flush_l2=flush_l2,
+                device="cuda" if gpu else "cpu",
+            )
             f = work(flops, config) if flops is not None else None
             b = work(bytes, config) if bytes is not None else nbytes_of(a) + nbytes_of([out])
             point.tflops = _tflops(f, point.timing) if f else None
@@ -197,8 +228,16 @@ def sweep(kernel, params: dict[str, Iterable], make_args: Callable | dict | None
             if key not in baseline_cache:
                 try:
                     fn = call_baseline(baseline, a)
-                    baseline_cache[key] = (do_bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2,
-                                                    device="cuda" if device.startswith("cuda") else "cpu"), None)
+                    baseline_cache[key] = (
+                        do_bench(
+                            fn,
+                            warmup_ms=warmup_ms,
+                            rep_ms=rep_ms,
+                            flush_l2=flush_l2,
+                            device="cuda" if device.startswith("cuda") else "cpu",
+                        ),
+                        None,
+                    )
                 except Exception as err:  # noqa: BLE001 - a failing baseline is shown, not raised
                     baseline_cache[key] = (None, f"{type(err).__name__}: {err}")
             point.baseline_timing, point.baseline_error = baseline_cache[key]

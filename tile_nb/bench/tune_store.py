@@ -84,7 +84,9 @@ class StoredTuning:
     def __repr__(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
         shapes = " ".join(f"{k}={v}" for k, v in self.key_values.items())
-        return f"<tuning {self.kernel} [{shapes}] on {self.device}: best {self.best} ({when}, {self.key[:12]})>"
+        return (
+            f"<tuning {self.kernel} [{shapes}] on {self.device}: best {self.best} ({when}, {self.key[:12]})>"
+        )
 
 
 def best_in(best: Any, configs: list[dict]) -> dict | None:
@@ -157,8 +159,12 @@ class TuneStore:
         self._reject(self.path(key), why, None)
 
     def _reject(self, path: Path, why: str, seen: os.stat_result | None) -> None:
-        warnings.warn(f"tile_nb: the stored tuning {path} is damaged ({why}); it is ignored, removed, and the "
-                      f"configurations are searched again", CacheWarning, stacklevel=3)
+        warnings.warn(
+            f"tile_nb: the stored tuning {path} is damaged ({why}); it is ignored, removed, and the "
+            f"configurations are searched again",
+            CacheWarning,
+            stacklevel=3,
+        )
         try:
             now = os.lstat(path)
             # another process may have just replaced it with a good record: remove only the file that was read

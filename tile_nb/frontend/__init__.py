@@ -4,5 +4,16 @@ from .kernel import KernelDefinition
 from .params import KernelSignature, Param
 from .source import get_source, register_source, run_source
 
-__all__ = ["KernelDefinition", "KernelSignature", "Param", "Elaboration", "BufferParam", "ScalarParam", "Stop",
-           "elaborate", "get_source", "register_source", "run_source"]
+__all__ = [
+    "KernelDefinition",
+    "KernelSignature",
+    "Param",
+    "Elaboration",
+    "BufferParam",
+    "ScalarParam",
+    "Stop",
+    "elaborate",
+    "get_source",
+    "register_source",
+    "run_source",
+]

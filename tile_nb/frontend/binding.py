@@ -22,8 +22,16 @@ from .elaborate import Elaboration
 from .kernel import KernelDefinition
 from .params import COMPILE_TIME, POINTER, check_compile_value, static_const_sources
 
-__all__ = ["Template", "Missing", "bind", "bind_compile_only", "const_values", "definition_where", "is_tensor",
-           "value_sources"]
+__all__ = [
+    "Template",
+    "Missing",
+    "bind",
+    "bind_compile_only",
+    "const_values",
+    "definition_where",
+    "is_tensor",
+    "value_sources",
+]
 
 _EMPTY = inspect.Parameter.empty
 
@@ -36,7 +44,8 @@ class Template:
     compile_values: dict
     const_sources: dict  # const name -> (param name, "shape" | "stride", dim)
     dynamic_sources: dict  # dynamic name -> (param name, dim)
-    specializations: dict = field(default_factory=dict)  # const-value tuple -> Specialization (runtime/launch.py)
+    # const-value tuple -> Specialization (runtime/launch.py)
+    specializations: dict = field(default_factory=dict)
 
     @property
     def consts(self) -> list[str]:
@@ -68,8 +77,9 @@ def bind(definition: KernelDefinition, args, kwargs) -> tuple[dict, dict, dict]:
     where = definition_where(definition)
     positional = [p for p in signature.params if not p.keyword_only]
     if len(args) > len(positional):
-        raise ArgumentCountError(f"{name}() takes {len(positional)} positional arguments but {len(args)} were "
-                                 "given", **where)
+        raise ArgumentCountError(
+            f"{name}() takes {len(positional)} positional arguments but {len(args)} were given", **where
+        )
     # strict=False: fewer arguments than parameters is fine, the rest come by keyword or default
     values = {p.name: a for p, a in zip(positional, args, strict=False)}
     extra = {}
@@ -108,8 +118,10 @@ def bind(definition: KernelDefinition, args, kwargs) -> tuple[dict, dict, dict]:
         except TypeError:
             raise UnhashableArgumentError(
                 f"{name}() compile-time argument '{key}' must be hashable (it keys the kernel cache); got "
-                f"{type(value).__name__}", **where,
-                hint="pass a tuple instead of a list, or annotate it in the body if it is a runtime tensor") from None
+                f"{type(value).__name__}",
+                **where,
+                hint="pass a tuple instead of a list, or annotate it in the body if it is a runtime tensor",
+            ) from None
         if is_tensor(value):
             tensors = [p.name for p in signature.runtime]
             index, param = next((i, p) for i, p in enumerate(signature.params) if p.name == key)
@@ -173,10 +185,12 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
     values = {}
     unknown = [k for k in extra if k not in template.consts]
     if unknown:
-        raise ArgumentCountError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}",
-                                 **definition_where(definition),
-                                 hint=f"parameters are {', '.join(p.name for p in signature.params)}; "
-                                      f"consts are {', '.join(template.consts) or 'none'}")
+        raise ArgumentCountError(
+            f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}",
+            **definition_where(definition),
+            hint=f"parameters are {', '.join(p.name for p in signature.params)}; "
+            f"consts are {', '.join(template.consts) or 'none'}",
+        )
     for const in template.consts:
         if const in extra:
             value = extra[const]
@@ -201,7 +215,9 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
             raise MissingConstError(
                 f"{name}() needs a value for const '{const}': it is a dim of the pointer argument '{param}', which "
                 f"was given as an address ({type(tensor).__name__}), and an address carries no shape",
-                **definition_where(definition), hint=f"pass {const}=... as a keyword, or pass '{param}' as a tensor")
+                **definition_where(definition),
+                hint=f"pass {const}=... as a keyword, or pass '{param}' as a tensor",
+            )
         bp = template.elaboration.buffers.get(param)
         if bp is not None:
             check_tensor_kind(name, param, tensor, len(bp.annotation.shape),
@@ -209,8 +225,10 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
         else:  # the template stopped before this annotation; phase 2 checks the rest
             check_tensor_kind(name, param, tensor, None, definition_where(definition))
         if dim >= tensor.dim():
-            raise RankMismatchError(f"{name}() argument '{param}' has {tensor.dim()} dims, but const '{const}' "
-                                    f"is its dim {dim}", **definition_where(definition))
+            raise RankMismatchError(
+                f"{name}() argument '{param}' has {tensor.dim()} dims, but const '{const}' is its dim {dim}",
+                **definition_where(definition),
+            )
         values[const] = int(tensor.shape[dim] if kind == "shape" else tensor.stride(dim))
     return values
 

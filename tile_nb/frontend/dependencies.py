@@ -50,9 +50,13 @@ class _ReadSet:
             entry[1].append(chain)
 
     def reads(self, freevars: tuple[str, ...]) -> Reads:
-        made = {key: Read(key[1], whole, tuple(chains), site) for key, (whole, chains, site) in self.found.items()}
-        return Reads(tuple(r for (scope, _), r in made.items() if scope == "global"),
-                     tuple((freevars.index(r.name), r) for (scope, _), r in made.items() if scope == "closure"))
+        made = {
+            key: Read(key[1], whole, tuple(chains), site) for key, (whole, chains, site) in self.found.items()
+        }
+        return Reads(
+            tuple(r for (scope, _), r in made.items() if scope == "global"),
+            tuple((freevars.index(r.name), r) for (scope, _), r in made.items() if scope == "closure"),
+        )
 
 
 # -- finding the reads ---------------------------------------------------------------------------------------
@@ -121,7 +125,8 @@ def _scan_code(code: types.CodeType, freevars: tuple[str, ...], found: _ReadSet)
     """A load of a global or of one of the helper's closure cells, followed by
     attribute loads, is one chain."""
     chain = None  # [scope, name, attrs, site]
-    line_now = code.co_firstlineno  # Python 3.10's instructions have no positions: the line they start is kept
+    # Python 3.10's instructions have no positions: the line they start is kept
+    line_now = code.co_firstlineno
     for ins in dis.get_instructions(code):
         if type(ins.starts_line) is int:  # an int before 3.13 (a bool from 3.13 on, with positions beside it)
             line_now = ins.starts_line
@@ -136,7 +141,12 @@ def _scan_code(code: types.CodeType, freevars: tuple[str, ...], found: _ReadSet)
         if scope is not None:
             pos = getattr(ins, "positions", None)
             line = (pos.lineno if pos is not None else None) or line_now
-            site = (code.co_filename, line, getattr(pos, "col_offset", None), getattr(pos, "end_col_offset", None))
+            site = (
+                code.co_filename,
+                line,
+                getattr(pos, "col_offset", None),
+                getattr(pos, "end_col_offset", None),
+            )
             chain = [scope, ins.argval, [], site]
     if chain is not None:
         found.add(chain[0], chain[1], tuple(chain[2]), chain[3])

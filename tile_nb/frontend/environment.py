@@ -82,7 +82,9 @@ def _library_value(value) -> bool:
         return _library_file(value.__code__.co_filename)
     if isinstance(value, type):
         return _library_class(value)
-    return isinstance(value, types.BuiltinFunctionType) and isinstance(value.__self__, (types.ModuleType, type(None)))
+    return isinstance(value, types.BuiltinFunctionType) and isinstance(
+        value.__self__, (types.ModuleType, type(None))
+    )
 
 
 # -- keying values -------------------------------------------------------------------------------------------
@@ -198,10 +200,12 @@ def _array_key(array):
     """A numpy array by its contents: it has no version counter that would say it changed in place."""
     size = int(array.nbytes)
     if size > ARRAY_HASH_LIMIT:
-        raise _Unkeyable(f"a numpy array of {size / (1 << 20):.1f} MiB (shape {tuple(array.shape)}, {array.dtype})",
-                         f"tile_nb hashes the numpy arrays a kernel reads on every call, up to "
-                         f"{ARRAY_HASH_LIMIT >> 20} MiB; pass it to the kernel as a tensor argument, or read a "
-                         "tuple (tuple(array.tolist())) or a few scalars from it")
+        raise _Unkeyable(
+            f"a numpy array of {size / (1 << 20):.1f} MiB (shape {tuple(array.shape)}, {array.dtype})",
+            f"tile_nb hashes the numpy arrays a kernel reads on every call, up to "
+            f"{ARRAY_HASH_LIMIT >> 20} MiB; pass it to the kernel as a tensor argument, or read a "
+            "tuple (tuple(array.tolist())) or a few scalars from it",
+        )
     if array.dtype.hasobject:
         return ("<ndarray>", array.shape, value_key(array.tolist()))
     data = array.data if array.flags.c_contiguous else array.tobytes()
@@ -226,11 +230,14 @@ def _function_key(fn: types.FunctionType, seen: dict | None):
                 kwdefaults if kwdefaults is None else value_key(kwdefaults, seen),
                 entry[1](fn.__globals__, fn.__closure__, seen))
     except _Unkeyable as err:
-        err.path.append((f"function '{fn.__qualname__}'", (code.co_filename, code.co_firstlineno, None, None)))
+        err.path.append(
+            (f"function '{fn.__qualname__}'", (code.co_filename, code.co_firstlineno, None, None))
+        )
         raise
 
 
-_HELPERS: dict = {}  # id(code) -> (code, evaluator of its reads); the code object is kept, so the id stays its own
+# id(code) -> (code, evaluator of its reads); the code object is kept, so the id stays its own
+_HELPERS: dict = {}
 
 
 def _class_members(cls: type):
@@ -332,8 +339,11 @@ def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None =
         else:
             lines += ["    try:", f"        v{k} = cells[{load}].cell_contents",
                       "    except ValueError:", f"        v{k} = A"]
-        items.append(f"(type(v{k}), v{k}) if type(v{k}) in S else rk(r{k}, v{k}, seen)" if r.whole and not r.chains
-                     else f"rk(r{k}, v{k}, seen)")
+        items.append(
+            f"(type(v{k}), v{k}) if type(v{k}) in S else rk(r{k}, v{k}, seen)"
+            if r.whole and not r.chains
+            else f"rk(r{k}, v{k}, seen)"
+        )
     lines.append(f"    return ({''.join(f'{item}, ' for item in items)})")
     exec("\n".join(lines), env)  # noqa: S102 - generated from names the analysis found
     return env["evaluate"]
@@ -347,11 +357,18 @@ def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
         return (value_key(args), value_key(tuple(sorted(kwargs.items()))), _function_key(fn, None))
     except _Unkeyable as err:
         code = fn.__code__
-        name, site = err.path[0] if err.path else ("an argument", (code.co_filename, code.co_firstlineno, None, None))
+        name, site = (
+            err.path[0] if err.path else ("an argument", (code.co_filename, code.co_firstlineno, None, None))
+        )
         raise UnhashableArgumentError(
             f"the kernel factory {fn.__name__}() reads '{name}', {err.what}: it cannot be part of the factory's "
-            "cache key, so a change to it could not rebuild the kernel", filename=site[0], lineno=site[1],
-            col=site[2], end_col=site[3], hint=err.hint) from None
+            "cache key, so a change to it could not rebuild the kernel",
+            filename=site[0],
+            lineno=site[1],
+            col=site[2],
+            end_col=site[3],
+            hint=err.hint,
+        ) from None
 
 
 # -- a kernel's environment ----------------------------------------------------------------------------------
@@ -391,8 +408,13 @@ class Environment:
         filename, lineno, col, end_col = err.path[0][1]
         return UnhashableArgumentError(
             f"{self.fn.__name__}() reads {what}, {err.what}: it cannot be part of the kernel's cache key, so a "
-            "change to it could not rebuild the kernel", filename=filename, lineno=lineno, col=col,
-            end_col=end_col, hint=err.hint)
+            "change to it could not rebuild the kernel",
+            filename=filename,
+            lineno=lineno,
+            col=col,
+            end_col=end_col,
+            hint=err.hint,
+        )
 
     def describe(self) -> dict[str, str | None]:
         """Every value the body reads as stable text ('global cfg.block' -> text), None where a value has none
@@ -432,8 +454,9 @@ def _describe(value, label: str, out: dict, seen: dict) -> str | None:
     if isinstance(value, types.FunctionType):
         if id(value) not in seen:
             seen[id(value)] = value
-            _describe_reads(code_reads(value.__code__), value.__globals__, value.__closure__, f"{label} -> ", out,
-                            seen)
+            _describe_reads(
+                code_reads(value.__code__), value.__globals__, value.__closure__, f"{label} -> ", out, seen
+            )
         defaults = _describe((value.__defaults__, value.__kwdefaults__), label, out, seen)
         return None if defaults is None else \
             f"function {value.__qualname__} code {code_digest(value.__code__)} defaults {defaults}"

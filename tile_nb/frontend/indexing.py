@@ -41,7 +41,11 @@ def index_dims(shape, strides=None) -> tuple[list, list | None]:
     tensor spans `INDEX_LIMIT` elements or more, else as given."""
     shape = list(shape)
     strides = None if strides is None else list(strides)
-    if not _static(shape) or (strides is not None and not _static(strides)) or span(shape, strides) < INDEX_LIMIT:
+    if (
+        not _static(shape)
+        or (strides is not None and not _static(strides))
+        or span(shape, strides) < INDEX_LIMIT
+    ):
         return shape, strides
     from tvm import tirx
 

@@ -42,8 +42,9 @@ def call_macro(hooks, macro, args: tuple, kwargs: dict):
     try:
         cells = tuple(cell.cell_contents for cell in (fn.__closure__ or ()))
     except ValueError:  # a cell not filled yet: the macro reads a name its enclosing function defines later
-        raise st.error(f"the T.macro '{fn.__name__}' reads a variable of its enclosing function that has no value "
-                       "yet") from None
+        raise st.error(
+            f"the T.macro '{fn.__name__}' reads a variable of its enclosing function that has no value yet"
+        ) from None
     body = factory(hooks, *cells)
     caller = (st.filename, st.lineno, st.col, st.end_col)
     hooks.macro_frames.append(hooks.ir_nesting())
@@ -53,8 +54,13 @@ def call_macro(hooks, macro, args: tuple, kwargs: dict):
     except TypeError as err:
         if _is_call_error(err, fn):
             st.filename, st.lineno, st.col, st.end_col = caller
-            raise DSLError(f"calling the T.macro '{fn.__name__}': {err}", filename=caller[0], lineno=caller[1],
-                           col=caller[2], end_col=caller[3]) from None
+            raise DSLError(
+                f"calling the T.macro '{fn.__name__}': {err}",
+                filename=caller[0],
+                lineno=caller[1],
+                col=caller[2],
+                end_col=caller[3],
+            ) from None
         raise
     finally:
         hooks.macro_frames.pop()

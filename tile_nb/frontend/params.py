@@ -22,8 +22,16 @@ from ..language import annotations as ann
 from ..language.dtypes import DType
 from .source import KernelSource
 
-__all__ = ["Param", "KernelSignature", "OUTPUT", "analyze_signature", "check_compile_value", "static_const_sources",
-           "tensor_annotation_kind", "annotation_dim_lists"]
+__all__ = [
+    "Param",
+    "KernelSignature",
+    "OUTPUT",
+    "analyze_signature",
+    "check_compile_value",
+    "static_const_sources",
+    "tensor_annotation_kind",
+    "annotation_dim_lists",
+]
 
 RUNTIME, POINTER, SCALAR, TENSOR, COMPILE_TIME = "runtime", "pointer", "scalar", "tensor", "compile_time"
 OUTPUT = "output"  # a signature tensor named by out_idx: allocated by the call and returned
@@ -102,19 +110,25 @@ def analyze_signature(fn, source: KernelSource, out_idx=None) -> KernelSignature
                 hint="remove the `/` from the signature", **where)
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             star = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
-            raise SignatureError(f"kernel '{fn.__name__}' has variadic parameter '{star}{p.name}'; kernels need "
-                                 "a fixed list of parameters", **where)
+            raise SignatureError(
+                f"kernel '{fn.__name__}' has variadic parameter '{star}{p.name}'; kernels need "
+                "a fixed list of parameters",
+                **where,
+            )
         kind = _signature_kind(p.annotation, nodes.get(p.name))
         if kind is None:
             kind = RUNTIME if p.name in in_body else COMPILE_TIME
-        params.append(Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY, p.annotation))
+        params.append(
+            Param(p.name, index, kind, p.default, p.kind is inspect.Parameter.KEYWORD_ONLY, p.annotation)
+        )
     outputs = tuple(params[i] for i in _output_positions(fn.__name__, params, out_idx, where))
     for p in outputs:
         if p.kind != TENSOR:
             raise SignatureError(
                 f"out_idx names parameter {p.index} of kernel '{fn.__name__}', '{p.name}', which is not a tensor "
                 "annotated in the signature; an output must be one, as in `C: T.Tensor((M, N), T.float32)`",
-                **where)
+                **where,
+            )
     outputs = tuple(Param(p.name, p.index, OUTPUT, p.default, p.keyword_only, p.annotation) for p in outputs)
     inputs = tuple(p for p in params if p.name not in {o.name for o in outputs})
     call_sig = sig.replace(parameters=[sig.parameters[p.name] for p in inputs]) if outputs else sig
@@ -129,7 +143,9 @@ def _output_positions(name: str, params: list, out_idx, where: dict) -> list[int
     items = [out_idx] if isinstance(out_idx, int) else out_idx
     if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple)) or \
             not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise SignatureError(f"out_idx must be a parameter position or a list of them; got {out_idx!r}", **where)
+        raise SignatureError(
+            f"out_idx must be a parameter position or a list of them; got {out_idx!r}", **where
+        )
     positions = []
     for i in items:
         if not -len(params) <= i < len(params):
@@ -137,7 +153,9 @@ def _output_positions(name: str, params: list, out_idx, where: dict) -> list[int
                                  **where)
         position = i % len(params)
         if position in positions:
-            raise SignatureError(f"out_idx names parameter {position} ('{params[position].name}') twice", **where)
+            raise SignatureError(
+                f"out_idx names parameter {position} ('{params[position].name}') twice", **where
+            )
         positions.append(position)
     return positions
 
@@ -151,8 +169,13 @@ def static_const_sources(tree: ast.FunctionDef, runtime: set[str]) -> dict[str, 
     """
     consts: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "const" \
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "const"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             consts.update(n.strip() for n in node.args[0].value.replace(",", " ").split())
     sources: dict[str, tuple[str, str, int]] = {}
     for name, annotation in _tensor_annotations(tree):

@@ -71,7 +71,9 @@ def _current(name: str) -> ast.Call:
 
 def _lazy(expr: ast.expr) -> ast.Lambda:
     """`lambda: expr`: evaluated only if needed (Python's short-circuit semantics)."""
-    args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    args = ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+    )
     return ast.Lambda(args, expr)
 
 
@@ -101,7 +103,9 @@ def _carried_names(body: list[ast.stmt], bound_before: set[str]) -> list[str]:
                 carried.append(n.id)
 
     def stores(node: ast.AST) -> None:
-        stored.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        stored.update(
+            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        )
 
     body_stores = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)
                    and isinstance(n.ctx, ast.Store)}
@@ -208,10 +212,16 @@ class _LogicRewriter(ast.NodeTransformer):
 def _alloc_var_names(body: list[ast.stmt]) -> set[str]:
     """Names the body assigns a `T.alloc_var(...)` to: variables of the kernel, read and assigned by name as
     in tilelang (`x = T.alloc_var(T.int32)`, `x = 0`, `x += 1`, `A[i] = x`), besides `x[0]`."""
-    return {stmt.targets[0].id for node in body for stmt in ast.walk(node)
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Call)
-            and getattr(stmt.value.func, "attr", getattr(stmt.value.func, "id", None)) == "alloc_var"}
+    return {
+        stmt.targets[0].id
+        for node in body
+        for stmt in ast.walk(node)
+        if isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(stmt.value, ast.Call)
+        and getattr(stmt.value.func, "attr", getattr(stmt.value.func, "id", None)) == "alloc_var"
+    }
 
 
 class _VarReads(ast.NodeTransformer):
@@ -252,9 +262,18 @@ class _BodyRewriter(ast.NodeTransformer):
 
     def fail(self, node: ast.AST, message: str) -> UnsupportedSyntaxError:
         indent, lines = self.source.indent, self.source.first_line - 1
-        end_col = getattr(node, "end_col_offset", None) if getattr(node, "end_lineno", None) == node.lineno else None
-        return UnsupportedSyntaxError(message, filename=self.source.filename, lineno=node.lineno + lines,
-                                      col=node.col_offset + indent, end_col=end_col + indent if end_col else None)
+        end_col = (
+            getattr(node, "end_col_offset", None)
+            if getattr(node, "end_lineno", None) == node.lineno
+            else None
+        )
+        return UnsupportedSyntaxError(
+            message,
+            filename=self.source.filename,
+            lineno=node.lineno + lines,
+            col=node.col_offset + indent,
+            end_col=end_col + indent if end_col else None,
+        )
 
     def fresh(self, stem: str) -> str:
         return f"__tnb_{stem}{next(self.ids)}"
@@ -289,7 +308,9 @@ class _BodyRewriter(ast.NodeTransformer):
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if not isinstance(node.target, ast.Name):
-            raise self.fail(node, "annotations in a kernel must name a parameter, as in `A: T.Tensor[[M], T.float32]`")
+            raise self.fail(
+                node, "annotations in a kernel must name a parameter, as in `A: T.Tensor[[M], T.float32]`"
+            )
         name = node.target.id
         if node.value is not None:
             return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())],
@@ -298,7 +319,11 @@ class _BodyRewriter(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), node)
 
     def visit_Assign(self, node: ast.Assign):
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.refs:
+        if (
+            len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in self.refs
+        ):
             ref = ast.Name(node.targets[0].id, ast.Load())
             return ast.copy_location(ast.Expr(_hook("store_ref", ref, node.value)), node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
@@ -316,23 +341,33 @@ class _BodyRewriter(ast.NodeTransformer):
         if isinstance(node.target, ast.Name) and node.target.id in self.var_names:
             name = node.target.id
             value = ast.BinOp(_hook("read_var", ast.Name(name, ast.Load())), node.op, node.value)
-            assign = ast.Assign([ast.Name(name, ast.Store())], _hook("assign_var", _const(name), value, _current(name)))
+            assign = ast.Assign(
+                [ast.Name(name, ast.Store())], _hook("assign_var", _const(name), value, _current(name))
+            )
             return ast.copy_location(assign, node)
         if isinstance(node.target, ast.Name) and node.target.id in self.refs:
             ref = ast.Name(node.target.id, ast.Load())
             value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
             return ast.copy_location(ast.Expr(_hook("store_ref", ref, value)), node)
         if isinstance(node.target, ast.Subscript):
-            load = ast.Subscript(copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice), ast.Load())
+            load = ast.Subscript(
+                copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice), ast.Load()
+            )
             value = ast.BinOp(load, node.op, node.value)
-            return ast.copy_location(ast.Expr(_hook("store", node.target.value, node.target.slice, value)), node)
+            return ast.copy_location(
+                ast.Expr(_hook("store", node.target.value, node.target.slice, value)), node
+            )
         return node
 
     def visit_For(self, node: ast.For):
         if node.orelse:
             raise self.fail(node, "`for ... else` is not supported in kernels")
         iterable = node.iter
-        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range":
+        if (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id == "range"
+        ):
             iterable = ast.Call(ast.Attribute(ast.Name(HOOKS_NAME, ast.Load()), "range", ast.Load()),
                                 iterable.args, iterable.keywords)
         it_name = self.fresh("it")
@@ -358,7 +393,9 @@ class _BodyRewriter(ast.NodeTransformer):
             ir_body.append(ast.With([ast.withitem(_hook("ir_else"))], copy.deepcopy(orelse)))
         # A Python name bound before this `if` and rebound in it would keep the new value whatever the
         # run-time condition says: refused when the condition turns out to be an IR expression.
-        leaks = sorted(n for n in _assigned_in_branches(node) if n in bound_before and n not in self.var_names)
+        leaks = sorted(
+            n for n in _assigned_in_branches(node) if n in bound_before and n not in self.var_names
+        )
         if leaks:
             guard = _hook("rebound_under_if", ast.Tuple([_const(n) for n in leaks], ast.Load()),
                           _const(node.lineno + self.source.first_line - 1))
@@ -375,15 +412,20 @@ class _BodyRewriter(ast.NodeTransformer):
                 not any(isinstance(n, ast.Break) for stmt in node.body for n in ast.walk(stmt)):
             # a Python-level loop that never ends would hang the elaboration (a
             # notebook cell that never returns)
-            raise self.fail(node, f"`while {node.test.value!r}:` with no `break` never ends: it would run forever "
-                                  "while the kernel is built; loop over a range (`for i in T.serial(n)`) or test "
-                                  "a value the body changes")
+            raise self.fail(
+                node,
+                f"`while {node.test.value!r}:` with no `break` never ends: it would run forever "
+                "while the kernel is built; loop over a range (`for i in T.serial(n)`) or test "
+                "a value the body changes",
+            )
         lineno = _const(node.lineno + self.source.first_line - 1)
         cond_name = self.fresh("cond")
         # Python names the IR loop would read each iteration (in its body, or in its condition) and its body
         # rebinds: the body is traced once, so the new binding would never reach the next test.
         body_stores = {n for stmt in node.body for n in _stored_names(stmt)}
-        in_test = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        in_test = {
+            n.id for n in ast.walk(node.test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
         candidates = self.bound - self.var_names
         carried = _carried_names(node.body, candidates)
         carried += sorted((in_test & body_stores & candidates) - set(carried))
@@ -397,7 +439,9 @@ class _BodyRewriter(ast.NodeTransformer):
         # `for _ in <one pass>` around the traced body, so that a `break` in it is still Python inside a loop
         # (the `jump` hook refuses it in a kernel loop before Python would run it)
         it_name = self.fresh("it")
-        traced = ast.For(ast.Name(self.fresh("pass"), ast.Store()), ast.Name(it_name, ast.Load()), ir_body, [])
+        traced = ast.For(
+            ast.Name(self.fresh("pass"), ast.Store()), ast.Name(it_name, ast.Load()), ir_body, []
+        )
         ir_branch = ast.With([ast.withitem(_hook("ir_while", ast.Name(cond_name, ast.Load())),
                                            ast.Name(it_name, ast.Store()))], [traced])
         py_loop = ast.While(_hook("condition", test), body, [])
@@ -408,8 +452,9 @@ class _BodyRewriter(ast.NodeTransformer):
 
     def visit_With(self, node: ast.With):
         for item in node.items:
-            names = ast.Tuple([_const(n) for n in _names_of(item.optional_vars)] if item.optional_vars else [],
-                              ast.Load())
+            names = ast.Tuple(
+                [_const(n) for n in _names_of(item.optional_vars)] if item.optional_vars else [], ast.Load()
+            )
             item.context_expr = _hook("enter", item.context_expr, names)
         node.body = self.rewrite_block(node.body)
         return node

@@ -34,7 +34,9 @@ def evaluate(expr, env: dict):
     for kind, fn in _binary().items():
         if isinstance(expr, kind):
             return fn(evaluate(expr.a, env), evaluate(expr.b, env))
-    raise UnsupportedShapeExpr(f"shape expression {expr} ({type(expr).__name__}) is not + - * // % min max of dims")
+    raise UnsupportedShapeExpr(
+        f"shape expression {expr} ({type(expr).__name__}) is not + - * // % min max of dims"
+    )
 
 
 def free_vars(expr) -> set[str]:

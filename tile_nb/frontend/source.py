@@ -89,8 +89,11 @@ def get_source(fn) -> KernelSource:
     try:
         module = ast.parse(text)
     except SyntaxError as err:
-        raise _not_found(fn, f"its source at {filename}:{start} does not parse ({err.msg}); the file may have "
-                             "changed since the function was defined") from None
+        raise _not_found(
+            fn,
+            f"its source at {filename}:{start} does not parse ({err.msg}); the file may have "
+            "changed since the function was defined",
+        ) from None
     tree = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if tree is None or tree.name != fn.__name__:
         raise _not_found(fn, f"line {start} of '{filename}' does not define '{fn.__name__}'; the source may "

@@ -28,7 +28,10 @@ class AccessMap(NamedTuple):
 def _mask(f, slot: int, t: torch.Tensor, kind: int) -> torch.Tensor:
     pair = f.access.get(slot)
     if pair is None:
-        pair = f.access[slot] = (torch.zeros(t.shape, dtype=torch.bool), torch.zeros(t.shape, dtype=torch.bool))
+        pair = f.access[slot] = (
+            torch.zeros(t.shape, dtype=torch.bool),
+            torch.zeros(t.shape, dtype=torch.bool),
+        )
     return pair[kind]
 
 
@@ -48,7 +51,10 @@ def record_element(f, slot: int, t: torch.Tensor, kind: int, sliced, index) -> N
     idx = tuple(i(f) for i in index)
     # out-of-range indices of masked-off iterations are clamped (not counted);
     # an active one is an error anyway
-    idx = tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(int(k), 0), n - 1) for k, n in zip(idx, t.shape, strict=True))
+    idx = tuple(
+        k.clamp(0, n - 1) if V.is_tensor(k) else min(max(int(k), 0), n - 1)
+        for k, n in zip(idx, t.shape, strict=True)
+    )
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     shape = torch.broadcast_shapes(*(p.shape for p in parts), *(() if f.mask is None else (f.mask.shape,)))
     parts = [p.expand(shape) for p in parts]

@@ -119,7 +119,9 @@ def store_into(view: torch.Tensor, value, mask) -> bool:
     if mask is not None and not _fits(mask.shape, shape):
         return False
     if mask is not None:
-        value = torch.where(mask, value if V.is_tensor(value) else torch.tensor(value, dtype=view.dtype), view)
+        value = torch.where(
+            mask, value if V.is_tensor(value) else torch.tensor(value, dtype=view.dtype), view
+        )
     elif V.is_tensor(value) and value.dim() > 0 and _overlaps(value, view):
         value = value.clone()  # `S[i, j] = S[j, i]`: read everything before writing, as the gather path does
     if V.is_tensor(value):

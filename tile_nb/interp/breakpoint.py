@@ -29,8 +29,11 @@ _FRAMES: dict[tuple, object] = {}  # (kernel, file, line, names) -> the generate
 def compile_breakpoint(comp: Compiler, node):
     line, *wanted = (int(a.value) for a in node.args[1:5])
     if comp.par_vars:
-        raise InterpreterError("T.breakpoint inside a T.Parallel loop is not supported: the loop's iterations are "
-                               "spread over the threads. Stop before or after the loop", comp.location)
+        raise InterpreterError(
+            "T.breakpoint inside a T.Parallel loop is not supported: the loop's iterations are "
+            "spread over the threads. Stop before or after the loop",
+            comp.location,
+        )
     shown = _in_scope(comp)
     filename = comp.location.filename or f"<tile_nb kernel {comp.name}>"
     stop = _frame_function(comp.name, filename, line, tuple(name for name, _, _ in shown))
@@ -80,7 +83,9 @@ def _frame_function(kernel: str, filename: str, line: int, names: tuple[str, ...
     fn = _FRAMES.get(key)
     if fn is None:
         fname = kernel if kernel.isidentifier() and not keyword.iskeyword(kernel) else "kernel"
-        body = "".join(f"{n} = __tile_nb_values[{n!r}] if {n!r} in __tile_nb_values else None; " for n in names)
+        body = "".join(
+            f"{n} = __tile_nb_values[{n!r}] if {n!r} in __tile_nb_values else None; " for n in names
+        )
         pad = "\n" * max(line - 2, 0)
         source = f"{pad}def {fname}(__tile_nb_values):\n    {body}breakpoint()\n"
         scope = {"__builtins__": builtins}

@@ -108,7 +108,9 @@ class Frame:
 class Compiler:
     """Translates a PrimFunc body into closures; owns the slot numbering of variables and buffers."""
 
-    def __init__(self, tile_lines: list[int] | None = None, filename: str | None = None, name: str = "kernel"):
+    def __init__(
+        self, tile_lines: list[int] | None = None, filename: str | None = None, name: str = "kernel"
+    ):
         self.name = name  # the kernel's, for the frame T.breakpoint stops in
         # Tile-op calls have no span: the frontend lists their lines in program order
         # (`tile_nb.tile_op_lines`), which is the order they are compiled in here.

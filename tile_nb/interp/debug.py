@@ -99,8 +99,11 @@ def _print_tile(comp: Compiler, node):
         lo = [int(i(f)) for i in index]
         ext = [int(e(f)) for e in extents]
         if any(a < 0 or a + n > d for a, n, d in zip(lo, ext, t.shape, strict=True)):
-            raise InterpreterError(f"T.print of '{buf.name}' region starting at {lo} with extents {ext} is out of "
-                                   f"the buffer's shape {tuple(t.shape)}", location)
+            raise InterpreterError(
+                f"T.print of '{buf.name}' region starting at {lo} with extents {ext} is out of "
+                f"the buffer's shape {tuple(t.shape)}",
+                location,
+            )
         m = written.mask_of(f.written, slot, t)
         found = written.region_unwritten(m, tuple(slice(a, a + n) for a, n in zip(lo, ext, strict=True)))
         if found is not None:  # the GPU would print garbage

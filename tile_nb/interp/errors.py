@@ -105,15 +105,19 @@ def _with_statement(message: str, location: SourceLocation) -> str:
 class InterpreterError(TileNBError, RuntimeError):
     """An IR construct, region or argument the interpreter cannot execute."""
 
-    def __init__(self, message: str, location: SourceLocation | None = None, hint: str | None = None, **fields):
+    def __init__(
+        self, message: str, location: SourceLocation | None = None, hint: str | None = None, **fields
+    ):
         if location is not None:
             message = _with_statement(message, location)
             fields = {**location.fields(), **fields}
         super().__init__(message, hint=hint, **fields)
 
     def __reduce__(self):
-        return (_rebuild_interp, (type(self), self.message, self.filename, self.lineno, self.col, self.end_col,
-                                  self.hint))
+        return (
+            _rebuild_interp,
+            (type(self), self.message, self.filename, self.lineno, self.col, self.end_col, self.hint),
+        )
 
 
 class DeadlockError(InterpreterError):
@@ -132,9 +136,9 @@ def _rebuild_interp(cls, message, filename, lineno, col, end_col, hint):
 
 _HINTS = {
     "index": "the GPU would access this element silently; guard the access (`if ...:` or T.if_then_else) or "
-             "fix the index",
+    "fix the index",
     "region": "a tile copy into or out of shared/fragment/local memory must fit that buffer (only global tensors "
-              "are guarded at their edges)",
+    "are guarded at their edges)",
 }
 
 
@@ -158,7 +162,9 @@ class OutOfBoundsError(TileNBError, IndexError):
         self.loop = dict(loop or {})
         text = ", ".join(str(i) for i in self.index)
         message = f"{what} [{text}] is out of bounds for buffer '{buffer}' of shape {self.shape}"
-        context = ([f"block {block}"] if block is not None else []) + [f"{k} = {v}" for k, v in self.loop.items()]
+        context = ([f"block {block}"] if block is not None else []) + [
+            f"{k} = {v}" for k, v in self.loop.items()
+        ]
         if context:
             message += f" ({', '.join(context)})"
         super().__init__(_with_statement(message, self.source), hint=_HINTS.get(what), **self.source.fields())
@@ -168,7 +174,10 @@ class OutOfBoundsError(TileNBError, IndexError):
         return self.lineno
 
     def __reduce__(self):
-        return (type(self), (self.buffer, self.index, self.shape, self.source, self.block, self.what, self.loop))
+        return (
+            type(self),
+            (self.buffer, self.index, self.shape, self.source, self.block, self.what, self.loop),
+        )
 
 
 UNINIT_ENV = "TILE_NB_CHECK_UNINIT"  # "0" turns the check off (docs/debugging.md)
@@ -189,9 +198,19 @@ class UninitializedReadError(TileNBError, RuntimeError):
     "load", "T.copy", "T.gemm", ...), `source`; `filename`, `lineno`, `col` point at the user's statement.
     """
 
-    def __init__(self, buffer: str, index: tuple, shape: tuple, scope: str, location: SourceLocation | None = None,
-                 block: tuple | None = None, loop: dict | None = None, op: str = "load",
-                 region: tuple | None = None, count: int = 1):
+    def __init__(
+        self,
+        buffer: str,
+        index: tuple,
+        shape: tuple,
+        scope: str,
+        location: SourceLocation | None = None,
+        block: tuple | None = None,
+        loop: dict | None = None,
+        op: str = "load",
+        region: tuple | None = None,
+        count: int = 1,
+    ):
         self.buffer, self.index, self.shape, self.scope = buffer, tuple(index), tuple(shape), scope
         self.source = location or SourceLocation()
         self.block, self.loop, self.op = block, dict(loop or {}), op
@@ -202,16 +221,24 @@ class UninitializedReadError(TileNBError, RuntimeError):
         where = f"block {block}" if block is not None else "this block"
         context = "".join(f", {k} = {v}" for k, v in self.loop.items())
         if self.region is None:
-            message = (f"read of memory never written: {element} ({kind} buffer of shape {self.shape}) is read "
-                       f"before anything wrote it in {where}{context}")
+            message = (
+                f"read of memory never written: {element} ({kind} buffer of shape {self.shape}) is read "
+                f"before anything wrote it in {where}{context}"
+            )
         else:
             text = f"{buffer}[{', '.join(self.region)}]"
-            message = (f"read of memory never written: {op} reads {text} ({kind} buffer of shape {self.shape}), "
-                       f"but {count} of those elements were never written in {where}; the first is {element}")
-        hint = ("the GPU would read whatever that memory holds (the interpreter's buffers start at 0, so a result "
-                "could match by chance): write the elements first (T.clear / T.fill / T.copy / a store), e.g. "
-                "T.clear the accumulator before T.gemm. If the read is intended, set " + UNINIT_ENV + "=0 to turn "
-                "this check off")
+            message = (
+                f"read of memory never written: {op} reads {text} ({kind} buffer of shape {self.shape}), "
+                f"but {count} of those elements were never written in {where}; the first is {element}"
+            )
+        hint = (
+            "the GPU would read whatever that memory holds (the interpreter's buffers start at 0, so a result "
+            "could match by chance): write the elements first (T.clear / T.fill / T.copy / a store), e.g. "
+            "T.clear the accumulator before T.gemm. If the read is intended, set "
+            + UNINIT_ENV
+            + "=0 to turn "
+            "this check off"
+        )
         super().__init__(_with_statement(message, self.source), hint=hint, **self.source.fields())
 
     @property
@@ -219,5 +246,18 @@ class UninitializedReadError(TileNBError, RuntimeError):
         return self.lineno
 
     def __reduce__(self):
-        return (type(self), (self.buffer, self.index, self.shape, self.scope, self.source, self.block, self.loop,
-                             self.op, self.region, self.count))
+        return (
+            type(self),
+            (
+                self.buffer,
+                self.index,
+                self.shape,
+                self.scope,
+                self.source,
+                self.block,
+                self.loop,
+                self.op,
+                self.region,
+                self.count,
+            ),
+        )

@@ -230,13 +230,23 @@ def _sigmoid(x: float) -> float:
 
 
 for _names, _torch_fn, _math_fn in [
-    (("exp",), torch.exp, math.exp), (("exp2",), torch.exp2, lambda x: 2.0 ** x),
-    (("log",), torch.log, math.log), (("log2",), torch.log2, math.log2), (("log10",), torch.log10, math.log10),
-    (("sqrt",), torch.sqrt, math.sqrt), (("rsqrt",), torch.rsqrt, lambda x: 1.0 / math.sqrt(x)),
-    (("sigmoid",), torch.sigmoid, _sigmoid), (("tanh",), torch.tanh, math.tanh),
-    (("fabs", "abs"), torch.abs, abs), (("floor",), torch.floor, math.floor), (("ceil",), torch.ceil, math.ceil),
-    (("round", "nearbyint"), torch.round, round), (("trunc",), torch.trunc, math.trunc),
-    (("erf",), torch.erf, math.erf), (("sin",), torch.sin, math.sin), (("cos",), torch.cos, math.cos),
+    (("exp",), torch.exp, math.exp),
+    (("exp2",), torch.exp2, lambda x: 2.0**x),
+    (("log",), torch.log, math.log),
+    (("log2",), torch.log2, math.log2),
+    (("log10",), torch.log10, math.log10),
+    (("sqrt",), torch.sqrt, math.sqrt),
+    (("rsqrt",), torch.rsqrt, lambda x: 1.0 / math.sqrt(x)),
+    (("sigmoid",), torch.sigmoid, _sigmoid),
+    (("tanh",), torch.tanh, math.tanh),
+    (("fabs", "abs"), torch.abs, abs),
+    (("floor",), torch.floor, math.floor),
+    (("ceil",), torch.ceil, math.ceil),
+    (("round", "nearbyint"), torch.round, round),
+    (("trunc",), torch.trunc, math.trunc),
+    (("erf",), torch.erf, math.erf),
+    (("sin",), torch.sin, math.sin),
+    (("cos",), torch.cos, math.cos),
 ]:
     call_rule(*_names)(_unary_math(_torch_fn, _math_fn))
 

@@ -46,7 +46,10 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
     if bool(bad.any()):
         _raise_oob(comp, f, slot, t, idx, bad, location, loops)
     # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
-    return tuple(k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1) for k, n in zip(idx, t.shape, strict=True))
+    return tuple(
+        k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1)
+        for k, n in zip(idx, t.shape, strict=True)
+    )
 
 
 def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, location, loops=()):
@@ -66,8 +69,9 @@ def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, lo
         point = [int(k) for k in idx]
     else:
         first, point = written.first_bad(bad, idx)
-        loop = _loop_values(f, loops, torch.broadcast_shapes(bad.shape, *[k.shape for k in idx if V.is_tensor(k)]),
-                            first)
+        loop = _loop_values(
+            f, loops, torch.broadcast_shapes(bad.shape, *[k.shape for k in idx if V.is_tensor(k)]), first
+        )
     raise UninitializedReadError(buf.name, tuple(point), tuple(m.shape), buf.scope(), location, f.block_ids(),
                                  loop=loop)
 
@@ -323,9 +327,15 @@ class Region:
             starts = [int(r.min.value) for r in region.region]
             exts = [int(r.extent.value) for r in region.region]
             shape = [int(d.value) for d in self.buffer.shape]
-            if len(shape) == rank and all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, shape, strict=True)):
+            if len(shape) == rank and all(
+                0 <= s and s + e <= n for s, e, n in zip(starts, exts, shape, strict=True)
+            ):
                 whole = starts == [0] * rank and exts == shape
-                self._fixed = (starts, exts, None if whole else tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True)))
+                self._fixed = (
+                    starts,
+                    exts,
+                    None if whole else tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True)),
+                )
 
     def resolve(self, f):
         if self._fixed is not None:
@@ -373,7 +383,9 @@ class Region:
             index = tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))
         found = written.region_unwritten(m, index, need)
         if found is not None:
-            written.raise_region(self.buffer, starts, exts, m.shape, found, self.op, self.location, f.block_ids())
+            written.raise_region(
+                self.buffer, starts, exts, m.shape, found, self.op, self.location, f.block_ids()
+            )
 
     def mark(self, f, index) -> None:
         """Elements `index` (slices; None: the whole buffer) written in this block."""

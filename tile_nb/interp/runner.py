@@ -26,14 +26,17 @@ __all__ = ["Program", "compile_func", "run", "run_program"]
 
 _CACHE_SIZE = 64
 _cache: OrderedDict[int, tuple] = OrderedDict()
-_cache_lock = threading.Lock()  # threads may interpret at once: an eviction must not race a lookup's move_to_end
+# threads may interpret at once: an eviction must not race a lookup's move_to_end
+_cache_lock = threading.Lock()
 
 
 class Program:
     """A PrimFunc translated to closures: parameter bindings, slot count and the body."""
 
     def __init__(self, func: tirx.PrimFunc):
-        self.name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
+        self.name = (
+            str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "kernel"
+        )
         comp = Compiler(*_tile_lines(func), name=self.name)
         if warps.uses_warp_groups(func):
             comp.warps = warps.WarpInfo()
@@ -119,7 +122,9 @@ class BufferParam:
         self._stride_fns = comp.exprs(self.strides)
         # dims that are plain vars bind them; anything else (ints, expressions) is checked after binding
         self._binders = [(i, comp.slot(d)) for i, d in enumerate(self.shape) if isinstance(d, ir.Var)]
-        self._stride_binders = [(i, comp.slot(s)) for i, s in enumerate(self.strides) if isinstance(s, ir.Var)]
+        self._stride_binders = [
+            (i, comp.slot(s)) for i, s in enumerate(self.strides) if isinstance(s, ir.Var)
+        ]
 
     def bind(self, f: Frame, t, fname: str):
         if not isinstance(t, torch.Tensor):
@@ -129,7 +134,9 @@ class BufferParam:
             raise InterpreterError(f"{fname}() argument '{self.name}' is on {t.device}; the CPU interpreter "
                                    f"needs CPU tensors")
         if t.dtype != self.dtype:
-            raise InterpreterError(f"{fname}() argument '{self.name}' must have dtype {self.dtype}; got {t.dtype}")
+            raise InterpreterError(
+                f"{fname}() argument '{self.name}' must have dtype {self.dtype}; got {t.dtype}"
+            )
         if t.dim() != len(self.shape):
             raise InterpreterError(f"{fname}() argument '{self.name}' must have rank {len(self.shape)}; got "
                                    f"shape {tuple(t.shape)}")

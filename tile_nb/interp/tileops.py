@@ -121,7 +121,8 @@ def _gemm(comp: Compiler, node):
             d = d_reg.view(f)
             if d is not None and d.shape == (a.shape[0], b.shape[1]):
                 if beta == 1.0:
-                    c_reg.check(f)  # accumulates into C: it must hold values (T.clear it, or clear_accum=True)
+                    # accumulates into C: it must hold values (T.clear it, or clear_accum=True)
+                    c_reg.check(f)
                     d.addmm_(a, b)
                 else:
                     torch.mm(a, b, out=d)
@@ -207,8 +208,9 @@ def _cumsum(comp: Compiler, node):
         tile = src.read(f).to(acc)
         _, _, d_exts = dst.resolve(f)
         if list(tile.shape) != list(d_exts):
-            raise InterpreterError(f"T.cumsum: {src.name}{list(tile.shape)} and {dst.name}{d_exts} differ in shape",
-                                   location)
+            raise InterpreterError(
+                f"T.cumsum: {src.name}{list(tile.shape)} and {dst.name}{d_exts} differ in shape", location
+            )
         out = tile.flip(dim).cumsum(dim).flip(dim) if reverse else tile.cumsum(dim)
         dst.write(f, V.wrap_int(out.to(acc), dst.dtype))
     return cumsum

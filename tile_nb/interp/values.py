@@ -166,7 +166,8 @@ def where(cond, a, b):
     if is_tensor(cond):
         if cond.dim() == 0 and not is_tensor(a) and not is_tensor(b):
             return a if bool(cond) else b
-        if not is_tensor(a) and not is_tensor(b):  # two scalars under a tensor mask (T.if_then_else(m, -inf, 0))
+        # two scalars under a tensor mask (T.if_then_else(m, -inf, 0))
+        if not is_tensor(a) and not is_tensor(b):
             return torch.where(cond, torch.tensor(a), torch.tensor(b))
         a, b = _as_tensors(a, b)
         return torch.where(cond, a, b)

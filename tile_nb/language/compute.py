@@ -11,9 +11,38 @@ from .dtypes import as_dtype
 from .irutil import as_expr, is_buffer, is_expr, is_load, is_region, unwrap_comparison
 from .memory import region_of
 
-__all__ = ["gemm", "reduce_absmax", "reduce_max", "reduce_sum", "reduce_min", "cumsum", "atomic_add", "if_then_else", "ceildiv", "max", "min",
-           "exp", "exp2", "log", "log2", "rsqrt", "sqrt", "sigmoid", "tanh", "abs", "cast", "infinity",
-           "sin", "cos", "erf", "log10", "floor", "ceil", "trunc", "round"]
+__all__ = [
+    "gemm",
+    "reduce_absmax",
+    "reduce_max",
+    "reduce_sum",
+    "reduce_min",
+    "cumsum",
+    "atomic_add",
+    "if_then_else",
+    "ceildiv",
+    "max",
+    "min",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "rsqrt",
+    "sqrt",
+    "sigmoid",
+    "tanh",
+    "abs",
+    "cast",
+    "infinity",
+    "sin",
+    "cos",
+    "erf",
+    "log10",
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+]
 
 _builtin_max, _builtin_min, _builtin_abs = max, min, abs
 
@@ -26,7 +55,9 @@ def _static(x):
         return None
 
 
-def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False, policy=None):
+def gemm(
+    A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False, policy=None
+):
     """`T.gemm(A, B, C)`: `C += A @ B` on tiles (`C = A @ B` with `clear_accum=True`). `A` is `[M, K]`
     (`[K, M]` with `transpose_A`), `B` is `[K, N]` (`[N, K]` with `transpose_B`), `C` is `[M, N]` and
     accumulates in its dtype. `policy` (a `T.GemmWarpPolicy`) is tilelang's warp-partition hint: recorded,
@@ -85,10 +116,13 @@ def _reduce(op_name: str, src, dst, dim: int, clear: bool, absolute: bool = Fals
     want = [_static(r.extent) for i, r in enumerate(rs.region) if i != axis]
     got = [_static(r.extent) for r in rd.region]
     if not want and all(g == 1 for g in got):
-        want = got  # a 1-d source reduces to one value: a [1] (or [1, 1]) destination holds it (tilelang's form)
+        # a 1-d source reduces to one value: a [1] (or [1, 1]) destination holds it (tilelang's form)
+        want = got
     if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got, strict=True)):
-        raise st.error(f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
-                       f"gives {want}, but the destination is {got}")
+        raise st.error(
+            f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
+            f"gives {want}, but the destination is {got}"
+        )
     config = {"absolute": 1} if absolute else {}  # abs-max: `T.tile.max(..., absolute=1)` (docs/IR.md)
     {"sum": Tx.sum, "max": Tx.max, "min": Tx.min}[op_name](rd, rs, (axis,), not clear, **config)
     st.record_tile_op()
@@ -156,8 +190,11 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
     for name, reg in (("src", rs), ("dst", rd)):
         scope = reg.source.scope()
         if scope not in _SCAN_SCOPES:
-            raise st.error(f"T.cumsum: {name} {reg.source.name} is in {scope} memory; expected a shared, fragment or "
-                           "local tile", hint="T.copy the region into a T.alloc_shared tile, scan that, and copy back")
+            raise st.error(
+                f"T.cumsum: {name} {reg.source.name} is in {scope} memory; expected a shared, fragment or "
+                "local tile",
+                hint="T.copy the region into a T.alloc_shared tile, scan that, and copy back",
+            )
     shape = [_static(r.extent) for r in rs.region]
     rank = len(shape)
     if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
@@ -165,7 +202,9 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
     axis = dim + rank if dim < 0 else dim
     dshape = [_static(r.extent) for r in rd.region]
     if len(dshape) != rank or any(None not in (a, b) and a != b for a, b in zip(shape, dshape, strict=True)):
-        raise st.error(f"T.cumsum: dst {rd.source.name}{dshape} must have the shape of src {rs.source.name}{shape}")
+        raise st.error(
+            f"T.cumsum: dst {rd.source.name}{dshape} must have the shape of src {rs.source.name}{shape}"
+        )
     if not isinstance(reverse, (bool, int)):
         raise st.error(f"T.cumsum: reverse must be a Python bool; got {reverse!r}")
     T.add_to_parent(TilePrimitiveCall(rd, rs, axis, bool(reverse), op=_cumsum_op()))
@@ -185,8 +224,11 @@ def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = Non
 
     st = _state.active("T.atomic_add")
     if memory_order not in (None, "relaxed"):
-        raise st.error(f"T.atomic_add(memory_order={memory_order!r}) is not supported: tile_nb's atomics are "
-                       "relaxed (CUDA's atomicAdd)", hint="order the accesses with a barrier, or drop memory_order")
+        raise st.error(
+            f"T.atomic_add(memory_order={memory_order!r}) is not supported: tile_nb's atomics are "
+            "relaxed (CUDA's atomicAdd)",
+            hint="order the accesses with a barrier, or drop memory_order",
+        )
     if return_prev:
         raise st.error("T.atomic_add(return_prev=True) is not supported yet")
     if use_tma:
@@ -213,8 +255,10 @@ def _atomic_add_tile(st, dst, value) -> None:
     src_dims = [_static(e) for e in extents if _static(e) != 1]
     dst_dims = [_static(r.extent) for r in target.region if _static(r.extent) != 1]
     if src_dims != dst_dims:
-        raise st.error(f"T.atomic_add: the tile {src.source.name}{[_static(e) for e in extents]} and the destination "
-                       f"{target.source.name}{[_static(r.extent) for r in target.region]} have different shapes")
+        raise st.error(
+            f"T.atomic_add: the tile {src.source.name}{[_static(e) for e in extents]} and the destination "
+            f"{target.source.name}{[_static(r.extent) for r in target.region]} have different shapes"
+        )
     src_buf, dst_buf = src.source, target.source
     src_min = [r.min for r in src.region]
     dst_min = [r.min for r in target.region]

@@ -46,9 +46,11 @@ class PrimFuncDefinition:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        raise DSLError(f"'{self.fn.__name__}' is a @T.prim_func kernel definition; compile it to call it",
-                       hint=f"tile_nb.jit({self.fn.__name__}, out_idx=[...]) makes a kernel of it, or return it "
-                            "from a kernel factory decorated with @tile_nb.jit")
+        raise DSLError(
+            f"'{self.fn.__name__}' is a @T.prim_func kernel definition; compile it to call it",
+            hint=f"tile_nb.jit({self.fn.__name__}, out_idx=[...]) makes a kernel of it, or return it "
+            "from a kernel factory decorated with @tile_nb.jit",
+        )
 
     def __repr__(self) -> str:
         return f"<T.prim_func {self.fn.__qualname__}>"
@@ -96,8 +98,10 @@ def macro(fn=None, *, hygienic: bool = True):
     """`@T.macro`: a helper whose body is kernel code, elaborated where it is called. (`hygienic`: its names
     are its own, as any Python function's; `hygienic=False` is not supported.)"""
     if not hygienic:
-        raise DSLError("@T.macro(hygienic=False) (a macro that reads the caller's local names) is not supported",
-                       hint="pass what the macro needs as arguments")
+        raise DSLError(
+            "@T.macro(hygienic=False) (a macro that reads the caller's local names) is not supported",
+            hint="pass what the macro needs as arguments",
+        )
     if fn is None:
         return lambda f: Macro(f)
     return Macro(fn)

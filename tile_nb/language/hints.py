@@ -39,11 +39,15 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True) -> Non
     hint. Recorded, not applied: it changes the order blocks run in, never what they compute."""
     st = _state.active("T.use_swizzle")
     if order not in _ORDERS:
-        raise st.error(f"T.use_swizzle(order=...): expected one of {', '.join(map(repr, _ORDERS))}, got {order!r}")
+        raise st.error(
+            f"T.use_swizzle(order=...): expected one of {', '.join(map(repr, _ORDERS))}, got {order!r}"
+        )
     if isinstance(panel_size, bool) or not isinstance(panel_size, int) or panel_size < 1:
         raise st.error(f"T.use_swizzle(panel_size=...): expected a positive int, got {panel_size!r}")
     if enable:
-        record_hint(st, f"use_swizzle(panel_size={panel_size}, order={order!r}) (not applied: rasterization only)")
+        record_hint(
+            st, f"use_swizzle(panel_size={panel_size}, order={order!r}) (not applied: rasterization only)"
+        )
 
 
 def disable_warp_group_reg_alloc() -> None:
@@ -66,5 +70,9 @@ def gemm_policy(st, policy) -> None:
     if policy is None:
         return
     if isinstance(policy, bool) or not isinstance(policy, int) or policy not in tuple(GemmWarpPolicy):
-        raise st.error(f"T.gemm(policy=...): expected a T.GemmWarpPolicy (Square, FullRow, FullCol), got {policy!r}")
-    record_hint(st, f"gemm policy=GemmWarpPolicy.{GemmWarpPolicy(policy).name} (tile_nb chooses its own warp layout)")
+        raise st.error(
+            f"T.gemm(policy=...): expected a T.GemmWarpPolicy (Square, FullRow, FullCol), got {policy!r}"
+        )
+    record_hint(
+        st, f"gemm policy=GemmWarpPolicy.{GemmWarpPolicy(policy).name} (tile_nb chooses its own warp layout)"
+    )

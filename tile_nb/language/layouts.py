@@ -63,11 +63,14 @@ def annotate_layout(layouts: dict) -> None:
             raise st.error(f"T.annotate_layout: the keys must be buffers; got {buf!r}")
         scope = buf.scope()
         if isinstance(layout, SwizzledLayout) and scope in _SHARED:
-            record_hint(st, f"annotate_layout({name}: swizzled) (tile_nb picks the shared-memory swizzle itself)")
+            record_hint(
+                st, f"annotate_layout({name}: swizzled) (tile_nb picks the shared-memory swizzle itself)"
+            )
             continue
         what = "a swizzle" if isinstance(layout, SwizzledLayout) else repr(layout)
         raise st.error(
             f"T.annotate_layout of '{name}' ({scope}) with {what} is not supported: tile_nb chooses layouts itself, "
             "and a layout given by hand can change what the buffer's memory holds",
             hint="drop the annotation (tile_nb's layout inference places shared tiles and fragments); a swizzle "
-                 "is accepted only on a shared tile")
+            "is accepted only on a shared tile",
+        )

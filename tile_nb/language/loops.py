@@ -49,7 +49,9 @@ class Kernel:
                 raise st.error(f"T.Kernel grid extent {i} is {_constant(extent)}; a grid extent must be >= 0",
                                hint=f"the consts of this call: {consts}" if consts else None)
         if not isinstance(threads, int) or not 1 <= threads <= 1024 or threads % 32:
-            raise st.error(f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {threads!r}")
+            raise st.error(
+                f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {threads!r}"
+            )
         self.grid = grid
         self.threads = threads
         self.names = ["bx", "by", "bz"][: len(grid)]
@@ -180,11 +182,16 @@ def Pipelined(*bounds, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N80
                        "arguments", hint="num_stages is a keyword: T.Pipelined(start, stop, num_stages=3)")
     for name, value in options.items():
         if name not in _TILELANG_PIPELINE_OPTIONS:
-            raise st.error(f"T.Pipelined got an unexpected keyword argument '{name}'",
-                           hint="it takes T.Pipelined(n, num_stages=...) or T.Pipelined(start, stop, num_stages=...)")
+            raise st.error(
+                f"T.Pipelined got an unexpected keyword argument '{name}'",
+                hint="it takes T.Pipelined(n, num_stages=...) or T.Pipelined(start, stop, num_stages=...)",
+            )
         if value is not None:
-            raise st.error(f"T.Pipelined({name}=...) (tilelang's hand-written pipeline schedule) is not supported "
-                           f"yet; got {name}={value!r}", hint=f"drop {name}=: tile_nb schedules the copies itself")
+            raise st.error(
+                f"T.Pipelined({name}=...) (tilelang's hand-written pipeline schedule) is not supported "
+                f"yet; got {name}={value!r}",
+                hint=f"drop {name}=: tile_nb schedules the copies itself",
+            )
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
         raise st.error(f"T.Pipelined(num_stages=...) must be an int >= 0; got {num_stages!r}")
     for value in bounds:
@@ -252,10 +259,14 @@ class RangeLoop(_Serial):
         st = _state.active("range")
         if not 1 <= len(args) <= 3:
             raise st.error(f"range expected 1 to 3 arguments, got {len(args)}")
-        start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        start, stop, step = (
+            (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        )
         if isinstance(step, bool) or not isinstance(step, int) or step == 0:
-            raise st.error(f"range() step must be a nonzero compile-time int (its sign decides the trip count); "
-                           f"got {step!r}")
+            raise st.error(
+                f"range() step must be a nonzero compile-time int (its sign decides the trip count); "
+                f"got {step!r}"
+            )
         self.step = step
         self.start = start
         if step == 1:

@@ -8,8 +8,19 @@ from . import state as _state
 from .dtypes import TF32, as_dtype
 from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
 
-__all__ = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global", "copy", "clear", "fill", "empty",
-           "make_tensor", "region_of"]
+__all__ = [
+    "alloc_shared",
+    "alloc_fragment",
+    "alloc_local",
+    "alloc_var",
+    "alloc_global",
+    "copy",
+    "clear",
+    "fill",
+    "empty",
+    "make_tensor",
+    "region_of",
+]
 
 
 def _shape(shape) -> tuple:
@@ -35,7 +46,8 @@ def _alloc(what: str, shape, dtype, scope: str):
 
 # tilelang's `scope=` argument of each allocation: the scopes that mean the same
 # memory here, and what they become.
-_SHARED_SCOPES = {"shared.dyn": "shared.dyn", "shared": "shared.dyn"}  # static or dynamic: both are shared memory
+# static or dynamic: both are shared memory
+_SHARED_SCOPES = {"shared.dyn": "shared.dyn", "shared": "shared.dyn"}
 _FRAGMENT_SCOPES = {"local.fragment": "local.fragment", "local": "local"}  # "local": a per-thread array
 _LOCAL_SCOPES = {"local": "local"}
 
@@ -83,8 +95,11 @@ def alloc_global(shape, dtype, scope="global"):
     afterwards; it is not returned."""
     st = _state.active("T.alloc_global")
     if st.kernel_open:
-        raise st.error("T.alloc_global must be called outside `with T.Kernel(...)` (a scratch tensor the kernels "
-                       "of the body share)", hint="inside a kernel, use T.alloc_shared or T.alloc_fragment")
+        raise st.error(
+            "T.alloc_global must be called outside `with T.Kernel(...)` (a scratch tensor the kernels "
+            "of the body share)",
+            hint="inside a kernel, use T.alloc_shared or T.alloc_fragment",
+        )
     if scope != "global":
         raise st.error(f"T.alloc_global(scope=...): expected 'global'; got {scope!r}")
     try:
@@ -102,17 +117,23 @@ def region_of(x, extents=None, what: str = "T.copy"):
         return x[tuple(slice(0, d) for d in x.shape)]
     if is_region(x):
         return x
-    if is_load(x) and x.source.scope() == "local.var":  # a kernel variable read by name (`T.clear(x)`): itself
+    # a kernel variable read by name (`T.clear(x)`): itself
+    if is_load(x) and x.source.scope() == "local.var":
         return x.source[tuple(slice(0, d) for d in x.source.shape)]
     if is_load(x):
         indices = list(x.indices)
         if extents is None:
-            raise st.error(f"{what}: both operands are start corners (`A[i, j]`); give one as a buffer or a slice "
-                           "so that the size of the copy is known")
+            raise st.error(
+                f"{what}: both operands are start corners (`A[i, j]`); give one as a buffer or a slice "
+                "so that the size of the copy is known"
+            )
         sizes = _align_extents(list(extents), len(indices))
         if sizes is None:
-            raise st.error(f"{what}: a tile of shape {list(extents)} cannot start at a {len(indices)}-d corner of "
-                           f"'{x.source.name}'", hint="give the region as a slice, e.g. A[i:i + m, j:j + n]")
+            raise st.error(
+                f"{what}: a tile of shape {list(extents)} cannot start at a {len(indices)}-d corner of "
+                f"'{x.source.name}'",
+                hint="give the region as a slice, e.g. A[i:i + m, j:j + n]",
+            )
         return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes, strict=True))]
     raise st.error(f"{what}: expected a buffer, a slice `A[a:b, ...]` or a start corner `A[i, j]`; got {x!r}")
 
@@ -156,10 +177,13 @@ def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = N
 
     st = _state.active("T.copy")
     if eviction_policy is not None and eviction_policy not in _EVICTION_POLICIES:
-        raise st.error(f"T.copy(eviction_policy=...): expected one of {', '.join(map(repr, _EVICTION_POLICIES))}; "
-                       f"got {eviction_policy!r}")
-    if coalesced_width is not None and (isinstance(coalesced_width, bool) or not isinstance(coalesced_width, int)
-                                        or coalesced_width < 1):
+        raise st.error(
+            f"T.copy(eviction_policy=...): expected one of {', '.join(map(repr, _EVICTION_POLICIES))}; "
+            f"got {eviction_policy!r}"
+        )
+    if coalesced_width is not None and (
+        isinstance(coalesced_width, bool) or not isinstance(coalesced_width, int) or coalesced_width < 1
+    ):
         raise st.error(f"T.copy(coalesced_width=...): expected a positive int; got {coalesced_width!r}")
     given = [f"{k}={v!r}" for k, v in (("disable_tma", disable_tma), ("eviction_policy", eviction_policy),
                                        ("coalesced_width", coalesced_width)) if v not in (None, False)]
@@ -176,8 +200,11 @@ def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = N
     try:
         Tx.copy(dst_region, src_region)
     except ValueError as err:
-        raise st.error(f"T.copy: the source region {_describe(src_region)} and the destination region "
-                       f"{_describe(dst_region)} have different shapes", hint=str(err).split(";")[0]) from None
+        raise st.error(
+            f"T.copy: the source region {_describe(src_region)} and the destination region "
+            f"{_describe(dst_region)} have different shapes",
+            hint=str(err).split(";")[0],
+        ) from None
     st.record_tile_op()
 
 

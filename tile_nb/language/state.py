@@ -32,7 +32,8 @@ class State:
     filename: str
     symbolic: bool  # phase 1: consts are tvm Vars
     const_values: dict[str, Any]  # name -> int (phase 2) or tvm Var (phase 1)
-    const_vars: dict[str, Any] = field(default_factory=dict)  # phase-1 Vars, to tell const-dependent conditions
+    # phase-1 Vars, to tell const-dependent conditions
+    const_vars: dict[str, Any] = field(default_factory=dict)
     dynamic_vars: dict[str, Any] = field(default_factory=dict)
     lineno: int = 0
     col: int = 0
@@ -43,12 +44,14 @@ class State:
     ws_ids: tuple | None = None  # the warp groups of the enclosing `with T.ws(...)` (language/sync.py)
     # Hooks the front end installs (runtime buffers, outputs, pointers).
     on_empty: Callable[..., Any] | None = None
-    on_global: Callable[..., Any] | None = None  # T.alloc_global: (shape, dtype) -> a scratch buffer parameter
+    # T.alloc_global: (shape, dtype) -> a scratch buffer parameter
+    on_global: Callable[..., Any] | None = None
     on_make_tensor: Callable[..., Any] | None = None
     on_macro: Callable[..., Any] | None = None  # (macro, args, kwargs) -> its return value
     consts_used: list[str] = field(default_factory=list)
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
-    allocations: list = field(default_factory=list)  # (buffer, line) of each T.alloc_*: budget errors point there
+    # (buffer, line) of each T.alloc_*: budget errors point there
+    allocations: list = field(default_factory=list)
     hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
     tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
     block_vars: tuple = ()  # the open T.Kernel's block indices (blockIdx.x, .y, .z), for T.get_block_binding
@@ -86,8 +89,10 @@ def current() -> State | None:
 def active(what: str = "this T.* call") -> State:
     st = _active.get()
     if st is None:
-        raise DSLError(f"{what} can only run inside the body of a @tile_nb.jit kernel while it is elaborated",
-                       hint="call the decorated function (or its .specialize / .template) instead of the body")
+        raise DSLError(
+            f"{what} can only run inside the body of a @tile_nb.jit kernel while it is elaborated",
+            hint="call the decorated function (or its .specialize / .template) instead of the body",
+        )
     return st
 
 

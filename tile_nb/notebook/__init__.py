@@ -20,7 +20,14 @@ ipywidgets or matplotlib, and only when the magic is loaded or a widget is made.
 """
 from __future__ import annotations
 
-__all__ = ["MIME_TYPE", "KernelView", "kernel_view", "load_ipython_extension", "show", "unload_ipython_extension"]
+__all__ = [
+    "MIME_TYPE",
+    "KernelView",
+    "kernel_view",
+    "load_ipython_extension",
+    "show",
+    "unload_ipython_extension",
+]
 
 
 def load_ipython_extension(ip) -> None:

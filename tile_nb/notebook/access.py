@@ -35,7 +35,8 @@ def _as_2d(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(1, 1)
     if t.dim() == 1:
         return t.reshape(1, -1)
-    return t.reshape(-1, t.shape[-1])  # leading dims stacked: rows of the last two dims, one block after another
+    # leading dims stacked: rows of the last two dims, one block after another
+    return t.reshape(-1, t.shape[-1])
 
 
 def access_png(maps: dict, title: str = "") -> bytes:
@@ -60,8 +61,13 @@ def access_png(maps: dict, title: str = "") -> bytes:
         shape = "x".join(str(d) for d in m.read.shape)
         ax.set_title(f"{name} [{shape}]", fontsize=9)
         ax.tick_params(labelsize=7)
-    fig.legend(handles=[Patch(color=c, label=label) for c, label in zip(_COLORS, _LABELS, strict=True)], loc="lower center",
-               ncol=4, fontsize=8, frameon=False)
+    fig.legend(
+        handles=[Patch(color=c, label=label) for c, label in zip(_COLORS, _LABELS, strict=True)],
+        loc="lower center",
+        ncol=4,
+        fontsize=8,
+        frameon=False,
+    )
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
@@ -106,8 +112,10 @@ def show_access(kernel, *args, block=0, **kwargs) -> AccessView:
 
     func = kernel.specialize(*args, **kwargs)
     if len(func.params) != len(args):
-        raise TypeError(f"show_access: {kernel.__name__}() takes {len(func.params)} arguments after specialization "
-                        f"(T.empty outputs included); got {len(args)}")
+        raise TypeError(
+            f"show_access: {kernel.__name__}() takes {len(func.params)} arguments after specialization "
+            f"(T.empty outputs included); got {len(args)}"
+        )
     ids = (block,) if isinstance(block, int) else tuple(block)
     maps = access_map(func, list(args), block=ids)
     name = getattr(kernel, "__name__", "kernel")

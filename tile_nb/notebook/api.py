@@ -104,8 +104,13 @@ def _run(kernel, args: tuple, kwargs: dict, cpu: bool):
 
 def source_filename(kernel) -> str | None:
     """The file (or cell) the kernel was defined in, to quote source lines."""
-    for path in (("definition", "source", "filename"), ("source", "filename"), ("__wrapped__", "__code__", "co_filename"),
-                 ("fn", "__code__", "co_filename"), ("__code__", "co_filename")):
+    for path in (
+        ("definition", "source", "filename"),
+        ("source", "filename"),
+        ("__wrapped__", "__code__", "co_filename"),
+        ("fn", "__code__", "co_filename"),
+        ("__code__", "co_filename"),
+    ):
         obj = kernel
         for attr in path:
             obj = getattr(obj, attr, None)
@@ -175,5 +180,7 @@ def show(kernel, *args, **kwargs) -> KernelView:
 
 def _view_of_funcs(func: Callable | Any) -> KernelView:
     """A view of a plain TVM PrimFunc (or anything with `.script()`): one specialized section."""
-    name = str(getattr(func, "attrs", {}).get("global_symbol", "kernel")) if hasattr(func, "attrs") else "kernel"
+    name = (
+        str(getattr(func, "attrs", {}).get("global_symbol", "kernel")) if hasattr(func, "attrs") else "kernel"
+    )
     return view_from_parts(name, specialized=func)

@@ -64,11 +64,17 @@ def bench_html(r) -> str:
     def row(label: str, mine: str, theirs: str | None = None) -> list[str]:
         return [label, mine] + ([theirs or "-"] if b is not None else [])
 
-    rows = [row("median", f"<b>{fmt_ms(t.median_ms)}</b>", b and f"<b>{fmt_ms(b.median_ms)}</b>"),
-            row("p20 / p80", f"{fmt_ms(t.p20)} / {fmt_ms(t.p80)}", b and f"{fmt_ms(b.p20)} / {fmt_ms(b.p80)}"),
-            row("min / max", f"{fmt_ms(t.min_ms)} / {fmt_ms(t.max_ms)}", b and f"{fmt_ms(b.min_ms)} / {fmt_ms(b.max_ms)}"),
-            row("spread (p80-p20)/median", f"{t.spread:.1%}", b and f"{b.spread:.1%}"),
-            row("runs", str(t.n), b and str(b.n))]
+    rows = [
+        row("median", f"<b>{fmt_ms(t.median_ms)}</b>", b and f"<b>{fmt_ms(b.median_ms)}</b>"),
+        row("p20 / p80", f"{fmt_ms(t.p20)} / {fmt_ms(t.p80)}", b and f"{fmt_ms(b.p20)} / {fmt_ms(b.p80)}"),
+        row(
+            "min / max",
+            f"{fmt_ms(t.min_ms)} / {fmt_ms(t.max_ms)}",
+            b and f"{fmt_ms(b.min_ms)} / {fmt_ms(b.max_ms)}",
+        ),
+        row("spread (p80-p20)/median", f"{t.spread:.1%}", b and f"{b.spread:.1%}"),
+        row("runs", str(t.n), b and str(b.n)),
+    ]
     if r.flops:
         rows.append(row("TFLOP/s", fmt_rate(r.tflops), b and fmt_rate(r.flops / (b.median_ms * 1e-3) / 1e12)))
     if r.nbytes:
@@ -86,7 +92,9 @@ def bench_html(r) -> str:
     if r.first_call_s is not None:
         meta.append(f"first call (elaboration and compilation included): {r.first_call_s:.3g} s")
     if r.nbytes:
-        meta.append(f"{int(r.nbytes):,} bytes" + (" (tensor arguments and outputs)" if r.bytes_from_arguments else ""))
+        meta.append(
+            f"{int(r.nbytes):,} bytes" + (" (tensor arguments and outputs)" if r.bytes_from_arguments else "")
+        )
     if r.flops:
         meta.append(f"{int(r.flops):,} FLOPs")
     return (f'<div style="{_BOX}"><div><b>{escape(r.name)}</b> benchmark '
@@ -121,7 +129,10 @@ def sweep_html(r) -> str:
             cells.append(f"{p.ratio:.2f}x" if p.ratio is not None else "-")
         cells.append("best" if p is best else ("ok" if p.ok else _status_html(p, best)))
         rows.append(cells)
-    meta = [f"{len(r.points)} configs", "the GPU, " + r.device_name if r.gpu else "the CPU interpreter, host clock"]
+    meta = [
+        f"{len(r.points)} configs",
+        "the GPU, " + r.device_name if r.gpu else "the CPU interpreter, host clock",
+    ]
     if r.date:
         meta.append(r.date)
     if r.results:
@@ -158,7 +169,9 @@ def tune_html(r, *, plot: bool = True) -> str:
         rows.append(cells)
     where = {"gpu": f"the GPU, {r.device_name}", "compile-only": f"compile-only ({r.device_name})",
              "interpreter": "the CPU interpreter on Ray actors"}.get(r.mode, r.mode)
-    counts = (f"{sum(p.ok for p in r.points)} timed" if timed else f"{sum(p.compiled for p in r.points)} compiled")
+    counts = (
+        f"{sum(p.ok for p in r.points)} timed" if timed else f"{sum(p.compiled for p in r.points)} compiled"
+    )
     meta = [where, f"{len(r.points)} configs: {counts}, {len(r.pruned)} pruned, {len(r.failures)} failed"]
     if r.key:
         meta.append(" ".join(f"{k}={v}" for k, v in r.key.items()))
@@ -170,8 +183,10 @@ def tune_html(r, *, plot: bool = True) -> str:
     if r.mode == "interpreter":
         notes.append(CPU_NOTE + ".")
     if r.from_cache:
-        notes.append("Read from the tuning store: this search ran before (same kernel source, shapes, device and "
-                     "versions); pass force=True to search again.")
+        notes.append(
+            "Read from the tuning store: this search ran before (same kernel source, shapes, device and "
+            "versions); pass force=True to search again."
+        )
     notes += r.notes
     timing = f'<div style="{_MUTED}">{escape(r.timing_line())}</div>' if r.timings else ""
     best_line = (f"<div>best: <b>{escape(' '.join(f'{k}={v}' for k, v in best.config.items()))}</b>"

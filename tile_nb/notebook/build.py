@@ -74,7 +74,9 @@ def func_params(func) -> list[Param]:
             dims = ", ".join(_dim_text(d) for d in ty.shape)
             strides = list(getattr(ty, "strides", None) or [])
             if strides:
-                annotation = f"T.StridedTensor[[{dims}], [{', '.join(_dim_text(s) for s in strides)}], {ty.dtype}]"
+                annotation = (
+                    f"T.StridedTensor[[{dims}], [{', '.join(_dim_text(s) for s in strides)}], {ty.dtype}]"
+                )
             else:
                 annotation = f"T.Tensor[[{dims}], {ty.dtype}]"
             params.append(Param(str(p.name), "tensor", annotation))
@@ -97,7 +99,9 @@ def _shape_pairs(template_func, specialized_func):
         yield from zip(list(t_ty.strides or []), list(s_ty.strides or []), strict=False)
 
 
-def const_values(template_func, specialized_func, given: dict | None = None) -> tuple[dict[str, int], list[str]]:
+def const_values(
+    template_func, specialized_func, given: dict | None = None
+) -> tuple[dict[str, int], list[str]]:
     """Const values and dynamic dim names, read by comparing the template's and the specialized buffer shapes.
 
     A symbolic dim of the template that is an integer in the specialized function is a const; one that stays
@@ -168,10 +172,14 @@ def _compiled_line_maps(compiled, func, source, tile_op_lines) -> dict[str, dict
     regions = getattr(compiled, "source_regions", None)
     if func is None or not isinstance(regions, dict):
         return {}
-    return {text: region_line_map(func, source, regions.get(text), tile_op_lines) for text in ("lowered", "cuda")}
+    return {
+        text: region_line_map(func, source, regions.get(text), tile_op_lines) for text in ("lowered", "cuda")
+    }
 
 
-def _compiled_sections(compiled, *, lowered: bool, cuda: bool, line_maps: dict | None = None) -> list[Section]:
+def _compiled_sections(
+    compiled, *, lowered: bool, cuda: bool, line_maps: dict | None = None
+) -> list[Section]:
     line_maps = line_maps or {}
     sections = []
     plan = getattr(compiled, "plan", None)
@@ -183,7 +191,9 @@ def _compiled_sections(compiled, *, lowered: bool, cuda: bool, line_maps: dict |
     if lowered_ir is not None:
         shown, where = clean_lines(_script(lowered_ir))
         line_map = shift_line_map(line_maps.get("lowered"), where)
-        sections.append(Section("lowered", "Lowered IR", "python", "\n".join(shown), line_map=_tuples(line_map)))
+        sections.append(
+            Section("lowered", "Lowered IR", "python", "\n".join(shown), line_map=_tuples(line_map))
+        )
     if cuda:
         for attr, sid, title, language in (("cuda_source", "cuda", "CUDA source", "cuda"),
                                            ("ptx", "ptx", "PTX", "ptx"),
@@ -294,10 +304,22 @@ def _annotated_params(runtime_func, template_func, template, specialized_meta) -
     return params
 
 
-def view_from_parts(name: str, *, template=None, specialized=None, compiled=None, compile_time: dict | None = None,
-                    given_consts: dict | None = None, run: dict | None = None, backend: str | None = None,
-                    lowered: bool = False, cuda: bool = False, notes: list[str] | None = None,
-                    source_filename: str | None = None, source=None) -> KernelView:
+def view_from_parts(
+    name: str,
+    *,
+    template=None,
+    specialized=None,
+    compiled=None,
+    compile_time: dict | None = None,
+    given_consts: dict | None = None,
+    run: dict | None = None,
+    backend: str | None = None,
+    lowered: bool = False,
+    cuda: bool = False,
+    notes: list[str] | None = None,
+    source_filename: str | None = None,
+    source=None,
+) -> KernelView:
     """Assemble a `KernelView`; every part is optional.
 
     `template`: a phase-1 template object (an elaboration with `.func`, `.stopped`, `.buffers`, `.consts`,
@@ -351,7 +373,9 @@ def view_from_parts(name: str, *, template=None, specialized=None, compiled=None
     timings_ms: dict[str, float] = {}
     resources = None
     if compiled is not None:
-        line_maps = _compiled_line_maps(compiled, specialized_func, source, getattr(specialized, "tile_op_lines", None))
+        line_maps = _compiled_line_maps(
+            compiled, specialized_func, source, getattr(specialized, "tile_op_lines", None)
+        )
         sections += _compiled_sections(compiled, lowered=lowered, cuda=cuda, line_maps=line_maps)
         resources = _resources(getattr(compiled, "resources", None))
         pipeline = getattr(compiled, "pipeline", None)

@@ -115,7 +115,8 @@ class _Source:
     def_line: int
     decorator_lines: list[int]
     param_lines: dict[str, int]  # parameter name -> line of its in-body annotation `A: T.Tensor[...]`
-    stmts: list[tuple[str, int, int, set[str], ast.AST]] = field(default_factory=list)  # (kind, first, last, names)
+    # (kind, first, last, names)
+    stmts: list[tuple[str, int, int, set[str], ast.AST]] = field(default_factory=list)
 
     @classmethod
     def of(cls, source) -> _Source | None:
@@ -124,14 +125,22 @@ class _Source:
             return None
         offset = int(source.first_line) - 1
         params = {a.arg for a in tree.args.args + tree.args.kwonlyargs}
-        found = cls(str(source.filename), tree.lineno + offset, [d.lineno + offset for d in tree.decorator_list], {})
+        found = cls(
+            str(source.filename), tree.lineno + offset, [d.lineno + offset for d in tree.decorator_list], {}
+        )
         for node in ast.walk(tree):
             if node is tree or not isinstance(node, ast.stmt):
                 continue
             first, last = node.lineno + offset, (node.end_lineno or node.lineno) + offset
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in params:
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id in params
+            ):
                 found.param_lines.setdefault(node.target.id, first)
-            kind = {ast.For: "for", ast.While: "while", ast.If: "if", ast.With: "launch"}.get(type(node), "assign")
+            kind = {ast.For: "for", ast.While: "while", ast.If: "if", ast.With: "launch"}.get(
+                type(node), "assign"
+            )
             found.stmts.append((kind, first, last, _bound_names(node), node))
         found.stmts.sort(key=lambda s: s[1])
         return found
@@ -282,7 +291,9 @@ def _same_name(printed: str, ir_name: str | None) -> bool:
     return ir_name is None or printed == ir_name or re.sub(r"_\d+$", "", printed) == ir_name
 
 
-def script_lines(func, source=None, tile_op_lines: list[int] | None = None) -> tuple[str, dict[int, list[int]]]:
+def script_lines(
+    func, source=None, tile_op_lines: list[int] | None = None
+) -> tuple[str, dict[int, list[int]]]:
     """The displayed TVMScript of `func` and `{user line: [displayed lines]}`
     (1-based; empty without `source`).
 
@@ -374,7 +385,9 @@ def _user_lines(stmt: _Stmt, user: _Source) -> set[int]:
     return set()
 
 
-def region_line_map(func, source, regions: dict | None, tile_op_lines: list[int] | None = None) -> dict[int, list[int]]:
+def region_line_map(
+    func, source, regions: dict | None, tile_op_lines: list[int] | None = None
+) -> dict[int, list[int]]:
     """`{user line: [lines of a compiled text]}` from a compiled kernel's `source_regions[text]` (region id ->
     lines), for the phase-2 `func` it was compiled from. A `T.Parallel` loop is one region: all the lines of
     its body map to it; other regions map from their own line (a loop from its

@@ -25,7 +25,14 @@ from tile_nb.jit import jit
 from tile_nb.notebook.api import kernel_view
 from tile_nb.notebook.tracebacks import refresh
 
-__all__ = ["CellSyntaxError", "NotAKernelError", "TileKernelMagics", "cell_kernels", "opens_kernel", "running_cell_number"]
+__all__ = [
+    "CellSyntaxError",
+    "NotAKernelError",
+    "TileKernelMagics",
+    "cell_kernels",
+    "opens_kernel",
+    "running_cell_number",
+]
 
 
 class CellSyntaxError(TileNBError):
@@ -53,10 +60,12 @@ def parse_shapes(items: list[str] | None, namespace: dict) -> dict[str, Any]:
         except SyntaxError:
             raise UsageError(f"--shapes {item!r}: {text!r} is not a Python expression") from None
         except Exception as err:  # noqa: BLE001 - a bad value is a usage error, not a traceback from the magic
-            raise UsageError(f"--shapes {item!r}: the value {text!r} could not be evaluated "
-                             f"({type(err).__name__}: {err}); --shapes takes NAME=VALUE pairs whose VALUE is a "
-                             f"Python expression in the notebook's namespace, such as {name}=1024 or {name}=n "
-                             "for a variable n defined before") from None
+            raise UsageError(
+                f"--shapes {item!r}: the value {text!r} could not be evaluated "
+                f"({type(err).__name__}: {err}); --shapes takes NAME=VALUE pairs whose VALUE is a "
+                f"Python expression in the notebook's namespace, such as {name}=1024 or {name}=n "
+                "for a variable n defined before"
+            ) from None
     return values
 
 
@@ -128,7 +137,9 @@ def opens_kernel(func: ast.FunctionDef | ast.AsyncFunctionDef, namespace: dict) 
             target = _resolve(call.func, namespace)
             if target is not _MISSING and target is marker:
                 return True
-            spelled = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+            spelled = (
+                call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+            )
             if target is _MISSING and spelled == "Kernel":
                 return True
     return False
@@ -182,37 +193,71 @@ class TileKernelMagics(Magics):
     @argument("--shapes", nargs="+", metavar="NAME=VALUE",
               help="specialize without tensors: values for the consts (and compile-time parameters), "
                    "e.g. --shapes M=1024 N=1024 K=1024")
-    @argument("--call", metavar="EXPR",
-              help='specialize and run on namespace values, e.g. --call "gemm(A, B, C)"; CPU tensors run on the '
-                   "CPU interpreter, CUDA tensors on the GPU")
-    @argument("--expect", metavar="EXPR",
-              help='with --call: the reference output, e.g. --expect "A.float() @ B.float()"; the view gives the '
-                   "max abs error of the output (the returned value, else the last tensor argument)")
+    @argument(
+        "--call",
+        metavar="EXPR",
+        help='specialize and run on namespace values, e.g. --call "gemm(A, B, C)"; CPU tensors run on the '
+        "CPU interpreter, CUDA tensors on the GPU",
+    )
+    @argument(
+        "--expect",
+        metavar="EXPR",
+        help='with --call: the reference output, e.g. --expect "A.float() @ B.float()"; the view gives the '
+        "max abs error of the output (the returned value, else the last tensor argument)",
+    )
     @argument("--cuda", action="store_true", help="compile and show the CUDA source, PTX and SASS, resources")
     @argument("--lowered", action="store_true", help="compile and show the lowered (thread-level) TIRx")
-    @argument("--cpu", action="store_true", help="with --call: run on the CPU interpreter even for CUDA tensors")
+    @argument(
+        "--cpu", action="store_true", help="with --call: run on the CPU interpreter even for CUDA tensors"
+    )
     @argument("--bench", action="store_true",
               help="with --call: time the kernel with tile_nb.bench (shown after the view: mark the cell "
                    "# NBVAL_IGNORE_OUTPUT under nbval, since timings vary)")
-    @argument("--sweep", metavar="SPEC",
-              help='time every combination, e.g. --sweep "block_M=64,128 block_N=64,128" (compile-time '
-                   "parameters and/or consts; values are Python expressions); failures are recorded, not raised")
-    @argument("--tune", metavar="SPEC", nargs="?", const="",
-              help='autotune: search a grid, e.g. --tune "block_M=64,128 num_stages=2,3" (or, with no SPEC, the '
-                   "kernel's @tile_nb.autotune configs): compiled in parallel, pruned by resources, timed on the "
-                   "GPU (compile-only without one); the result is stored and shown as a table and plot")
-    @argument("--flops", metavar="EXPR", help='with --bench/--sweep/--tune: FLOPs of one call, e.g. --flops "2*M*N*K" '
-                                             "(evaluated per configuration, with its values as names)")
-    @argument("--bytes", metavar="EXPR", help="with --bench/--sweep: bytes one call moves (default: the tensor "
-                                             "arguments and outputs, once each)")
-    @argument("--baseline", metavar="EXPR", help='with --bench/--sweep: a reference to time and compare with, '
-                                                'e.g. --baseline "torch.matmul(A, B)" (the kernel\'s tensors by '
-                                                "parameter name)")
-    @argument("--results", metavar="PATH", help="with --sweep/--tune: write the results to this JSON file (after every "
-                                               "configuration)")
-    @argument("--name", metavar="NAME",
-              help="the kernel to show, when the cell defines several (default: the only kernel, else the last "
-                   "one, and the view lists the others)")
+    @argument(
+        "--sweep",
+        metavar="SPEC",
+        help='time every combination, e.g. --sweep "block_M=64,128 block_N=64,128" (compile-time '
+        "parameters and/or consts; values are Python expressions); failures are recorded, not raised",
+    )
+    @argument(
+        "--tune",
+        metavar="SPEC",
+        nargs="?",
+        const="",
+        help='autotune: search a grid, e.g. --tune "block_M=64,128 num_stages=2,3" (or, with no SPEC, the '
+        "kernel's @tile_nb.autotune configs): compiled in parallel, pruned by resources, timed on the "
+        "GPU (compile-only without one); the result is stored and shown as a table and plot",
+    )
+    @argument(
+        "--flops",
+        metavar="EXPR",
+        help='with --bench/--sweep/--tune: FLOPs of one call, e.g. --flops "2*M*N*K" '
+        "(evaluated per configuration, with its values as names)",
+    )
+    @argument(
+        "--bytes",
+        metavar="EXPR",
+        help="with --bench/--sweep: bytes one call moves (default: the tensor "
+        "arguments and outputs, once each)",
+    )
+    @argument(
+        "--baseline",
+        metavar="EXPR",
+        help="with --bench/--sweep: a reference to time and compare with, "
+        'e.g. --baseline "torch.matmul(A, B)" (the kernel\'s tensors by '
+        "parameter name)",
+    )
+    @argument(
+        "--results",
+        metavar="PATH",
+        help="with --sweep/--tune: write the results to this JSON file (after every configuration)",
+    )
+    @argument(
+        "--name",
+        metavar="NAME",
+        help="the kernel to show, when the cell defines several (default: the only kernel, else the last "
+        "one, and the view lists the others)",
+    )
     def tilekernel(self, line: str, cell: str):
         """Define a tile kernel in the cell and show its view (template IR beside the specialized IR).
 
@@ -284,9 +329,18 @@ class TileKernelMagics(Magics):
             notes.append(f"this cell defines the kernels {', '.join(kernels)}; shown: {name} (the last); "
                          f"--name {others[-1]} shows another")
         try:
-            view = kernel_view(kernel, args, kwargs, run=bool(opts.call), cpu=opts.cpu, cuda=opts.cuda,
-                               lowered=opts.lowered, expected=expected, name=name if kernel is shell.user_ns[name]
-                               else None, notes=notes)
+            view = kernel_view(
+                kernel,
+                args,
+                kwargs,
+                run=bool(opts.call),
+                cpu=opts.cpu,
+                cuda=opts.cuda,
+                lowered=opts.lowered,
+                expected=expected,
+                name=name if kernel is shell.user_ns[name] else None,
+                notes=notes,
+            )
         finally:
             refresh(shell)  # errors of layers loaded just now (compiler, interpreter) get the short form too
         if opts.sweep or opts.bench or opts.tune is not None:
@@ -294,7 +348,13 @@ class TileKernelMagics(Magics):
 
             from tile_nb.notebook.magic_bench import bench_from_magic, sweep_from_magic, tune_from_magic
 
-            run = tune_from_magic if opts.tune is not None else sweep_from_magic if opts.sweep else bench_from_magic
+            run = (
+                tune_from_magic
+                if opts.tune is not None
+                else sweep_from_magic
+                if opts.sweep
+                else bench_from_magic
+            )
             result = run(kernel, opts, args if opts.call else None, kwargs, shell.user_ns,
                          consts=dict(view.consts or {}))  # M, N, K ... as names for --flops / --bytes
             display(view)
@@ -312,8 +372,10 @@ class TileKernelMagics(Magics):
                 func = None
             name = func.func.id if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) else None
         if name is None:
-            raise UsageError("%%tilekernel: the cell is empty; define a kernel in it, or name one defined before "
-                             "with --name NAME or --call \"NAME(args...)\"")
+            raise UsageError(
+                "%%tilekernel: the cell is empty; define a kernel in it, or name one defined before "
+                'with --name NAME or --call "NAME(args...)"'
+            )
         kernel = self.shell.user_ns.get(name)
         if kernel is None or not hasattr(kernel, "template"):
             raise UsageError(f"%%tilekernel: '{name}' is not a tile_nb kernel in the namespace")
@@ -332,14 +394,18 @@ class TileKernelMagics(Magics):
         except SyntaxError as err:  # the short form, not IPython's traceback through the magic machinery
             col = (err.offset - 1) if err.offset else None
             end = (err.end_offset - 1) if err.end_offset and err.end_lineno == err.lineno else None
-            raise CellSyntaxError(err.msg, filename=filename, lineno=err.lineno, col=col, end_col=end) from None
+            raise CellSyntaxError(
+                err.msg, filename=filename, lineno=err.lineno, col=col, end_col=end
+            ) from None
         code = shell.compile(tree, filename, "exec")
         exec(code, shell.user_ns)  # noqa: S102 - the user's cell, run as IPython would run it
         defs, kernels = cell_kernels(tree, shell.user_ns)
         others = [n for n in defs if n not in kernels]
         if wanted is not None and wanted not in defs:
-            raise UsageError(f"%%tilekernel --name {wanted}: the cell defines no function '{wanted}'; its kernels: "
-                             f"{_names(kernels)}" + (f"; other functions: {_names(others)}" if others else ""))
+            raise UsageError(
+                f"%%tilekernel --name {wanted}: the cell defines no function '{wanted}'; its kernels: "
+                f"{_names(kernels)}" + (f"; other functions: {_names(others)}" if others else "")
+            )
         for name in kernels:
             if not hasattr(shell.user_ns[name], "template"):
                 shell.user_ns[name] = jit(shell.user_ns[name])
@@ -347,10 +413,15 @@ class TileKernelMagics(Magics):
             node = defs[wanted]
             raise NotAKernelError(
                 f"%%tilekernel --name {wanted}: '{wanted}' is not a kernel (its body has no `with T.Kernel(...)`); "
-                f"the cell's kernels: {_names(kernels)}", filename=filename, lineno=node.lineno,
-                col=node.col_offset, end_col=_def_end_col(node, source),
-                hint=f"name one of the kernels: --name {kernels[-1]}" if kernels else
-                "a kernel's body opens `with T.Kernel(grid...) as ...:`")
+                f"the cell's kernels: {_names(kernels)}",
+                filename=filename,
+                lineno=node.lineno,
+                col=node.col_offset,
+                end_col=_def_end_col(node, source),
+                hint=f"name one of the kernels: --name {kernels[-1]}"
+                if kernels
+                else "a kernel's body opens `with T.Kernel(grid...) as ...:`",
+            )
         if not kernels:
             node = next(iter(defs.values()), None)
             where = {} if node is None else dict(filename=filename, lineno=node.lineno, col=node.col_offset,

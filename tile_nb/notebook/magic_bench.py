@@ -94,8 +94,16 @@ def bench_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: 
     flops = _work(flops_code, namespace, values)
     nbytes = _work(bytes_code, namespace, values)
     baseline = _baseline(base_code, namespace, names)
-    return bench(kernel, *args, flops=flops() if flops else None, bytes=nbytes() if nbytes else None,
-                 baseline=baseline, baseline_name=base_text, backend="cpu" if opts.cpu else None, **call_kwargs)
+    return bench(
+        kernel,
+        *args,
+        flops=flops() if flops else None,
+        bytes=nbytes() if nbytes else None,
+        baseline=baseline,
+        baseline_name=base_text,
+        backend="cpu" if opts.cpu else None,
+        **call_kwargs,
+    )
 
 
 def sweep_from_magic(kernel, opts, args: tuple | None, kwargs: dict, namespace: dict,

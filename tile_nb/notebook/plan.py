@@ -29,7 +29,9 @@ def plan_text(plan: dict) -> str:
         for t in shared:
             extra = ", ".join(x for x in ("swizzled" if t.get("swizzle") else "",
                                           f"{t['stages']} stages" if t.get("stages", 1) > 1 else "") if x)
-            lines.append(f"  {t['name']}: {_kib(t['bytes'])} at {t['offset']}{f' ({extra})' if extra else ''}")
+            lines.append(
+                f"  {t['name']}: {_kib(t['bytes'])} at {t['offset']}{f' ({extra})' if extra else ''}"
+            )
     for p in plan.get("pipelines") or []:
         prefetched = ", ".join(p.get("prefetched") or []) or "nothing"
         lines.append(f"T.Pipelined loop {p['loop']}: {p['stages']} stages, prefetches {prefetched}")

@@ -44,7 +44,13 @@ def sweep_png(view, x: str | None = None) -> bytes:
 
     x = x or view.x
     x_name, series = _series(view, x)
-    rate = "TFLOP/s" if any(p.tflops for p in view.points) else "GB/s" if any(p.gbps for p in view.points) else None
+    rate = (
+        "TFLOP/s"
+        if any(p.tflops for p in view.points)
+        else "GB/s"
+        if any(p.gbps for p in view.points)
+        else None
+    )
     fig = Figure(figsize=(7.5, 2.7), dpi=72)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2 if rate else 1, squeeze=False)[0]
@@ -67,11 +73,20 @@ def sweep_png(view, x: str | None = None) -> bytes:
         if good:
             gx = xs(good)
             med = [p.timing.median_ms for p in good]
-            lat.plot(gx, med, "o-", color=None if len(series) > 1 else _KERNEL, label=view.name + suffix, ms=4)
+            lat.plot(
+                gx, med, "o-", color=None if len(series) > 1 else _KERNEL, label=view.name + suffix, ms=4
+            )
             lat.fill_between(gx, [p.timing.p20 for p in good], [p.timing.p80 for p in good], alpha=0.2)
             if thr is not None:
                 values = [(p.tflops if rate == "TFLOP/s" else p.gbps) or 0 for p in good]
-                thr.plot(gx, values, "o-", color=None if len(series) > 1 else _KERNEL, label=view.name + suffix, ms=4)
+                thr.plot(
+                    gx,
+                    values,
+                    "o-",
+                    color=None if len(series) > 1 else _KERNEL,
+                    label=view.name + suffix,
+                    ms=4,
+                )
         based = [p for p in good if p.baseline_timing is not None]
         drawn = tuple((x_, p.baseline_timing.median_ms) for x_, p in zip(xs(based), based, strict=True))
         if based and drawn not in drawn_baselines:  # a baseline independent of the series is drawn once
@@ -85,7 +100,14 @@ def sweep_png(view, x: str | None = None) -> bytes:
                 # scaled by kernel ms / baseline ms.
                 rates = [((p.tflops if rate == "TFLOP/s" else p.gbps) or 0) * p.timing.median_ms
                          / p.baseline_timing.median_ms for p in based]
-                thr.plot(bx, rates, "s--", color=_BASELINE, ms=3, label=(view.baseline_name or "baseline")[:30] + suffix)
+                thr.plot(
+                    bx,
+                    rates,
+                    "s--",
+                    color=_BASELINE,
+                    ms=3,
+                    label=(view.baseline_name or "baseline")[:30] + suffix,
+                )
         failed = [p for p in points if not p.ok]
         if failed:
             lat.plot(xs(failed), [0] * len(failed), "x", color="#cf222e", ms=7,

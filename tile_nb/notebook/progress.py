@@ -42,12 +42,16 @@ class NotebookReporter:
         self.name = name or "tile_nb"
         self.total, self.done, self.phase = total, 0, ""
         self.started = time.monotonic()
-        self.bar = widgets.IntProgress(value=0, min=0, max=max(total, 1), description=(name or "tile_nb")[:16])
+        self.bar = widgets.IntProgress(
+            value=0, min=0, max=max(total, 1), description=(name or "tile_nb")[:16]
+        )
         self.label = widgets.Label(value=f"0/{total}")
         self.table = widgets.HTML(value="")
         self.box = widgets.VBox([widgets.HBox([self.bar, self.label]), self.table])
         self._plotted_at = 0.0
-        self.static_text = f"{self.name}: {total} configuration{'s' if total != 1 else ''} to run (not finished)"
+        self.static_text = (
+            f"{self.name}: {total} configuration{'s' if total != 1 else ''} to run (not finished)"
+        )
         self.handle = display(self.bundle(), raw=True, display_id=True)
 
     def bundle(self) -> dict:
@@ -62,7 +66,9 @@ class NotebookReporter:
     def update(self, result, point, phase: str = "time") -> None:
         self.done += 1
         self.bar.value = self.done
-        self.label.value = f"{self.done}/{self.total} {label(point.config)}: {point_status(point, phase)}"[:160]
+        self.label.value = f"{self.done}/{self.total} {label(point.config)}: {point_status(point, phase)}"[
+            :160
+        ]
         self._draw(result, plot=time.monotonic() - self._plotted_at > 1.0)
 
     def _draw(self, result, plot: bool) -> None:
@@ -89,8 +95,11 @@ class NotebookReporter:
         points = list(getattr(result, "points", ()))
         total = max(len(points), self.total)
         verb = "tuned" if getattr(result, "kind", None) == "tune" else "swept"
-        finished = sum(1 for p in points if p.error is not None or p.pruned is not None or p.timing is not None
-                       or p.resources is not None)
+        finished = sum(
+            1
+            for p in points
+            if p.error is not None or p.pruned is not None or p.timing is not None or p.resources is not None
+        )
         elapsed = time.monotonic() - self.started if elapsed_s is None else elapsed_s
         text = f"{self.name}: {verb} {finished} of {total} configuration{'s' if total != 1 else ''} in {elapsed:.1f} s"
         pruned = sum(1 for p in points if p.pruned is not None)

@@ -43,7 +43,9 @@ _ROW = "background:#ffffff"
 _CELL = "vertical-align:top;line-height:1.4;border:none;padding:0 4px"
 _SIDE_NUM = f"{_CELL};text-align:right;color:#8c959f;background:#f6f8fa"
 # Wrapped continuation lines are indented (hanging indent), so a wrapped line does not read as a new one.
-_SIDE_CODE = f"{_CELL};padding-left:2.5em;text-indent:-2em;text-align:left;white-space:pre-wrap;word-wrap:break-word"
+_SIDE_CODE = (
+    f"{_CELL};padding-left:2.5em;text-indent:-2em;text-align:left;white-space:pre-wrap;word-wrap:break-word"
+)
 _SIDE_MARK = f"{_CELL};text-align:center;color:#9a6700;padding:0"
 _NUM_WIDTH = "3.5em"
 _MARK_WIDTH = "1.5em"
@@ -134,16 +136,20 @@ def _side_by_side(template: Section, specialized: Section, consts_label: str) ->
             cells.append(f'<td style="{_SIDE_NUM}{border}">{number or ""}</td>')
             code = html_lines[number - 1] if number else ""
             style = f"{_SIDE_CODE};{tint}" if tint else _SIDE_CODE
-            cells.append(f'<td style="{style}"{_source_title(origins.get(number)) if number else ""}>{code}</td>')
+            cells.append(
+                f'<td style="{style}"{_source_title(origins.get(number)) if number else ""}>{code}</td>'
+            )
         cells.insert(2, f'<td style="{_SIDE_MARK}">{_MARKS[row.tag]}</td>')
         rows.append(f'<tr style="{_ROW}">{"".join(cells)}</tr>')
     num_head = f'<th style="{_HEAD};width:{_NUM_WIDTH}"></th>'
-    head = (f'<tr>{num_head}<th style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
-            f"(consts symbolic)</span></th>"
-            f'<th style="{_HEAD};width:{_MARK_WIDTH}"></th>'
-            f'{num_head.replace(_HEAD, _HEAD + ";border-left:1px solid #d0d7de", 1)}'
-            f'<th style="{_HEAD}">Phase 2: specialized <span style="font-weight:400">{escape(consts_label)}</span>'
-            "</th></tr>")
+    head = (
+        f'<tr>{num_head}<th style="{_HEAD}">Phase 1: template <span style="font-weight:400">'
+        f"(consts symbolic)</span></th>"
+        f'<th style="{_HEAD};width:{_MARK_WIDTH}"></th>'
+        f"{num_head.replace(_HEAD, _HEAD + ';border-left:1px solid #d0d7de', 1)}"
+        f'<th style="{_HEAD}">Phase 2: specialized <span style="font-weight:400">{escape(consts_label)}</span>'
+        "</th></tr>"
+    )
     cols = (f'<colgroup><col style="width:{_NUM_WIDTH}"><col><col style="width:{_MARK_WIDTH}">'
             f'<col style="width:{_NUM_WIDTH}"><col></colgroup>')
     return f'<table style="{_SIDE_TABLE}">{cols}<thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
@@ -227,7 +233,9 @@ def render_kernel_view(view: KernelView) -> str:
         parts.append(_details(summary, _kv_table(rows)))
     if view.timings_ms:
         total = sum(view.timings_ms.values())
-        rows = [(stage, f"{ms:.1f} ms") for stage, ms in view.timings_ms.items()] + [("total", f"{total:.1f} ms")]
+        rows = [(stage, f"{ms:.1f} ms") for stage, ms in view.timings_ms.items()] + [
+            ("total", f"{total:.1f} ms")
+        ]
         summary = f'Compile timings <span style="font-weight:400;color:#57606a">({total:.0f} ms)</span>'
         parts.append(_details(summary, _kv_table(rows)))
     parts.append("</div>")

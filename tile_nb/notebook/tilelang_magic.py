@@ -30,7 +30,9 @@ def tilelang_on_tile_nb(line: str = "") -> str:
         mapping.uninstall()
         return "tile_nb: `import tilelang` is back to normal imports"
     mapping.install(shadow="--shadow" in words)
-    text = "tile_nb: `import tilelang` now resolves to tile_nb's stand-in (tile_nb.tilelang; docs/tilelang.md)"
+    text = (
+        "tile_nb: `import tilelang` now resolves to tile_nb's stand-in (tile_nb.tilelang; docs/tilelang.md)"
+    )
     if "--cpu" in words:
         from tile_nb.tilelang import cpu_device
 

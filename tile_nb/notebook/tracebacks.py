@@ -78,7 +78,8 @@ def _message(err: BaseException) -> str:
     message = getattr(err, "message", None)
     if not isinstance(message, str):
         message = str(err)
-        if getattr(err, "line", None) is not None:  # the interpreter's errors append their location: shown below
+        # the interpreter's errors append their location: shown below
+        if getattr(err, "line", None) is not None:
             message = message.split("\n  --> ")[0]
     lines = message.rstrip().splitlines() or [""]
     if len(lines) > _MAX_MESSAGE_LINES:
@@ -95,7 +96,12 @@ def _user_frame(tb, shell) -> tuple[str, int, int | None, int | None] | None:
         if frame.filename in cells or frame.filename.startswith("<ipython-input-"):
             if (frame.line or "").lstrip().startswith("get_ipython()"):
                 continue  # the call IPython writes for a magic: not a line the user wrote
-            found = (frame.filename, frame.lineno, getattr(frame, "colno", None), getattr(frame, "end_colno", None))
+            found = (
+                frame.filename,
+                frame.lineno,
+                getattr(frame, "colno", None),
+                getattr(frame, "end_colno", None),
+            )
     return found
 
 
@@ -120,7 +126,9 @@ def format_short(err: BaseException, shell=None, color: bool = False, tb=None) -
     location = _location(err, tb, shell)
     if location is not None:
         filename, lineno, col, end_col = location
-        where = f"{_location_label(filename, shell)}, line {lineno}" + (f", col {col + 1}" if col is not None else "")
+        where = f"{_location_label(filename, shell)}, line {lineno}" + (
+            f", col {col + 1}" if col is not None else ""
+        )
         lines.append(f"  {cyan}-->{reset} {where}")
         source = linecache.getline(filename, lineno).rstrip("\n")
         if source:

@@ -91,7 +91,8 @@ class KernelView:
     resources: dict[str, int] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     run: dict | None = None  # {"device": str, "max_abs_err": float | None}
-    notes: list[str] = field(default_factory=list)  # messages shown in the HTML and plain text (stable wording)
+    # messages shown in the HTML and plain text (stable wording)
+    notes: list[str] = field(default_factory=list)
     source: dict | None = None  # {"first_line": int, "lines": [str]}: the kernel's source lines
 
     # -----------------------------------------------------------------------------------------------
@@ -106,7 +107,9 @@ class KernelView:
         """The deterministic plain-text summary (the `text/plain` of the bundle)."""
         lines = [f"KernelView {self.name}"]
         if self.params:
-            parts = [f"{p.name}: {p.kind}" + (f" {p.annotation}" if p.annotation else "") for p in self.params]
+            parts = [
+                f"{p.name}: {p.kind}" + (f" {p.annotation}" if p.annotation else "") for p in self.params
+            ]
             lines.append("  params: " + "; ".join(parts))
         if self.consts:
             lines.append("  consts: " + ", ".join(f"{k}={v}" for k, v in self.consts.items()))
@@ -151,7 +154,8 @@ class KernelView:
                           if self.resources is not None else None),
             "timings_ms": {k: float(v) for k, v in self.timings_ms.items()},
             "run": dict(self.run) if self.run is not None else None,
-            "notes": [str(n) for n in self.notes],  # the same notes the HTML and text show (e.g. a T.dynamic dim)
+            # the same notes the HTML and text show (e.g. a T.dynamic dim)
+            "notes": [str(n) for n in self.notes],
             # No file name: a notebook cell's (ipykernel_<pid>/<hash>.py) changes from run to run.
             "source": ({"first_line": int(self.source["first_line"]),
                         "lines": [str(line) for line in self.source["lines"]]} if self.source else None),

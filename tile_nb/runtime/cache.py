@@ -47,8 +47,19 @@ from .cache_guard import (
     write_private,
 )
 
-__all__ = ["FORMAT", "CacheEntry", "CacheSecurityError", "CacheWarning", "CorruptEntry", "DiskCache", "cache_dir",
-           "cache_enabled", "check_file_name", "compute_key", "source_fingerprint"]
+__all__ = [
+    "FORMAT",
+    "CacheEntry",
+    "CacheSecurityError",
+    "CacheWarning",
+    "CorruptEntry",
+    "DiskCache",
+    "cache_dir",
+    "cache_enabled",
+    "check_file_name",
+    "compute_key",
+    "source_fingerprint",
+]
 
 # Bumped when an entry's layout changes (v2: the lowering plan; v3: meta.sha256
 # and the key material in meta.json).
@@ -211,7 +222,9 @@ class DiskCache:
             raw, _ = read_private(path / "meta.json")
             recorded, _ = read_private(path / META_SUM)
         except OSError as err:
-            raise CorruptEntry(f"{Path(err.filename or '?').name} is unreadable: {err.strerror or err}") from err
+            raise CorruptEntry(
+                f"{Path(err.filename or '?').name} is unreadable: {err.strerror or err}"
+            ) from err
         if recorded.decode(errors="replace").strip() != _sha256(raw):
             raise CorruptEntry(f"meta.json does not match its checksum in {META_SUM}")
         try:
@@ -243,8 +256,11 @@ class DiskCache:
         first (what it read was then a folder being taken away, not damage)."""
         if not os.path.isdir(path):
             return
-        warnings.warn(f"tile_nb: the cached kernel {path} is damaged ({why}); it is removed and will be rebuilt",
-                      CacheWarning, stacklevel=3)
+        warnings.warn(
+            f"tile_nb: the cached kernel {path} is damaged ({why}); it is removed and will be rebuilt",
+            CacheWarning,
+            stacklevel=3,
+        )
         self.discard(path)
 
     # ------------------------------------------------------------------ write

@@ -42,8 +42,17 @@ class CacheSecurityError(TileNBError):
     bits), `problem` (why it is refused).
     """
 
-    def __init__(self, message: str, *, path: str | None = None, uid: int | None = None, owner: str | None = None,
-                 mode: int | None = None, problem: str | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        uid: int | None = None,
+        owner: str | None = None,
+        mode: int | None = None,
+        problem: str | None = None,
+        hint: str | None = None,
+    ):
         super().__init__(message, hint=hint)
         self.path, self.uid, self.owner, self.mode, self.problem = path, uid, owner, mode, problem
 
@@ -75,15 +84,19 @@ def _refuse(path: Path, st: os.stat_result, problem: str) -> CacheSecurityError:
     mode = stat.S_IMODE(st.st_mode)
     owner = _user_name(st.st_uid)
     what = "folder" if stat.S_ISDIR(st.st_mode) else "file"
-    message = (f"tile_nb refuses the cache {what} {path}: {problem}. It is owned by uid {st.st_uid} ({owner}) "
-               f"with mode {mode:04o}; you are uid {me} ({_user_name(me)}). Another user could replace the "
-               f"compiled code the cache holds, so it is not used.")
+    message = (
+        f"tile_nb refuses the cache {what} {path}: {problem}. It is owned by uid {st.st_uid} ({owner}) "
+        f"with mode {mode:04o}; you are uid {me} ({_user_name(me)}). Another user could replace the "
+        f"compiled code the cache holds, so it is not used."
+    )
     if st.st_uid != me:
         hint = ("remove it (as its owner or root) or point TILE_NB_CACHE_DIR at a folder of your own; "
                 "TILE_NB_DISABLE_CACHE=1 compiles without the disk cache")
     else:
-        hint = (f"if you trust what it holds, `chmod -R go-w {path}` (or `chmod 700` the folders); else delete it "
-                f"or point TILE_NB_CACHE_DIR elsewhere; TILE_NB_DISABLE_CACHE=1 compiles without the disk cache")
+        hint = (
+            f"if you trust what it holds, `chmod -R go-w {path}` (or `chmod 700` the folders); else delete it "
+            f"or point TILE_NB_CACHE_DIR elsewhere; TILE_NB_DISABLE_CACHE=1 compiles without the disk cache"
+        )
     return CacheSecurityError(message, path=str(path), uid=st.st_uid, owner=owner, mode=mode, problem=problem,
                               hint=hint)
 
@@ -98,9 +111,18 @@ def _check(path: Path, st: os.stat_result, *, folder: bool) -> None:
     if st.st_uid != os.geteuid():
         raise _refuse(path, st, "it belongs to another user")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise _refuse(path, st, "it is writable by " + ("group and others" if st.st_mode & stat.S_IWGRP and
-                                                        st.st_mode & stat.S_IWOTH else
-                                                        "its group" if st.st_mode & stat.S_IWGRP else "others"))
+        raise _refuse(
+            path,
+            st,
+            "it is writable by "
+            + (
+                "group and others"
+                if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH
+                else "its group"
+                if st.st_mode & stat.S_IWGRP
+                else "others"
+            ),
+        )
 
 
 def _make_dirs(path: Path) -> None:

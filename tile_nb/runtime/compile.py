@@ -31,7 +31,8 @@ __all__ = ["cache_key", "clear_cache", "clear_memory_cache", "compile", "with_de
 
 _memory: dict[str, CompiledKernel] = {}
 _memory_lock = threading.Lock()
-_building = KeyedLocks()  # one build per key at a time: a second thread asking for it waits and gets the same kernel
+# one build per key at a time: a second thread asking for it waits and gets the same kernel
+_building = KeyedLocks()
 
 
 def clear_memory_cache() -> None:
@@ -153,8 +154,10 @@ def _keyed_script(func) -> str:
 def _launch_problem(target) -> str | None:
     """Why a kernel built for `target` cannot launch in this process, or None when it can."""
     if not cuda_runtime_loaded():
-        return "no CUDA driver in this process (TVM's CUDA runtime is not loaded); source, cubin and resources " \
-               "are available, launching needs a GPU"
+        return (
+            "no CUDA driver in this process (TVM's CUDA runtime is not loaded); source, cubin and resources "
+            "are available, launching needs a GPU"
+        )
     return launch_problem(target, device_arch())  # a cubin of the device's arch, or PTX of an older one
 
 
@@ -249,7 +252,9 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
             t = time.perf_counter()
             folder = tempfile.mkdtemp(prefix="tile_nb_launcher_")
             try:
-                launcher, _ = build_launcher(cuda_host_source(mod, arch, split_marks, build_options), arch, folder)
+                launcher, _ = build_launcher(
+                    cuda_host_source(mod, arch, split_marks, build_options), arch, folder
+                )
                 kernel._set_launch(*load_launcher(launcher, name))
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -259,7 +264,15 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
         kernel.not_launchable_reason = problem or "TVM built no loadable module"
 
     if use_disk:
-        _publish(disk, key, _key(func, target, build_options, lowering)[1], kernel, result, timings, launcher=launcher)
+        _publish(
+            disk,
+            key,
+            _key(func, target, build_options, lowering)[1],
+            kernel,
+            result,
+            timings,
+            launcher=launcher,
+        )
     if launcher is not None:
         shutil.rmtree(launcher.parent, ignore_errors=True)   # loaded (and copied into the cache) already
     kernel.timings = timings
@@ -301,19 +314,28 @@ def _publish(disk: DiskCache, key: str, material: dict[str, Any], kernel: Compil
                 result.module.export_library(str(so_path))
                 files["module.so"] = so_path
             except Exception as err:  # noqa: BLE001
-                warnings.warn(f"tile_nb: could not export the kernel module for the disk cache ({err}); a new "
-                              f"process will rebuild it", stacklevel=3)
+                warnings.warn(
+                    f"tile_nb: could not export the kernel module for the disk cache ({err}); a new "
+                    f"process will rebuild it",
+                    stacklevel=3,
+                )
             timings["export"] = time.perf_counter() - t
         t = time.perf_counter()
         meta = {
-            "name": kernel.name, "params": list(kernel.params), "arch": kernel.arch, "target": str(kernel.target),
-            "compiler": kernel.compiler, "host": "cuda_host" if launcher is not None else "llvm",
+            "name": kernel.name,
+            "params": list(kernel.params),
+            "arch": kernel.arch,
+            "target": str(kernel.target),
+            "compiler": kernel.compiler,
+            "host": "cuda_host" if launcher is not None else "llvm",
             "resources": {k: r.to_dict() for k, r in kernel.resources_by_kernel.items()},
             "plan": kernel.plan,
-            "source_regions": {text: {str(k): v for k, v in regions.items()}
-                               for text, regions in kernel.source_regions.items()},
+            "source_regions": {
+                text: {str(k): v for k, v in regions.items()}
+                for text, regions in kernel.source_regions.items()
+            },
             "build_timings": dict(timings),
-            "material": material,   # so whoever receives the entry can recompute its key
+            "material": material,  # so whoever receives the entry can recompute its key
         }
         try:
             path = disk.store(key, meta, files, replace="module.so" in files)

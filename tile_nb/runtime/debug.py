@@ -110,5 +110,8 @@ class DebugLaunch:
         where = f"line {lines[0]}" if len(lines) == 1 else f"one of lines {', '.join(map(str, lines))}"
         message = (f"T.device_assert failed in kernel '{self.kernel_name}' at {where} (CUDA: {error})"
                    + ("".join("\n  " + t for t in failures)))
-        return DeviceAssertError(message, hint="a device-side assert leaves the process's CUDA context unusable: "
-                                 "restart the Jupyter kernel (or the Python process) before launching again")
+        return DeviceAssertError(
+            message,
+            hint="a device-side assert leaves the process's CUDA context unusable: "
+            "restart the Jupyter kernel (or the Python process) before launching again",
+        )

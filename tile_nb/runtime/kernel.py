@@ -51,7 +51,8 @@ class CompiledKernel:
     cache_path: str | None = None
     from_cache: bool = False
     not_launchable_reason: str | None = None
-    plan: dict | None = None                     # the lowering's decisions (tile_nb.lower.KernelPlan.summary())
+    # the lowering's decisions (tile_nb.lower.KernelPlan.summary())
+    plan: dict | None = None
     # "lowered" / "cuda" -> {region id: [1-based lines of that text]}: the code each statement of the phase-2
     # IR became (tile_nb.lower.sourcemap; the views turn region ids into the user's lines)
     source_regions: dict = field(default_factory=dict)
@@ -109,10 +110,14 @@ class CompiledKernel:
         """Launch on torch CUDA tensors (and Python numbers for scalar parameters), in `params` order."""
         func = self._func
         if func is None:
-            raise KernelNotLaunchableError(f"kernel {self.name!r} cannot run here: {self.not_launchable_reason}")
+            raise KernelNotLaunchableError(
+                f"kernel {self.name!r} cannot run here: {self.not_launchable_reason}"
+            )
         if len(args) != len(self.params):
-            raise TypeError(f"kernel {self.name!r} takes {len(self.params)} arguments ({', '.join(self.params)}); "
-                            f"got {len(args)}")
+            raise TypeError(
+                f"kernel {self.name!r} takes {len(self.params)} arguments ({', '.join(self.params)}); "
+                f"got {len(args)}"
+            )
         return func(*args)
 
     def _set_launch(self, module, func) -> None:
@@ -153,7 +158,8 @@ class OneStreamAtATime:
         if device is None:
             return self.func(*args)  # not on the GPU: tvm_ffi's own checks say why
         if torch.cuda.is_current_stream_capturing():
-            return self.func(*args)  # a CUDA graph being captured: its launches are ordered by the graph's stream
+            # a CUDA graph being captured: its launches are ordered by the graph's stream
+            return self.func(*args)
         stream = torch.cuda.current_stream(device)
         previous = self.last.get(device.index)
         if previous is not None and previous[0] != stream:

@@ -28,9 +28,13 @@ _OUTCOMES = ("compared", "ignored", "skipped", "failed")
 
 def pytest_addoption(parser):
     group = parser.getgroup("tile_nb", "tile_nb notebooks (with --nbval)")
-    group.addoption("--tile-nb-gpu", choices=("auto", "require"), default="auto",
-                    help="cells tagged `gpu`: 'auto' runs them where torch sees a CUDA device and skips them, with "
-                         "the reason, elsewhere; 'require' fails the run when there is no device (default: auto)")
+    group.addoption(
+        "--tile-nb-gpu",
+        choices=("auto", "require"),
+        default="auto",
+        help="cells tagged `gpu`: 'auto' runs them where torch sees a CUDA device and skips them, with "
+        "the reason, elsewhere; 'require' fails the run when there is no device (default: auto)",
+    )
     group.addoption("--tile-nb-no-sanitize", action="store_true",
                     help=f"do not apply tile_nb's output sanitizers ({SANITIZE_FILE.name})")
 
@@ -92,7 +96,10 @@ class _Tally:
                     detail = " | ".join(f"{n} {r}" if r else str(n) for r, n in sorted(reasons.items()))
                     out.append(f"{'':<{width}}    {outcome}: {detail}")
         if len(self.notebooks) > 1:
-            out.append(f"{'total':<{width}}  {totals['cells']:>5}  " + "  ".join(f"{totals[o]:>8}" for o in _OUTCOMES))
+            out.append(
+                f"{'total':<{width}}  {totals['cells']:>5}  "
+                + "  ".join(f"{totals[o]:>8}" for o in _OUTCOMES)
+            )
         out.append("compared: output checked against the stored one; ignored: run, output not compared; "
                    "skipped: not run")
         if self.gpu_note:
@@ -123,17 +130,21 @@ def pytest_collection_modifyitems(session, config, items):
         patterns = sanitize_patterns()
         for notebook in {id(c.parent): c.parent for c in cells}.values():
             if not hasattr(notebook, "sanitize_patterns"):
-                raise pytest.UsageError("tile_nb's pytest plugin cannot add its sanitizers: this nbval version's "
-                                        "notebook collector has no `sanitize_patterns`; pass --tile-nb-no-sanitize "
-                                        f"and --nbval-sanitize-with {SANITIZE_FILE}")
+                raise pytest.UsageError(
+                    "tile_nb's pytest plugin cannot add its sanitizers: this nbval version's "
+                    "notebook collector has no `sanitize_patterns`; pass --tile-nb-no-sanitize "
+                    f"and --nbval-sanitize-with {SANITIZE_FILE}"
+                )
             # Collected before nbval's setup reads --nbval-sanitize-with: those rules come after these.
             for regex, replace in patterns:
                 notebook.sanitize_patterns.setdefault(regex, replace)
     gpu_cells = {id(c): c for c in cells if needs_gpu(c.cell)}
     device = cuda_device() if gpu_cells else None
     if gpu_cells and device is None and config.getoption("tile_nb_gpu") == "require":
-        raise pytest.UsageError(f"--tile-nb-gpu=require: {len(gpu_cells)} notebook cell(s) need a GPU (tag `gpu`), "
-                                "but torch sees no CUDA device")
+        raise pytest.UsageError(
+            f"--tile-nb-gpu=require: {len(gpu_cells)} notebook cell(s) need a GPU (tag `gpu`), "
+            "but torch sees no CUDA device"
+        )
     no_gpu = "needs a CUDA device (cell tagged gpu), and torch sees none here"
     for cell in cells:
         if id(cell) in gpu_cells and device is None:

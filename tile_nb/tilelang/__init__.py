@@ -31,7 +31,8 @@ __version__ = "0.0.0+tile_nb"
 _FAST_MATH = "tl.enable_fast_math"
 _IGNORED_HINTS = {"tl.disable_warp_specialized", "tl.disable_tma_lower", "tl.disable_thread_storage_sync",
                   "tl.ptxas_register_usage_level", "tl.disable_safe_memory_legalize"}
-_JIT_IGNORED = {"execution_backend", "debug_root_path", "target_host"}  # tilelang host-side choices, no meaning here
+# tilelang host-side choices, no meaning here
+_JIT_IGNORED = {"execution_backend", "debug_root_path", "target_host"}
 
 
 class _PassConfigKeyMeta(type):
@@ -89,7 +90,9 @@ def _target(target):
         return None
     text = str(target)
     if text.split()[0] != "cuda":
-        raise unsupported(f"tilelang.jit(target={text!r})", "tile_nb compiles for CUDA and interprets on the CPU")
+        raise unsupported(
+            f"tilelang.jit(target={text!r})", "tile_nb compiles for CUDA and interprets on the CPU"
+        )
     return text
 
 
@@ -153,7 +156,8 @@ class JITImpl:
         from .. import jit as _jit
 
         self._tile_nb = _jit(fn, **options)
-        self._wrappers: dict = {}  # a factory's kernel -> its JITKernel, so a repeated call gives the same object
+        # a factory's kernel -> its JITKernel, so a repeated call gives the same object
+        self._wrappers: dict = {}
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -242,7 +246,9 @@ def par_compile(funcs, num_workers: int | None = None, ignore_error: bool = Fals
         return list(pool.map(one, funcs))
 
 
-def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options):
+def jit(
+    func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None, compile_flags=None, **options
+):
     """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel
     factories (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast
     math (the lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides
@@ -259,8 +265,14 @@ def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None
 
         if not (inspect.isfunction(fn) or isinstance(fn, PrimFuncDefinition)):
             raise unsupported(f"tilelang.jit of a {type(fn).__name__}")
-        return JITImpl(fn, target=tile_nb_target, verbose=bool(verbose), compile_options=compile_options or None,
-                       options=lowering or None, out_idx=out_idx)
+        return JITImpl(
+            fn,
+            target=tile_nb_target,
+            verbose=bool(verbose),
+            compile_options=compile_options or None,
+            options=lowering or None,
+            out_idx=out_idx,
+        )
 
     return decorate if func is None else decorate(func)
 
@@ -268,8 +280,14 @@ def jit(func=None, *, out_idx=None, target=None, verbose=None, pass_configs=None
 lazy_jit = jit
 
 
-def compile(func, out_idx=None, target=None, pass_configs=None, compile_flags=None,  # noqa: A001 - tilelang's name
-            **options):
+def compile(
+    func,
+    out_idx=None,
+    target=None,
+    pass_configs=None,
+    compile_flags=None,  # noqa: A001 - tilelang's name
+    **options,
+):
     """tilelang.compile: of a `@T.prim_func` (sizes in its signature), a kernel with `out_idx` honored; of a
     TVM PrimFunc, `tile_nb.runtime.compile` for CUDA (no `out_idx`)."""
     import tvm
@@ -283,8 +301,13 @@ def compile(func, out_idx=None, target=None, pass_configs=None, compile_flags=No
     if isinstance(func, PrimFuncDefinition):
         from .. import jit as _jit
 
-        kernel = _jit(func, target=_target(target), compile_options=compile_options or None, options=lowering or None,
-                      out_idx=out_idx)
+        kernel = _jit(
+            func,
+            target=_target(target),
+            compile_options=compile_options or None,
+            options=lowering or None,
+            out_idx=out_idx,
+        )
         return JITKernel(kernel, (), {})
     if out_idx is not None:
         raise unsupported("tilelang.compile(out_idx=) of a TVM PrimFunc")
@@ -338,8 +361,18 @@ __getattr__ = forwarding_getattr(__name__, "tilelang", {
     "carver": _submodule("carver"), "contrib": _submodule("contrib"), "DataType": lambda: _tvm().DataType,
 }, package=True)
 
-__all__ = ["jit", "lazy_jit", "compile", "par_compile", "cdiv", "next_power_of_2", "PassConfigKey", "JITImpl", "JITKernel",
-           "UnsupportedTilelangAPI"]
+__all__ = [
+    "jit",
+    "lazy_jit",
+    "compile",
+    "par_compile",
+    "cdiv",
+    "next_power_of_2",
+    "PassConfigKey",
+    "JITImpl",
+    "JITKernel",
+    "UnsupportedTilelangAPI",
+]
 
 
 # -- tilelang's kernel cache switches: tile_nb's disk cache of compiled kernels (tile_nb.runtime.cache) ------

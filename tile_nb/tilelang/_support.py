@@ -33,7 +33,9 @@ class UnsupportedTilelangName(UnsupportedTilelangAPI, AttributeError):
     `missing_feature` reads as well."""
 
 
-def unsupported(api: str, detail: str | None = None, kind: type = UnsupportedTilelangAPI) -> UnsupportedTilelangAPI:
+def unsupported(
+    api: str, detail: str | None = None, kind: type = UnsupportedTilelangAPI
+) -> UnsupportedTilelangAPI:
     """The error for `api` (a dotted tilelang name): "tile_nb does not support <api> yet"."""
     message = f"tile_nb does not support {api} yet"
     if detail:

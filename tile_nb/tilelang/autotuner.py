@@ -109,12 +109,16 @@ def _expand(configs) -> list[dict]:
     """A list of dicts, from a list of dicts or a grid {name: [values]}."""
     if isinstance(configs, dict):
         names = list(configs)
-        return [dict(zip(names, values, strict=True)) for values in itertools.product(*(configs[n] for n in names))]
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*(configs[n] for n in names))
+        ]
     configs = list(configs or [])
     for c in configs:
         if not isinstance(c, dict):
-            raise TypeError(f"tilelang.autotune(configs=...): each configuration is a dict of parameter values; "
-                            f"got {c!r}")
+            raise TypeError(
+                f"tilelang.autotune(configs=...): each configuration is a dict of parameter values; got {c!r}"
+            )
     return configs
 
 
@@ -124,7 +128,8 @@ def _config_values(config: dict) -> dict:
     if hints:
         from . import _pass_configs
 
-        if any(_pass_configs(hints)):   # a key tile_nb honors (fast math) would need its own kernel per config
+        # a key tile_nb honors (fast math) would need its own kernel per config
+        if any(_pass_configs(hints)):
             raise unsupported("tilelang.autotune configs with pass_configs "
                               f"{sorted(str(getattr(k, 'value', k)) for k in hints)}",
                               "only lowering hints tile_nb ignores may vary per configuration")
@@ -235,16 +240,22 @@ def _search(name: str, configs: list[dict], prepare: Callable, profile: dict, wa
         except UnsupportedTilelangAPI:
             raise                                  # the same for every configuration: the user must see it
         except Exception as e:  # noqa: BLE001 - a configuration that does not build or run is dropped, as tilelang
-            result.table.append((config, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            result.table.append(
+                (config, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            )
             continue
-        result.timer = "GPU (tile_nb.bench.do_bench, median)" if gpu else "host clock, one run (CPU interpreter)"
+        result.timer = (
+            "GPU (tile_nb.bench.do_bench, median)" if gpu else "host clock, one run (CPU interpreter)"
+        )
         result.table.append((config, latency, None))
         if result.latency is None or latency < result.latency:
             result.latency, result.config, result.kernel = latency, config, kernel
             best_inputs = inputs
     if result.config is None:
         lines = "\n".join(f"  {c}: {why}" for c, _, why in result.table)
-        raise RuntimeError(f"{name}: auto-tuning found no configuration that ran and passed its check:\n{lines}")
+        raise RuntimeError(
+            f"{name}: auto-tuning found no configuration that ran and passed its check:\n{lines}"
+        )
     if ref_prog is not None:
         inputs = [t for t in best_inputs if _is_tensor(t)]
         result.ref_latency = _time(lambda: ref_prog(*inputs), _on_gpu(inputs), warmup, rep)
@@ -259,17 +270,26 @@ def _supplied_inputs(profile: dict, kernel) -> list:
     if captured is not None:
         return [_clone(t) for t in captured]
     if profile["supply_prog"] is not None:
-        raise unsupported("tilelang.autotune(supply_prog=)", "tile_nb cannot hand it tilelang's kernel parameters; "
-                          "give the inputs with `with tilelang.autotuner.set_autotune_inputs(...)`")
+        raise unsupported(
+            "tilelang.autotune(supply_prog=)",
+            "tile_nb cannot hand it tilelang's kernel parameters; "
+            "give the inputs with `with tilelang.autotuner.set_autotune_inputs(...)`",
+        )
     profiler = getattr(kernel, "get_profiler", None)
     if profiler is None:
-        raise TypeError(f"no inputs to tune {type(kernel).__name__} on: give set_autotune_inputs(...) or supply_prog")
+        raise TypeError(
+            f"no inputs to tune {type(kernel).__name__} on: give set_autotune_inputs(...) or supply_prog"
+        )
     return list(profiler(profile["supply_type"])._inputs())
 
 
 def _with_result(kernel, result: AutotuneResult):
     """Note the search on the kernel, as tilelang does (`kernel.config`, `kernel.latency`)."""
-    for attr, value in (("config", result.config), ("latency", result.latency), ("ref_latency", result.ref_latency)):
+    for attr, value in (
+        ("config", result.config),
+        ("latency", result.latency),
+        ("ref_latency", result.ref_latency),
+    ):
         try:
             object.__setattr__(kernel, attr, value)
         except (AttributeError, TypeError):
@@ -300,9 +320,21 @@ class AutoTuner:
     def from_kernel(cls, kernel: Callable, configs) -> AutoTuner:
         return cls(kernel, configs)
 
-    def set_compile_args(self, out_idx=None, target=None, execution_backend=None, target_host=None, verbose=None,
-                         pass_configs=None) -> AutoTuner:
-        self.compile_args = {"out_idx": out_idx, "target": target, "verbose": verbose, "pass_configs": pass_configs}
+    def set_compile_args(
+        self,
+        out_idx=None,
+        target=None,
+        execution_backend=None,
+        target_host=None,
+        verbose=None,
+        pass_configs=None,
+    ) -> AutoTuner:
+        self.compile_args = {
+            "out_idx": out_idx,
+            "target": target,
+            "verbose": verbose,
+            "pass_configs": pass_configs,
+        }
         return self
 
     def set_profile_args(self, warmup: int = 25, rep: int = 100, timeout: int = 30,
@@ -311,11 +343,21 @@ class AutoTuner:
                          max_mismatched_ratio: float = 0.01, skip_check: bool = False,
                          manual_check_prog: Callable = None, cache_input_tensors: bool = False,
                          backend: str = "event") -> AutoTuner:
-        self.profile_args = dict(warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type, ref_prog=ref_prog,
-                                 supply_prog=supply_prog, rtol=rtol, atol=atol,
-                                 max_mismatched_ratio=max_mismatched_ratio, skip_check=skip_check,
-                                 manual_check_prog=manual_check_prog, cache_input_tensors=cache_input_tensors,
-                                 backend=backend)
+        self.profile_args = dict(
+            warmup=warmup,
+            rep=rep,
+            timeout=timeout,
+            supply_type=supply_type,
+            ref_prog=ref_prog,
+            supply_prog=supply_prog,
+            rtol=rtol,
+            atol=atol,
+            max_mismatched_ratio=max_mismatched_ratio,
+            skip_check=skip_check,
+            manual_check_prog=manual_check_prog,
+            cache_input_tensors=cache_input_tensors,
+            backend=backend,
+        )
         return self
 
     def run(self, warmup: int = 25, rep: int = 100, timeout: int = 180, **_options) -> AutotuneResult:
@@ -452,14 +494,31 @@ class AutoTuneImpl:
         return getattr(self._jit, name)
 
 
-def autotune(func=None, *, configs, warmup: int = 25, rep: int = 100, timeout: int = 100,
-             supply_type: TensorSupplyType = TensorSupplyType.Auto, ref_prog: Callable = None,
-             supply_prog: Callable = None, rtol: float = 1e-2, atol: float = 1e-2, max_mismatched_ratio: float = 0.01,
-             skip_check: bool = False, manual_check_prog: Callable = None, cache_input_tensors: bool = False,
-             do_not_specialize=None, early_stop: bool = False, early_stop_factor: float = 2.0):
+def autotune(
+    func=None,
+    *,
+    configs,
+    warmup: int = 25,
+    rep: int = 100,
+    timeout: int = 100,
+    supply_type: TensorSupplyType = TensorSupplyType.Auto,
+    ref_prog: Callable = None,
+    supply_prog: Callable = None,
+    rtol: float = 1e-2,
+    atol: float = 1e-2,
+    max_mismatched_ratio: float = 0.01,
+    skip_check: bool = False,
+    manual_check_prog: Callable = None,
+    cache_input_tensors: bool = False,
+    do_not_specialize=None,
+    early_stop: bool = False,
+    early_stop_factor: float = 2.0,
+):
     """tilelang.autotune: decorate a `@tilelang.jit` kernel with a configuration space (module docstring)."""
     if func is not None:
-        raise TypeError("tilelang.autotune needs configs: write @tilelang.autotune(configs=...) above @tilelang.jit")
+        raise TypeError(
+            "tilelang.autotune needs configs: write @tilelang.autotune(configs=...) above @tilelang.jit"
+        )
     if do_not_specialize:
         raise unsupported("tilelang.autotune(do_not_specialize=)")
     profile = dict(_DEFAULT_PROFILE, warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type,

@@ -21,10 +21,40 @@ import types
 __all__ = ["install", "active", "map_device"]
 
 _active = False
-_FACTORIES = ("tensor", "as_tensor", "asarray", "empty", "zeros", "ones", "full", "rand", "randn", "randint",
-              "randperm", "arange", "range", "linspace", "logspace", "eye", "empty_like", "zeros_like", "ones_like",
-              "full_like", "rand_like", "randn_like", "randint_like", "empty_strided", "normal", "tril_indices",
-              "triu_indices", "scalar_tensor", "frombuffer", "bernoulli", "multinomial", "poisson")
+_FACTORIES = (
+    "tensor",
+    "as_tensor",
+    "asarray",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "range",
+    "linspace",
+    "logspace",
+    "eye",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "empty_strided",
+    "normal",
+    "tril_indices",
+    "triu_indices",
+    "scalar_tensor",
+    "frombuffer",
+    "bernoulli",
+    "multinomial",
+    "poisson",
+)
 
 
 def active() -> bool:
@@ -135,12 +165,21 @@ def install() -> None:
 
     torch.Generator = Generator
 
-    props = types.SimpleNamespace(name="tile_nb interpreter (CPU)", major=9, minor=0, multi_processor_count=132,
-                                  total_memory=80 * 2**30, L2_cache_size=50 * 2**20, warp_size=32,
-                                  gcnArchName="", shared_memory_per_block=48 * 1024,
-                                  shared_memory_per_block_optin=227 * 1024,
-                                  shared_memory_per_multiprocessor=228 * 1024, regs_per_multiprocessor=65536,
-                                  max_threads_per_multi_processor=2048)  # an H100 SXM's facts (sm_90)
+    props = types.SimpleNamespace(
+        name="tile_nb interpreter (CPU)",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=80 * 2**30,
+        L2_cache_size=50 * 2**20,
+        warp_size=32,
+        gcnArchName="",
+        shared_memory_per_block=48 * 1024,
+        shared_memory_per_block_optin=227 * 1024,
+        shared_memory_per_multiprocessor=228 * 1024,
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048,
+    )  # an H100 SXM's facts (sm_90)
     cuda = torch.cuda
 
     def nothing(name):

@@ -57,10 +57,12 @@ def compile_flag_options(flags, where: str = "tilelang.jit") -> dict:
         else:
             refused.append(flag)
     if refused:
-        raise unsupported(f"{where}(compile_flags=[{', '.join(map(repr, refused))}])",
-                          "tile_nb maps -O3, --use_fast_math, --ptxas-options=..., the -U__CUDA_NO_*__ switches, "
-                          "-DNDEBUG, --expt-* and -Wno-deprecated-declarations; others would not be "
-                          "honored")
+        raise unsupported(
+            f"{where}(compile_flags=[{', '.join(map(repr, refused))}])",
+            "tile_nb maps -O3, --use_fast_math, --ptxas-options=..., the -U__CUDA_NO_*__ switches, "
+            "-DNDEBUG, --expt-* and -Wno-deprecated-declarations; others would not be "
+            "honored",
+        )
     if ptxas:
         options["ptxas_options"] = ptxas
     return options

@@ -95,13 +95,17 @@ class Profiler:
         assert len(actual) == len(expected), \
             f"the kernel returned {len(actual)} outputs, the reference {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            a64, e64 = a.detach().to("cpu", torch.float64), torch.as_tensor(e).detach().to("cpu", torch.float64)
+            a64, e64 = (
+                a.detach().to("cpu", torch.float64),
+                torch.as_tensor(e).detach().to("cpu", torch.float64),
+            )
             record_error(a64, e64)
             bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
             ratio = bad.float().mean().item() if bad.numel() else 0.0
             assert ratio <= max_mismatched_ratio, (
                 f"output {i}: {ratio:.2%} of elements differ (allowed {max_mismatched_ratio:.2%}; atol={atol}, "
-                f"rtol={rtol}; greatest absolute difference {(a64 - e64).abs().max().item():.4g})")
+                f"rtol={rtol}; greatest absolute difference {(a64 - e64).abs().max().item():.4g})"
+            )
 
     @property
     def func(self):

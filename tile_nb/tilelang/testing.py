@@ -9,9 +9,17 @@ import sys
 
 from ._support import forwarding_getattr
 
-__all__ = ["main", "requires_cuda", "requires_cuda_compute_version", "requires_cuda_compute_version_ge",
-           "requires_cuda_compute_version_gt", "requires_cuda_compute_version_eq", "requires_cuda_compute_version_lt",
-           "requires_cuda_compute_version_le", "set_random_seed"]
+__all__ = [
+    "main",
+    "requires_cuda",
+    "requires_cuda_compute_version",
+    "requires_cuda_compute_version_ge",
+    "requires_cuda_compute_version_gt",
+    "requires_cuda_compute_version_eq",
+    "requires_cuda_compute_version_lt",
+    "requires_cuda_compute_version_le",
+    "set_random_seed",
+]
 
 
 def main():

@@ -51,21 +51,31 @@ class Differentiable(KernelOp):
         where = self.forward._def_where()
         if _is_kernel(self.backward):
             if self.setup_context is not None:
-                raise TorchOpError("setup_context= goes with a Python backward function; a backward kernel takes "
-                                   "save= (the names of the forward's tensors to keep)", **where)
+                raise TorchOpError(
+                    "setup_context= goes with a Python backward function; a backward kernel takes "
+                    "save= (the names of the forward's tensors to keep)",
+                    **where,
+                )
             names = {p.name for p in fwd.params}
             for name in self.save or ():
                 if not isinstance(name, str):
-                    raise TorchOpError(f"save= lists names of the forward's parameters or outputs; got {name!r}",
-                                       **where)
+                    raise TorchOpError(
+                        f"save= lists names of the forward's parameters or outputs; got {name!r}", **where
+                    )
             unknown_inputs = [n for n in self.inputs or () if n not in names]
             if unknown_inputs:
-                raise TorchOpError(f"inputs= names {', '.join(unknown_inputs)}, which {self.forward.definition.name}"
-                                   f"() does not take", **where)
+                raise TorchOpError(
+                    f"inputs= names {', '.join(unknown_inputs)}, which {self.forward.definition.name}"
+                    f"() does not take",
+                    **where,
+                )
         elif callable(self.backward):
             if self.save is not None or self.inputs is not None:
-                raise TorchOpError("save= and inputs= go with a backward kernel; a Python backward saves what it "
-                                   "needs in setup_context(ctx, inputs, output)", **where)
+                raise TorchOpError(
+                    "save= and inputs= go with a backward kernel; a Python backward saves what it "
+                    "needs in setup_context(ctx, inputs, output)",
+                    **where,
+                )
         else:
             raise TypeError(f"backward= takes a @tile_nb.jit kernel or a function (ctx, *grads); got "
                             f"{type(self.backward).__name__}")
@@ -78,8 +88,10 @@ class Differentiable(KernelOp):
                 f"{name}() cannot be paired with a backward: it writes its argument(s) "
                 f"{', '.join(entry.mutated) or '(none)'} in place and returns "
                 f"{'nothing' if not entry.outputs else 'T.empty outputs'}; torch differentiates functions that "
-                "return new tensors", **self.forward._def_where(),
-                hint="allocate the results with T.empty(...) and return them")
+                "return new tensors",
+                **self.forward._def_where(),
+                hint="allocate the results with T.empty(...) and return them",
+            )
         if _is_kernel(self.backward):
             setup, backward = _kernel_backward(self, entry)
         else:
@@ -125,9 +137,12 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
     save = pair.save if pair.save is not None else tuple(entry.tensor_names)
     unknown = [n for n in save if n not in entry.runtime_names and n not in out_names]
     if unknown:
-        raise TorchOpError(f"save= names {', '.join(unknown)}, which is neither a runtime parameter nor an output of "
-                           f"{fwd_name}() (parameters {', '.join(entry.runtime_names)}; outputs "
-                           f"{', '.join(out_names)})", **pair.forward._def_where())
+        raise TorchOpError(
+            f"save= names {', '.join(unknown)}, which is neither a runtime parameter nor an output of "
+            f"{fwd_name}() (parameters {', '.join(entry.runtime_names)}; outputs "
+            f"{', '.join(out_names)})",
+            **pair.forward._def_where(),
+        )
     saved_tensors = [n for n in save if n not in scalar_names]
     bsig = bwd.signature
     bwd_op = op(bwd)
@@ -146,8 +161,10 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
             raise TorchOpError(
                 f"{bwd_name}() runtime parameter '{p.name}' matches nothing the forward {fwd_name}() saves or "
                 f"passes back: a backward kernel's runtime parameters are named after saved tensors (save=), the "
-                f"forward's runtime scalars, or grad_<output>; here: {', '.join(options)}", **where,
-                hint=f"add '{p.name}' to save= if it is a forward input or output")
+                f"forward's runtime scalars, or grad_<output>; here: {', '.join(options)}",
+                **where,
+                hint=f"add '{p.name}' to save= if it is a forward input or output",
+            )
     bwd_entry = bwd_op.entry(static)
     grad_outs = [o[0] for o in bwd_entry.outputs]
     if pair.inputs is not None:
@@ -157,8 +174,10 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
     else:
         raise TorchOpError(
             f"{bwd_name}() returns {len(grad_outs)} output(s) ({', '.join(grad_outs) or 'none'}) and it is not "
-            f"clear which input of {fwd_name}() each is the gradient of", **where,
-            hint=f"name them grad_<input> (inputs: {', '.join(entry.tensor_names)}), or pass inputs=(...) in order")
+            f"clear which input of {fwd_name}() each is the gradient of",
+            **where,
+            hint=f"name them grad_<input> (inputs: {', '.join(entry.tensor_names)}), or pass inputs=(...) in order",
+        )
     if len(targets) != len(grad_outs):
         raise TorchOpError(f"inputs= names {len(targets)} forward input(s) but {bwd_name}() returns "
                            f"{len(grad_outs)} gradient(s)", **where)
@@ -229,7 +248,9 @@ def autograd(forward=None, *, backward, save=None, inputs=None, setup_context=No
     parameter); `inputs` the forward inputs whose gradients the backward kernel returns, in order
     (default: by the names grad_<input>)."""
     if forward is None:
-        return lambda fwd: autograd(fwd, backward=backward, save=save, inputs=inputs, setup_context=setup_context)
+        return lambda fwd: autograd(
+            fwd, backward=backward, save=save, inputs=inputs, setup_context=setup_context
+        )
     from ..autotune import Autotuner
 
     caller = None

@@ -93,8 +93,13 @@ class OpEntry:
 
         bump = getattr(torch.autograd.graph, "increment_version", None)
         written = [self.runtime_names.index(n) for n in self.mutated] if bump is not None else []
-        call = "kernel(*a, **kw)" if not written else \
-            "result = kernel(*a, **kw)\n" + "".join(f"    bump(a[{i}])\n" for i in written) + "    return result"
+        call = (
+            "kernel(*a, **kw)"
+            if not written
+            else "result = kernel(*a, **kw)\n"
+            + "".join(f"    bump(a[{i}])\n" for i in written)
+            + "    return result"
+        )
         return self._generated("eager", "def eager(a, kw):\n    if {test}:\n        return dispatch(a)\n"
                                         f"    {'return ' if not written else ''}{call}\n")
 
@@ -102,10 +107,15 @@ class OpEntry:
         import torch
 
         idx = [self.runtime_names.index(n) for n in self.tensor_names]
-        env = {"stack": torch._C._len_torch_dispatch_stack, "functorch": torch._C._are_functorch_transforms_active,
-               "grad": torch._C.is_grad_enabled, "PLAIN": (torch.Tensor, torch.nn.Parameter),
-               "dispatch": self.dispatch, "kernel": self.caller,
-               "bump": getattr(torch.autograd.graph, "increment_version", None)}
+        env = {
+            "stack": torch._C._len_torch_dispatch_stack,
+            "functorch": torch._C._are_functorch_transforms_active,
+            "grad": torch._C.is_grad_enabled,
+            "PLAIN": (torch.Tensor, torch.nn.Parameter),
+            "dispatch": self.dispatch,
+            "kernel": self.caller,
+            "bump": getattr(torch.autograd.graph, "increment_version", None),
+        }
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
         grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
         exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
@@ -209,11 +219,15 @@ def _evaluate(expr, env: dict, entry: OpEntry, output: str):
     try:
         return evaluate(expr, env)
     except KeyError as err:
-        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has a dim '{err.args[0]}' that no "
-                           "argument's shape gives, so its size is not known before the kernel runs") from None
+        raise TorchOpError(
+            f"{entry.kernel.definition.name}() output '{output}' has a dim '{err.args[0]}' that no "
+            "argument's shape gives, so its size is not known before the kernel runs"
+        ) from None
     except UnsupportedShapeExpr:
-        raise TorchOpError(f"{entry.kernel.definition.name}() output '{output}' has shape expression {expr}, which "
-                           "the fake implementation cannot evaluate") from None
+        raise TorchOpError(
+            f"{entry.kernel.definition.name}() output '{output}' has shape expression {expr}, which "
+            "the fake implementation cannot evaluate"
+        ) from None
 
 
 def _shape_vars(expr, out: set) -> set:
@@ -261,7 +275,8 @@ class KernelOp:
 
     def __init__(self, kernel, *, suffix: str = "", caller=None):
         self.kernel = kernel  # the JITFunction: signature, templates, errors
-        self.caller = caller if caller is not None else kernel  # what a call runs: the kernel, or its Autotuner
+        # what a call runs: the kernel, or its Autotuner
+        self.caller = caller if caller is not None else kernel
         self.tuned = frozenset(getattr(caller, "tuned", ()))  # compile-time names an autotuner picks per call
         self.suffix = suffix
         self._entries: dict = {}  # static key -> OpEntry
@@ -310,7 +325,9 @@ class KernelOp:
     def _register(self, compile_values: dict, extra: dict) -> OpEntry:
         kernel = self.kernel
         name = kernel.definition.name
-        schema, runtime_names, tensor_names, mutated, outputs, template = self._describe(compile_values, extra)
+        schema, runtime_names, tensor_names, mutated, outputs, template = self._describe(
+            compile_values, extra
+        )
         if self.tuned:  # an autotuner: every configuration must be the same op (its choice is made per call)
             shown = (schema, [(o[0], str(o[1]), o[2]) for o in outputs])
             for config in self.caller.configs:
@@ -319,14 +336,28 @@ class KernelOp:
                     raise TorchOpError(
                         f"{name}() cannot be one torch op over its autotuning configurations: with {config} its "
                         f"schema or outputs are {other[0]} {[(o[0], str(o[1]), o[2]) for o in other[4]]}, with the "
-                        f"defaults {shown[0]} {shown[1]}", **kernel._def_where())
+                        f"defaults {shown[0]} {shown[1]}",
+                        **kernel._def_where(),
+                    )
         qualname = f"{NAMESPACE}::{_op_basename(name)}{self.suffix}_{next(_counter)}"
         positional = [p.name for p in kernel.signature.params[: len(runtime_names)]] == runtime_names and \
             not any(p.keyword_only for p in kernel.signature.runtime)
         static = dict(extra)
         static.update({k: v for k, v in compile_values.items() if k not in self.tuned})
-        entry = OpEntry(kernel, qualname, schema, static, runtime_names, tensor_names, mutated, outputs, template,
-                        positional, extra=dict(extra), caller=self.caller)
+        entry = OpEntry(
+            kernel,
+            qualname,
+            schema,
+            static,
+            runtime_names,
+            tensor_names,
+            mutated,
+            outputs,
+            template,
+            positional,
+            extra=dict(extra),
+            caller=self.caller,
+        )
         _define(entry, paired=self.paired)
         return entry
 
@@ -342,12 +373,15 @@ class KernelOp:
             raise TorchOpError(
                 f"{name}() cannot be a torch op: its template (phase 1) stops at line {elab.stopped.lineno} "
                 f"({elab.stopped.reason}), so its parameters, outputs and writes are not known for every shape",
-                **where, hint="keep Python control flow on consts (if, range over a const) out of the body, e.g. "
-                              "T.serial(...) for loops and T.if_then_else for values")
+                **where,
+                hint="keep Python control flow on consts (if, range over a const) out of the body, e.g. "
+                "T.serial(...) for loops and T.if_then_else for values",
+            )
         bad_extra = [k for k in extra if k not in template.consts]
         if bad_extra:
-            raise TorchOpError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, bad_extra))}",
-                               **where)
+            raise TorchOpError(
+                f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, bad_extra))}", **where
+            )
         runtime_names, tensor_names, args = [], [], []
         written = _written_params(elab.func)
         outputs = []
@@ -363,25 +397,34 @@ class KernelOp:
                 raise TorchOpError(
                     f"{name}() cannot have a fake implementation: the shape of its output '{out}' depends on "
                     f"{', '.join(sorted(unknown))}, which no argument's shape gives (a size known only when the "
-                    "kernel runs)", **where,
+                    "kernel runs)",
+                    **where,
                     hint=f"make {', '.join(sorted(unknown))} a dim of an input tensor, or pass it as a keyword "
-                         f"const ({name}(..., {sorted(unknown)[0]}=...))")
+                    f"const ({name}(..., {sorted(unknown)[0]}=...))",
+                )
         for p in kernel.signature.runtime:
             if p.kind == POINTER:
-                raise TorchOpError(f"{name}() cannot be a torch op: '{p.name}' is a T.ptr (an address carries no "
-                                   "shape, dtype or device for torch to track)", **where,
-                                   hint=f"annotate '{p.name}' as a T.Tensor in the body")
+                raise TorchOpError(
+                    f"{name}() cannot be a torch op: '{p.name}' is a T.ptr (an address carries no "
+                    "shape, dtype or device for torch to track)",
+                    **where,
+                    hint=f"annotate '{p.name}' as a T.Tensor in the body",
+                )
             runtime_names.append(p.name)
             if p.name in elab.buffers:
                 tensor_names.append(p.name)
-                alias = f"({chr(ord('a') + len([a for a in args if '!' in a]))}!)" if p.name in written else ""
+                alias = (
+                    f"({chr(ord('a') + len([a for a in args if '!' in a]))}!)" if p.name in written else ""
+                )
                 args.append(f"Tensor{alias} {p.name}")
             elif p.name in elab.scalars or p.kind == SCALAR:
                 scalar = elab.scalars.get(p.name)
                 args.append(f"{_scalar_schema_type(scalar.dtype if scalar else p.annotation)} {p.name}")
             else:
-                raise TorchOpError(f"{name}() runtime parameter '{p.name}' is neither a tensor nor a scalar in the "
-                                   "template", **where)
+                raise TorchOpError(
+                    f"{name}() runtime parameter '{p.name}' is neither a tensor nor a scalar in the template",
+                    **where,
+                )
         returns = "()" if not outputs else "Tensor" if len(outputs) == 1 else \
             "(" + ", ".join("Tensor" for _ in outputs) + ")"
         schema = f"({', '.join(args)}) -> {returns}"
@@ -398,8 +441,11 @@ class KernelOp:
         # The hot path: one dict lookup and a generated straight-line check (every attribute lookup here costs
         # ~50 ns of a 1 us budget).
         try:
-            entry = self._by_kwargs[(len(args), tuple(kwargs.items()))] if kwargs else self._by_count[len(args)]
-        except (KeyError, TypeError):  # new keywords, or an unhashable value (the kernel's binding explains it)
+            entry = (
+                self._by_kwargs[(len(args), tuple(kwargs.items()))] if kwargs else self._by_count[len(args)]
+            )
+        # new keywords, or an unhashable value (the kernel's binding explains it)
+        except (KeyError, TypeError):
             entry, runtime = self._bind(args, kwargs)
             if not entry.plain(runtime):
                 return entry.dispatch(runtime)
@@ -420,10 +466,14 @@ class KernelOp:
         if missing:
             from ..errors import ArgumentCountError
 
-            raise ArgumentCountError(f"{self.kernel.definition.name}() missing {len(missing)} runtime argument(s): "
-                                     f"{', '.join(repr(m) for m in missing)}", **self.kernel._def_where())
+            raise ArgumentCountError(
+                f"{self.kernel.definition.name}() missing {len(missing)} runtime argument(s): "
+                f"{', '.join(repr(m) for m in missing)}",
+                **self.kernel._def_where(),
+            )
         runtime = tuple(given[n] for n in entry.runtime_names)
-        if not rkeys and len(args) == len(rpos) == len(entry.runtime_names):  # positional: the runtime arguments
+        # positional: the runtime arguments
+        if not rkeys and len(args) == len(rpos) == len(entry.runtime_names):
             try:
                 if kwargs:
                     self._by_kwargs[(len(args), tuple(kwargs.items()))] = entry
@@ -522,8 +572,9 @@ def _define(entry: OpEntry, paired: bool) -> None:
 
     lib = _lib()
     tags = [torch.Tag.pt2_compliant_tag]
-    stride_tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(torch.Tag, "needs_fixed_stride_order",
-                                                                            None)
+    stride_tag = getattr(torch.Tag, "needs_exact_strides", None) or getattr(
+        torch.Tag, "needs_fixed_stride_order", None
+    )
     if stride_tag is not None:
         tags.append(stride_tag)
     lib.define(entry.opname + entry.schema, tags=tags)

@@ -38,8 +38,10 @@ def get_target_compute_version(target=None) -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError("tilelang.contrib.nvcc.get_target_compute_version: no arch in the target "
-                         f"({target!r}) and torch sees no CUDA device; give a target such as 'cuda -arch=sm_90a'")
+        raise ValueError(
+            "tilelang.contrib.nvcc.get_target_compute_version: no arch in the target "
+            f"({target!r}) and torch sees no CUDA device; give a target such as 'cuda -arch=sm_90a'"
+        )
     major, minor = torch.cuda.get_device_capability()
     return f"{major}.{minor}"
 

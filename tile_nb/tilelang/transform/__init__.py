@@ -12,4 +12,6 @@ def _pass_config_key():
     return PassConfigKey
 
 
-__getattr__ = forwarding_getattr(__name__, "tilelang.transform", {"PassConfigKey": _pass_config_key}, package=True)
+__getattr__ = forwarding_getattr(
+    __name__, "tilelang.transform", {"PassConfigKey": _pass_config_key}, package=True
+)

@@ -55,8 +55,10 @@ def get_tensor_supply(supply_type: TensorSupplyType = TensorSupplyType.Integer):
         shape = getattr(param, "shape", None)
         dtype = getattr(param, "dtype", None)
         if shape is None or dtype is None:
-            raise TypeError(f"tilelang.utils.tensor supply: expected a parameter with .shape and .dtype (a tensor, "
-                            f"a buffer); got {type(param).__name__}")
+            raise TypeError(
+                f"tilelang.utils.tensor supply: expected a parameter with .shape and .dtype (a tensor, "
+                f"a buffer); got {type(param).__name__}"
+            )
         try:
             dims = [int(d) for d in shape]
         except (TypeError, ValueError):
@@ -130,10 +132,21 @@ def _common(a, b):
     return a, b
 
 
-def torch_assert_close(tensor_a, tensor_b, rtol: float = 1e-2, atol: float = 1e-3, max_mismatched_ratio: float = 0.001,
-                       verbose: bool = False, equal_nan: bool = True, check_device: bool = True,
-                       check_dtype: bool = True, check_layout: bool = True, check_stride: bool = False,
-                       base_name: str = "LHS", ref_name: str = "RHS"):
+def torch_assert_close(
+    tensor_a,
+    tensor_b,
+    rtol: float = 1e-2,
+    atol: float = 1e-3,
+    max_mismatched_ratio: float = 0.001,
+    verbose: bool = False,
+    equal_nan: bool = True,
+    check_device: bool = True,
+    check_dtype: bool = True,
+    check_layout: bool = True,
+    check_stride: bool = False,
+    base_name: str = "LHS",
+    ref_name: str = "RHS",
+):
     """AssertionError unless at most `int(numel * max_mismatched_ratio)` elements of `tensor_a` lie outside
     `atol + rtol * |tensor_b|` of `tensor_b` (after the attribute checks); True otherwise."""
     import torch
@@ -167,7 +180,8 @@ def torch_assert_close(tensor_a, tensor_b, rtol: float = 1e-2, atol: float = 1e-
         f"Too many mismatched elements: {n_bad} > {allowed} ({max_mismatched_ratio:.2%} of {total} allowed, got "
         f"{n_bad / total:.2%}; rtol={rtol}, atol={atol}).\nFirst mismatch at index {index}: {base_name}={x!r}, "
         f"{ref_name}={y!r}, abs_diff={abs(x - y)!r}\nGreatest absolute difference: {greatest}, greatest relative "
-        f"difference: {greatest_rel}")
+        f"difference: {greatest_rel}"
+    )
 
 
 __getattr__ = forwarding_getattr(__name__, "tilelang.utils.tensor", {})

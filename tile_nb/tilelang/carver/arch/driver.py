@@ -28,8 +28,10 @@ def get_cuda_device_properties(device_id: int = 0):
 def _properties(device_id: int, api: str):
     props = get_cuda_device_properties(device_id)
     if props is None:
-        raise RuntimeError(f"tilelang.carver.arch.driver.{api}: torch sees no CUDA device (run on a GPU, or with "
-                           "`python -m tile_nb.run --cpu` for the interpreter's pretend cc 9.0 device)")
+        raise RuntimeError(
+            f"tilelang.carver.arch.driver.{api}: torch sees no CUDA device (run on a GPU, or with "
+            "`python -m tile_nb.run --cpu` for the interpreter's pretend cc 9.0 device)"
+        )
     return props
 
 
