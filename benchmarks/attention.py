@@ -218,7 +218,8 @@ def main():
                 rows.append(row)
                 tri_cfg = f" ({tri.config_name(tri_best[2])})" if tri_best is not None else ""
                 print(
-                    f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb {row.get('tflops', float('nan')):6.1f} "
+                    f"b{b} h{h} s{s} d{d} causal={causal!s:5}: tile_nb "
+                    f"{row.get('tflops', float('nan')):6.1f} "
                     f"TFLOP/s ({row.get('config')}, err {row.get('max_abs_err', float('nan')):.1e})  "
                     f"sdpa {row['sdpa_tflops']:6.1f}  x{row.get('vs_sdpa', float('nan')):.2f}  "
                     f"triton {_fmt(row['triton_tflops'], '6.1f')}{tri_cfg}  "

@@ -94,13 +94,15 @@ def main():
                     print(
                         f"b{b} h{h} hk{hk} s{s} d{d} {dtype_name} causal={causal!s:5}: tile_nb "
                         f"{nan if best is None else row['tflops']:6.1f} TFLOP/s ({row['config']}, err "
-                        f"{nan if best is None else row['max_abs_err']:.1e})  sdpa {row['sdpa_tflops']:6.1f}  "
+                        f"{nan if best is None else row['max_abs_err']:.1e})  sdpa "
+                        f"{row['sdpa_tflops']:6.1f}  "
                         f"x{nan if best is None else row['vs_sdpa']:.2f}"
                     )
                 q = k = v = o = None  # free before the next shape
     print()
     print(
-        f"{'B':>3} {'H':>3} {'HK':>3} {'S':>6} {'D':>4} {'dtype':>5} {'causal':>6} {'tile_nb':>8} {'sdpa':>8} "
+        f"{'B':>3} {'H':>3} {'HK':>3} {'S':>6} {'D':>4} {'dtype':>5} {'causal':>6} {'tile_nb':>8} "
+        f"{'sdpa':>8} "
         f"{'x sdpa':>7} {'err':>8}  config"
     )
     for r in rows:

@@ -130,7 +130,8 @@ def main() -> None:
     for r in errors:
         print("ERROR", r["mode"], r["compiler_option"], r["error"][-600:])
     print(
-        "| measurement | compiler | median s | min s | max s | n | stages (median run) | first launch s | rel err |"
+        "| measurement | compiler | median s | min s | max s | n | stages (median run) | first launch "
+        "s | rel err |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode in ("cold", "warm", "hit"):
@@ -153,7 +154,8 @@ def main() -> None:
     imports = [r["import_s"] for r in rows if "import_s" in r]
     if imports:
         print(
-            f"import torch + tvm + tile_nb (not in the times above): median {statistics.median(imports):.2f} s"
+            "import torch + tvm + tile_nb (not in the times above): median "
+            f"{statistics.median(imports):.2f} s"
         )
 
 

@@ -54,7 +54,8 @@ def main():
             row = dict(k=k, m=m, n=n, kernel=name, worst=ratio.max().item(), median=ratio.median().item())
             rows.append(row)
             print(
-                f"K={k:6d}  {name:34s} worst {row['worst']:.2e} (2^{torch.tensor(row['worst']).log2().item():6.1f})"
+                f"K={k:6d}  {name:34s} worst {row['worst']:.2e} "
+                f"(2^{torch.tensor(row['worst']).log2().item():6.1f})"
                 f"  median {row['median']:.2e}"
             )
     if args.out:

@@ -113,11 +113,13 @@ def main():
     args = ap.parse_args()
     if args.only and set(args.only) - set(CONFIGS):
         sys.exit(
-            f"--only: no configuration named {sorted(set(args.only) - set(CONFIGS))}; known: {sorted(CONFIGS)}"
+            f"--only: no configuration named {sorted(set(args.only) - set(CONFIGS))}; known: "
+            f"{sorted(CONFIGS)}"
         )
     what = "int8 x int8 -> int32" if args.int8 else "e4m3 x e4m3 -> bf16, per-tensor scales"
     print(
-        f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: {args.rounds}  "
+        f"device: {torch.cuda.get_device_name()}  date: {time.strftime('%Y-%m-%d %H:%M')}  rounds: "
+        f"{args.rounds}  "
         f"{what}"
     )
     torch_name = "torch._int_mm" if args.int8 else "torch._scaled_mm"
@@ -183,7 +185,8 @@ def main():
             row["ratio"] = row["tflops"] / row["torch_tflops"]
             rows.append(row)
             print(
-                f"{size:>16} {name:28s} {row['tflops']:7.1f} TFLOP/s  {row['reference']} {row['torch_tflops']:7.1f}  "
+                f"{size:>16} {name:28s} {row['tflops']:7.1f} TFLOP/s  {row['reference']} "
+                f"{row['torch_tflops']:7.1f}  "
                 f"ratio {row['ratio']:.2f}  ({row['ms']:.3f} ms)  err {errs[name]:.1e}  "
                 f"first call {firsts[name]:.2f}s"
             )

@@ -81,7 +81,8 @@ def wrong_tiles(M, N, K, attrs, launches, ctas):
                         (f"tile {t}, finisher {finisher}", round(worst, 3)))
         summary = {k: (len(v), v[:4]) for k, v in bad.items()} or "none"
         print(
-            f"{M}x{N}x{K} {attrs or 'default'} launch {launch + 1}: waves {waves}, tail {tail}: wrong tiles: {summary}",
+            f"{M}x{N}x{K} {attrs or 'default'} launch {launch + 1}: waves {waves}, tail {tail}: wrong "
+            f"tiles: {summary}",
             flush=True,
         )
 

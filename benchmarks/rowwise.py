@@ -292,7 +292,8 @@ def main():
                 flag = "" if row["ok"] else f"  WRONG (err {err:.1e})"
                 vt = f"  x{row['vs_triton']:.2f} triton" if row["vs_triton"] else ""
                 print(
-                    f"  {op:12s} N={N:5d} {name:12s} {t * 1e6:9.1f} us {gbs:7.0f} GB/s {row['pct_copy']:5.1f}% copy"
+                    f"  {op:12s} N={N:5d} {name:12s} {t * 1e6:9.1f} us {gbs:7.0f} GB/s "
+                    f"{row['pct_copy']:5.1f}% copy"
                     f"  x{row['vs_torch']:.2f} torch{vt}  {note}{flag}"
                 )
             X = W = B = Y = None
@@ -303,13 +304,15 @@ def main():
             json.dump({"info": info, "rows": rows}, fh, indent=1)
     # Short table last (the device tool returns the tail of the output).
     print(
-        f"\nsummary ({info['device']}, {info['date']}): tile_nb best config, % of copy bandwidth, x torch, x triton"
+        f"\nsummary ({info['device']}, {info['date']}): tile_nb best config, % of copy bandwidth, x "
+        "torch, x triton"
     )
     for r in rows:
         if r["impl"] in ("tile_nb", "tile_nb dyn") or r["impl"].startswith("ref"):
             vt = f"{r['vs_triton']:.2f}" if r["vs_triton"] else "-"
             print(
-                f"{r['op']:12s} {r['cols']:5d} {r['impl']:11s} {r['pct_copy']:5.1f}%  {r['vs_torch']:.2f}  {vt}"
+                f"{r['op']:12s} {r['cols']:5d} {r['impl']:11s} "
+                f"{r['pct_copy']:5.1f}%  {r['vs_torch']:.2f}  {vt}"
                 f"{'' if r['ok'] else '  WRONG'}"
             )
 

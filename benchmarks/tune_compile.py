@@ -131,7 +131,8 @@ def main() -> None:
         "steady_state_speedup": steady / serial_rate,
         "worker_start_s": start,
         "usable_cores": usable,
-        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, "
+                   f"{platform.processor() or platform.machine()})",
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "workers": args.workers,
         "median_wall_s": med,

@@ -425,10 +425,12 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
         "## Totals",
         "",
         f"Examples: {sum(c.status == 'pass' for c in ran)} of {len(ran)} pass "
-        f"({len(examples) - len(ran)} excluded and counted apart: sm_100-only, AMD-only, and examples that do not "
+        f"({len(examples) - len(ran)} excluded and counted apart: sm_100-only, AMD-only, and examples "
+        "that do not "
         f"import tilelang (Triton/torch baselines)). "
         f"LazyJIT/eager tests: {sum(c.status == 'pass' for c in tests)} of {len(tests)} test functions pass "
-        f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} pytest items). "
+        f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} "
+        "pytest items). "
         f"Notebooks: {sum(c.status == 'pass' for c in notebooks)} of {len(notebooks)} run to the end.",
         "",
         totals_table(cases),

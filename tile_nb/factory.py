@@ -51,7 +51,8 @@ class KernelFactory:
         if not isinstance(made, PrimFuncDefinition):
             code = self.fn.__code__
             raise SignatureError(
-                f"the kernel factory '{self.fn.__name__}' returned {type(made).__name__} {made!r:.80}; a factory "
+                f"the kernel factory '{self.fn.__name__}' returned {type(made).__name__} "
+                f"{made!r:.80}; a factory "
                 "under @tile_nb.jit returns the @T.prim_func it defines",
                 filename=code.co_filename,
                 lineno=code.co_firstlineno,

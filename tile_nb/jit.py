@@ -203,7 +203,8 @@ class JITFunction:
         if unknown:
             what = "output" if param.kind == "output" else "T.alloc_global tensor"
             raise ArgumentError(
-                f"{self.definition.name}() {what} '{name}' has a dim over T.dynamic {', '.join(unknown)}, which no "
+                f"{self.definition.name}() {what} '{name}' has a dim over T.dynamic "
+                f"{', '.join(unknown)}, which no "
                 "argument's shape gives, so its size is not known before the kernel runs",
                 filename=param.filename,
                 lineno=param.lineno,
@@ -579,7 +580,8 @@ class JITFunction:
         except Exception as err:  # noqa: BLE001 - an internal lowering failure is a GPU failure too
             warnings.warn(
                 NotLowerableWarning(
-                    f"{self.definition.name}() runs on the CPU interpreter, but lowering it for {target.attrs['arch']} "
+                    f"{self.definition.name}() runs on the CPU interpreter, but lowering it for "
+                    f"{target.attrs['arch']} "
                     f"failed ({type(err).__name__}: {err}); please report this"
                 ),
                 stacklevel=_user_stacklevel(),

@@ -47,7 +47,8 @@ class Resources:
         dyn = f" + {self.dynamic_shared_bytes} B dynamic" if self.dynamic_shared_bytes else ""
         return (
             f"{self.registers} registers, {self.shared_bytes} B shared{dyn}, "
-            f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads, {self.stack_bytes} B stack"
+            f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads, "
+            f"{self.stack_bytes} B stack"
         )
 
 

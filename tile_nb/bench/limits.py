@@ -65,13 +65,15 @@ def resource_problem(resources: dict, threads: int | None, limits: DeviceLimits,
     regs = int(resources.get("registers", 0))
     if threads and regs * threads > limits.registers_per_sm:
         return (
-            f"{regs} registers x {threads} threads = {regs * threads:,} > {limits.registers_per_sm:,} registers "
+            f"{regs} registers x {threads} threads = {regs * threads:,} > "
+            f"{limits.registers_per_sm:,} registers "
             "per SM"
         )
     spills = int(resources.get("spill_stores", 0)) + int(resources.get("spill_loads", 0))
     if max_spill_bytes is not None and spills > max_spill_bytes:
         return (
-            f"spills {resources.get('spill_stores', 0)} B stored + {resources.get('spill_loads', 0)} B loaded "
+            f"spills {resources.get('spill_stores', 0)} B stored + "
+            f"{resources.get('spill_loads', 0)} B loaded "
             f"(limit {max_spill_bytes} B; max_spill_bytes=None allows spills)"
         )
     return None

@@ -213,7 +213,8 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
         tensor = runtime[param]
         if not is_tensor(tensor) and signature.by_name(param).kind == POINTER:
             raise MissingConstError(
-                f"{name}() needs a value for const '{const}': it is a dim of the pointer argument '{param}', which "
+                f"{name}() needs a value for const '{const}': it is a dim of the pointer argument "
+                f"'{param}', which "
                 f"was given as an address ({type(tensor).__name__}), and an address carries no shape",
                 **definition_where(definition),
                 hint=f"pass {const}=... as a keyword, or pass '{param}' as a tensor",

@@ -361,7 +361,8 @@ def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
             err.path[0] if err.path else ("an argument", (code.co_filename, code.co_firstlineno, None, None))
         )
         raise UnhashableArgumentError(
-            f"the kernel factory {fn.__name__}() reads '{name}', {err.what}: it cannot be part of the factory's "
+            f"the kernel factory {fn.__name__}() reads '{name}', {err.what}: it cannot be part of "
+            "the factory's "
             "cache key, so a change to it could not rebuild the kernel",
             filename=site[0],
             lineno=site[1],
@@ -407,7 +408,8 @@ class Environment:
         what = f"'{err.path[0][0]}'" + (f" (through {', then '.join(through)})" if through else "")
         filename, lineno, col, end_col = err.path[0][1]
         return UnhashableArgumentError(
-            f"{self.fn.__name__}() reads {what}, {err.what}: it cannot be part of the kernel's cache key, so a "
+            f"{self.fn.__name__}() reads {what}, {err.what}: it cannot be part of the kernel's "
+            "cache key, so a "
             "change to it could not rebuild the kernel",
             filename=filename,
             lineno=lineno,

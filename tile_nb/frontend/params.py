@@ -125,7 +125,8 @@ def analyze_signature(fn, source: KernelSource, out_idx=None) -> KernelSignature
     for p in outputs:
         if p.kind != TENSOR:
             raise SignatureError(
-                f"out_idx names parameter {p.index} of kernel '{fn.__name__}', '{p.name}', which is not a tensor "
+                f"out_idx names parameter {p.index} of kernel '{fn.__name__}', '{p.name}', which is "
+                "not a tensor "
                 "annotated in the signature; an output must be one, as in `C: T.Tensor((M, N), T.float32)`",
                 **where,
             )

@@ -137,7 +137,8 @@ def _rebuild_interp(cls, message, filename, lineno, col, end_col, hint):
 _HINTS = {
     "index": "the GPU would access this element silently; guard the access (`if ...:` or T.if_then_else) or "
     "fix the index",
-    "region": "a tile copy into or out of shared/fragment/local memory must fit that buffer (only global tensors "
+    "region": "a tile copy into or out of shared/fragment/local memory must fit that buffer (only "
+              "global tensors "
     "are guarded at their edges)",
 }
 
@@ -232,7 +233,8 @@ class UninitializedReadError(TileNBError, RuntimeError):
                 f"but {count} of those elements were never written in {where}; the first is {element}"
             )
         hint = (
-            "the GPU would read whatever that memory holds (the interpreter's buffers start at 0, so a result "
+            "the GPU would read whatever that memory holds (the interpreter's buffers start at 0, "
+            "so a result "
             "could match by chance): write the elements first (T.clear / T.fill / T.copy / a store), e.g. "
             "T.clear the accumulator before T.gemm. If the read is intended, set "
             + UNINIT_ENV

@@ -69,8 +69,10 @@ def annotate_layout(layouts: dict) -> None:
             continue
         what = "a swizzle" if isinstance(layout, SwizzledLayout) else repr(layout)
         raise st.error(
-            f"T.annotate_layout of '{name}' ({scope}) with {what} is not supported: tile_nb chooses layouts itself, "
+            f"T.annotate_layout of '{name}' ({scope}) with {what} is not supported: tile_nb chooses "
+            "layouts itself, "
             "and a layout given by hand can change what the buffer's memory holds",
-            hint="drop the annotation (tile_nb's layout inference places shared tiles and fragments); a swizzle "
+            hint="drop the annotation (tile_nb's layout inference places shared tiles and "
+                 "fragments); a swizzle "
             "is accepted only on a shared tile",
         )

@@ -412,7 +412,8 @@ class TileKernelMagics(Magics):
         if wanted is not None and wanted not in kernels:
             node = defs[wanted]
             raise NotAKernelError(
-                f"%%tilekernel --name {wanted}: '{wanted}' is not a kernel (its body has no `with T.Kernel(...)`); "
+                f"%%tilekernel --name {wanted}: '{wanted}' is not a kernel (its body has no `with "
+                "T.Kernel(...)`); "
                 f"the cell's kernels: {_names(kernels)}",
                 filename=filename,
                 lineno=node.lineno,

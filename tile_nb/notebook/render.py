@@ -147,7 +147,8 @@ def _side_by_side(template: Section, specialized: Section, consts_label: str) ->
         f"(consts symbolic)</span></th>"
         f'<th style="{_HEAD};width:{_MARK_WIDTH}"></th>'
         f"{num_head.replace(_HEAD, _HEAD + ';border-left:1px solid #d0d7de', 1)}"
-        f'<th style="{_HEAD}">Phase 2: specialized <span style="font-weight:400">{escape(consts_label)}</span>'
+        f'<th style="{_HEAD}">Phase 2: specialized <span '
+        f'style="font-weight:400">{escape(consts_label)}</span>'
         "</th></tr>"
     )
     cols = (f'<colgroup><col style="width:{_NUM_WIDTH}"><col><col style="width:{_MARK_WIDTH}">'

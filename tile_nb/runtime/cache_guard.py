@@ -94,7 +94,8 @@ def _refuse(path: Path, st: os.stat_result, problem: str) -> CacheSecurityError:
                 "TILE_NB_DISABLE_CACHE=1 compiles without the disk cache")
     else:
         hint = (
-            f"if you trust what it holds, `chmod -R go-w {path}` (or `chmod 700` the folders); else delete it "
+            f"if you trust what it holds, `chmod -R go-w {path}` (or `chmod 700` the folders); "
+            "else delete it "
             f"or point TILE_NB_CACHE_DIR elsewhere; TILE_NB_DISABLE_CACHE=1 compiles without the disk cache"
         )
     return CacheSecurityError(message, path=str(path), uid=st.st_uid, owner=owner, mode=mode, problem=problem,

@@ -103,7 +103,8 @@ class Profiler:
             bad = ~torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
             ratio = bad.float().mean().item() if bad.numel() else 0.0
             assert ratio <= max_mismatched_ratio, (
-                f"output {i}: {ratio:.2%} of elements differ (allowed {max_mismatched_ratio:.2%}; atol={atol}, "
+                f"output {i}: {ratio:.2%} of elements differ (allowed {max_mismatched_ratio:.2%}; "
+                f"atol={atol}, "
                 f"rtol={rtol}; greatest absolute difference {(a64 - e64).abs().max().item():.4g})"
             )
 

@@ -87,7 +87,8 @@ class Differentiable(KernelOp):
             raise TorchOpError(
                 f"{name}() cannot be paired with a backward: it writes its argument(s) "
                 f"{', '.join(entry.mutated) or '(none)'} in place and returns "
-                f"{'nothing' if not entry.outputs else 'T.empty outputs'}; torch differentiates functions that "
+                f"{'nothing' if not entry.outputs else 'T.empty outputs'}; torch differentiates "
+                "functions that "
                 "return new tensors",
                 **self.forward._def_where(),
                 hint="allocate the results with T.empty(...) and return them",
@@ -159,8 +160,10 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
         else:
             options = [f"grad_{o}" for o in out_names] + list(saved_tensors) + scalar_names
             raise TorchOpError(
-                f"{bwd_name}() runtime parameter '{p.name}' matches nothing the forward {fwd_name}() saves or "
-                f"passes back: a backward kernel's runtime parameters are named after saved tensors (save=), the "
+                f"{bwd_name}() runtime parameter '{p.name}' matches nothing the forward "
+                f"{fwd_name}() saves or "
+                "passes back: a backward kernel's runtime parameters are named after saved tensors "
+                "(save=), the "
                 f"forward's runtime scalars, or grad_<output>; here: {', '.join(options)}",
                 **where,
                 hint=f"add '{p.name}' to save= if it is a forward input or output",
@@ -173,10 +176,12 @@ def _kernel_backward(pair: Differentiable, entry: OpEntry):
         targets = [g[5:] for g in grad_outs]
     else:
         raise TorchOpError(
-            f"{bwd_name}() returns {len(grad_outs)} output(s) ({', '.join(grad_outs) or 'none'}) and it is not "
+            f"{bwd_name}() returns {len(grad_outs)} output(s) ({', '.join(grad_outs) or 'none'}) "
+            "and it is not "
             f"clear which input of {fwd_name}() each is the gradient of",
             **where,
-            hint=f"name them grad_<input> (inputs: {', '.join(entry.tensor_names)}), or pass inputs=(...) in order",
+            hint=f"name them grad_<input> (inputs: {', '.join(entry.tensor_names)}), or pass "
+                 "inputs=(...) in order",
         )
     if len(targets) != len(grad_outs):
         raise TorchOpError(f"inputs= names {len(targets)} forward input(s) but {bwd_name}() returns "

@@ -334,8 +334,10 @@ class KernelOp:
                 other = self._describe({**compile_values, **config}, extra)
                 if (other[0], [(o[0], str(o[1]), o[2]) for o in other[4]]) != shown:
                     raise TorchOpError(
-                        f"{name}() cannot be one torch op over its autotuning configurations: with {config} its "
-                        f"schema or outputs are {other[0]} {[(o[0], str(o[1]), o[2]) for o in other[4]]}, with the "
+                        f"{name}() cannot be one torch op over its autotuning configurations: with "
+                        f"{config} its "
+                        f"schema or outputs are {other[0]} "
+                        f"{[(o[0], str(o[1]), o[2]) for o in other[4]]}, with the "
                         f"defaults {shown[0]} {shown[1]}",
                         **kernel._def_where(),
                     )
@@ -372,7 +374,8 @@ class KernelOp:
         if elab.stopped is not None:
             raise TorchOpError(
                 f"{name}() cannot be a torch op: its template (phase 1) stops at line {elab.stopped.lineno} "
-                f"({elab.stopped.reason}), so its parameters, outputs and writes are not known for every shape",
+                f"({elab.stopped.reason}), so its parameters, outputs and writes are not known "
+                "for every shape",
                 **where,
                 hint="keep Python control flow on consts (if, range over a const) out of the body, e.g. "
                 "T.serial(...) for loops and T.if_then_else for values",
@@ -396,10 +399,12 @@ class KernelOp:
             if unknown:
                 raise TorchOpError(
                     f"{name}() cannot have a fake implementation: the shape of its output '{out}' depends on "
-                    f"{', '.join(sorted(unknown))}, which no argument's shape gives (a size known only when the "
+                    f"{', '.join(sorted(unknown))}, which no argument's shape gives (a size known "
+                    "only when the "
                     "kernel runs)",
                     **where,
-                    hint=f"make {', '.join(sorted(unknown))} a dim of an input tensor, or pass it as a keyword "
+                    hint=f"make {', '.join(sorted(unknown))} a dim of an input tensor, or pass it "
+                         "as a keyword "
                     f"const ({name}(..., {sorted(unknown)[0]}=...))",
                 )
         for p in kernel.signature.runtime:

@@ -177,9 +177,12 @@ def torch_assert_close(
     relative = relative[torch.isfinite(relative)]
     greatest_rel = relative.max().item() if relative.numel() else float("nan")
     raise AssertionError(
-        f"Too many mismatched elements: {n_bad} > {allowed} ({max_mismatched_ratio:.2%} of {total} allowed, got "
-        f"{n_bad / total:.2%}; rtol={rtol}, atol={atol}).\nFirst mismatch at index {index}: {base_name}={x!r}, "
-        f"{ref_name}={y!r}, abs_diff={abs(x - y)!r}\nGreatest absolute difference: {greatest}, greatest relative "
+        f"Too many mismatched elements: {n_bad} > {allowed} ({max_mismatched_ratio:.2%} of {total} "
+        "allowed, got "
+        f"{n_bad / total:.2%}; rtol={rtol}, atol={atol}).\nFirst mismatch at index {index}: "
+        f"{base_name}={x!r}, "
+        f"{ref_name}={y!r}, abs_diff={abs(x - y)!r}\nGreatest absolute difference: {greatest}, "
+        "greatest relative "
         f"difference: {greatest_rel}"
     )
 
