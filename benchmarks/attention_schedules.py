@@ -2,8 +2,8 @@
 lowering switches on and off, timed in interleaved rounds (one round times every variant once; median of the
 rounds), so that drifting clocks and power caps hit every variant alike.
 
-    python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7] [--variants default ...]
-                                             [--out r.json]
+    python benchmarks/attention_schedules.py [--shape 4,32,4096] [--dims 64 128] [--rounds 7]
+                                             [--variants default ...] [--out r.json]
 
 Variants (environment switches of tile_nb.lower, read when a kernel compiles): the default, the loop in order
 (no softmax/MMA overlap, TILE_NB_SOFTMAX_OVERLAP=0), ping-pong (TILE_NB_PINGPONG=1), cp.async instead of TMA

@@ -1,7 +1,9 @@
 """Backward kernels against torch on the GPU (issue 33 item 4), same run, same timing harness (tile_nb.bench.timing).
 
-    python benchmarks/backward.py [--attention 4,32,4096] [--dims 64 128] [--norms 16384,4096] [--json out.json]
-    python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 16 --norms 5,64   # smoke run, interpreter
+    python benchmarks/backward.py [--attention 4,32,4096] [--dims 64 128] [--norms 16384,4096]
+                                  [--json out.json]
+    # a smoke run, on the interpreter:
+    python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 16 --norms 5,64
 
 - FlashAttention forward + backward: tests/kernels/attention_backward.py (flash_attention_fwd, then
   attention_backward: the Delta preprocess and the dQ/dK/dV kernel with float32 atomics) against

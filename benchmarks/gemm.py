@@ -1,7 +1,7 @@
 """GEMM throughput: tile_nb (the seed kernel through tile_nb.lower + TVM) vs torch.matmul (cuBLAS), same run.
 
-    python benchmarks/gemm.py [--sizes 1024 2048 4096x11008x4096 ...] [--dtype bfloat16] [--variants] [--small]
-                              [--split-k] [--only NAME ...] [--rounds 5] [--out results.json]
+    python benchmarks/gemm.py [--sizes 1024 2048 4096x11008x4096 ...] [--dtype bfloat16] [--variants]
+                              [--small] [--split-k] [--only NAME ...] [--rounds 5] [--out results.json]
 
 A size is N (square) or MxNxK. `--dtype float32` times the FMA path (exact products on the CUDA cores) against
 torch with TF32 off, `--dtype tfloat32` the TF32 tensor-core path (T.tfloat32 shared tiles)

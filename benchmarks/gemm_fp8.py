@@ -1,7 +1,8 @@
 """8-bit GEMM: tile_nb's `gemm_fp8` (tests/kernels/seed.py) vs torch._scaled_mm, or with --int8 its
 `gemm_int8` vs torch._int_mm, same run.
 
-    python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--int8] [--rounds 5] [--out results.json]
+    python benchmarks/gemm_fp8.py [--sizes 1024 4096x14336x4096 ...] [--int8] [--rounds 5]
+                                  [--out results.json]
 
 fp8: A is [M, K] e4m3, B is [N, K] e4m3 (K-major, what torch._scaled_mm takes as `B.t()`), C is bf16, scales
 are one-element float32 tensors. Each tile_nb kernel is compared with cuBLAS accumulating the same way: the

@@ -1,6 +1,7 @@
 """Memory-bound row kernels: tile_nb vs torch vs a plain Triton kernel of the same op, as % of copy bandwidth.
 
-    python benchmarks/rowwise.py [--rows 32768] [--cols 1024 4096 8192 16384] [--ops add gelu ...] [--out r.json]
+    python benchmarks/rowwise.py [--rows 32768] [--cols 1024 4096 8192 16384] [--ops add gelu ...]
+                                 [--out r.json]
 
 Ops (fp16 rows unless named): add (a broadcast bias), gelu (tanh), softmax, softmax_fp32, rmsnorm, layernorm;
 gelu_approx and gelu_precise are the GELU kernel under the lowering option approx_math (tanh.approx.f32

@@ -77,7 +77,10 @@ def child(mode: str, workers: int) -> dict:
     }
 
 
-_SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000):\n    x += i\nprint(time.perf_counter() - t)\n"
+_SPIN = (
+    "import time\nt = time.perf_counter()\nx = 0\nfor i in range(20_000_000):\n    x += i\n"
+    "print(time.perf_counter() - t)\n"
+)
 
 
 def effective_cores(n: int) -> float:

@@ -1,12 +1,15 @@
 """`@tile_nb.autotune`: a kernel that picks its fastest configuration per shapes, searching only once.
 
 ```python
-@tile_nb.autotune(configs={"block_M": [64, 128], "block_N": [128, 256], "num_stages": [2, 3]}, key=["M", "N", "K"])
+@tile_nb.autotune(
+    configs={"block_M": [64, 128], "block_N": [128, 256], "num_stages": [2, 3]}, key=["M", "N", "K"]
+)
 @tile_nb.jit
 def gemm(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int = 32, num_stages: int = 3):
     ...
 
-gemm(A, B, C)           # first call for these shapes: searches (or reads the stored result), then runs the best
+# first call for these shapes: searches (or reads the stored result), then runs the best
+gemm(A, B, C)
 gemm(A, B, C)           # later calls: the chosen configuration, no search
 gemm.tune(A, B, C)      # the search itself, as a TuneResult (a table and plot in a notebook)
 gemm.stored()           # stored results of this kernel; gemm.clear_stored() deletes them

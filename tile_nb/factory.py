@@ -6,7 +6,8 @@ Python, and the kernel inside annotates its tensors in its signature with those 
     @tile_nb.jit(out_idx=[-1])
     def matmul(M, N, K, block_M=128, block_N=128, block_K=32):
         @T.prim_func
-        def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float32)):
+        def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+                 C: T.Tensor((M, N), T.float32)):
             ...
         return main
 

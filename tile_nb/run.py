@@ -2,8 +2,8 @@
 stand-in (tile_nb.tilelang) for this run only.
 
     python -m tile_nb.run script.py [args...]          # the script as __main__, with its own arguments
-    python -m tile_nb.run --cpu script.py              # torch's "cuda" device requests become "cpu": the interpreter
-    python -m tile_nb.run --call main --args '[[], {"M": 256}]' example.py   # import it, then call main(M=256)
+    python -m tile_nb.run --cpu script.py              # torch's "cuda" device requests become "cpu"
+    python -m tile_nb.run --call main --args '[[], {"M": 256}]' example.py   # import it, call main(M=256)
     python -m tile_nb.run --pytest -- path/test_x.py::test_y -q              # pytest with the same mapping
     python -m tile_nb.run --cpu notebook.ipynb         # a notebook's code cells in order, in one namespace
 

@@ -49,15 +49,15 @@ def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | No
 # What `cache_launch_setup` adds to the host code. Each tensor-map call site and each dynamic-shared-memory
 # call site is its own template instance (`Site`), so each has its own cache.
 LAUNCH_CACHE_PRELUDE = r"""
-// tile_nb launch caches (tile_nb/backend/cuda_host.py, cache_launch_setup): skip the driver calls whose result a
-// launch with the same arguments already has.
+// tile_nb launch caches (tile_nb/backend/cuda_host.py, cache_launch_setup): skip the driver calls whose
+// result a launch with the same arguments already has.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 
-// Every argument a tensor map is encoded from. Packed into a zeroed struct (padding, unused dims) so that memcmp
-// compares exactly the arguments.
+// Every argument a tensor map is encoded from. Packed into a zeroed struct (padding, unused dims) so that
+// memcmp compares exactly the arguments.
 struct TileNbTensorMapKey {
   CUtensorMapDataType data_type;
   cuuint32_t rank;
@@ -78,11 +78,11 @@ struct TileNbTensorMapCache {
   CUtensorMap map;
 };
 
-// cuTensorMapEncodeTiled, remembering the last map encoded at this call site: same arguments, same map (the map is
-// a pure function of them; it names no device or context, and under unified addressing the global address tells
-// the devices' tensors apart). thread_local rather than a mutex: a hit takes no lock and threads never see a
-// half-written map; the price is one encode per host thread and call site. A failed encode returns the driver's
-// code and leaves the cache as it was.
+// cuTensorMapEncodeTiled, remembering the last map encoded at this call site: same arguments, same map (the
+// map is a pure function of them; it names no device or context, and under unified addressing the global
+// address tells the devices' tensors apart). thread_local rather than a mutex: a hit takes no lock and
+// threads never see a half-written map; the price is one encode per host thread and call site. A failed
+// encode returns the driver's code and leaves the cache as it was.
 template <int Site>
 static CUresult tile_nb_encode_tiled(CUtensorMap* map, CUtensorMapDataType data_type, cuuint32_t rank,
                                      void* address, const cuuint64_t* dims, const cuuint64_t* strides,
@@ -90,8 +90,8 @@ static CUresult tile_nb_encode_tiled(CUtensorMap* map, CUtensorMapDataType data_
                                      CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
                                      CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill) {
   if (rank < 1 || rank > 5) {  // outside the driver's range: let the driver say so, uncached
-    return cuTensorMapEncodeTiled(map, data_type, rank, address, dims, strides, box, element_strides, interleave,
-                                  swizzle, l2_promotion, oob_fill);
+    return cuTensorMapEncodeTiled(map, data_type, rank, address, dims, strides, box, element_strides,
+                                  interleave, swizzle, l2_promotion, oob_fill);
   }
   TileNbTensorMapKey key;
   std::memset(&key, 0, sizeof key);
@@ -123,8 +123,8 @@ static CUresult tile_nb_encode_tiled(CUtensorMap* map, CUtensorMapDataType data_
 
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), called only when `bytes`
 // differs from what this call site last set on this device (the attribute is per function and device; the
-// caller passes the current device). Process-wide like the attribute: an atomic per device for the hit, a mutex
-// so that a set and its record stay together. Devices past the table are set on every call, as before.
+// caller passes the current device). Process-wide like the attribute: an atomic per device for the hit, a
+// mutex so that a set and its record stay together. Devices past the table are set on every call, as before.
 template <int Site, typename Kernel>
 static cudaError_t tile_nb_set_max_dynamic_smem(Kernel kernel, int device, int64_t bytes) {
   constexpr int kDevices = 64;

@@ -1,6 +1,7 @@
 """`bench(f, ...)` (one call timed) and `sweep(f, params, ...)` (every configuration timed) for tile kernels.
 
-    result = bench(gemm, A, B, C, flops=2 * M * N * K, baseline=lambda: torch.matmul(A, B))   # gemm.bench(...)
+    # or gemm.bench(...)
+    result = bench(gemm, A, B, C, flops=2 * M * N * K, baseline=lambda: torch.matmul(A, B))
     table = sweep(gemm, {"block_M": [64, 128], "block_N": [64, 128]}, args=(A, B, C), results="gemm.json")
     shapes = sweep(gemm, {"M": [256, 512], "N": [256, 512]}, make_args={"K": 256},     # inputs built for you
                    baseline=lambda A, B: torch.matmul(A, B))

@@ -338,7 +338,8 @@ class Expectations:
         param, kind, index = source
         if param == e.name:
             return None
-        return f"{name} is taken from {param}.{'shape' if kind == 'shape' else 'stride()'}[{index}] = {e.shape[dim]}"
+        accessor = "shape" if kind == "shape" else "stride()"
+        return f"{name} is taken from {param}.{accessor}[{index}] = {e.shape[dim]}"
 
     @staticmethod
     def _where(param: BufferParam) -> dict:

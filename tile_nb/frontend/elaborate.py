@@ -87,7 +87,8 @@ class _Placeholder:
         self.pointer = pointer
 
     def __repr__(self) -> str:
-        return f"<runtime parameter '{self.name}' (annotate it in the body, e.g. {self.name}: T.Tensor[[N], T.float32])>"
+        return (f"<runtime parameter '{self.name}' (annotate it in the body, e.g. "
+                f"{self.name}: T.Tensor[[N], T.float32])>")
 
 
 _UNSET = object()

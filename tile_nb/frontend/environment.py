@@ -481,7 +481,8 @@ def _describe(value, label: str, out: dict, seen: dict) -> str | None:
         data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
         return f"{name}:{value.dtype}{tuple(value.shape)}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
     if hasattr(value, "__array_interface__") and getattr(value, "ndim", 0) and not value.dtype.hasobject:
-        return f"{name}:{value.dtype}{tuple(value.shape)}:{hashlib.blake2b(value.tobytes(), digest_size=16).hexdigest()}"
+        digest = hashlib.blake2b(value.tobytes(), digest_size=16).hexdigest()
+        return f"{name}:{value.dtype}{tuple(value.shape)}:{digest}"
     text = repr(value)
     if " at 0x" in text or " object at " in text:
         return None

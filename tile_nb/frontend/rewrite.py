@@ -5,7 +5,7 @@ rewrite routes the few constructs whose meaning differs in a kernel through the 
 `__tnb__` (`frontend.elaborate.Hooks`):
 
     A: T.Tensor[[M, K], T.float16]   ->  A = __tnb__.annotate('A', T.Tensor[[M, K], T.float16], <A>)
-    x = expr                         ->  x = __tnb__.bind('x', expr)          (names IR buffers after the user)
+    x = expr                         ->  x = __tnb__.bind('x', expr)   (names IR buffers after the user)
     buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
     for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
@@ -14,14 +14,16 @@ rewrite routes the few constructs whose meaning differs in a kernel through the 
     a and b / a or b / not a         ->  __tnb__.logic('and', lambda: a, lambda: b) / ... / __tnb__.negate(a)
     a if c else b                    ->  __tnb__.choose(c, lambda: a, lambda: b)
     a < b < c                        ->  __tnb__.logic('and', lambda: a < b, lambda: b < c)
-  (IR expressions get IR And/Or/Not/Select; Python values keep Python's short-circuit semantics. Without this,
-  `i == 0 and j < 2` on IR values silently dropped `j < 2`: `i == 0` is a structural comparison, falsy in Python.)
+  (IR expressions get IR And/Or/Not/Select; Python values keep Python's short-circuit semantics. Without
+  this, `i == 0 and j < 2` on IR values silently dropped `j < 2`: `i == 0` is a structural comparison, falsy
+  in Python.)
     with K as (bx, by)               ->  with __tnb__.enter(K, ('bx', 'by')) as (bx, by)
-    return v                         ->  return __tnb__.ret(v)             (in a T.macro: __tnb__.macro_return(v))
+    return v                         ->  return __tnb__.ret(v)   (in a T.macro: __tnb__.macro_return(v))
     assert c, msg                    ->  __tnb__.check(c, msg, 'c')   (checked once consts are known)
     x = v  (x: T.Ref in a T.macro)   ->  __tnb__.store_ref(x, v)          (stores where the caller's x points)
     x = T.alloc_var(dt); x = v; y = x  ->  x = __tnb__.assign_var('x', v, <x>); y = __tnb__.read_var(x)
-                                         (a kernel variable by name, as in tilelang: `x = v` stores, `x` loads)
+                                         (a kernel variable by name, as in tilelang: `x = v` stores,
+                                          `x` loads)
 
 Each statement is preceded by `__tnb__.at(line, col, end_col)` so IR and errors point at the user's line. Line
 numbers of the rewritten code are those of the user's file, so Python tracebacks show the user's lines too.

@@ -72,8 +72,8 @@ class Frame:
 
     vals: every variable and buffer, by slot number (loop vars, block ids, buffers as torch tensors).
     par_shape: the broadcast shape of the enclosing `T.parallel` loops, innermost loop first (empty at block
-      level). The loop var at parallel depth d has shape (extent,) + (1,) * d, so broadcasting aligns every loop
-      var to its own dim without reshaping outer ones when an inner loop opens.
+      level). The loop var at parallel depth d has shape (extent,) + (1,) * d, so broadcasting aligns every
+      loop var to its own dim without reshaping outer ones when an inner loop opens.
     mask: inside parallel loops, the bool tensor of iterations that are active (under `if` on a loop var).
     overlays: per-iteration copies of `local`/`local.var` buffers written inside parallel loops (per thread on
       the GPU), by buffer slot; written back when the outermost parallel loop ends.

@@ -6,7 +6,8 @@
       @tile_nb.jit(out_idx=[-1])
       def matmul(M, N, K, block_M=128):
           @T.prim_func
-          def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float32)):
+          def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+                   C: T.Tensor((M, N), T.float32)):
               with T.Kernel(T.ceildiv(M, block_M), ...) as (bx, by):
                   ...
           return main

@@ -287,7 +287,7 @@ class TileKernelMagics(Magics):
 
             %%tilekernel --call "gemm(A, B, C)" --bench --flops "2*M*N*K" --baseline "A @ B"
             %%tilekernel --call "gemm(A, B, C)" --sweep "block_M=64,128 block_N=64,128" --results gemm.json
-            %%tilekernel --shapes K=256 --sweep "M=256,512,1024 N=256,512,1024" --baseline "torch.matmul(A, B)"
+            %%tilekernel --shapes K=256 --sweep "M=256,512,1024 N=256,512,1024" --baseline "A @ B"
 
         `--tune` searches configurations for the fastest (`tile_nb.bench.tuning`): compiled in parallel worker
         processes, pruned by shared memory, registers and spills, timed one at a time on the GPU (without one:

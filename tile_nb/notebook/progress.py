@@ -101,7 +101,8 @@ class NotebookReporter:
             if p.error is not None or p.pruned is not None or p.timing is not None or p.resources is not None
         )
         elapsed = time.monotonic() - self.started if elapsed_s is None else elapsed_s
-        text = f"{self.name}: {verb} {finished} of {total} configuration{'s' if total != 1 else ''} in {elapsed:.1f} s"
+        plural = "s" if total != 1 else ""
+        text = f"{self.name}: {verb} {finished} of {total} configuration{plural} in {elapsed:.1f} s"
         pruned = sum(1 for p in points if p.pruned is not None)
         failed = len(getattr(result, "failures", ()))
         return text + (f", {pruned} pruned" if pruned else "") + (f", {failed} failed" if failed else "")

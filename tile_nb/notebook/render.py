@@ -199,7 +199,8 @@ def render_kernel_view(view: KernelView) -> str:
     consts = ", ".join(f"{k}={v}" for k, v in view.consts.items())
     title = f'<span style="font-size:14px;font-weight:600">{escape(view.name)}</span>'
     if consts:
-        title += f' <span style="color:#57606a">specialized at <code style="{_MONO}">{escape(consts)}</code></span>'
+        title += (f' <span style="color:#57606a">specialized at '
+                  f'<code style="{_MONO}">{escape(consts)}</code></span>')
     parts.append(f'<div style="margin:2px 0">{title}</div>')
     parts.append(_params_line(view))
 

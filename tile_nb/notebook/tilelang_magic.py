@@ -3,8 +3,9 @@ so an unchanged tilelang notebook runs on tile_nb.
 
     %load_ext tile_nb
     %tilelang_on_tile_nb            # from now on in this kernel; refused when a real tilelang is importable
-    %tilelang_on_tile_nb --shadow   # ... unless you say so (it is then hidden, and the magic says where it was)
-    %tilelang_on_tile_nb --cpu      # also map torch's "cuda" device to the CPU: kernels run on the interpreter
+    %tilelang_on_tile_nb --shadow   # ... unless you say so (then it is hidden; the magic says where it was)
+    %tilelang_on_tile_nb --cpu      # also map torch's "cuda" device to the CPU: kernels run on the CPU
+                                    # interpreter
     %tilelang_on_tile_nb off        # back to normal imports (the --cpu torch mapping stays for the session)
 
 Run the magic before the cell that imports tilelang: a tilelang module imported earlier is not replaced.

@@ -1,6 +1,7 @@
 """`compile(func, target)`: phase-2 PrimFunc -> CompiledKernel, through a memory cache and a disk cache.
 
-    key  = sha256(specialized IR text, target, build options, tile_nb version + lower/backend sources, TVM version)
+    key  = sha256(specialized IR text, target, build options, tile_nb version + lower/backend sources,
+                  TVM version)
     memory cache hit  -> the same CompiledKernel object
     disk cache hit    -> module.so loaded with TVM's runtime (no lowering, no nvcc)
     miss              -> tile_nb.lower.lower -> tile_nb.backend.build -> export -> publish to the disk cache

@@ -2,7 +2,7 @@
 tile_nb's stand-in, `tile_nb.tilelang`, while the mapping is installed, and only then.
 
     from tile_nb.tilelang import mapping
-    mapping.install()          # refuses (RealTilelangError) when a real tilelang is importable, unless shadow=True
+    mapping.install()          # refused (RealTilelangError) if a real tilelang imports, unless shadow=True
     import tilelang            # -> tile_nb.tilelang
     mapping.uninstall()        # removes the finder and the tilelang modules it made
 
