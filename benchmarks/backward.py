@@ -1,4 +1,5 @@
-"""Backward kernels against torch on the GPU (issue 33 item 4), same run, same timing harness (tile_nb.bench.timing).
+"""Backward kernels against torch on the GPU (issue 33 item 4), same run, same
+timing harness (tile_nb.bench.timing).
 
     python benchmarks/backward.py [--attention 4,32,4096] [--dims 64 128] [--norms 16384,4096]
                                   [--json out.json]
@@ -12,10 +13,10 @@
   with SDPA's first (max abs error of dQ, dK, dV).
 - RMSNorm and LayerNorm backward: tests/kernels/backward.py (the persistent rms_norm_bwd / layer_norm_bwd, one
   float32 dW / dB partial row per CTA, then col_sum of those rows) against torch.autograd.grad of F.rms_norm /
-  F.layer_norm. GB/s counts the bytes a backward must move at least (read X, dY; write dX; W and dW are one row),
-  next to a device-to-device copy of X's size (`of_copy`: the fraction of the copy's GB/s; the issue's target is
-  >= 0.9). The default configuration (bw.norm_bwd_config: threads, CTAs, pipeline stages) is timed, then (on
-  CUDA, unless --no-sweep) a few others, in `sweep`.
+  F.layer_norm. GB/s counts the bytes a backward must move at least (read X, dY; write dX; W and dW are one
+  row), next to a device-to-device copy of X's size (`of_copy`: the fraction of the copy's GB/s; the issue's
+  target is >= 0.9). The default configuration (bw.norm_bwd_config: threads, CTAs, pipeline stages) is timed,
+  then (on CUDA, unless --no-sweep) a few others, in `sweep`.
 Ratios are tile_nb's speed over torch's (> 1: tile_nb faster). Results: benchmarks/results/backward.md.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
         return torch.autograd.grad(out, (qg, kg, vg), dO)
 
     expected, got = theirs(), ours()
-    errors = [float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected)]
+    errors = [float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected, strict=True)]
     t_ours, t_torch = do_bench(ours), do_bench(theirs)
     flops = 3.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
     return dict(kind="attention", shape=[B, H, S, D], causal=causal, dtype=name, max_err_dq_dk_dv=errors,
@@ -65,10 +66,17 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
 
 
 def _sweep_configs(default: dict, N: int) -> dict[str, dict]:
-    """Configurations tried besides the default (--sweep): twice and three times the CTAs (more per SM than the
-    registers hold at once: a second wave), 2 and 3 stages, 8 and 32 elements of a row per thread instead of 16."""
-    variants = [dict(ctas=2 * default["ctas"]), dict(ctas=3 * default["ctas"]), dict(stages=2), dict(stages=3),
-                dict(threads=max(128, min(1024, N // 8))), dict(threads=max(128, min(1024, N // 32)))]
+    """Configurations tried besides the default (--sweep): twice and three times the CTAs (more
+    per SM than the registers hold at once: a second wave), 2 and 3 stages, 8 and 32 elements of a
+    row per thread instead of 16."""
+    variants = [
+        dict(ctas=2 * default["ctas"]),
+        dict(ctas=3 * default["ctas"]),
+        dict(stages=2),
+        dict(stages=3),
+        dict(threads=max(128, min(1024, N // 8))),
+        dict(threads=max(128, min(1024, N // 32))),
+    ]
     out = {}
     for change in variants:
         cfg = dict(default, **change)
@@ -110,7 +118,10 @@ def norm_case(op: str, M: int, N: int, dtype=torch.float16, sweep: bool = False)
             return torch.autograd.grad(y, (xg, wg, bg), dy)
 
     def max_rel_err(got):
-        return [float((a.float() - e.float()).abs().max() / e.float().abs().max()) for a, e in zip(got, expected)]
+        return [
+            float((a.float() - e.float()).abs().max() / e.float().abs().max())
+            for a, e in zip(got, expected, strict=True)
+        ]
 
     expected = theirs()
     errors = max_rel_err(ours())
@@ -118,10 +129,19 @@ def norm_case(op: str, M: int, N: int, dtype=torch.float16, sweep: bool = False)
     t_ours, t_torch, t_copy = do_bench(ours), do_bench(theirs), do_bench(lambda: src.copy_(x))
     moved = 3 * x.numel() * x.element_size()  # X and dY read, dX written; W and dW are one row each
     copy_gbs = 2 * x.numel() * x.element_size() / t_copy.median_ms / 1e6
-    row = dict(kind=op, shape=[M, N], dtype=name, config=" ".join(f"{k}={v}" for k, v in default.items()),
-               max_rel_err=errors, tile_nb_ms=t_ours.median_ms, torch_ms=t_torch.median_ms, tile_nb_gbs=moved / t_ours.median_ms / 1e6,
-               torch_gbs=moved / t_torch.median_ms / 1e6, copy_gbs=copy_gbs,
-               ratio=t_torch.median_ms / t_ours.median_ms)
+    row = dict(
+        kind=op,
+        shape=[M, N],
+        dtype=name,
+        config=" ".join(f"{k}={v}" for k, v in default.items()),
+        max_rel_err=errors,
+        tile_nb_ms=t_ours.median_ms,
+        torch_ms=t_torch.median_ms,
+        tile_nb_gbs=moved / t_ours.median_ms / 1e6,
+        torch_gbs=moved / t_torch.median_ms / 1e6,
+        copy_gbs=copy_gbs,
+        ratio=t_torch.median_ms / t_ours.median_ms,
+    )
     row["of_copy"] = row["tile_nb_gbs"] / copy_gbs
     if sweep:
         row["sweep"] = {}
@@ -140,7 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attention", nargs="*", default=["4,32,4096"], help="B,H,S of the attention cases")
     parser.add_argument("--dims", nargs="*", type=int, default=[64, 128])
-    parser.add_argument("--norms", nargs="*", default=["16384,4096", "4096,8192"], help="M,N of the norm cases")
+    parser.add_argument(
+        "--norms", nargs="*", default=["16384,4096", "4096,8192"], help="M,N of the norm cases"
+    )
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-sweep", action="store_true", help="time the norms' default configuration only")
@@ -157,7 +179,12 @@ def main() -> None:
                 try:
                     row = attention_case(B, H, S, D, causal)
                 except Exception as exc:  # noqa: BLE001 - one case's failure is reported, the others still run
-                    row = dict(kind="attention", shape=[B, H, S, D], causal=causal, error=f"{type(exc).__name__}: {exc}"[:300])
+                    row = dict(
+                        kind="attention",
+                        shape=[B, H, S, D],
+                        causal=causal,
+                        error=f"{type(exc).__name__}: {exc}"[:300],
+                    )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for shape in args.norms:

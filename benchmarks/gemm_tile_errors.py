@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import tile_nb.language as T  # noqa: E402
 from kernels.seed import gemm_variant  # noqa: E402
+
+import tile_nb.language as T  # noqa: E402
 from tile_nb.lower.analysis.stream_k import StreamK  # noqa: E402
 from tile_nb.lower.emit.stream_k import contributors, tail_range  # noqa: E402
 from tile_nb.runtime import compile as rt_compile  # noqa: E402

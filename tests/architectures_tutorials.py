@@ -1,13 +1,15 @@
-"""The tutorial kernels for each architecture: builds (ptxas resources) or refused (the LoweringError's reason).
+"""The tutorial kernels for each architecture: builds (ptxas resources) or
+refused (the LoweringError's reason).
 
     python tests/architectures_tutorials.py notebooks/0*.ipynb            # all architectures of the matrix
     python tests/architectures_tutorials.py --archs sm_75,sm_120 notebooks/01_quickstart.ipynb
 
-Runs each notebook's code cells that need no GPU in one namespace (as scripts/gpu_cells.py does: `%load_ext` is
-dropped, a `%%tilekernel` cell runs its body, cells with other magics or tagged `gpu` are not run), recording every
-specialization a kernel's first interpreted call checks against the GPU (`JITFunction._warn_if_not_lowerable`);
-then compiles each distinct one for each architecture, as tests/test_architectures.py does for the reference
-kernels, and prints a markdown table. A tool for benchmarks/results/architectures.md, not a test.
+Runs each notebook's code cells that need no GPU in one namespace (as scripts/gpu_cells.py does: `%load_ext`
+is dropped, a `%%tilekernel` cell runs its body, cells with other magics or tagged `gpu` are not run),
+recording every specialization a kernel's first interpreted call checks against the GPU
+(`JITFunction._warn_if_not_lowerable`); then compiles each distinct one for each architecture, as
+tests/test_architectures.py does for the reference kernels, and prints a markdown table. A tool for
+benchmarks/results/architectures.md, not a test.
 """
 from __future__ import annotations
 
@@ -45,7 +47,9 @@ def collect(paths: list[str]) -> list[tuple[str, object]]:
         for path in paths:
             current[0] = Path(path).stem
             namespace = {"__name__": "__main__", "display": lambda *a, **k: None}
-            for number, cell in enumerate(c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"):
+            for number, cell in enumerate(
+                c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"
+            ):
                 lines = [line for line in cell["source"] if not line.startswith("%load_ext")]
                 magic = bool(lines) and lines[0].startswith("%%tilekernel")
                 source = "".join(lines[1:] if magic else lines)

@@ -4,7 +4,7 @@ import functools
 import pytest
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_available() -> bool:
     """Memoized probe that never raises."""
     try:

@@ -1,7 +1,7 @@
-"""The interpreter and the GPU compute the same function, or the GPU path refuses the kernel with an error at the
-user's line. One test per way they were found to differ (strided views, (M, 1) tiles, pipelined gathers, negative
-starts, negative steps, mutable globals, budgets, argument checks, accumulation dtypes); each runs on the
-interpreter against torch, and marked gpu, on CUDA against the interpreter."""
+"""The interpreter and the GPU compute the same function, or the GPU path refuses the kernel with an error at
+the user's line. One test per way they were found to differ (strided views, (M, 1) tiles, pipelined gathers,
+negative starts, negative steps, mutable globals, budgets, argument checks, accumulation dtypes); each runs on
+the interpreter against torch, and marked gpu, on CUDA against the interpreter."""
 import pytest
 import torch
 
@@ -26,7 +26,7 @@ def cuda_source(fn, *args, **kwargs) -> str:
     return fn.compile(*args, target="sm_90a", **kwargs).cuda_source
 
 
-# ---- strided views and unaligned pointers -------------------------------------------------------------------
+# ---- strided views and unaligned pointers ------------------------------------------------------------------
 
 @tile_nb.jit
 def copy_through_shared(X, Y, block: int = 32):
@@ -89,7 +89,7 @@ def test_unaligned_view_on_gpu():
     assert torch.equal(Y, X * 2)
 
 
-# ---- (M, 1) tiles copy columns, not rows ---------------------------------------------------------------------
+# ---- (M, 1) tiles copy columns, not rows -------------------------------------------------------------------
 
 @tile_nb.jit
 def column_copy(X, Y, block_M: int = 8):
@@ -120,7 +120,10 @@ def test_reference_softmax_and_rmsnorm_at_n_1(backend):
     Y = poisoned(10, 1, device=backend)
     ref.softmax(X, Y)
     assert torch.equal(Y.cpu(), torch.ones(10, 1))
-    X, W = rand(7, 1, dtype=torch.float16, seed=5).to(backend), rand(1, dtype=torch.float16, seed=6).to(backend)
+    X, W = (
+        rand(7, 1, dtype=torch.float16, seed=5).to(backend),
+        rand(1, dtype=torch.float16, seed=6).to(backend),
+    )
     Y = poisoned(7, 1, dtype=torch.float16, device=backend)
     ref.rms_norm(X, W, Y)
     x = X.double().cpu()
@@ -128,7 +131,7 @@ def test_reference_softmax_and_rmsnorm_at_n_1(backend):
     torch.testing.assert_close(Y.double().cpu(), expected, rtol=2e-3, atol=2e-3)
 
 
-# ---- a pipelined copy whose start the loop body computes --------------------------------------------------------
+# ---- a pipelined copy whose start the loop body computes ---------------------------------------------------
 
 @tile_nb.jit
 def gather_rows(A, Idx, Out, rows: int = 32):
@@ -161,7 +164,7 @@ def test_pipelined_gather_keeps_the_copy_in_order():
     assert "A_s is copied in order: its start reads `row`, which the loop body writes" in kernel.lowered_ir
 
 
-# ---- copies that start before the tensor ------------------------------------------------------------------------
+# ---- copies that start before the tensor -------------------------------------------------------------------
 
 @tile_nb.jit
 def shifted(X, Y, block: int = 128):
@@ -188,7 +191,7 @@ def test_negative_start_is_guarded_in_the_cuda_source():
     assert ">= 0 and" in kernel.lowered_ir  # the lower bound, next to the upper one
 
 
-# ---- loops counting down -----------------------------------------------------------------------------------------
+# ---- loops counting down -----------------------------------------------------------------------------------
 
 @tile_nb.jit
 def horner(X, Y):
@@ -231,7 +234,7 @@ def test_range_step_must_be_a_nonzero_int():
     assert info.value.lineno is not None
 
 
-# ---- globals the body reads are keyed by value -------------------------------------------------------------------
+# ---- globals the body reads are keyed by value -------------------------------------------------------------
 
 SETTINGS = {"scale": 2.0}
 
@@ -258,7 +261,7 @@ def test_mutated_global_dict_rebuilds():
         SETTINGS["scale"] = 2.0
 
 
-# ---- resource budgets ----------------------------------------------------------------------------------------------
+# ---- resource budgets --------------------------------------------------------------------------------------
 
 def test_shared_memory_budget_is_checked_at_compile_with_every_buffer():
     from kernels import reference as ref
@@ -300,8 +303,8 @@ def wide_gemm_inputs(m, n, k, device="cpu"):
 
 
 def test_fragments_over_the_register_budget_move_to_shared_memory():
-    # scores alone takes 224 of a thread's registers, over the 215 it can spare: the row fragment moves to shared
-    # memory (this looped forever when the T.Parallel loop kept giving row_max a register layout)
+    # scores alone takes 224 of a thread's registers, over the 215 it can spare: the row fragment moves to
+    # shared memory (this looped forever when the T.Parallel loop kept giving row_max a register layout)
     plan = row_softmax_of_wide_gemm.compile(*wide_gemm_inputs(64, 448, 32), target="sm_90a").plan
     where = {f["name"]: (f["where"], f["layout"]) for f in plan["fragments"]}
     assert where["row_max"][0] == "shared memory" and "registers a thread can spare" in where["row_max"][1]
@@ -317,7 +320,7 @@ def test_row_fragment_in_shared_memory_computes_the_same(backend):
                                atol=2e-3)
 
 
-# ---- argument checks -------------------------------------------------------------------------------------------------
+# ---- argument checks ---------------------------------------------------------------------------------------
 
 @tile_nb.jit
 def axpy(X, Y, alpha: T.float32, block: int = 64):
@@ -339,7 +342,10 @@ def _error(fn, *args, **kwargs):
 def test_argument_errors_name_the_parameter():
     X, Y = rand(5), torch.zeros(11)
     err = _error(axpy, X, Y, None)
-    assert "argument 'alpha' is a runtime scalar of dtype float32: it must be a float or an int; got NoneType" in str(err)
+    assert (
+        "argument 'alpha' is a runtime scalar of dtype float32: it must be a float or an int; got NoneType"
+        in str(err)
+    )
     assert err.lineno is not None
     assert "got str '2'" in str(_error(axpy, X, Y, "2"))
     assert "got bool True" in str(_error(axpy, X, Y, True))
@@ -360,7 +366,7 @@ def test_dynamic_dims_must_agree_between_tensors():
     axpy(rand(5), Y, 2.0)  # the right size passes
 
 
-# ---- one accumulation rule -------------------------------------------------------------------------------------------
+# ---- one accumulation rule ---------------------------------------------------------------------------------
 
 @tile_nb.jit
 def gemm_fp16_acc(A, B, C, block_K: int = 16):
@@ -423,7 +429,7 @@ def test_fp16_sums_accumulate_in_float32(backend):
     torch.testing.assert_close(Y.cpu().float(), expected.float(), rtol=1e-3, atol=0)
 
 
-# ---- lowering errors point at the user's line --------------------------------------------------------------------
+# ---- lowering errors point at the user's line --------------------------------------------------------------
 
 def test_lowering_error_points_at_the_tile_op():
     @tile_nb.jit
@@ -450,7 +456,7 @@ def test_lowering_error_points_at_the_tile_op():
     assert torch.equal(args[2], torch.full((16, 16), 16, dtype=torch.int32))
 
 
-# ---- boolean logic on IR values -------------------------------------------------------------------------------
+# ---- boolean logic on IR values ----------------------------------------------------------------------------
 
 @tile_nb.jit
 def logic(X, Y):
@@ -500,7 +506,7 @@ def test_rebinding_a_python_name_under_a_runtime_if_is_refused():
     assert "if x < 0.0:" in info.value.source_line() and "T.if_then_else" in info.value.hint
 
 
-# ---- casts between the two 16-bit float types --------------------------------------------------------------------
+# ---- casts between the two 16-bit float types --------------------------------------------------------------
 
 @tile_nb.jit
 def half_bf16_round_trip(X, Y, Z):
@@ -530,7 +536,7 @@ def test_float16_bfloat16_casts_go_through_float32_in_cuda():
     assert "((nv_bfloat16)((float)" in src  # CUDA would convert half -> nv_bfloat16 by its bits
 
 
-# ---- T.Parallel over T.dynamic extents ---------------------------------------------------------------------------
+# ---- T.Parallel over T.dynamic extents ---------------------------------------------------------------------
 
 @tile_nb.jit
 def scale_dynamic(X, Y):

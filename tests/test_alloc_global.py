@@ -1,7 +1,8 @@
-"""`T.alloc_global`: a scratch tensor in global memory that the `T.Kernel`s of one body share (tilelang's flash
-decoding splits the work in one kernel and combines the partial results in a second). The call allocates it and
-does not return it. Interpreter against torch, sm_90a CUDA, and the GPU (marked gpu); errors at the user's line.
-Also `T.copy`'s hints `disable_tma=`, `eviction_policy=`, `coalesced_width=` (recorded, results unchanged)."""
+"""`T.alloc_global`: a scratch tensor in global memory that the `T.Kernel`s of one body share (tilelang's
+flash decoding splits the work in one kernel and combines the partial results in a second). The call
+allocates it and does not return it. Interpreter against torch, sm_90a CUDA, and the GPU (marked gpu);
+errors at the user's line. Also `T.copy`'s hints `disable_tma=`, `eviction_policy=`, `coalesced_width=`
+(recorded, results unchanged)."""
 import linecache
 
 import pytest
@@ -15,8 +16,8 @@ from tile_nb.errors import DSLError
 
 @tile_nb.jit
 def rowsum_split(X, split: int = 4, block: int = 16):
-    """Row sums in two kernels: each of `split` blocks per row tile sums a chunk of columns into `part`, then a
-    second kernel adds the chunks."""
+    """Row sums in two kernels: each of `split` blocks per row tile sums a chunk of columns into `part`, then
+    a second kernel adds the chunks."""
     N = T.dynamic("N")
     D = T.const("D")
     X: T.Tensor[[N, D], T.float32]
@@ -76,7 +77,8 @@ def test_scratch_is_the_last_parameter_and_builds_for_sm_90a():
 
 @tl.jit(out_idx=[-1])
 def _decode_like(batch, dim, num_split=3, block=16):
-    """tilelang's flash-decoding shape of the idea: a `@T.prim_func` factory, scratch made before the kernels."""
+    """tilelang's flash-decoding shape of the idea: a `@T.prim_func` factory,
+    scratch made before the kernels."""
     @T.prim_func
     def main(X: T.Tensor((batch, dim), T.float16), O: T.Tensor((batch,), T.float32)):
         partial = T.alloc_global([batch, num_split], T.float32)
@@ -117,9 +119,14 @@ def _bad(X, where: str = "inside"):
         X[0] = 1.0
 
 
-@pytest.mark.parametrize("where,message", [("inside", "must be called outside `with T.Kernel"),
-                                           ("scope", "T.alloc_global(scope=...): expected 'global'; got 'shared'"),
-                                           ("clash", "already names a parameter or output")])
+@pytest.mark.parametrize(
+    "where,message",
+    [
+        ("inside", "must be called outside `with T.Kernel"),
+        ("scope", "T.alloc_global(scope=...): expected 'global'; got 'shared'"),
+        ("clash", "already names a parameter or output"),
+    ],
+)
 def test_misuse_is_refused_at_the_line(where, message):
     with pytest.raises(DSLError) as info:
         _bad(torch.zeros(4), where=where)
@@ -128,7 +135,7 @@ def test_misuse_is_refused_at_the_line(where, message):
     assert "T.alloc_global" in linecache.getline(err.filename, err.lineno)
 
 
-# -- T.copy hints ----------------------------------------------------------------------------------------------------
+# -- T.copy hints --------------------------------------------------------------------------------------------
 @tile_nb.jit
 def _copy_hinted(X, policy: str = "evict_first", block: int = 32):
     N = T.const("N")
@@ -147,5 +154,7 @@ def test_copy_hints_are_recorded_and_change_nothing():
     hints = list(_copy_hinted.specialize(x).attrs["tile_nb.hints"])
     assert hints[0].startswith("copy(disable_tma=True, eviction_policy='evict_first')")
     assert hints[1].startswith("copy(coalesced_width=2)")
-    with pytest.raises(DSLError, match=r"T\.copy\(eviction_policy=\.\.\.\): expected one of .* got 'evict_all'"):
+    with pytest.raises(
+        DSLError, match=r"T\.copy\(eviction_policy=\.\.\.\): expected one of .* got 'evict_all'"
+    ):
         _copy_hinted(x, policy="evict_all")

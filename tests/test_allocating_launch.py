@@ -1,7 +1,8 @@
-"""Kernels that return T.empty outputs take the direct launch path too: from the second call of a shape on, the
-call allocates its outputs and launches the compiled host function without binding or checking in Python
-(benchmarks/results/dispatch.md measured 38 us for such a call before, against 7 us for a kernel without outputs).
-The CPU tests check the allocating launch itself; the GPU tests check the whole cached path against torch."""
+"""Kernels that return T.empty outputs take the direct launch path too: from the second call of a shape
+on, the call allocates its outputs and launches the compiled host function without binding or checking
+in Python (benchmarks/results/dispatch.md measured 38 us for such a call before, against 7 us for a
+kernel without outputs). The CPU tests check the allocating launch itself; the GPU tests check the
+whole cached path against torch."""
 import pytest
 import torch
 
@@ -32,7 +33,8 @@ def test_an_allocating_launch_returns_fresh_outputs_of_the_compiled_shapes_each_
 def test_an_allocating_launch_returns_a_tuple_of_outputs_and_keeps_scratch_tensors_to_itself():
     calls = []
     outputs = [torch.empty(2, dtype=torch.float32), torch.empty(7, dtype=torch.int32), torch.empty(9)]
-    launch = allocating_launch(_filling(calls), outputs, 2, device_arg=0)   # the third is T.alloc_global scratch
+    # the third is T.alloc_global scratch
+    launch = allocating_launch(_filling(calls), outputs, 2, device_arg=0)
     a, b = launch(torch.zeros(1))
     assert a.shape == (2,) and b.shape == (7,) and b.dtype == torch.int32
     assert torch.equal(b, torch.full((7,), 2, dtype=torch.int32)) and len(calls[0]) == 4

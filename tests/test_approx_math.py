@@ -1,8 +1,8 @@
-"""The lowering option `approx_math` (tilelang's pass_configs 'tl.enable_fast_math'): T.tanh, T.exp and T.exp2 of
-float32 (float16 / bfloat16 through float32) lowered to the GPU's approximate instructions, whatever the toolkit and
-its --use_fast_math. CPU: the CUDA and PTX hold the instructions only with the option on, the option is in the plan
-and the cache key, the interpreter stays precise, tilelang's key maps onto it. GPU (marked gpu): GELU (tanh form) and
-exp / exp2 against torch within the bounds of the PTX ISA (docs/IR.md)."""
+"""The lowering option `approx_math` (tilelang's pass_configs 'tl.enable_fast_math'): T.tanh, T.exp and T.exp2
+of float32 (float16 / bfloat16 through float32) lowered to the GPU's approximate instructions, whatever the
+toolkit and its --use_fast_math. CPU: the CUDA and PTX hold the instructions only with the option on, the
+option is in the plan and the cache key, the interpreter stays precise, tilelang's key maps onto it. GPU
+(marked gpu): GELU (tanh form) and exp / exp2 against torch within the bounds of the PTX ISA (docs/IR.md)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,10 +17,12 @@ SQRT_2_OVER_PI = 0.7978845608028654
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 
-# PTX ISA bounds (docs/IR.md, "approx_math"): tanh.approx.f32 relative error <= 2^-11; ex2.approx.ftz.f32 <= 2 ulp.
+# PTX ISA bounds (docs/IR.md, "approx_math"): tanh.approx.f32 relative error <=
+# 2^-11; ex2.approx.ftz.f32 <= 2 ulp.
 TANH_REL = 2.0 ** -11
 EX2_REL = 2.0 ** -22
-MARGIN = 1 + 2.0 ** -4   # on every bound: the ISA's figures are rounded (2^-10.987 is quoted for the f16 form)
+# on every bound: the ISA's figures are rounded (2^-10.987 is quoted for the f16 form)
+MARGIN = 1 + 2.0 ** -4
 # half an ulp of the output dtype, relative: the rounding of the stored result
 OUT_REL = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
@@ -49,7 +51,9 @@ def _gelu(X, Y, dt: T.dtype = T.float32, block_M: int = 4, block_N: int = 128):
 
 gelu = tile_nb.jit(_gelu)
 gelu_approx = tile_nb.jit(_gelu, options={"approx_math": True})
-gelu_approx_precise_build = tile_nb.jit(_gelu, options={"approx_math": True}, compile_options={"fast_math": False})
+gelu_approx_precise_build = tile_nb.jit(
+    _gelu, options={"approx_math": True}, compile_options={"fast_math": False}
+)
 gelu_precise_build = tile_nb.jit(_gelu, compile_options={"fast_math": False})
 
 
@@ -68,10 +72,12 @@ def exps(X, E, E2, dt: T.dtype = T.float32):
 
 
 def gelu_bound(x: torch.Tensor, out_dtype) -> torch.Tensor:
-    """Per element, how far the approximate GELU may be from the exact one (float64), from the PTX ISA's bound:
+    """Per element, how far the approximate GELU may be from the exact one
+    (float64), from the PTX ISA's bound:
     tanh.approx.f32 gives tanh(u) (1 + d), |d| <= 2^-11, so 0.5 x (1 + tanh u) moves by at most
-    0.5 |x| |tanh u| 2^-11; plus the float32 arithmetic around it (u, the product: a few ulp of |x| (1 + |u|), taken
-    as 8), the rounding of the stored result (half an ulp of its dtype) and 2^-24 absolute for subnormal outputs."""
+    0.5 |x| |tanh u| 2^-11; plus the float32 arithmetic around it (u, the product: a few ulp of |x| (1
+    + |u|), taken as 8), the rounding of the stored result (half an ulp of its dtype) and 2^-24
+    absolute for subnormal outputs."""
     x = x.double()
     u = SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
     exact = 0.5 * x * (1 + torch.tanh(u))
@@ -84,11 +90,13 @@ def _check_within(out, expected, bound):
     assert not torch.isnan(out).any(), "unwritten output elements"
     excess = (out - expected).abs() - bound
     worst = int(excess.argmax())
-    assert excess.max() <= 0, (f"element {worst}: {out.flatten()[worst].item()} vs {expected.flatten()[worst].item()}, "
-                               f"bound {bound.flatten()[worst].item():.3g}")
+    assert excess.max() <= 0, (
+        f"element {worst}: {out.flatten()[worst].item()} vs {expected.flatten()[worst].item()}, "
+        f"bound {bound.flatten()[worst].item():.3g}"
+    )
 
 
-# ---- the option --------------------------------------------------------------------------------------------------
+# ---- the option --------------------------------------------------------------------------------------------
 
 def test_option_is_typed_off_by_default_and_read_from_the_environment(monkeypatch):
     assert lo.LoweringOptions().approx_math is False
@@ -109,7 +117,7 @@ def test_plan_lists_the_option_and_the_cache_key_changes():
         assert gelu.compile(X, X, target="sm_90a").key == on.key
 
 
-# ---- what the lowering emits -------------------------------------------------------------------------------------
+# ---- what the lowering emits -------------------------------------------------------------------------------
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80", "sm_75"])
@@ -144,7 +152,7 @@ def test_float64_keeps_the_precise_functions():
     assert "approx" not in src.split("extern \"C\"")[-1]
 
 
-# ---- numerics ----------------------------------------------------------------------------------------------------
+# ---- numerics ----------------------------------------------------------------------------------------------
 
 SHAPES = [(1, 1), (77, 1000), (5, 129)]
 
@@ -153,8 +161,8 @@ SHAPES = [(1, 1), (77, 1000), (5, 129)]
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_gelu_with_approx_math_is_within_the_ptx_bound(backend, shape, dtype):
-    """The GPU within gelu_bound of torch's GELU (tanh form, float64); the interpreter keeps precise math, so it
-    meets the bound with only float32 rounding."""
+    """The GPU within gelu_bound of torch's GELU (tanh form, float64); the interpreter keeps precise math, so
+    it meets the bound with only float32 rounding."""
     g = torch.Generator().manual_seed(shape[0] * 1000 + shape[1])
     X = (3 * torch.randn(*shape, generator=g)).to(dtype)
     Y = torch.full_like(X, float("nan")).to(backend)
@@ -162,23 +170,28 @@ def test_gelu_with_approx_math_is_within_the_ptx_bound(backend, shape, dtype):
     expected = F.gelu(X.double(), approximate="tanh")
     _check_within(Y, expected, gelu_bound(X, dtype))
     if backend == "cpu":  # precise: float32 math, then the output's rounding
-        _check_within(Y, expected, OUT_REL[dtype] * expected.abs() + 16 * 2.0 ** -24 * (1 + X.double().abs()) ** 2)
+        _check_within(
+            Y, expected, OUT_REL[dtype] * expected.abs() + 16 * 2.0**-24 * (1 + X.double().abs()) ** 2
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exp_and_exp2_with_approx_math(backend):
-    """exp2: ex2.approx.ftz.f32's 2 ulp; exp = ex2(x log2 e): the rounding of x log2 e adds |x log2 e| 2^-24 ln 2
-    relative (taken as |x| 2^-23), as CUDA's __expf. Inputs stay in [-20, 20]: no subnormal results to flush."""
+    """exp2: ex2.approx.ftz.f32's 2 ulp; exp = ex2(x log2 e): the rounding of x log2 e adds |x
+    log2 e| 2^-24 ln 2 relative (taken as |x| 2^-23), as CUDA's __expf. Inputs stay in [-20, 20]:
+    no subnormal results to flush."""
     g = torch.Generator().manual_seed(7)
     X = (torch.rand(4097, generator=g) * 40 - 20).to(backend)
     E, E2 = torch.full_like(X, float("nan")), torch.full_like(X, float("nan"))
     exps(X, E, E2)
     x = X.double().cpu()
     _check_within(E2, torch.exp2(x), MARGIN * (EX2_REL + OUT_REL[torch.float32]) * torch.exp2(x))
-    _check_within(E, torch.exp(x), MARGIN * (EX2_REL + 2.0 ** -23 * x.abs() + OUT_REL[torch.float32]) * torch.exp(x))
+    _check_within(
+        E, torch.exp(x), MARGIN * (EX2_REL + 2.0**-23 * x.abs() + OUT_REL[torch.float32]) * torch.exp(x)
+    )
 
 
-# ---- tilelang's key ----------------------------------------------------------------------------------------------
+# ---- tilelang's key ----------------------------------------------------------------------------------------
 
 def test_tilelang_enable_fast_math_maps_onto_approx_math():
     from tile_nb import tilelang as tl
@@ -197,9 +210,10 @@ def test_tilelang_enable_fast_math_maps_onto_approx_math():
 
 @needs_nvcc
 def test_flash_attention_tma_path_takes_the_option():
-    """The warp-specialized TMA pipeline (tma.py: softmax overlapped with the second T.gemm) emits the user's T.exp2
-    through the same rewrite: every exp2 becomes ex2.approx.ftz.f32."""
+    """The warp-specialized TMA pipeline (tma.py: softmax overlapped with the second T.gemm) emits the user's
+    T.exp2 through the same rewrite: every exp2 becomes ex2.approx.ftz.f32."""
     from kernels.corpus import CORPUS
+
     from tile_nb import runtime
 
     make, arch = CORPUS["flash_attention_d128_sm90a"]

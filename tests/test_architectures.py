@@ -1,13 +1,14 @@
-"""Every architecture from sm_75 to sm_120 builds a kernel or refuses it with a LoweringError at the user's line that
-names the architecture and what it lacks, never a compiler dump (issue 35, items 1 and 3; docs/architectures.md).
+"""Every architecture from sm_75 to sm_120 builds a kernel or refuses it with a LoweringError at
+the user's line that names the architecture and what it lacks, never a compiler dump (issue 35,
+items 1 and 3; docs/architectures.md).
 
 Tiers:
-- CPU: the architecture facts, target selection (`TILE_NB_ARCH`, `compute_XY` PTX builds), the instructions each
-  arch's CUDA uses, and the refusals;
+- CPU: the architecture facts, target selection (`TILE_NB_ARCH`, `compute_XY` PTX builds), the instructions
+  each arch's CUDA uses, and the refusals;
 - CUDA toolkit (skipped without nvcc): the reference kernels of tests/kernels/corpus.py compiled to cubins by
   ptxas for each architecture, or refused as EXPECTED says; a few cases unmarked, the whole matrix `slow`;
-- GPU (`gpu`, the H200): `compute_75` / `compute_80` builds of the seed GEMM and FlashAttention, loaded as PTX,
-  compiled by the driver and compared with torch (not run yet: no GPU in the session that wrote them).
+- GPU (`gpu`, the H200): `compute_75` / `compute_80` builds of the seed GEMM and FlashAttention, loaded as
+  PTX, compiled by the driver and compared with torch (not run yet: no GPU in the session that wrote them).
 
 `python tests/test_architectures.py` prints the matrix as the markdown table of
 benchmarks/results/architectures.md.
@@ -21,9 +22,10 @@ import pytest
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
+from kernels.corpus import ARCHS  # noqa: E402
+
 from tile_nb.backend import toolchain  # noqa: E402
 from tile_nb.lower.analysis.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
-from kernels.corpus import ARCHS  # noqa: E402
 
 HAVE_NVCC = toolchain.find_tool("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="needs nvcc/ptxas to build cubins")
@@ -39,10 +41,13 @@ def _kernels():
 
     kernels = {name: make for name, (make, _) in corpus.CORPUS.items()}
     # FlashAttention in 64 KiB of shared memory (sm_75's limit): 64x64 tiles, head dim 64, two stages.
-    kernels["flash_attention_d64_64x64"] = lambda: ref.flash_attention.specialize(B=1, H=4, S=512, D=64, block_M=64,
-                                                                                  block_N=64)
+    kernels["flash_attention_d64_64x64"] = lambda: ref.flash_attention.specialize(
+        B=1, H=4, S=512, D=64, block_M=64, block_N=64
+    )
     kernels["gemm_bf16_1024"] = lambda: gemm_ir(1024, 1024, 1024, in_dtype="bfloat16")
-    kernels["gemm_fp16_out_trans_B_1024"] = lambda: gemm_ir(1024, 1024, 1024, out_dtype="float16", trans_B=True)
+    kernels["gemm_fp16_out_trans_B_1024"] = lambda: gemm_ir(
+        1024, 1024, 1024, out_dtype="float16", trans_B=True
+    )
     return kernels
 
 
@@ -86,6 +91,7 @@ def _expected() -> dict:
 
 def _compile(name: str, arch: str):
     from kernels import corpus
+
     from tile_nb.lower import LoweringOptions
     from tile_nb.runtime import compile as rt_compile
 
@@ -138,7 +144,9 @@ def _matrix_cases():
         names = sorted(_kernels())
     except Exception:  # noqa: BLE001 - collection must not fail where the kernels cannot be built
         names = []
-    return [pytest.param(n, a, marks=pytest.mark.slow) for a in ARCHS for n in names if (n, a) not in FAST_CASES]
+    return [
+        pytest.param(n, a, marks=pytest.mark.slow) for a in ARCHS for n in names if (n, a) not in FAST_CASES
+    ]
 
 
 @needs_nvcc
@@ -150,8 +158,9 @@ def test_every_reference_kernel_builds_or_is_refused(name, arch):
 # ---------------------------------------------------------------------------------------------- CPU: facts
 
 def test_architecture_facts():
-    t4, a100, l4, h200, b200, rtx50 = (ArchCaps.of(a) for a in ("sm_75", "sm_80", "sm_89", "sm_90a", "sm_100a",
-                                                              "sm_120"))
+    t4, a100, l4, h200, b200, rtx50 = (
+        ArchCaps.of(a) for a in ("sm_75", "sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120")
+    )
     assert not (t4.cp_async or t4.mma_k16 or t4.bf16 or t4.fp8 or t4.wgmma)
     assert a100.cp_async and a100.mma_k16 and a100.bf16 and not a100.fp8 and not a100.wgmma
     assert l4.fp8 and not l4.wgmma
@@ -173,7 +182,8 @@ def test_unsupported_architectures_are_refused_by_name(arch, says):
     assert says in str(info.value) and repr(arch) in str(info.value)
 
 
-# ---------------------------------------------------------------------------------------------- CPU: the target
+# ----------------------------------------------------------------------------------------------
+# CPU: the target
 
 def test_the_arch_comes_from_the_caller_then_tile_nb_arch_then_the_device(monkeypatch):
     from tile_nb.backend import target as target_mod
@@ -198,8 +208,8 @@ def test_the_arch_comes_from_the_caller_then_tile_nb_arch_then_the_device(monkey
 
 
 def test_target_caps_are_those_of_the_arch_kernels_are_built_for(monkeypatch):
-    """`tile_nb.backend.target_caps()`: what a notebook sizes its tiles by (05_flash_attention), the arch chosen as
-    a compile chooses it; a compute_XY build has the limits of sm_XY."""
+    """`tile_nb.backend.target_caps()`: what a notebook sizes its tiles by (05_flash_attention), the arch
+    chosen as a compile chooses it; a compute_XY build has the limits of sm_XY."""
     from tile_nb.backend import target as target_mod
     from tile_nb.backend import target_caps
 
@@ -217,6 +227,7 @@ def test_target_caps_are_those_of_the_arch_kernels_are_built_for(monkeypatch):
 
 def test_the_arch_is_part_of_the_cache_key(monkeypatch):
     from kernels.seed import gemm_ir
+
     from tile_nb.runtime.compile import cache_key
 
     func = gemm_ir(256, 256, 256)
@@ -242,11 +253,13 @@ def test_which_builds_load_on_which_gpu(target, device, ok):
 
 @needs_nvcc
 def test_a_compute_target_hands_tvm_ptx_and_still_checks_the_cubin():
-    """TVM takes the callback's bytes as PTX when they start with '/': a compute_80 build gives it the PTX of the
-    sm_80 code (the driver compiles it on the GPU), while ptxas still builds the sm_80 cubin and its resources."""
+    """TVM takes the callback's bytes as PTX when they start with '/': a compute_80 build gives it
+    the PTX of the sm_80 code (the driver compiles it on the GPU), while ptxas still builds the
+    sm_80 cubin and its resources."""
     import importlib
 
     from kernels.seed import gemm_ir
+
     from tile_nb.backend.build import BuildOptions, compiling_cuda
 
     build_mod = importlib.import_module("tile_nb.backend.build")  # the package's `build` is the function
@@ -297,7 +310,9 @@ def test_sm75_gemm_uses_m16n8k8_and_plain_copies():
     t4_plan, a100_plan = (lower_with_plan(func, resolve_target(a))[1].summary() for a in ("sm_75", "sm_80"))
     assert t4_plan["mma"][0]["kind"] == "mma.sync m16n8k8 (two per k16)" and "sm_75 has no cp.async" in \
         " ".join(t4_plan["notes"])
-    assert a100_plan["mma"][0]["kind"] == "mma.sync m16n8k16" and "cp.async" not in " ".join(a100_plan["notes"])
+    assert a100_plan["mma"][0]["kind"] == "mma.sync m16n8k16" and "cp.async" not in " ".join(
+        a100_plan["notes"]
+    )
 
 
 def _refusal(func, arch):
@@ -320,7 +335,9 @@ def test_bf16_is_refused_on_sm75_at_the_first_line_using_it():
     from kernels.seed import gemm_ir
 
     err = _refusal(gemm_ir(256, 256, 256, in_dtype="bfloat16"), "sm_75")
-    assert "A_shared is bfloat16: the target sm_75 lacks bfloat16" in str(err) and "sm_80 or newer" in str(err)
+    assert "A_shared is bfloat16: the target sm_75 lacks bfloat16" in str(err) and "sm_80 or newer" in str(
+        err
+    )
     assert err.lineno == _line_of(seed.__file__, "T.copy(A[bx", "def gemm_variant")
     err = _refusal(rowwise.softmax.specialize(M=64, N=256, dtype="bfloat16"), "sm_75")  # not only T.gemm
     assert "is bfloat16: the target sm_75 lacks bfloat16" in str(err) and err.lineno is not None
@@ -361,8 +378,8 @@ def test_nothing_hopper_specific_is_emitted_off_sm90a():
 
 
 def test_a_jit_kernel_takes_the_arch_from_tile_nb_arch_and_says_what_it_refuses(monkeypatch):
-    """In a notebook without a GPU: TILE_NB_ARCH=sm_75 makes the first interpreted call check the kernel against a
-    T4 (a warning naming the line and what sm_75 lacks), and `.compile` build for it."""
+    """In a notebook without a GPU: TILE_NB_ARCH=sm_75 makes the first interpreted call check the kernel
+    against a T4 (a warning naming the line and what sm_75 lacks), and `.compile` build for it."""
     import torch
 
     import tile_nb
@@ -396,8 +413,8 @@ def test_older_code_paths_run_on_the_h200_as_ptx(arch):
     """The sm_75 / sm_80 / sm_89 lowering, loaded as PTX that the H200's driver compiles: agrees with torch
     (correctness of those paths only; their speed is not measured here)."""
     import torch
-
     from kernels.seed import gemm_variant
+
     from tile_nb.runtime import compile as rt_compile
 
     torch.manual_seed(0)
@@ -416,8 +433,8 @@ def test_older_code_paths_run_on_the_h200_as_ptx(arch):
 @pytest.mark.parametrize("arch", ["compute_75", "compute_80"])
 def test_flash_attention_runs_as_older_ptx_on_the_h200(arch):
     import torch
-
     from kernels import reference as ref
+
     from tile_nb.runtime import compile as rt_compile
 
     torch.manual_seed(0)
@@ -460,8 +477,9 @@ if __name__ == "__main__":
 
 
 def test_the_cuda_host_launcher_refuses_a_compute_target(tmp_path):
-    """host='cuda_host' builds SASS for one GPU through tvm_ffi (no PTX): with compute_80 the H200 said "no kernel
-    image is available" at launch (2026-12-05); now the build says why, naming the arch, before nvcc runs."""
+    """host='cuda_host' builds SASS for one GPU through tvm_ffi (no PTX): with compute_80 the
+    H200 said "no kernel image is available" at launch (2026-12-05); now the build says why,
+    naming the arch, before nvcc runs."""
     from tile_nb.backend.cuda_compile import CudaCompileError
     from tile_nb.backend.cuda_host import build_launcher
 

@@ -1,6 +1,6 @@
-"""`T.atomic_add` of a whole tile (tilelang's form): split-K GEMMs adding their partial products into C, a tile
-into a region with dims of extent 1 between, the edge of C not written past; element atomics of scalar values;
-`memory_order` and `use_tma`. Interpreter against torch, sm_90a CUDA, and the GPU (marked gpu)."""
+"""`T.atomic_add` of a whole tile (tilelang's form): split-K GEMMs adding their partial products into C, a
+tile into a region with dims of extent 1 between, the edge of C not written past; element atomics of scalar
+values; `memory_order` and `use_tma`. Interpreter against torch, sm_90a CUDA, and the GPU (marked gpu)."""
 import pytest
 import torch
 
@@ -72,7 +72,8 @@ def test_tile_into_a_region_with_unit_dims(shape):
 
 
 def test_element_atomic_of_a_scalar_parameter():
-    """A scalar Var is not a tile (in TVM 0.27 every Var is an instance of tirx.Buffer: the old check refused it)."""
+    """A scalar Var is not a tile (in TVM 0.27 every Var is an instance of
+    tirx.Buffer: the old check refused it)."""
     @tile_nb.jit
     def count(C, n: T.int32):
         C: T.Tensor[[1], T.int32]
@@ -116,8 +117,9 @@ def test_tile_and_destination_of_different_shapes_are_refused():
 
 
 def test_tile_atomic_keeps_the_tile_op_lines_in_step():
-    """`tile_nb.tile_op_lines` pairs lines with the T.tile.* calls in order: the tile atomic (a loop of atomicAdd,
-    no T.tile call) must not add one, or every later tile op's error points at the line before it."""
+    """`tile_nb.tile_op_lines` pairs lines with the T.tile.* calls in order: the tile atomic
+    (a loop of atomicAdd, no T.tile call) must not add one, or every later tile op's error
+    points at the line before it."""
     @tile_nb.jit
     def after_atomic(A, C):
         A: T.Tensor[[16], T.float32]

@@ -1,18 +1,19 @@
-"""FlashAttention variants (tests/kernels/reference.py `flash_attention_gqa`): grouped-query attention (HK KV heads
-shared by H query heads), a `T.dynamic` sequence length, fp16 and bf16, head dims 64 and 128.
+"""FlashAttention variants (tests/kernels/reference.py `flash_attention_gqa`): grouped-query attention (HK KV
+heads shared by H query heads), a `T.dynamic` sequence length, fp16 and bf16, head dims 64 and 128.
 
-CPU: the interpreter against an fp64 torch reference, the JIT cache across sequence lengths, and the sm_90a lowering
-(TVM + nvcc, no GPU). GPU (marked gpu): the same comparisons at larger shapes on CUDA against SDPA."""
+CPU: the interpreter against an fp64 torch reference, the JIT cache across sequence lengths,
+and the sm_90a lowering (TVM + nvcc, no GPU). GPU (marked gpu): the same comparisons at
+larger shapes on CUDA against SDPA."""
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
-from kernels.cuda import cuda_source, ptxas_report, target
+from kernels import reference as ref
 from kernels.compare import rel_err, seeded
+from kernels.cuda import cuda_source, ptxas_report, target
 
 import tile_nb.language as T
-from kernels import reference as ref
 from tile_nb.lower import lower_with_plan
 
 fa = ref.flash_attention_gqa
@@ -31,10 +32,12 @@ def _inputs(b, h, hk, s, d, dtype, device="cpu", seed=0):
 
 def _expected(Q, K, V, causal):
     """SDPA in float64 on the inputs' device; each KV head serves H // HK consecutive query heads."""
-    return F.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal, enable_gqa=True)
+    return F.scaled_dot_product_attention(
+        Q.double(), K.double(), V.double(), is_causal=causal, enable_gqa=True
+    )
 
 
-# ---- CPU interpreter ----------------------------------------------------------------------------------------------
+# ---- CPU interpreter ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("torch_dtype,dtype,tol", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
@@ -84,12 +87,13 @@ def test_one_compiled_kernel_for_sequence_lengths_divisible_by_16():
     assert fa.stats["specializations"] == before["specializations"]
 
 
-# ---- sm_90a lowering (no GPU) -------------------------------------------------------------------------------------
+# ---- sm_90a lowering (no GPU) ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype,mma", [(T.float16, "f16"), (T.bfloat16, "bf16")], ids=["fp16", "bf16"])
 def test_two_warpgroups_lower_to_wgmma_and_tma_without_spills(dtype, mma, tmp_path):
     """FlashAttention-3's shape (two consumer warpgroups over a 128-row Q tile, head dim 128) with GQA and a
-    dynamic S: both T.gemm on wgmma (P V in its register form), K and V by TMA, and nvcc builds it without spills."""
+    dynamic S: both T.gemm on wgmma (P V in its register form), K and V by TMA, and
+    nvcc builds it without spills."""
     func = fa.specialize(B=1, H=4, HK=2, D=128, dtype=dtype, block_M=128, block_N=128, threads=256)
     _, plan = lower_with_plan(func, target("sm_90a"))
     assert [type(a).__name__ for a in plan.accumulators.values()] == ["WgmmaAccLayout", "WgmmaAccLayout"]
@@ -97,13 +101,16 @@ def test_two_warpgroups_lower_to_wgmma_and_tma_without_spills(dtype, mma, tmp_pa
     src = cuda_source(func, "sm_90a")
     signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]
     assert "int S" in signature  # the sequence length is a kernel argument
-    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["K_tensormap", "V_tensormap"]
+    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == [
+        "K_tensormap",
+        "V_tensormap",
+    ]
     assert f"tnb_wgmma_m64n128k16_{mma}_{mma}_tb0" in src and f"tnb_wgmma_rs_m64n128k16_{mma}_tb1" in src
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
-# ---- CUDA ---------------------------------------------------------------------------------------------------------
+# ---- CUDA --------------------------------------------------------------------------------------------------
 
 GPU_CONFIGS = [pytest.param(dict(block_M=64, block_N=64, threads=128), id="1wg_bm64"),
                pytest.param(dict(block_M=128, block_N=128, threads=256), id="2wg_bm128")]

@@ -5,6 +5,7 @@ import pickle
 import shutil
 
 import pytest
+from kernels.tirx_modules import add_module, rowsum_module
 
 from tile_nb.backend import (
     CudaCompileError,
@@ -18,10 +19,11 @@ from tile_nb.backend import (
     toolchain,
 )
 from tile_nb.backend.cuda_compile import slim_source_for_nvrtc
-from kernels.tirx_modules import add_module, rowsum_module
 
 COMPILERS = [c for c in ("nvrtc", "nvcc") if available_compiler(c) == c]
-needs_compiler = pytest.mark.skipif(not COMPILERS, reason="neither NVRTC (cuda-bindings) nor nvcc is installed")
+needs_compiler = pytest.mark.skipif(
+    not COMPILERS, reason="neither NVRTC (cuda-bindings) nor nvcc is installed"
+)
 
 
 # ------------------------------------------------------------------------------------------ ptxas reports
@@ -111,8 +113,10 @@ def test_arch_for_capability():
 # ------------------------------------------------------------------------------------------ NVRTC source
 
 def test_slim_source_drops_unused_type_traits_only():
-    header = ("#ifdef __CUDACC_RTC__\n  #include <cuda/std/cstdint>\n  #include <cuda/std/type_traits>\n"
-              "  namespace std {\n    using cuda::std::is_same;\n    using cuda::std::is_same_v;\n  }\n#endif\n")
+    header = (
+        "#ifdef __CUDACC_RTC__\n  #include <cuda/std/cstdint>\n  #include <cuda/std/type_traits>\n"
+        "  namespace std {\n    using cuda::std::is_same;\n    using cuda::std::is_same_v;\n  }\n#endif\n"
+    )
     unused = header + "extern \"C\" __global__ void k(float* x) { x[0] = 1; }\n"
     used = header + "template <class T> __device__ void f() { if constexpr (std::is_same_v<T, float>) {} }\n"
     assert "type_traits" not in slim_source_for_nvrtc(unused)
@@ -166,11 +170,14 @@ def test_build_options_are_checked():
 
 
 def test_the_host_option_joins_the_cache_key_only_when_set():
-    """host='llvm' (the default) leaves the build options' dict, and so every existing kernel's cache key, as it
-    was; host='cuda_host' is part of the key."""
+    """host='llvm' (the default) leaves the build options' dict, and so every existing kernel's cache key, as
+    it was; host='cuda_host' is part of the key."""
     from tile_nb.backend.build import BuildOptions
 
-    assert "host" not in BuildOptions().to_dict() and "host" not in BuildOptions.from_dict({"host": "llvm"}).to_dict()
+    assert (
+        "host" not in BuildOptions().to_dict()
+        and "host" not in BuildOptions.from_dict({"host": "llvm"}).to_dict()
+    )
     assert BuildOptions.from_dict({"host": "cuda_host"}).to_dict()["host"] == "cuda_host"
 
 
@@ -184,18 +191,23 @@ def test_cuda_host_launcher_names_the_missing_tools(monkeypatch, tmp_path):
         cuda_host.build_launcher("", "sm_90a", tmp_path)
 
 
-@pytest.mark.skipif(not (toolchain.find_tool("nvcc") and shutil.which("ninja")), reason="needs nvcc and ninja")
+@pytest.mark.skipif(
+    not (toolchain.find_tool("nvcc") and shutil.which("ninja")), reason="needs nvcc and ninja"
+)
 def test_cuda_host_launcher_of_the_seed_gemm_compiles_with_nvcc(tmp_path):
-    """host='cuda_host': TVM writes the host function as CUDA C++ (tensor maps encoded and the kernel launched by
-    the CUDA APIs themselves, no packed calls into TVM's runtime), and nvcc builds it with the kernel. Without a
-    CUDA driver here only the object file is built (linking needs libcuda); the GPU tests load and run it."""
+    """host='cuda_host': TVM writes the host function as CUDA C++ (tensor maps encoded and the kernel
+    launched by the CUDA APIs themselves, no packed calls into TVM's runtime), and nvcc builds it
+    with the kernel. Without a CUDA driver here only the object file is built (linking needs
+    libcuda); the GPU tests load and run it."""
     from kernels.seed import gemm_ir
 
     from tile_nb.backend.cuda_host import build_launcher, cuda_host_source
     from tile_nb.lower.sourcemap import split_marks
     from tile_nb.runtime.compile import _lower
 
-    lowered, _ = _lower(gemm_ir(256, 256, 256, block_N=256, block_K=64, threads=256), resolve_target("sm_90a"))
+    lowered, _ = _lower(
+        gemm_ir(256, 256, 256, block_N=256, block_K=64, threads=256), resolve_target("sm_90a")
+    )
     assert "tile_nb_src_begin" in cuda_host_source(lowered, "sm_90a")   # the runtime lowers with source marks
     source = cuda_host_source(lowered, "sm_90a", split_marks)
     assert "cudaLaunchKernelEx" in source and "cuTensorMapEncodeTiled(" in source

@@ -1,14 +1,14 @@
-"""The backward kernels of tests/kernels/backward.py (RMSNorm dX / dW, LayerNorm dX / dW / dB, softmax dX, fused
-cross-entropy loss + dlogits) against torch autograd: on the interpreter in float64 (to a few ulps: the kernels
-compute what autograd computes, in another order) and float32 at odd shapes (1, 7 and 33 rows; 1, 5 and 127
-columns; row blocks of 4, so the last block is partial), with the row count T.dynamic too; gradcheck through
-tile_nb.torch.autograd pairs; the sm_90a lowering of each kernel (no GPU needed); and, marked gpu, fp16 / bf16 on
-CUDA against torch in float32."""
+"""The backward kernels of tests/kernels/backward.py (RMSNorm dX / dW, LayerNorm dX / dW / dB, softmax dX,
+fused cross-entropy loss + dlogits) against torch autograd: on the interpreter in float64 (to a few ulps: the
+kernels compute what autograd computes, in another order) and float32 at odd shapes (1, 7 and 33 rows; 1, 5
+and 127 columns; row blocks of 4, so the last block is partial), with the row count T.dynamic too; gradcheck
+through tile_nb.torch.autograd pairs; the sm_90a lowering of each kernel (no GPU needed); and, marked gpu,
+fp16 / bf16 on CUDA against torch in float32."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from kernels import backward as bw
+
 from tile_nb.backend import toolchain
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
@@ -23,8 +23,14 @@ def _rand(*shape, seed, dtype=torch.float64, device="cpu"):
 
 
 def _inputs(M, N, dtype=torch.float64, device="cpu", seed=0):
-    X, dY = _rand(M, N, seed=seed, dtype=dtype, device=device), _rand(M, N, seed=seed + 1, dtype=dtype, device=device)
-    W, B = _rand(N, seed=seed + 2, dtype=dtype, device=device), _rand(N, seed=seed + 3, dtype=dtype, device=device)
+    X, dY = (
+        _rand(M, N, seed=seed, dtype=dtype, device=device),
+        _rand(M, N, seed=seed + 1, dtype=dtype, device=device),
+    )
+    W, B = (
+        _rand(N, seed=seed + 2, dtype=dtype, device=device),
+        _rand(N, seed=seed + 3, dtype=dtype, device=device),
+    )
     return X, W, B, dY
 
 
@@ -50,7 +56,7 @@ def _col_sum(part, dtype, acc, dynamic_rows=False):
     return bw.col_sum(part, dtype=dtype, acc=acc, dynamic_rows=dynamic_rows)
 
 
-# ---- float64 on the interpreter ----------------------------------------------------------------------------------
+# ---- float64 on the interpreter ----------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", SHAPES)
 def test_rms_norm_bwd_float64(shape):
     X, W, _, dY = _inputs(*shape)
@@ -71,8 +77,8 @@ def test_layer_norm_bwd_float64(shape):
     _close64(_col_sum(dB_part, "float64", "float64"), ref_dB)
 
 
-# (block_M, ctas): one CTA taking every row, 3 and 5 CTAs for rows that are not a multiple of them (33 rows: 11 per
-# CTA; 70 rows in blocks of 4: 18 blocks, 6 per CTA), more CTAs than row blocks (ctas > M: grid = M)
+# (block_M, ctas): one CTA taking every row, 3 and 5 CTAs for rows that are not a multiple of them (33 rows:
+# 11 per CTA; 70 rows in blocks of 4: 18 blocks, 6 per CTA), more CTAs than row blocks (ctas > M: grid = M)
 PERSISTENT = [(1, 1), (1, 3), (4, 3), (2, 5), (1, 264)]
 
 
@@ -168,11 +174,12 @@ def test_dynamic_rows_float64():
         _close64(_col_sum(dW_part, "float64", "float64", dynamic_rows=True), ref_dW)
 
 
-# ---- float32 on the interpreter: tolerances from the arithmetic ------------------------------------------------------
+# ---- float32 on the interpreter: tolerances from the arithmetic --------------------------------------------
 def _rel(ours, ref, floor=0.0):
-    """The error's norm relative to the reference's, or to `floor` where that is larger: a gradient that is exactly
-    zero in exact arithmetic (the norms at one column, attention at one key) comes out of fp16 / fp32 sums as
-    rounding noise, which is measured against the size of the terms that cancelled (`floor`), not against zero."""
+    """The error's norm relative to the reference's, or to `floor` where that is larger: a gradient
+    that is exactly zero in exact arithmetic (the norms at one column, attention at one key) comes out
+    of fp16 / fp32 sums as rounding noise, which is measured against the size of the terms that
+    cancelled (`floor`), not against zero."""
     ours, ref = ours.double(), ref.double()
     return ((ours - ref).norm() / max(ref.norm().item(), floor, 1e-30)).item()
 
@@ -182,8 +189,9 @@ def _rel(ours, ref, floor=0.0):
 NOISE_FLOOR = 2.0 ** -10
 
 
-# float32 sums of N terms carry a relative error of about sqrt(N) * 2^-24 (random rounding; N * 2^-24 at worst,
-# 7.6e-6 at N = 127); the norms' gradients cancel terms of similar size, so allow 1e-5 relative (in the norm).
+# float32 sums of N terms carry a relative error of about sqrt(N) * 2^-24 (random rounding; N *
+# 2^-24 at worst, 7.6e-6 at N = 127); the norms' gradients cancel terms of similar size, so
+# allow 1e-5 relative (in the norm).
 F32_TOL = 1e-5
 
 
@@ -193,11 +201,13 @@ def test_float32_against_autograd(shape):
     X, W, B, dY = _inputs(M, N, dtype=torch.float32)
     cfg = dict(dtype="float32", block_M=4)
     dX, dW_part = bw.rms_norm_bwd(X, W, dY, **cfg)
-    for ours, ref in zip((dX, _col_sum(dW_part, "float32", "float32")), _autograd(_rms_ref, (X, W), dY)):
+    for ours, ref in zip(
+        (dX, _col_sum(dW_part, "float32", "float32")), _autograd(_rms_ref, (X, W), dY), strict=True
+    ):
         assert ours.dtype == torch.float32 and _rel(ours, ref) < F32_TOL
     dX, dW_part, dB_part = bw.layer_norm_bwd(X, W, dY, **cfg)
     ours = (dX, _col_sum(dW_part, "float32", "float32"), _col_sum(dB_part, "float32", "float32"))
-    for a, ref in zip(ours, _autograd(_ln_ref, (X, W, B), dY)):
+    for a, ref in zip(ours, _autograd(_ln_ref, (X, W, B), dY), strict=True):
         assert _rel(a, ref) < F32_TOL
     Y = bw.softmax_fwd(X, **cfg)
     (ref,) = _autograd(lambda x: torch.softmax(x, 1), (X,), dY)
@@ -211,7 +221,7 @@ def test_float32_against_autograd(shape):
         assert _rel(loss, ref_loss.detach()) < F32_TOL and _rel(dlogits, ref_d) < F32_TOL
 
 
-# ---- gradcheck through the tile_nb.torch.autograd pairs ------------------------------------------------------------
+# ---- gradcheck through the tile_nb.torch.autograd pairs ----------------------------------------------------
 @pytest.mark.parametrize("shape", [(1, 1), (7, 5)])
 def test_pairs_gradcheck(shape):
     M, N = shape
@@ -233,7 +243,7 @@ def test_pairs_forward_match_torch():
     _close64(pairs["layer_norm"](X, W, B, **F64), _ln_ref(X, W, B))
 
 
-# ---- the sm_90a lowering (no GPU needed) -------------------------------------------------------------------------
+# ---- the sm_90a lowering (no GPU needed) -------------------------------------------------------------------
 def _kernel_calls(M, N, dtype, dynamic_rows=False):
     """(kernel, args, compile-time values) of every kernel at one shape and dtype."""
     X = torch.empty(M, N, dtype=dtype)
@@ -261,8 +271,10 @@ def test_compile_sm90a_fp16():
         assert "__global__" in compiled.cuda_source, kernel.definition.name
 
 
-@pytest.mark.parametrize("shape,dtype,dynamic_rows", [((7, 5), torch.bfloat16, True), ((1, 1), torch.float32, False),
-                                                      ((33, 127), torch.float16, False)])
+@pytest.mark.parametrize(
+    "shape,dtype,dynamic_rows",
+    [((7, 5), torch.bfloat16, True), ((1, 1), torch.float32, False), ((33, 127), torch.float16, False)],
+)
 def test_lower_sm90a_odd_shapes(shape, dtype, dynamic_rows):
     from tile_nb.backend.target import resolve_target
     from tile_nb.lower import lower
@@ -278,9 +290,9 @@ def test_lower_sm90a_odd_shapes(shape, dtype, dynamic_rows):
 @pytest.mark.parametrize("N", [4096, 8192])
 def test_norm_bwd_builds_sm90a_unspilled(N, dynamic_rows):
     """At the benchmark's row lengths (benchmarks/backward.py: 16384 x 4096, 4096 x 8192, fp16) the default
-    configuration (norm_bwd_config: 256 / 512 threads, 264 / 132 CTAs, 4 stages) builds for sm_90a with no spills,
-    in the registers its CTA count counts on, in shared memory only the X and dY rows of the pipeline's stages (and
-    the reductions' few words); col_sum of 264 partial rows likewise."""
+    configuration (norm_bwd_config: 256 / 512 threads, 264 / 132 CTAs, 4 stages) builds for sm_90a with no
+    spills, in the registers its CTA count counts on, in shared memory only the X and dY rows of the
+    pipeline's stages (and the reductions' few words); col_sum of 264 partial rows likewise."""
     from tile_nb.runtime import compile as rt_compile
 
     cfg = bw.norm_bwd_config(N)
@@ -290,8 +302,13 @@ def test_norm_bwd_builds_sm90a_unspilled(N, dynamic_rows):
         r = rt_compile(func, "sm_90a", options={"cache": False}).resources
         assert r.spill_stores == 0 and r.spill_loads == 0, (kernel, r)
         assert r.registers * cfg["threads"] * cfg["ctas"] // 132 <= 65536, (kernel, r)
-        assert cfg["stages"] * 2 * N * 2 <= r.total_shared_bytes < cfg["stages"] * 2 * N * 2 + 1024, (kernel, r)
-    r = rt_compile(bw.col_sum.specialize(R=264, N=N, dtype="float16"), "sm_90a", options={"cache": False}).resources
+        assert cfg["stages"] * 2 * N * 2 <= r.total_shared_bytes < cfg["stages"] * 2 * N * 2 + 1024, (
+            kernel,
+            r,
+        )
+    r = rt_compile(
+        bw.col_sum.specialize(R=264, N=N, dtype="float16"), "sm_90a", options={"cache": False}
+    ).resources
     assert r.spill_stores == 0 and r.spill_loads == 0, r
 
 
@@ -305,10 +322,10 @@ def _consts(kernel, args, cfg, dynamic_rows):
     return out
 
 
-# ---- fp16 / bf16 on CUDA against torch in float32 ------------------------------------------------------------------
+# ---- fp16 / bf16 on CUDA against torch in float32 ----------------------------------------------------------
 GPU_SHAPES = [(1, 1), (7, 5), (33, 127), (4096, 1000), (1000, 4096)]
-# fp16 / bf16 outputs round to 2^-11 / 2^-8 of their size; the inputs are the same rounded values for torch, so the
-# error is that rounding plus float32 sums: 2e-3 (fp16) and 1e-2 (bf16) relative in the norm.
+# fp16 / bf16 outputs round to 2^-11 / 2^-8 of their size; the inputs are the same rounded values for torch,
+# so the error is that rounding plus float32 sums: 2e-3 (fp16) and 1e-2 (bf16) relative in the norm.
 GPU_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
@@ -360,20 +377,23 @@ def test_gpu_against_torch(dtype, shape, dynamic_rows):
                                         ((1000, 4096), 7), ((2, 4096), 264), ((300, 127), 396)])
 @pytest.mark.parametrize("dynamic_rows", [False, True])
 def test_gpu_norm_bwd_persistent(dtype, shape, ctas, dynamic_rows):
-    """The persistent norm backwards at the benchmark's shapes and odd ones (rows not a multiple of the CTAs, fewer
-    rows than CTAs, N not a multiple of the threads' vector width) against torch in float32."""
+    """The persistent norm backwards at the benchmark's shapes and odd ones (rows not a multiple of the CTAs,
+    fewer rows than CTAs, N not a multiple of the threads' vector width) against torch in float32."""
     M, N = shape
     X, W, B, dY = _inputs(M, N, dtype=dtype, device="cuda", seed=M)
     name = str(dtype).removeprefix("torch.")
     cfg = dict(bw.norm_bwd_config(N), dtype=name, ctas=ctas, dynamic_rows=dynamic_rows)
     floor = NOISE_FLOOR * dY.float().norm().item()
-    for kernel, ref_fn, inputs in [(bw.rms_norm_bwd, _rms_ref, (X, W)), (bw.layer_norm_bwd, _ln_ref, (X, W, B))]:
+    for kernel, ref_fn, inputs in [
+        (bw.rms_norm_bwd, _rms_ref, (X, W)),
+        (bw.layer_norm_bwd, _ln_ref, (X, W, B)),
+    ]:
         dX, *parts = kernel(X, W, dY, **cfg)
         assert all(p.shape == (min(ctas, M), N) for p in parts)
         ours = (dX, *(bw.col_sum(p, dtype=name) for p in parts))
         leaves = [t.detach().float().requires_grad_() for t in inputs]
         ref = torch.autograd.grad(ref_fn(*leaves), leaves, dY.float())
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, ref, strict=True):
             assert a.dtype == dtype and _rel(a.cpu(), b.cpu(), floor) < GPU_TOL[dtype], kernel
 
 
@@ -411,20 +431,22 @@ def test_gpu_pairs_backward(dtype):
         ours = torch.autograd.grad(fn(*leaves), leaves, dY)
         ref_leaves = [t.detach().float().requires_grad_() for t in inputs]
         ref = torch.autograd.grad(ref_fn(*ref_leaves), ref_leaves, dY.float())
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, ref, strict=True):
             assert a.dtype == dtype and _rel(a.cpu(), b.cpu()) < GPU_TOL[dtype], key
 
 
-# ---- FlashAttention backward (tests/kernels/attention_backward.py) -------------------------------------------------
+# ---- FlashAttention backward (tests/kernels/attention_backward.py) -----------------------------------------
 from kernels import attention_backward as ab  # noqa: E402
 
 LOG2E = 1.4426950408889634
-# Small blocks keep the interpreter fast; the lowering refuses them (and float64), so their warning is expected here.
+# Small blocks keep the interpreter fast; the lowering refuses them (and float64),
+# so their warning is expected here.
 not_lowerable_ok = pytest.mark.filterwarnings("ignore::tile_nb.NotLowerableWarning")
 
 
 def _attention_ref(Q, K, V, causal):
-    """O and the base-2 logsumexp of the scaled scores, in torch (K and V repeated over each KV head's group)."""
+    """O and the base-2 logsumexp of the scaled scores, in torch (K and V
+    repeated over each KV head's group)."""
     group = Q.shape[1] // K.shape[1]
     K, V = K.repeat_interleave(group, 1), V.repeat_interleave(group, 1)
     s = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
@@ -448,7 +470,9 @@ def _attention_check(Q, K, V, dO, causal, cfg, close):
     ref_grads = torch.autograd.grad(ref_O, leaves, dO.double())
     grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, block_M=cfg["block_M"],
                                   block_N=cfg["block_N"], threads=cfg.get("threads"))
-    for name, ours, ref in zip(("O", "LSE", "dQ", "dK", "dV"), (O, LSE, *grads), (ref_O, ref_LSE, *ref_grads)):
+    for name, ours, ref in zip(
+        ("O", "LSE", "dQ", "dK", "dV"), (O, LSE, *grads), (ref_O, ref_LSE, *ref_grads), strict=True
+    ):
         assert ours.dtype == (Q.dtype if name != "LSE" else ref_LSE.dtype if Q.dtype == torch.float64
                               else torch.float32), name
         close(name, ours, ref.detach())
@@ -462,8 +486,8 @@ ATT_CFG = dict(dtype="float64", block_M=8, block_N=16)
 @pytest.mark.parametrize("S", [1, 7, 33])
 @pytest.mark.parametrize("heads", [(2, 2), (4, 2)])
 def test_attention_bwd_float64(causal, S, heads):
-    """Odd sequence lengths (one key block, partial blocks, query blocks of 8 against key blocks of 16), MHA and GQA
-    (two query heads per KV head: dK, dV added from both)."""
+    """Odd sequence lengths (one key block, partial blocks, query blocks of 8 against key blocks of 16), MHA
+    and GQA (two query heads per KV head: dK, dV added from both)."""
     H, HK = heads
     Q, K, V, dO = _attention_inputs(1, H, HK, S, 8, seed=S)
 
@@ -486,12 +510,13 @@ def test_attention_bwd_dynamic_sequence_length():
             torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
 
         _attention_check(Q, K, V, dO, True, cfg, close)
-    assert all(k.stats["specializations"] - n <= 1 for k, n in zip(kernels, before))
+    assert all(k.stats["specializations"] - n <= 1 for k, n in zip(kernels, before, strict=True))
 
 
 @not_lowerable_ok
 def test_attention_bwd_float32():
-    """float32 inputs, float32 arithmetic: sums of 16 (head dim) and 33 (keys) terms; 1e-5 relative in the norm."""
+    """float32 inputs, float32 arithmetic: sums of 16 (head dim) and 33 (keys)
+    terms; 1e-5 relative in the norm."""
     Q, K, V, dO = _attention_inputs(1, 4, 2, 33, 16, dtype=torch.float32, seed=3)
 
     def close(name, ours, ref):
@@ -502,7 +527,8 @@ def test_attention_bwd_float32():
 
 @not_lowerable_ok
 def test_attention_pair_gradcheck():
-    """gradcheck of O through the tile_nb.torch.autograd pair (float64, GQA, causal; S = 3 with blocks of 2)."""
+    """gradcheck of O through the tile_nb.torch.autograd pair (float64, GQA,
+    causal; S = 3 with blocks of 2)."""
     attention = ab.flash_attention()
     Q, K, V, _ = _attention_inputs(1, 2, 1, 3, 2, seed=11)
     Q, K, V = (t.requires_grad_() for t in (Q, K, V))
@@ -516,8 +542,8 @@ ATT_LOWER = [("float16", 64, False, 128), ("float16", 64, True, 128), ("bfloat16
 
 @pytest.mark.parametrize("dtype,D,causal,threads", ATT_LOWER)
 def test_attention_lowers_sm90a(dtype, D, causal, threads):
-    """The three kernels lower for sm_90a (GQA: 8 query heads on 2 KV heads; S dynamic); the backward's dQ, dK and
-    dV sums are atomicAdd on global memory. One case is compiled to CUDA (nvcc where installed)."""
+    """The three kernels lower for sm_90a (GQA: 8 query heads on 2 KV heads; S dynamic); the backward's dQ, dK
+    and dV sums are atomicAdd on global memory. One case is compiled to CUDA (nvcc where installed)."""
     from tile_nb.backend.target import resolve_target
     from tile_nb.lower import lower
 
@@ -535,8 +561,8 @@ def test_attention_lowers_sm90a(dtype, D, causal, threads):
 
 
 def test_attention_bwd_d128_with_128_threads_is_refused():
-    """At head dim 128 with 64 x 64 blocks, 128 threads would need 256 registers per thread for the fragments: the
-    lowering says so (attention_backward picks 256 threads there)."""
+    """At head dim 128 with 64 x 64 blocks, 128 threads would need 256 registers per thread for the fragments:
+    the lowering says so (attention_backward picks 256 threads there)."""
     from tile_nb.backend.target import resolve_target
     from tile_nb.lower import LoweringError, lower
 
@@ -545,8 +571,8 @@ def test_attention_bwd_d128_with_128_threads_is_refused():
         lower(func, resolve_target("sm_90a"))
 
 
-# fp16 / bf16 inputs: P and dS are rounded to the input dtype for the tensor-core GEMMs (as FlashAttention does),
-# so the gradients carry about 2^-11 (fp16) / 2^-8 (bf16) relative error per term, plus float32 sums.
+# fp16 / bf16 inputs: P and dS are rounded to the input dtype for the tensor-core GEMMs (as FlashAttention
+# does), so the gradients carry about 2^-11 (fp16) / 2^-8 (bf16) relative error per term, plus float32 sums.
 ATT_GPU_TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
@@ -582,12 +608,13 @@ def test_gpu_attention_pair(dtype):
     ours = torch.autograd.grad(O, leaves, dO)
     ref_leaves = [t.detach().float().requires_grad_() for t in (Q, K, V)]
     ref = torch.autograd.grad(_attention_ref(*ref_leaves, True)[0], ref_leaves, dO.float())
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         assert a.dtype == dtype and _rel(a, b) < ATT_GPU_TOL[dtype]
 
 
-# ---- a lowering failure found while writing these kernels (T.cast of the var of a T.Parallel dim of extent 1 raised
-# AttributeError: 'int' object has no attribute 'ty' in tile_nb/lower/exprs.py) ------------------------------------
+# ---- a lowering failure found while writing these kernels (T.cast of the var of a
+# T.Parallel dim of extent 1 raised
+# AttributeError: 'int' object has no attribute 'ty' in tile_nb/lower/exprs.py) ------------------------------
 def test_cast_of_unit_parallel_index_lowers():
     import tile_nb
     import tile_nb.language as T
@@ -610,11 +637,12 @@ def test_cast_of_unit_parallel_index_lowers():
     lower(column_index.specialize(M=4, N=1), resolve_target("sm_90a"))
 
 
-# ---- the pairs under torch.compile ---------------------------------------------------------------------------------
+# ---- the pairs under torch.compile -------------------------------------------------------------------------
 @not_lowerable_ok
 def test_pairs_under_torch_compile():
-    """LayerNorm, RMSNorm and attention pairs in one fullgraph torch.compile (aot_eager): their Python backwards call
-    the kernels through tile_nb.torch.op, so the backward graph traces too; gradients as torch's in float64."""
+    """LayerNorm, RMSNorm and attention pairs in one fullgraph torch.compile (aot_eager): their
+    Python backwards call the kernels through tile_nb.torch.op, so the backward graph traces too;
+    gradients as torch's in float64."""
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -636,7 +664,7 @@ def test_pairs_under_torch_compile():
         ours = torch.autograd.grad(compiled(*leaves), leaves)
         ref_leaves = [t.clone().requires_grad_() for t in (X, W, B, Q, K, V)]
         ref = torch.autograd.grad(loss(False, *ref_leaves), ref_leaves)
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, ref, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     finally:
         torch._dynamo.reset()

@@ -1,9 +1,9 @@
 """Bit manipulation in kernels (tilelang's dequantization helpers): `T.reinterpret`, shifts, bitwise ops, and
 integer arithmetic of uint8 / uint16 / uint32 values, which wraps around to the dtype's width as on the GPU.
 Interpreter against torch references written from the number formats (never from the kernel), at odd shapes,
-sizes of 1 and dynamic dims, in T.Parallel loops and at block level (T.serial); the sm_90a / sm_80 CUDA builds; the
-same kernels on the GPU (marked gpu). Also tilelang's TVM names (`tirx.PrimExpr`, `expr.dtype`) while the
-tilelang mapping is installed, and the errors."""
+sizes of 1 and dynamic dims, in T.Parallel loops and at block level (T.serial); the sm_90a / sm_80 CUDA
+builds; the same kernels on the GPU (marked gpu). Also tilelang's TVM names (`tirx.PrimExpr`, `expr.dtype`)
+while the tilelang mapping is installed, and the errors."""
 import linecache
 
 import pytest
@@ -18,12 +18,12 @@ needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="nee
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
-# ---- FP4 (e2m1) -> float16, the way tilelang's example_dequant_gemm_fp4_hopper decodes it ----------------------
+# ---- FP4 (e2m1) -> float16, the way tilelang's example_dequant_gemm_fp4_hopper decodes it ------------------
 
 def _fp4_to_f16(val, pos):
     """Nibble `pos` of the uint8 `val`: sign 1, exponent 2, mantissa 1 bits, rebuilt as float16 bits (exponent
-    re-biased by +14, mantissa moved to the top of float16's). (As in TVM, `x + 14` of a uint16 `x` is int32, while
-    `x & 15` and `x >> 3` stay uint16: hence `T.uint16(14)`.)"""
+    re-biased by +14, mantissa moved to the top of float16's). (As in TVM, `x + 14` of a uint16 `x` is int32,
+    while `x & 15` and `x >> 3` stay uint16: hence `T.uint16(14)`.)"""
     f4 = T.bitwise_and(T.shift_right(T.cast(val, T.uint16), T.cast(pos * 4, T.uint16)), 15)
     s = f4 >> 3
     e = ((f4 & 6) >> 1) + T.uint16(14)
@@ -69,7 +69,7 @@ def test_fp4_decode_matches_the_format(device, N, K2, parallel):
     torch.testing.assert_close(c.cpu(), _fp4_reference(b.cpu()), rtol=0, atol=0)
 
 
-# ---- signed int4 -> int8 (tilelang's w4a8 example): reinterpret, then an arithmetic right shift ---------------
+# ---- signed int4 -> int8 (tilelang's w4a8 example): reinterpret, then an arithmetic right shift ------------
 
 def _i4_to_i8(val, pos):
     i4 = (val >> T.cast(pos * 4, T.uint8)) & 15
@@ -98,7 +98,7 @@ def test_int4_sign_extension(device, N):
     torch.testing.assert_close(c.cpu(), torch.where(nibbles >= 8, nibbles - 16, nibbles).to(torch.int8))
 
 
-# ---- uint32 arithmetic: float32 -> bfloat16 with round-to-nearest-even written on the bits ------------------
+# ---- uint32 arithmetic: float32 -> bfloat16 with round-to-nearest-even written on the bits -----------------
 
 def _f32_to_bf16(x):
     u = T.reinterpret(T.uint32, x)
@@ -132,10 +132,11 @@ def test_bf16_rounding_on_uint32_bits(device, N, parallel):
     x[: min(N, 4)] = torch.tensor([1.00390625, 1.01171875, -3.0e38, float("inf")][: min(N, 4)], device=device)
     y = torch.zeros(N, dtype=torch.bfloat16, device=device)
     to_bf16(x, y, parallel=parallel)
-    torch.testing.assert_close(y.cpu(), x.cpu().to(torch.bfloat16), rtol=0, atol=0)  # torch rounds to even too
+    # torch rounds to even too
+    torch.testing.assert_close(y.cpu(), x.cpu().to(torch.bfloat16), rtol=0, atol=0)
 
 
-# ---- narrow unsigned arithmetic wraps around, in T.Parallel and at block level --------------------------------
+# ---- narrow unsigned arithmetic wraps around, in T.Parallel and at block level -----------------------------
 
 @T.macro
 def _wrap_row(A, Y, r):
@@ -170,11 +171,13 @@ def test_narrow_unsigned_arithmetic_wraps(device, N, parallel):
     u16_wrap(a, y, parallel=parallel)
     u = a.cpu().to(torch.int64) & 0xFFFF
     low4 = a.cpu().to(torch.int64) & 15
-    want = torch.stack(((u << 10) & 0xFFFF, (u * 40000 + 7) & 0xFFFF, torch.where(low4 >= 8, low4 - 16, low4)), 1)
+    want = torch.stack(
+        ((u << 10) & 0xFFFF, (u * 40000 + 7) & 0xFFFF, torch.where(low4 >= 8, low4 - 16, low4)), 1
+    )
     torch.testing.assert_close(y.cpu(), want.to(torch.int32))
 
 
-# ---- CUDA builds ---------------------------------------------------------------------------------------------
+# ---- CUDA builds -------------------------------------------------------------------------------------------
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
@@ -193,7 +196,7 @@ def test_bit_kernels_build(arch):
         assert unsigned_ops.compile(a, torch.empty(45, 2, dtype=a.dtype), dt=dt, target=arch).cubin
 
 
-# ---- errors at the user's line -------------------------------------------------------------------------------
+# ---- errors at the user's line -----------------------------------------------------------------------------
 
 def _kernel(src: str, name: str):
     filename = f"<bits-{name}>"
@@ -223,7 +226,7 @@ def bad(A, B):
     assert message in str(info.value)
 
 
-# ---- tilelang's TVM names -------------------------------------------------------------------------------------
+# ---- tilelang's TVM names ----------------------------------------------------------------------------------
 
 def test_tilelang_tvm_names_only_while_the_mapping_is_installed():
     import tvm
@@ -238,7 +241,8 @@ def test_tilelang_tvm_names_only_while_the_mapping_is_installed():
         assert tirx.PrimExpr is tvm.ir.Expr and tvm_names.installed()
         assert (scalar % 2).dtype == T.int32 and isinstance((scalar % 2).dtype, T.DType)
         assert buffer[1].dtype == "uint8" and (buffer[1] >> tirx.const(4, "uint8")).dtype == T.uint8
-        assert scalar.dtype == "int32" and buffer.dtype == "uint8"     # a scalar Var too; a buffer keeps TVM's
+        # a scalar Var too; a buffer keeps TVM's
+        assert scalar.dtype == "int32" and buffer.dtype == "uint8"
         assert tirx.reinterpret(T.float16, tirx.const(0x3C00, T.uint16)).dtype == T.float16
     finally:
         mapping.uninstall()
@@ -248,10 +252,11 @@ def test_tilelang_tvm_names_only_while_the_mapping_is_installed():
         scalar.dtype  # noqa: B018 - TVM 0.27's own behaviour is back
 
 
-# ---- sub-byte dtypes are names only ---------------------------------------------------------------------------
+# ---- sub-byte dtypes are names only ------------------------------------------------------------------------
 
 def test_sub_byte_dtypes_can_be_named_and_compared():
-    table = {T.float16: "f16", T.int4: "i4", T.int8: "i8"}     # tilelang's lop3 helpers pick intrinsics this way
+    # tilelang's lop3 helpers pick intrinsics this way
+    table = {T.float16: "f16", T.int4: "i4", T.int8: "i8"}
     assert table[T.int4] == "i4" and T.int4 == "int4" and T.int4 != T.int8 and repr(T.uint4) == "T.uint4"
     assert T.float4_e2m1fn in [T.float16, T.float4_e2m1fn]
 
@@ -286,7 +291,7 @@ def sub_byte_param(A):
     assert "tile_nb has no int4 buffers or values yet" in str(info.value)
 
 
-# ---- uint16 / uint32 buffers: loads, wrapping arithmetic, max, shifts and stores ------------------------------
+# ---- uint16 / uint32 buffers: loads, wrapping arithmetic, max, shifts and stores ---------------------------
 
 @tile_nb.jit
 def unsigned_ops(A, B, dt: T.dtype = T.uint32, parallel: bool = True):
@@ -322,7 +327,8 @@ def test_unsigned_buffers(device, dt, bits, N, parallel):
 
 
 def test_tilelang_tvm_names_wait_for_tvm_to_be_imported():
-    """Installing the mapping does not import TVM (seconds per script run); the names arrive with `import tvm`."""
+    """Installing the mapping does not import TVM (seconds per script run); the
+    names arrive with `import tvm`."""
     import subprocess
     import sys
 

@@ -1,6 +1,7 @@
-"""`T.get_block_binding(dim)`: the open kernel's block index along a grid dim, for macros and helpers that are not
-given it (tilelang's mxfp4 dequantization example reads it inside a macro). Interpreter against torch at odd
-shapes, a size of 1 and a dynamic dim; sm_90a / sm_80 builds; the GPU (marked gpu); errors at the user's line."""
+"""`T.get_block_binding(dim)`: the open kernel's block index along a grid dim, for macros and helpers
+that are not given it (tilelang's mxfp4 dequantization example reads it inside a macro). Interpreter
+against torch at odd shapes, a size of 1 and a dynamic dim; sm_90a / sm_80 builds; the GPU (marked
+gpu); errors at the user's line."""
 import linecache
 
 import pytest
@@ -62,11 +63,18 @@ def _kernel(src: str, name: str):
     return namespace[name]
 
 
-@pytest.mark.parametrize("where,line,message", [
-    ("inside", "b = T.get_block_binding(1)", "dim must be an int from 0 to 0 (the kernel's grid has 1 dim); got 1"),
-    ("inside", "b = T.get_block_binding('x')", "got 'x'"),
-    ("outside", "b = T.get_block_binding(0)", "must be called inside `with T.Kernel(...)`"),
-])
+@pytest.mark.parametrize(
+    "where,line,message",
+    [
+        (
+            "inside",
+            "b = T.get_block_binding(1)",
+            "dim must be an int from 0 to 0 (the kernel's grid has 1 dim); got 1",
+        ),
+        ("inside", "b = T.get_block_binding('x')", "got 'x'"),
+        ("outside", "b = T.get_block_binding(0)", "must be called inside `with T.Kernel(...)`"),
+    ],
+)
 def test_bad_block_binding(where, line, message):
     inside, outside = (line, "pass") if where == "inside" else ("pass", line)
     k = _kernel(f"""

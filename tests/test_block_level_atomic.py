@@ -1,7 +1,7 @@
-"""A `T.atomic_add` of one element in block-level code (outside T.Parallel) adds once per CTA, as docs/IR.md says
-block-level code runs once per CTA and as the interpreter does; the CUDA lowering once let every thread of the
-block add (32x the sum with 32 threads). Interpreter against a hand count, the guard in the CUDA source, and the
-GPU (marked gpu)."""
+"""A `T.atomic_add` of one element in block-level code (outside T.Parallel) adds once per CTA, as docs/IR.md
+says block-level code runs once per CTA and as the interpreter does; the CUDA lowering once let every thread
+of the block add (32x the sum with 32 threads). Interpreter against a hand count, the guard in the CUDA
+source, and the GPU (marked gpu)."""
 import re
 
 import pytest
@@ -44,7 +44,9 @@ def test_block_level_atomic_on_gpu(blocks, threads, N):
 def test_block_level_atomic_runs_on_one_thread(arch):
     source = count.compile(torch.zeros(2, dtype=torch.int32), torch.zeros(7), 3, target=arch).cuda_source
     kernel = source[source.index("count_kernel("):]
-    guarded = re.search(r"if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*atomicAdd\(\(&\(C_ptr\[0\]\)\), n\);", kernel)
+    guarded = re.search(
+        r"if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*atomicAdd\(\(&\(C_ptr\[0\]\)\), n\);", kernel
+    )
     assert guarded, kernel[:2000]
 
 
@@ -79,9 +81,9 @@ def test_a_read_after_a_block_level_atomic_waits_at_a_barrier():
 
 
 def test_a_block_level_read_modify_write_of_memory_is_refused_by_the_gpu_lowering():
-    """`X[0] = X[0] + 1` outside T.Parallel: every thread runs block-level code, so on the GPU the threads update
-    X[0] in turns (1 to 4 adds seen for 128 threads) while the interpreter adds once: refused at the line. A plain
-    block-level store and a kernel variable's update still lower."""
+    """`X[0] = X[0] + 1` outside T.Parallel: every thread runs block-level code, so on the GPU the threads
+    update X[0] in turns (1 to 4 adds seen for 128 threads) while the interpreter adds once: refused at the
+    line. A plain block-level store and a kernel variable's update still lower."""
     from tile_nb.lower import LoweringError
 
     @tile_nb.jit

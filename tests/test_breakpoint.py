@@ -1,6 +1,6 @@
-"""`T.breakpoint()`: the interpreter stops at the user's line in a frame whose locals are the kernel's tiles and
-scalars (through `sys.breakpointhook`, so these tests record the frame instead of stopping); the GPU lowering
-refuses it at the line."""
+"""`T.breakpoint()`: the interpreter stops at the user's line in a frame whose locals are the kernel's tiles
+and scalars (through `sys.breakpointhook`, so these tests record the frame instead of stopping); the GPU
+lowering refuses it at the line."""
 import os
 import subprocess
 import sys
@@ -26,7 +26,8 @@ def _line(marker: str) -> int:
 
 @pytest.fixture
 def stops(monkeypatch):
-    """Replace the debugger by a hook that records each stop: file, line, function and a copy of the locals."""
+    """Replace the debugger by a hook that records each stop: file, line,
+    function and a copy of the locals."""
     seen = []
 
     def hook(*args, **kwargs):

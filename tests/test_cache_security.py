@@ -1,10 +1,10 @@
-"""Security and repair of the on-disk caches: private folders (0700, owned by the user), refusal of a folder or
-file someone else could change (with its owner and mode in the message), swapped modules never loaded, damaged
-entries and tuning records repaired with a warning, leftovers of killed writers removed, and shipped Ray entries
-checked against the key the receiver computes.
+"""Security and repair of the on-disk caches: private folders (0700, owned by the user), refusal of a folder
+or file someone else could change (with its owner and mode in the message), swapped modules never loaded,
+damaged entries and tuning records repaired with a warning, leftovers of killed writers removed, and shipped
+Ray entries checked against the key the receiver computes.
 
-Cases with another owner need root (`os.chown` to uid 65534, or a real second user through `setpriv`); they skip
-with the reason elsewhere.
+Cases with another owner need root (`os.chown` to uid 65534, or a real second user through `setpriv`); they
+skip with the reason elsewhere.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from tile_nb.runtime import cache as cache_mod
 from tile_nb.runtime.cache import DiskCache, compute_key, key_material
 from tile_nb.runtime.cache_guard import CacheSecurityError, CacheWarning
 
-compile_mod = importlib.import_module("tile_nb.runtime.compile")   # the module: tile_nb.runtime.compile is a function
+# the module: tile_nb.runtime.compile is a function
+compile_mod = importlib.import_module("tile_nb.runtime.compile")
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
@@ -58,7 +59,8 @@ needs_compiler = pytest.mark.skipif(not _has_cuda_compiler(), reason="needs nvcc
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    """Every test gets its own cache folder (pytest's tmp_path: 0700, the user's) and an empty memory cache."""
+    """Every test gets its own cache folder (pytest's tmp_path: 0700, the
+    user's) and an empty memory cache."""
     monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TILE_NB_DISABLE_CACHE", raising=False)
     monkeypatch.setattr(cache_mod, "_swept", set())
@@ -77,7 +79,8 @@ def only_entry(cache: Path) -> Path:
 
 
 def rewrite_meta(entry: Path, change, *, keep_checksum: bool) -> None:
-    """Edit meta.json; with `keep_checksum`, update meta.sha256 too (as the cache would: the edit is not damage)."""
+    """Edit meta.json; with `keep_checksum`, update meta.sha256 too (as the cache
+    would: the edit is not damage)."""
     meta = json.loads((entry / "meta.json").read_text())
     change(meta)
     raw = json.dumps(meta, indent=1, sort_keys=True).encode()
@@ -128,7 +131,8 @@ def test_a_root_writable_by_group_or_others_is_refused(cache_dir, mode, who):
 @pytest.mark.parametrize("mode", [0o700, 0o755], ids=["0700", "0755"])
 def test_a_private_or_read_only_shared_root_of_ones_own_is_used(cache_dir, mode):
     cache_dir.mkdir()
-    os.chmod(cache_dir, mode)        # 0755: what earlier versions made under umask 022; nobody else can write it
+    # 0755: what earlier versions made under umask 022; nobody else can write it
+    os.chmod(cache_dir, mode)
     assert DiskCache().store(KEY, {}, {"x.txt": "x"}) is not None
     assert DiskCache().load(KEY).text("x.txt") == "x"
 
@@ -164,9 +168,21 @@ def test_a_cache_folder_made_by_another_user_is_refused(monkeypatch):
     try:
         os.chmod(shared, 0o1777)                  # like /tmp: anyone may create a folder in it
         folder = shared / "cache"
-        made = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c",
-                               f"umask 0; mkdir -m 0777 {folder} && mkdir -m 0777 {folder}/v1"],
-                              capture_output=True, text=True, timeout=60, check=False)
+        made = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                "sh",
+                "-c",
+                f"umask 0; mkdir -m 0777 {folder} && mkdir -m 0777 {folder}/v1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert made.returncode == 0, made.stderr
         assert os.stat(folder).st_uid == NOBODY          # really made by the other user
         monkeypatch.setenv("TILE_NB_CACHE_DIR", str(folder))
@@ -269,7 +285,9 @@ def test_an_intact_module_is_loaded_from_the_cache(entry_with_module):
     assert kernel.from_cache and loads.paths == [str(entry / "module.so")]   # the detector sees a load
 
 
-@pytest.mark.parametrize("swap", ["owned_by_another_user", "group_writable", "other_bytes", "other_bytes_and_meta"])
+@pytest.mark.parametrize(
+    "swap", ["owned_by_another_user", "group_writable", "other_bytes", "other_bytes_and_meta"]
+)
 def test_a_swapped_module_is_never_loaded(entry_with_module, swap):
     entry, loads = entry_with_module
     module = entry / "module.so"
@@ -284,7 +302,8 @@ def test_a_swapped_module_is_never_loaded(entry_with_module, swap):
         os.chmod(module, 0o664)
     else:
         module.write_bytes(b"\x7fELF the attacker's module")
-        if swap == "other_bytes_and_meta":   # the checksum in meta.json made to match, meta.sha256 left as it was
+        # the checksum in meta.json made to match, meta.sha256 left as it was
+        if swap == "other_bytes_and_meta":
             import hashlib
 
             data = module.read_bytes()
@@ -295,7 +314,9 @@ def test_a_swapped_module_is_never_loaded(entry_with_module, swap):
             rt.compile(add_module(), "sm_90a")
         assert info.value.path == str(module)
     else:
-        with pytest.warns(CacheWarning, match="damaged .*(module.so does not match|meta.json does not match)"):
+        with pytest.warns(
+            CacheWarning, match="damaged .*(module.so does not match|meta.json does not match)"
+        ):
             kernel = rt.compile(add_module(), "sm_90a")
         assert not kernel.from_cache                           # rebuilt instead
     assert loads.paths == []
@@ -383,8 +404,10 @@ def _saved_search(store, key: str) -> None:
     from tile_nb.bench.timing import Timing
 
     points = [SweepPoint(config=dict(c), timing=Timing(median_ms=ms, p20=ms, p80=ms, n=3, device="cuda"))
-              for c, ms in zip(CONFIGS, (2.0, 1.0))]
-    result = TuneResult("k", {"block_M": [64, 128]}, points, gpu=True, device_name="gpu", best_config=CONFIGS[1])
+              for c, ms in zip(CONFIGS, (2.0, 1.0), strict=True)]
+    result = TuneResult(
+        "k", {"block_M": [64, 128]}, points, gpu=True, device_name="gpu", best_config=CONFIGS[1]
+    )
     store.save(key, {"kernel": {"name": "k"}, "key": {}, "device": "gpu"}, result.to_dict())
 
 
@@ -439,7 +462,8 @@ def test_a_tuning_record_of_another_user_is_refused():
         store.load(KEY)
 
 
-# ------------------------------------------------------------------------------------------ shipped Ray entries
+# ------------------------------------------------------------------------------------------
+# shipped Ray entries
 
 def _shipped(files: dict[str, bytes]):
     import hashlib
@@ -494,15 +518,16 @@ def test_a_shipped_entry_that_does_not_check_out_is_refused(cache_dir, damage, w
 
 @needs_compiler
 def test_the_receiver_computes_the_key_a_worker_published_under(cache_dir, tmp_path, monkeypatch):
-    """What the Ray path relies on: the parent (or a GPU actor) recomputes the worker's key from the job it sent,
-    so a good entry is accepted and one built with other lowering switches is refused."""
+    """What the Ray path relies on: the parent (or a GPU actor) recomputes the worker's key from the job it
+    sent, so a good entry is accepted and one built with other lowering switches is refused."""
     from kernels.seed import gemm_variant
 
     from tile_nb.bench.compile_worker import compile_job
     from tile_nb.bench.ray_pool import ShippedEntryError, expected_key_of, publish_entry
 
-    func = rt.with_device_facts(gemm_variant.specialize(M=128, N=128, K=64, block_M=64, block_N=64, block_K=32),
-                                "sm_90a")
+    func = rt.with_device_facts(
+        gemm_variant.specialize(M=128, N=128, K=64, block_M=64, block_N=64, block_K=32), "sm_90a"
+    )
     job = {"id": 1, "ir": func.script(), "target": "sm_90a", "options": {}, "env": {}}
     out = compile_job(dict(job, ship_entry=True))
     assert out["ok"], out.get("error")
@@ -531,8 +556,8 @@ __attribute__((constructor)) static void mark(void) {
 @pytest.mark.gpu
 @pytest.mark.parametrize("swap", ["victims_own_bytes", "owned_by_another_user", "group_writable"])
 def test_gpu_a_swapped_module_so_is_never_dlopened(cache_dir, tmp_path, swap):
-    """On a GPU the entry holds a real module.so; a library whose constructor leaves a mark takes its place. The
-    next compile must refuse it or rebuild, never load it: no mark."""
+    """On a GPU the entry holds a real module.so; a library whose constructor leaves a mark takes its place.
+    The next compile must refuse it or rebuild, never load it: no mark."""
     torch = pytest.importorskip("torch")
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:

@@ -1,6 +1,6 @@
-"""Calls a kernel cannot run as given: each gets an error that names the kernel, the argument, its value and what
-is expected, pointing at the user's line (never a raw torch or TVM error). Zero-size dims run nothing, as torch
-ops on empty tensors do."""
+"""Calls a kernel cannot run as given: each gets an error that names the kernel, the argument, its value and
+what is expected, pointing at the user's line (never a raw torch or TVM error). Zero-size dims run nothing, as
+torch ops on empty tensors do."""
 import warnings
 
 import pytest
@@ -8,8 +8,8 @@ import torch
 
 import tile_nb
 import tile_nb.language as T
-from tile_nb import errors
 from tests.kernels.seed import gemm
+from tile_nb import errors
 
 SM90 = "cuda -arch=sm_90a"
 
@@ -69,7 +69,7 @@ def _points_at(err, text: str):
     assert "tile_nb/" not in str(err)
 
 
-# ---- consts given as keywords -----------------------------------------------------------------------------------
+# ---- consts given as keywords ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call", [lambda: scale.compile(N=-128, target=SM90), lambda: scale.specialize(N=-1),
                                   lambda: gemm.compile(M=-128, N=128, K=64, target=SM90)])
@@ -97,13 +97,15 @@ def test_a_const_keyword_must_be_an_int():
 
 
 def test_a_grid_extent_that_comes_out_negative_is_refused_at_the_t_kernel_line():
-    with pytest.raises(errors.DSLError, match=r"T.Kernel grid extent 0 is -2; a grid extent must be >= 0") as info:
+    with pytest.raises(
+        errors.DSLError, match=r"T.Kernel grid extent 0 is -2; a grid extent must be >= 0"
+    ) as info:
         shrunk_grid(torch.zeros(2), torch.zeros(2))
     assert "N=2" in info.value.hint
     _points_at(info.value, "T.Kernel(N - 4")
 
 
-# ---- zero-size dims ---------------------------------------------------------------------------------------------
+# ---- zero-size dims ----------------------------------------------------------------------------------------
 
 def test_a_zero_size_call_runs_nothing_and_warns_nothing():
     X, Y = torch.zeros(0), torch.zeros(0)
@@ -116,7 +118,8 @@ def test_a_zero_size_call_runs_nothing_and_warns_nothing():
 
 
 def test_a_zero_size_contraction_still_runs_the_kernel():
-    """K=0 leaves the grid whole: the k-loop runs zero times and C is A @ B, all zeros (torch's result too)."""
+    """K=0 leaves the grid whole: the k-loop runs zero times and C is A @ B,
+    all zeros (torch's result too)."""
     A, B = torch.randn(70, 0).half(), torch.randn(0, 33).half()
     C = torch.full((70, 33), 5.0)
     gemm(A, B, C)
@@ -135,13 +138,15 @@ def test_compiling_for_an_empty_grid_is_refused_at_the_t_kernel_line():
 
 
 def test_an_empty_grid_with_an_output_it_would_never_write_is_refused():
-    with pytest.raises(errors.EmptyGridError, match=r"its output 'out' of shape \(8,\) would never be written") as info:
+    with pytest.raises(
+        errors.EmptyGridError, match=r"its output 'out' of shape \(8,\) would never be written"
+    ) as info:
         first_eight(torch.zeros(0))
     _points_at(info.value, "T.Kernel(")
     torch.testing.assert_close(first_eight(torch.arange(10.0)), torch.arange(8.0))
 
 
-# ---- tensors without data, not dense, quantized -----------------------------------------------------------------
+# ---- tensors without data, not dense, quantized ------------------------------------------------------------
 
 def test_meta_tensors_are_refused_with_what_tile_nb_runs_on():
     with pytest.raises(errors.UnsupportedTensorError) as info:
@@ -175,19 +180,23 @@ def test_sparse_tensors_are_refused(to_sparse):
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
 def test_quantized_tensors_are_refused():
     Q = torch.quantize_per_tensor(torch.randn(40), 0.1, 0, torch.qint8)
-    with pytest.raises(errors.UnsupportedTensorError, match=r"argument 'X' is a quantized tensor \(torch.qint8\)"):
+    with pytest.raises(
+        errors.UnsupportedTensorError, match=r"argument 'X' is a quantized tensor \(torch.qint8\)"
+    ):
         scale(Q, torch.zeros(40))
 
 
-# ---- autograd ---------------------------------------------------------------------------------------------------
+# ---- autograd ----------------------------------------------------------------------------------------------
 
 def test_a_written_tensor_that_requires_grad_is_refused_with_how_to_detach():
     X, Y = torch.randn(50), torch.zeros(50, requires_grad=True)
     with pytest.raises(errors.RequiresGradError) as info:
         scale(X, Y)
     err = info.value
-    assert "scale() writes argument 'Y', which requires grad: autograd is not supported for tile_nb kernels yet" \
+    assert (
+        "scale() writes argument 'Y', which requires grad: autograd is not supported for tile_nb kernels yet"
         in err.message
+    )
     assert "Y.detach()" in err.hint and "torch.no_grad()" in err.hint
     _points_at(err, "Y: T.Tensor[[N], T.float32]")
     assert torch.equal(Y.detach(), torch.zeros(50))  # nothing was written
@@ -214,7 +223,8 @@ def test_a_read_only_input_may_require_grad_and_nothing_is_recorded():
     B, C = torch.randn(48, 17).half(), torch.zeros(33, 17)
     gemm(A, B, C)
     torch.testing.assert_close(C, A.detach().float() @ B.float(), rtol=1e-3, atol=1e-3)
-    assert not C.requires_grad and C.grad_fn is None  # the interpreter, like the GPU, is invisible to autograd
+    # the interpreter, like the GPU, is invisible to autograd
+    assert not C.requires_grad and C.grad_fn is None
     out = doubled(torch.randn(5, requires_grad=True))
     assert not out.requires_grad
 
@@ -235,7 +245,7 @@ def test_the_new_errors_pickle_with_their_location():
     assert type(again) is errors.ConstValueError and str(again) == str(info.value)
 
 
-# ---- on the GPU -------------------------------------------------------------------------------------------------
+# ---- on the GPU --------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 def test_gpu_a_zero_size_call_launches_nothing():

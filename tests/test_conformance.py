@@ -1,5 +1,7 @@
-"""The conformance runner on a tiny fake tilelang checkout made here (this project's own scripts, not tilelang's):
-a passing, a failing, an erroring (missing API) and a timing-out example, an excluded sm_100 one, and two tests."""
+"""The conformance runner on a tiny fake tilelang checkout made here (this
+project's own scripts, not tilelang's):
+a passing, a failing, an erroring (missing API) and a timing-out example, an
+excluded sm_100 one, and two tests."""
 import json
 import textwrap
 
@@ -47,12 +49,20 @@ def _fake_checkout(root):
         import tilelang.language as T
         T.alloc_tmem([128, 128], T.float32)
     """)
-    cells = [{"cell_type": "markdown", "source": ["# a demo"]},
-             {"cell_type": "code", "source": ["%matplotlib inline\n", "import tilelang\n", "n = tilelang.cdiv(9, 2)"],
-              "outputs": []},
-             {"cell_type": "code", "source": "raise ValueError('shown on purpose')",
-              "outputs": [{"output_type": "error", "ename": "ValueError"}]},
-             {"cell_type": "code", "source": "assert n == 5", "outputs": []}]
+    cells = [
+        {"cell_type": "markdown", "source": ["# a demo"]},
+        {
+            "cell_type": "code",
+            "source": ["%matplotlib inline\n", "import tilelang\n", "n = tilelang.cdiv(9, 2)"],
+            "outputs": [],
+        },
+        {
+            "cell_type": "code",
+            "source": "raise ValueError('shown on purpose')",
+            "outputs": [{"output_type": "error", "ename": "ValueError"}],
+        },
+        {"cell_type": "code", "source": "assert n == 5", "outputs": []},
+    ]
     _write(root, "examples/demo/demo.ipynb", json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5}))
     _write(root, "testing/python/language/test_tilelang_language_eager_jit.py", """
         import tilelang
@@ -78,8 +88,23 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     root = tmp_path / "tilelang"
     _fake_checkout(root)
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    rc = conformance.main([str(root), "--backend", "interp", "--timeout", "10", "--jobs", "7", "--commit", "abc123",
-                           "--json", str(out_json), "--markdown", str(out_md)])
+    rc = conformance.main(
+        [
+            str(root),
+            "--backend",
+            "interp",
+            "--timeout",
+            "10",
+            "--jobs",
+            "7",
+            "--commit",
+            "abc123",
+            "--json",
+            str(out_json),
+            "--markdown",
+            str(out_md),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     cases = {c["name"]: c for c in json.loads(out_json.read_text())["cases"]}
@@ -106,6 +131,8 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     assert "| test | 2 | 1 | 0 | 1 | 0 | 0 | 0 |" in printed
     assert "| notebook | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in printed
     doc = out_md.read_text()
-    assert "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
+    assert (
+        "tilelang commit: `abc123`" in doc and "Examples: 1 of 4 pass" in doc and "Notebooks: 1 of 1" in doc
+    )
     assert "| `tilelang.language.alloc_cluster_barrier` | 1 |" in doc
     assert "| `tilelang.language.cummax` | 1 |" in doc

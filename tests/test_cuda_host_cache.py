@@ -1,6 +1,6 @@
-"""The launch caches of host='cuda_host' (tile_nb/backend/cuda_host.py, `cache_launch_setup`): the rewrite of TVM's
-cuda_host source, and the prelude's caches run in a host-only program against counting fakes of the driver calls.
-CPU only; the GPU tests launch the real thing."""
+"""The launch caches of host='cuda_host' (tile_nb/backend/cuda_host.py, `cache_launch_setup`): the rewrite of
+TVM's cuda_host source, and the prelude's caches run in a host-only program against counting fakes of the
+driver calls. CPU only; the GPU tests launch the real thing."""
 import os
 import shutil
 import subprocess
@@ -30,32 +30,59 @@ TVM_DLL int32_t __tvm_ffi_k(void* self_handle, void* args, int32_t num_args, voi
 
 def test_the_rewrite_routes_each_call_site_through_its_own_cache():
     out = cache_launch_setup(HOST)
-    assert "CUresult tensormap_error = tile_nb_encode_tiled<0>(static_cast<CUtensorMap*>(tensormap_arg), " in out
-    assert "CUresult tensormap_error_1 = tile_nb_encode_tiled<1>(static_cast<CUtensorMap*>(tensormap_arg_9), " in out
+    assert (
+        "CUresult tensormap_error = tile_nb_encode_tiled<0>(static_cast<CUtensorMap*>(tensormap_arg), " in out
+    )
+    assert (
+        "CUresult tensormap_error_1 = tile_nb_encode_tiled<1>(static_cast<CUtensorMap*>(tensormap_arg_9), "
+        in out
+    )
     assert "tile_nb_set_max_dynamic_smem<0>(::k, cuda_device, cuda_arg_6)) != 0) return -1;" in out
-    assert '"cuTensorMapEncodeTiled failed"' in out                       # the error message is left alone
-    assert out.index(LAUNCH_CACHE_PRELUDE) == out.index("#define TVM_DLL") + len("#define TVM_DLL TVM_FFI_DLL_EXPORT\n")
+    assert '"cuTensorMapEncodeTiled failed"' in out  # the error message is left alone
+    assert out.index(LAUNCH_CACHE_PRELUDE) == out.index("#define TVM_DLL") + len(
+        "#define TVM_DLL TVM_FFI_DLL_EXPORT\n"
+    )
     assert cache_launch_setup(out) == out                                 # rewriting twice changes nothing
 
 
 def test_a_kernel_without_tensor_maps_keeps_its_encode_free_source():
     """cp.async kernels: no tensor map, and below 48 KiB of dynamic shared memory no attribute either."""
     plain = HOST.replace("const __grid_constant__ CUtensorMap A_tensormap, ", "")
-    plain = "\n".join(line for line in plain.splitlines() if "CUtensorMap" not in line and "cudaFunc" not in line)
+    plain = "\n".join(
+        line for line in plain.splitlines() if "CUtensorMap" not in line and "cudaFunc" not in line
+    )
     assert cache_launch_setup(plain) == plain
     with_smem = "\n".join(line for line in HOST.splitlines() if "CUtensorMap" not in line)
     out = cache_launch_setup(with_smem)
-    assert "tile_nb_set_max_dynamic_smem<0>(::k, cuda_device, cuda_arg_6)" in out and "_encode_tiled<" not in out
+    assert (
+        "tile_nb_set_max_dynamic_smem<0>(::k, cuda_device, cuda_arg_6)" in out and "_encode_tiled<" not in out
+    )
 
 
-@pytest.mark.parametrize("change, expected", [
-    (("CUresult tensormap_error = cuTensorMapEncodeTiled(", "tensormap_error = cuTensorMapEncodeTiled("),
-     "every tensor-map encode spelled `CUresult NAME = cuTensorMapEncodeTiled\\(`"),
-    (("cudaFuncAttributeMaxDynamicSharedMemorySize, cuda_arg_6", "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cuda_arg_6"),
-     "every cudaFuncSetAttribute spelled"),
-    (("cudaGetDevice(&cuda_device)", "cudaGetDevice(cuda_device)"), "`cudaGetDevice\\(&NAME\\)` before"),
-    (("#define TVM_DLL TVM_FFI_DLL_EXPORT", "#define TVM_DLL"), "one line '#define TVM_DLL TVM_FFI_DLL_EXPORT' before"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            (
+                "CUresult tensormap_error = cuTensorMapEncodeTiled(",
+                "tensormap_error = cuTensorMapEncodeTiled(",
+            ),
+            "every tensor-map encode spelled `CUresult NAME = cuTensorMapEncodeTiled\\(`",
+        ),
+        (
+            (
+                "cudaFuncAttributeMaxDynamicSharedMemorySize, cuda_arg_6",
+                "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cuda_arg_6",
+            ),
+            "every cudaFuncSetAttribute spelled",
+        ),
+        (("cudaGetDevice(&cuda_device)", "cudaGetDevice(cuda_device)"), "`cudaGetDevice\\(&NAME\\)` before"),
+        (
+            ("#define TVM_DLL TVM_FFI_DLL_EXPORT", "#define TVM_DLL"),
+            "one line '#define TVM_DLL TVM_FFI_DLL_EXPORT' before",
+        ),
+    ],
+)
 def test_an_unexpected_spelling_fails_loudly(change, expected):
     with pytest.raises(LaunchCacheError, match=f"cache_launch_setup expected {expected}.*host='llvm'"):
         cache_launch_setup(HOST.replace(*change))
@@ -67,9 +94,10 @@ def test_host_tensor_maps_without_an_encode_call_fail_loudly():
         cache_launch_setup(source)
 
 
-# The prelude in a host-only program: cuTensorMapEncodeTiled and cudaFuncSetAttribute are counting fakes defined
-# here (nothing from the driver or the CUDA runtime is linked), so the caches' hits and misses can be counted. g++
-# sees no __CUDACC__, so cuda_runtime.h leaves out its cudaFuncSetAttribute(T* kernel, ...) and the fake is that.
+# The prelude in a host-only program: cuTensorMapEncodeTiled and cudaFuncSetAttribute are counting fakes
+# defined here (nothing from the driver or the CUDA runtime is linked), so the caches' hits and misses
+# can be counted. g++ sees no __CUDACC__, so cuda_runtime.h leaves out its cudaFuncSetAttribute(T*
+# kernel, ...) and the fake is that.
 PROGRAM = r"""
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -163,7 +191,9 @@ def cuda_include() -> str | None:
     return folder if folder and os.path.isfile(os.path.join(folder, "cuda_runtime.h")) else None
 
 
-@pytest.mark.skipif(not (shutil.which("g++") and cuda_include()), reason="needs g++ and the CUDA toolkit's headers")
+@pytest.mark.skipif(
+    not (shutil.which("g++") and cuda_include()), reason="needs g++ and the CUDA toolkit's headers"
+)
 def test_the_prelude_caches_count_driver_calls_in_a_host_program(tmp_path):
     (tmp_path / "caches.cpp").write_text(PROGRAM.replace("PRELUDE", LAUNCH_CACHE_PRELUDE))
     build = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Werror", "-pthread", "-I", cuda_include(),

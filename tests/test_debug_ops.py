@@ -25,7 +25,7 @@ def arange(*shape, dtype=torch.float32):
     return torch.arange(n, dtype=torch.float32).reshape(shape).to(dtype)
 
 
-# ---- kernels -------------------------------------------------------------------------------------------------
+# ---- kernels -----------------------------------------------------------------------------------------------
 
 @tile_nb.jit
 def print_scalars(A, n: int = 4, block=None, thread=None):
@@ -100,7 +100,7 @@ def check_count(A, limit: int = 8):
         T.device_assert(A[0] < limit, "count over the limit")
 
 
-# ---- T.print on the interpreter --------------------------------------------------------------------------------
+# ---- T.print on the interpreter ----------------------------------------------------------------------------
 
 def test_print_scalars_every_block_in_order(capsys):
     print_scalars(arange(8))
@@ -174,8 +174,10 @@ def test_print_half_and_bool_values_as_c_printf(capsys):
 
 
 def test_print_inside_parallel_is_refused_at_the_line():
-    with pytest.warns(Warning, match="T.print inside a T.Parallel loop"), \
-            pytest.raises(TileNBError, match="T.print inside a T.Parallel loop") as err:  # the GPU refuses it too
+    with (
+        pytest.warns(Warning, match="T.print inside a T.Parallel loop"),
+        pytest.raises(TileNBError, match="T.print inside a T.Parallel loop") as err,
+    ):  # the GPU refuses it too
         print_in_parallel(arange(4))
     assert err.value.lineno == line_of(print_in_parallel, "T.print(A[i])")
 
@@ -214,7 +216,7 @@ def test_tilelang_positional_msg_and_no_stack_info(capsys):
         tl_style(-torch.ones(2))
 
 
-# ---- T.device_assert on the interpreter ---------------------------------------------------------------------------
+# ---- T.device_assert on the interpreter --------------------------------------------------------------------
 
 def test_assert_that_holds_is_silent(capsys):
     A = torch.rand(10) + 0.5
@@ -267,7 +269,7 @@ def test_compile_time_assert_fails_at_elaboration():
     static_check(arange(2), n=4)
 
 
-# ---- the CUDA they lower to (compile only) ------------------------------------------------------------------------
+# ---- the CUDA they lower to (compile only) -----------------------------------------------------------------
 
 def test_cuda_source_prints_from_one_thread_of_the_filtered_block():
     src = print_scalars.compile(arange(8), block=1, thread=5, target="sm_90a").cuda_source
@@ -320,7 +322,7 @@ def test_fragment_tile_prints_through_shared_memory_and_its_element_is_refused()
         print_region_and_fragment(A, element=True)
 
 
-# ---- capture of C-level output around a launch (no GPU needed) -----------------------------------------------------
+# ---- capture of C-level output around a launch (no GPU needed) ---------------------------------------------
 
 def test_c_level_output_is_captured_and_written_to_sys_stdout(capsys):
     import ctypes
@@ -376,7 +378,7 @@ def test_debug_launch_turns_an_assert_error_into_device_assert_error(monkeypatch
         other()
 
 
-# ---- on the GPU (not run where no device is present) ---------------------------------------------------------------
+# ---- on the GPU (not run where no device is present) -------------------------------------------------------
 
 @pytest.mark.gpu
 def test_gpu_print_reaches_python_stdout(capfd):

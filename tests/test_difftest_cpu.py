@@ -1,6 +1,7 @@
 """Differential tests, CPU tier (tests/difftest/README.md): kernels generated from a grammar of the tile
 language run on the interpreter against a torch model of the grammar, then compile for sm_90a and sm_80
-(lower + nvcc + ptxas -v) without a GPU. A failure prints the kernel's spec and writes a standalone reproducer.
+(lower + nvcc + ptxas -v) without a GPU. A failure prints the kernel's spec
+and writes a standalone reproducer.
 
 Derandomized by default (the same kernels every run); DIFFTEST_EXAMPLES / DIFFTEST_RANDOM fuzz more.
 CI runs this module as its own step (.ci/run); the unit-test run deselects it (-m "not difftest")."""
@@ -37,9 +38,13 @@ def test_generated_kernels(family):
     @hypothesis_settings("cpu")
     @hypothesis.given(spec=spec_strategy(family))
     def check(spec):
-        report(run_cpu(render(spec), compile_=compile_), "cpu",
-               rerun=f"python -m pytest -p no:nbval 'tests/test_difftest_cpu.py::test_generated_kernels[{family}]' "
-                     "(derandomized: the same draws every run), or the reproducer")
+        report(
+            run_cpu(render(spec), compile_=compile_),
+            "cpu",
+            rerun="python -m pytest -p no:nbval "
+                  f"'tests/test_difftest_cpu.py::test_generated_kernels[{family}]' "
+            "(derandomized: the same draws every run), or the reproducer",
+        )
 
     check()
     if not compile_:

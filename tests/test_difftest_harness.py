@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import torch
-
 from difftest import FAMILIES, RandomChooser, check, render
 from difftest.case import GUARD
 from difftest.families.copies import CopySpec
@@ -36,12 +35,16 @@ def test_a_write_into_the_guard_zone_shows():
     args, before, result = check.run_case(ns, "cpu")
     expected = check.expect(ns, args, before, ns["model"](*ns["make_inputs"]("cpu")))
     assert set(expected) == {"Y", "Y outside its view"}
-    assert all(check.compare(v, expected[k], check.EXACT) is None for k, v in check.observe(ns, args, result).items())
+    assert all(
+        check.compare(v, expected[k], check.EXACT) is None for k, v in check.observe(ns, args, result).items()
+    )
     check.base_of(args[1])[GUARD - 1] = 1.0   # a stray store at Y[-1], as an unguarded copy would make
     actual = check.observe(ns, args, result)
     assert check.compare(actual["Y"], expected["Y"], check.EXACT) is None
     diff = check.compare(actual["Y outside its view"], expected["Y outside its view"], check.EXACT)
-    assert diff is not None and diff.startswith("1 of 128 elements differ") and "got 1.0, expected nan" in diff
+    assert (
+        diff is not None and diff.startswith("1 of 128 elements differ") and "got 1.0, expected nan" in diff
+    )
 
 
 def test_close_rule_scales_with_the_operands_and_matches_nan_and_inf():
@@ -68,7 +71,9 @@ def test_every_family_draws_and_renders_kernels_that_elaborate():
         for seed in range(3):
             case = module.render(module.draw(RandomChooser(seed)))
             ns = case.load()
-            assert callable(ns["KERNEL"]) and ns["KERNEL"].specialize(*ns["make_inputs"]("cpu")) is not None, family
+            assert (
+                callable(ns["KERNEL"]) and ns["KERNEL"].specialize(*ns["make_inputs"]("cpu")) is not None
+            ), family
 
 
 def test_the_same_seed_gives_the_same_kernel():
@@ -82,7 +87,8 @@ def test_reproducer_runs_with_plain_python(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for c, rc in ((case, 0), (wrong, 1)):
         path = c.write_reproducer(str(tmp_path))
-        run = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run(
+            [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == rc, run.stdout + run.stderr
         assert ("interpreter vs model: ok" if rc == 0 else "interpreter vs model: FAILED") in run.stdout

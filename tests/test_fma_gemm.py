@@ -1,25 +1,31 @@
-"""`T.gemm` with float32 / float64 operands (or a float64 accumulator): exact products by FMA on the CUDA cores
-(tile_nb/lower/emit/fma_gemm.py), in the register layout of the mma.sync accumulator.
+"""`T.gemm` with float32 / float64 operands (or a float64 accumulator): exact products by FMA on the CUDA
+cores (tile_nb/lower/emit/fma_gemm.py), in the register layout of the mma.sync accumulator.
 
-CPU: the register arithmetic of the FMA path covers each accumulator element once, where the layout puts it; the
-plan names the path; the CUDA and PTX for sm_90a, sm_80 and sm_75 build with nvcc and hold FMAs and no tensor-core
-instruction; the interpreter against torch at odd shapes. GPU (marked gpu): the same kernels against torch's float64
-product within the float32 (float64) rounding bound of a K-term sum, and against torch's float32 matmul with TF32 off.
+CPU: the register arithmetic of the FMA path covers each accumulator element once, where the layout puts it;
+the plan names the path; the CUDA and PTX for sm_90a, sm_80 and sm_75 build with nvcc and hold FMAs and no
+tensor-core instruction; the interpreter against torch at odd shapes. GPU (marked gpu): the same kernels
+against torch's float64 product within the float32 (float64) rounding bound of a K-term sum, and against
+torch's float32 matmul with TF32 off.
 """
 import re
 
 import pytest
 import torch
+from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 import tile_nb
 from tile_nb.backend import toolchain
-from tile_nb.lower.emit.fma_gemm import position, reg_digits, register_part
 from tile_nb.lower.analysis.layout import MmaAccLayout
-from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
+from tile_nb.lower.emit.fma_gemm import position, reg_digits, register_part
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
-_DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+_DT = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
 _UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
 
 
@@ -42,9 +48,9 @@ def _as_mk_kn(A, B, trans_A, trans_B):
 
 
 def _check(C, A, B, K, acc_dtype, trans_A=False, trans_B=False):
-    """|C - A B| <= (K + 1) u sum_k |a b| elementwise (u: the accumulator's unit roundoff): the worst case of a K-term
-    sum of exact products, each addition rounded once, and the stored result's rounding. TF32 inputs (10-bit
-    mantissas) would miss it by a factor of about 2^13 / K."""
+    """|C - A B| <= (K + 1) u sum_k |a b| elementwise (u: the accumulator's unit roundoff): the worst case of
+    a K-term sum of exact products, each addition rounded once, and the stored result's rounding. TF32 inputs
+    (10-bit mantissas) would miss it by a factor of about 2^13 / K."""
     a, b = _as_mk_kn(A.double(), B.double(), trans_A, trans_B)
     exact = a @ b
     bound = (K + 1) * _UNIT_ROUNDOFF[acc_dtype] * (a.abs() @ b.abs())
@@ -53,14 +59,16 @@ def _check(C, A, B, K, acc_dtype, trans_A=False, trans_B=False):
     assert bool((err <= bound).all()), f"worst error {float((err - bound).max()):.3g} over the bound"
 
 
-# ---- the register arithmetic of the FMA path ---------------------------------------------------------------------
+# ---- the register arithmetic of the FMA path ---------------------------------------------------------------
 
-@pytest.mark.parametrize("bm, bn, warps, rows_per_warp", [(64, 64, 4, False), (128, 128, 4, False),
-                                                           (64, 64, 4, True), (128, 64, 8, True), (32, 16, 2, False)])
+@pytest.mark.parametrize(
+    "bm, bn, warps, rows_per_warp",
+    [(64, 64, 4, False), (128, 128, 4, False), (64, 64, 4, True), (128, 64, 8, True), (32, 16, 2, False)],
+)
 def test_each_register_multiplies_the_row_and_column_its_layout_holds(bm, bn, warps, rows_per_warp):
     """For every thread and register: the A row and B column the FMA path loads for it (fma_gemm.position of
-    register_part) are the element the accumulator's layout puts there (what copies and T.Parallel loops read),
-    and the threads' registers cover the tile exactly once."""
+    register_part) are the element the accumulator's layout puts there (what copies and T.Parallel loops
+    read), and the threads' registers cover the tile exactly once."""
     lay = MmaAccLayout.choose(bm, bn, warps, rows_per_warp=rows_per_warp, fma=True)
     layout = lay.linear()
     rows, cols = reg_digits(layout, 0), reg_digits(layout, 1)
@@ -68,22 +76,31 @@ def test_each_register_multiplies_the_row_and_column_its_layout_holds(bm, bn, wa
     for tx in range(warps * 32):
         row0, col0 = layout.element(tx, 0)
         for r in range(layout.regs):
-            got = (position(rows, register_part(layout, r, 0), row0), position(cols, register_part(layout, r, 1), col0))
+            got = (
+                position(rows, register_part(layout, r, 0), row0),
+                position(cols, register_part(layout, r, 1), col0),
+            )
             assert got == tuple(layout.element(tx, r)), (tx, r)
             assert got not in seen
             seen.add(got)
     assert len(seen) == bm * bn
 
 
-# ---- plan, CUDA, PTX ---------------------------------------------------------------------------------------------
+# ---- plan, CUDA, PTX ---------------------------------------------------------------------------------------
 
 _TENSOR_CORE = ("mma.sync", "wgmma", "ldmatrix", "tnb_mma", "tnb_wgmma")
 
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80", "sm_75"])
-@pytest.mark.parametrize("case", [dict(), dict(trans_A=True, trans_B=True), dict(acc_dtype="float64", a_dtype="float64",
-                                                                                   b_dtype="float64")])
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(),
+        dict(trans_A=True, trans_B=True),
+        dict(acc_dtype="float64", a_dtype="float64", b_dtype="float64"),
+    ],
+)
 def test_builds_with_fmas_and_no_tensor_core_instruction(arch, case):
     dt = case.get("a_dtype", "float32")
     A, B = _inputs(70, 45, 33, dt, dt, case.get("trans_A", False), case.get("trans_B", False))
@@ -107,7 +124,8 @@ def test_row_statistics_of_an_fma_accumulator_build():
 
 
 def test_float16_inputs_into_a_float64_accumulator_take_the_fma_path():
-    """The tensor cores add in float32; a float64 accumulator gets float64 sums, as the interpreter computes them."""
+    """The tensor cores add in float32; a float64 accumulator gets float64 sums, as
+    the interpreter computes them."""
     A, B = _inputs(70, 45, 33, "float16", "float16")
     k = gemm_variant.compile(A, B, torch.empty(70, 45, dtype=torch.float64), target="sm_90a",
                              **fma(a_dtype="float16", b_dtype="float16", acc_dtype="float64"))
@@ -116,8 +134,9 @@ def test_float16_inputs_into_a_float64_accumulator_take_the_fma_path():
 
 
 def test_float64_accumulator_counts_two_registers_per_element():
-    """A 128x128 float64 accumulator over 128 threads is 128 doubles, 256 32-bit registers per thread: refused by the
-    register budget (it spilled 9.7 KB to local memory before the budget counted 64-bit elements twice)."""
+    """A 128x128 float64 accumulator over 128 threads is 128 doubles, 256 32-bit registers per
+    thread: refused by the register budget (it spilled 9.7 KB to local memory before the budget
+    counted 64-bit elements twice)."""
     from tile_nb.lower import LoweringError
 
     A = torch.randn(256, 256, dtype=torch.float64)
@@ -132,7 +151,7 @@ def test_float16_gemm_keeps_the_tensor_cores():
     assert k.plan["mma"][0]["kind"].startswith("mma.sync")
 
 
-# ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------------
+# ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------
 
 SHAPES = [(70, 45, 33), (1, 1, 1), (129, 64, 100)]
 
@@ -159,8 +178,8 @@ def test_dynamic_M_one_kernel_for_every_M(backend, M):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_agrees_with_torch_float32_matmul_without_tf32(backend):
-    """Against torch's own float32 product (TF32 off): both within K u sum |a b| of the exact one, so within twice
-    that of each other."""
+    """Against torch's own float32 product (TF32 off): both within K u sum |a b| of the exact one, so within
+    twice that of each other."""
     M, N, K = 70, 45, 33
     A, B = _inputs(M, N, K, seed=3)
     C = torch.full((M, N), float("nan"), device=backend)
@@ -199,14 +218,14 @@ def test_row_statistics_read_the_fma_accumulator_in_its_layout(backend, M, N, K)
     gemm_minus_row_max(A.to(backend), B.to(backend), C)
     s = A.double() @ B.double()
     expected = s - s.max(dim=1, keepdim=True).values
-    # each S element within (K + 1) u sum |a b| of the exact one, the row max within the row's largest such bound,
-    # then the subtraction's rounding
+    # each S element within (K + 1) u sum |a b| of the exact one, the row max within the row's largest such
+    # bound, then the subtraction's rounding
     per = (K + 1) * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
     bound = per + per.max(dim=1, keepdim=True).values + 2.0 ** -24 * expected.abs()
     assert bool(((C.double().cpu() - expected).abs() <= bound).all())
 
 
-# ---- a whole kernel: FlashAttention in float32 (both T.gemm on the FMA path, a fragment as A) ---------------------
+# ---- a whole kernel: FlashAttention in float32 (both T.gemm on the FMA path, a fragment as A) --------------
 
 def _attention_inputs(S, D=64, B=1, H=4, HK=2, seed=0):
     g = torch.Generator().manual_seed(seed * 101 + S)
@@ -227,8 +246,8 @@ def test_float32_flash_attention_builds_on_the_fma_path(arch):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("S", [1, 100, 129])
 def test_float32_flash_attention_against_torch(backend, S):
-    """Against float64 SDPA: float32 exp2 and sums over S keys (each softmax weight within a few ulp, the output a
-    convex combination of V's rows), so within 2^-16 of max |V| here."""
+    """Against float64 SDPA: float32 exp2 and sums over S keys (each softmax weight within a few ulp, the
+    output a convex combination of V's rows), so within 2^-16 of max |V| here."""
     from kernels.reference import flash_attention_gqa
 
     Q, K, V = _attention_inputs(S)
@@ -263,7 +282,7 @@ def test_mixed_paths_into_one_accumulator(backend):
     assert bool(((C.double().cpu() - exact).abs() <= 2 * (2 * K + 1) * 2.0 ** -24 * P).all())
 
 
-# ---- shared operands: swizzled 16-byte chunks (option wide_swizzle) ----------------------------------------------
+# ---- shared operands: swizzled 16-byte chunks (option wide_swizzle) ----------------------------------------
 
 @needs_nvcc
 @pytest.mark.parametrize("wide_swizzle", [True, False])

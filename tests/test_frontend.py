@@ -1,4 +1,5 @@
-"""The lazy JIT front end: parameter forms, two-phase elaboration, caching, source capture and argument errors."""
+"""The lazy JIT front end: parameter forms, two-phase elaboration, caching,
+source capture and argument errors."""
 import subprocess
 import sys
 import textwrap
@@ -6,13 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernels.seed import gemm, gemm_ptr
 
 import tile_nb
 import tile_nb.language as T
 from tile_nb import errors
 from tile_nb.jit import CallFacts
-
-from kernels.seed import gemm, gemm_ptr
 
 
 def rand(*shape, dtype=torch.float32):
@@ -83,8 +83,11 @@ def test_seed_gemm_with_pointers():
 
 def test_pointer_call_without_its_consts_names_them():
     A = rand(64, 32, dtype=torch.float16)
-    with pytest.raises(errors.MissingConstError, match=r"const 'M': it is a dim of the pointer argument 'A', which "
-                                                      r"was given as an address \(int\), and an address carries no"):
+    with pytest.raises(
+        errors.MissingConstError,
+        match=r"const 'M': it is a dim of the pointer argument 'A', which "
+        r"was given as an address \(int\), and an address carries no",
+    ):
         gemm_ptr(A.data_ptr(), A.data_ptr(), A.data_ptr())
 
 
@@ -155,11 +158,13 @@ def test_const_used_only_in_grid_comes_from_keyword():
 
     func = fill_rows.specialize(R=3)
     assert 'T.launch_thread("blockIdx.x", 3)' in func.script()
-    with pytest.raises(errors.MissingConstError, match=r"needs a value for const 'R'.*fill_rows\(\.\.\., R=1024\)|R=1024"):
+    with pytest.raises(
+        errors.MissingConstError, match=r"needs a value for const 'R'.*fill_rows\(\.\.\., R=1024\)|R=1024"
+    ):
         fill_rows(torch.zeros(64))
 
 
-# -- caching --------------------------------------------------------------------------------------------------
+# -- caching -------------------------------------------------------------------------------------------------
 
 def test_cache_hits_and_misses_are_counted():
     @tile_nb.jit
@@ -218,7 +223,7 @@ def test_global_value_is_part_of_the_key():
         FACTOR = 2.0
 
 
-# -- source capture ---------------------------------------------------------------------------------------------
+# -- source capture ------------------------------------------------------------------------------------------
 
 KERNEL_SOURCE = textwrap.dedent("""
     import tile_nb
@@ -264,7 +269,7 @@ def test_source_from_a_py_file(tmp_path, monkeypatch):
     assert torch.equal(A, torch.ones(5))
 
 
-# -- errors: each names the kernel and parameter, says expected vs given, and points at the annotation line ----
+# -- errors: each names the kernel and parameter, says expected vs given, and points at the annotation line
 
 def _raise(fn, *args, **kwargs):
     with pytest.raises(errors.TileNBError) as info:
@@ -329,7 +334,9 @@ def test_error_device_mix():
 def test_error_argument_count_and_unknown_keyword():
     assert "missing 1 runtime argument(s): 'C'" in str(_raise(gemm, rand(4, 4), rand(4, 4)))
     assert "takes 7 positional arguments but 8 were given" in str(_raise(gemm, *([1] * 8)))
-    err = _raise(gemm, rand(64, 64, dtype=torch.float16), rand(64, 64, dtype=torch.float16), rand(64, 64), Q=3)
+    err = _raise(
+        gemm, rand(64, 64, dtype=torch.float16), rand(64, 64, dtype=torch.float16), rand(64, 64), Q=3
+    )
     assert "unexpected keyword argument(s) 'Q'" in str(err)
 
 
@@ -432,8 +439,10 @@ def test_template_stops_where_python_needs_a_const():
 
 
 def test_import_is_light():
-    code = "import sys, tile_nb; bad = [m for m in ('IPython', 'ipywidgets', 'matplotlib', 'jupyter_client') " \
-           "if m in sys.modules]; print(bad)"
+    code = (
+        "import sys, tile_nb; bad = [m for m in ('IPython', 'ipywidgets', 'matplotlib', 'jupyter_client') "
+        "if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -463,7 +472,9 @@ def test_assert_is_checked_once_consts_are_known_and_does_not_stop_the_template(
                 A[bx * block + i] = 1.0
 
     template = tiled.template()
-    assert template.stopped is None and template.assumptions == [(template.assumptions[0][0], "N % block == 0")]
+    assert template.stopped is None and template.assumptions == [
+        (template.assumptions[0][0], "N % block == 0")
+    ]
     A = torch.zeros(32)
     tiled(A)
     assert torch.equal(A, torch.ones(32))
@@ -563,8 +574,9 @@ def test_compile_time_values_equal_in_python_but_of_other_types_get_their_own_te
 
 
 def test_fast_path_launches_directly_by_call_facts():
-    """The cached-call fast path (CPU side of it): tensors that report CUDA go straight to the launch kept for their
-    facts (alignment of each pointer, divisibility of each T.dynamic dim); other facts go the checked way."""
+    """The cached-call fast path (CPU side of it): tensors that report CUDA go straight to the
+    launch kept for their facts (alignment of each pointer, divisibility of each T.dynamic dim);
+    other facts go the checked way."""
     import tile_nb
     import tile_nb.language as T
 
@@ -600,10 +612,10 @@ def test_fast_path_launches_directly_by_call_facts():
 
 
 def test_direct_launch_leaves_dtype_and_layout_to_the_kernel_and_falls_back_when_it_refuses():
-    """After one checked call, a call with the same shapes and facts goes straight to the kernel's launch without
-    reading dtypes or strides in Python: the compiled host function checks them (TVM raises TypeError or
-    ValueError, as the stand-in below does) and a refused call takes the checked path, which names the problem.
-    A runtime scalar's type is part of the key, so True never reaches a launch kept for an int."""
+    """After one checked call, a call with the same shapes and facts goes straight to the kernel's launch
+    without reading dtypes or strides in Python: the compiled host function checks them (TVM raises TypeError
+    or ValueError, as the stand-in below does) and a refused call takes the checked path, which names the
+    problem. A runtime scalar's type is part of the key, so True never reaches a launch kept for an int."""
     import tile_nb
     import tile_nb.language as T
     from tile_nb.errors import ArgumentError
@@ -676,7 +688,11 @@ def test_parameters_shadow_globals_of_the_same_name():
     shadowing(x, y)
     X = torch.randn(1000)
     shadowing(x, y)
-    assert torch.equal(y, x + 1) and shadowing.stats["templates"] == 1 and shadowing.stats["specializations"] == 1
+    assert (
+        torch.equal(y, x + 1)
+        and shadowing.stats["templates"] == 1
+        and shadowing.stats["specializations"] == 1
+    )
 
 
 def test_a_global_tensor_in_the_environment_is_keyed_by_identity():

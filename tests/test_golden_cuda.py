@@ -1,7 +1,7 @@
-"""The generated CUDA of a fixed corpus of kernels (tests/kernels/corpus.py) is byte-identical to what is stored
-in tests/golden/cuda_sha256.json: a refactoring of the front end or the lowering must not change a kernel by
-accident. A deliberate change is accepted with `python tests/kernels/corpus.py --write-hashes` after reviewing the
-diff of `--dump` at the two commits."""
+"""The generated CUDA of a fixed corpus of kernels (tests/kernels/corpus.py) is byte-identical to what is
+stored in tests/golden/cuda_sha256.json: a refactoring of the front end or the lowering must not change a
+kernel by accident. A deliberate change is accepted with `python tests/kernels/corpus.py --write-hashes` after
+reviewing the diff of `--dump` at the two commits."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,10 @@ import pytest
 
 from tile_nb.backend import toolchain
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build the corpus")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build the corpus"),
+]
 
 corpus = pytest.importorskip("kernels.corpus")
 STORED = json.loads(corpus.HASHES.read_text())

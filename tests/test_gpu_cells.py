@@ -1,4 +1,5 @@
-"""scripts/gpu_cells.py (runs tutorials' cells where Jupyter is absent): passes only what ran and did what it says."""
+"""scripts/gpu_cells.py (runs tutorials' cells where Jupyter is absent): passes only
+what ran and did what it says."""
 from __future__ import annotations
 
 import json
@@ -32,18 +33,27 @@ def cell(source: str, *tags: str) -> dict:
 def run(tmp_path, cells) -> tuple[int, str]:
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=300
+    )
     return done.returncode, done.stdout + done.stderr
 
 
 def test_cells_share_a_namespace_and_kernels_find_their_source(tmp_path):
-    rc, out = run(tmp_path, [
-        cell("import tile_nb\n%load_ext tile_nb\n"),
-        cell("%%tilekernel --shapes N=40\n" + KERNEL),
-        cell("x = torch.randn(40)\ny = torch.empty(40)\ndouble(x, y)\ntorch.testing.assert_close(y, 2 * x)\n", "gpu"),
-        cell("double(torch.randn(4, 4), torch.empty(4, 4))\n", "raises-exception"),
-        cell("%timeit double(x, y)\n"),
-    ])
+    rc, out = run(
+        tmp_path,
+        [
+            cell("import tile_nb\n%load_ext tile_nb\n"),
+            cell("%%tilekernel --shapes N=40\n" + KERNEL),
+            cell(
+                "x = torch.randn(40)\ny = torch.empty(40)\ndouble(x, "
+                "y)\ntorch.testing.assert_close(y, 2 * x)\n",
+                "gpu",
+            ),
+            cell("double(torch.randn(4, 4), torch.empty(4, 4))\n", "raises-exception"),
+            cell("%timeit double(x, y)\n"),
+        ],
+    )
     assert rc == 0, out
     assert "passed 4, failed 0, not run 1, gpu passed 1" in out
     assert "raised RankMismatchError as its tag says" in out

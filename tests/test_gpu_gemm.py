@@ -1,10 +1,12 @@
-"""The seed GEMM compiled through tile_nb.lower + TVM and run on a CUDA device, checked against float64 torch."""
+"""The seed GEMM compiled through tile_nb.lower + TVM and run on a CUDA device,
+checked against float64 torch."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import tile_nb.language as T
 from kernels.seed import gemm_variant
+
+import tile_nb.language as T
 
 pytestmark = pytest.mark.gpu
 
@@ -15,12 +17,14 @@ _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.fl
 def fp16_accumulator_tolerance(K: int) -> float:
     """A bound on the relative (Frobenius) error of a float16-accumulated product of unit normals, from its
     arithmetic: the tensor cores add 16 products exactly, then round the running sum to float16 (unit roundoff
-    u = 2^-11) once per k-step, K / 16 times. A rounding of a sum of 16 j products errs by u |S| / sqrt(3) on average,
-    so the error after n = K / 16 steps has a standard deviation of u n sqrt(8 / 3) against a sum of size 4 sqrt(n):
-    a relative error of 0.41 u sqrt(n) (3.2e-3 at K = 4096, where one H200 run measured 3.04e-3 over 8 outputs).
-    Over as few as 8 outputs the spread is wide (the same model simulated on the CPU, 5,000 draws of 1 x 8 outputs:
-    at most 3.0x that value at K = 4096 and 3.3x at K = 1000), so the bound is five times it plus the output's own
-    rounding."""
+    u = 2^-11) once per k-step, K / 16 times. A rounding of a sum of 16 j products errs by u |S| /
+    sqrt(3) on average, so the error after n = K / 16 steps has a standard deviation of u n sqrt(8 / 3)
+    against a sum of size 4 sqrt(n):
+    a relative error of 0.41 u sqrt(n) (3.2e-3 at K = 4096, where one H200 run measured 3.04e-3
+    over 8 outputs). Over as few as 8 outputs the spread is wide (the same model simulated on the
+    CPU, 5,000 draws of 1 x 8 outputs:
+    at most 3.0x that value at K = 4096 and 3.3x at K = 1000), so the bound is five times it plus the output's
+    own rounding."""
     u = 2.0 ** -11
     return 5 * 0.41 * u * max(1.0, K / 16) ** 0.5 + u
 
@@ -28,9 +32,10 @@ def fp16_accumulator_tolerance(K: int) -> float:
 def run_case(M, N, K, in_dtype="float16", out_dtype="float32", trans_A=False, trans_B=False, path="auto",
              expect_pipeline=None, attrs=None, expect_notes=(), **cfg):
     """path: "auto" (on sm_90a: wgmma, with TMA loads + a producer warp where eligible), "tma" (TMA also for
-    one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via lowering attributes. `expect_pipeline`: a
-    prefix of the kernel's pipeline note (`kernel.pipeline`, from its lowering plan: which pipeline was built);
-    `attrs`: more lowering attributes; `expect_notes`: words each to be found in that note."""
+    one consumer warpgroup), "cp.async" (wgmma with the cp.async pipeline), "mma" (mma.sync forced) -- via
+    lowering attributes. `expect_pipeline`: a prefix of the kernel's pipeline note (`kernel.pipeline`, from
+    its lowering plan: which pipeline was built); `attrs`: more lowering attributes; `expect_notes`: words
+    each to be found in that note."""
     from tile_nb.runtime import compile as rt_compile
 
     dev = "cuda"
@@ -68,8 +73,10 @@ def test_transposes(trans_A, trans_B, path):
     assert run_case(512, 384, 256, trans_A=trans_A, trans_B=trans_B, path=path) < 1e-3
 
 
-@pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float32", 1e-3), ("float16", "float16", 2e-3),
-                                                    ("bfloat16", "float32", 1e-3)])
+@pytest.mark.parametrize(
+    "in_dtype,out_dtype,tol",
+    [("float16", "float32", 1e-3), ("float16", "float16", 2e-3), ("bfloat16", "float32", 1e-3)],
+)
 def test_dtypes(in_dtype, out_dtype, tol):
     assert run_case(512, 512, 512, in_dtype=in_dtype, out_dtype=out_dtype) < tol
 
@@ -101,7 +108,8 @@ def test_big_tile_256_threads(path, trans_B):
 # ---- the TMA + producer-warp pipeline (sm_90a default where eligible; lower/analysis/tma.py) ---------------
 TMA = "TMA + mbarriers"
 needs_hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="TMA path needs sm_90")
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="TMA path needs sm_90"
+)
 
 
 @needs_hopper
@@ -115,22 +123,34 @@ def test_tma_edges_not_multiples_of_the_tile(big, trans_B):
 
 
 @needs_hopper
-@pytest.mark.parametrize("in_dtype,out_dtype,tol", [("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3),
-                                                    ("bfloat16", "bfloat16", 3e-2)])
+@pytest.mark.parametrize(
+    "in_dtype,out_dtype,tol",
+    [("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3), ("bfloat16", "bfloat16", 3e-2)],
+)
 def test_tma_dtypes_big_tile(in_dtype, out_dtype, tol):
-    """This kernel's accumulator has C's dtype: a 16-bit accumulator is rounded after every T.gemm (docs/IR.md),
-    so no MMA group may stay in flight: each k-tile waits for its MMAs and releases its own stage."""
+    """This kernel's accumulator has C's dtype: a 16-bit accumulator is rounded after
+    every T.gemm (docs/IR.md), so no MMA group may stay in flight: each k-tile waits for
+    its MMAs and releases its own stage."""
     cfg = dict(block_N=256, block_K=64, threads=256)
-    expect = TMA if out_dtype == "float32" else ("TMA + mbarriers, producer warp (warp-specialized); each k-tile's "
-                                                 "MMAs complete before its stage is released")
-    assert run_case(768, 1024, 1536, in_dtype=in_dtype, out_dtype=out_dtype, expect_pipeline=expect, **cfg) < tol
+    expect = (
+        TMA
+        if out_dtype == "float32"
+        else (
+            "TMA + mbarriers, producer warp (warp-specialized); each k-tile's "
+            "MMAs complete before its stage is released"
+        )
+    )
+    assert (
+        run_case(768, 1024, 1536, in_dtype=in_dtype, out_dtype=out_dtype, expect_pipeline=expect, **cfg) < tol
+    )
 
 
 @needs_hopper
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("K", [32, 64, 96, 4096])
 def test_tma_stage_counts_and_short_loops(stages, K):
-    """Loops shorter than, equal to and much longer than the stage ring (mbarrier parities wrap many times)."""
+    """Loops shorter than, equal to and much longer than the stage ring
+    (mbarrier parities wrap many times)."""
     assert run_case(256, 384, K, num_stages=stages, path="tma", expect_pipeline=TMA) < 1e-3
 
 
@@ -194,8 +214,8 @@ def test_tma_kernel_with_a_shared_memory_epilogue():
 @pytest.mark.parametrize("shape", [(1000, 1032, 1000), (1, 2056, 1000), (2048, 2048, 64), (640, 1536, 32),
                                    (300, 2048, 4096)])
 def test_persistent_ctas_walk_every_tile(shape, sms):
-    """Persistent CTAs (1, 3 or 7 of them) over grids of 9 to 128 tiles: every tile written once, edge tiles cut
-    by M, N and K, loops of one k-tile (the ring's positions advance by one per tile) and of 64."""
+    """Persistent CTAs (1, 3 or 7 of them) over grids of 9 to 128 tiles: every tile written once, edge tiles
+    cut by M, N and K, loops of one k-tile (the ring's positions advance by one per tile) and of 64."""
     note = "TMA + mbarriers, producer warp (warp-specialized); persistent: "
     assert run_case(*shape, block_N=256, block_K=64, threads=256, expect_pipeline=note,
                     attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": sms}) < 1e-3
@@ -208,12 +228,12 @@ def test_persistent_ctas_walk_every_tile(shape, sms):
 @pytest.mark.parametrize("shape,sms", [((1000, 1032, 1000), 3), ((4000, 4104, 512), None), ((1, 2056, 64), 2),
                                        ((513, 1288, 4096), 7)])
 def test_tma_store_epilogue(shape, sms, out_dtype, stages, staged, by_producer):
-    """A 16-bit C leaves through a staging tile in shared memory and TMA stores, clipped at C's edges. By default
-    the producer warp issues them once the consumers staged a tile (with 4 stages half of it in the stage of the
-    tile's last k-tile), where the loop has at least `stages` k-tiles (K = 64 has one: the consumers' form); with
-    tile_nb.producer_stores = 0 the consumers issue them (the whole tile with 3 stages, half at a time with 4; the
-    next tile's stores wait until the staging tile is read). bf16 inputs for bf16 output; the accumulator is
-    float32, rounded once on the way out."""
+    """A 16-bit C leaves through a staging tile in shared memory and TMA stores, clipped at C's edges. By
+    default the producer warp issues them once the consumers staged a tile (with 4 stages half of it in the
+    stage of the tile's last k-tile), where the loop has at least `stages` k-tiles (K = 64 has one: the
+    consumers' form); with tile_nb.producer_stores = 0 the consumers issue them (the whole tile with 3 stages,
+    half at a time with 4; the next tile's stores wait until the staging tile is read). bf16 inputs for bf16
+    output; the accumulator is float32, rounded once on the way out."""
     from tile_nb.runtime import compile as rt_compile
 
     M, N, K = shape
@@ -271,13 +291,25 @@ def test_tma_store_without_persistent_ctas(shape):
 ])
 @pytest.mark.parametrize("out_dtype", ["float16", "float32"])
 def test_cluster_multicast_gemm(shape, trans_B, shared, sms, out_dtype):
-    """Clusters of two CTAs (`tile_nb.cluster` = 2): each CTA loads half of the shared operand and multicasts it
-    to both; stage releases reach both CTAs. Every tile written once (NaN poison), the product right, edges cut
-    by M, N and K."""
+    """Clusters of two CTAs (`tile_nb.cluster` = 2): each CTA loads half of the shared operand and multicasts
+    it to both; stage releases reach both CTAs. Every tile written once (NaN poison), the product right, edges
+    cut by M, N and K."""
     attrs = {"tile_nb.cluster": 2} | ({"tile_nb.sm_count": sms} if sms else {})
-    assert run_case(*shape, out_dtype=out_dtype, trans_B=trans_B, block_N=256, block_K=64, threads=256,
-                    num_stages=4, expect_pipeline="TMA + mbarriers, producer warp (warp-specialized)", attrs=attrs,
-                    expect_notes=("persistent: ", "clusters of 2 CTAs", shared)) < 3e-3
+    assert (
+        run_case(
+            *shape,
+            out_dtype=out_dtype,
+            trans_B=trans_B,
+            block_N=256,
+            block_K=64,
+            threads=256,
+            num_stages=4,
+            expect_pipeline="TMA + mbarriers, producer warp (warp-specialized)",
+            attrs=attrs,
+            expect_notes=("persistent: ", "clusters of 2 CTAs", shared),
+        )
+        < 3e-3
+    )
 
 
 @needs_hopper
@@ -303,7 +335,9 @@ def test_cluster_multicast_fp8_gemm(shape):
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
     ref = (a.double() @ b.double().T) * 0.37 * 1.9
-    scaled = torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16) if M % 16 == 0 else None
+    scaled = (
+        torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16) if M % 16 == 0 else None
+    )
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
     if scaled is not None:
         torch.testing.assert_close(c.double(), scaled.double(), rtol=1e-2, atol=1e-2 * ref.abs().max().item())
@@ -329,18 +363,30 @@ def test_an_unaligned_output_keeps_register_stores():
 @needs_hopper
 @pytest.mark.parametrize("stages", [2, 4])
 def test_persistent_ctas_with_a_rounded_accumulator_and_other_rings(stages):
-    """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer warpgroup
-    (TMA forced), bf16 inputs, 2- and 4-stage rings."""
+    """A float16 accumulator (each k-tile waits for its MMAs and releases its own stage), one consumer
+    warpgroup (TMA forced), bf16 inputs, 2- and 4-stage rings."""
     for in_dtype, out_dtype, tol in (("float16", "float16", 5e-3), ("bfloat16", "float32", 1e-3)):
-        assert run_case(1000, 1032, 1000, in_dtype=in_dtype, out_dtype=out_dtype, num_stages=stages,
-                        block_K=64, path="tma", expect_pipeline="TMA",
-                        attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5, "tile_nb.producer_warp": 1}) < tol
+        assert (
+            run_case(
+                1000,
+                1032,
+                1000,
+                in_dtype=in_dtype,
+                out_dtype=out_dtype,
+                num_stages=stages,
+                block_K=64,
+                path="tma",
+                expect_pipeline="TMA",
+                attrs={"tile_nb.persistent": 1, "tile_nb.sm_count": 5, "tile_nb.producer_warp": 1},
+            )
+            < tol
+        )
 
 
 @needs_hopper
 def test_persistent_ctas_with_a_shared_memory_epilogue_and_the_device_sm_count():
-    """C staged through shared memory: a consumer barrier ends each tile, before the next one rewrites C_shared.
-    Without `tile_nb.sm_count` the launch has one CTA per SM of this GPU."""
+    """C staged through shared memory: a consumer barrier ends each tile, before the next one rewrites
+    C_shared. Without `tile_nb.sm_count` the launch has one CTA per SM of this GPU."""
     from kernels.seed import gemm_smem_epilogue
 
     from tile_nb.runtime import compile as rt_compile
@@ -357,28 +403,41 @@ def test_persistent_ctas_with_a_shared_memory_epilogue_and_the_device_sm_count()
 
 
 @needs_hopper
-@pytest.mark.parametrize("shape,out_dtype,stages,attrs", [
-    ((4096, 4096, 4096), "float16", 4, {}),  # 512 tiles: a tail of 116 over 132 CTAs, producer stores
-    ((4096, 4096, 4096), "float16", 4, {"tile_nb.producer_stores": 0}),
-    ((2100, 4296, 1000), "float16", 3, {}),  # edge tiles in M, N and K; a tail of 25 over 50 CTAs
-    ((896, 4864, 2048), "bfloat16", 4, {}),  # 133 tiles: one tail tile in two halves
-    ((4096, 11008, 4096), "float16", 4, {}),  # 1376 tiles: a tail of 56 over 112 CTAs
-    ((4096, 4096, 1024), "float32", 3, {}),  # a float32 C: the register epilogue
-    ((1, 34048, 1024), "float16", 4, {}),  # M = 1: 133 tiles of one valid row
-    ((1000, 1032, 1000), "float16", 4, {"tile_nb.sm_count": 3}),  # 40 tiles on 3 CTAs: one tail tile
-], ids=["4096-producer-stores", "4096-consumer-stores", "edges", "bf16-one-tail-tile", "4096x11008", "fp32-out",
-        "m1", "3-ctas"])
+@pytest.mark.parametrize(
+    "shape,out_dtype,stages,attrs",
+    [
+        ((4096, 4096, 4096), "float16", 4, {}),  # 512 tiles: a tail of 116 over 132 CTAs, producer stores
+        ((4096, 4096, 4096), "float16", 4, {"tile_nb.producer_stores": 0}),
+        ((2100, 4296, 1000), "float16", 3, {}),  # edge tiles in M, N and K; a tail of 25 over 50 CTAs
+        ((896, 4864, 2048), "bfloat16", 4, {}),  # 133 tiles: one tail tile in two halves
+        ((4096, 11008, 4096), "float16", 4, {}),  # 1376 tiles: a tail of 56 over 112 CTAs
+        ((4096, 4096, 1024), "float32", 3, {}),  # a float32 C: the register epilogue
+        ((1, 34048, 1024), "float16", 4, {}),  # M = 1: 133 tiles of one valid row
+        ((1000, 1032, 1000), "float16", 4, {"tile_nb.sm_count": 3}),  # 40 tiles on 3 CTAs: one tail tile
+    ],
+    ids=[
+        "4096-producer-stores",
+        "4096-consumer-stores",
+        "edges",
+        "bf16-one-tail-tile",
+        "4096x11008",
+        "fp32-out",
+        "m1",
+        "3-ctas",
+    ],
+)
 def test_stream_k_gemm_agrees_with_torch_twice(shape, out_dtype, stages, attrs):
-    """Stream-K for the last wave (stream_k.py): every output element against a float64 product, element by element
-    (a k-tile lost or counted twice in one tile shows), and a second launch with other inputs (the flags and the
-    workspace left by the first must not leak into it)."""
+    """Stream-K for the last wave (stream_k.py): every output element against a float64 product, element by
+    element (a k-tile lost or counted twice in one tile shows), and a second launch with other inputs (the
+    flags and the workspace left by the first must not leak into it)."""
     from tile_nb.runtime import compile as rt_compile
 
     M, N, K = shape
     in_dtype = "bfloat16" if out_dtype == "bfloat16" else "float16"
     func = gemm_variant.specialize(M=M, N=N, K=K, block_N=256, block_K=64, threads=256, num_stages=stages,
                                    in_dtype=getattr(T, in_dtype), out_dtype=getattr(T, out_dtype))
-    for name, value in dict(attrs, **{"tile_nb.stream_k": 1}).items():  # wherever legal, not only where it pays
+    # wherever legal, not only where it pays
+    for name, value in dict(attrs, **{"tile_nb.stream_k": 1}).items():
         func = func.with_attr(name, value)
     kernel = rt_compile(func, None)
     assert "stream-K: the last" in kernel.pipeline, kernel.pipeline
@@ -411,17 +470,19 @@ def test_split_k(shape, split):
 
 
 _FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
-FP8_ACCUMULATION_BOUND = 2.0 ** -9  # of sum |a b|: docs/IR.md, "8-bit floats" (measured worst 2^-10.4 at K = 16384)
+# of sum |a b|: docs/IR.md, "8-bit floats" (measured worst 2^-10.4 at K = 16384)
+FP8_ACCUMULATION_BOUND = 2.0 ** -9
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 1024), (1, 1, 32), (130, 300, 1000),
-                                   (256, 512, 4096), (4000, 4104, 1024)])   # the last: persistent, producer stores
+                                   # the last: persistent, producer stores
+                                   (256, 512, 4096), (4000, 4104, 1024)])
 @pytest.mark.parametrize("a_dtype,b_dtype,out_dtype", [("float8_e4m3fn", "float8_e4m3fn", "bfloat16"),
                                                         ("float8_e5m2", "float8_e4m3fn", "float16"),
                                                         ("float8_e4m3fn", "float8_e4m3fn", "float32")])
 def test_fp8_gemm_agrees_with_the_interpreter_and_scaled_mm(shape, a_dtype, b_dtype, out_dtype):
-    """8-bit float GEMM with per-tensor scales on wgmma (TMA where the rows allow, cp.async else): the same result
-    as the CPU interpreter and as a float64 product of the same 8-bit values, every element written."""
+    """8-bit float GEMM with per-tensor scales on wgmma (TMA where the rows allow, cp.async else): the same
+    result as the CPU interpreter and as a float64 product of the same 8-bit values, every element written."""
     from kernels.seed import gemm_fp8
 
     M, N, K = shape
@@ -445,7 +506,12 @@ def test_fp8_gemm_agrees_with_the_interpreter_and_scaled_mm(shape, a_dtype, b_dt
         c_cpu = torch.empty(M, N, dtype=_DT[out_dtype])
         gemm_fp8(a.cpu(), b.cpu(), c_cpu, sa.cpu(), sb.cpu(), **cfg)
         assert ((c.cpu().double() - c_cpu.double()).abs() <= 2 * bound.cpu()).all()
-    if a_dtype == b_dtype == "float8_e4m3fn" and out_dtype == "bfloat16" and K % 16 == 0 and M % 16 == N % 16 == 0:
+    if (
+        a_dtype == b_dtype == "float8_e4m3fn"
+        and out_dtype == "bfloat16"
+        and K % 16 == 0
+        and M % 16 == N % 16 == 0
+    ):
         scaled = torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         torch.testing.assert_close(c.double(), scaled.double(), rtol=1e-2, atol=1e-2 * ref.abs().max().item())
 
@@ -480,8 +546,8 @@ def test_int8_gemm_is_exact_on_the_gpu(shape):
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 4096), (130, 300, 1000)])
 def test_fp8_gemm_with_precise_accumulation(shape):
-    """precise_accum: each k-tile summed on its own, then added in float32 on the CUDA cores: the error no longer
-    grows with K, and matches cuBLAS's own (non-fast) fp8 accumulation."""
+    """precise_accum: each k-tile summed on its own, then added in float32 on the CUDA cores: the error no
+    longer grows with K, and matches cuBLAS's own (non-fast) fp8 accumulation."""
     from kernels.seed import gemm_fp8
 
     M, N, K = shape
@@ -500,7 +566,9 @@ def test_fp8_gemm_with_precise_accumulation(shape):
     # 2^-16.9 at K = 16384, as cuBLAS without fast accumulation); across k-tiles the sums are float32.
     assert ((c.double() - ref).abs() <= 2 ** -12 * magnitude + 1e-30).all()
     if K % 16 == 0 and M % 16 == 0 and N % 16 == 0:
-        cublas = torch._scaled_mm(a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.float32, use_fast_accum=False)
+        cublas = torch._scaled_mm(
+            a, b.T, scale_a=sa, scale_b=sb, out_dtype=torch.float32, use_fast_accum=False
+        )
         assert ((c.double() - cublas.double()).abs() <= 2 ** -14 * magnitude + 1e-30).all()
     if M * N * K <= 2 ** 27:
         c_cpu = torch.empty(M, N)
@@ -535,10 +603,11 @@ def test_gemm_with_a_from_registers(shape):
 
 @needs_hopper
 def test_stream_k_launches_on_two_streams_take_turns():
-    """Stream-K's workspace lives in the kernel's module, so launches on two streams must not overlap: the kernel
-    launches through runtime.kernel.OneStreamAtATime. Two streams each launch it 4 times on their own inputs,
-    queued behind a sleep kernel on each so that both queues start together (the CTAs of one launch would
-    otherwise meet the next launch's at the tail, where the workspace is used); every output is checked."""
+    """Stream-K's workspace lives in the kernel's module, so launches on two streams must not overlap:
+    the kernel launches through runtime.kernel.OneStreamAtATime. Two streams each launch it 4 times on
+    their own inputs, queued behind a sleep kernel on each so that both queues start together (the
+    CTAs of one launch would otherwise meet the next launch's at the tail, where the workspace is
+    used); every output is checked."""
     from tile_nb.runtime import compile as rt_compile
     from tile_nb.runtime.kernel import OneStreamAtATime
 
@@ -548,8 +617,10 @@ def test_stream_k_launches_on_two_streams_take_turns():
     kernel = rt_compile(func, None)
     assert isinstance(kernel._func, OneStreamAtATime), kernel.pipeline
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = [[(torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()) for _ in range(4)]
-              for _ in streams]
+    inputs = [
+        [(torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()) for _ in range(4)]
+        for _ in streams
+    ]
     outputs = [[torch.empty(M, N, device="cuda", dtype=torch.float16) for _ in range(4)] for _ in streams]
     torch.cuda.synchronize()
     for stream in streams:
@@ -561,7 +632,7 @@ def test_stream_k_launches_on_two_streams_take_turns():
                 kernel(*inputs[s][i], outputs[s][i])
     torch.cuda.synchronize()
     for s in range(2):
-        for i, ((a, b), c) in enumerate(zip(inputs[s], outputs[s])):
+        for i, ((a, b), c) in enumerate(zip(inputs[s], outputs[s], strict=True)):
             ref = a.double() @ b.double()
             worst = ((c.double() - ref).abs() / ref.abs().max()).max().item()
             assert worst < 2e-3, f"stream {s}, launch {i}: max error {worst:.2e}"

@@ -47,7 +47,8 @@ def test_elementwise_add_matches_torch(dtype, compiler):
     for n in (1, 1000, 1 << 20):                      # not multiples of the block: the guard must hold
         a = torch.randn(n, device="cuda", dtype=tdtype)
         b = torch.randn(n, device="cuda", dtype=tdtype)
-        c = torch.full((n,), float("nan"), device="cuda", dtype=tdtype)   # poisoned: every element must be written
+        # poisoned: every element must be written
+        c = torch.full((n,), float("nan"), device="cuda", dtype=tdtype)
         kernel(a, b, c, n)
         torch.cuda.synchronize()
         assert not torch.isnan(c).any()
@@ -64,8 +65,8 @@ def test_shared_memory_kernel_matches_torch():
 
 
 def test_runs_on_torchs_current_stream():
-    """Queue a long sleep and then new inputs on a side stream: a kernel launched on that stream sees them; one on
-    another stream would run first and read the old inputs."""
+    """Queue a long sleep and then new inputs on a side stream: a kernel launched on that stream sees them;
+    one on another stream would run first and read the old inputs."""
     kernel = rt.compile(add_module(), None)
     n = 1 << 22
     a = torch.zeros(n, device="cuda")
@@ -130,7 +131,9 @@ def test_disk_cache_hit_in_a_new_process_launches(own_cache):
                            "timings": k.timings}}))
     """)
     env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=PYPATH)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["from_cache"] and out["ok"]
@@ -160,8 +163,9 @@ def test_tma_gemm_from_the_disk_cache_in_a_new_process(own_cache):
         print(json.dumps({{"from_cache": k.from_cache, "err": float((c.double() - ref).norm() / ref.norm())}}))
     """)
     env = dict(os.environ, TILE_NB_CACHE_DIR=str(own_cache), PYTHONPATH=PYPATH)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["from_cache"] and out["err"] < 1e-3, out
@@ -179,9 +183,9 @@ def test_do_bench_with_events_and_l2_flush():
 
 
 def test_repeated_calls_launch_directly_and_new_call_facts_still_compile_their_kernel():
-    """The fast path: a call on tensors like an earlier one's (shapes, dtypes, alignment, divisibility of T.dynamic
-    dims) launches the kernel directly; a misaligned view or a non-multiple-of-16 dynamic dim still gets its own
-    kernel, and CPU tensors still run the interpreter."""
+    """The fast path: a call on tensors like an earlier one's (shapes, dtypes, alignment, divisibility of
+    T.dynamic dims) launches the kernel directly; a misaligned view or a non-multiple-of-16 dynamic dim still
+    gets its own kernel, and CPU tensors still run the interpreter."""
     import tile_nb
     import tile_nb.language as T
 
@@ -216,8 +220,8 @@ def test_repeated_calls_launch_directly_and_new_call_facts_still_compile_their_k
     check(4001)
     assert axpy.stats["compilations"] == 3
     check(4096, device="cpu")       # same shapes on the CPU: the interpreter, not a launch
-    # The direct path leaves dtype, strides and device to the kernel's host function; when it refuses, the checked
-    # path names the problem (and nothing was launched).
+    # The direct path leaves dtype, strides and device to the kernel's host function; when it refuses, the
+    # checked path names the problem (and nothing was launched).
     from tile_nb.errors import ArgumentError
 
     (fast,) = axpy._fast.values()
@@ -234,8 +238,8 @@ def test_repeated_calls_launch_directly_and_new_call_facts_still_compile_their_k
 
 
 def test_pointer_arguments_without_tensors_find_their_memory():
-    """`T.ptr` parameters called with bare `data_ptr()` ints: device pointers launch the kernel, host pointers run
-    the interpreter (no tensor argument says which; CUDA is asked)."""
+    """`T.ptr` parameters called with bare `data_ptr()` ints: device pointers launch the kernel, host pointers
+    run the interpreter (no tensor argument says which; CUDA is asked)."""
     import tile_nb
     import tile_nb.language as T
 
@@ -264,12 +268,13 @@ CUDA_HOST = {"host": "cuda_host"}
                     reason="the TMA GEMMs need sm_90")
 @pytest.mark.parametrize("config", [
     dict(block_N=128, block_K=32, threads=128, num_stages=3),    # the seed: TMA + producer warp + TMA store
-    dict(block_N=256, block_K=64, threads=256, num_stages=4),    # persistent CTAs over two consumer warpgroups
+    # persistent CTAs over two consumer warpgroups
+    dict(block_N=256, block_K=64, threads=256, num_stages=4),
 ], ids=["seed", "persistent-128x256"])
 @pytest.mark.parametrize("shape", [(1000, 1032, 1000), (1, 8, 4096), (128, 128, 128)])
 def test_cuda_host_launcher_runs_tma_gemms_and_loads_from_the_disk_cache(own_cache, config, shape):
-    """host='cuda_host' (TVM's CUDA C++ host function, built by nvcc): the same results as the default launch on
-    ragged and one-row shapes, from a fresh build and from the disk cache in this process."""
+    """host='cuda_host' (TVM's CUDA C++ host function, built by nvcc): the same results as the default launch
+    on ragged and one-row shapes, from a fresh build and from the disk cache in this process."""
     from kernels.seed import gemm_ir
 
     M, N, K = shape
@@ -295,8 +300,9 @@ def _reloaded(func, options):
 
 
 def test_cuda_host_launcher_through_the_jit_with_dynamic_dims():
-    """`@tile_nb.jit(compile_options={"host": "cuda_host"})`: a cp.async-free elementwise kernel over a T.dynamic
-    dim; repeated calls take the direct path to the launcher, and a refused call still gets the checked error."""
+    """`@tile_nb.jit(compile_options={"host": "cuda_host"})`: a cp.async-free elementwise kernel
+    over a T.dynamic dim; repeated calls take the direct path to the launcher, and a refused call
+    still gets the checked error."""
     import tile_nb
     import tile_nb.language as T
     from tile_nb.errors import ArgumentError

@@ -1,6 +1,6 @@
-"""Autotuning on the GPU (marked gpu): a real search times candidates with CUDA events, stores the choice, and a new
-process picks it up; the autotuned kernel's output matches torch. The CPU tiers are tests/test_tune.py and
-tests/test_tune_ray.py; the 8192^3 search against the hand-picked GEMM is benchmarks/tune.py."""
+"""Autotuning on the GPU (marked gpu): a real search times candidates with CUDA events, stores the choice, and
+a new process picks it up; the autotuned kernel's output matches torch. The CPU tiers are tests/test_tune.py
+and tests/test_tune_ray.py; the 8192^3 search against the hand-picked GEMM is benchmarks/tune.py."""
 from __future__ import annotations
 
 import json
@@ -41,7 +41,9 @@ def test_gpu_search_times_prunes_stores_and_a_new_process_picks_it_up(cache):
     A = torch.randn(n, n, device="cuda", dtype=torch.float16)
     B = torch.randn(n, n, device="cuda", dtype=torch.float16)
     C = torch.empty(n, n, device="cuda", dtype=torch.float16)
-    result = tune(gemm_variant, GRID, A, B, C, out_dtype=T.float16, flops=2 * n**3, progress="print", workers=4)
+    result = tune(
+        gemm_variant, GRID, A, B, C, out_dtype=T.float16, flops=2 * n**3, progress="print", workers=4
+    )
     assert result.mode == "gpu" and result.gpu and result.pool == "process"
     timed = [p for p in result.points if p.ok]
     assert len(timed) == 3 and all(p.timing.device == "cuda" and p.tflops > 10 for p in timed)
@@ -78,8 +80,14 @@ def test_gpu_search_times_prunes_stores_and_a_new_process_picks_it_up(cache):
         print(json.dumps({{"first_ms": first * 1e3, "stats": gemm.stats, "err": err,
                           "config": list(gemm._chosen.values())[0]}}))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
-                          env=dict(os.environ, TILE_NB_CACHE_DIR=str(cache)))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=dict(os.environ, TILE_NB_CACHE_DIR=str(cache)),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["stats"]["searched"] == 0 and report["stats"]["from_store"] == 1

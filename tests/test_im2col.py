@@ -1,7 +1,7 @@
-"""`T.im2col`: a tile of the im2col matrix of an NHWC image, so a convolution is a T.gemm (tilelang's convolution
-example, with its weights and output flattened by `T.Tensor(shape, dtype, A.data)` views). Interpreter against
-torch.conv2d at odd shapes, strides, dilations and paddings, sizes of 1 and a dynamic batch; the sm_90a / sm_80
-CUDA builds; the GPU (marked gpu); bad arguments at the user's line."""
+"""`T.im2col`: a tile of the im2col matrix of an NHWC image, so a convolution is a T.gemm (tilelang's
+convolution example, with its weights and output flattened by `T.Tensor(shape, dtype, A.data)` views).
+Interpreter against torch.conv2d at odd shapes, strides, dilations and paddings, sizes of 1 and a dynamic
+batch; the sm_90a / sm_80 CUDA builds; the GPU (marked gpu); bad arguments at the user's line."""
 import linecache
 
 import pytest
@@ -42,7 +42,9 @@ def conv2d_nhwc(data, weight, S: int = 1, D: int = 1, P: int = 0, block_M: int =
 
 
 def _reference(x, w, S, D, P):
-    y = torch.conv2d(x.permute(0, 3, 1, 2).float(), w.permute(3, 2, 0, 1).float(), stride=S, padding=P, dilation=D)
+    y = torch.conv2d(
+        x.permute(0, 3, 1, 2).float(), w.permute(3, 2, 0, 1).float(), stride=S, padding=P, dilation=D
+    )
     return y.permute(0, 2, 3, 1)
 
 

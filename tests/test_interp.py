@@ -27,7 +27,7 @@ def close(out, ref, dtype=torch.float32, scale=1.0):
     torch.testing.assert_close(out.double(), ref.double(), rtol=tol, atol=tol * scale)
 
 
-# ---- GEMM ---------------------------------------------------------------------------------------------------
+# ---- GEMM --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M,N,K,tiles", [
     (256, 128, 64, (128, 128, 32)),
@@ -83,7 +83,7 @@ def test_gemm_int8_accumulates_exactly_in_int32():
     assert torch.equal(C, (A.long() @ B.long()).int())
 
 
-# ---- elementwise, softmax, RMSNorm, reductions, atomics -----------------------------------------------------
+# ---- elementwise, softmax, RMSNorm, reductions, atomics ----------------------------------------------------
 
 @pytest.mark.parametrize("M,N", [(64, 128), (100, 70), (1, 3)])
 def test_elementwise_with_row_guard_and_scalar_param(M, N):
@@ -117,7 +117,9 @@ def test_reductions_accumulate_across_tiles(kind, dim, M, N):
     A = randn(M, N, seed=15)
     Out = torch.zeros(N if dim == 0 else M)
     interp.run(reduce_kernel(M, N, kind, dim), [A, Out])
-    ref = {"sum": lambda x: x.sum(dim), "max": lambda x: x.amax(dim), "min": lambda x: x.amin(dim)}[kind](A.double())
+    ref = {"sum": lambda x: x.sum(dim), "max": lambda x: x.amax(dim), "min": lambda x: x.amin(dim)}[kind](
+        A.double()
+    )
     close(Out, ref, scale=10)
 
 
@@ -129,7 +131,7 @@ def test_atomic_add_from_every_block(M, N):
     close(Out, 1 + A.double().sum(0))
 
 
-# ---- block-level scalars, loops and per-thread buffers ------------------------------------------------------
+# ---- block-level scalars, loops and per-thread buffers -----------------------------------------------------
 
 def test_local_var_accumulator_in_serial_and_unrolled_loops():
     M, K = 6, 10
@@ -264,7 +266,7 @@ def test_integer_division_semantics():
     assert torch.equal(Y.long(), ref)
 
 
-# ---- shapes: dynamic dims, strides, staged shared buffers, unit dims ----------------------------------------
+# ---- shapes: dynamic dims, strides, staged shared buffers, unit dims ---------------------------------------
 
 def test_dynamic_dim_bound_from_tensor_and_strided_buffer():
     from tvm.script.ir_builder import IRBuilder
@@ -279,7 +281,10 @@ def test_dynamic_dim_bound_from_tensor_and_strided_buffer():
             IRBuilder.name("s0", s0)
             A = T.match_buffer(a, (n, 64), "float32", strides=(s0, 1))
             IRBuilder.name("A", A)
-            with T.launch_thread("blockIdx.x", tirx.ceildiv(n, 16)) as bx, T.launch_thread("threadIdx.x", 128):
+            with (
+                T.launch_thread("blockIdx.x", tirx.ceildiv(n, 16)) as bx,
+                T.launch_thread("threadIdx.x", 128),
+            ):
                 S = alloc("S", (16, 64), "float32", "shared.dyn")
                 Tx.copy(S[0:16, 0:64], A[bx * 16:bx * 16 + 16, 0:64])
                 with T.parallel(0, 16) as i:
@@ -337,10 +342,11 @@ def test_program_is_cached_per_primfunc():
     assert interp.compile_func(func) is interp.compile_func(func)
 
 
-# ---- parallel loops: slice accesses (`var + offset`) agree with the gather path ------------------------------
+# ---- parallel loops: slice accesses (`var + offset`) agree with the gather path ----------------------------
 
 def test_parallel_slice_and_gather_accesses_agree():
-    """Transposed, offset, reversed and strided-step indices; the in-place transpose reads before it writes."""
+    """Transposed, offset, reversed and strided-step indices; the in-place
+    transpose reads before it writes."""
     n = 8
     with kernel("access", [("X", (n, n), "float32"), ("Y", (5, n, n), "float32")], 1) as (k, _):
         X, Y = k["X"], k["Y"]
@@ -356,7 +362,8 @@ def test_parallel_slice_and_gather_accesses_agree():
                 store(Y, X[i, j] * f32(2), (2, j, i))                               # transposed store
         with T.parallel(0, n // 2) as i:
             with T.parallel(0, n) as j:
-                store(Y, X[i * 2, j], (3, i + 2, j))                                # offset store, strided read
+                # offset store, strided read
+                store(Y, X[i * 2, j], (3, i + 2, j))
         with T.parallel(0, n) as i:
             store(Y, X[i, i], (4, 0, i))                                            # diagonal: same var twice
     X = randn(n, n, seed=30)
@@ -416,7 +423,8 @@ def test_in_place_reverse_reads_before_it_writes():
 
 def test_every_tile_op_of_the_language_has_an_interpreter_rule():
     from tile_nb.interp.compiler import TILE_RULES
-    for op in ("copy", "fill", "gemm", "sum", "max", "min", "cumsum"):   # what tile_nb.language emits (docs/IR.md)
+    # what tile_nb.language emits (docs/IR.md)
+    for op in ("copy", "fill", "gemm", "sum", "max", "min", "cumsum"):
         assert op in TILE_RULES, op
 
 

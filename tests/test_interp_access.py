@@ -132,7 +132,8 @@ def test_access_explorer_slides_over_the_grid_and_keeps_static_forms_of_the_chos
     A, B = torch.randn(50, 40).half(), torch.randn(40, 70).half()
     C = torch.full((50, 70), 7.0)
     explorer = explore_access(matmul, A, B, C)
-    assert {a: (c.min, c.max) for a, c in explorer.controls.items()} == {"x": (0, 3), "y": (0, 2)}  # 4 x 3 blocks
+    # 4 x 3 blocks
+    assert {a: (c.min, c.max) for a, c in explorer.controls.items()} == {"x": (0, 3), "y": (0, 2)}
     assert torch.equal(C, torch.full((50, 70), 7.0))     # the call's tensors are not written
     bundle = explorer._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle and bundle["image/png"].startswith(b"\x89PNG")

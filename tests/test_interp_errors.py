@@ -1,5 +1,5 @@
-"""The interpreter's debugging mode and its errors: out-of-bounds accesses name the buffer, the index and the line;
-guarded accesses are not errors; missing rules and bad arguments say what is wrong."""
+"""The interpreter's debugging mode and its errors: out-of-bounds accesses name the buffer, the index and the
+line; guarded accesses are not errors; missing rules and bad arguments say what is wrong."""
 import linecache
 import pickle
 
@@ -56,7 +56,13 @@ def test_error_pickles_with_its_fields():
     with pytest.raises(OutOfBoundsError) as info:
         interp.run(_shift_kernel(span=_span("k.py", 3)), [randn(32)])
     again = pickle.loads(pickle.dumps(info.value))
-    assert (again.buffer, again.index, again.shape, again.line, again.filename) == ("S", (32,), (32,), 3, "k.py")
+    assert (again.buffer, again.index, again.shape, again.line, again.filename) == (
+        "S",
+        (32,),
+        (32,),
+        3,
+        "k.py",
+    )
     assert str(again) == str(info.value)
 
 
@@ -137,7 +143,7 @@ def test_two_dim_parallel_oob_reports_the_full_index():
     assert index[1] >= 8 and index[1] - index[0] < 8
 
 
-# ---- missing rules and bad arguments ------------------------------------------------------------------------
+# ---- missing rules and bad arguments -----------------------------------------------------------------------
 
 def test_missing_rule_names_the_node():
     with kernel("atan", [("X", (4,), "float32")], 1) as (k, _):

@@ -1,5 +1,5 @@
-"""The interpreter through `tile_nb.jit`: kernels written in the tile DSL, run on CPU tensors (and, marked gpu,
-compared with the compiled kernel on CUDA tensors)."""
+"""The interpreter through `tile_nb.jit`: kernels written in the tile DSL, run on CPU tensors (and, marked
+gpu, compared with the compiled kernel on CUDA tensors)."""
 import pytest
 import torch
 
@@ -160,7 +160,7 @@ def shifted_copy(X, Y, block: int = 32):
         T.copy(S, Y[bx * block])
 
 
-# ---- CPU: DSL kernels against torch -------------------------------------------------------------------------
+# ---- CPU: DSL kernels against torch ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M,N,K", [(128, 64, 64), (100, 70, 50)])
 @pytest.mark.parametrize("trans_A,trans_B", [(False, False), (True, False), (False, True), (True, True)])
@@ -226,7 +226,8 @@ def test_dsl_out_of_bounds_store_names_buffer_index_and_line():
 
 @pytest.mark.parametrize("shape, split", [((1, 1, 1), 4), ((130, 300, 200), 3), ((40, 20, 64), 8)])
 def test_split_k_gemm_on_the_interpreter(shape, split):
-    """The split-K GEMM of tests/kernels/seed.py: slices of K (some past K) summed into C with T.atomic_add."""
+    """The split-K GEMM of tests/kernels/seed.py: slices of K (some past K)
+    summed into C with T.atomic_add."""
     from kernels.seed import gemm_split_k
 
     M, N, K = shape
@@ -236,7 +237,7 @@ def test_split_k_gemm_on_the_interpreter(shape, split):
     close(C, A.double() @ B.double(), tol=1e-5, scale=K ** 0.5)
 
 
-# ---- GPU: the interpreter and the compiled kernel agree -----------------------------------------------------
+# ---- GPU: the interpreter and the compiled kernel agree ----------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel_name", ["gemm", "softmax", "rmsnorm", "column_stats", "gelu_add"])
@@ -244,11 +245,21 @@ def test_interpreter_matches_gpu(kernel_name):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     cases = {
-        "gemm": (gemm, lambda: [rand(200, 96, dtype=torch.float16, seed=11), rand(96, 130, dtype=torch.float16, seed=12),
-                                torch.zeros(200, 130)], 1e-3),
+        "gemm": (
+            gemm,
+            lambda: [
+                rand(200, 96, dtype=torch.float16, seed=11),
+                rand(96, 130, dtype=torch.float16, seed=12),
+                torch.zeros(200, 130),
+            ],
+            1e-3,
+        ),
         "softmax": (softmax, lambda: [rand(10, 100, seed=13)], 1e-5),
-        "rmsnorm": (rmsnorm, lambda: [rand(9, 77, dtype=torch.float16, seed=14),
-                                      rand(77, dtype=torch.float16, seed=15)], 2e-3),
+        "rmsnorm": (
+            rmsnorm,
+            lambda: [rand(9, 77, dtype=torch.float16, seed=14), rand(77, dtype=torch.float16, seed=15)],
+            2e-3,
+        ),
         "column_stats": (column_stats, lambda: [rand(50, 45, seed=16)], 0.0),
         "gelu_add": (gelu_add, lambda: [rand(1000, seed=17), rand(1000, seed=18), 0.25], 1e-5),
     }
@@ -262,7 +273,7 @@ def test_interpreter_matches_gpu(kernel_name):
     if gpu_out is None:   # in-place kernels: the last tensor argument is the output
         gpu_out, cpu_out, forced_out = gpu_args[-1], cpu_args[-1], forced_args[-1]
     as_tuple = lambda x: x if isinstance(x, tuple) else (x,)  # noqa: E731
-    for g, c, forced in zip(as_tuple(gpu_out), as_tuple(cpu_out), as_tuple(forced_out)):
+    for g, c, forced in zip(as_tuple(gpu_out), as_tuple(cpu_out), as_tuple(forced_out), strict=True):
         assert g.is_cuda and not c.is_cuda and forced.is_cuda
         torch.testing.assert_close(c.double(), g.cpu().double(), rtol=tol or 1e-6, atol=tol or 1e-6)
         torch.testing.assert_close(forced.cpu(), c)   # same interpreter, same inputs: identical

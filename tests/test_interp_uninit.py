@@ -1,5 +1,5 @@
-"""The interpreter reports reads of shared / fragment / local memory that the block never wrote (the GPU would read
-garbage there; the interpreter's buffers start at 0, so such a kernel could pass on the CPU by chance).
+"""The interpreter reports reads of shared / fragment / local memory that the block never wrote (the GPU would
+read garbage there; the interpreter's buffers start at 0, so such a kernel could pass on the CPU by chance).
 
 Each error names the buffer, the first element never written, the block and the user's line; correct kernels
 (edge tiles, dynamic dims, sizes of 1) run as before and match torch."""
@@ -120,7 +120,10 @@ def test_parallel_read_of_rows_never_written_names_the_element_and_loop_values()
     err = info.value
     assert (err.buffer, err.index, err.block, err.region) == ("S", (2, 0), (0,), None)
     assert err.loop == {"i": 2, "j": 0} and err.lineno == _line("parallel-read")
-    assert "S[2, 0] (shared buffer of shape (4, 8)) is read before anything wrote it in block (0,), i = 2" in str(err)
+    assert (
+        "S[2, 0] (shared buffer of shape (4, 8)) is read before anything wrote it in block (0,), i = 2"
+        in str(err)
+    )
 
 
 @pytest.mark.parametrize("M", [1, 3, 4, 10])

@@ -1,5 +1,6 @@
-"""Ctrl-C and SystemExit stop tile_nb wherever they arrive: elaboration (phase 1 or 2), tuning, a compile inside
-TVM, the compile pool. They are never turned into a DSLError, a template stop or a failed configuration."""
+"""Ctrl-C and SystemExit stop tile_nb wherever they arrive: elaboration (phase 1 or 2),
+tuning, a compile inside TVM, the compile pool. They are never turned into a DSLError, a
+template stop or a failed configuration."""
 import os
 import signal
 import sys
@@ -28,7 +29,8 @@ def interruptible(X, Y, when: str = "never", exc: str = "KeyboardInterrupt", blo
     with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
         tile = T.alloc_fragment((block,), T.float32)
         T.copy(X[bx * block], tile)
-        if when == ("phase2" if isinstance(N, int) else "phase1"):  # N is a symbol in phase 1, an int in phase 2
+        # N is a symbol in phase 1, an int in phase 2
+        if when == ("phase2" if isinstance(N, int) else "phase1"):
             _stop(exc)
         for i in T.Parallel(block):
             tile[i] = tile[i] + 1.0
@@ -58,11 +60,22 @@ def test_an_interrupt_inside_the_kernel_body_propagates_unchanged(when, exc):
 @pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit"])
 def test_tune_stops_at_an_interrupt_during_elaboration(exc):
     X, Y = torch.randn(130), torch.zeros(130)
-    configs = [{"block": 64, "when": "never"}, {"block": 128, "when": "phase2"}, {"block": 32, "when": "never"}]
+    configs = [
+        {"block": 64, "when": "never"},
+        {"block": 128, "when": "phase2"},
+        {"block": 32, "when": "never"},
+    ]
     with pytest.raises(_expected(exc)):
         tune(interruptible, configs, X, Y, exc=exc, pool="inline", progress=None, store=False)
-    result = tune(interruptible, [c for c in configs if c["when"] == "never"], X, Y, pool="inline", progress=None,
-                  store=False)
+    result = tune(
+        interruptible,
+        [c for c in configs if c["when"] == "never"],
+        X,
+        Y,
+        pool="inline",
+        progress=None,
+        store=False,
+    )
     assert all(p.error is None for p in result.points)
 
 
@@ -73,7 +86,8 @@ def fresh_cache(tmp_path, monkeypatch):
 
 
 def test_an_interrupt_in_the_cuda_compiler_comes_out_of_tvm_as_itself(fresh_cache, monkeypatch):
-    """TVM calls tile_nb's nvcc callback from C++; an exception raised there crosses TVM's FFI on its way back."""
+    """TVM calls tile_nb's nvcc callback from C++; an exception raised there
+    crosses TVM's FFI on its way back."""
     from tile_nb.backend import cuda_compile
 
     def interrupted(*args, **kwargs):
@@ -95,7 +109,7 @@ def test_tune_stops_at_an_interrupt_while_compiling(fresh_cache, monkeypatch):
         tune(interruptible, {"block": [64, 128]}, N=2345, pool="inline", progress=None, store=False)
 
 
-# ---- the process pool ---------------------------------------------------------------------------------------------
+# ---- the process pool --------------------------------------------------------------------------------------
 _HANGING_WORKER = textwrap.dedent("""
     import json, os, sys, time
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -114,8 +128,8 @@ def _alive(proc) -> bool:
 
 
 def test_workers_do_not_share_the_parents_ctrl_c():
-    """A terminal's or a notebook's Ctrl-C goes to the whole process group; the workers have their own, so only the
-    parent is interrupted, and it decides what happens to them."""
+    """A terminal's or a notebook's Ctrl-C goes to the whole process group; the workers have their own, so
+    only the parent is interrupted, and it decides what happens to them."""
     command = (sys.executable, "-c", _HANGING_WORKER)
     with ProcessPool(1, command=command, inline_while_starting=False) as pool:
         (proc,) = [w.proc for w in pool._pool]
@@ -130,7 +144,8 @@ def test_an_interrupt_while_the_pool_compiles_kills_the_busy_workers_at_once():
     with pytest.raises(KeyboardInterrupt):
         for outcome in pool.run([{"id": 0}, {"id": 1}, {"id": 2}]):
             assert outcome["id"] == 0 and outcome["ok"]
-            raise KeyboardInterrupt()  # Ctrl-C while the parent handles an outcome; jobs 1 and 2 hang meanwhile
+            # Ctrl-C while the parent handles an outcome; jobs 1 and 2 hang meanwhile
+            raise KeyboardInterrupt()
     pool.close()
     assert time.monotonic() - start < 4  # not waited for (closing a busy worker politely gives it 5 s)
     assert not any(_alive(p) for p in procs)

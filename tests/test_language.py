@@ -1,4 +1,5 @@
-"""Each tile-language construct: the IR it elaborates to (docs/IR.md) and, on the interpreter, what it computes."""
+"""Each tile-language construct: the IR it elaborates to (docs/IR.md) and, on the
+interpreter, what it computes."""
 import pytest
 import torch
 
@@ -106,7 +107,8 @@ def test_gemm_transposes():
     for ta in (False, True):
         for tb in (False, True):
             C = torch.full((16, 24), float("nan"))
-            # 16x24 does not split over 4 warps in 16x16 tiles: the interpreter runs it and says the GPU won't.
+            # 16x24 does not split over 4 warps in 16x16 tiles: the interpreter
+            # runs it and says the GPU won't.
             with pytest.warns(tile_nb.NotLowerableWarning, match="cannot be split over 4 warps"):
                 mm(a.t().contiguous() if ta else a, b.t().contiguous() if tb else b, C, ta, tb)
             assert torch.allclose(C, a.float() @ b.float(), rtol=1e-3, atol=1e-2)
@@ -160,7 +162,9 @@ def test_dsl_errors_are_specific():
 
 
 def test_language_calls_outside_a_kernel_explain_themselves():
-    with pytest.raises(errors.DSLError, match=r"T.Kernel can only run inside the body of a @tile_nb.jit kernel"):
+    with pytest.raises(
+        errors.DSLError, match=r"T.Kernel can only run inside the body of a @tile_nb.jit kernel"
+    ):
         T.Kernel(1)
 
 

@@ -1,6 +1,6 @@
 """The layers of DESIGN.md section 3 import only layers below them, function-local imports included; the faces
-that the bench and notebook layers give a kernel (`gemm.bench`, `.sweep`, `.tune`, `.show`) work without jit.py
-importing those layers, and without the user importing them."""
+that the bench and notebook layers give a kernel (`gemm.bench`, `.sweep`, `.tune`, `.show`) work without
+jit.py importing those layers, and without the user importing them."""
 import ast
 import os
 import pathlib
@@ -13,7 +13,18 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tile_nb"
 
 # module or folder -> the tile_nb modules it must never import (anywhere in the file)
 ABOVE = {
-    "language": ("frontend", "lower", "backend", "runtime", "interp", "jit", "bench", "notebook", "autotune", "torch"),
+    "language": (
+        "frontend",
+        "lower",
+        "backend",
+        "runtime",
+        "interp",
+        "jit",
+        "bench",
+        "notebook",
+        "autotune",
+        "torch",
+    ),
     "frontend": ("lower", "backend", "runtime", "interp", "jit", "bench", "notebook", "autotune", "torch"),
     "runtime": ("interp", "jit", "bench", "notebook", "autotune", "torch"),
     "jit.py": ("bench", "notebook", "autotune", "torch"),
@@ -22,7 +33,8 @@ ABOVE = {
 }
 
 # Inside lower/ (its __init__.py draws the map): the shared leaves, then analysis/ (what decides), then emit/
-# (what the decisions become), then the driver lowering.py. Folder or file -> what below tile_nb it must not import.
+# (what the decisions become), then the driver lowering.py. Folder or file -> what
+# below tile_nb it must not import.
 LOWER_LEAVES = ("diagnostics", "errors", "exprs", "irwalk", "options", "sourcemap")
 LOWER = {
     **{f"lower/{leaf}.py": ("lower.analysis", "lower.emit", "lower.lowering") for leaf in LOWER_LEAVES},
@@ -105,5 +117,7 @@ def test_analysis_never_imports_the_emitters(part):
 
 def test_every_module_at_the_top_of_lower_has_a_place():
     top = {p.stem for p in (PACKAGE / "lower").glob("*.py")} - {"__init__", "lowering"}
-    assert top == set(LOWER_LEAVES), \
-        "a module at the top of lower/ is a shared leaf (add it to LOWER_LEAVES) or belongs in analysis/ or emit/"
+    assert top == set(LOWER_LEAVES), (
+        "a module at the top of lower/ is a shared leaf (add it to LOWER_LEAVES) or belongs in "
+        "analysis/ or emit/"
+    )

@@ -1,6 +1,6 @@
 """`T.annotate_layout`: a swizzle of a shared tile is accepted as a recorded hint (results unchanged, on the
-interpreter and the GPU); a layout written by hand (`T.Layout`, `T.Fragment`) or a swizzle of a global buffer or a
-fragment is refused at the user's line."""
+interpreter and the GPU); a layout written by hand (`T.Layout`, `T.Fragment`) or a swizzle of a global buffer
+or a fragment is refused at the user's line."""
 import pytest
 import torch
 
@@ -29,7 +29,9 @@ def test_swizzle_of_a_shared_tile_is_a_recorded_hint(m, n):
     torch.testing.assert_close(copy_through_shared(a), a)
     hints = [str(h) for h in copy_through_shared.specialize(M=m, N=n).attrs["tile_nb.hints"]]
     line = copy_through_shared.fn.__code__.co_firstlineno + 7
-    assert hints == [f"annotate_layout(tile: swizzled) (tile_nb picks the shared-memory swizzle itself) at line {line}"]
+    assert hints == [
+        f"annotate_layout(tile: swizzled) (tile_nb picks the shared-memory swizzle itself) at line {line}"
+    ]
 
 
 def test_swizzle_hint_compiles_for_sm90a():
@@ -55,11 +57,17 @@ def _annotated(layout_of):
     return k
 
 
-@pytest.mark.parametrize("layout_of,what", [
-    (lambda A, f: {A: T.Layout(A.shape, lambda i, j: [j, i])}, r"'A' \(global\) with T.Layout\(\(8, 8\), \.\.\.\)"),
-    (lambda A, f: {f: T.Fragment(f.shape)}, r"'frag' \(local.fragment\) with T.Fragment\(\.\.\.\)"),
-    (lambda A, f: {A: tilelang.layout.make_swizzled_layout(A)}, r"'A' \(global\) with a swizzle"),
-])
+@pytest.mark.parametrize(
+    "layout_of,what",
+    [
+        (
+            lambda A, f: {A: T.Layout(A.shape, lambda i, j: [j, i])},
+            r"'A' \(global\) with T.Layout\(\(8, 8\), \.\.\.\)",
+        ),
+        (lambda A, f: {f: T.Fragment(f.shape)}, r"'frag' \(local.fragment\) with T.Fragment\(\.\.\.\)"),
+        (lambda A, f: {A: tilelang.layout.make_swizzled_layout(A)}, r"'A' \(global\) with a swizzle"),
+    ],
+)
 def test_layouts_written_by_hand_are_refused_at_the_line(layout_of, what):
     k = _annotated(layout_of)
     with pytest.raises(DSLError, match=f"T.annotate_layout of {what} is not supported") as info:

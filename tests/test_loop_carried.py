@@ -1,7 +1,8 @@
-"""A Python name read and then rebound in a kernel loop (`acc = acc + x`) would hold one iteration's expression:
+"""A Python name read and then rebound in a kernel loop (`acc = acc + x`)
+would hold one iteration's expression:
 the loop body runs once while the kernel is built. This gave silently wrong sums (the interpreter returned
-0.0 + X[r, 4] for a 5-element row sum at 946c340..f4a076c); it is refused now, at the loop, with the fix in the
-hint. Python loops (over a list, a compile-time range outside T.Kernel) carry values as Python does."""
+0.0 + X[r, 4] for a 5-element row sum at 946c340..f4a076c); it is refused now, at the loop, with the fix in
+the hint. Python loops (over a list, a compile-time range outside T.Kernel) carry values as Python does."""
 import pytest
 import torch
 
@@ -34,15 +35,17 @@ def row_sum_augmented(X, S):
 
 @pytest.mark.parametrize("kernel", [row_sum_rebinding, row_sum_augmented])
 def test_value_carried_through_a_kernel_loop_is_refused(kernel):
-    with pytest.raises(DSLError, match=r"`acc` is read and then reassigned in the kernel loop at line \d+") as info:
+    with pytest.raises(
+        DSLError, match=r"`acc` is read and then reassigned in the kernel loop at line \d+"
+    ) as info:
         kernel(torch.randn(4, 5), torch.empty(4))
     assert info.value.lineno == kernel.fn.__code__.co_firstlineno + 6
     assert "T.alloc_var" in info.value.hint and "acc = acc + ..." in info.value.hint
 
 
 def test_kernel_variables_by_name_carry_through_loops_and_ifs():
-    """tilelang's spelling: a name bound to T.alloc_var is a variable of the kernel; `x = v` and `x += v` store
-    into it (in a loop, under a run-time `if`) and reading `x` reads it."""
+    """tilelang's spelling: a name bound to T.alloc_var is a variable of the kernel; `x = v` and `x += v`
+    store into it (in a loop, under a run-time `if`) and reading `x` reads it."""
     @tile_nb.jit
     def stats(X, S):
         X: T.Tensor[[4, 5], T.float32]
@@ -123,8 +126,8 @@ def test_kernel_variables_by_name_on_gpu():
 
 
 def test_loop_variables_in_a_runtime_if_branch_are_not_rebindings():
-    """`for i in T.Parallel(...)` inside a run-time `if` makes new loop variables: reusing the name of an earlier
-    loop's variable is not a leak (tilelang's sparse decoding examples do this)."""
+    """`for i in T.Parallel(...)` inside a run-time `if` makes new loop variables: reusing the name of an
+    earlier loop's variable is not a leak (tilelang's sparse decoding examples do this)."""
     @tile_nb.jit
     def k(X, F, Y):
         X: T.Tensor[[6], T.float32]

@@ -4,9 +4,9 @@ tests/test_gpu_gemm.py (`test_cluster_*`)."""
 import re
 
 import pytest
-from kernels.seed import gemm_fp8, gemm_ir
 from kernels.cuda import lowered, target
 from kernels.cuda import pipeline_note as note
+from kernels.seed import gemm_fp8, gemm_ir
 
 from tile_nb.lower import lower_with_plan
 from tile_nb.runtime import compile as rt_compile
@@ -19,8 +19,8 @@ def clustered(func):
 
 
 def test_off_unless_asked_for():
-    func = gemm_ir(4096, 4096, 1024, **BIG)
-    for func in (func, func.with_attr("tile_nb.cluster", 0)):
+    plain = gemm_ir(4096, 4096, 1024, **BIG)
+    for func in (plain, plain.with_attr("tile_nb.cluster", 0)):
         p = lower_with_plan(func, target("sm_90a"))[1]
         assert p.persistent.multicast is None and p.refusal("cluster") is None and p.summary()["cluster"] == 0
 
@@ -28,16 +28,27 @@ def test_off_unless_asked_for():
 def test_pairs_tiles_along_m_and_multicasts_b():
     """The GEMM's grid is (M tiles, N tiles): B's copy is the same for tiles that differ in bx, and it is the
     larger operand (64 x 256 against A's 128 x 64)."""
-    assert ("clusters of 2 CTAs on tiles that differ in bx: each loads half of B_shared and multicasts it to both"
-            in note(clustered(gemm_ir(4096, 4096, 1024, **BIG))))
+    assert (
+        "clusters of 2 CTAs on tiles that differ in bx: each loads half of B_shared and multicasts it to both"
+        in note(clustered(gemm_ir(4096, 4096, 1024, **BIG)))
+    )
 
 
-@pytest.mark.parametrize("func,why", [
-    # 31 x 15 tiles: no axis to pair along
-    (lambda: clustered(gemm_ir(3904, 3840, 1024, **BIG)), "a grid axis of even extent"),
-    (lambda: clustered(gemm_ir(4096, 4096, 1024, **BIG)).with_attr("tile_nb.sm_count", 131), "an even number of CTAs"),
-    (lambda: gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.cluster", 4), "clusters of 2 CTAs are supported"),
-])
+@pytest.mark.parametrize(
+    "func,why",
+    [
+        # 31 x 15 tiles: no axis to pair along
+        (lambda: clustered(gemm_ir(3904, 3840, 1024, **BIG)), "a grid axis of even extent"),
+        (
+            lambda: clustered(gemm_ir(4096, 4096, 1024, **BIG)).with_attr("tile_nb.sm_count", 131),
+            "an even number of CTAs",
+        ),
+        (
+            lambda: gemm_ir(4096, 4096, 1024, **BIG).with_attr("tile_nb.cluster", 4),
+            "clusters of 2 CTAs are supported",
+        ),
+    ],
+)
 def test_refusals_say_why(func, why):
     n = note(func())
     assert "no cluster (" in n and why in n, n
@@ -55,9 +66,10 @@ def test_a_single_box_is_cut_in_two(M, trans_B, operand):
 
 @pytest.mark.parametrize("M,N,step", [(4000, 3000, (1, 0)), (3904, 4000, (0, 1))])
 def test_the_two_ctas_of_a_cluster_walk_every_tile_once_in_pairs(M, N, step):
-    """Evaluate the lowered tile walk for every CTA (rank = blockIdx.x % 2, as clusters of (2, 1, 1) are formed):
-    every (bx, by) tile exactly once, and at each step the two CTAs of a cluster on neighbouring tiles along the
-    pair axis: M (32 x 12 tiles, B shared) or N (31 x 16 tiles, A shared); ragged at every edge."""
+    """Evaluate the lowered tile walk for every CTA (rank = blockIdx.x % 2, as
+    clusters of (2, 1, 1) are formed):
+    every (bx, by) tile exactly once, and at each step the two CTAs of a cluster on neighbouring tiles along
+    the pair axis: M (32 x 12 tiles, B shared) or N (31 x 16 tiles, A shared); ragged at every edge."""
     ir = lowered(clustered(gemm_ir(M, N, 1000, **BIG)))
     tiles_m, tiles_n = -(-M // 128), -(-N // 256)
     assert 'T.launch_thread("blockIdx.x", 132)' in ir and 'T.launch_thread("clusterCtaIdx.x", 2)' in ir
@@ -90,9 +102,12 @@ def test_the_pipeline_multicasts_half_of_b_and_releases_stages_in_both_ctas(tmp_
     rank0, rank1 = loads.split("} else {", 1)
     assert rank0.count("tnb_tma_load_multicast_2d(") == 2 and rank1.count("tnb_tma_load_multicast_2d(") == 2
     assert "(ushort)3" in rank0 and "tnb_tma_load_2d(" in rank0 and "A_tensormap" in rank0
-    # every release reaches both CTAs: lanes 0 and 1 of each consumer warp arrive on CTA 0's and CTA 1's barrier
+    # every release reaches both CTAs: lanes 0 and 1 of each consumer warp
+    # arrive on CTA 0's and CTA 1's barrier
     body = src[src.index("__global__"):]
-    arrives = re.findall(r"if \((.*)\) \{\n\s*tnb_mbarrier_arrive_cluster\(.*?, \(\(\(int\)threadIdx.x\) & 31\)\);", body)
+    arrives = re.findall(
+        r"if \((.*)\) \{\n\s*tnb_mbarrier_arrive_cluster\(.*?, \(\(\(int\)threadIdx.x\) & 31\)\);", body
+    )
     assert len(arrives) == 2 and all("(((int)threadIdx.x) & 31) < 2" in a for a in arrives), arrives
     assert "tnb_mbarrier_arrive(" not in body
     # the producer's tail: one wait per stage after its last tile

@@ -1,5 +1,6 @@
-"""Register layouts (tile_nb/lower/fragments.py): every element of a tile is held by exactly one (thread, register)
-up to replicas, slices hold the reduced rows, and the accumulator layouts match the GEMM lowering's own maps."""
+"""Register layouts (tile_nb/lower/fragments.py): every element of a tile is held by exactly one
+(thread, register) up to replicas, slices hold the reduced rows, and the accumulator layouts
+match the GEMM lowering's own maps."""
 import itertools
 
 import pytest
@@ -18,9 +19,18 @@ def owners(layout, threads):
     return out
 
 
-@pytest.mark.parametrize("shape, threads, vec", [((4, 1024), 128, 4), ((1, 8192), 128, 8), ((37, 100), 128, 4),
-                                                 ((64,), 128, 4), ((8, 16), 256, 8), ((128, 128), 128, 4),
-                                                 ((3, 5), 64, 4)])
+@pytest.mark.parametrize(
+    "shape, threads, vec",
+    [
+        ((4, 1024), 128, 4),
+        ((1, 8192), 128, 8),
+        ((37, 100), 128, 4),
+        ((64,), 128, 4),
+        ((8, 16), 256, 8),
+        ((128, 128), 128, 4),
+        ((3, 5), 64, 4),
+    ],
+)
 def test_blocked_layout_holds_every_element_once(shape, threads, vec):
     layout = blocked(shape, threads, vec)
     held = owners(layout, threads)
@@ -61,9 +71,16 @@ def test_wgmma_layout_matches_the_gemm_lowering(bm, bn, wgs):
             assert layout.element(tx, r) == [int(x) for x in acc.element(tx, r)]
 
 
-@pytest.mark.parametrize("layout, threads", [(blocked((4, 1024), 128, 4), 128), (blocked((1, 512), 128, 4), 128),
-                                             (blocked((37, 100), 128, 4), 128), (mma_accumulator(64, 64, 4, 1), 128),
-                                             (wgmma_accumulator(128, 128, 2), 256)])
+@pytest.mark.parametrize(
+    "layout, threads",
+    [
+        (blocked((4, 1024), 128, 4), 128),
+        (blocked((1, 512), 128, 4), 128),
+        (blocked((37, 100), 128, 4), 128),
+        (mma_accumulator(64, 64, 4, 1), 128),
+        (wgmma_accumulator(128, 128, 2), 256),
+    ],
+)
 def test_row_slice_holds_the_row_of_every_register(layout, threads):
     rows = layout.slice(1)
     for tx in range(threads):
@@ -92,7 +109,8 @@ def test_lane_masks_and_warp_slots():
 
 @pytest.mark.parametrize("bm, bn, warps", [(128, 64, 4), (64, 32, 4), (128, 128, 8)])
 def test_row_coupled_mma_accumulator_takes_the_wgmma_row_order(bm, bn, warps):
-    """FlashAttention at head dim 128: Q K^T on mma.sync, P V on wgmma; their row statistics must share a layout."""
+    """FlashAttention at head dim 128: Q K^T on mma.sync, P V on wgmma; their row
+    statistics must share a layout."""
     acc = MmaAccLayout.choose(bm, bn, warps, rows_per_warp=True)
     assert acc.wgmma_rows
     layout = acc.linear()

@@ -1,4 +1,5 @@
-"""Lowering of the seed GEMM and its variants: structure of the lowered IR / CUDA, and nvcc builds with 0 spills.
+"""Lowering of the seed GEMM and its variants: structure of the lowered IR /
+CUDA, and nvcc builds with 0 spills.
 
 CPU only (CI): CUDA source through TVM, then `nvcc -cubin` + `ptxas -v` for sm_80 and sm_90a (skipped with a
 reason when nvcc is absent).
@@ -6,10 +7,10 @@ reason when nvcc is absent).
 import re
 
 import pytest
-
-from tile_nb.lower import lower, lower_with_plan
 from kernels.cuda import cuda_source, ptxas_report, spills, target
 from kernels.seed import gemm_ir
+
+from tile_nb.lower import lower, lower_with_plan
 
 VARIANTS = {
     "seed": dict(M=1024, N=1024, K=1024),
@@ -40,7 +41,8 @@ def test_variant_builds_without_spills(name, arch, tmp_path):
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_pipeline_structure(stages):
-    """Prologue of stages-1 commits, one commit + wait_group(stages-2) + barrier per iteration, a final drain."""
+    """Prologue of stages-1 commits, one commit + wait_group(stages-2) + barrier
+    per iteration, a final drain."""
     lowered = lower(cp_async(gemm_ir(1024, 1024, 1024, num_stages=stages)), target("sm_90a")).script()
     assert lowered.count('func_call("tnb_cp_async_commit"') == stages  # (stages - 1) prologue + 1 in the loop
     assert f'func_call("tnb_cp_async_wait_{stages - 2}"' in lowered
@@ -52,7 +54,8 @@ def test_pipeline_structure(stages):
 
 
 def test_tensor_core_ops_present():
-    """sm_80: mma.sync + ldmatrix; sm_90a: Hopper wgmma from shared-memory descriptors (mma.sync when forced)."""
+    """sm_80: mma.sync + ldmatrix; sm_90a: Hopper wgmma from shared-memory
+    descriptors (mma.sync when forced)."""
     src90 = cuda_source(cp_async(gemm_ir(1024, 1024, 1024)), "sm_90a")
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in src90 and "fence.proxy.async" in src90
     big = cuda_source(gemm_ir(1024, 1024, 1024, block_N=256, block_K=64, threads=256), "sm_90a")
@@ -111,13 +114,17 @@ def test_split_k_accumulator_stays_in_registers_and_adds_atomically(tmp_path):
 def test_fp8_gemm_on_wgmma_with_tma(a_dtype, b_dtype, types, block_K, tmp_path):
     """8-bit float operands: m64nNk32 wgmma (no transpose immediates: both operands K-major), TMA loads into
     64B/128B-swizzled tiles (tensor maps of uint8), float32 accumulators in registers, no spills."""
-    import tile_nb.language as T
     from kernels.seed import gemm_fp8
 
-    func = gemm_fp8.specialize(M=1024, N=1024, K=1024, a_dtype=getattr(T, a_dtype), b_dtype=getattr(T, b_dtype),
-                               block_K=block_K)
+    import tile_nb.language as T
+
+    func = gemm_fp8.specialize(
+        M=1024, N=1024, K=1024, a_dtype=getattr(T, a_dtype), b_dtype=getattr(T, b_dtype), block_K=block_K
+    )
     src = cuda_source(func, "sm_90a")
-    assert re.findall(r"wgmma\.mma_async[\w.]+", src) == [f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{types}"]
+    assert re.findall(r"wgmma\.mma_async[\w.]+", src) == [
+        f"wgmma.mma_async.sync.aligned.m64n256k32.f32.{types}"
+    ]
     assert "cp.async.bulk.tensor" in src and "cp.async.cg" not in src
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
@@ -125,9 +132,9 @@ def test_fp8_gemm_on_wgmma_with_tma(a_dtype, b_dtype, types, block_K, tmp_path):
 
 def test_fp8_gemm_needs_b_stored_k_major():
     """8-bit operands with B stored [K, N] cannot go to wgmma (PTX reads them K-major only): a clear error."""
-    import tile_nb.language as T
     from kernels.seed import gemm_variant
 
+    import tile_nb.language as T
     from tile_nb.lower import LoweringError
 
     func = gemm_variant.specialize(M=256, N=256, K=256, in_dtype=T.float8_e4m3fn, block_K=128, threads=256)
@@ -149,8 +156,8 @@ def test_int8_gemm_on_wgmma_accumulates_in_int32_registers(tmp_path):
 
 @pytest.mark.parametrize("trans_B", [False, True])
 def test_block_k_128_uses_k_major_panels_on_wgmma(trans_B, tmp_path):
-    """K-major operands of 256-byte rows are stored as two 64-column panels: still wgmma (not mma.sync), a TMA box
-    per panel, and the descriptors of k-steps 4..7 start in the second panel."""
+    """K-major operands of 256-byte rows are stored as two 64-column panels: still wgmma (not mma.sync), a TMA
+    box per panel, and the descriptors of k-steps 4..7 start in the second panel."""
     func = gemm_ir(1024, 1024, 1024, block_N=128, block_K=128, threads=256, trans_B=trans_B)
     lowered, plan = lower_with_plan(func, target("sm_90a"))
     assert plan.uses_wgmma and plan.tma is not None
@@ -164,7 +171,9 @@ def test_block_k_128_uses_k_major_panels_on_wgmma(trans_B, tmp_path):
 def test_flash_attention_head_dim_128_runs_both_gemms_on_wgmma():
     from kernels.reference import flash_attention
 
-    _, plan = lower_with_plan(flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128, block_N=64), target("sm_90a"))
+    _, plan = lower_with_plan(
+        flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128, block_N=64), target("sm_90a")
+    )
     assert [type(a).__name__ for a in plan.accumulators.values()] == ["WgmmaAccLayout", "WgmmaAccLayout"]
 
 
@@ -185,9 +194,12 @@ def test_fragment_a_operand_uses_the_register_form_of_wgmma(make, tmp_path):
 
 
 def test_register_a_falls_back_to_shared_when_registers_run_out():
-    """Head dim 128 with block_M = 128: acc (128) + scores (64) + probs (32, packed) registers would push the row
-    statistics out of registers; probs goes through shared memory instead, as before, and the plan says why."""
+    """Head dim 128 with block_M = 128: acc (128) + scores (64) + probs (32, packed) registers
+    would push the row statistics out of registers; probs goes through shared memory instead, as
+    before, and the plan says why."""
     from kernels.reference import flash_attention
 
-    _, plan = lower_with_plan(flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128), target("sm_90a"))
+    _, plan = lower_with_plan(
+        flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128), target("sm_90a")
+    )
     assert [n.split(" ")[0] for n in plan.notes] == ["probs"], plan.notes

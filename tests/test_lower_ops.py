@@ -4,11 +4,11 @@ CPU only: the lowered module must compile through TVM to CUDA and then through n
 """
 import pytest
 import tvm
+from kernels.cuda import NVCC, cuda_source, ptxas_report
 
 import tile_nb
 import tile_nb.language as T
 from tile_nb.lower import LoweringError, lower
-from kernels.cuda import NVCC, cuda_source, ptxas_report
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 
@@ -103,7 +103,8 @@ def test_unsupported_gemm_dtype_names_the_op():
 
 def test_reference_kernels_lower_and_compile():
     """Every kernel of tests/kernels/reference.py lowers and compiles to CUDA (FlashAttention: a fragment as
-    the A operand of T.gemm, bitwise masks in T.Parallel, a pipelined loop with a CTA-dependent trip count)."""
+    the A operand of T.gemm, bitwise masks in T.Parallel, a pipelined loop
+    with a CTA-dependent trip count)."""
     import torch
     from kernels import reference as ref
 

@@ -1,11 +1,11 @@
-"""Lowering options (tile_nb/lower/options.py): one typed, frozen value, resolved function attribute > kernel >
-run-time options > environment > default, keyed into the compile caches, sent whole to tuning workers.
+"""Lowering options (tile_nb/lower/options.py): one typed, frozen value, resolved function attribute > kernel
+> run-time options > environment > default, keyed into the compile caches, sent whole to tuning workers.
 
 CPU only: lowering through TVM, keys without building.
 """
 import pytest
-from kernels.seed import gemm_ir
 from kernels.cuda import target
+from kernels.seed import gemm_ir
 
 import tile_nb
 from tile_nb.lower import ENV_SWITCHES, LoweringOptionError, LoweringOptions, lower_with_plan, resolve
@@ -94,7 +94,8 @@ def test_compile_keys_differ_by_options_not_by_how_they_were_given(monkeypatch):
     assert off != default
     monkeypatch.setenv("TILE_NB_TMA", "0")
     assert cache_key(func, "sm_90a")[0] == off
-    assert cache_key(func, "sm_90a", lowering=LoweringOptions())[0] == default  # whole: the environment is out
+    # whole: the environment is out
+    assert cache_key(func, "sm_90a", lowering=LoweringOptions())[0] == default
     monkeypatch.delenv("TILE_NB_TMA")
     with tile_nb.options(tma=False):
         assert cache_key(func, "sm_90a")[0] == off
@@ -117,8 +118,9 @@ def test_a_kernel_takes_options_and_refuses_unknown_names():
 
 
 def test_changing_options_makes_the_jit_forget_its_launches():
-    """The fast path does not look at the options: a change through tile_nb.set_options / tile_nb.options empties
-    its tables, so the next call of a shape seen before goes through `_compiled`, keyed by the new options."""
+    """The fast path does not look at the options: a change through tile_nb.set_options /
+    tile_nb.options empties its tables, so the next call of a shape seen before goes through
+    `_compiled`, keyed by the new options."""
     from kernels.seed import gemm_variant
 
     class Spec:

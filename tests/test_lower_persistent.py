@@ -4,19 +4,20 @@ emit, and that the kernels build without spills. CPU only; the GPU runs are in t
 import re
 
 import pytest
-import tile_nb
-import tile_nb.language as T
-from kernels.seed import gemm as seed_gemm
-from kernels.seed import gemm_ir, gemm_smem_epilogue
 from kernels.cuda import lowered, plan
 from kernels.cuda import pipeline_note as note
+from kernels.seed import gemm as seed_gemm
+from kernels.seed import gemm_ir, gemm_smem_epilogue
 
+import tile_nb
+import tile_nb.language as T
 
 BIG = dict(block_N=256, block_K=64, threads=256)
 
 
 def persistent(func, sms=None, stream_k=0):
-    """Persistent CTAs asked for; the last wave's tiles whole (stream-K off: tests/test_lower_stream_k.py has it)."""
+    """Persistent CTAs asked for; the last wave's tiles whole (stream-K off:
+    tests/test_lower_stream_k.py has it)."""
     func = func.with_attr("tile_nb.persistent", 1).with_attr("tile_nb.stream_k", stream_k)
     return func if sms is None else func.with_attr("tile_nb.sm_count", sms)
 
@@ -88,7 +89,8 @@ def test_a_shared_memory_epilogue_ends_each_tile_with_a_consumer_barrier():
 
 
 def tile_counts(ir: str, ctas: int) -> list:
-    """How many tiles each CTA walks, evaluating the tile loops' extents (the producer's and the consumers' agree)."""
+    """How many tiles each CTA walks, evaluating the tile loops' extents (the
+    producer's and the consumers' agree)."""
     extents = re.findall(r"for tile(?:_load)? in range\((.*)\):", ir)
     assert len(extents) == 2 and extents[0] == extents[1], extents
     return [eval(extents[0], {"bx": b}) for b in range(ctas)]  # noqa: S307 - floor division as in TIR
@@ -113,12 +115,24 @@ def triangular(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 6
         T.copy(C_local, C[bx * block_M, by * block_N])
 
 
-@pytest.mark.parametrize("func,why", [
-    (lambda: gemm_ir(2048, 2048, 1024, **BIG), "128 tiles fit on 132 SMs at once"),
-    (lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 0), "they need the TMA pipeline's producer"),
-    (lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.producer_warp", 0), "they need a producer warp"),
-    (lambda: triangular.specialize(M=4096, N=4096, K=4096), "the pipelined loop's trip count differs from tile to tile"),
-])
+@pytest.mark.parametrize(
+    "func,why",
+    [
+        (lambda: gemm_ir(2048, 2048, 1024, **BIG), "128 tiles fit on 132 SMs at once"),
+        (
+            lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.tma", 0),
+            "they need the TMA pipeline's producer",
+        ),
+        (
+            lambda: gemm_ir(4096, 4096, 1024).with_attr("tile_nb.producer_warp", 0),
+            "they need a producer warp",
+        ),
+        (
+            lambda: triangular.specialize(M=4096, N=4096, K=4096),
+            "the pipelined loop's trip count differs from tile to tile",
+        ),
+    ],
+)
 def test_refusals_say_why(func, why):
     text = note(persistent(func()))
     assert f"no persistent CTAs ({why}" in text, text
@@ -167,8 +181,11 @@ def test_persistent_kernels_build_without_spills(cfg):
 
 
 def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
-    """The consumers' form (tile_nb.producer_stores = 0; the default where the producer may not issue them)."""
-    s3 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG).with_attr("tile_nb.producer_stores", 0))
+    """The consumers' form (tile_nb.producer_stores = 0; the default where the
+    producer may not issue them)."""
+    s3 = whole_tiles(
+        gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG).with_attr("tile_nb.producer_stores", 0)
+    )
     assert "epilogue through shared memory and TMA stores (4 of 4 panels at a time)" in note(s3)
     ir = lowered(s3)
     # C's tensor map: 64-column boxes of 128 rows, 128-byte swizzle (the staging panels' layout)
@@ -176,7 +193,8 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
     epilogue = ir[ir.index("tnb_bulk_wait_read0"):]
     assert epilogue.count("tnb_tma_store_2d") == 4 and epilogue.count("tnb_bulk_commit") == 1
     assert "by_tile * 256 + 192, bx_tile * 128" in epilogue  # the last panel's coordinates, innermost first
-    assert ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')  # the stores finish before the CTA exits
+    # the stores finish before the CTA exits
+    assert ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
     # 4 stages leave room for half the tile: two rounds of two panels
     s4 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
                      .with_attr("tile_nb.producer_stores", 0))
@@ -185,30 +203,43 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
 
 
 def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
-    """The consumers stage the tile (the panels the staging tile lacks go into the last k-tile's stage of B) and
-    release that stage; the producer, which waits for the stage before refilling it anyway, then issues the
-    stores: no barrier and no store wait in the consumers' epilogue."""
+    """The consumers stage the tile (the panels the staging tile lacks go into the last k-tile's stage of B)
+    and release that stage; the producer, which waits for the stage before refilling it anyway, then issues
+    the stores: no barrier and no store wait in the consumers' epilogue."""
     s4 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG))
-    assert note(s4).endswith("epilogue through shared memory (4 panels, 2 of them in the last k-tile's stage of "
-                             "B_shared) and TMA stores issued by the producer warp")
+    assert note(s4).endswith(
+        "epilogue through shared memory (4 panels, 2 of them in the last k-tile's stage of "
+        "B_shared) and TMA stores issued by the producer warp"
+    )
     ir = lowered(s4)
     producer, consumers = ir[:ir.index("for tile in range")], ir[ir.index("for tile in range"):]
     assert "tnb_bulk" not in consumers and "tnb_tma_store" not in consumers
-    # the staging tile's panels, then one consumer barrier (both warpgroups' MMAs have read B's last stage), then
-    # the panels into that stage; the stage of the tile's last k-tile (K = 1024: 16 of them) is released after
+    # the staging tile's panels, then one consumer barrier (both warpgroups' MMAs have read B's
+    # last stage), then the panels into that stage; the stage of the tile's last k-tile (K =
+    # 1024: 16 of them) is released after
     staging, spill = "T.address_of(C_stage[", "T.address_of(B_shared_as_C[(tile * 16 + 16 - 1) % 4"
     assert consumers.count("tnb_bar_sync_1_256") == 1
-    assert consumers.index("tnb_wgmma_wait0") < consumers.index(staging) < consumers.index("tnb_bar_sync_1_256") \
+    assert (
+        consumers.index("tnb_wgmma_wait0")
+        < consumers.index(staging)
+        < consumers.index("tnb_bar_sync_1_256")
         < consumers.index(spill)
+    )
     release = 'T.address_of(stage_barriers[4 + (tile * 16 + 16 - 1) % 4])'
-    assert consumers.index(spill) < consumers.index("tnb_fence_proxy_async") < consumers.index("tnb_warp_sync") \
+    assert (
+        consumers.index(spill)
+        < consumers.index("tnb_fence_proxy_async")
+        < consumers.index("tnb_warp_sync")
         < consumers.index(release)
+    )
     # the producer: the previous tile's 4 stores at k-tile 3 of the next, then the last tile's after the loop
     assert producer.count('"tnb_tma_store_2d"') == 8 and producer.count('"tnb_bulk_commit"') == 2
     assert producer.count('"tnb_bulk_wait_read0"') == 1 and producer.count('"tnb_bulk_wait0"') == 1
     assert "if k_load == 3 and tile_load > 0:" in producer
-    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)   # the whole tile fits the staging tile
-    assert note(s3).endswith("epilogue through shared memory (4 panels) and TMA stores issued by the producer warp")
+    s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)  # the whole tile fits the staging tile
+    assert note(s3).endswith(
+        "epilogue through shared memory (4 panels) and TMA stores issued by the producer warp"
+    )
     # where the producer may not: fewer k-tiles than stages, clusters, or switched off
     short = gemm_ir(4096, 4096, 128, out_dtype=T.float16, num_stages=4, **BIG)
     assert "(2 of 4 panels at a time)" in note(short)
@@ -226,14 +257,19 @@ def test_tma_store_switch_and_refusals():
     shifted = fp16.with_attr("tile_nb.unaligned", ["C"])
     assert plan(shifted).tma_store is None and not plan(shifted).refusals
     assert plan(shifted.with_attr("tile_nb.tma_store", 1)).refusal("tma_store").code == "tma_store.unaligned"
-    assert "no TMA store (C's data pointer is not 16-byte aligned" in note(shifted.with_attr("tile_nb.tma_store", 1))
+    assert "no TMA store (C's data pointer is not 16-byte aligned" in note(
+        shifted.with_attr("tile_nb.tma_store", 1)
+    )
 
 
 def test_a_kernel_of_one_wave_gets_tma_stores_too():
-    """Not persistent (128 tiles on 132 SMs): each CTA stores its one tile and waits for the stores at the end."""
+    """Not persistent (128 tiles on 132 SMs): each CTA stores its one tile and
+    waits for the stores at the end."""
     func = gemm_ir(2048, 2048, 1024, out_dtype=T.float16, **BIG)
-    assert note(func).endswith("epilogue through shared memory and TMA stores (4 of 4 panels at a time); a CTA "
-                               "of one tile waits for its stores before it exits")
+    assert note(func).endswith(
+        "epilogue through shared memory and TMA stores (4 of 4 panels at a time); a CTA "
+        "of one tile waits for its stores before it exits"
+    )
     ir = lowered(func)
     assert ir.count('"tnb_tma_store_2d"') == 4 and ir.rstrip().endswith('T.cuda.func_call("tnb_bulk_wait0")')
     cp_async = gemm_ir(2048, 2048, 1024, out_dtype=T.float16).with_attr("tile_nb.tma", 0)  # no TMA pipeline
@@ -244,14 +280,25 @@ def test_a_kernel_of_one_wave_gets_tma_stores_too():
 @pytest.mark.parametrize("in_dtype", ["float16", "float8_e4m3fn"])
 def test_producer_stores_read_the_panels_the_consumers_wrote(in_dtype):
     """Byte addresses in the generated CUDA: the producer's TMA stores read exactly the four 16 KiB panels the
-    consumers write (two in the staging tile, two in the B tile's stage of the last k-tile, 1 KiB aligned), also
-    where B is 8-bit and the panels hold 16-bit C (a unit slip there made misaligned stores on the GPU)."""
+    consumers write (two in the staging tile, two in the B tile's stage of the last k-tile, 1 KiB
+    aligned), also where B is 8-bit and the panels hold 16-bit C (a unit slip there made
+    misaligned stores on the GPU)."""
     from kernels.seed import gemm_fp8, gemm_variant
+
     from tile_nb.runtime import compile as rt_compile
 
     if in_dtype == "float16":
-        func = gemm_variant.specialize(M=4000, N=4104, K=1024, block_N=256, block_K=64, threads=256, num_stages=4,
-                                       in_dtype=T.float16, out_dtype=T.float16)
+        func = gemm_variant.specialize(
+            M=4000,
+            N=4104,
+            K=1024,
+            block_N=256,
+            block_K=64,
+            threads=256,
+            num_stages=4,
+            in_dtype=T.float16,
+            out_dtype=T.float16,
+        )
     else:
         func = gemm_fp8.specialize(M=4000, N=4104, K=1024, out_dtype=T.bfloat16)
     kernel = rt_compile(func, "sm_90a", options={"cache": False})

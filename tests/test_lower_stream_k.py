@@ -6,9 +6,9 @@ tests/test_gpu_gemm.py (`test_stream_k_*`)."""
 import pytest
 import tvm
 import tvm.sym
-from kernels.seed import gemm_ir
 from kernels.cuda import lowered, plan
 from kernels.cuda import pipeline_note as note
+from kernels.seed import gemm_ir
 from tvm import tirx
 
 import tile_nb
@@ -28,11 +28,16 @@ def forced(func):
 
 def test_the_last_wave_is_shared_by_k_tiles():
     # 512 tiles on 132 SMs: 3 whole tiles each, then 116 tiles' 7424 k-tiles over 132 CTAs
-    assert ("stream-K: the last 116 tiles (7424 k-tiles) shared by 132 CTAs (56.2 k-tiles each) after 3 whole tiles "
-            "each; partial sums through a 16.5 MiB workspace") in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
+    assert (
+        "stream-K: the last 116 tiles (7424 k-tiles) shared by 132 CTAs (56.2 k-tiles each) after 3 "
+        "whole tiles "
+        "each; partial sums through a 16.5 MiB workspace"
+    ) in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
     # 1376 tiles: a tail of 56 goes to 112 CTAs (at most two contributors per tile)
-    assert "the last 56 tiles (3584 k-tiles) shared by 112 CTAs (32.0 k-tiles each) after 10 whole tiles" in note(
-        gemm_ir(4096, 11008, 4096, **BIG))
+    assert (
+        "the last 56 tiles (3584 k-tiles) shared by 112 CTAs (32.0 k-tiles each) after 10 whole tiles"
+        in note(gemm_ir(4096, 11008, 4096, **BIG))
+    )
     assert "stream-K" not in note(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
 
 
@@ -75,12 +80,22 @@ def gemm_from_ones(A, B, C):
         T.copy(C_local, C[bx * 128, by * 256])
 
 
-@pytest.mark.parametrize("func,why", [
-    (lambda: gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.sm_count", 128), "512 tiles fill 4 waves of 128 CTAs"),
-    (lambda: gemm_ir(4096, 4096, 256, **BIG), "464 k-tiles over 132 CTAs: fewer than the 3 stages each"),
-    (lambda: gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.cluster", 2), "not with clusters"),
-    (lambda: gemm_from_ones.specialize(M=4096, N=4096, K=1024), "the body is not: clear one float32 wgmma accumulator"),
-], ids=["full-waves", "short-k", "clusters", "not-cleared"])
+@pytest.mark.parametrize(
+    "func,why",
+    [
+        (
+            lambda: gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.sm_count", 128),
+            "512 tiles fill 4 waves of 128 CTAs",
+        ),
+        (lambda: gemm_ir(4096, 4096, 256, **BIG), "464 k-tiles over 132 CTAs: fewer than the 3 stages each"),
+        (lambda: gemm_ir(4096, 4096, 4096, **BIG).with_attr("tile_nb.cluster", 2), "not with clusters"),
+        (
+            lambda: gemm_from_ones.specialize(M=4096, N=4096, K=1024),
+            "the body is not: clear one float32 wgmma accumulator",
+        ),
+    ],
+    ids=["full-waves", "short-k", "clusters", "not-cleared"],
+)
 def test_refusals_say_why(func, why):
     assert "stream-K" not in note(func())  # not asked for: nothing said
     text = note(func().with_attr("tile_nb.stream_k", 1))
@@ -124,7 +139,8 @@ def test_the_ranges_cover_the_tail_once_and_each_finisher_waits_for_its_contribu
                 covered.setdefault((r["finish_tile"], k), []).append(c)
         # every CTA's share is longer than the ring (the producer's stores go inside it)
         share = r["partial_count"] + (r["finish_count"] if r["finishes"] else 0)
-        assert share > 3 or tiles == 300  # (300 tiles, n = 7: a share of 4 k-tiles, ruled out by the plan for S >= 4)
+        # (300 tiles, n = 7: a share of 4 k-tiles, ruled out by the plan for S >= 4)
+        assert share > 3 or tiles == 300
     assert sorted(covered) == [(t, k) for t in range(sk.tail) for k in range(n)]
     assert all(len(owners) == 1 for owners in covered.values())
     for t in range(sk.tail):
@@ -143,16 +159,30 @@ def test_contributors_publish_then_finishers_wait_add_and_store():
     finish, no_finish = finish[:finish.index("else:")], finish[finish.index("else:"):]
     # the contribution: the k-loop, the drain, its last stage released (no epilogue), the registers stored; no
     # flag yet
-    order = ["for k in range(sk_partial_count)", "tnb_wgmma_wait0", "stage_barriers[4 + (192 + sk_partial_count - 1) % 4]",
-             "tnb_sk_put_132x128x256"]
+    order = [
+        "for k in range(sk_partial_count)",
+        "tnb_wgmma_wait0",
+        "stage_barriers[4 + (192 + sk_partial_count - 1) % 4]",
+        "tnb_sk_put_132x128x256",
+    ]
     assert [contribution.index(x) for x in order] == sorted(contribution.index(x) for x in order)
     assert "tnb_vst" not in contribution and "tnb_sk_signal" not in contribution  # nothing to C, no flag
-    # the finish: the loop over the tile's last k-tiles; then the contribution's flag (its stores drained under
-    # that loop): a consumer barrier and one thread's release; then one thread waits for the contributors' flags, a
-    # barrier, every thread adds their slots, then the epilogue (stage the tile for the producer's stores)
-    order = ["for k in range(sk_first_tile * 64 + 64 - sk_begin)", "tnb_wgmma_wait0", "if sk_partial_count > 0",
-             "tnb_bar_sync_1_256", "tnb_sk_signal_132x128x256", "tnb_sk_wait_132x128x256", "tnb_bar_sync_1_256",
-             "tnb_sk_add_132x128x256", "tnb_vst_float32x2_float16", "tnb_fence_proxy_async"]
+    # the finish: the loop over the tile's last k-tiles; then the contribution's flag (its stores
+    # drained under that loop): a consumer barrier and one thread's release; then one thread waits
+    # for the contributors' flags, a barrier, every thread adds their slots, then the epilogue (stage
+    # the tile for the producer's stores)
+    order = [
+        "for k in range(sk_first_tile * 64 + 64 - sk_begin)",
+        "tnb_wgmma_wait0",
+        "if sk_partial_count > 0",
+        "tnb_bar_sync_1_256",
+        "tnb_sk_signal_132x128x256",
+        "tnb_sk_wait_132x128x256",
+        "tnb_bar_sync_1_256",
+        "tnb_sk_add_132x128x256",
+        "tnb_vst_float32x2_float16",
+        "tnb_fence_proxy_async",
+    ]
     at, pos = 0, []
     for x in order:  # in this order, each after the one before (the barrier appears twice)
         at = finish.index(x, at)
@@ -192,15 +222,28 @@ def test_stream_k_kernels_build_without_spills(cfg):
     assert "stream-K" in kernel.pipeline
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
-    assert kernel.cuda_source.count("__device__ __align__(16) float tnb_sk_partials_132x128x256[4325376];") >= 1
+    assert (
+        kernel.cuda_source.count("__device__ __align__(16) float tnb_sk_partials_132x128x256[4325376];") >= 1
+    )
 
 
 def test_eight_bit_inputs_get_it_only_when_asked():
-    """fp8 stream-K kernels have not run on a GPU yet: by default they keep whole tiles even where it would pay."""
+    """fp8 stream-K kernels have not run on a GPU yet: by default they keep whole
+    tiles even where it would pay."""
     from kernels.seed import gemm_variant
 
-    fp8 = gemm_variant.specialize(M=8192, N=8192, K=16384, block_N=256, block_K=128, threads=256, num_stages=4,
-                                  in_dtype=T.float8_e4m3fn, out_dtype=T.bfloat16, trans_B=True)
+    fp8 = gemm_variant.specialize(
+        M=8192,
+        N=8192,
+        K=16384,
+        block_N=256,
+        block_K=128,
+        threads=256,
+        num_stages=4,
+        in_dtype=T.float8_e4m3fn,
+        out_dtype=T.bfloat16,
+        trans_B=True,
+    )
     assert "stream-K" not in note(fp8)  # 2048 tiles, 128 k-tiles each: 62 idle k-tiles per SM to share
     assert "stream-K: the last 68 tiles" in note(forced(fp8))
     assert "stream-K: the last 68 tiles" in note(gemm_ir(8192, 8192, 16384, **BIG))  # fp16 at the same tiling

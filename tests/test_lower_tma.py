@@ -6,12 +6,12 @@ The GPU runs of these kernels are in tests/test_gpu_gemm.py (`test_tma_*`).
 import re
 
 import pytest
-import tile_nb
-import tile_nb.language as T
+from kernels.cuda import cuda_source, pipeline_note, plan, ptxas_report, target
 from kernels.seed import gemm as seed_gemm
 from kernels.seed import gemm_ir
-from kernels.cuda import cuda_source, pipeline_note, plan, ptxas_report, target
 
+import tile_nb
+import tile_nb.language as T
 from tile_nb.lower import lower, lower_with_plan
 from tile_nb.lower.analysis.decisions import TWO_CTAS_PER_SM, PipelineKind
 
@@ -25,8 +25,11 @@ def seed_tma(M=1024, N=1024, K=1024, **cfg):
 
 
 
-@pytest.mark.parametrize("cfg", [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],
-                         ids=["big", "big_trans_B", "4_warpgroups"])
+@pytest.mark.parametrize(
+    "cfg",
+    [BIG, dict(BIG, trans_B=True), dict(BIG, block_M=256, block_N=128, threads=512)],
+    ids=["big", "big_trans_B", "4_warpgroups"],
+)
 def test_gemm_kernels_get_the_tma_pipeline(cfg):
     p = plan(gemm_ir(1024, 1024, 1024, **cfg))
     assert p.pipeline_kind is PipelineKind.TMA and p.tma.producer_warp and p.producer_threads == 32
@@ -41,9 +44,9 @@ def test_one_warpgroup_gets_tma_and_a_producer_warp():
 
 
 def test_one_warpgroup_issues_its_own_loads_three_ctas_per_sm(tmp_path):
-    """`tile_nb.producer_warp` = 0 on the seed (128 threads, 128x128x32, 3 stages, fp16 C): thread 0 issues the
-    first two k-tiles before the loop and k-tile k + 2 in iteration k, after the stage it reuses (k - 1's) was
-    released; the TMA store stages one 64-column panel at a time so that three CTAs still fit an SM."""
+    """`tile_nb.producer_warp` = 0 on the seed (128 threads, 128x128x32, 3 stages, fp16 C): thread 0 issues
+    the first two k-tiles before the loop and k-tile k + 2 in iteration k, after the stage it reuses (k - 1's)
+    was released; the TMA store stages one 64-column panel at a time so that three CTAs still fit an SM."""
     func = seed_tma(8192, 8192, 8192, out_dtype=T.float16).with_attr("tile_nb.producer_warp", 0)
     note = pipeline_note(func)
     assert note.startswith("TMA + mbarriers, loads issued by the first consumer thread"), note
@@ -69,7 +72,10 @@ def test_cuda_source_of_the_warp_specialized_kernel():
     # the kernel gets one extra warp and two tensor maps, encoded on the host for each call
     assert "__launch_bounds__(288)" in src
     signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]  # the declaration
-    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["A_tensormap", "B_tensormap"]
+    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == [
+        "A_tensormap",
+        "B_tensormap",
+    ]
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in src
     assert "mbarrier.try_wait.parity" in src and "mbarrier.arrive.expect_tx" in src
     # no thread issues cp.async, and consumers synchronise through mbarriers, not __syncthreads, in the loop
@@ -114,26 +120,42 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
     assert "cp.async.bulk.tensor" in kernel.ptx
 
 
-@pytest.mark.parametrize("func,why", [
-    (lambda: gemm_ir(512, 512, 999, **BIG), "A's rows are not a multiple of 16 bytes"),
-    (lambda: gemm_ir(512, 1030, 512, **BIG), "B's rows are not a multiple of 16 bytes"),
-    (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
-    (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
-    (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
-    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)), "the register fragments alone take 128"),
-    # ptxas cannot build a 128-register wgmma accumulator under 416 threads' cap of 128 registers (C7602)
-    (lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=192, threads=384)), "the largest accumulator 128"),
-])
+@pytest.mark.parametrize(
+    "func,why",
+    [
+        (lambda: gemm_ir(512, 512, 999, **BIG), "A's rows are not a multiple of 16 bytes"),
+        (lambda: gemm_ir(512, 1030, 512, **BIG), "B's rows are not a multiple of 16 bytes"),
+        (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
+        (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
+        (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
+        (
+            lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)),
+            "the register fragments alone take 128",
+        ),
+        # ptxas cannot build a 128-register wgmma accumulator under 416 threads' cap of 128 registers (C7602)
+        (
+            lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=192, threads=384)),
+            "the largest accumulator 128",
+        ),
+    ],
+)
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
     assert note.startswith("cp.async (") and why in note, note
 
 
-@pytest.mark.parametrize("func,why", [
-    (lambda: gemm_ir(512, 512, 512, clear_accum=True, **BIG), "clear_accum=True"),
-    (lambda: seed_gemm.specialize(M=512, N=512, K=512, out_dtype=T.float16, block_K=64).with_attr("tile_nb.tma", 1),
-     "float16 accumulators are rounded"),
-])
+@pytest.mark.parametrize(
+    "func,why",
+    [
+        (lambda: gemm_ir(512, 512, 512, clear_accum=True, **BIG), "clear_accum=True"),
+        (
+            lambda: seed_gemm.specialize(M=512, N=512, K=512, out_dtype=T.float16, block_K=64).with_attr(
+                "tile_nb.tma", 1
+            ),
+            "float16 accumulators are rounded",
+        ),
+    ],
+)
 def test_kernels_that_read_the_accumulator_each_k_tile_release_their_own_stage(func, why):
     """No wgmma group may stay in flight when the accumulator is cleared or rounded every k-tile: TMA still
     feeds the loop, and each iteration waits for its MMAs and releases its own stage."""
@@ -173,14 +195,17 @@ def test_env_switch_is_part_of_the_compile_cache_key(monkeypatch):
 
 
 def test_the_jit_builds_again_when_a_switch_changes(monkeypatch):
-    """`kernel.compile` in one process, before and after TILE_NB_TMA=0: two kernels, not the first one twice."""
+    """`kernel.compile` in one process, before and after TILE_NB_TMA=0: two
+    kernels, not the first one twice."""
     from kernels.seed import gemm_variant
 
     shapes = dict(M=256, N=256, K=256, target="sm_90a", **BIG)
     tma = gemm_variant.compile(**shapes)
     monkeypatch.setenv("TILE_NB_TMA", "0")
     plain = gemm_variant.compile(**shapes)
-    assert tma.pipeline.startswith("TMA") and plain.pipeline.startswith("cp.async (TMA turned off"), plain.pipeline
+    assert tma.pipeline.startswith("TMA") and plain.pipeline.startswith("cp.async (TMA turned off"), (
+        plain.pipeline
+    )
 
 
 def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
@@ -207,25 +232,37 @@ def flash_ir(D=128, block_N=128, groups=2, **cfg):
                                       threads=128 * groups, **cfg)
 
 
-@pytest.mark.parametrize("D,block_N,causal,groups", [(64, 128, False, 2), (128, 128, False, 2), (128, 64, True, 2)])
+@pytest.mark.parametrize(
+    "D,block_N,causal,groups", [(64, 128, False, 2), (128, 128, False, 2), (128, 64, True, 2)]
+)
 def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_path):
-    """Two T.gemm in the loop (Q K^T, P V) with the softmax between them on registers: K and V arrive by TMA in
-    one stage; each iteration waits for its MMAs and releases the stage once P V is done."""
-    func = flash_ir(D, block_N, groups, causal=causal).with_attr("tile_nb.wgmma_pingpong", 1).with_attr("tile_nb.tma", 1)
-    func = func.with_attr("tile_nb.producer_warp", 1)  # (without it, two CTAs of head dim 64 per SM drop the warp)
+    """Two T.gemm in the loop (Q K^T, P V) with the softmax between them on registers: K and V arrive by TMA
+    in one stage; each iteration waits for its MMAs and releases the stage once P V is done."""
+    func = (
+        flash_ir(D, block_N, groups, causal=causal)
+        .with_attr("tile_nb.wgmma_pingpong", 1)
+        .with_attr("tile_nb.tma", 1)
+    )
+    # (without it, two CTAs of head dim 64 per SM drop the warp)
+    func = func.with_attr("tile_nb.producer_warp", 1)
     note = pipeline_note(func)
     assert note.startswith("TMA + mbarriers") and "2 T.gemm in the loop" in note, note
     src = cuda_source(func, "sm_90a")
     assert f"__launch_bounds__({128 * groups + 32})" in src
     signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]
-    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == ["K_tensormap", "V_tensormap"]
+    assert re.findall(r"const __grid_constant__ CUtensorMap (\w+)", signature) == [
+        "K_tensormap",
+        "V_tensormap",
+    ]
     loop = src[src.index("for (int k = 0;"):]
     loop = loop[:loop.index("tnb_mbarrier_arrive(")]
     # no CTA barrier and no cp.async in the consumers' loop; both T.gemm wait for their own group
     assert "tnb_cta_sync" not in loop and "cp.async.cg" not in loop and "tnb_wgmma_wait1" not in loop
     # K and V arrive on barriers of their own (block_N x D fp16 each): Q K^T waits for K only, P V for V
     assert "each T.gemm waits only for the tiles it reads" in note
-    expects = re.findall(r"tnb_mbarrier_arrive_expect_tx\(\(&\(\(\(uint64_t\*\)smem_pool_ptr\)\[.*?\]\)\), (\d+)\);", src)
+    expects = re.findall(
+        r"tnb_mbarrier_arrive_expect_tx\(\(&\(\(\(uint64_t\*\)smem_pool_ptr\)\[.*?\]\)\), (\d+)\);", src
+    )
     assert expects == [str(block_N * D * 2)] * 2, expects
     waits = [m.start() for m in re.finditer(r"tnb_mbarrier_wait\(", loop)]
     gemms = [m.start() for m in re.finditer(r"tnb_wgmma_(?:rs_)?m64n\d+k16", loop)]
@@ -233,8 +270,11 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     # ping-pong: each warpgroup waits for its turn before issuing a T.gemm and hands the turn on after it
     assert f"{groups} consumer warpgroups take turns" in note
     assert loop.count("tnb_bar_sync_256(((warp_tx >> 7) + 2));") == 2
-    assert len(re.findall(r"tnb_bar_arrive_256\(\(\(\(\(\(\(int\)threadIdx.x\) >> 7\) \+ 1\) [%&] ", loop)) == 2
-    first_turn = src[:src.index("for (int k = 0;")]  # (three warpgroups: 192x64 at head dim 128, tested on the GPU)
+    assert (
+        len(re.findall(r"tnb_bar_arrive_256\(\(\(\(\(\(\(int\)threadIdx.x\) >> 7\) \+ 1\) [%&] ", loop)) == 2
+    )
+    # (three warpgroups: 192x64 at head dim 128, tested on the GPU)
+    first_turn = src[:src.index("for (int k = 0;")]
     assert f"if ((((int)threadIdx.x) >> 7) == {groups - 1}) {{\n" in first_turn
     assert "tnb_bar_arrive_256(2);" in first_turn
     report = ptxas_report(src, "sm_90a", tmp_path)
@@ -249,9 +289,11 @@ def test_flash_attention_with_probabilities_in_shared_memory_keeps_cp_async():
 
 
 def test_pingpong_is_opt_in_and_for_loops_with_several_gemms():
-    """Off by default (measured slower); when asked for, only loops with several T.gemm take turns (a GEMM loop
-    has nothing to put under the other's MMAs)."""
-    assert "take turns" not in pipeline_note(gemm_ir(1024, 1024, 1024, **BIG).with_attr("tile_nb.wgmma_pingpong", 1))
+    """Off by default (measured slower); when asked for, only loops with several T.gemm take turns (a GEMM
+    loop has nothing to put under the other's MMAs)."""
+    assert "take turns" not in pipeline_note(
+        gemm_ir(1024, 1024, 1024, **BIG).with_attr("tile_nb.wgmma_pingpong", 1)
+    )
     off = pipeline_note(flash_ir())
     assert off.startswith("TMA + mbarriers") and "take turns" not in off
 
@@ -259,9 +301,10 @@ def test_pingpong_is_opt_in_and_for_loops_with_several_gemms():
 @pytest.mark.parametrize("D,block_N,producer", [(64, 128, "no producer warp"), (128, 64, "no producer warp"),
                                                 (128, 128, "producer warpgroup")])
 def test_flash_attention_drops_the_producer_warp_where_two_ctas_share_an_sm(D, block_N, producer):
-    """80-96 KiB of tiles and 256 threads: two CTAs per SM, which a producer warp's registers would not allow, so
-    the first consumer thread issues the TMA loads (with a producer warp, cp.async: measured faster than TMA at
-    one CTA per SM); 160 KiB (head dim 128, 128x128 tiles) leaves one CTA either way: a producer warpgroup."""
+    """80-96 KiB of tiles and 256 threads: two CTAs per SM, which a producer warp's registers would
+    not allow, so the first consumer thread issues the TMA loads (with a producer warp, cp.async:
+    measured faster than TMA at one CTA per SM); 160 KiB (head dim 128, 128x128 tiles) leaves one CTA
+    either way: a producer warpgroup."""
     p = plan(flash_ir(D, block_N))
     assert p.pipeline_kind is PipelineKind.TMA and producer in p.pipeline_note, p.pipeline_note
     assert p.tma.producer_warp == (producer == "producer warpgroup")
@@ -276,8 +319,8 @@ def test_flash_attention_drops_the_producer_warp_where_two_ctas_share_an_sm(D, b
 
 @pytest.mark.parametrize("heavy_first", [0, 1])
 def test_two_ctas_per_sm_are_in_the_launch_bounds(heavy_first, tmp_path):
-    """Where the plan counts on two CTAs per SM, ptxas is told (`__launch_bounds__(256, 2)`): each thread keeps to
-    128 registers. Without it the causal kernel launched heaviest first got 163, one CTA per SM."""
+    """Where the plan counts on two CTAs per SM, ptxas is told (`__launch_bounds__(256, 2)`): each thread
+    keeps to 128 registers. Without it the causal kernel launched heaviest first got 163, one CTA per SM."""
     func = flash_ir(64, 128, causal=True).with_attr("tile_nb.heavy_first", heavy_first)
     src = cuda_source(func, "sm_90a")
     assert 'extern "C" __global__ void __launch_bounds__(256, 2) flash_attention_kernel(' in src
@@ -289,9 +332,10 @@ def test_two_ctas_per_sm_are_in_the_launch_bounds(heavy_first, tmp_path):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_tma_without_a_producer_warp_keeps_two_ctas_per_sm(causal, tmp_path):
-    """`tile_nb.producer_warp` = 0 at head dim 64 (80 KiB of tiles, 256 threads): TMA loads without the warp that
-    would cost the second CTA; the first consumer thread issues k-tile k + 1 at the top of iteration k (the loop
-    waits for its MMAs, so k - 1's stage is free by then), in the 128 registers of two CTAs per SM."""
+    """`tile_nb.producer_warp` = 0 at head dim 64 (80 KiB of tiles, 256 threads): TMA loads without
+    the warp that would cost the second CTA; the first consumer thread issues k-tile k + 1 at the top
+    of iteration k (the loop waits for its MMAs, so k - 1's stage is free by then), in the 128
+    registers of two CTAs per SM."""
     func = flash_ir(64, 128, causal=causal).with_attr("tile_nb.producer_warp", 0)
     note = pipeline_note(func)
     assert note.startswith("TMA + mbarriers, loads issued by the first consumer thread"), note
@@ -307,8 +351,8 @@ def test_flash_attention_tma_without_a_producer_warp_keeps_two_ctas_per_sm(causa
 
 
 def test_one_warpgroup_flash_attention_keeps_cp_async():
-    """One consumer warpgroup and two T.gemm: cp.async, with the reason, where two CTAs fit (head dim 64) and where
-    they do not (head dim 256, never measured or tested with TMA on a GPU)."""
+    """One consumer warpgroup and two T.gemm: cp.async, with the reason, where two CTAs fit (head dim 64) and
+    where they do not (head dim 256, never measured or tested with TMA on a GPU)."""
     from kernels.reference import flash_attention
 
     for D, why in ((64, "two CTAs fit an SM"), (256, "one consumer warpgroup and several T.gemm")):
@@ -317,19 +361,23 @@ def test_one_warpgroup_flash_attention_keeps_cp_async():
         assert note.startswith("cp.async (") and why in note, note
 
 
-# ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ------------------------------------------------------
+# ---- softmax/MMA overlap inside a warpgroup (tma.py: Overlap) ----------------------------------------------
 
 def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):
-    """Head dim 128, 128x128 tiles, two consumer warpgroups: iteration k issues Q K_k^T, then P_{k-1} V_{k-1}, runs
-    the softmax of block k while P V runs, waits for it, then rescales acc and writes P_k; iteration 0 is peeled
-    and the last P V follows the loop. A producer warpgroup hands its registers to the consumers (setmaxnreg), and
-    ptxas builds it without spills, with the early statements' exponentials between the two waits."""
+    """Head dim 128, 128x128 tiles, two consumer warpgroups: iteration k issues Q K_k^T, then P_{k-1}
+    V_{k-1}, runs the softmax of block k while P V runs, waits for it, then rescales acc and writes P_k;
+    iteration 0 is peeled and the last P V follows the loop. A producer warpgroup hands its registers to
+    the consumers (setmaxnreg), and ptxas builds it without spills, with the early statements'
+    exponentials between the two waits."""
     func = flash_ir(128, 128)
     note = pipeline_note(func)
     assert "softmax/MMA overlap" in note and "setmaxnreg 24 / 240" in note, note
     src = cuda_source(func, "sm_90a")
     assert "__launch_bounds__(384)" in src  # 2 consumer warpgroups + a producer warpgroup
-    assert src.count("setmaxnreg.dec.sync.aligned.u32 24;") == 1 and src.count("setmaxnreg.inc.sync.aligned.u32 240;") == 1
+    assert (
+        src.count("setmaxnreg.dec.sync.aligned.u32 24;") == 1
+        and src.count("setmaxnreg.inc.sync.aligned.u32 240;") == 1
+    )
     loop = src[src.index("for (int k = 0; k < "):]
     loop = loop[:loop.index("\n    }\n")]  # the loop body (iterations 1 .. n-1)
     order = [loop.index(s) for s in (
@@ -343,20 +391,25 @@ def test_flash_attention_overlaps_softmax_with_the_previous_p_v(tmp_path):
     assert order == sorted(order), order
     assert "acc_ptr[0] = (acc_ptr[0] * rescale_ptr[0]);" in loop[order[-1]:]
     before = src[:src.index("for (int k = 0; k < ")]
-    assert "tnb_wgmma_wait0_r64((&(scores_ptr[0])));" in before and "tnb_wgmma_rs_" not in before[before.index(
-        "tnb_setmaxnreg_inc_240();"):]  # the peeled iteration 0 has no P V before it
+    assert (
+        "tnb_wgmma_wait0_r64((&(scores_ptr[0])));" in before
+        and "tnb_wgmma_rs_" not in before[before.index("tnb_setmaxnreg_inc_240();") :]
+    )  # the peeled iteration 0 has no P V before it
     report = ptxas_report(src, "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_warpgroups_at_head_dim_64_get_the_overlap_by_a_producer_warpgroup(causal, tmp_path):
-    """FlashAttention-3's head-dim-64 configuration, 192x128 tiles over three consumer warpgroups: a producer warp
-    would leave each thread 128 registers for about 138 of fragments, so the plan takes a producer warpgroup that
-    gives its registers away (setmaxnreg 24 / 160) and ptxas builds the overlapped loop without spills."""
+    """FlashAttention-3's head-dim-64 configuration, 192x128 tiles over three consumer warpgroups: a
+    producer warp would leave each thread 128 registers for about 138 of fragments, so the plan takes a
+    producer warpgroup that gives its registers away (setmaxnreg 24 / 160) and ptxas builds the
+    overlapped loop without spills."""
     func = flash_ir(64, 128, 3, causal=causal)
     note = pipeline_note(func)
-    assert note.startswith("TMA + mbarriers") and "softmax/MMA overlap" in note and "setmaxnreg 24 / 160" in note, note
+    assert (
+        note.startswith("TMA + mbarriers") and "softmax/MMA overlap" in note and "setmaxnreg 24 / 160" in note
+    ), note
     src = cuda_source(func, "sm_90a")
     assert "__launch_bounds__(512)" in src
     report = ptxas_report(src, "sm_90a", tmp_path)
@@ -412,11 +465,14 @@ def rescale_first(Q, K, V, O, block_M: int = 128, block_N: int = 128):
 
 
 def test_overlap_is_refused_where_it_would_reorder_reads_and_writes():
-    """Moving P V of iteration k-1 after the next Q K^T is legal only when nothing up to that T.gemm touches P V's
-    operands: here acc is rescaled before Q K^T, so the loop keeps its order and the plan says why."""
+    """Moving P V of iteration k-1 after the next Q K^T is legal only when nothing up to that T.gemm touches P
+    V's operands: here acc is rescaled before Q K^T, so the loop keeps its order and the plan says why."""
     note = pipeline_note(rescale_first.specialize(B=1, H=2, S=1000, D=128))
     assert note.startswith("TMA + mbarriers"), note
-    assert "no softmax/MMA overlap (a statement up to the first T.gemm touches the second T.gemm's operands)" in note
+    assert (
+        "no softmax/MMA overlap (a statement up to the first T.gemm touches the second T.gemm's operands)"
+        in note
+    )
 
 
 def test_overlap_switch_and_ping_pong_keep_the_in_order_loop():
@@ -426,21 +482,26 @@ def test_overlap_switch_and_ping_pong_keep_the_in_order_loop():
     assert "take turns" in pingpong and "no softmax/MMA overlap (ping-pong" in pingpong, pingpong
 
 
-# ---- launch order (plan.py: _heavy_first) ---------------------------------------------------------------------------
+# ---- launch order (plan.py: _heavy_first) ------------------------------------------------------------------
 
 @pytest.mark.parametrize("B,H", [(4, 32), (1, 3), (2, 6)])
 def test_heavy_first_walks_every_cta_once_heaviest_first_in_groups_of_heads(B, H):
-    """Evaluate the lowered remap for every CTA of a causal grid (8 Q blocks x H heads x B batches), taking CTAs in
-    the hardware's launch order (x fastest): every (bx, by, bz) exactly once, and within each group of G heads
-    the Q blocks from the last to the first, all G heads at each."""
+    """Evaluate the lowered remap for every CTA of a causal grid (8 Q blocks x H heads x B batches), taking
+    CTAs in the hardware's launch order (x fastest): every (bx, by, bz) exactly once, and within each group of
+    G heads the Q blocks from the last to the first, all G heads at each."""
     from kernels.reference import flash_attention
 
-    func = flash_attention.specialize(B=B, H=H, S=1000, D=64, causal=True, block_M=128, block_N=128, threads=256)
+    func = flash_attention.specialize(
+        B=B, H=H, S=1000, D=64, causal=True, block_M=128, block_N=128, threads=256
+    )
     ir = lower(func.with_attr("tile_nb.heavy_first", 1), target("sm_90a")).script()
     exprs = {}
     for name in ("bx", "by", "bz"):
-        m = re.search(rf"{name}_heavy_first: T.let\[T.int32\] = T.cuda.func_call\(\"tnb_warp_uniform\", (.*?), source_code=",
-                      ir)
+        m = re.search(
+            rf"{name}_heavy_first: T.let\[T.int32\] = T.cuda.func_call\(\"tnb_warp_uniform\", (.*?), "
+            r"source_code=",
+            ir,
+        )
         exprs[name] = m.group(1)
     group = next(g for g in (8, 4, 2, 1) if (B * H) % g == 0)
     order = []
@@ -458,9 +519,9 @@ def test_heavy_first_walks_every_cta_once_heaviest_first_in_groups_of_heads(B, H
 
 
 def test_causal_attention_can_launch_its_heaviest_ctas_first():
-    """On by default: causal Q block bx reads bx + 1 KV blocks, so the grid runs in groups of heads, each from its
-    largest bx down. Constant trip counts (non-causal, GEMM) or a trip count that is not a known constant (a
-    T.dynamic sequence length) keep the launch order, and so does tile_nb.heavy_first = 0."""
+    """On by default: causal Q block bx reads bx + 1 KV blocks, so the grid runs in groups of heads, each from
+    its largest bx down. Constant trip counts (non-causal, GEMM) or a trip count that is not a known constant
+    (a T.dynamic sequence length) keep the launch order, and so does tile_nb.heavy_first = 0."""
     from kernels.reference import flash_attention_gqa
 
     def plan(func, on=True):
@@ -472,5 +533,7 @@ def test_causal_attention_can_launch_its_heaviest_ctas_first():
     assert not plan(flash_ir(128, 128, causal=True), on=False).heavy_first
     assert not plan(flash_ir(128, 128)).heavy_first
     assert not plan(gemm_ir(1024, 1024, 1024, **BIG)).heavy_first
-    dynamic = flash_attention_gqa.specialize(B=1, H=4, HK=2, D=128, causal=True, block_M=128, block_N=128, threads=256)
+    dynamic = flash_attention_gqa.specialize(
+        B=1, H=4, HK=2, D=128, causal=True, block_M=128, block_N=128, threads=256
+    )
     assert not plan(dynamic).heavy_first

@@ -1,4 +1,5 @@
-"""`%%tilekernel` picks the kernels of its cell and names the cell it ran in (issue 29), in IPython's test shell."""
+"""`%%tilekernel` picks the kernels of its cell and names the cell it ran in
+(issue 29), in IPython's test shell."""
 from __future__ import annotations
 
 import ast
@@ -44,12 +45,14 @@ def ip():
     shell.run_line_magic("load_ext", "tile_nb.notebook")
     from tile_nb.notebook.tracebacks import install
 
-    install(shell)  # load_ext does nothing if a module before this one loaded the extension and only uninstalled it
+    # load_ext does nothing if a module before this one loaded the extension and only uninstalled it
+    install(shell)
     shell.run_cell("import torch\nimport tile_nb\nimport tile_nb.language as T\n"
                    "X = torch.arange(64, dtype=torch.float32); Y = torch.zeros(64)\n").raise_error()
     yield shell
     shell.run_line_magic("unload_ext", "tile_nb.notebook")  # so the next module's load_ext installs it again
-    if hasattr(globalipapp.start_ipython, "already_called"):  # the next module's start_ipython() gets the shell
+    # the next module's start_ipython() gets the shell
+    if hasattr(globalipapp.start_ipython, "already_called"):
         del globalipapp.start_ipython.already_called
 
 
@@ -100,7 +103,8 @@ def test_two_kernels_without_name_are_both_usable_and_the_view_says_which_it_sho
     assert ip.user_ns["doubled"].tolist() == [2.0 * i for i in range(64)]
     assert ip.user_ns["shifted"].tolist() == [i + 1.0 for i in range(64)]
     bundle = view._repr_mimebundle_()
-    note = "note: this cell defines the kernels scale, shift; shown: shift (the last); --name scale shows another"
+    note = ("note: this cell defines the kernels scale, shift; shown: shift (the last); --name scale shows "
+            "another")
     assert note in bundle["text/plain"]
     assert "--name scale shows another" in bundle["text/html"]
     again = ip.run_cell("%%tilekernel --shapes N=64\n" + SCALE + "\n" + SHIFT).result._repr_mimebundle_()
@@ -108,7 +112,9 @@ def test_two_kernels_without_name_are_both_usable_and_the_view_says_which_it_sho
 
 
 def test_name_picks_a_kernel_and_call_picks_the_called_one(ip):
-    result = ip.run_cell("%%tilekernel --name scale --shapes N=64\n" + SCALE + "\n" + SHIFT + "\n" + REFERENCE)
+    result = ip.run_cell(
+        "%%tilekernel --name scale --shapes N=64\n" + SCALE + "\n" + SHIFT + "\n" + REFERENCE
+    )
     result.raise_error()
     assert result.result.name == "scale" and "note:" not in result.result.to_text()
     result = ip.run_cell('%%tilekernel --call "scale(X, Y)"\n' + SCALE + "\n" + SHIFT)
@@ -134,7 +140,10 @@ def test_name_of_a_function_that_is_not_a_kernel(ip, capsys, short_errors):
 def test_name_of_a_missing_function_lists_what_the_cell_defines(ip, capsys):
     numbered(ip, "%%tilekernel --name nope\n" + SCALE + "\n" + REFERENCE)
     err = capsys.readouterr().err
-    assert "--name nope: the cell defines no function 'nope'; its kernels: scale; other functions: reference" in err
+    assert (
+        "--name nope: the cell defines no function 'nope'; its kernels: scale; other functions: reference"
+        in err
+    )
 
 
 def test_a_shapes_value_that_does_not_evaluate_is_a_one_paragraph_usage_error(ip, capsys):
@@ -206,7 +215,8 @@ def test_running_cell_number_follows_the_running_cells_result(ip):
     ("with Unbound.Kernel(4) as bx:\n    pass", True),   # by spelling, when the name is not bound
     ("with open('f') as f:\n    pass", False),
     ("with T.Parallel(4) as i:\n    pass", False),
-    ("def inner():\n    with T.Kernel(4) as bx:\n        pass\nreturn inner", False),  # a factory, not a kernel
+    # a factory, not a kernel
+    ("def inner():\n    with T.Kernel(4) as bx:\n        pass\nreturn inner", False),
 ])
 def test_opens_kernel(body, expected):
     import tile_nb

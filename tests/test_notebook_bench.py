@@ -1,5 +1,6 @@
-"""`f.bench` / `f.sweep` (tile_nb.bench: results as data) and their notebook views, `%%tilekernel --bench/--sweep`
-on the CPU interpreter (fast: tiny kernels, short runs), and one GPU test of the same on CUDA tensors."""
+"""`f.bench` / `f.sweep` (tile_nb.bench: results as data) and their notebook views,
+`%%tilekernel --bench/--sweep` on the CPU interpreter (fast: tiny kernels, short runs), and one GPU
+test of the same on CUDA tensors."""
 from __future__ import annotations
 
 import json
@@ -13,12 +14,16 @@ torch = pytest.importorskip("torch")
 import tile_nb
 import tile_nb.language as T
 from tile_nb.bench import BenchResult, SweepResult, make_inputs
-try:  # the notebook views need IPython; the GPU machine has none, and its GPU test below needs only tile_nb.bench
+
+# the notebook views need IPython; the GPU machine has none, and its GPU test below needs only tile_nb.bench
+try:
     from tile_nb.notebook.bench import view
     from tile_nb.notebook.magic_bench import parse_sweep
 except ImportError:
     view = parse_sweep = None
-needs_ipython = pytest.mark.skipif(parse_sweep is None, reason="the notebook views need IPython, not installed here")
+needs_ipython = pytest.mark.skipif(
+    parse_sweep is None, reason="the notebook views need IPython, not installed here"
+)
 
 FAST = {"warmup_ms": 1.0, "rep_ms": 5.0}
 
@@ -47,7 +52,8 @@ def test_bench_view_is_deterministic_in_text_and_has_numbers_in_html(xy):
     assert isinstance(a, BenchResult) and torch.allclose(Y, X * 2 + 1)
     bundle = view(a)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
-    assert bundle["text/plain"] == repr(b) == view(b)._repr_mimebundle_()["text/plain"]  # no timings in text/plain
+    # no timings in text/plain
+    assert bundle["text/plain"] == repr(b) == view(b)._repr_mimebundle_()["text/plain"]
     text = bundle["text/plain"]
     assert "CPU interpreter" in text and "host clock" in text and "not GPU performance" in text
     assert "baseline: X * 2 + 1" in text and "TFLOP/s of 512 FLOPs" in text
@@ -77,7 +83,10 @@ def test_sweep_records_failures_persists_json_and_prints_progress(xy, tmp_path, 
 
     text = view(result)._repr_mimebundle_()["text/plain"]
     assert text == repr(result)
-    assert text.splitlines()[0] == "SweepResult scale_add: 3 configs over block (CPU interpreter, host clock), 1 failed"
+    assert (
+        text.splitlines()[0]
+        == "SweepResult scale_add: 3 configs over block (CPU interpreter, host clock), 1 failed"
+    )
     assert "  block=0: failed at elaborate: DSLError: ZeroDivisionError" in text
     assert "  block=32: ok" in text and ".py:" not in text  # no internal file:line in what nbval compares
 
@@ -159,9 +168,12 @@ def test_magic_sweep_and_bench(ip, tmp_path, capsys):
     swept = result.result
     assert isinstance(swept, SweepResult) and [p.ok for p in swept.points] == [True, False]
     assert swept.points[0].gbps and swept.points[0].baseline_timing is not None
-    assert swept.baseline_name == "X * 2 + 1" and json.loads(path.read_text())["points"][1]["stage"] == "elaborate"
-    # the magic's result shows as a table: the extension registered HTML and PNG printers (a terminal shell keeps
-    # those formats disabled, so look the printers up, as a Jupyter kernel's enabled formatters do)
+    assert (
+        swept.baseline_name == "X * 2 + 1"
+        and json.loads(path.read_text())["points"][1]["stage"] == "elaborate"
+    )
+    # the magic's result shows as a table: the extension registered HTML and PNG printers (a terminal shell
+    # keeps those formats disabled, so look the printers up, as a Jupyter kernel's enabled formatters do)
     formatters = ip.display_formatter.formatters
     html, png = formatters["text/html"].lookup(swept)(swept), formatters["image/png"].lookup(swept)(swept)
     assert "<table" in html and "scale_add" in html and png[:4] == b"\x89PNG"
@@ -169,11 +181,17 @@ def test_magic_sweep_and_bench(ip, tmp_path, capsys):
     assert "[2/2] block=0: failed at elaborate" in capsys.readouterr().out
 
     # --shapes instead of --call: random inputs from the annotations; the baseline sees them as X and Y
-    result = ip.run_cell('%%tilekernel --name scale_add --shapes N=64 --bench --flops "2*N" --baseline "X * 2"\n'
-                         "# the kernel defined above\n")
+    result = ip.run_cell(
+        '%%tilekernel --name scale_add --shapes N=64 --bench --flops "2*N" --baseline "X * 2"\n'
+        "# the kernel defined above\n"
+    )
     result.raise_error()
     bench = result.result
-    assert isinstance(bench, BenchResult) and bench.flops == 128 and bench.arguments == "float32[64], float32[64]"
+    assert (
+        isinstance(bench, BenchResult)
+        and bench.flops == 128
+        and bench.arguments == "float32[64], float32[64]"
+    )
     assert bench.ratio is not None and "not GPU performance" in repr(bench)
 
 
@@ -185,7 +203,9 @@ def test_gpu_bench_and_sweep_use_cuda_events(tmp_path):
     assert view.gpu and "CUDA events" in view.to_text() and view.timing.device == "cuda"
     torch.testing.assert_close(Y, X * 2 + 1)
     assert view.gbps > 1 and view.ratio > 0
-    swept = scale_add.sweep({"block": [128, 256, 0]}, args=(X, Y), results=tmp_path / "g.json", progress="print")
+    swept = scale_add.sweep(
+        {"block": [128, 256, 0]}, args=(X, Y), results=tmp_path / "g.json", progress="print"
+    )
     assert [p.ok for p in swept.points] == [True, True, False]
     assert swept.points[2].stage == "compile"
     assert all(p.timing.device == "cuda" for p in swept.points if p.ok)
@@ -211,7 +231,8 @@ def test_magic_tune_is_compile_only_without_a_gpu_and_shows_a_table(ip, tmp_path
     assert "[1/3 compile] block=0: failed at elaborate" in printed and "[3/3 compile] block=" in printed
     html = ip.display_formatter.formatters["text/html"].lookup(tuned)(tuned)
     assert "compile-only" in html and "failed at elaborate" in html and "<script" not in html
-    assert ip.display_formatter.formatters["image/png"].lookup(tuned)(tuned) is None   # nothing timed: no plot
+    # nothing timed: no plot
+    assert ip.display_formatter.formatters["image/png"].lookup(tuned)(tuned) is None
 
     with pytest.raises(Exception, match="--tune needs a grid"):
         ip.run_cell('%%tilekernel --name scale_add --shapes N=64 --tune\n#\n').raise_error()

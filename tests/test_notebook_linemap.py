@@ -1,4 +1,5 @@
-"""Line mapping: which displayed IR lines come from which line of the kernel's source, and hiding internal attrs."""
+"""Line mapping: which displayed IR lines come from which line of the kernel's
+source, and hiding internal attrs."""
 from __future__ import annotations
 
 import linecache
@@ -83,7 +84,8 @@ def test_gemm_template_lines():
     assert shown(13)[0].startswith("for k in T.serial((K + 31) // 32")  # T.Pipelined
     assert [s.split("(")[0] for s in shown(14) + shown(15) + shown(16) + shown(17)] == \
         ["T.tile.copy", "T.tile.copy", "T.tile.gemm", "T.tile.copy"]
-    assert all(lines[n - 1].startswith("def gemm(") for n in line_map[first + 4])  # A: T.Tensor[...] -> the def
+    # A: T.Tensor[...] -> the def
+    assert all(lines[n - 1].startswith("def gemm(") for n in line_map[first + 4])
     assert "tile_nb." not in text  # internal attributes hidden
 
 
@@ -141,22 +143,36 @@ def test_clean_lines_hides_internal_attrs_and_keeps_others():
 
 
 def _compiled(source_regions=None):
-    lowered = ("# from tvm.script import ir as I\n# from tvm.script import tirx as T\n\n@I.ir_module\nclass Module:\n"
-               "    @T.prim_func\n    def gemm():\n"
-               '        T.func_attr({"tile_nb.tile_op_lines": [3]})\n        a = 1\n        b = 2\n')
+    lowered = (
+        "# from tvm.script import ir as I\n# from tvm.script import tirx as "
+        "T\n\n@I.ir_module\nclass Module:\n"
+        "    @T.prim_func\n    def gemm():\n"
+        '        T.func_attr({"tile_nb.tile_op_lines": [3]})\n        a = 1\n        b = 2\n'
+    )
     cuda = 'extern "C" __global__ void gemm() {\n  int a = 1;\n  int b = 2;\n}\n\n'
-    return SimpleNamespace(lowered_ir=lowered, cuda_source=cuda, ptx=None, sass=None, resources=None, timings={},
-                           source_regions=source_regions)
+    return SimpleNamespace(
+        lowered_ir=lowered,
+        cuda_source=cuda,
+        ptx=None,
+        sass=None,
+        resources=None,
+        timings={},
+        source_regions=source_regions,
+    )
 
 
 def test_compiled_line_map_is_shifted_to_the_displayed_lines():
-    """User line -> 1-based lines of lowered_ir / cuda_source (region_line_map's result) in displayed lines."""
+    """User line -> 1-based lines of lowered_ir / cuda_source
+    (region_line_map's result) in displayed lines."""
     from tile_nb.notebook.build import _compiled_sections
 
     line_maps = {"lowered": {20: [9], 21: [8, 10]}, "cuda": {20: [2], 21: [3, 4, 99]}}
-    sections = {s.id: s for s in _compiled_sections(_compiled(), lowered=True, cuda=True, line_maps=line_maps)}
+    sections = {
+        s.id: s for s in _compiled_sections(_compiled(), lowered=True, cuda=True, line_maps=line_maps)
+    }
     lowered, cuda = sections["lowered"], sections["cuda"]
-    assert lowered.text.split("\n")[3:] == ["    def gemm():", "        a = 1", "        b = 2"]  # no header, attrs
+    # no header, attrs
+    assert lowered.text.split("\n")[3:] == ["    def gemm():", "        a = 1", "        b = 2"]
     assert lowered.line_map == {20: (5,), 21: (6,)}  # line 8 (internal attrs) is not shown
     assert cuda.line_map == {20: (2,), 21: (3, 4)}  # line 99 does not exist
 

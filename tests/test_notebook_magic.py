@@ -1,4 +1,5 @@
-"""`%%tilekernel` and the short error display, in-process in IPython's test shell (as anywidget tests its magic)."""
+"""`%%tilekernel` and the short error display, in-process in IPython's test shell
+(as anywidget tests its magic)."""
 from __future__ import annotations
 
 import pytest
@@ -97,7 +98,9 @@ def test_call_runs_on_the_cpu_interpreter_and_compares(ip):
 
 
 def test_name_picks_one_of_several_functions(ip):
-    cell = "%%tilekernel --name gemm --shapes M=32 N=32 K=16\n" + GEMM_BODY + "\ndef helper():\n    return 1\n"
+    cell = (
+        "%%tilekernel --name gemm --shapes M=32 N=32 K=16\n" + GEMM_BODY + "\ndef helper():\n    return 1\n"
+    )
     result = run_cell(ip, cell)
     result.raise_error()
     assert result.result.name == "gemm" and callable(ip.user_ns["helper"])
@@ -123,7 +126,8 @@ def test_bench_times_the_call_after_the_view(ip):
     bench = result.result
     assert type(bench).__name__ == "BenchResult"
     assert bench.where == "the CPU interpreter" and bench.timing.median_ms > 0
-    html = ip.display_formatter.formatters["text/html"].lookup(bench)(bench)   # registered by %load_ext tile_nb
+    # registered by %load_ext tile_nb
+    html = ip.display_formatter.formatters["text/html"].lookup(bench)(bench)
     assert "median" in html and "<script" not in html
 
 
@@ -227,7 +231,8 @@ def test_interpreter_out_of_bounds_points_at_the_kernel_line(ip, capsys, monkeyp
 
 
 def test_cuda_view_of_the_real_compile(ip):
-    """No GPU needed: compiling gives the lowered IR, the CUDA source and (with NVRTC or nvcc) PTX and resources."""
+    """No GPU needed: compiling gives the lowered IR, the CUDA source and (with
+    NVRTC or nvcc) PTX and resources."""
     result = run_cell(ip, "%%tilekernel --shapes M=64 N=64 K=32 --cuda --lowered\n" + GEMM_BODY)
     if result.error_in_exec is not None and type(result.error_in_exec).__name__ == "ToolMissingError":
         pytest.skip("no CUDA compiler (NVRTC or nvcc) on this machine")
@@ -241,8 +246,12 @@ def test_cuda_view_of_the_real_compile(ip):
     assert "__global__" in view.section("cuda").text
     assert view.timings_ms and all(ms >= 0 for ms in view.timings_ms.values())
     data = view.to_json()
-    assert data["backend"] == "cuda" and set(data["resources"]) == {"registers", "shared_bytes", "spill_stores",
-                                                                    "spill_loads"}
+    assert data["backend"] == "cuda" and set(data["resources"]) == {
+        "registers",
+        "shared_bytes",
+        "spill_stores",
+        "spill_loads",
+    }
     assert " ms" not in view.to_text()  # timings stay out of the plain text
     # which pipeline the lowering built for T.Pipelined, and why (32x32 tiles on 128 threads: no wgmma)
     assert "note: pipeline: cp.async (no wgmma T.gemm" in view.to_text()
@@ -250,7 +259,9 @@ def test_cuda_view_of_the_real_compile(ip):
 
 def test_syntax_error_in_the_cell_is_short(ip, capsys, monkeypatch):
     monkeypatch.delenv("TILE_NB_TRACEBACK", raising=False)
-    result = run_cell(ip, "%%tilekernel\ndef broken(X):\n    N = T.const('N'\n    X: T.Tensor[[N], T.float32]\n")
+    result = run_cell(
+        ip, "%%tilekernel\ndef broken(X):\n    N = T.const('N'\n    X: T.Tensor[[N], T.float32]\n"
+    )
     from tile_nb.notebook.magic import CellSyntaxError
 
     assert isinstance(result.error_in_exec, CellSyntaxError)

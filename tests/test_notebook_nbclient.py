@@ -1,5 +1,5 @@
-"""A headless notebook run (nbclient + ipykernel): the magic and the Python API produce the expected MIME bundles,
-and the text/plain of a view is the same in two fresh kernels."""
+"""A headless notebook run (nbclient + ipykernel): the magic and the Python API produce the expected MIME
+bundles, and the text/plain of a view is the same in two fresh kernels."""
 from __future__ import annotations
 
 import os

@@ -43,8 +43,12 @@ def test_highlight_other_languages(language):
 def test_align_pairs_similar_lines_and_keeps_order():
     left = ["@T.prim_func", 'def gemm(A: T.Buffer(("M", "K"))):', "    M, K = T.int32(), T.int32()",
             "    N = T.int32()", '    bx = T.launch_thread("blockIdx.x", (M + 63) // 64)', "    tx = 1"]
-    right = ["@T.prim_func", "def gemm(A: T.Buffer((256, 128))):", '    bx = T.launch_thread("blockIdx.x", 4)',
-             "    tx = 1"]
+    right = [
+        "@T.prim_func",
+        "def gemm(A: T.Buffer((256, 128))):",
+        '    bx = T.launch_thread("blockIdx.x", 4)',
+        "    tx = 1",
+    ]
     rows = align(left, right)
     assert [(r.left_no, r.right_no, r.tag) for r in rows] == [
         (1, 1, "equal"), (2, 2, "replace"), (3, None, "delete"), (4, None, "delete"), (5, 3, "replace"),
@@ -63,19 +67,34 @@ def test_align_identical_and_empty():
 
 def _view(**overrides) -> KernelView:
     fields = {
-        'name': "gemm",
-        'params': [Param("A", "tensor", "T.Tensor[[M, K], T.float16]"), Param("M", "const", "T.const"),
-                Param("block_M", "compile_time", "= 64")],
-        'consts': {"M": 256},
-        'sections': [Section("template", "Phase 1: template", "python", "def gemm(A):\n    x = M\n    y = 1",
-                          note="at line 9 (`if M > 128:`): needs a concrete M"),
-                  Section("specialized", "Phase 2: specialized", "python", "def gemm(A):\n    x = 256\n    y = 1",
-                          changed_lines=(2,)),
-                  Section("cuda", "CUDA source", "cuda", '__global__ void k() {}\n// <b>not html</b>')],
-        'resources': {"registers": 40, "shared_bytes": 4096, "spill_stores": 0, "spill_loads": 0},
-        'timings_ms': {"lower": 12.5, "nvcc": 800.0},
-        'run': {"device": "cpu", "max_abs_err": 0.0},
-        'backend': "cpu-interpreter",
+        "name": "gemm",
+        "params": [
+            Param("A", "tensor", "T.Tensor[[M, K], T.float16]"),
+            Param("M", "const", "T.const"),
+            Param("block_M", "compile_time", "= 64"),
+        ],
+        "consts": {"M": 256},
+        "sections": [
+            Section(
+                "template",
+                "Phase 1: template",
+                "python",
+                "def gemm(A):\n    x = M\n    y = 1",
+                note="at line 9 (`if M > 128:`): needs a concrete M",
+            ),
+            Section(
+                "specialized",
+                "Phase 2: specialized",
+                "python",
+                "def gemm(A):\n    x = 256\n    y = 1",
+                changed_lines=(2,),
+            ),
+            Section("cuda", "CUDA source", "cuda", "__global__ void k() {}\n// <b>not html</b>"),
+        ],
+        "resources": {"registers": 40, "shared_bytes": 4096, "spill_stores": 0, "spill_loads": 0},
+        "timings_ms": {"lower": 12.5, "nvcc": 800.0},
+        "run": {"device": "cpu", "max_abs_err": 0.0},
+        "backend": "cpu-interpreter",
     }
     fields.update(overrides)
     return KernelView(**fields)
@@ -98,8 +117,19 @@ def test_text_plain_is_a_short_stable_summary():
 def test_json_has_the_extension_contract():
     data = _view()._repr_mimebundle_()[MIME_TYPE]
     assert json.loads(json.dumps(data)) == data  # plain JSON
-    assert set(data) == {"version", "name", "params", "consts", "backend", "sections", "resources", "timings_ms",
-                         "run", "source", "notes"}
+    assert set(data) == {
+        "version",
+        "name",
+        "params",
+        "consts",
+        "backend",
+        "sections",
+        "resources",
+        "timings_ms",
+        "run",
+        "source",
+        "notes",
+    }
     assert data["notes"] == _view().notes  # what the HTML shows as notes, for the extension
     assert data["version"] == 2 and data["name"] == "gemm" and data["backend"] == "cpu-interpreter"
     assert data["params"][0] == {"name": "A", "kind": "tensor", "annotation": "T.Tensor[[M, K], T.float16]"}
@@ -198,22 +228,29 @@ def test_show_plain_primfunc():
 
 
 def test_importing_notebook_loads_no_ipython_tvm_or_torch():
-    code = ("import sys, tile_nb.notebook, tile_nb.notebook.views; "
-            "print(sorted(m for m in ('IPython', 'tvm', 'torch', 'ipywidgets', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys, tile_nb.notebook, tile_nb.notebook.views; "
+        "print(sorted(m for m in ('IPython', 'tvm', 'torch', 'ipywidgets', 'matplotlib') if m in "
+        "sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).parents[1]))
     assert out.stdout.strip() == "[]"
 
 
 def test_html_indentation_is_never_a_whitespace_only_text_node():
-    # nbconvert's HTML export collapses a text node of only spaces to one space (`    <span>for</span>` lost its
-    # indentation), so a line's indentation travels inside its first token.
+    # nbconvert's HTML export collapses a text node of only spaces to one space (`    <span>for</span>` lost
+    # its indentation), so a line's indentation travels inside its first token.
     template = "def gemm(A):\n    for k in T.serial(4):\n        if k > 0:\n            x = k"
     specialized = template.replace("4", "8")
     lowered = "def main():\n    for k in range(8):\n        T.evaluate(0)"
-    page = _view(sections=[Section("template", "Phase 1: template", "python", template),
-                           Section("specialized", "Phase 2: specialized", "python", specialized, changed_lines=(2,)),
-                           Section("lowered", "Lowered IR", "python", lowered)]).to_html()
+    page = _view(
+        sections=[
+            Section("template", "Phase 1: template", "python", template),
+            Section("specialized", "Phase 2: specialized", "python", specialized, changed_lines=(2,)),
+            Section("lowered", "Lowered IR", "python", lowered),
+        ]
+    ).to_html()
     assert re.search(r">[ \t]{2,}<", page) is None
     assert '<span style="color:#cf222e">    for</span> k' in page
     assert '<span style="color:#cf222e">        if</span> k' in page

@@ -1,7 +1,7 @@
-"""docs/IR.md's numeric contract, on the interpreter and (marked gpu) on CUDA, against torch: integer sums and integer
-GEMM accumulators wrap around at their width, a NaN operand makes max / min NaN, and tensors of 2^31 elements or more
-are indexed in 64 bits (T.dynamic ones are refused at the call). The CPU tier also reads the generated CUDA: the
-NaN-propagating max and the 64-bit index expressions."""
+"""docs/IR.md's numeric contract, on the interpreter and (marked gpu) on CUDA, against torch: integer sums and
+integer GEMM accumulators wrap around at their width, a NaN operand makes max / min NaN, and tensors of 2^31
+elements or more are indexed in 64 bits (T.dynamic ones are refused at the call). The CPU tier also reads the
+generated CUDA: the NaN-propagating max and the 64-bit index expressions."""
 import re
 
 import pytest
@@ -16,7 +16,8 @@ REDUCE = {"sum": T.reduce_sum, "max": T.reduce_max, "min": T.reduce_min, "absmax
 
 
 def wrap(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Exact integers (int64) as `dtype` by two's complement wrap-around: the reference for integer results."""
+    """Exact integers (int64) as `dtype` by two's complement wrap-around: the
+    reference for integer results."""
     bits = torch.iinfo(dtype).bits
     low = values.remainder(2 ** bits)
     if dtype.is_signed:
@@ -131,11 +132,12 @@ def _same(got: torch.Tensor, expected: torch.Tensor):
     assert torch.equal(got[~nan_got], expected[~nan_exp])
 
 
-# ---- integer sums and GEMMs wrap around -----------------------------------------------------------------------------
+# ---- integer sums and GEMMs wrap around --------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_four_times_2_30_sums_to_zero_in_int32(backend):
-    """The issue's example: the int32 sum of 4 x 2^30 is 2^32, which wraps to 0 (torch: 0; float64 then a cast: -2^31)."""
+    """The issue's example: the int32 sum of 4 x 2^30 is 2^32, which wraps to 0 (torch:
+    0; float64 then a cast: -2^31)."""
     X = torch.full((3, 4), 2 ** 30, dtype=torch.int32, device=backend)
     Y = torch.full((3,), -7, dtype=torch.int32, device=backend)
     row_reduce(X, Y)
@@ -176,7 +178,8 @@ def test_sums_accumulated_over_tiles_wrap_around(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_int8_gemm_accumulator_wraps_around_at_k_135168(backend):
-    """The issue's example: int8 products summed over K = 135168 pass 2^31 in int32 (127 * 127 * 135168 > 2^31)."""
+    """The issue's example: int8 products summed over K = 135168 pass 2^31 in
+    int32 (127 * 127 * 135168 > 2^31)."""
     from kernels.seed import gemm_int8
 
     M, N, K = 3, 5, 135168
@@ -185,8 +188,16 @@ def test_int8_gemm_accumulator_wraps_around_at_k_135168(backend):
     exact = a.long() @ b.long().T
     assert (exact > 2 ** 31 - 1).all()
     c = torch.full((M, N), -7, dtype=torch.int32)
-    gemm_int8(a.to(backend), b.to(backend), c := c.to(backend), block_M=64, block_N=64, block_K=128, threads=128,
-              num_stages=2)
+    gemm_int8(
+        a.to(backend),
+        b.to(backend),
+        c := c.to(backend),
+        block_M=64,
+        block_N=64,
+        block_K=128,
+        threads=128,
+        num_stages=2,
+    )
     assert torch.equal(c.cpu(), wrap(exact, torch.int32))
 
 
@@ -211,7 +222,7 @@ def test_uint32_max_and_min_compare_unsigned(backend, op):
     assert torch.equal(Y.cpu().long(), X.amax(1) if op == "max" else X.amin(1))
 
 
-# ---- NaN propagates through max and min -----------------------------------------------------------------------------
+# ---- NaN propagates through max and min --------------------------------------------------------------------
 
 FLOATS = ["float32", "float16", "bfloat16", "float64"]
 
@@ -236,8 +247,16 @@ def test_max_reduction_across_warps_propagates_nan(backend, scope, shape, thread
     X = torch.randn(shape)
     X[0, -1] = float("nan")
     Y = torch.zeros(shape[0])
-    row_reduce(X.to(backend), Y := Y.to(backend), op="max", src="float32", dst="float32", scope=scope, block_M=1,
-               threads=threads)
+    row_reduce(
+        X.to(backend),
+        Y := Y.to(backend),
+        op="max",
+        src="float32",
+        dst="float32",
+        scope=scope,
+        block_M=1,
+        threads=threads,
+    )
     _same(Y, X.amax(1))
 
 
@@ -263,7 +282,7 @@ def test_scalar_max_and_min_propagate_nan(backend, x):
     _same(out, torch.stack([torch.maximum(value, one), torch.minimum(one, value)]))
 
 
-# ---- what the CUDA looks like (no GPU needed) -----------------------------------------------------------------------
+# ---- what the CUDA looks like (no GPU needed) --------------------------------------------------------------
 
 def _body(kernel) -> str:
     src = kernel.cuda_source
@@ -274,8 +293,8 @@ def _body(kernel) -> str:
     ("float32", "tnb_max_nan_float32", "max.NaN.f32"), ("float16", "tnb_max_nan_float16", "__hmax_nan"),
     ("bfloat16", "tnb_max_nan_bfloat16", "__hmax_nan")])
 def test_cuda_max_propagates_nan(dtype, helper, instruction):
-    """Reductions (which compare 16-bit floats in float32) and T.max / T.min call the NaN-propagating helpers; no
-    float max(...) of TVM's (fmaxf drops a NaN) is left."""
+    """Reductions (which compare 16-bit floats in float32) and T.max / T.min call the NaN-propagating helpers;
+    no float max(...) of TVM's (fmaxf drops a NaN) is left."""
     X = torch.empty(64, 1024, dtype=getattr(torch, dtype))
     reduce_kernel = row_reduce.compile(X, X[:, 0].contiguous(), op="max", src=dtype, dst=dtype, threads=256,
                                        target="sm_90a")
@@ -306,7 +325,7 @@ def test_softmax_sass_uses_nan_propagating_fmnmx():
     assert ops and all(".NAN" in op for op in ops), ops
 
 
-# ---- 64-bit indices -------------------------------------------------------------------------------------------------
+# ---- 64-bit indices ----------------------------------------------------------------------------------------
 
 BIG_1D = 2 ** 31 + 3  # fp16: 4 GiB
 
@@ -362,7 +381,8 @@ def test_kernels_below_2_31_elements_keep_32_bit_indices():
 
 def test_index_arithmetic_reaching_2_31_is_64_bit_below_2_31_elements():
     """2^31 - 1 elements: the last block's indices reach 2^31 + 998 with 1000-element blocks, so the guard and
-    the offsets are 64-bit; with 1024-element blocks they end at 2^31 - 1 and stay 32-bit (both crashed in TVM)."""
+    the offsets are 64-bit; with 1024-element blocks they end at 2^31 - 1 and stay
+    32-bit (both crashed in TVM)."""
     body = _body(scale_by_two.compile(N=2 ** 31 - 1, block=1000, target="sm_90a"))
     assert _INT64_INDEX.search(body) and re.search(r"<\s*\(int64_t\)2147483647", body), body
     assert "int64_t" not in _body(scale_by_two.compile(N=2 ** 31 - 1, target="sm_90a"))
@@ -370,6 +390,7 @@ def test_index_arithmetic_reaching_2_31_is_64_bit_below_2_31_elements():
 
 def test_gemm_with_an_operand_over_2_31_elements_compiles():
     from kernels.seed import gemm_ir
+
     from tile_nb.runtime import compile as rt_compile
 
     kernel = rt_compile(gemm_ir(2 ** 19 + 128, 256, 4096), "sm_90a", options={"cache": False})
@@ -402,8 +423,8 @@ def dynamic_broadcast(X, block_M: int = 4, width: int = 4096):
 
 
 def test_dynamic_dims_over_2_31_elements_are_refused_at_the_call():
-    """T.dynamic dims are indexed in 32 bits: a call whose tensor spans 2^31 elements says so, with the numbers
-    (the tensor is allocated but never touched)."""
+    """T.dynamic dims are indexed in 32 bits: a call whose tensor spans 2^31 elements says so, with the
+    numbers (the tensor is allocated but never touched)."""
     small = torch.arange(-3, 3, dtype=torch.int8).reshape(2, 3)
     assert torch.equal(dynamic_rows(small), small + 1)
     big = torch.empty((2 ** 19, 4096), dtype=torch.int8)  # exactly 2^31 elements: one too many
@@ -418,7 +439,9 @@ def test_dynamic_dims_over_2_31_elements_are_refused_at_the_call():
 
 
 def test_dynamic_outputs_over_2_31_elements_are_refused_at_the_call():
-    with pytest.raises(ArgumentError, match=r"output 'out' has shape \(524289, 4096\) \(2147487744 elements\)"):
+    with pytest.raises(
+        ArgumentError, match=r"output 'out' has shape \(524289, 4096\) \(2147487744 elements\)"
+    ):
         dynamic_broadcast(torch.empty(2 ** 19 + 1, dtype=torch.int8))
     x = torch.arange(5, dtype=torch.int8)
     assert torch.equal(dynamic_broadcast(x, width=3), x[:, None].expand(5, 3))
@@ -426,7 +449,8 @@ def test_dynamic_outputs_over_2_31_elements_are_refused_at_the_call():
 
 @pytest.mark.gpu
 def test_elementwise_kernel_over_2_31_plus_3_fp16_elements_on_the_gpu():
-    """Needs about 9 GB of GPU memory: X and Y are 4 GiB each. Every element, the last three past 2^31 included."""
+    """Needs about 9 GB of GPU memory: X and Y are 4 GiB each. Every element, the
+    last three past 2^31 included."""
     X = torch.randn(BIG_1D, device="cuda", dtype=torch.float16)
     Y = torch.full_like(X, float("nan"))
     scale_by_two(X, Y)

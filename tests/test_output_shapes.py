@@ -1,6 +1,6 @@
-"""`T.empty` outputs whose dims are arithmetic of T.dynamic dims (`T.empty((N * 2 + 1,), ...)`): allocated at each
-call from the call's own sizes (a KeyError before), and refused with a clear error when a dim's var comes from no
-argument."""
+"""`T.empty` outputs whose dims are arithmetic of T.dynamic dims (`T.empty((N * 2 + 1,), ...)`): allocated at
+each call from the call's own sizes (a KeyError before), and refused with a clear error when a dim's var comes
+from no argument."""
 import pytest
 import torch
 
@@ -52,7 +52,9 @@ def test_an_output_dim_no_argument_gives_is_refused():
             out[0] = X[0]
         return out
 
-    with pytest.raises(ArgumentError, match=r"output 'out' has a dim over T.dynamic R, which no argument's shape"):
+    with pytest.raises(
+        ArgumentError, match=r"output 'out' has a dim over T.dynamic R, which no argument's shape"
+    ):
         orphan(torch.randn(4))
 
 
@@ -69,8 +71,8 @@ def scale_dynamic(X, Y, block: int = 32):
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_dynamic_dim_of_zero_launches_nothing(backend):
-    """N = 0 makes the grid ceildiv(N, 32) = 0 at the call: no launch (a zero-block launch is a CUDA error), the
-    same as a static size of 0; the shape stays off the fast path, and later sizes run as usual."""
+    """N = 0 makes the grid ceildiv(N, 32) = 0 at the call: no launch (a zero-block launch is a CUDA error),
+    the same as a static size of 0; the shape stays off the fast path, and later sizes run as usual."""
     if backend == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device; none is present on this machine")
     empty = torch.empty(0, device=backend)

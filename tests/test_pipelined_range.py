@@ -1,6 +1,6 @@
-"""`T.Pipelined(start, stop, num_stages=...)`, tilelang's start/stop form: k runs start..stop-1 on the interpreter
-and on the GPU (cp.async and TMA pipelines), as a loop from 0 whose variable is offset by start; the keywords
-tilelang has and tile_nb does not implement yet are refused by name."""
+"""`T.Pipelined(start, stop, num_stages=...)`, tilelang's start/stop form: k runs start..stop-1 on the
+interpreter and on the GPU (cp.async and TMA pipelines), as a loop from 0 whose variable is offset by start;
+the keywords tilelang has and tile_nb does not implement yet are refused by name."""
 import re
 
 import pytest
@@ -33,8 +33,8 @@ def row_sums_from(A, out, start: int = 1, block_K: int = 16, stages: int = 2):
 @tile_nb.jit
 def gemm_k_range(A, B, C, k_first: int = 1, k_last: int = 3, explicit: bool = False, block_M: int = 64,
                  block_N: int = 64, block_K: int = 32, stages: int = 3):
-    """C = A[:, k_first*block_K : k_last*block_K] @ B[k_first*block_K : k_last*block_K, :]; `explicit` writes the
-    same loop as a zero-based one with the offset added by hand."""
+    """C = A[:, k_first*block_K : k_last*block_K] @ B[k_first*block_K : k_last*block_K, :]; `explicit` writes
+    the same loop as a zero-based one with the offset added by hand."""
     M, N, K = T.const('M, N, K')
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[K, N], T.float16]
@@ -62,7 +62,7 @@ def _gemm_reference(A, B, lo, hi):
     return (A.double()[:, lo:hi] @ B.double()[lo:hi]).float()
 
 
-# ---- the interpreter --------------------------------------------------------------------------------------------
+# ---- the interpreter ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M,K,start", [(3, 70, 1), (1, 1, 0), (1, 1, 1), (5, 33, 2), (2, 64, 4), (4, 100, 9)])
 def test_a_sum_from_a_start_tile_matches_torch(M, K, start):
@@ -90,7 +90,8 @@ def test_one_bound_is_the_trip_count_and_a_zero_start_builds_the_same_loop():
 
 
 def test_the_start_stop_loop_is_the_zero_based_loop_with_the_offset_added():
-    """What the lowering receives: the same phase-2 IR as the loop written from 0 with `k_first + k` by hand."""
+    """What the lowering receives: the same phase-2 IR as the loop written from
+    0 with `k_first + k` by hand."""
     by_bounds = gemm_k_range.specialize(M=256, N=256, K=256)
     by_hand = gemm_k_range.specialize(M=256, N=256, K=256, explicit=True)
     assert by_bounds.script() == by_hand.script()
@@ -103,7 +104,7 @@ def test_the_template_keeps_symbolic_bounds_and_never_a_negative_trip_count():
     assert re.search(r"T\.serial\(T\.max\(.*K.* - 1, 0\)", text), text
 
 
-# ---- compile-only: the generated CUDA loops over the right range ------------------------------------------------
+# ---- compile-only: the generated CUDA loops over the right range -------------------------------------------
 
 def test_cp_async_pipeline_cuda_runs_the_k_range():
     kernel = gemm_k_range.compile(M=256, N=256, K=256, block_M=128, block_N=128, target=SM80)
@@ -130,7 +131,7 @@ def test_a_zero_start_compiles_to_the_kernel_of_the_one_bound_form():
     assert a.cuda_source == b.cuda_source and "for (int k = 0; k < 8; ++k)" in a.cuda_source
 
 
-# ---- what is refused --------------------------------------------------------------------------------------------
+# ---- what is refused ---------------------------------------------------------------------------------------
 
 def _loop_kernel(make_loop):
     @tile_nb.jit
@@ -142,20 +143,29 @@ def _loop_kernel(make_loop):
     return loop
 
 
-@pytest.mark.parametrize("make_loop,message", [
-    (lambda: T.Pipelined(0, 4, 3), "T.Pipelined takes a trip count, or a start and a stop; got 3 positional"),
-    (lambda: T.Pipelined(), "got 0 positional arguments"),
-    (lambda: T.Pipelined(4, num_stages=-1), "T.Pipelined(num_stages=...) must be an int >= 0; got -1"),
-    (lambda: T.Pipelined(4, num_stages=2.0), "must be an int >= 0; got 2.0"),
-    (lambda: T.Pipelined(4, num_stages=True), "must be an int >= 0; got True"),
-    (lambda: T.Pipelined(4, order=[0, 1]), "T.Pipelined(order=...) (tilelang's hand-written pipeline schedule) is "
-                                           "not supported yet; got order=[0, 1]"),
-    (lambda: T.Pipelined(4, stage=[0, 0]), "T.Pipelined(stage=...)"),
-    (lambda: T.Pipelined(4, sync=[[0, 1]]), "T.Pipelined(sync=...)"),
-    (lambda: T.Pipelined(4, group=[[0], [1]]), "T.Pipelined(group=...)"),
-    (lambda: T.Pipelined(4, stages=2), "T.Pipelined got an unexpected keyword argument 'stages'"),
-    (lambda: T.Pipelined(0.5, 4), "T.Pipelined bounds must be integer expressions; got 0.5"),
-])
+@pytest.mark.parametrize(
+    "make_loop,message",
+    [
+        (
+            lambda: T.Pipelined(0, 4, 3),
+            "T.Pipelined takes a trip count, or a start and a stop; got 3 positional",
+        ),
+        (lambda: T.Pipelined(), "got 0 positional arguments"),
+        (lambda: T.Pipelined(4, num_stages=-1), "T.Pipelined(num_stages=...) must be an int >= 0; got -1"),
+        (lambda: T.Pipelined(4, num_stages=2.0), "must be an int >= 0; got 2.0"),
+        (lambda: T.Pipelined(4, num_stages=True), "must be an int >= 0; got True"),
+        (
+            lambda: T.Pipelined(4, order=[0, 1]),
+            "T.Pipelined(order=...) (tilelang's hand-written pipeline schedule) is "
+            "not supported yet; got order=[0, 1]",
+        ),
+        (lambda: T.Pipelined(4, stage=[0, 0]), "T.Pipelined(stage=...)"),
+        (lambda: T.Pipelined(4, sync=[[0, 1]]), "T.Pipelined(sync=...)"),
+        (lambda: T.Pipelined(4, group=[[0], [1]]), "T.Pipelined(group=...)"),
+        (lambda: T.Pipelined(4, stages=2), "T.Pipelined got an unexpected keyword argument 'stages'"),
+        (lambda: T.Pipelined(0.5, 4), "T.Pipelined bounds must be integer expressions; got 0.5"),
+    ],
+)
 def test_malformed_pipelined_calls_are_refused_at_their_line(make_loop, message):
     kernel = _loop_kernel(make_loop)
     with pytest.raises(errors.DSLError) as info:
@@ -166,23 +176,30 @@ def test_malformed_pipelined_calls_are_refused_at_their_line(make_loop, message)
         assert "num_stages is a keyword" in info.value.hint
 
 
-@pytest.mark.parametrize("make_loop", [lambda: T.Pipelined(8, num_stages=0),
-                                       lambda: T.Pipelined(0, 8, num_stages=1, order=None, stage=None, sync=None,
-                                                           group=None)])
+@pytest.mark.parametrize(
+    "make_loop",
+    [
+        lambda: T.Pipelined(8, num_stages=0),
+        lambda: T.Pipelined(0, 8, num_stages=1, order=None, stage=None, sync=None, group=None),
+    ],
+)
 def test_no_stages_and_tilelangs_unset_keywords_are_accepted(make_loop):
     X = torch.zeros(8)
     _loop_kernel(make_loop)(X)
     assert torch.equal(X, torch.ones(8))
 
 
-# ---- on the GPU -------------------------------------------------------------------------------------------------
+# ---- on the GPU --------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", ["1", "0"])
-@pytest.mark.parametrize("M,N,K,k_first,k_last", [(200, 136, 256, 2, 7), (64, 64, 96, 1, 3), (1, 64, 64, 1, 2),
-                                                  (33, 70, 128, 1, 4)])
+@pytest.mark.parametrize(
+    "M,N,K,k_first,k_last",
+    [(200, 136, 256, 2, 7), (64, 64, 96, 1, 3), (1, 64, 64, 1, 2), (33, 70, 128, 1, 4)],
+)
 def test_gpu_a_gemm_over_a_k_range_matches_torch(M, N, K, k_first, k_last, tma, monkeypatch):
-    """TMA (the H200's default for this GEMM where B's rows are 16-byte multiples) and cp.async (TILE_NB_TMA=0)."""
+    """TMA (the H200's default for this GEMM where B's rows are 16-byte multiples)
+    and cp.async (TILE_NB_TMA=0)."""
     monkeypatch.setenv("TILE_NB_TMA", tma)
     A, B = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
     C = torch.full((M, N), 3.0, device="cuda")

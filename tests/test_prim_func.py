@@ -1,6 +1,6 @@
 """`@T.prim_func` kernels and kernel factories with `out_idx`, `T.macro`, and `T.dynamic` made in a factory
-(tilelang's older kernel style, issue 30): on the interpreter against torch at odd shapes and sizes of 1, and the
-same kernels on the GPU (marked gpu)."""
+(tilelang's older kernel style, issue 30): on the interpreter against torch at odd shapes and sizes of 1, and
+the same kernels on the GPU (marked gpu)."""
 import pytest
 import torch
 
@@ -80,8 +80,9 @@ def _offset_of(scale):  # a helper the factory calls: what it reads is followed 
 
 
 def test_a_global_the_factory_reads_changed_since_the_last_call_runs_it_again():
-    """A notebook cell changes a global that only the factory (or a helper it calls) reads: the kernel built from
-    the old value must not come back (the kernel inside holds the value in a closure cell, not as a global)."""
+    """A notebook cell changes a global that only the factory (or a helper it calls) reads: the
+    kernel built from the old value must not come back (the kernel inside holds the value in a
+    closure cell, not as a global)."""
     global FACTORY_OFFSET
 
     @tile_nb.jit(out_idx=1)
@@ -135,8 +136,12 @@ def test_a_factory_reading_a_value_that_cannot_be_keyed_says_which():
 @tile_nb.jit(out_idx=[1, 3])
 def split_stats(R, C):
     @T.prim_func
-    def main(X: T.Tensor((R, C), T.float32), Sums: T.Tensor((R,), T.float32), Scale: T.Tensor((C,), T.float32),
-             Scaled: T.Tensor((R, C), T.float32)):
+    def main(
+        X: T.Tensor((R, C), T.float32),
+        Sums: T.Tensor((R,), T.float32),
+        Scale: T.Tensor((C,), T.float32),
+        Scaled: T.Tensor((R, C), T.float32),
+    ):
         with T.Kernel(R, threads=32) as r:
             acc = T.alloc_var(T.float32, init=0.0)
             for j in T.serial(C):
@@ -216,7 +221,9 @@ def test_out_idx_errors_name_the_parameter():
 
         return tile_nb.jit(k, out_idx=out_idx)
 
-    with pytest.raises(SignatureError, match=r"out_idx names parameter 1 of kernel 'k', 'n', which is not a tensor"):
+    with pytest.raises(
+        SignatureError, match=r"out_idx names parameter 1 of kernel 'k', 'n', which is not a tensor"
+    ):
         make([1])
     with pytest.raises(SignatureError, match=r"out_idx 3 is out of range: kernel 'k' has 3 parameters"):
         make([3])
@@ -240,7 +247,7 @@ def test_factory_must_return_its_prim_func():
         broken(3)
 
 
-# -- T.macro ----------------------------------------------------------------------------------------------------
+# -- T.macro -------------------------------------------------------------------------------------------------
 
 @T.macro
 def scaled_copy(src, dst, rows, factor):
@@ -293,7 +300,9 @@ def test_macro_return_inside_a_kernel_loop_is_refused():
             for i in T.serial(4):
                 B[i] = early(A, i)
 
-    with pytest.raises(DSLError, match="`return` inside a kernel loop or a run-time `if` of a T.macro") as info:
+    with pytest.raises(
+        DSLError, match="`return` inside a kernel loop or a run-time `if` of a T.macro"
+    ) as info:
         k(torch.randn(4, 4), torch.empty(4))
     assert info.value.lineno == early.fn.__code__.co_firstlineno + 3
 
@@ -306,7 +315,9 @@ def test_macro_call_with_wrong_arguments_points_at_the_call():
         with T.Kernel(1) as bx:
             scaled_copy(A, B, bx)
 
-    with pytest.raises(DSLError, match="calling the T.macro 'scaled_copy'.*missing 1 required positional") as info:
+    with pytest.raises(
+        DSLError, match="calling the T.macro 'scaled_copy'.*missing 1 required positional"
+    ) as info:
         k(torch.randn(4, 4), torch.empty(4, 4))
     assert info.value.lineno == k.fn.__code__.co_firstlineno + 5
 
@@ -320,8 +331,11 @@ def test_redefined_macro_rebuilds_the_kernel():
     """A notebook cell that redefines a macro: the kernel's key follows the macro's code."""
     namespace = {"T": T, "tile_nb": tile_nb}
     tile_nb.run_source("@T.macro\ndef body(A, B):\n    B[0] = A[0] + 1.0\n", namespace)
-    tile_nb.run_source("@tile_nb.jit\ndef k(A, B):\n    A: T.Tensor[[1], T.float32]\n    B: T.Tensor[[1], T.float32]\n"
-                       "    with T.Kernel(1) as _:\n        body(A, B)\n", namespace)
+    tile_nb.run_source(
+        "@tile_nb.jit\ndef k(A, B):\n    A: T.Tensor[[1], T.float32]\n    B: T.Tensor[[1], T.float32]\n"
+        "    with T.Kernel(1) as _:\n        body(A, B)\n",
+        namespace,
+    )
     a, b = torch.ones(1), torch.empty(1)
     namespace["k"](a, b)
     assert b.item() == 2.0
@@ -330,7 +344,7 @@ def test_redefined_macro_rebuilds_the_kernel():
     assert b.item() == 6.0
 
 
-# -- T.Ref and macros passed as arguments ------------------------------------------------------------------------
+# -- T.Ref and macros passed as arguments --------------------------------------------------------------------
 
 @T.macro
 def collatz_scale(x, var: T.Ref):

@@ -1,8 +1,9 @@
 """wgmma reads its shared-memory operands through the async proxy: a tile the kernel's threads stored to (from
 registers, not by cp.async or TMA) must be followed by `fence.proxy.async.shared::cta` before the barrier that
-precedes the wgmma, or the wgmma may read what the tile held before. On the H200 (2026-12-05) the backward attention
-kernel's dK, whose dS tile is stored from registers each query block, missed by 3-9% at S = 1000 without the fence.
-CPU tests of the generated sm_90a CUDA; the GPU agreement is tests/test_backward_kernels.py::test_gpu_attention_bwd."""
+precedes the wgmma, or the wgmma may read what the tile held before. On the H200 (2026-12-05) the backward
+attention kernel's dK, whose dS tile is stored from registers each query block, missed by 3-9% at S = 1000
+without the fence. CPU tests of the generated sm_90a CUDA; the GPU agreement is
+tests/test_backward_kernels.py::test_gpu_attention_bwd."""
 import re
 
 import pytest

@@ -1,8 +1,9 @@
-"""`T.reduce_max / sum / min` of a 1-d tile along dim 0 into a one-element destination (tilelang issues 1690 and
-1719): `T.reduce_max(x, m, dim=0)` with `x` of shape [N] and `m` of shape [1] (or [1, 1]). Refused at elaboration
-before ("gives [], but the destination is [1]"); now the one value fills the one element. Fragment, shared and local
-operands, clear=False, N of 1, odd N and N above the thread count, rows of a dynamic row count; on the interpreter
-and (marked gpu) on CUDA, against torch; sm_90a and sm_80 builds through nvcc."""
+"""`T.reduce_max / sum / min` of a 1-d tile along dim 0 into a one-element destination (tilelang
+issues 1690 and 1719): `T.reduce_max(x, m, dim=0)` with `x` of shape [N] and `m` of shape [1] (or [1,
+1]). Refused at elaboration before ("gives [], but the destination is [1]"); now the one value fills
+the one element. Fragment, shared and local operands, clear=False, N of 1, odd N and N above the
+thread count, rows of a dynamic row count; on the interpreter and (marked gpu) on CUDA, against torch;
+sm_90a and sm_80 builds through nvcc."""
 import pytest
 import torch
 
@@ -14,7 +15,9 @@ BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _alloc(scope, shape, dtype):
-    return {"fragment": T.alloc_fragment, "shared": T.alloc_shared, "local": T.alloc_local}[scope](shape, dtype)
+    return {"fragment": T.alloc_fragment, "shared": T.alloc_shared, "local": T.alloc_local}[scope](
+        shape, dtype
+    )
 
 
 @tile_nb.jit
@@ -63,8 +66,16 @@ def test_fragment_into_one_element_fragment(backend, kind, N, threads):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("src_scope,dst_scope", [("shared", "shared"), ("shared", "fragment"), ("fragment", "shared"),
-                                                 ("fragment", "local"), ("shared", "local")])
+@pytest.mark.parametrize(
+    "src_scope,dst_scope",
+    [
+        ("shared", "shared"),
+        ("shared", "fragment"),
+        ("fragment", "shared"),
+        ("fragment", "local"),
+        ("shared", "local"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["max", "sum"])
 def test_other_scopes(backend, src_scope, dst_scope, kind):
     _check(backend, 5, 37, kind, src_scope=src_scope, dst_scope=dst_scope)
@@ -109,8 +120,12 @@ def test_one_element_into_one_element(backend):
 def test_builds_for_sm90a_and_sm80(arch, tmp_path):
     from kernels.cuda import ptxas_report
 
-    for cfg in (dict(N=200), dict(N=13, kind="sum", threads=32), dict(N=16, src_scope="shared", dst_scope="local"),
-                dict(N=45, dst_shape=(1, 1), clear=False)):
+    for cfg in (
+        dict(N=200),
+        dict(N=13, kind="sum", threads=32),
+        dict(N=16, src_scope="shared", dst_scope="local"),
+        dict(N=45, dst_shape=(1, 1), clear=False),
+    ):
         ptxas_report(row_reduce_1d.compile(target=arch, **cfg).cuda_source, arch, tmp_path, fast_math=False)
     ptxas_report(one_into_one.compile(target=arch).cuda_source, arch, tmp_path, fast_math=False)
 

@@ -1,10 +1,9 @@
-"""Reference kernels (tests/kernels/reference.py) against torch, on the CPU interpreter and (marked gpu) on CUDA,
-at shapes that are not multiples of the tiles, on random inputs."""
+"""Reference kernels (tests/kernels/reference.py) against torch, on the CPU interpreter and (marked gpu) on
+CUDA, at shapes that are not multiples of the tiles, on random inputs."""
 import math
 
 import pytest
 import torch
-
 from kernels import reference as ref
 from kernels.compare import rel_err, seeded
 
@@ -49,7 +48,9 @@ def test_flash_attention(backend, causal):
     q, k, v = Q.double(), K.double(), V.double()
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)
     if causal:
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=scores.device).triu(1), float("-inf"))
+        scores = scores.masked_fill(
+            torch.ones(s, s, dtype=torch.bool, device=scores.device).triu(1), float("-inf")
+        )
     expected = torch.softmax(scores, dim=-1) @ v
     assert rel_err(O, expected) < 5e-3
 
@@ -78,8 +79,9 @@ def test_column_sums_with_atomics(backend):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_M", [64, 128])
 def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
-    """Head dim 128 on sm_90a: Q K^T reads Q and K from 64-column panels (their 256-byte rows are wider than one
-    swizzle atom), P V a [block_N, 128] V tile; both on wgmma, the row statistics shared by both layouts."""
+    """Head dim 128 on sm_90a: Q K^T reads Q and K from 64-column panels (their 256-byte rows
+    are wider than one swizzle atom), P V a [block_N, 128] V tile; both on wgmma, the row
+    statistics shared by both layouts."""
     b, h, s, d = 1, 2, 200, 128
     Q, K, V = (torch.randn(b, h, s, d, generator=seeded(20 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
@@ -87,7 +89,9 @@ def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
     if kernel.arch == "sm_90a":
         assert [m["kind"] for m in kernel.plan["mma"]] == ["wgmma", "wgmma"]
     ref.flash_attention(Q, K, V, O, causal=causal, block_M=block_M, block_N=64)
-    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        Q.double(), K.double(), V.double(), is_causal=causal
+    )
     assert rel_err(O, expected) < 5e-3
 
 
@@ -96,21 +100,24 @@ def test_flash_attention_head_dim_128_on_wgmma(causal, block_M):
 @pytest.mark.parametrize("d,block_N,s", [(64, 128, 200), (128, 128, 333), (128, 128, 128), (128, 128, 129),
                                          (128, 64, 1), (64, 64, 4096)])
 def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
-    """threads=256 over a 128-row Q tile: two consumer warpgroups, K and V by TMA from a producer warpgroup (or
-    from the first consumer thread where two CTAs share an SM), P in registers (wgmma's register form); sequence lengths off the tiles, a single
-    row, and a long one."""
+    """threads=256 over a 128-row Q tile: two consumer warpgroups, K and V by TMA from a producer warpgroup
+    (or from the first consumer thread where two CTAs share an SM), P in registers (wgmma's register form);
+    sequence lengths off the tiles, a single row, and a long one."""
     b, h = 2, 3
     Q, K, V = (torch.randn(b, h, s, d, generator=seeded(30 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=causal, block_M=128, block_N=block_N, threads=256)
     kernel = ref.flash_attention.compile(Q, K, V, O, **cfg)
-    if kernel.arch == "sm_90a":  # a producer where one CTA fills the SM's shared memory (tile_nb/lower/tma.py)
+    # a producer where one CTA fills the SM's shared memory (tile_nb/lower/tma.py)
+    if kernel.arch == "sm_90a":
         producer = d == 128 and block_N == 128
         assert kernel.plan["pipeline_kind"] == "tma", kernel.plan["pipeline"]
         assert kernel.plan["producer_warp"] == producer, kernel.plan["pipeline"]
         assert kernel.plan["softmax_overlap"] == producer, kernel.plan["pipeline"]
     ref.flash_attention(Q, K, V, O, **cfg)
-    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        Q.double(), K.double(), V.double(), is_causal=causal
+    )
     assert rel_err(O, expected) < 5e-3
 
 
@@ -118,19 +125,23 @@ def test_flash_attention_two_warpgroups_with_tma(causal, d, block_N, s):
 @pytest.mark.parametrize("d,block_N", [(64, 128), (128, 128)])
 @pytest.mark.parametrize("s", [333, 2048])
 def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
-    """`tile_nb.heavy_first` = 1 (the default since this test first ran): the grid runs in groups of heads, each
-    from its longest causal loops down, with two CTAs per SM kept by the launch bounds (head dim 64, TMA without a
-    producer warp) and with a producer warpgroup (head dim 128)."""
+    """`tile_nb.heavy_first` = 1 (the default since this test first ran): the grid runs in groups of heads,
+    each from its longest causal loops down, with two CTAs per SM kept by the launch bounds (head dim 64, TMA
+    without a producer warp) and with a producer warpgroup (head dim 128)."""
     from tile_nb.runtime import compile as rt_compile
 
     Q, K, V = (torch.randn(2, 3, s, d, generator=seeded(70 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=True, block_M=128, block_N=block_N, threads=256)
-    kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.heavy_first", 1), None)
+    kernel = rt_compile(
+        ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.heavy_first", 1), None
+    )
     if kernel.arch == "sm_90a":
         assert any("heaviest first" in n for n in kernel.plan["notes"]), kernel.plan["notes"]
     kernel(Q, K, V, O)
-    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=True)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        Q.double(), K.double(), V.double(), is_causal=True
+    )
     assert rel_err(O, expected) < 5e-3
 
 
@@ -140,29 +151,33 @@ def test_causal_flash_attention_launched_heaviest_first(d, block_N, s):
 @pytest.mark.parametrize("s", [1, 333, 2048])
 def test_flash_attention_tma_without_a_producer_warp(causal, d, stages, s):
     """`tile_nb.producer_warp` = 0: K and V by TMA, issued by the first consumer thread at the top of each
-    iteration (no producer warp, so head dim 64 keeps two CTAs per SM); both T.gemm wait for their own tiles."""
+    iteration (no producer warp, so head dim 64 keeps two CTAs per SM); both
+    T.gemm wait for their own tiles."""
     from tile_nb.runtime import compile as rt_compile
 
     Q, K, V = (torch.randn(2, 3, s, d, generator=seeded(90 + i)).half().cuda() for i in range(3))
     O = torch.full_like(Q, float("nan"))
     cfg = dict(causal=causal, block_M=128, block_N=128, threads=256, num_stages=stages)
-    kernel = rt_compile(ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.producer_warp", 0),
-                        None)
+    kernel = rt_compile(
+        ref.flash_attention.specialize(Q, K, V, O, **cfg).with_attr("tile_nb.producer_warp", 0), None
+    )
     if kernel.arch == "sm_90a":
         assert kernel.plan["pipeline_kind"] == "tma" and kernel.plan["producer_warp"] is False, \
             kernel.plan["pipeline"]
     kernel(Q, K, V, O)
-    expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        Q.double(), K.double(), V.double(), is_causal=causal
+    )
     assert rel_err(O, expected) < 5e-3
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
-    """The overlapped schedule (tile_nb/lower/tma.py: Overlap) reorders issue and waits, not arithmetic: its output
-    matches the in-order loop's to fp16 rounding, for one KV block (the peeled iteration only), two, and many.
-    (Not bit for bit: the PTX holds the same arithmetic, but ptxas fuses multiply-adds of the peeled and the looped
-    softmax differently; seen on the H200: one element 1 ulp apart at S = 200.)"""
+    """The overlapped schedule (tile_nb/lower/tma.py: Overlap) reorders issue and waits, not arithmetic: its
+    output matches the in-order loop's to fp16 rounding, for one KV block (the peeled iteration only), two,
+    and many. (Not bit for bit: the PTX holds the same arithmetic, but ptxas fuses multiply-adds of the peeled
+    and the looped softmax differently; seen on the H200: one element 1 ulp apart at S = 200.)"""
     import tile_nb
     from tile_nb.runtime import compile as rt_compile
 
@@ -173,20 +188,24 @@ def test_softmax_mma_overlap_agrees_with_the_in_order_loop(causal):
         O, O_in_order = torch.full_like(Q, float("nan")), torch.full_like(Q, float("nan"))
         ref.flash_attention(Q, K, V, O, **cfg)
         assert "softmax/MMA overlap:" in ref.flash_attention.compile(Q, K, V, O, **cfg).plan["pipeline"]
-        kernel = rt_compile(in_order.specialize(Q, K, V, O_in_order, **cfg).with_attr("tile_nb.softmax_overlap", 0), None)
+        kernel = rt_compile(
+            in_order.specialize(Q, K, V, O_in_order, **cfg).with_attr("tile_nb.softmax_overlap", 0), None
+        )
         assert "no softmax/MMA overlap" in kernel.plan["pipeline"]
         kernel(Q, K, V, O_in_order)
-        torch.testing.assert_close(O.float(), O_in_order.float(), rtol=2e-3, atol=1e-4, msg=lambda m: f"S={s}: {m}")
+        torch.testing.assert_close(
+            O.float(), O_in_order.float(), rtol=2e-3, atol=1e-4, msg=lambda m, s=s: f"S={s}: {m}"
+        )
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("d,block_N", [(64, 64), (128, 64), (64, 128)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumer_warpgroups_with_the_overlap(d, block_N, causal):
-    """192-row tiles over 384 threads (three consumer warpgroups, a producer warpgroup: 512 launched): the overlap
-    with setmaxnreg 24 / 160, where ptxas reports fewer entry registers at head dim 64 (106) than the 128 a
-    512-thread launch allows; 192x128 at head dim 64 is FlashAttention-3's configuration. Sequence lengths off the
-    tiles, one block, and many."""
+    """192-row tiles over 384 threads (three consumer warpgroups, a producer warpgroup: 512 launched): the
+    overlap with setmaxnreg 24 / 160, where ptxas reports fewer entry registers at head dim 64 (106) than the
+    128 a 512-thread launch allows; 192x128 at head dim 64 is FlashAttention-3's configuration. Sequence
+    lengths off the tiles, one block, and many."""
     cfg = dict(causal=causal, block_M=192, block_N=block_N, threads=384)
     for s in (1, 333, 2048):
         Q, K, V = (torch.randn(1, 3, s, d, generator=seeded(50 + i)).half().cuda() for i in range(3))
@@ -195,5 +214,7 @@ def test_three_consumer_warpgroups_with_the_overlap(d, block_N, causal):
         if kernel.arch == "sm_90a":
             assert "setmaxnreg 24 / 160" in kernel.plan["pipeline"], kernel.plan["pipeline"]
         ref.flash_attention(Q, K, V, O, **cfg)
-        expected = torch.nn.functional.scaled_dot_product_attention(Q.double(), K.double(), V.double(), is_causal=causal)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            Q.double(), K.double(), V.double(), is_causal=causal
+        )
         assert rel_err(O, expected) < 5e-3, s

@@ -1,11 +1,10 @@
-"""The row kernels of benchmarks/rowwise.py (tests/kernels/rowwise.py) against torch on random inputs: odd shapes,
-one row, one column, dynamic row counts; on the interpreter and (marked gpu) on CUDA. And what their CUDA must look
-like: register fragments (no shared-memory copy of the rows), warp shuffles for the row statistics, 16-byte vector
-loads, and no spills at 16384 columns."""
+"""The row kernels of benchmarks/rowwise.py (tests/kernels/rowwise.py) against torch on random inputs: odd
+shapes, one row, one column, dynamic row counts; on the interpreter and (marked gpu) on CUDA. And what their
+CUDA must look like: register fragments (no shared-memory copy of the rows), warp shuffles for the row
+statistics, 16-byte vector loads, and no spills at 16384 columns."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from kernels import rowwise as rw
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -80,7 +79,7 @@ def test_large_rows_across_warps(backend):
     _check(Y, torch.softmax(X.float(), 1))
 
 
-# ---- what the CUDA looks like (no GPU needed) -------------------------------------------------------------------------
+# ---- what the CUDA looks like (no GPU needed) --------------------------------------------------------------
 
 def _compiled(fn, *args, **kwargs):
     return fn.compile(*args, target="sm_90a", **kwargs)
@@ -91,7 +90,11 @@ def test_softmax_and_rmsnorm_use_shuffles_and_registers():
     for kernel in (_compiled(rw.softmax, X, X, threads=256),
                    _compiled(rw.rms_norm, X, torch.empty(4096).half(), X, threads=256)):
         src = kernel.cuda_source
-        assert "__shfl_xor_sync" in src and "tnb_vld_float16x8_float32" in src and "tnb_vst_float32x8_float16" in src
+        assert (
+            "__shfl_xor_sync" in src
+            and "tnb_vld_float16x8_float32" in src
+            and "tnb_vst_float32x8_float16" in src
+        )
         plan = kernel.plan
         assert all(f["where"] == "registers" for f in plan["fragments"]), plan["fragments"]
         # shared memory holds only the cross-warp partials (8 warps' worth per row), never a row
@@ -131,7 +134,7 @@ def test_plan_is_inspectable():
     assert names["x"]["layout"].startswith("32 registers per thread")
 
 
-# ---- a dynamic last dim keeps the vector path when the call's size allows it -------------------------------------
+# ---- a dynamic last dim keeps the vector path when the call's size allows it -------------------------------
 
 import tile_nb  # noqa: E402
 import tile_nb.language as T  # noqa: E402
@@ -157,7 +160,9 @@ def test_dynamic_dim_divisible_by_16_keeps_vector_accesses():
     plain = scale_tiles._compiled(spec, "sm_90a")
     divisible = scale_tiles._compiled(spec, "sm_90a", facts=CallFacts(divisible=("N",)))
     assert "tnb_vld" not in plain.cuda_source  # N could be odd: element by element
-    assert "tnb_vld_float16x8_float32" in divisible.cuda_source and divisible.plan["assumes"] == ["N % 16 == 0"]
+    assert "tnb_vld_float16x8_float32" in divisible.cuda_source and divisible.plan["assumes"] == [
+        "N % 16 == 0"
+    ]
 
 
 def test_compile_with_tensors_uses_the_facts_of_a_launch_on_them():
@@ -177,7 +182,7 @@ def test_dynamic_dims_any_size(backend, cols):
     assert torch.equal(Y.cpu(), (X.cpu().float() * 2 + 1).half())
 
 
-# ---- abs-max (per-row quantization scales) -------------------------------------------------------------------------
+# ---- abs-max (per-row quantization scales) -----------------------------------------------------------------
 
 @tile_nb.jit
 def row_absmax(X, S, block_M: int = 2, threads: int = 128):

@@ -1,5 +1,5 @@
-"""tile_nb.runtime on the CPU: CompiledKernel fields, the memory cache, and the disk cache (hits in a new process,
-corrupt entries rebuilt, two processes writing the same entry at once)."""
+"""tile_nb.runtime on the CPU: CompiledKernel fields, the memory cache, and the disk cache (hits in a new
+process, corrupt entries rebuilt, two processes writing the same entry at once)."""
 import json
 import os
 import subprocess
@@ -44,7 +44,9 @@ def run_in_new_process(cache: Path, body: str) -> dict:
         from kernels.tirx_modules import add_module
     """).format(root=str(ROOT), tests=str(TESTS)) + textwrap.dedent(body)
     env = dict(os.environ, TILE_NB_CACHE_DIR=str(cache), PYTHONPATH=PYPATH)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -127,12 +129,15 @@ def test_entry_is_plain_files_with_checksums(cache_dir):
 def test_disk_hit_in_a_new_process(cache_dir):
     first = rt.compile(add_module(), "sm_90a")
     assert not first.from_cache
-    out = run_in_new_process(cache_dir, """
+    out = run_in_new_process(
+        cache_dir,
+        """
         t = time.perf_counter()
         k = rt.compile(add_module(), "sm_90a")
         print(json.dumps({"from_cache": k.from_cache, "seconds": time.perf_counter() - t, "timings": k.timings,
                           "source": k.cuda_source, "registers": k.resources and k.resources.registers}))
-    """)
+    """,
+    )
     assert out["from_cache"] is True
     assert set(out["timings"]) == {"key", "cache_load"}
     assert out["source"] == first.cuda_source
@@ -140,7 +145,9 @@ def test_disk_hit_in_a_new_process(cache_dir):
         assert out["registers"] == first.resources.registers
 
 
-@pytest.mark.parametrize("damage", ["flip_source", "truncate_meta", "wrong_key", "drop_file", "bad_json_type"])
+@pytest.mark.parametrize(
+    "damage", ["flip_source", "truncate_meta", "wrong_key", "drop_file", "bad_json_type"]
+)
 def test_corrupt_entry_is_rebuilt_not_loaded(cache_dir, damage):
     first = rt.compile(add_module(), "sm_90a")
     (entry,) = entries(cache_dir)
@@ -226,9 +233,11 @@ def test_module_checksum_checked_when_a_module_is_needed(tmp_path):
 
 
 def test_import_runtime_bench_backend_stays_light():
-    code = ("import sys, tile_nb.runtime, tile_nb.backend, tile_nb.bench; "
-            "bad = [m for m in ('matplotlib', 'IPython', 'ipywidgets', 'jupyter_client') if m in sys.modules]; "
-            "print(bad)")
+    code = (
+        "import sys, tile_nb.runtime, tile_nb.backend, tile_nb.bench; "
+        "bad = [m for m in ('matplotlib', 'IPython', 'ipywidgets', 'jupyter_client') if m in sys.modules]; "
+        "print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=PYPATH), timeout=120, check=False)
     assert out.returncode == 0, out.stderr

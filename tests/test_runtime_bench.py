@@ -61,11 +61,13 @@ def test_sweep_result_model_text_table_and_json(tmp_path):
         SweepPoint({"block": 3}, stage="compile", error="ValueError: block must be a power of two (x.py:3)"),
         SweepPoint({"block": 4}, timing=t(1.0), tflops=3.0)])
     assert result.best().config == {"block": 4} and [p.ok for p in result.points] == [True, False, True]
-    text = repr(result)   # deterministic: no timings, no internal file:line
-    assert text.splitlines() == ["SweepResult k: 3 configs over block (CPU interpreter, host clock), 1 failed",
-                                 "  block=1: ok",
-                                 "  block=3: failed at compile: ValueError: block must be a power of two",
-                                 "  block=4: ok"]
+    text = repr(result)  # deterministic: no timings, no internal file:line
+    assert text.splitlines() == [
+        "SweepResult k: 3 configs over block (CPU interpreter, host clock), 1 failed",
+        "  block=1: ok",
+        "  block=3: failed at compile: ValueError: block must be a power of two",
+        "  block=4: ok",
+    ]
     table = str(result)
     assert table.splitlines()[0].split() == ["block", "median", "p20", "p80", "TFLOP/s", "status"]
     assert table.splitlines()[2].split()[:4] == ["1", "2", "ms", "1.8"]     # block=1: median 2 ms, p20 1.8 ms
@@ -85,5 +87,7 @@ def test_tune_result_ranks_by_the_re_timed_rounds():
     result = TuneResult("k", {"b": [1, 2, 3]}, [a, b, c], gpu=True, mode="gpu")
     assert result.best() is b and b.ranking_ms == pytest.approx(1.01)   # the median of its rounds
     text = repr(result)
-    assert "2 timed, 1 pruned, 0 failed" in text and "b=3: pruned: shared memory" in text and "best: b=2" in text
+    assert (
+        "2 timed, 1 pruned, 0 failed" in text and "b=3: pruned: shared memory" in text and "best: b=2" in text
+    )
     assert TuneResult.from_dict(result.to_dict()).best().config == {"b": 2}

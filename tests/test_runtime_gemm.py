@@ -1,9 +1,10 @@
-"""The seed GEMM through the whole CPU path (front end -> tile_nb.lower -> backend -> runtime): CUDA for sm_80 and
-sm_90a with no spills, tensor-core instructions in the PTX, and the dynamic shared memory of the pipeline."""
+"""The seed GEMM through the whole CPU path (front end -> tile_nb.lower -> backend -> runtime):
+CUDA for sm_80 and sm_90a with no spills, tensor-core instructions in the PTX, and the dynamic
+shared memory of the pipeline."""
 import pytest
+from kernels.seed import fresh_gemm
 
 from tile_nb.backend import available_compiler
-from kernels.seed import fresh_gemm
 
 pytestmark = pytest.mark.skipif(available_compiler() is None, reason="neither NVRTC nor nvcc is installed")
 

@@ -84,4 +84,9 @@ def test_a_graph_capture_launches_without_events(fake_cuda):
     launch(tensor_on(0))  # captured: no wait on an event recorded outside the capture, none recorded
     current.update(capturing=False)
     launch(tensor_on(0))  # after the capture: ordered after the last launch outside it, on stream one
-    assert log == ["launch on one", "launch on two", "two waits for the event recorded on one", "launch on two"]
+    assert log == [
+        "launch on one",
+        "launch on two",
+        "two waits for the event recorded on one",
+        "launch on two",
+    ]

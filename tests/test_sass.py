@@ -1,6 +1,6 @@
-"""The SASS of the sm_90a hot loops (benchmarks/sass_report.py): wgmma (HGMMA), TMA loads (UTMALDG) and mbarriers
-where the plan says so, and no local memory. Needs a disassembler (cuobjdump or nvdisasm, e.g. from Triton's wheel)
-and nvcc; skipped otherwise."""
+"""The SASS of the sm_90a hot loops (benchmarks/sass_report.py): wgmma (HGMMA), TMA loads (UTMALDG) and
+mbarriers where the plan says so, and no local memory. Needs a disassembler (cuobjdump or nvdisasm, e.g. from
+Triton's wheel) and nvcc; skipped otherwise."""
 import re
 import sys
 from pathlib import Path
@@ -31,10 +31,10 @@ def test_warp_specialized_kernels_run_wgmma_on_tma_tiles_without_spills(name):
 
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_wgmma_descriptors_stay_in_uniform_registers(name):
-    """wgmma reads descriptors from uniform registers. Each is a base word computed once per T.gemm plus a constant,
-    added on the uniform datapath: among a k-tile's MMAs at most one R2UR (a move from the vector registers) per
-    operand for its base word, where descriptors built per MMA on the vector registers needed two per MMA and
-    operand (54 in the FlashAttention hd128 loop)."""
+    """wgmma reads descriptors from uniform registers. Each is a base word computed once per T.gemm plus a
+    constant, added on the uniform datapath: among a k-tile's MMAs at most one R2UR (a move from the vector
+    registers) per operand for its base word, where descriptors built per MMA on the vector registers needed
+    two per MMA and operand (54 in the FlashAttention hd128 loop)."""
     kernel = rt_compile(KERNELS[name](), "sm_90a", options={"cache": False})
     if kernel.sass is None:
         pytest.skip("nvcc built no cubin here")

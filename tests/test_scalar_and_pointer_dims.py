@@ -1,6 +1,6 @@
-"""Dims given by scalar parameters (`M: T.int32`, sizing outputs and grids) and by a `T.ptr` parameter passed a
-tensor (its `T.make_tensor` shape gives consts), as the EagerJIT tutorial writes them; and `assert` on dims that are
-equal whatever their values (one T.dynamic dim compared with itself)."""
+"""Dims given by scalar parameters (`M: T.int32`, sizing outputs and grids) and by a `T.ptr` parameter passed
+a tensor (its `T.make_tensor` shape gives consts), as the EagerJIT tutorial writes them; and `assert` on dims
+that are equal whatever their values (one T.dynamic dim compared with itself)."""
 import pytest
 import torch
 
@@ -67,8 +67,9 @@ def test_pointer_parameter_given_a_tensor_reads_its_consts():
 
 def test_pointer_parameter_given_an_address_needs_the_consts():
     b = torch.randn(3)
-    with pytest.raises(MissingConstError, match="it is a dim of the pointer argument 'A', which was given as an "
-                                                "address"):
+    with pytest.raises(
+        MissingConstError, match="it is a dim of the pointer argument 'A', which was given as an address"
+    ):
         last_to_first(b.data_ptr())
 
 

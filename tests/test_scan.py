@@ -1,7 +1,8 @@
-"""`T.cumsum(src, dst=None, dim=0, reverse=False)` (tilelang's scan, issue 31): shared and fragment tiles, both dims
-of a 2-d tile, reverse, float32 / float16 / int32, odd shapes, sizes of 1, a dynamic dim, a separate dst and a
-region of a larger tile; against torch.cumsum (flipped for reverse) on the interpreter and (marked gpu) on CUDA.
-The sm_90a and sm_80 CUDA builds through nvcc; what cannot be lowered is refused at the user's line."""
+"""`T.cumsum(src, dst=None, dim=0, reverse=False)` (tilelang's scan, issue 31): shared and fragment
+tiles, both dims of a 2-d tile, reverse, float32 / float16 / int32, odd shapes, sizes of 1, a dynamic
+dim, a separate dst and a region of a larger tile; against torch.cumsum (flipped for reverse) on the
+interpreter and (marked gpu) on CUDA. The sm_90a and sm_80 CUDA builds through nvcc; what cannot be
+lowered is refused at the user's line."""
 import pytest
 import torch
 
@@ -25,8 +26,17 @@ def chunked_cumsum(a: torch.Tensor, bm: int, bn: int, dim: int, reverse: bool) -
 
 
 @tile_nb.jit
-def tile_cumsum(A, B, dim: int = 0, reverse: bool = False, scope: str = "shared", tile_dtype: T.dtype = T.float32,
-                block_M: int = 16, block_N: int = 8, dynamic: bool = False):
+def tile_cumsum(
+    A,
+    B,
+    dim: int = 0,
+    reverse: bool = False,
+    scope: str = "shared",
+    tile_dtype: T.dtype = T.float32,
+    block_M: int = 16,
+    block_N: int = 8,
+    dynamic: bool = False,
+):
     if dynamic:
         M = T.dynamic("M")
         N = T.const("N")
@@ -82,8 +92,8 @@ def test_cumsum_sizes_of_one_and_float16_tiles(backend, shape, tile_dtype):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("scope", ["shared", "fragment"])
 def test_long_lines_scanned_by_warps(backend, block_M, block_N, dim, reverse, scope):
-    """Few long lines: each of the 2 warps scans lines 32 elements at a time (a line of 100: 4 rounds, the last
-    one partial; 3 lines: a second pass with one warp idle). [2, 32]: one round per line."""
+    """Few long lines: each of the 2 warps scans lines 32 elements at a time (a line of 100: 4 rounds, the
+    last one partial; 3 lines: a second pass with one warp idle). [2, 32]: one round per line."""
     _check_tiles(backend, 7, 150, dim, reverse, scope, "float32", block_M=block_M, block_N=block_N)
     _check_tiles(backend, 150, 7, dim, reverse, scope, "float16", block_M=block_M, block_N=block_N)
 
@@ -97,8 +107,8 @@ def test_cumsum_with_a_dynamic_dim(backend, M):
 
 @tile_nb.jit
 def chunk_cumsum_1d(A, B, block: int = 64, reverse: bool = False, scope: str = "shared"):
-    """tilelang's chunk-local cumsum (examples/gdn/example_cumsum.py): float16 in, float32 out, a (1, block) tile
-    scanned along dim 1, or a 1-d float16 tile into a separate float32 dst."""
+    """tilelang's chunk-local cumsum (examples/gdn/example_cumsum.py): float16 in, float32 out, a (1, block)
+    tile scanned along dim 1, or a 1-d float16 tile into a separate float32 dst."""
     N = T.const("N")
     A: T.Tensor[[N], T.float16]
     B: T.Tensor[[N], T.float32]
@@ -109,8 +119,12 @@ def chunk_cumsum_1d(A, B, block: int = 64, reverse: bool = False, scope: str = "
             T.cumsum(g, dim=1, reverse=reverse)
             T.copy(g, B[bx * block:(bx + 1) * block])
         else:
-            s = T.alloc_shared((block,), T.float16)   # float16 in, float32 out: sums in float32
-            d = T.alloc_fragment((block,), T.float32) if scope == "fragment" else T.alloc_shared((block,), T.float32)
+            s = T.alloc_shared((block,), T.float16)  # float16 in, float32 out: sums in float32
+            d = (
+                T.alloc_fragment((block,), T.float32)
+                if scope == "fragment"
+                else T.alloc_shared((block,), T.float32)
+            )
             T.copy(A[bx * block], s)
             T.cumsum(s, d, 0, reverse)
             T.copy(d, B[bx * block])
@@ -178,27 +192,33 @@ def test_cumsum_of_a_local_array(backend, N):
     a = torch.randn(N).to(backend)
     b = torch.zeros(N).to(backend)
     local_cumsum(a, b)
-    torch.testing.assert_close(b.double().cpu(), a.double().cpu().flip(0).cumsum(0).flip(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        b.double().cpu(), a.double().cpu().flip(0).cumsum(0).flip(0), atol=1e-5, rtol=1e-5
+    )
 
 
-# ---- CUDA builds ----------------------------------------------------------------------------------------------------
+# ---- CUDA builds -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_cumsum_builds_for_sm90a_and_sm80(arch, tmp_path):
     from kernels.cuda import ptxas_report
 
-    for kernel, kwargs in ((tile_cumsum, dict(M=37, N=21, dim=1, reverse=True, scope="fragment")),
-                           (tile_cumsum, dict(M=7, N=150, dim=1, block_M=3, block_N=100, tile_dtype="float16")),
-                           (tile_cumsum, dict(M=37, N=21, dim=0, tile_dtype="float16")),
-                           (chunk_cumsum_1d, dict(N=200, reverse=True, scope="row")),
-                           (region_cumsum, dict(M=9, N=5, dim=1)), (local_cumsum, dict(N=9))):
+    for kernel, kwargs in (
+        (tile_cumsum, dict(M=37, N=21, dim=1, reverse=True, scope="fragment")),
+        (tile_cumsum, dict(M=7, N=150, dim=1, block_M=3, block_N=100, tile_dtype="float16")),
+        (tile_cumsum, dict(M=37, N=21, dim=0, tile_dtype="float16")),
+        (chunk_cumsum_1d, dict(N=200, reverse=True, scope="row")),
+        (region_cumsum, dict(M=9, N=5, dim=1)),
+        (local_cumsum, dict(N=9)),
+    ):
         source = kernel.compile(target=arch, **kwargs).cuda_source
         report = ptxas_report(source, arch, tmp_path, fast_math=False)
         assert "spill" not in report or " 0 bytes spill stores" in report
 
 
 def test_which_form_scans():
-    """scan.py's choice by its step count: one line of 64 by a warp (shuffles), 16 lines of 8 by 16 threads."""
+    """scan.py's choice by its step count: one line of 64 by a warp
+    (shuffles), 16 lines of 8 by 16 threads."""
     one_line = chunk_cumsum_1d.compile(N=200, scope="row", target="sm_90a").cuda_source
     assert "__shfl_up_sync" in one_line and "tnb_shfl_idx_float32(" in one_line
     short_lines = tile_cumsum.compile(M=16, N=8, dim=1, target="sm_90a").cuda_source
@@ -217,7 +237,7 @@ def test_the_scan_is_a_serial_loop_between_barriers():
     assert "tnb_cta_sync()" in before[-400:] and "tnb_cta_sync()" in after
 
 
-# ---- what is refused ------------------------------------------------------------------------------------------------
+# ---- what is refused ---------------------------------------------------------------------------------------
 
 def test_cumsum_of_a_global_tensor_is_refused_at_the_users_line():
     @tile_nb.jit

@@ -1,4 +1,5 @@
-"""Source regions: the lowered TIRx and CUDA lines each statement of a kernel became (tile_nb.lower.sourcemap).
+"""Source regions: the lowered TIRx and CUDA lines each statement of a kernel
+became (tile_nb.lower.sourcemap).
 
 The marks must not change the code (the CUDA without them is compared with a build that never had them), must
 not survive into any text a user sees or nvcc compiles, and must map each line of the kernel to code that does
@@ -52,7 +53,8 @@ def test_split_marks_nested_and_repeated_regions():
     ])
     kept, regions = split_marks(text)
     assert kept.split("\n") == ["a", "b", "c", "", "d", "e", "f"]
-    # a line belongs to the innermost open region; blank lines to none; a region emitted twice holds both copies
+    # a line belongs to the innermost open region; blank lines to none; a
+    # region emitted twice holds both copies
     assert regions == {0: [2, 5], 1: [3, 6]}
 
 
@@ -67,11 +69,14 @@ def test_regions_stop_at_parallel_loops():
     kinds = [type(s).__name__ for s in source_regions(func)]
     assert "TilePrimitiveCall" in kinds and "For" in kinds
     # Nothing inside a T.Parallel loop is a region: its stores are per-thread code.
-    parallel = [s for s in source_regions(func) if isinstance(s, tvm.tirx.For) and s.kind == tvm.tirx.ForKind.PARALLEL]
+    parallel = [
+        s for s in source_regions(func) if isinstance(s, tvm.tirx.For) and s.kind == tvm.tirx.ForKind.PARALLEL
+    ]
     assert parallel and not any(isinstance(s, tvm.tirx.BufferStore) for s in source_regions(func))
 
 
-# ------------------------------------------------------------------------------------------ the code is unchanged
+# ------------------------------------------------------------------------------------------
+# the code is unchanged
 CASES = {
     "gemm cp.async": lambda: gemm_variant.specialize(M=1000, N=1000, K=1000),
     "gemm TMA 2 warpgroups": lambda: gemm_variant.specialize(M=1024, N=1024, K=1024, block_M=128, block_N=256,
@@ -105,11 +110,14 @@ def test_compiled_kernel_texts_hold_no_marks():
     assert "tile_nb_src" not in lower(gemm.specialize(M=256, N=256, K=128), resolve_target(TARGET)).script()
 
 
-# ------------------------------------------------------------------------------------------ what the views map
+# ------------------------------------------------------------------------------------------
+# what the views map
 def _mapped(view, section_id: str, source_text: str) -> list[str]:
     """The lines of section `section_id` that the view maps to the kernel line whose text is `source_text`."""
     source = view.source
-    numbers = [source["first_line"] + i for i, line in enumerate(source["lines"]) if line.strip() == source_text]
+    numbers = [
+        source["first_line"] + i for i, line in enumerate(source["lines"]) if line.strip() == source_text
+    ]
     assert len(numbers) == 1, f"{source_text!r} is not one line of the kernel"
     section = next(s for s in view.sections if s.id == section_id)
     lines = section.text.split("\n")
@@ -119,12 +127,16 @@ def _mapped(view, section_id: str, source_text: str) -> list[str]:
 def test_gemm_lines_map_to_the_code_they_became():
     view = kernel_view(gemm, (), {"M": 256, "N": 256, "K": 128}, lowered=True, cuda=True)
     copy_a = "T.copy(A[bx * block_M, k * block_K], A_shared)"
-    assert any("tnb_tma_load_2d(" in line for line in _mapped(view, "cuda", copy_a))  # the producer warp's TMA load
+    # the producer warp's TMA load
+    assert any("tnb_tma_load_2d(" in line for line in _mapped(view, "cuda", copy_a))
     assert any("tnb_tma_load_2d" in line for line in _mapped(view, "lowered", copy_a))
     gemm_line = "T.gemm(A_shared, B_shared, C_local)"
     assert any("wgmma" in line for line in _mapped(view, "cuda", gemm_line))
     assert not any("wgmma" in line for line in _mapped(view, "cuda", copy_a))
-    assert any("C_ptr" in line or "C[" in line for line in _mapped(view, "cuda", "T.copy(C_local, C[bx * block_M, by * block_N])"))
+    assert any(
+        "C_ptr" in line or "C[" in line
+        for line in _mapped(view, "cuda", "T.copy(C_local, C[bx * block_M, by * block_N])")
+    )
 
 
 def test_parallel_body_lines_map_to_the_loop_code():
@@ -135,7 +147,8 @@ def test_parallel_body_lines_map_to_the_loop_code():
 
 
 def test_regions_follow_a_kernel_moved_down_its_cell():
-    """The compile cache keys no lines: a kernel moved down is the same compiled kernel, mapped to its new lines."""
+    """The compile cache keys no lines: a kernel moved down is the same compiled
+    kernel, mapped to its new lines."""
     body = textwrap.dedent("""\
         @tile_nb.jit
         def scale(X, Y):

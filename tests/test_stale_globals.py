@@ -1,8 +1,10 @@
-"""Never a stale kernel: a notebook cell that changes what a kernel's elaboration reads (a helper redefined, a global
-only a helper reads, a class or module attribute, a numpy array or a tensor changed in place) must rebuild it.
+"""Never a stale kernel: a notebook cell that changes what a kernel's elaboration reads (a helper
+redefined, a global only a helper reads, a class or module attribute, a numpy array or a tensor
+changed in place) must rebuild it.
 
-Each "cell" is source run into one namespace with its text registered in linecache, as IPython does. The kernels
-bake a value read at elaboration into the IR (`Y[i] = X[i] * scale()`), so a stale kernel gives the old result.
+Each "cell" is source run into one namespace with its text registered in linecache, as IPython
+does. The kernels bake a value read at elaboration into the IR (`Y[i] = X[i] * scale()`), so a
+stale kernel gives the old result.
 """
 import textwrap
 import types
@@ -34,7 +36,9 @@ class Notebook:
     def __init__(self):
         self.ns = {}
         self.count = 0
-        self.run("import tile_nb\nimport tile_nb.language as T\nimport numpy as np\nimport torch\nimport types\n")
+        self.run(
+            "import tile_nb\nimport tile_nb.language as T\nimport numpy as np\nimport torch\nimport types\n"
+        )
 
     def run(self, text: str) -> dict:
         self.count += 1
@@ -109,7 +113,8 @@ def test_module_attribute(backend):
 
 
 def test_values_passed_whole_to_a_helper():
-    """A module or object handed to a helper is read through the helper's parameter, which no analysis follows:
+    """A module or object handed to a helper is read through the helper's
+    parameter, which no analysis follows:
     what it holds is keyed in full (a class attribute read through an instance included)."""
     nb = Notebook()
     nb.run("""

@@ -1,7 +1,8 @@
 """tilelang's tensor views `T.Tensor(shape, dtype, A.data)` inside a kernel: a row-major view over a global
-tensor's memory (a reshape: same dtype, at most as many elements), as tilelang's convolution example flattens its
-[KH, KW, C, F] weights and [N, OH, OW, F] output into matrices for T.gemm. Interpreter against torch at odd shapes,
-sizes of 1 and a dynamic dim; the sm_90a / sm_80 CUDA builds; the GPU (marked gpu); errors at the user's line."""
+tensor's memory (a reshape: same dtype, at most as many elements), as tilelang's convolution example
+flattens its [KH, KW, C, F] weights and [N, OH, OW, F] output into matrices for T.gemm. Interpreter
+against torch at odd shapes, sizes of 1 and a dynamic dim; the sm_90a / sm_80 CUDA builds; the GPU (marked
+gpu); errors at the user's line."""
 import linecache
 
 import pytest
@@ -92,8 +93,8 @@ def test_views_build(arch):
 
 @needs_nvcc
 def test_views_load_with_cp_async_where_tma_would_be_chosen():
-    """At tile-aligned shapes a parameter's copies would use TMA, whose tensor map is encoded on the host, outside
-    the kernel that declares the view: a view's copies take cp.async, and the plan says why."""
+    """At tile-aligned shapes a parameter's copies would use TMA, whose tensor map is encoded on the host,
+    outside the kernel that declares the view: a view's copies take cp.async, and the plan says why."""
     a, w = torch.empty(4, 64, 256, dtype=torch.float16), torch.empty(4, 64, 128, dtype=torch.float16)
     k = flat_gemm.compile(a, w, target="sm_90a")
     assert k.cubin and k.plan["pipeline_kind"] == "cp.async"
@@ -104,9 +105,10 @@ def test_views_load_with_cp_async_where_tma_would_be_chosen():
 
 @needs_nvcc
 def test_a_view_of_an_unaligned_tensor_is_unaligned_too():
-    """The call's facts: a tensor whose data pointer is not 16-byte aligned gets no vector / async access, nor do
-    its views (they share its pointer)."""
-    a = torch.empty(4 * 64 * 256 + 1, dtype=torch.float16)[1:].view(4, 64, 256)    # 2 bytes past an aligned address
+    """The call's facts: a tensor whose data pointer is not 16-byte aligned gets no vector / async access, nor
+    do its views (they share its pointer)."""
+    # 2 bytes past an aligned address
+    a = torch.empty(4 * 64 * 256 + 1, dtype=torch.float16)[1:].view(4, 64, 256)
     w = torch.empty(4, 64, 128, dtype=torch.float16)
     k = flat_gemm.compile(a, w, target="sm_90a")
     assumes = " ".join(map(str, k.plan["assumes"]))
@@ -122,14 +124,26 @@ def _kernel(src: str, name: str):
     return namespace[name]
 
 
-@pytest.mark.parametrize("line,message", [
-    ("v = T.Tensor((8, 8), T.float32, X.data)", "the view (8, 8) has 64 elements, more than 'X' (40,) holds (40)"),
-    ("v = T.Tensor((4, 10), T.float16, X.data)", "a view keeps the tensor's dtype; 'X' holds float32"),
-    ("v = T.Tensor((4, 10), T.float32, s.data)", "a view is over a global tensor; 's' is in shared.dyn memory"),
-    ("v = T.Tensor((4, 10), T.float32, 3)", "data must be a global tensor's `.data`"),
-    ("v = T.Tensor((4, 10), T.float32, X.data, strides=(10, 1))", "strides= and scope= are not supported"),
-    ("v = T.Tensor((4, 10), T.float32, S.data)", "'S' is a T.StridedTensor"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        (
+            "v = T.Tensor((8, 8), T.float32, X.data)",
+            "the view (8, 8) has 64 elements, more than 'X' (40,) holds (40)",
+        ),
+        ("v = T.Tensor((4, 10), T.float16, X.data)", "a view keeps the tensor's dtype; 'X' holds float32"),
+        (
+            "v = T.Tensor((4, 10), T.float32, s.data)",
+            "a view is over a global tensor; 's' is in shared.dyn memory",
+        ),
+        ("v = T.Tensor((4, 10), T.float32, 3)", "data must be a global tensor's `.data`"),
+        (
+            "v = T.Tensor((4, 10), T.float32, X.data, strides=(10, 1))",
+            "strides= and scope= are not supported",
+        ),
+        ("v = T.Tensor((4, 10), T.float32, S.data)", "'S' is a T.StridedTensor"),
+    ],
+)
 def test_bad_views_are_refused_at_the_line(line, message):
     k = _kernel(f"""
 @tile_nb.jit

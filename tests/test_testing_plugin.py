@@ -1,5 +1,6 @@
-"""The `tile_nb` pytest plugin (tile_nb/testing): a notebook run under `pytest --nbval` in a subprocess, with the
-plugin loaded from its entry point as a user's CI loads it, and without it (`-p no:tile_nb`) to show what it does."""
+"""The `tile_nb` pytest plugin (tile_nb/testing): a notebook run under `pytest --nbval` in a
+subprocess, with the plugin loaded from its entry point as a user's CI loads it, and without it
+(`-p no:tile_nb`) to show what it does."""
 from __future__ import annotations
 
 import os
@@ -47,7 +48,8 @@ def notebook(pytester):
 
 
 def _run(pytester, *args):
-    # No device, whatever this machine has: the skip path is what is tested here (the run path is the gpu test).
+    # No device, whatever this machine has: the skip path is what is tested
+    # here (the run path is the gpu test).
     pytester._monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--nbval", "fixture.ipynb", *args)
 
@@ -78,7 +80,9 @@ def test_without_the_plugin_the_same_notebook_fails(pytester, notebook):
 def test_require_gpu_refuses_to_skip(pytester, notebook):
     result = _run(pytester, "--tile-nb-gpu=require")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tile-nb-gpu=require: 2 notebook cell(s) need a GPU*torch sees no CUDA device*"])
+    result.stderr.fnmatch_lines(
+        ["*--tile-nb-gpu=require: 2 notebook cell(s) need a GPU*torch sees no CUDA device*"]
+    )
 
 
 @pytest.mark.gpu
@@ -89,12 +93,14 @@ def test_gpu_cell_runs_and_is_compared_where_there_is_a_device(pytester):
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, pytester.path / "gpu.ipynb")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--nbval", "--tile-nb-gpu=require", "gpu.ipynb")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--nbval", "--tile-nb-gpu=require", "gpu.ipynb"
+    )
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["gpu.ipynb * 2 * 2 * 0 * 0 * 0", "cells tagged gpu: 2, run on *"])
 
 
-# ---- the rules themselves, without a kernel -------------------------------------------------------------------
+# ---- the rules themselves, without a kernel ----------------------------------------------------------------
 
 def test_needs_gpu_reads_tags_and_the_marker_line():
     assert needs_gpu({"source": "x = 1", "metadata": {"tags": ["gpu"]}})
@@ -103,7 +109,9 @@ def test_needs_gpu_reads_tags_and_the_marker_line():
 
 
 def test_sanitizer_file_is_installed_and_parses():
-    assert SANITIZE_FILE.is_file() and os.path.dirname(SANITIZE_FILE).endswith(os.path.join("tile_nb", "testing"))
+    assert SANITIZE_FILE.is_file() and os.path.dirname(SANITIZE_FILE).endswith(
+        os.path.join("tile_nb", "testing")
+    )
     rules = dict(sanitize_patterns())
     assert rules[r"0x[0-9a-fA-F]{6,16}"] == "0x..."
     assert len(rules) == 5  # cell files, cell names, In[N], addresses, progress lines (tile_nb.notebook)

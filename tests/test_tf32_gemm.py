@@ -1,22 +1,22 @@
-"""`T.tfloat32` (tilelang's dtype for a float32 GEMM on the tensor cores in TF32): float32 storage whose `T.gemm`
-rounds both operands to TF32 (`cvt.rna.tf32.f32`: 10 mantissa bits, nearest, ties away) and runs mma.sync m16n8k8
-.tf32 (sm_80+, tile_nb/lower/tf32_gemm.py); the interpreter rounds the same way (interp.values.round_tf32), so the
-two differ only in the order of the float32 sums.
+"""`T.tfloat32` (tilelang's dtype for a float32 GEMM on the tensor cores in TF32): float32 storage whose
+`T.gemm` rounds both operands to TF32 (`cvt.rna.tf32.f32`: 10 mantissa bits, nearest, ties away) and runs
+mma.sync m16n8k8 .tf32 (sm_80+, tile_nb/lower/tf32_gemm.py); the interpreter rounds the same way
+(interp.values.round_tf32), so the two differ only in the order of the float32 sums.
 
-CPU: the rounding against an independent float64 formula and hand-worked ties; the interpreter's TF32 product at
-odd shapes, a size of 1 and a T.dynamic M; plan, CUDA, PTX and nvcc builds for sm_90a and sm_80; the refusal on
-sm_75; T.tfloat32 vs T.float32 in cache keys. GPU (marked gpu): the same kernels against torch on the rounded
-operands, and ties rounded away from zero exactly.
+CPU: the rounding against an independent float64 formula and hand-worked ties; the interpreter's TF32 product
+at odd shapes, a size of 1 and a T.dynamic M; plan, CUDA, PTX and nvcc builds for sm_90a and sm_80; the
+refusal on sm_75; T.tfloat32 vs T.float32 in cache keys. GPU (marked gpu): the same kernels against torch on
+the rounded operands, and ties rounded away from zero exactly.
 """
 import pytest
 import torch
+from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 import tile_nb
 import tile_nb.language as T
 from tile_nb.backend import toolchain
 from tile_nb.interp.values import round_tf32
 from tile_nb.lower import LoweringError
-from kernels.seed import SMALL_TILES, gemm_minus_row_max, gemm_variant, two_gemms_one_accumulator
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
@@ -59,9 +59,11 @@ def _inputs(M, N, K, trans_A=False, trans_B=False, seed=0):
 
 
 def _check_tf32(C, A, B, K, trans_A=False, trans_B=False, slack=1.0):
-    """C within (K + 1) u sum |a~ b~| of the exact product of the TF32-rounded operands (a~ b~ is exact in float32:
+    """C within (K + 1) u sum |a~ b~| of the exact product of the TF32-rounded
+    operands (a~ b~ is exact in float32:
     11 + 11 significant bits), and farther than that from the exact product of the unrounded ones wherever
-    rounding moved it more than twice the bound (it does for most elements: TF32 errs by about 2^-11 relative)."""
+    rounding moved it more than twice the bound (it does for most elements: TF32
+    errs by about 2^-11 relative)."""
     a, b = (A.T if trans_A else A), (B.T if trans_B else B)
     at, bt = round_tf32(a).double(), round_tf32(b).double()
     bound = slack * (K + 1) * U * (at.abs() @ bt.abs())
@@ -72,12 +74,26 @@ def _check_tf32(C, A, B, K, trans_A=False, trans_B=False, slack=1.0):
     assert bool(((got - a.double() @ b.double()).abs()[moved] > bound[moved]).all())
 
 
-# ---- the rounding ------------------------------------------------------------------------------------------------
+# ---- the rounding ------------------------------------------------------------------------------------------
 
 def test_round_tf32_hand_worked_values():
     e = 2.0 ** -11  # half a TF32 ulp at 1.0
-    x = torch.tensor([1.0, 1 + e, -(1 + e), 1 + 3 * e, 1 + e - 2.0 ** -23, 1 + 2 * e, 2.0 ** 100 * (1 + e), 0.0, -0.0,
-                      float("inf"), float("-inf"), 3.4028234663852886e38])
+    x = torch.tensor(
+        [
+            1.0,
+            1 + e,
+            -(1 + e),
+            1 + 3 * e,
+            1 + e - 2.0**-23,
+            1 + 2 * e,
+            2.0**100 * (1 + e),
+            0.0,
+            -0.0,
+            float("inf"),
+            float("-inf"),
+            3.4028234663852886e38,
+        ]
+    )
     want = [1.0, 1 + 2 * e, -(1 + 2 * e), 1 + 4 * e, 1.0, 1 + 2 * e, 2.0 ** 100 * (1 + 2 * e), 0.0, -0.0,
             float("inf"), float("-inf"), float("inf")]
     assert round_tf32(x).tolist() == want
@@ -85,11 +101,13 @@ def test_round_tf32_hand_worked_values():
 
 
 def test_round_tf32_matches_a_float64_formula_and_keeps_16_bit_values():
-    """Against sign * round-half-away(|x| / q) * q, q = 2^(exponent - 10), in float64, on normal float32 values of
-    every magnitude; float16 and bfloat16 values are TF32 values already."""
+    """Against sign * round-half-away(|x| / q) * q, q = 2^(exponent - 10), in float64, on normal float32
+    values of every magnitude; float16 and bfloat16 values are TF32 values already."""
     g = torch.Generator().manual_seed(1)
-    x = (torch.randn(100000, generator=g, dtype=torch.float64) * torch.exp2(torch.randint(-100, 100, (100000,),
-                                                                                            generator=g))).float()
+    x = (
+        torch.randn(100000, generator=g, dtype=torch.float64)
+        * torch.exp2(torch.randint(-100, 100, (100000,), generator=g))
+    ).float()
     mant, exp = torch.frexp(x.double())  # |mant| in [0.5, 1): x = mant 2^exp, the leading bit is 2^(exp - 1)
     q = torch.exp2((exp - 11).double())
     want = torch.sign(x.double()) * torch.floor(x.double().abs() / q + 0.5) * q
@@ -107,7 +125,7 @@ def test_tfloat32_is_float32_storage_with_its_own_name():
     assert tl.language.tfloat32 is T.tfloat32
 
 
-# ---- plan, CUDA, refusals ----------------------------------------------------------------------------------------
+# ---- plan, CUDA, refusals ----------------------------------------------------------------------------------
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
@@ -139,7 +157,9 @@ def test_float32_and_tfloat32_are_different_kernels():
 
 def test_sm75_refuses_tf32_at_the_gemm_line():
     A, B = _inputs(70, 45, 33)
-    with pytest.raises(LoweringError, match=r"T\.tfloat32 operands: the target sm_75 lacks TF32 .* sm_80") as info:
+    with pytest.raises(
+        LoweringError, match=r"T\.tfloat32 operands: the target sm_75 lacks TF32 .* sm_80"
+    ) as info:
         gemm_variant.compile(A, B, torch.empty(70, 45), target="sm_75", **tf32())
     assert info.value.lineno is not None and "T.gemm(A_shared, B_shared, C_local" in str(info.value)
 
@@ -150,7 +170,7 @@ def test_block_k_not_a_multiple_of_8_is_refused():
         gemm_variant.compile(A, B, torch.empty(64, 64), target="sm_80", **tf32(block_K=12))
 
 
-# ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------------
+# ---- numerics: interpreter (CPU) and GPU -------------------------------------------------------------------
 
 SHAPES = [(70, 45, 33), (1, 1, 1), (129, 64, 100)]
 
@@ -178,10 +198,12 @@ def test_dynamic_M(backend, M):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ties_round_away_from_zero_exactly(backend):
-    """A @ I with A's values halfway between two TF32 values: each output is one rounded value (plus zeros), so it
-    must be exactly round-half-away (1 + 2^-11 -> 1 + 2^-10; round-half-even would give 1)."""
+    """A @ I with A's values halfway between two TF32 values: each output is one rounded value (plus zeros),
+    so it must be exactly round-half-away (1 + 2^-11 -> 1 + 2^-10; round-half-even would give 1)."""
     e = 2.0 ** -11
-    ties = torch.tensor([1 + e, -(1 + e), 1 + 3 * e, 3 * (1 + e), 0.75 * (1 + 5 * e), 1 + e - 2.0 ** -23, 2.5, -7.0])
+    ties = torch.tensor(
+        [1 + e, -(1 + e), 1 + 3 * e, 3 * (1 + e), 0.75 * (1 + 5 * e), 1 + e - 2.0**-23, 2.5, -7.0]
+    )
     A = ties.repeat(64, 8)  # 64 x 64
     B = torch.eye(64)
     C = torch.full((64, 64), float("nan"), device=backend)
@@ -218,8 +240,8 @@ def test_row_statistics_read_the_tf32_accumulator_in_its_layout(backend, M, N, K
     at, bt = round_tf32(A).double(), round_tf32(B).double()
     s = at @ bt
     expected = s - s.max(dim=1, keepdim=True).values
-    # each S element within 2 (K + 1) u sum |a~ b~| (the tensor cores' sums), the row max within the row's largest
-    # such bound, then the subtraction's rounding
+    # each S element within 2 (K + 1) u sum |a~ b~| (the tensor cores' sums), the row max within the row's
+    # largest such bound, then the subtraction's rounding
     per = 2 * (K + 1) * U * (at.abs() @ bt.abs())
     bound = per + per.max(dim=1, keepdim=True).values + U * expected.abs()
     assert bool(((C.double().cpu() - expected).abs() <= bound).all())

@@ -1,5 +1,6 @@
-"""One kernel called from many threads at once: elaboration state is per thread, and the template, specialization
-and compiled-kernel caches build each entry once and hand every thread the right one (issue 29)."""
+"""One kernel called from many threads at once: elaboration state is per thread, and the
+template, specialization and compiled-kernel caches build each entry once and hand every
+thread the right one (issue 29)."""
 import importlib
 import re
 import sys
@@ -118,8 +119,8 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def test_interleaved_elaborations_keep_their_own_state():
-    """Two phase-2 elaborations paused in the middle and finished in the other order (A starts, B starts, A ends,
-    B ends): with one shared state, A would build with B's state and B would find none."""
+    """Two phase-2 elaborations paused in the middle and finished in the other order (A starts, B starts, A
+    ends, B ends): with one shared state, A would build with B's state and B would find none."""
     gates = {m: (threading.Event(), threading.Event()) for m in (3, 5)}  # const value -> (arrived, go)
 
     def gate(m):
@@ -166,8 +167,8 @@ def test_interleaved_elaborations_keep_their_own_state():
 
 
 def test_specialize_and_interpret_from_threads():
-    """8 threads x every (block_M, M, N): each specialization's IR has the call's shapes, each interpreted result
-    matches torch, each template and specialization is built once, and the kernel works afterwards."""
+    """8 threads x every (block_M, M, N): each specialization's IR has the call's shapes, each interpreted
+    result matches torch, each template and specialization is built once, and the kernel works afterwards."""
     kernel = make_kernel()
     items = combos()
 
@@ -188,8 +189,8 @@ def test_specialize_and_interpret_from_threads():
 
 
 def test_elaboration_errors_stay_in_their_thread():
-    """Calls whose elaboration fails (an assert on a const) interleave with calls that succeed: each gets its own
-    outcome, and a failure leaves nothing behind for the next call."""
+    """Calls whose elaboration fails (an assert on a const) interleave with calls that succeed: each gets its
+    own outcome, and a failure leaves nothing behind for the next call."""
 
     @tile_nb.jit
     def even_only(X, block: int = 16):
@@ -224,8 +225,8 @@ def test_elaboration_errors_stay_in_their_thread():
 
 
 def test_compile_from_threads_builds_each_kernel_once(own_cache):
-    """8 threads compile (no GPU needed) three shapes each: one compilation per shape, every thread gets the same
-    kernel object, and its lowered IR and CUDA have that shape."""
+    """8 threads compile (no GPU needed) three shapes each: one compilation per shape, every thread gets the
+    same kernel object, and its lowered IR and CUDA have that shape."""
     kernel = make_kernel()
     shapes = [(1, 5), (3, 40), (17, 1)]
     got = [dict() for _ in range(THREADS)]
@@ -248,8 +249,10 @@ def test_compile_from_threads_builds_each_kernel_once(own_cache):
 
 
 def test_runtime_compile_builds_once_under_threads(own_cache, monkeypatch):
-    """rt.compile of one PrimFunc from 8 threads at once (disk cache off): one lowering and build, one object."""
-    compile_module = importlib.import_module("tile_nb.runtime.compile")  # the package's `compile` is the function
+    """rt.compile of one PrimFunc from 8 threads at once (disk cache off): one
+    lowering and build, one object."""
+    # the package's `compile` is the function
+    compile_module = importlib.import_module("tile_nb.runtime.compile")
     func = make_kernel().specialize(M=5, N=9)
     builds = []
     real_build = compile_module.build
@@ -299,7 +302,8 @@ def test_build_once_shares_one_build_and_stores_no_failure():
 
 @pytest.mark.gpu
 def test_launch_from_threads_on_gpu():
-    """The GPU twin: 8 threads launch one kernel on CUDA tensors with mixed shapes; every result matches torch."""
+    """The GPU twin: 8 threads launch one kernel on CUDA tensors with mixed
+    shapes; every result matches torch."""
     kernel = make_kernel()
     items = combos()
 
@@ -317,7 +321,8 @@ def test_launch_from_threads_on_gpu():
 
 
 def test_autotuner_searches_each_key_once_under_threads(monkeypatch):
-    """Threads calling an autotuned kernel with new shapes at once: one searches, the others wait for its choice."""
+    """Threads calling an autotuned kernel with new shapes at once: one searches,
+    the others wait for its choice."""
     import time
     import types
 

@@ -1,8 +1,8 @@
 """tilelang's host-side APIs and hints on tile_nb's stand-in: `tilelang.utils.tensor`, the cache switches,
 `DType.as_torch` / `tilelang.DataType`, the autotuner's search (`@tilelang.autotune`, `AutoTuner`,
 `set_autotune_inputs`), `tilelang.carver.arch.driver`, `tilelang.contrib.nvcc`, and the language hints
-`T.use_swizzle` / `T.GemmWarpPolicy` (accepted, recorded, results unchanged). Checked against torch; refusals must
-name the API."""
+`T.use_swizzle` / `T.GemmWarpPolicy` (accepted, recorded, results unchanged). Checked against torch; refusals
+must name the API."""
 import os
 import subprocess
 import sys
@@ -23,13 +23,15 @@ from tile_nb.tilelang.utils.tensor import TensorSupplyType, get_tensor_supply, t
 GPU = pytest.mark.gpu
 
 
-# -- tilelang.utils.tensor ------------------------------------------------------------------------------------------
+# -- tilelang.utils.tensor -----------------------------------------------------------------------------------
 def test_torch_assert_close_allows_the_mismatched_ratio_and_no_more():
     a = torch.zeros(1000)
     b = a.clone()
     b[:2] = 1.0                                   # 2 of 1000 outside atol + rtol*|b|
     assert torch_assert_close(a, b, max_mismatched_ratio=0.002) is True
-    with pytest.raises(AssertionError, match=r"(?s)Too many mismatched elements: 2 > 1 .*First mismatch at index \[0\]"):
+    with pytest.raises(
+        AssertionError, match=r"(?s)Too many mismatched elements: 2 > 1 .*First mismatch at index \[0\]"
+    ):
         torch_assert_close(a, b)                  # default ratio 0.001: 1 allowed
     # the tolerance is atol + rtol * |reference| (torch.isclose's), tested on its edge
     ref = torch.full((10,), 100.0)
@@ -62,8 +64,13 @@ def test_tensor_supply_kinds():
     u8 = get_tensor_supply(TensorSupplyType.Integer)(torch.empty(100, dtype=torch.uint8))
     assert u8.max() <= 2
     assert get_tensor_supply(TensorSupplyType.Zero)(like).eq(0).all()
-    assert get_tensor_supply(TensorSupplyType.One)(types.SimpleNamespace(shape=(3,), dtype=T.bfloat16)).eq(1).all()
-    assert get_tensor_supply(TensorSupplyType.Normal)(torch.empty(4, dtype=torch.int8)).eq(1).all()  # tilelang's
+    assert (
+        get_tensor_supply(TensorSupplyType.One)(types.SimpleNamespace(shape=(3,), dtype=T.bfloat16))
+        .eq(1)
+        .all()
+    )
+    # tilelang's
+    assert get_tensor_supply(TensorSupplyType.Normal)(torch.empty(4, dtype=torch.int8)).eq(1).all()
     with pytest.raises(ValueError, match="shape must be static"):
         get_tensor_supply()(types.SimpleNamespace(shape=["n", 4], dtype="float32"))
     with pytest.raises(TypeError, match="TensorSupplyType"):
@@ -76,7 +83,7 @@ def test_supply_type_is_the_profilers():
     assert TensorSupplyType is Profilers and tl.TensorSupplyType is Profilers
 
 
-# -- cache switches, dtypes -----------------------------------------------------------------------------------------
+# -- cache switches, dtypes ----------------------------------------------------------------------------------
 def test_cache_switches_drive_tile_nbs_disk_cache(monkeypatch):
     from tile_nb.runtime.cache import cache_enabled
 
@@ -105,7 +112,7 @@ def test_tfloat32_is_tile_nb_tfloat32():
     assert TL.tfloat32 is T.tfloat32 and TL.tfloat32 == "float32"
 
 
-# -- carver.arch.driver, contrib.nvcc -------------------------------------------------------------------------------
+# -- carver.arch.driver, contrib.nvcc ------------------------------------------------------------------------
 @pytest.fixture
 def fake_gpu(monkeypatch):
     props = types.SimpleNamespace(name="Fake", multi_processor_count=7, shared_memory_per_block=48 * 1024,
@@ -121,7 +128,10 @@ def test_driver_reads_torch_device_properties(fake_gpu):
 
     assert driver.get_num_sms() == 7
     assert driver.get_device_name() == "Fake"
-    assert driver.get_shared_memory_per_block() == 49152 and driver.get_shared_memory_per_block(format="kb") == 48
+    assert (
+        driver.get_shared_memory_per_block() == 49152
+        and driver.get_shared_memory_per_block(format="kb") == 48
+    )
     assert driver.get_max_dynamic_shared_size_bytes(format="kb") == 100
     assert driver.get_registers_per_block() == 65536
     with pytest.raises(ValueError, match="format"):
@@ -157,7 +167,7 @@ def test_carver_other_names_are_refused():
         arch.CUDA
 
 
-# -- language hints -------------------------------------------------------------------------------------------------
+# -- language hints ------------------------------------------------------------------------------------------
 @tile_nb.jit
 def _hinted_gemm(A, B, block: int = 32, order: str = "row", policy: int = 1):
     M, N, K = T.const("M, N, K")
@@ -197,7 +207,7 @@ def test_hint_arguments_are_checked():
         _hinted_gemm(A, B, policy=7)
 
 
-# -- the autotuner --------------------------------------------------------------------------------------------------
+# -- the autotuner -------------------------------------------------------------------------------------------
 def _scaled(configs, **options):
     """A kernel whose tuned `mult` changes the result: only mult=2 matches the reference x * 2."""
     @tl.jit
@@ -214,7 +224,12 @@ def _scaled(configs, **options):
     return autotune(configs=configs, **options)(scale)
 
 
-CONFIGS = [{"mult": 3, "block": 16}, {"mult": 2, "block": 16}, {"mult": 2, "block": 32}, {"mult": 5, "block": 32}]
+CONFIGS = [
+    {"mult": 3, "block": 16},
+    {"mult": 2, "block": 16},
+    {"mult": 2, "block": 32},
+    {"mult": 5, "block": 32},
+]
 
 
 def test_search_keeps_only_configurations_that_pass_ref_prog(capsys):
@@ -250,12 +265,15 @@ def test_search_on_set_autotune_inputs():
 
 def test_search_with_no_passing_configuration_says_why():
     tuned = _scaled([{"mult": 3}, {"mult": 4}], ref_prog=lambda x: x * 2)
-    with pytest.raises(RuntimeError, match=r"(?s)found no configuration .*'mult': 3.*output 0 differs from ref_prog"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)found no configuration .*'mult': 3.*output 0 differs from ref_prog"
+    ):
         tuned(torch.randn(20))
 
 
 def test_search_inputs_are_copies():
-    """The search runs on clones: a kernel writing into its argument leaves the caller's tensor to the final run."""
+    """The search runs on clones: a kernel writing into its argument leaves the
+    caller's tensor to the final run."""
     @tl.jit
     def bump(X, add: int = 1):
         N = T.const("N")
@@ -267,7 +285,8 @@ def test_search_inputs_are_copies():
     tuned = autotune(configs=[{"add": 1}, {"add": 2}])(bump)
     x = torch.zeros(8)
     tuned(x)
-    assert x.eq(tuned.compile(torch.zeros(8)).config["add"]).all()   # one run's worth, not one per configuration
+    # one run's worth, not one per configuration
+    assert x.eq(tuned.compile(torch.zeros(8)).config["add"]).all()
 
 
 def test_per_config_pass_configs():
@@ -302,10 +321,12 @@ def test_autotuner_api_mode_over_a_factory():
 
     x = torch.randn(64)
     with set_autotune_inputs(x):
-        result = (AutoTuner.from_kernel(kernel=kernel, configs=[{"mult": 3, "block": 16}, {"mult": 2, "block": 32}])
-                  .set_compile_args(out_idx=[-1], target="auto")
-                  .set_profile_args(ref_prog=lambda x: x * 2)
-                  .run(warmup=1, rep=2))
+        result = (
+            AutoTuner.from_kernel(kernel=kernel, configs=[{"mult": 3, "block": 16}, {"mult": 2, "block": 32}])
+            .set_compile_args(out_idx=[-1], target="auto")
+            .set_profile_args(ref_prog=lambda x: x * 2)
+            .run(warmup=1, rep=2)
+        )
     assert result.config == {"mult": 2, "block": 32} and result.latency > 0
     assert [why is None for _, _, why in result.table] == [False, True]
     torch.testing.assert_close(result.kernel(x), x * 2, atol=0, rtol=0)
@@ -360,7 +381,8 @@ def test_search_times_on_the_gpu(capsys):
 
 
 def test_interpreter_search_drops_configurations_the_gpu_lowering_refuses():
-    """On the interpreter a kernel too big for the GPU still runs; the search drops it, as it would not compile."""
+    """On the interpreter a kernel too big for the GPU still runs; the search
+    drops it, as it would not compile."""
     @tl.jit
     def staged(X, rows: int = 8):
         N = T.const("N")
@@ -377,8 +399,11 @@ def test_interpreter_search_drops_configurations_the_gpu_lowering_refuses():
     assert kernel.config == {"rows": 8}
     torch.testing.assert_close(kernel(x), x, atol=0, rtol=0)
     too_big = autotune(configs=[{"rows": 256}], ref_prog=lambda x: x)(staged)
-    with pytest.raises(RuntimeError, match=r"(?s)found no configuration.*'rows': 256.*GPU lowering refuses it: .*"
-                                           r"shared memory"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)found no configuration.*'rows': 256.*GPU lowering refuses it: .*"
+        r"shared memory",
+    ):
         too_big(torch.randn(256, 1024))
 
 

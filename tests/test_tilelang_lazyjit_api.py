@@ -1,6 +1,7 @@
-"""The host calls of tilelang's LazyJIT / EagerJIT tests and tutorial on the stand-in: `f.get_tir(T.Tensor(...))`
-(annotations standing for tensors), `tilelang.par_compile`, `f.parse_cache_key`, `T.ptr()` in configuration lists,
-`tilelang.compile(prim_func, out_idx=...)`. Kernels here are this project's own, in tilelang's spellings."""
+"""The host calls of tilelang's LazyJIT / EagerJIT tests and tutorial on the stand-in:
+`f.get_tir(T.Tensor(...))` (annotations standing for tensors), `tilelang.par_compile`, `f.parse_cache_key`,
+`T.ptr()` in configuration lists, `tilelang.compile(prim_func, out_idx=...)`. Kernels here are this
+project's own, in tilelang's spellings."""
 import torch
 
 import tile_nb

@@ -1,4 +1,5 @@
-"""`import tilelang` on tile_nb: the stand-in module, `python -m tile_nb.run`, the shadowing refusal, the magic.
+"""`import tilelang` on tile_nb: the stand-in module, `python -m tile_nb.run`,
+the shadowing refusal, the magic.
 
 The tilelang-spelled scripts here are this project's own, written for these tests."""
 import json
@@ -59,8 +60,9 @@ def clean_mapping():
 
 
 def _run(args, cwd, timeout=120):
-    return subprocess.run([sys.executable, "-m", "tile_nb.run", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tile_nb.run", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_script_runs_on_the_interpreter(tmp_path):
@@ -126,9 +128,11 @@ def test_unsupported_names_say_which_api(clean_mapping):
     assert not hasattr(stand_in.language, "__wrapped__")      # dunder probes stay AttributeErrors
     mapping.install()
     namespace = {}
-    # A name from a stub module is an ImportError (the error is an AttributeError, which pickle's module search
-    # needs), and the conformance runner still reads which API it was.
-    with pytest.raises(ImportError, match=r"cannot import name 'CUDA' from '(tile_nb\.)?tilelang\.carver\.arch'") as info:
+    # A name from a stub module is an ImportError (the error is an AttributeError, which pickle's module
+    # search needs), and the conformance runner still reads which API it was.
+    with pytest.raises(
+        ImportError, match=r"cannot import name 'CUDA' from '(tile_nb\.)?tilelang\.carver\.arch'"
+    ) as info:
         exec("from tilelang.carver.arch import CUDA", namespace)
     assert missing_feature(str(info.value)) == "tilelang.carver.arch.CUDA"
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.tools yet \(imported with \*\)"):
@@ -154,8 +158,9 @@ def test_unsupported_names_say_which_api(clean_mapping):
     with pytest.raises(UnsupportedTilelangAPI, match=r"pass_configs=\{'tl.some_new_key'"):
         stand_in.jit(pass_configs={"tl.some_new_key": True})
     assert stand_in.cdiv(7, 2) == 4 and stand_in.next_power_of_2(33) == 64
-    assert stand_in._pass_configs({stand_in.PassConfigKey.TL_ENABLE_FAST_MATH: True,
-                                   "tl.disable_tma_lower": True}) == ({"fast_math": True}, {"approx_math": True})
+    assert stand_in._pass_configs(
+        {stand_in.PassConfigKey.TL_ENABLE_FAST_MATH: True, "tl.disable_tma_lower": True}
+    ) == ({"fast_math": True}, {"approx_math": True})
 
 
 def test_line_magic(clean_mapping):
@@ -172,8 +177,8 @@ def test_line_magic(clean_mapping):
 
 
 def test_autotune_runs_a_given_configuration():
-    """A call giving any tuned parameter runs what it gives, without a search (tilelang's rule); the search itself
-    is tested in tests/test_tilelang_host_api.py."""
+    """A call giving any tuned parameter runs what it gives, without a search (tilelang's rule); the search
+    itself is tested in tests/test_tilelang_host_api.py."""
     tuned = stand_in.autotune(configs=[{"block": 32}, {"block": 64, "stages": 2}])(lambda x, **kw: (x, kw))
     assert tuned(1, block=32, stages=3) == (1, {"block": 32, "stages": 3})
     assert tuned(1, stages=3) == (1, {"stages": 3})
@@ -182,7 +187,8 @@ def test_autotune_runs_a_given_configuration():
 def test_magic_in_an_ipython_shell(clean_mapping, capsys):
     from IPython.testing import globalipapp
 
-    shell = globalipapp.start_ipython() or globalipapp.get_ipython()  # None once another test module started it
+    # None once another test module started it
+    shell = globalipapp.start_ipython() or globalipapp.get_ipython()
     shell.run_line_magic("load_ext", "tile_nb.notebook")
     try:
         shell.run_line_magic("tilelang_on_tile_nb", "")
@@ -199,8 +205,8 @@ def test_magic_in_an_ipython_shell(clean_mapping, capsys):
 
 
 def test_pickle_module_search_passes_over_the_stand_in(clean_mapping):
-    """pickle looks for a name in every module of sys.modules (torch.compile's inductor pickles graphs so): the
-    stand-in's modules, stubs included, answer AttributeError, not the unsupported-API error."""
+    """pickle looks for a name in every module of sys.modules (torch.compile's inductor pickles graphs so):
+    the stand-in's modules, stubs included, answer AttributeError, not the unsupported-API error."""
     import pickle
 
     mapping.install()

@@ -98,7 +98,7 @@ def test_register_hint_outside_a_kernel_is_refused():
         outside(torch.zeros(4))
 
 
-# -- tilelang.language.dtypes ----------------------------------------------------------------------------------------
+# -- tilelang.language.dtypes --------------------------------------------------------------------------------
 def test_torch_dtype_table():
     from tile_nb.tilelang.language.dtypes import _TORCH_DTYPE_TO_STR, dtype
 
@@ -112,7 +112,7 @@ def test_torch_dtype_table():
         assert T.dtype(name).as_torch() is torch_dt
 
 
-# -- Profiler.func ---------------------------------------------------------------------------------------------------
+# -- Profiler.func -------------------------------------------------------------------------------------------
 @tl.jit(out_idx=[-1])
 def _scale_factory(N, factor=3.0):
     @T.prim_func
@@ -136,7 +136,7 @@ def test_profiler_func_is_the_kernel():
         profiler.no_such_thing
 
 
-# -- compile_flags ---------------------------------------------------------------------------------------------------
+# -- compile_flags -------------------------------------------------------------------------------------------
 TILELANG_FLAGS = ["-O3", "-Wno-deprecated-declarations", "-U__CUDA_NO_HALF_OPERATORS__",
                   "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
                   "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
@@ -183,7 +183,8 @@ def test_compile_flags_reach_the_build():
     torch.testing.assert_close(flagged(x), torch.exp(x))
     kernel = flagged.compile(N=45).compiled()     # tilelang's compile binds N; tile_nb builds for sm_90a
     assert "flagged_kernel" in kernel.cuda_source and "sm_90" in str(kernel.target)
-    if kernel.compiler:                           # a CUDA compiler is here: ptxas took --register-usage-level=10
+    # a CUDA compiler is here: ptxas took --register-usage-level=10
+    if kernel.compiler:
         assert kernel.cubin
 
 
@@ -194,7 +195,7 @@ def test_compile_flags_on_gpu():
     torch.testing.assert_close(flagged(x), torch.exp(x), atol=1e-5, rtol=1e-5)
 
 
-# -- refusals with their reason --------------------------------------------------------------------------------------
+# -- refusals with their reason ------------------------------------------------------------------------------
 def test_pointer_table_annotation_says_what_is_missing():
     from tile_nb.errors import AnnotationError
 
@@ -214,7 +215,10 @@ def test_get_thread_binding_only_chooses_warp_groups():
 def test_import_source_is_refused_with_the_reason():
     import tile_nb.tilelang.language as TL
 
-    with pytest.raises(UnsupportedTilelangAPI, match=r"import_source yet \(it adds CUDA C source to the module for "
-                                                     r"T.call_extern to call; the CPU interpreter cannot run"):
+    with pytest.raises(
+        UnsupportedTilelangAPI,
+        match=r"import_source yet \(it adds CUDA C source to the module for "
+        r"T.call_extern to call; the CPU interpreter cannot run",
+    ):
         TL.import_source
     assert TL.get_block_binding is T.get_block_binding and TL.im2col is T.im2col and TL.int4 == "int4"

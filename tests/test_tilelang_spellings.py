@@ -1,6 +1,6 @@
-"""tilelang's spellings of tile_nb's language (DESIGN.md section 3): the call form `T.Tensor((M, K), dtype)` beside
-the subscript form `T.Tensor[[M, K], dtype]`, in the body and in the signature. Each spelling is parsed into the
-same parameter classes, so the IR and the errors are the same as the subscript form's."""
+"""tilelang's spellings of tile_nb's language (DESIGN.md section 3): the call form `T.Tensor((M, K), dtype)`
+beside the subscript form `T.Tensor[[M, K], dtype]`, in the body and in the signature. Each spelling is parsed
+into the same parameter classes, so the IR and the errors are the same as the subscript form's."""
 import importlib.util
 import sys
 
@@ -146,7 +146,8 @@ def test_tensor_call_with_strides_keyword_is_a_strided_tensor():
 
 def test_call_form_refusals_are_annotation_errors():
     with pytest.raises(DSLError, match=r"T.Tensor\(shape, dtype, data\) can only run inside the body"):
-        T.Tensor((4,), T.float32, data=object())    # a view (tests/test_tensor_views.py) is made in a kernel body
+        # a view (tests/test_tensor_views.py) is made in a kernel body
+        T.Tensor((4,), T.float32, data=object())
     with pytest.raises(AnnotationError, match="2 dims but 1 strides"):
         T.StridedTensor((4, 4), (1,), T.float32)
     with pytest.raises(AnnotationError, match="T.Tensor shape entries"):
@@ -163,7 +164,7 @@ def test_call_form_refusals_are_annotation_errors():
     assert info.value.lineno is not None
 
 
-# -- signature annotations (tilelang's eager style: dims are Python values when `def` runs) --------------------
+# -- signature annotations (tilelang's eager style: dims are Python values when `def` runs) ------------------
 
 ROWS = 5
 
@@ -257,8 +258,8 @@ def test_string_annotations_from_future_import(tmp_path):
         a, b = torch.randn(6), torch.zeros(6)
         module.negate(a, b)
         torch.testing.assert_close(b, -a)
-        # a string annotation naming a T.const of the body cannot be evaluated with the signature: refused, saying
-        # where to write it instead
+        # a string annotation naming a T.const of the body cannot be evaluated with the signature: refused,
+        # saying where to write it instead
         with pytest.raises(AnnotationError, match="could not evaluate: NameError") as info:
             module.negate_const(a, b)
         assert "annotate it in the body instead" in info.value.hint
@@ -274,7 +275,8 @@ def test_call_form_compiles_for_sm_90a():
     assert "__global__" in add_rows.compile(target="sm_90a").cuda_source
 
 
-# -- tilelang's other spellings: T.Kernel without a grid, loop aliases, T.clamp / T.floordiv / T.floormod / T.Cast --
+# -- tilelang's other spellings: T.Kernel without a grid, loop aliases, T.clamp /
+# T.floordiv / T.floormod / T.Cast --
 
 @tile_nb.jit
 def spellings_mix(X, Y, Z, block: int = 32):
@@ -356,13 +358,18 @@ def test_vectorized_and_unroll_aliases(backend, rows):
 
 
 def test_other_spellings_compile_for_sm_90a():
-    for kernel, consts in ((spellings_mix, dict(N=29)), (prefix_rows, dict(M=5, N=7)), (vector_scale, dict(M=33))):
+    for kernel, consts in (
+        (spellings_mix, dict(N=29)),
+        (prefix_rows, dict(M=5, N=7)),
+        (vector_scale, dict(M=33)),
+    ):
         assert "__global__" in kernel.compile(target="sm_90a", **consts).cuda_source
 
 
 def test_tile_form_of_atomic_add_adds_the_whole_tile():
-    # tilelang's `T.atomic_add(C[r, c], C_local)` adds a whole tile (tile_nb once took one element of it silently,
-    # seen in tilelang's split-K example; then refused it; tests/test_atomic_tile.py has the full tests)
+    # tilelang's `T.atomic_add(C[r, c], C_local)` adds a whole tile (tile_nb once took one element
+    # of it silently, seen in tilelang's split-K example; then refused it;
+    # tests/test_atomic_tile.py has the full tests)
     @tile_nb.jit
     def tile_add(C):
         C: T.Tensor((4, 4), T.float32)

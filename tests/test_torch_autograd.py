@@ -11,7 +11,7 @@ import tile_nb.torch as tt
 from tile_nb.torch import NoBackwardError, TorchOpError
 
 
-# ---- y = scale * X * W, gradients by a backward kernel bound by names ------------------------------------------------
+# ---- y = scale * X * W, gradients by a backward kernel bound by names --------------------------------------
 @tile_nb.jit
 def mul_bwd(X, W, grad_out, scale: float = 1.0, dtype: T.dtype = T.float64, block: int = 64):
     N = T.const('N')
@@ -47,7 +47,7 @@ def mul(X, W, scale: float = 1.0, dtype: T.dtype = T.float64, block: int = 64):
     return out
 
 
-# ---- RMSNorm: a Python backward calling a kernel for dX and per-row dW terms -------------------------------------
+# ---- RMSNorm: a Python backward calling a kernel for dX and per-row dW terms -------------------------------
 @tile_nb.jit
 def rms_fwd(X, W, dtype: T.dtype = T.float64, eps: float = 1e-6, block_M: int = 4, block_N: int = 64):
     M, N = T.const('M, N')
@@ -74,7 +74,9 @@ def rms_fwd(X, W, dtype: T.dtype = T.float64, eps: float = 1e-6, block_M: int = 
 
 
 @tile_nb.jit
-def rms_bwd(X, W, grad_out, dtype: T.dtype = T.float64, eps: float = 1e-6, block_M: int = 4, block_N: int = 64):
+def rms_bwd(
+    X, W, grad_out, dtype: T.dtype = T.float64, eps: float = 1e-6, block_M: int = 4, block_N: int = 64
+):
     """grad_X, and grad_out * X * r per row (their column sums are grad_W)."""
     M, N = T.const('M, N')
     X: T.Tensor[[M, N], dtype]
@@ -103,7 +105,9 @@ def rms_bwd(X, W, grad_out, dtype: T.dtype = T.float64, eps: float = 1e-6, block
         T.reduce_sum(Sq, dot, dim=1)
         for i, j in T.Parallel(block_M, block_N):
             if bx * block_M + i < M and j < N:
-                grad_X[bx * block_M + i, j] = T.cast(r[i] * (G[i, j] * Wf[j] - Xf[i, j] * r[i] * dot[i] / N), dtype)
+                grad_X[bx * block_M + i, j] = T.cast(
+                    r[i] * (G[i, j] * Wf[j] - Xf[i, j] * r[i] * dot[i] / N), dtype
+                )
                 grad_W_rows[bx * block_M + i, j] = T.cast(G[i, j] * Xf[i, j] * r[i], dtype)
     return grad_X, grad_W_rows
 
@@ -152,7 +156,7 @@ def grads(fn, *inputs):
     return out
 
 
-# ---- eager -------------------------------------------------------------------------------------------------------
+# ---- eager -------------------------------------------------------------------------------------------------
 def test_mul_gradients_eager():
     x, w = rand(100), rand(100, seed=1)
     y = mul(x, w, scale=2.0)
@@ -186,7 +190,7 @@ def test_rmsnorm_gradients_match_torch():
     x, w = rand(9, 40), rand(40, seed=1)
     ours = grads(lambda a, b: rmsnorm(a, b).sin().sum(), x, w)
     ref = grads(lambda a, b: rms_reference(a, b).sin().sum(), x, w)
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         torch.testing.assert_close(a, b)
 
 
@@ -205,7 +209,7 @@ def test_compile_values_reach_the_backward():
     torch.testing.assert_close(gx, 5.0 * w.detach())
 
 
-# ---- two outputs, gradients named by inputs= -------------------------------------------------------------------------
+# ---- two outputs, gradients named by inputs= ---------------------------------------------------------------
 @tile_nb.jit
 def prod_sum_bwd(X, W, grad_P, grad_S, block: int = 64):
     N = T.const('N')
@@ -253,7 +257,7 @@ def test_two_outputs_one_unused():
     torch.testing.assert_close(gw, x.detach())
 
 
-# ---- autotuned kernels on both sides ------------------------------------------------------------------------------
+# ---- autotuned kernels on both sides -----------------------------------------------------------------------
 @tile_nb.autotune(configs={"block": [32, 64]})
 @tile_nb.jit
 def tuned_mul_bwd(X, W, grad_out, scale: float = 1.0, block: int = 64):
@@ -294,7 +298,7 @@ def test_autotuned_forward_and_backward_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b: tuned_mul(a, b, scale=1.5), (x, w))
 
 
-# ---- torch.compile -----------------------------------------------------------------------------------------------
+# ---- torch.compile -----------------------------------------------------------------------------------------
 def _loss(a, b):
     return (mul(a.sin(), b, scale=2.0) ** 2).sum() + rmsnorm(a.view(4, 16) * 2, b[:16]).cos().sum()
 
@@ -307,13 +311,15 @@ def test_compile_forward_and_backward(backend, fresh_dynamo):
     expected = grads(_loss, x, w)
     compiled = torch.compile(_loss, fullgraph=True, backend=backend)
     torch.testing.assert_close(compiled(x, w), _loss(x, w))
-    for got, ref in zip(grads(compiled, x, w), expected):
+    for got, ref in zip(grads(compiled, x, w), expected, strict=True):
         torch.testing.assert_close(got, ref)
     assert dict(counters["graph_break"]) == {}
 
 
 def test_compile_dynamic_shapes_backward(fresh_dynamo):
-    f = torch.compile(lambda a, b: mul(a, b, scale=2.0).sum(), fullgraph=True, backend="aot_eager", dynamic=True)
+    f = torch.compile(
+        lambda a, b: mul(a, b, scale=2.0).sum(), fullgraph=True, backend="aot_eager", dynamic=True
+    )
     for n in (10, 23, 70):
         x, w = rand(n), rand(n, seed=1)
         gx, gw = grads(f, x, w)
@@ -321,7 +327,7 @@ def test_compile_dynamic_shapes_backward(fresh_dynamo):
         torch.testing.assert_close(gw, 2.0 * x.detach())
 
 
-# ---- errors ------------------------------------------------------------------------------------------------------
+# ---- errors ------------------------------------------------------------------------------------------------
 def test_no_backward_paired_through_the_op():
     x, w = rand(8), rand(8, seed=1)
     y = tt.op(mul.kernel)(x, w, scale=2.0)
@@ -360,7 +366,9 @@ def inplace_scale(X, Y, block: int = 64):
 
 def test_pairing_a_mutating_forward_is_refused():
     pair = tt.autograd(inplace_scale, backward=mul_bwd)
-    with pytest.raises(TorchOpError, match=r"cannot be paired with a backward: it writes its argument\(s\) Y"):
+    with pytest.raises(
+        TorchOpError, match=r"cannot be paired with a backward: it writes its argument\(s\) Y"
+    ):
         pair(rand(8), rand(8, seed=1, requires_grad=False))
 
 
@@ -393,7 +401,7 @@ def test_pairing_argument_errors():
         tt.autograd(lambda x: x, backward=mul_bwd)
 
 
-# ---- GPU: fp16 / bf16 within tolerance -----------------------------------------------------------------------------
+# ---- GPU: fp16 / bf16 within tolerance ---------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("compiled", [False, True])
@@ -413,5 +421,5 @@ def test_gpu_gradients_half(dtype, compiled, fresh_dynamo):
     ours = grads(fn, x, w)
     expected = grads(ref, x, w)
     tol = 2e-2 if dtype == torch.float16 else 8e-2
-    for a, b in zip(ours, expected):
+    for a, b in zip(ours, expected, strict=True):
         torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol * b.abs().max().item())

@@ -1,6 +1,6 @@
-"""tile_nb kernels as torch custom ops (tile_nb/torch/ops.py): the schema (mutated arguments, outputs), eager calls
-through the op, fake tensors, make_fx, torch.compile(fullgraph=True) on eager / aot_eager / inductor with no graph
-break, dynamic shapes, and the kernels that cannot be ops. The GPU twins are marked gpu."""
+"""tile_nb kernels as torch custom ops (tile_nb/torch/ops.py): the schema (mutated arguments, outputs), eager
+calls through the op, fake tensors, make_fx, torch.compile(fullgraph=True) on eager / aot_eager / inductor
+with no graph break, dynamic shapes, and the kernels that cannot be ops. The GPU twins are marked gpu."""
 import subprocess
 import sys
 
@@ -40,7 +40,8 @@ def add_into(X, Y, block: int = 64):
 
 @tile_nb.jit
 def row_stats(X, alpha: T.float32, out_dtype: T.dtype = T.float32, block_M: int = 4, block_N: int = 32):
-    """Two outputs, a runtime scalar, a compile-time dtype: (alpha * row sums (M,), X cast and scaled (M, N))."""
+    """Two outputs, a runtime scalar, a compile-time dtype: (alpha * row sums
+    (M,), X cast and scaled (M, N))."""
     M, N = T.const('M, N')
     X: T.Tensor[[M, N], T.float32]
     sums = T.empty((M,), out_dtype)
@@ -94,7 +95,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-# ---- the op and its schema --------------------------------------------------------------------------------------
+# ---- the op and its schema ---------------------------------------------------------------------------------
 def test_schema_functional_op():
     entry = tt.op(scaled_mul).entry({"scale": 2.0})
     assert entry.schema == "(Tensor X, Tensor W) -> Tensor"
@@ -153,7 +154,8 @@ def test_op_call_equals_direct_call():
 
 
 def test_op_eager_path_goes_through_the_dispatcher_only_when_needed():
-    """Plain tensors: the kernel's own call (no dispatcher); a tensor that requires grad with grad mode on: the op."""
+    """Plain tensors: the kernel's own call (no dispatcher); a tensor that requires
+    grad with grad mode on: the op."""
     op = tt.op(scaled_mul)
     x, w = rand(16).requires_grad_(), rand(16, seed=1)
     with torch.no_grad():
@@ -196,26 +198,34 @@ def test_op_scalars_and_two_outputs():
 
 def _opcheck_cases(device="cpu"):
     return {
-        "functional": (lambda: tt.op(scaled_mul).torch_op(scale=2.0), lambda: (rand(100, device=device),
-                                                                              rand(100, seed=1, device=device))),
-        "mutating": (lambda: tt.op(add_into).torch_op(), lambda: (rand(70, device=device),
-                                                                 rand(70, seed=1, device=device))),
-        "scalar, two outputs": (lambda: tt.op(row_stats).torch_op(out_dtype=T.float64),
-                                lambda: (rand(6, 32, device=device), 0.5)),
-        "atomic writes": (lambda: tt.op(col_sums).torch_op(), lambda: (rand(8, 5, device=device),
-                                                                      torch.zeros(5, device=device))),
+        "functional": (
+            lambda: tt.op(scaled_mul).torch_op(scale=2.0),
+            lambda: (rand(100, device=device), rand(100, seed=1, device=device)),
+        ),
+        "mutating": (
+            lambda: tt.op(add_into).torch_op(),
+            lambda: (rand(70, device=device), rand(70, seed=1, device=device)),
+        ),
+        "scalar, two outputs": (
+            lambda: tt.op(row_stats).torch_op(out_dtype=T.float64),
+            lambda: (rand(6, 32, device=device), 0.5),
+        ),
+        "atomic writes": (
+            lambda: tt.op(col_sums).torch_op(),
+            lambda: (rand(8, 5, device=device), torch.zeros(5, device=device)),
+        ),
     }
 
 
 @pytest.mark.parametrize("case", list(_opcheck_cases()))
 def test_opcheck(case):
-    """torch.library.opcheck: the schema's mutations are the real ones, the fake implementation agrees with the
-    kernel, the autograd registration is sound, and AOT dispatch works with dynamic shapes."""
+    """torch.library.opcheck: the schema's mutations are the real ones, the fake implementation agrees with
+    the kernel, the autograd registration is sound, and AOT dispatch works with dynamic shapes."""
     make_op, make_args = _opcheck_cases()[case]
     torch.library.opcheck(make_op(), make_args())
 
 
-# ---- fake tensors, make_fx ----------------------------------------------------------------------------------------
+# ---- fake tensors, make_fx ---------------------------------------------------------------------------------
 def test_fake_tensor_shapes_dtypes_devices():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -249,7 +259,7 @@ def test_make_fx_records_the_op():
     assert any(t.startswith("tile_nb.scaled_mul") for t in targets), targets
 
 
-# ---- torch.compile ----------------------------------------------------------------------------------------------
+# ---- torch.compile -----------------------------------------------------------------------------------------
 def _model(x, w):
     return torch.relu(scaled_mul(x + 1, w, scale=2.0)) * 3       # the bare kernel, no wrapper
 
@@ -315,12 +325,14 @@ def test_compile_mutating_kernel(fresh_dynamo):
     expected = f(x, y1)
     got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, y2)
     torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(y2, y1)                           # the in-place write reached the caller's tensor
+    # the in-place write reached the caller's tensor
+    torch.testing.assert_close(y2, y1)
     assert graph_breaks() == {}
 
 
 def test_writing_a_tensor_that_requires_grad_is_refused(fresh_dynamo):
-    """As the bare kernel refuses it: the write would bypass autograd (torch refuses in-place ops on such leaves)."""
+    """As the bare kernel refuses it: the write would bypass autograd (torch refuses
+    in-place ops on such leaves)."""
     from tile_nb.errors import RequiresGradError
 
     x, y = rand(10), rand(10, seed=1).requires_grad_()
@@ -368,7 +380,8 @@ def test_compile_the_op_object(fresh_dynamo):
 
 @pytest.mark.parametrize("kernel", ["dyn_scale", "scaled_mul"])
 def test_compile_dynamic_shapes(kernel, fresh_dynamo):
-    """dynamic=True: a T.dynamic dim and a T.const dim both stay symbolic in the graph (one graph, many sizes)."""
+    """dynamic=True: a T.dynamic dim and a T.const dim both stay symbolic in the
+    graph (one graph, many sizes)."""
     from torch._dynamo.utils import counters
 
     fn = {"dyn_scale": lambda x: dyn_scale(x) + 1, "scaled_mul": lambda x: scaled_mul(x, x) + 1}[kernel]
@@ -402,7 +415,8 @@ def tuned_scale(X, factor: float = 2.0, block: int = 64):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_autotuned_kernel_is_one_op(fresh_dynamo):
-    """An autotuned kernel: one op per non-tuned compile-time key; its configuration is picked when it runs."""
+    """An autotuned kernel: one op per non-tuned compile-time key; its
+    configuration is picked when it runs."""
     op = tt.op(tuned_scale)
     entry = op.entry({"factor": 3.0})
     assert "block" not in entry.static and entry.static["factor"] == 3.0
@@ -414,7 +428,7 @@ def test_autotuned_kernel_is_one_op(fresh_dynamo):
     assert graph_breaks() == {}
 
 
-# ---- kernels that cannot be ops ----------------------------------------------------------------------------------
+# ---- kernels that cannot be ops ----------------------------------------------------------------------------
 @tile_nb.jit
 def data_dependent(X, block: int = 64):
     N = T.const('N')
@@ -439,8 +453,11 @@ def via_pointer(A: T.ptr, block: int = 64):
 
 
 def test_refuses_output_shape_known_only_at_run_time():
-    with pytest.raises(TorchOpError, match=r"cannot have a fake implementation: the shape of its output 'out' "
-                                           r"depends on K, which no argument's shape gives") as err:
+    with pytest.raises(
+        TorchOpError,
+        match=r"cannot have a fake implementation: the shape of its output 'out' "
+        r"depends on K, which no argument's shape gives",
+    ) as err:
         tt.op(data_dependent)(rand(8))
     assert err.value.hint and "K" in err.value.hint
     assert err.value.lineno is not None
@@ -456,7 +473,7 @@ def test_op_of_something_else():
         tt.op(lambda x: x)
 
 
-# ---- GPU twins ---------------------------------------------------------------------------------------------------
+# ---- GPU twins ---------------------------------------------------------------------------------------------
 gpu = pytest.mark.gpu
 
 
@@ -522,8 +539,8 @@ def test_gpu_fake_device():
 
 
 def test_bare_kernel_on_fake_tensors_and_under_make_fx():
-    """The bare kernel (no tile_nb.torch.op) called on fake tensors goes through its op: FakeTensorMode gives the
-    output shapes, make_fx (fake and symbolic tracing) records the op."""
+    """The bare kernel (no tile_nb.torch.op) called on fake tensors goes through its op: FakeTensorMode gives
+    the output shapes, make_fx (fake and symbolic tracing) records the op."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -1,5 +1,6 @@
-"""Autotuning on the CPU: configuration spaces, resource pruning, compile-only searches in worker processes, the
-process pool's failure handling, the tuning store across processes, progress reporters, and `%%tilekernel --tune`.
+"""Autotuning on the CPU: configuration spaces, resource pruning, compile-only searches in worker
+processes, the process pool's failure handling, the tuning store across processes, progress
+reporters, and `%%tilekernel --tune`.
 
 Timing on the GPU is in tests/test_gpu_tune.py; the Ray path in tests/test_tune_ray.py.
 """
@@ -44,7 +45,8 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-# ------------------------------------------------------------------------------------------- configuration spaces
+# -------------------------------------------------------------------------------------------
+# configuration spaces
 def test_configs_as_a_grid_or_a_list():
     grid = expand_configs({"block_M": [64, 128], "num_stages": [2, 3]})
     assert grid == [{"block_M": 64, "num_stages": 2}, {"block_M": 64, "num_stages": 3},
@@ -76,7 +78,8 @@ def test_an_autotuned_kernel_refuses_a_tuned_value_in_the_call():
         tuned(A, B, C, block_M=64)
 
 
-# ------------------------------------------------------------------------------------------------ resource limits
+# ------------------------------------------------------------------------------------------------
+# resource limits
 def test_limits_table_without_a_gpu():
     h = limits_for("sm_90a", use_device=False)
     assert (h.shared_per_block, h.registers_per_sm, h.registers_per_thread) == (232448, 65536, 255)
@@ -85,9 +88,17 @@ def test_limits_table_without_a_gpu():
 
 def test_resource_problem_names_what_does_not_fit():
     lim = DeviceLimits("sm_90a", shared_per_block=232448)
-    fits = {"registers": 154, "shared_bytes": 0, "dynamic_shared_bytes": 147504, "spill_stores": 0, "spill_loads": 0}
+    fits = {
+        "registers": 154,
+        "shared_bytes": 0,
+        "dynamic_shared_bytes": 147504,
+        "spill_stores": 0,
+        "spill_loads": 0,
+    }
     assert resource_problem(fits, 288, lim) is None
-    assert "shared memory 262,144 B > 232,448 B" in resource_problem(dict(fits, dynamic_shared_bytes=262144), 256, lim)
+    assert "shared memory 262,144 B > 232,448 B" in resource_problem(
+        dict(fits, dynamic_shared_bytes=262144), 256, lim
+    )
     assert resource_problem(dict(fits, shared_bytes=240000, dynamic_shared_bytes=None), 128, lim).startswith(
         "shared memory 240,000 B")   # static (ptxas) and dynamic (IR) shared memory both count
     assert resource_problem(dict(fits, registers=254), 288, lim) == \
@@ -100,31 +111,47 @@ def test_resource_problem_names_what_does_not_fit():
 
 
 def test_the_lowering_budget_refusals_count_as_pruned():
-    assert lowering_refusal("LoweringError: the kernel needs 256.0 KiB of shared memory per block; sm_90a allows "
-                            "227.0 KiB:\n  A_shared ...") == \
-        "shared memory 256.0 KiB > 227.0 KiB per block (sm_90a; refused by the lowering)"
-    assert lowering_refusal("LoweringError: the kernel's register fragments need 512 32-bit registers per thread; "
-                            "a thread has at most 255:") == \
-        "register fragments 512 > 255 registers per thread (refused by the lowering)"
-    assert lowering_refusal("LoweringError: T.gemm: a 128x256 accumulator cannot be split over 12 warps") is None
+    assert (
+        lowering_refusal(
+            "LoweringError: the kernel needs 256.0 KiB of shared memory per block; sm_90a allows "
+            "227.0 KiB:\n  A_shared ..."
+        )
+        == "shared memory 256.0 KiB > 227.0 KiB per block (sm_90a; refused by the lowering)"
+    )
+    assert (
+        lowering_refusal(
+            "LoweringError: the kernel's register fragments need 512 32-bit registers per thread; "
+            "a thread has at most 255:"
+        )
+        == "register fragments 512 > 255 registers per thread (refused by the lowering)"
+    )
+    assert (
+        lowering_refusal("LoweringError: T.gemm: a 128x256 accumulator cannot be split over 12 warps") is None
+    )
 
 
-# --------------------------------------------------------------------------------------------- compile-only search
+# ---------------------------------------------------------------------------------------------
+# compile-only search
 @needs_compiler
 @pytest.mark.slow
 def test_compile_only_search_prunes_by_resources_and_records_failures(monkeypatch, capsys):
-    """No GPU: every configuration is elaborated here, compiled in worker processes and pruned; nothing is timed,
-    stored or chosen, and the result says so. The register file is shrunk to 10,000 so that ptxas's real register
-    counts (read back from the worker) decide one prune (the launch's threads count: 128 and a producer warp)."""
+    """No GPU: every configuration is elaborated here, compiled in worker processes and pruned; nothing
+    is timed, stored or chosen, and the result says so. The register file is shrunk to 10,000 so that
+    ptxas's real register counts (read back from the worker) decide one prune (the launch's threads
+    count: 128 and a producer warp)."""
     from tile_nb.bench import tuning
 
     small = DeviceLimits("sm_90a", shared_per_block=232448, registers_per_sm=10000)
     monkeypatch.setattr(tuning, "limits_for", lambda arch, use_device=True: small)
-    configs = [{"block_M": 64, "block_N": 64, "block_K": 32, "threads": 128},                 # 58 regs x 160: fits
-               {"block_M": 128, "block_N": 64, "block_K": 32, "threads": 128},                # ~90 regs x 160 > 10,000
-               {"block_M": 256, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 4}, # 256 KiB of shared tiles
+    # 58 regs x 160: fits
+    configs = [{"block_M": 64, "block_N": 64, "block_K": 32, "threads": 128},
+               # ~90 regs x 160 > 10,000
+               {"block_M": 128, "block_N": 64, "block_K": 32, "threads": 128},
+               # 256 KiB of shared tiles
+               {"block_M": 256, "block_N": 256, "block_K": 64, "threads": 256, "num_stages": 4},
                {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 384},               # no warp split
-               {"block_M": 128, "block_N": 128, "block_K": 0, "threads": 128}]                # division by zero
+               # division by zero
+               {"block_M": 128, "block_N": 128, "block_K": 0, "threads": 128}]
     result = tune(gemm_variant, configs, M=256, N=256, K=256, workers=2, progress="print")
     assert isinstance(result, TuneResult) and result.mode == "compile-only" and not result.gpu
     ok, regs, smem, split, zero = result.points
@@ -140,7 +167,9 @@ def test_compile_only_search_prunes_by_resources_and_records_failures(monkeypatc
     assert TuneStore().entries() == []   # compile-only results are not a choice: nothing stored
 
     text = repr(result)
-    assert "(compile-only, no GPU timing)" in text.splitlines()[0] and "1 compiled, 2 pruned, 2 failed" in text
+    assert (
+        "(compile-only, no GPU timing)" in text.splitlines()[0] and "1 compiled, 2 pruned, 2 failed" in text
+    )
     assert "compile-only: no GPU timed these configurations" in text and "torch sees no GPU" in text
     table = result.table()
     assert "median" not in table.splitlines()[0] and "regs" in table.splitlines()[0]
@@ -150,8 +179,8 @@ def test_compile_only_search_prunes_by_resources_and_records_failures(monkeypatc
 
 @needs_compiler
 def test_a_worker_publishes_to_the_disk_cache_and_the_parent_loads_it(cache_dir):
-    """The contract between the pool and the parent: the worker receives the phase-2 IR as text, builds it, and
-    publishes the entry under the key the parent computes, so the parent's compile is a disk hit."""
+    """The contract between the pool and the parent: the worker receives the phase-2 IR as text, builds it,
+    and publishes the entry under the key the parent computes, so the parent's compile is a disk hit."""
     func = gemm_variant.specialize(M=128, N=128, K=64, block_M=64, block_N=64, block_K=32)
     job = {"id": 7, "ir": func.script(), "target": "sm_90a", "options": {}, "env": {}}
     with ProcessPool(1, inline_while_starting=False) as pool:
@@ -175,7 +204,8 @@ def test_a_job_whose_ir_does_not_parse_fails_at_parse():
     assert not out["ok"] and out["stage"] == "parse" and out["error"]
 
 
-# ------------------------------------------------------------------------------------------- the pool's failures
+# -------------------------------------------------------------------------------------------
+# the pool's failures
 _STAND_IN = textwrap.dedent("""
     import json, os, sys, time
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -204,13 +234,18 @@ def test_the_pool_reports_a_crashed_or_hung_worker_and_replaces_it():
 def test_a_worker_that_cannot_start_stops_the_search_with_its_error():
     from tile_nb.bench.pool import WorkerStartError
 
-    command = (sys.executable, "-c", "import sys; sys.stderr.write('ImportError: no module named tvm'); sys.exit(1)")
+    command = (
+        sys.executable,
+        "-c",
+        "import sys; sys.stderr.write('ImportError: no module named tvm'); sys.exit(1)",
+    )
     with pytest.raises(WorkerStartError, match="no module named tvm"), \
             ProcessPool(1, command=command, inline_while_starting=False) as pool:
         list(pool.run([{"id": 0}]))
 
 
-# -------------------------------------------------------------------------------------- the store, across processes
+# --------------------------------------------------------------------------------------
+# the store, across processes
 _SECOND_PROCESS = textwrap.dedent("""
     import sys, time, json
     sys.path.insert(0, {tests!r})
@@ -243,15 +278,21 @@ def test_a_stored_result_is_used_by_a_new_process_without_searching(monkeypatch,
     first = tune(gemm_variant, configs, A, B, C, pool="inline", progress=None)
     assert first.mode == "gpu" and not first.from_cache and first.best_config["block_M"] == 128
     (entry,) = TuneStore().entries()
-    assert entry.kernel == "gemm_variant" and entry.device == fake_gpu.DEVICE and entry.best == first.best_config
+    assert (
+        entry.kernel == "gemm_variant" and entry.device == fake_gpu.DEVICE and entry.best == first.best_config
+    )
     assert entry.key_values["M"] == "128" and entry.key_values["out_dtype"] == "T.float32"
     assert Path(first.results) == entry.path
     record = json.loads(entry.path.read_text())
     assert record["material"]["kernel"]["source_sha256"] and record["material"]["tvm"]
     assert len(record["result"]["points"]) == 2
 
-    again = tune(gemm_variant, configs, A, B, C, pool="inline", progress=None)   # this process, from disk
-    assert again.from_cache and again.best_config == first.best_config and "read from the tuning store" in repr(again)
+    again = tune(gemm_variant, configs, A, B, C, pool="inline", progress=None)  # this process, from disk
+    assert (
+        again.from_cache
+        and again.best_config == first.best_config
+        and "read from the tuning store" in repr(again)
+    )
 
     code = _SECOND_PROCESS.format(tests=str(TESTS), configs=configs)
     env = dict(os.environ, TILE_NB_CACHE_DIR=str(cache_dir))
@@ -275,7 +316,8 @@ def test_another_shape_or_config_space_is_another_search_and_clear_removes(monke
          progress=None)
     entries = TuneStore().entries("gemm_variant")
     assert sorted((e.key_values["M"], len(e.best)) for e in entries) == [("128", 3), ("128", 3), ("256", 3)]
-    assert len(gemm.stored()) == 3   # every stored search of this kernel source, whatever its space and fake_gpu.CALLS["timed"] >= 5
+    # every stored search of this kernel source, whatever its space and fake_gpu.CALLS["timed"] >= 5
+    assert len(gemm.stored()) == 3
     listing = subprocess.run([sys.executable, "-m", "tile_nb.bench.tune_store", "list", "gemm_variant"],
                              capture_output=True, text=True, check=True).stdout
     assert "3 stored tuning(s)" in listing and listing.count("<tuning gemm_variant [M=256") == 1
@@ -307,7 +349,8 @@ def test_a_kernel_with_an_unstable_global_is_not_stored(monkeypatch):
     assert gemm_variant.identity()["persistable"]
 
 
-# ------------------------------------------------------------------------------------------------------ progress
+# ------------------------------------------------------------------------------------------------------
+# progress
 def test_progress_reporters(capsys):
     from tile_nb.bench.progress import PrintReporter, TqdmReporter, make_reporter
     from tile_nb.bench.results import SweepPoint
@@ -345,8 +388,8 @@ def test_an_autotuned_kernel_benches_and_runs_its_choice(monkeypatch):
 
 
 def test_retime_best_rounds_the_fastest_working_points():
-    """The confirmation step both timing paths share: the `confirm` fastest working points get one median per round;
-    a failed re-timing adds nothing; the others are left alone."""
+    """The confirmation step both timing paths share: the `confirm` fastest working points get one median per
+    round; a failed re-timing adds nothing; the others are left alone."""
     from types import SimpleNamespace
 
     from tile_nb.bench.results import SweepPoint, retime_best

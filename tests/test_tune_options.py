@@ -35,7 +35,9 @@ def test_options_are_frozen_typed_and_hold_tuples():
 
 
 def test_keywords_replace_the_fields_of_the_options_and_the_rest_go_to_the_call():
-    options, call = TuneOptions.split(TuneOptions(pool="ray", rounds=5), {"pool": "inline", "M": 256, "block_K": 32})
+    options, call = TuneOptions.split(
+        TuneOptions(pool="ray", rounds=5), {"pool": "inline", "M": 256, "block_K": 32}
+    )
     assert options == TuneOptions(pool="inline", rounds=5) and call == {"M": 256, "block_K": 32}
     assert TuneOptions.split({"rounds": 7}, {})[0] == TuneOptions(rounds=7)
     with pytest.raises(TypeError, match="TuneOptions"):
@@ -47,12 +49,18 @@ def test_tune_takes_the_options_object_or_the_old_keywords_alike(tmp_path, capsy
     by_object = tune(gemm_variant, ZERO, M=128, N=128, K=64,
                      options=TuneOptions(pool="inline", progress="print", results=str(path)))
     printed = capsys.readouterr().out
-    assert "compile]" in printed and json.loads(path.read_text())["kernel"] == by_object.name == "gemm_variant"
+    assert (
+        "compile]" in printed and json.loads(path.read_text())["kernel"] == by_object.name == "gemm_variant"
+    )
     by_keywords = tune(gemm_variant, ZERO, M=128, N=128, K=64, pool="inline", progress=None)
     assert capsys.readouterr().out == ""
     assert [p.stage for p in by_object.points] == [p.stage for p in by_keywords.points] == ["elaborate"]
-    assert gemm_variant.tune(M=128, N=128, K=64, configs=ZERO, options=TuneOptions(pool="inline", progress=None)
-                             ).points[0].stage == "elaborate"
+    assert (
+        gemm_variant.tune(M=128, N=128, K=64, configs=ZERO, options=TuneOptions(pool="inline", progress=None))
+        .points[0]
+        .stage
+        == "elaborate"
+    )
 
 
 def test_an_autotuned_kernel_takes_the_options_object_too(capsys):

@@ -1,7 +1,8 @@
-"""The Ray path of tuning on the CPU: a local Ray started by the test, compile jobs as Ray tasks (the built cache
-entries shipped back and published here), timing on Ray actors. Without a GPU the actors are CPU actors that time the
-CPU interpreter (`ray_actor_device="cpu"`): scheduling, shipping, inputs from specs and the re-timing rounds are the
-GPU path's; the CUDA launch inside an actor is not exercised here (Ray is not installed on the GPU machine)."""
+"""The Ray path of tuning on the CPU: a local Ray started by the test, compile jobs as Ray tasks (the built
+cache entries shipped back and published here), timing on Ray actors. Without a GPU the actors are CPU actors
+that time the CPU interpreter (`ray_actor_device="cpu"`): scheduling, shipping, inputs from specs and the
+re-timing rounds are the GPU path's; the CUDA launch inside an actor is not exercised here (Ray is not
+installed on the GPU machine)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tile_nb[ray]' (scripts/test.sh does)")
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install 'tile_nb[ray]' (scripts/test.sh does)"
+)
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +41,8 @@ def test_ray_compiles_on_workers_and_times_on_actors(local_ray, tmp_path, monkey
     cache = tmp_path / "cache"
     monkeypatch.setenv("TILE_NB_CACHE_DIR", str(cache))
     configs = [{"block_M": 64, "block_N": 64, "block_K": 32}, {"block_M": 128, "block_N": 64, "block_K": 32},
-               {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 384}]          # fails in the lowering
+               # fails in the lowering
+               {"block_M": 128, "block_N": 256, "block_K": 64, "threads": 384}]
     A = torch.randn(128, 64).half()
     B = torch.randn(64, 128).half()
     C = torch.zeros(128, 128)

@@ -1,5 +1,6 @@
-"""The tutorials' structure (nbval runs their cells; this checks what it cannot see): GPU cells are tagged, the
-FlashAttention tutorial ends with the reference kernel, and the puzzles are stored unsolved with hidden solutions."""
+"""The tutorials' structure (nbval runs their cells; this checks what it cannot see): GPU cells are
+tagged, the FlashAttention tutorial ends with the reference kernel, and the puzzles are stored
+unsolved with hidden solutions."""
 from __future__ import annotations
 
 import inspect
@@ -36,7 +37,9 @@ def test_flash_attention_tutorial_ends_with_the_reference_kernel():
 
     source = inspect.getsource(reference.flash_attention.fn)
     cells = _cells(next(p for p in NOTEBOOKS if p.name.startswith("05_")))
-    assert any(source.strip() in _text(c) for c in cells), "05's step 4 is not tests/kernels/reference.py's kernel"
+    assert any(source.strip() in _text(c) for c in cells), (
+        "05's step 4 is not tests/kernels/reference.py's kernel"
+    )
 
 
 def test_puzzles_are_stored_unsolved_with_hidden_checked_solutions():
@@ -45,7 +48,7 @@ def test_puzzles_are_stored_unsolved_with_hidden_checked_solutions():
     stubs = [c for c in checks if not c["metadata"].get("jupyter", {}).get("source_hidden")]
     solutions = [c for c in checks if c["metadata"].get("jupyter", {}).get("source_hidden")]
     assert len(stubs) == len(solutions) == 10
-    for stub, solution in zip(stubs, solutions):
+    for stub, solution in zip(stubs, solutions, strict=True):
         assert "# your code" in _text(stub)
         assert _text(stub, "outputs").startswith("not solved yet: "), _text(stub)[:200]
         assert _text(solution, "outputs").startswith("solved: "), _text(solution)[:200]
@@ -72,7 +75,8 @@ def test_tutorials_lab_says_it_passes_arguments_to_jupyter_and_opens_notebooks(t
         "--port 8890 notebooks/")
 
 
-# ---------------------------------------------------------------------------------------------- Colab / Kaggle (issue 35)
+# ----------------------------------------------------------------------------------------------
+# Colab / Kaggle (issue 35)
 
 def _notebook(prefix: str) -> Path:
     return next(p for p in NOTEBOOKS if p.name.startswith(prefix))
@@ -103,10 +107,13 @@ def _run_install_cell(source: str, monkeypatch, tmp_path, hosted_env: str | None
 
 
 @pytest.mark.parametrize("prefix", ["01_", "05_"])
-def test_the_colab_install_cell_comes_first_and_does_nothing_off_colab_and_kaggle(prefix, monkeypatch, tmp_path,
-                                                                                  capsys):
+def test_the_colab_install_cell_comes_first_and_does_nothing_off_colab_and_kaggle(
+    prefix, monkeypatch, tmp_path, capsys
+):
     source = _install_cell(prefix)
-    assert 'TILE_NB_FROM = ""' in source, f"{prefix}: the first code cell is not the Colab / Kaggle install cell"
+    assert 'TILE_NB_FROM = ""' in source, (
+        f"{prefix}: the first code cell is not the Colab / Kaggle install cell"
+    )
     assert source == _install_cell("01_"), "the install cells of 01 and 05 differ"
     _, commands = _run_install_cell(source, monkeypatch, tmp_path, None)
     said = capsys.readouterr().out
@@ -114,7 +121,9 @@ def test_the_colab_install_cell_comes_first_and_does_nothing_off_colab_and_kaggl
     assert _text(_cells(_notebook(prefix))[0], "outputs") == said  # what nbval compares the cell with
 
 
-def test_the_colab_install_cell_asks_for_the_source_and_installs_the_pinned_tvm(monkeypatch, tmp_path, capsys):
+def test_the_colab_install_cell_asks_for_the_source_and_installs_the_pinned_tvm(
+    monkeypatch, tmp_path, capsys
+):
     """On Colab (or Kaggle) with TILE_NB_FROM unset: an error naming it; with a wheel or a repository: TVM at
     pyproject.toml's pins, then tile_nb without dependencies (the runtime's CUDA torch stays)."""
     source = _install_cell("01_")
@@ -172,7 +181,8 @@ def test_flash_attention_tutorial_picks_tiles_that_fit_each_gpu(arch, monkeypatc
 
 
 def test_flash_attention_t4_tiles_build_for_sm75_within_64_kib(monkeypatch):
-    """The T4's tiles through nvcc / ptxas for sm_75: a cubin whose shared memory (static + dynamic) fits 64 KiB."""
+    """The T4's tiles through nvcc / ptxas for sm_75: a cubin whose shared memory
+    (static + dynamic) fits 64 KiB."""
     from tile_nb.backend import toolchain
 
     if toolchain.find_tool("nvcc") is None:

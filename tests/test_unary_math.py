@@ -1,5 +1,6 @@
-"""T.sin, T.cos, T.erf, T.log10, T.floor, T.ceil, T.trunc, T.round: the interpreter against torch (round: half to
-even, as CUDA's nearbyintf in the default rounding mode), each lowered to CUDA for sm_90a, and on the GPU."""
+"""T.sin, T.cos, T.erf, T.log10, T.floor, T.ceil, T.trunc, T.round: the interpreter against
+torch (round: half to even, as CUDA's nearbyintf in the default rounding mode), each lowered to
+CUDA for sm_90a, and on the GPU."""
 import pytest
 import torch
 
@@ -8,8 +9,16 @@ import tile_nb.language as T
 
 OPS = {"sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "log10": torch.log10, "floor": torch.floor,
        "ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round}
-CUDA_NAMES = {"sin": "sinf", "cos": "cosf", "erf": "erff", "log10": "log10f", "floor": "floorf", "ceil": "ceilf",
-              "trunc": "truncf", "round": "nearbyintf"}
+CUDA_NAMES = {
+    "sin": "sinf",
+    "cos": "cosf",
+    "erf": "erff",
+    "log10": "log10f",
+    "floor": "floorf",
+    "ceil": "ceilf",
+    "trunc": "truncf",
+    "round": "nearbyintf",
+}
 
 
 @tile_nb.jit

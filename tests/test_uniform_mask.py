@@ -6,8 +6,8 @@ import pytest
 import tvm.sym as sym
 from tvm import tirx
 
-from tile_nb.lower.exprs import rewrite
 from tile_nb.lower.emit.uniform import never_true
+from tile_nb.lower.exprs import rewrite
 
 I, J, K, BX, S = (tirx.Var(n, "int32") for n in ("i", "j", "k", "bx", "S"))
 EXTENTS = {I: 8, J: 4}
@@ -22,7 +22,9 @@ MASKS = {  # the same formula over ints (brute force) and over IR variables (the
 
 
 def _value(expr, env) -> bool:
-    return bool(int(sym.Analyzer().simplify(rewrite(expr, {v: tirx.const(x, "int32") for v, x in env.items()}))))
+    return bool(
+        int(sym.Analyzer().simplify(rewrite(expr, {v: tirx.const(x, "int32") for v, x in env.items()})))
+    )
 
 
 @pytest.mark.parametrize("name", MASKS)
@@ -52,8 +54,8 @@ def test_conditions_the_bounds_cannot_decide():
 
 
 def test_flash_attention_tests_its_causal_mask_once_per_block():
-    from kernels.reference import flash_attention
     from kernels.cuda import cuda_source
+    from kernels.reference import flash_attention
 
     f = flash_attention.specialize(B=1, H=2, S=1000, D=64, block_M=128, block_N=128, threads=256, causal=True)
     src = cuda_source(f.with_attr("tile_nb.heavy_first", 0), "sm_90a")  # bx is blockIdx.x (not reversed)

@@ -610,7 +610,9 @@ def bad(A):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
     a, b = _inputs(256, 256, 64)
-    with pytest.raises(LoweringError, match="T.ws warp-specialized regions and mbarriers are not lowered") as info:
+    with pytest.raises(
+        LoweringError, match="T.ws warp-specialized regions and mbarriers are not lowered"
+    ) as info:
         split_n.compile(a, b, target=arch, block_M=128, block_N=256, block_K=32)
     assert "with T.ws(1):" in info.value.source_line()
 
@@ -620,6 +622,8 @@ def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
 def test_the_cuda_lowering_refuses_mbarriers(kernel, arch):
     """Refused at the T.alloc_barrier line, the first thing of the kernel the lowering cannot emit."""
     a, b = _inputs(256, 256, 64)
-    with pytest.raises(LoweringError, match="mbarriers are not lowered to CUDA yet; the interpreter runs") as info:
+    with pytest.raises(
+        LoweringError, match="mbarriers are not lowered to CUDA yet; the interpreter runs"
+    ) as info:
         kernel.compile(a, b, target=arch, block_M=128, block_N=128, block_K=32)
     assert "T.alloc_barrier(" in info.value.source_line()

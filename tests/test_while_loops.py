@@ -1,7 +1,8 @@
 """`while` in a kernel body: on a run-time value it is a TIR While (the condition is tested before every
-iteration, on the interpreter and on the GPU); on a Python value it is Python's own loop while the kernel is built.
-A stream-K GEMM in tilelang's style (example_tilelang_gemm_streamk) and a data-dependent loop, against torch on the
-interpreter, built for sm_90a and sm_80, and on the GPU (marked gpu); misuse refused at the user's line."""
+iteration, on the interpreter and on the GPU); on a Python value it is Python's own loop while the
+kernel is built. A stream-K GEMM in tilelang's style (example_tilelang_gemm_streamk) and a
+data-dependent loop, against torch on the interpreter, built for sm_90a and sm_80, and on the GPU
+(marked gpu); misuse refused at the user's line."""
 import linecache
 import re
 
@@ -16,8 +17,8 @@ from tile_nb.errors import DSLError, UnsupportedSyntaxError
 @tile_nb.jit
 def halvings(X, block: int = 32):
     """For each block: how many halvings bring |X[first row of the block]| below 1 (a loop whose trip count is
-    known only at run time), written to every element of the block; the block's tile is halved in shared memory
-    as often, and written to Z."""
+    known only at run time), written to every element of the block; the block's tile is halved in shared
+    memory as often, and written to Z."""
     N = T.dynamic("N")
     X: T.Tensor[[N], T.float32]
     Y = T.empty((N,), T.int32)
@@ -76,8 +77,9 @@ def test_data_dependent_while_on_gpu(N):
 
 @tile_nb.jit
 def streamk(A, B, C, programs: int = 7, block_M: int = 32, block_N: int = 32, block_K: int = 16):
-    """Stream-K as tilelang's example writes it: each CTA walks a contiguous range of (tile, k-step) iterations
-    with a `while`, a pipelined k-loop of run-time length inside, and adds its partial tile into C."""
+    """Stream-K as tilelang's example writes it: each CTA walks a contiguous range of (tile,
+    k-step) iterations with a `while`, a pipelined k-loop of run-time length inside, and
+    adds its partial tile into C."""
     M, N, K = T.const("M, N, K")
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[N, K], T.float16]

@@ -1,7 +1,7 @@
-"""Widget outputs carry static forms (issue 34 item 2): the progress bar of sweeps and tuning and the `explore`
-sliders are displayed as one bundle with the widget view and `text/plain` / `text/html` fallbacks, so a stored
-notebook read without a kernel shows the final state, not `VBox(children=(HBox(...`; the result that ends the cell
-carries its table as HTML and its plot as PNG."""
+"""Widget outputs carry static forms (issue 34 item 2): the progress bar of sweeps and tuning and the
+`explore` sliders are displayed as one bundle with the widget view and `text/plain` / `text/html` fallbacks,
+so a stored notebook read without a kernel shows the final state, not `VBox(children=(HBox(...`; the result
+that ends the cell carries its table as HTML and its plot as PNG."""
 from __future__ import annotations
 
 import base64
@@ -58,7 +58,9 @@ def published(ip, monkeypatch):
 
 
 def _is_static(text: str) -> bool:
-    return not any(repr_start in text for repr_start in ("VBox(", "HBox(", "IntProgress(", "SelectionSlider("))
+    return not any(
+        repr_start in text for repr_start in ("VBox(", "HBox(", "IntProgress(", "SelectionSlider(")
+    )
 
 
 def test_progress_bar_is_shown_with_a_static_form_and_ends_with_the_final_line(ip, published):
@@ -76,7 +78,7 @@ def test_progress_bar_is_shown_with_a_static_form_and_ends_with_the_final_line(i
     reporter.begin("compile", 3)
     outcomes = [dict(resources={"registers": 90}), dict(pruned="shared memory 300 KiB > 227 KiB"),
                 dict(error="boom", stage="compile")]
-    for bm, outcome in zip((64, 128, 256), outcomes):
+    for bm, outcome in zip((64, 128, 256), outcomes, strict=True):
         point = SweepPoint({"block_M": bm}, **outcome)
         result.points.append(point)
         reporter.update(result, point, "compile")
@@ -86,14 +88,21 @@ def test_progress_bar_is_shown_with_a_static_form_and_ends_with_the_final_line(i
     assert final["update"] and final["transient"]["display_id"] == display_id
     assert final["data"][WIDGET] == shown["data"][WIDGET]   # the same widget, now with its final static form
     text = final["data"]["text/plain"]
-    assert text.startswith("gemm: tuned 3 of 3 configurations in ") and text.endswith(" s, 1 pruned, 1 failed")
+    assert text.startswith("gemm: tuned 3 of 3 configurations in ") and text.endswith(
+        " s, 1 pruned, 1 failed"
+    )
     assert text in final["data"]["text/html"].replace("&#x27;", "'")
-    assert reporter.final_text(result, elapsed_s=3.44) == "gemm: tuned 3 of 3 configurations in 3.4 s, 1 pruned, 1 failed"
+    assert (
+        reporter.final_text(result, elapsed_s=3.44)
+        == "gemm: tuned 3 of 3 configurations in 3.4 s, 1 pruned, 1 failed"
+    )
 
 
 def test_finished_sweep_shows_its_final_line_and_its_result_has_table_and_png(ip, published):
     X, Y = torch.randn(256), torch.empty(256)
-    result = scale_add.sweep({"block": [32, 64, 0]}, args=(X, Y), progress="notebook", warmup_ms=1.0, rep_ms=3.0)
+    result = scale_add.sweep(
+        {"block": [32, 64, 0]}, args=(X, Y), progress="notebook", warmup_ms=1.0, rep_ms=3.0
+    )
     first, *rest = published
     assert WIDGET in first["data"] and first["data"]["text/plain"].startswith("scale_add: 3 configurations")
     final = rest[-1]
@@ -145,7 +154,8 @@ def test_explore_static_form_shows_the_error_of_a_bad_choice(ip):
 
 
 def test_nbval_sanitizer_makes_the_first_and_the_final_progress_line_equal(ip, published):
-    """nbval sees the first static form (it ignores display updates); the stored notebook holds the final one."""
+    """nbval sees the first static form (it ignores display updates); the stored
+    notebook holds the final one."""
     import re
 
     from tile_nb.bench.progress import make_reporter
@@ -158,8 +168,11 @@ def test_nbval_sanitizer_makes_the_first_and_the_final_progress_line_equal(ip, p
         return text
 
     reporter = make_reporter("notebook", 2, "scale_add")
-    result = SweepResult("scale_add", {"block": [32, 0]}, [SweepPoint({"block": 32}, resources={}),
-                                                           SweepPoint({"block": 0}, error="boom", stage="compile")])
+    result = SweepResult(
+        "scale_add",
+        {"block": [32, 0]},
+        [SweepPoint({"block": 32}, resources={}), SweepPoint({"block": 0}, error="boom", stage="compile")],
+    )
     reporter.close(result)
     first, final = published
     assert first["data"]["text/plain"] != final["data"]["text/plain"]

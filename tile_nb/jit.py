@@ -15,10 +15,26 @@ from typing import Any
 
 from ._locks import KeyedLocks, build_once
 from .errors import ArgumentError
-from .frontend.binding import (Missing, Template, bind, bind_compile_only, const_values, definition_where,
-                               is_tensor, value_sources)
-from .frontend.checks import (Expectations, check_device_type, check_devices, check_not_autograd,
-                              check_tensor_storage, empty_at_call, empty_grid_error, kernel_where)
+from .frontend.binding import (
+    Missing,
+    Template,
+    bind,
+    bind_compile_only,
+    const_values,
+    definition_where,
+    is_tensor,
+    value_sources,
+)
+from .frontend.checks import (
+    Expectations,
+    check_device_type,
+    check_devices,
+    check_not_autograd,
+    check_tensor_storage,
+    empty_at_call,
+    empty_grid_error,
+    kernel_where,
+)
 from .frontend.elaborate import Elaboration, elaborate
 from .frontend.environment import Environment, value_key
 from .frontend.kernel import KernelDefinition
@@ -26,8 +42,18 @@ from .frontend.params import POINTER
 from .frontend.shapes import free_vars
 from .language.dtypes import torch_dtype
 from .language.functions import PrimFuncDefinition, defines_prim_func
-from .runtime.launch import (ALIGNED, FAST_TABLE_SIZE, NOT_SEEN, CallFacts, FastEntry, Launcher, Specialization,
-                             allocate_outputs, allocating_launch, resolve_pointers)
+from .runtime.launch import (
+    ALIGNED,
+    FAST_TABLE_SIZE,
+    NOT_SEEN,
+    CallFacts,
+    FastEntry,
+    Launcher,
+    Specialization,
+    allocate_outputs,
+    allocating_launch,
+    resolve_pointers,
+)
 
 __all__ = ["jit", "lazy_jit", "JITFunction", "NotLowerableWarning"]
 
@@ -357,7 +383,9 @@ class JITFunction:
                 # fake or functional tensors (torch tracing): the slow path hands them to torch
                 return NOT_SEEN
             device = None if spec.device_arg is None else args[spec.device_arg].device
-            return self._launch(spec, list(args), device, None, direct=None if key is None else (fast.direct, key))
+            return self._launch(
+                spec, list(args), device, None, direct=None if key is None else (fast.direct, key)
+            )
         if key is not None:
             if len(fast.direct) >= FAST_TABLE_SIZE:
                 fast.direct.clear()
@@ -469,9 +497,9 @@ class JITFunction:
         return error
 
     def _launch(self, spec: Specialization, ordered, device, backend, empty: tuple = (), direct=None):
-        """Run one checked call: allocate its outputs, interpret it or launch its compiled kernel, and keep the
-        launch for the fast path (per call facts; a kernel with outputs under `direct`, a (table, direct key)
-        pair, since its outputs' shapes follow the call's shapes)."""
+        """Run one checked call: allocate its outputs, interpret it or launch its compiled kernel, and keep
+        the launch for the fast path (per call facts; a kernel with outputs under `direct`, a (table, direct
+        key) pair, since its outputs' shapes follow the call's shapes)."""
         outputs = allocate_outputs(spec, ordered, device)
         call_args = [a for a in ordered if a is not None] + outputs
         if backend not in (None, "cpu", "cuda"):
@@ -526,7 +554,11 @@ class JITFunction:
             if kernel.launchable and len(call_args) == len(kernel.params):
                 if not outputs:
                     spec.launches[key] = kernel._func  # the fast path launches it directly from now on
-                elif direct is not None and not spec.scalar_dims and len(ordered) + len(outputs) == len(call_args):
+                elif (
+                    direct is not None
+                    and not spec.scalar_dims
+                    and len(ordered) + len(outputs) == len(call_args)
+                ):
                     table, direct_key = direct
                     if len(table) >= FAST_TABLE_SIZE:
                         table.clear()

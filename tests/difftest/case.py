@@ -1,8 +1,8 @@
 """A generated case as text: the kernel's source, its inputs, its torch model, and the module that holds them.
 
 `Case.module_text()` is both what the harness executes (registered in `linecache`, so the kernel's in-body
-annotations are found) and the standalone reproducer a failure writes out: the same text plus the comparison code
-(check.py) and the model helpers it uses (model_lib.py), runnable with plain `python`.
+annotations are found) and the standalone reproducer a failure writes out: the same text plus the comparison
+code (check.py) and the model helpers it uses (model_lib.py), runnable with plain `python`.
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ class Case:
     rules: dict                       # output name -> {"model": rule, "gpu": rule}
     helpers: list = field(default_factory=list)   # model_lib functions the model calls
     seed: int = 0
-    notes: list = field(default_factory=list)     # what is special about this case (for the reproducer header)
+    # what is special about this case (for the reproducer header)
+    notes: list = field(default_factory=list)
 
     @property
     def case_id(self) -> str:
@@ -146,7 +147,10 @@ class Case:
     def inputs_source(self) -> str:
         src = Source()
         with src.block('def make_inputs(device="cpu"):'):
-            src(f'"""The call\'s arguments, the same values on every device (built on the CPU from seed {self.seed})."""')
+            src(
+                '"""The call\'s arguments, the same values on every device (built on the CPU from seed '
+                f'{self.seed})."""'
+            )
             src(f"g = torch.Generator().manual_seed({self.seed})")
             for arg in self.args:
                 arg.render(src)
@@ -184,9 +188,13 @@ class Case:
         header = [f'"""difftest reproducer: family {self.family}, case {self.case_id}.', "",
                   f"spec: {self.spec!r}"]
         header += [f"note: {n}" for n in self.notes]
-        header += ["", "Run with plain python from anywhere tile_nb is installed: it compares the interpreter with "
-                       "the torch model,", "compiles for sm_90a and sm_80, and on a CUDA machine compares the GPU "
-                       "with the interpreter.", '"""']
+        header += [
+            "",
+            "Run with plain python from anywhere tile_nb is installed: it compares the interpreter with "
+            "the torch model,",
+            "compiles for sm_90a and sm_80, and on a CUDA machine compares the GPU with the interpreter.",
+            '"""',
+        ]
         check_text = inspect.getsource(check).split("\nimport torch\n", 1)[1]
         return ("\n".join(header) + "\n" + self.core_text() + "\n\n"
                 "# ---- comparison (tests/difftest/check.py) ----\n" + "import traceback\n" + check_text +
@@ -202,7 +210,9 @@ class Case:
 
     def write_reproducer(self, directory: str | None = None) -> Path:
         """Write `module_text()` to `$DIFFTEST_OUT` (or a temp folder); returns the path."""
-        folder = Path(directory or os.environ.get("DIFFTEST_OUT") or Path(tempfile.gettempdir()) / "tile_nb_difftest")
+        folder = Path(
+            directory or os.environ.get("DIFFTEST_OUT") or Path(tempfile.gettempdir()) / "tile_nb_difftest"
+        )
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"repro_{self.family}_{self.case_id}.py"
         path.write_text(self.module_text())

@@ -9,9 +9,9 @@ A case is a Python module (`Case.core_text()` in case.py) that defines:
                            {"kind": "close", "rtol": r, "atol": a}
 The text of this file is pasted into every reproducer, so a reproducer runs with plain `python`.
 
-An in-place output is a view into a larger poisoned allocation (`tensor._base`): besides the output itself, the
-rest of that allocation is compared, so a write past its ends, or into the gaps of a strided view, shows as a
-changed poison value ("Y outside its view").
+An in-place output is a view into a larger poisoned allocation (`tensor._base`): besides the output itself,
+the rest of that allocation is compared, so a write past its ends, or into the gaps of a strided view, shows
+as a changed poison value ("Y outside its view").
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import traceback
 import torch
 
 EXACT = {"kind": "exact"}
-SHARED_LIMIT = {"sm_90a": 227 * 1024, "sm_80": 163 * 1024}   # dynamic shared memory per block (opt-in maximum)
+# dynamic shared memory per block (opt-in maximum)
+SHARED_LIMIT = {"sm_90a": 227 * 1024, "sm_80": 163 * 1024}
 _BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
          torch.float64: torch.int64}
 
@@ -174,9 +175,9 @@ def check_gpu(ns, interp_parts: dict | None = None, device: str = "cuda") -> lis
 
 
 def classify_compile_error(err) -> str:
-    """"refused" for a clear error about the user's kernel: a TileNBError, or the lowering's NotImplementedError
-    (LoweringError) naming what it cannot lower; "crash" for anything else (TVM errors, InternalError,
-    AttributeError...)."""
+    """"refused" for a clear error about the user's kernel: a TileNBError, or the lowering's
+    NotImplementedError (LoweringError) naming what it cannot lower; "crash" for anything else (TVM errors,
+    InternalError, AttributeError...)."""
     from tile_nb.errors import TileNBError
 
     if isinstance(err, (TileNBError, NotImplementedError)) and "InternalError" not in str(err):
@@ -195,7 +196,8 @@ def check_compile(ns, target: str, max_spill_bytes: int = 0) -> tuple[str, str]:
     """Lower and build for `target` without a GPU (nvcc makes the cubin, ptxas -v gives the resources).
 
     Returns (outcome, detail): "ok", "refused" (a clear error naming the construct), "crash", or "resources"
-    (ptxas reported spills beyond `max_spill_bytes`, a stack frame, or the shared memory is over the arch limit).
+    (ptxas reported spills beyond `max_spill_bytes`, a stack frame, or the
+    shared memory is over the arch limit).
     """
     args = ns["make_inputs"]("cpu")
     try:
@@ -225,7 +227,8 @@ def check_compile(ns, target: str, max_spill_bytes: int = 0) -> tuple[str, str]:
 
 
 def _indented(err) -> str:
-    """The whole message (a TileNBError's includes the user's line and a caret), continuation lines indented."""
+    """The whole message (a TileNBError's includes the user's line and a
+    caret), continuation lines indented."""
     return str(err).rstrip().replace("\n", "\n        ")
 
 

@@ -40,8 +40,8 @@ class Chooser:
 
 
 class HypothesisChooser(Chooser):
-    """Choices drawn with hypothesis (the `draw` of `st.composite`), so failing examples shrink (smaller shapes,
-    fewer ops)."""
+    """Choices drawn with hypothesis (the `draw` of `st.composite`), so failing examples shrink (smaller
+    shapes, fewer ops)."""
 
     def __init__(self, draw):
         self.draw = draw

@@ -14,7 +14,7 @@ def tile_copy(X, Y, tile, src_off, dst_off, dtypes):
     written = torch.ones(Y.shape, dtype=torch.bool)
     inside = torch.ones(Y.shape, dtype=torch.bool)
     src = []
-    for p, t, so, do, n_out, n_in in zip(grids, tile, src_off, dst_off, Y.shape, X.shape):
+    for p, t, so, do, n_out, n_in in zip(grids, tile, src_off, dst_off, Y.shape, X.shape, strict=True):
         blocks = -(-n_out // t)
         b = torch.div(p - do, t, rounding_mode="floor")
         written &= (b >= 0) & (b < blocks)
@@ -30,7 +30,7 @@ def tile_copy(X, Y, tile, src_off, dst_off, dtypes):
 def padded_tiles(X, tile, fill=0.0):
     """X zero-padded (with `fill`) up to whole tiles: what a tile copy from X's corner reads at the edges."""
     pad = []
-    for n, t in reversed(list(zip(X.shape, tile))):
+    for n, t in reversed(list(zip(X.shape, tile, strict=True))):
         pad += [0, -(-n // t) * t - n]
     return torch.nn.functional.pad(X, pad, value=fill)
 

@@ -64,9 +64,13 @@ def hypothesis_settings(tier: str):
     randomized = os.environ.get("DIFFTEST_RANDOM") == "1"
     return settings(
         max_examples=int(os.environ.get("DIFFTEST_EXAMPLES") or DEFAULT_EXAMPLES[tier]),
-        deadline=None, derandomize=not randomized, database=None if not randomized else settings.default.database,
-        phases=phases, print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+        deadline=None,
+        derandomize=not randomized,
+        database=None if not randomized else settings.default.database,
+        phases=phases,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
 
 
 def _load(case: Case, outcome: Outcome):

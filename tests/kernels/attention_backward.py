@@ -1,19 +1,19 @@
-"""FlashAttention backward (issue 33 item 4) in the standard two-kernel form, with grouped-query attention (HK KV
-heads, each shared by H // HK query heads), causal or not, and any sequence length in one compiled kernel (S is
-T.dynamic):
+"""FlashAttention backward (issue 33 item 4) in the standard two-kernel form, with grouped-query attention (HK
+KV heads, each shared by H // HK query heads), causal or not, and any sequence length in one compiled kernel
+(S is T.dynamic):
 
-- `flash_attention_fwd` is reference.flash_attention_gqa returning O and the row logsumexp the backward needs, in
-  base 2 of the scaled scores: LSE = max(s) * c + log2(sum(exp2(s * c - max(s) * c))), c = log2(e) / sqrt(D), so
-  that P = exp2(s * c - LSE);
+- `flash_attention_fwd` is reference.flash_attention_gqa returning O and the row logsumexp the backward needs,
+  in base 2 of the scaled scores: LSE = max(s) * c + log2(sum(exp2(s * c - max(s) * c))), c = log2(e) /
+  sqrt(D), so that P = exp2(s * c - LSE);
 - `attention_bwd_preprocess`: Delta = rowsum(dO * O) in float32;
-- `attention_bwd`: one CTA per (key block, query head, batch) keeps its dK and dV tiles in registers over the query
-  blocks, and adds its share of dQ into a float32 dQ with T.atomic_add; dK and dV are added the same way, since the
-  H // HK query heads of one KV head write the same rows. dQ, dK and dV are float32 tensors the caller zeroes;
-  `attention_backward` (Python) does that and casts them to the inputs' dtype.
+- `attention_bwd`: one CTA per (key block, query head, batch) keeps its dK and dV tiles in registers over the
+  query blocks, and adds its share of dQ into a float32 dQ with T.atomic_add; dK and dV are added the same
+  way, since the H // HK query heads of one KV head write the same rows. dQ, dK and dV are float32 tensors the
+  caller zeroes; `attention_backward` (Python) does that and casts them to the inputs' dtype.
 
-Head dim 128 needs threads=256 in attention_bwd (64 x 64 blocks; the lowering refuses 128 threads: 256 registers
-per thread). `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
-arithmetic, for gradcheck).
+Head dim 128 needs threads=256 in attention_bwd (64 x 64 blocks; the lowering refuses 128 threads: 256
+registers per thread). `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter
+(float64 with float64 arithmetic, for gradcheck).
 """
 import tile_nb
 import tile_nb.language as T
@@ -111,8 +111,8 @@ def attention_bwd_preprocess(O, dO, dtype: T.dtype = T.float16, block_M: int = 6
 @tile_nb.jit
 def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float16, causal: bool = False,
                   block_M: int = 64, block_N: int = 64, threads: int = 128):
-    """dQ, dK, dV (float32 or float64, zeroed by the caller) += the gradients of attention for the output gradient
-    dO; LSE from flash_attention_fwd, Delta from attention_bwd_preprocess."""
+    """dQ, dK, dV (float32 or float64, zeroed by the caller) += the gradients of attention for the output
+    gradient dO; LSE from flash_attention_fwd, Delta from attention_bwd_preprocess."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -158,7 +158,11 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float1
             T.gemm(K_s, Q_s, sT, transpose_B=True)
             for j, i in T.Parallel(block_N, block_M):
                 if causal:
-                    masked = (m * block_M + i >= S) | (bx * block_N + j >= S) | (bx * block_N + j > m * block_M + i)
+                    masked = (
+                        (m * block_M + i >= S)
+                        | (bx * block_N + j >= S)
+                        | (bx * block_N + j > m * block_M + i)
+                    )
                 else:
                     masked = (m * block_M + i >= S) | (bx * block_N + j >= S)
                 sT[j, i] = T.if_then_else(masked, T.cast(0, acc), T.exp2(sT[j, i] * scale - lse[i]))
@@ -182,10 +186,11 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float1
 
 
 def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, block_M=64, block_N=64, threads=None):
-    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd into zeroed float32 (float64
-    for float64 inputs) gradients. Kernels are called through tile_nb.torch.op, so torch.compile can trace this.
-    threads=None: 128 below head dim 128, else 256 (with 128 threads and 64 x 64 blocks at head dim 128 the dK, dV
-    and dQ tiles and the two score tiles need 256 registers per thread, which the lowering refuses)."""
+    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd into zeroed float32
+    (float64 for float64 inputs) gradients. Kernels are called through tile_nb.torch.op, so
+    torch.compile can trace this. threads=None: 128 below head dim 128, else 256 (with 128 threads and
+    64 x 64 blocks at head dim 128 the dK, dV and dQ tiles and the two score tiles need 256 registers
+    per thread, which the lowering refuses)."""
     import torch
 
     from tile_nb import torch as tt
@@ -220,8 +225,8 @@ _PAIR = None
 
 
 def flash_attention():
-    """flash_attention_fwd paired with its backward (tile_nb.torch.autograd): a differentiable (O, LSE) = f(Q, K, V,
-    **compile-time values) whose O has gradients for Q, K and V. Built on first use."""
+    """flash_attention_fwd paired with its backward (tile_nb.torch.autograd): a differentiable (O, LSE) = f(Q,
+    K, V, **compile-time values) whose O has gradients for Q, K and V. Built on first use."""
     global _PAIR
     if _PAIR is None:
         from tile_nb import torch as tt

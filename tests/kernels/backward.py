@@ -1,17 +1,19 @@
-"""Backward kernels of the row kernels (issue 33 item 4): RMSNorm (dX, dW), LayerNorm (dX, dW, dB), softmax (dX) and
-a fused cross-entropy forward + backward (per-row loss and dlogits from logits and int64 targets), in the form of
-tests/kernels/rowwise.py: each CTA holds `block_M` whole rows in register fragments, row statistics are fragment
-reductions.
+"""Backward kernels of the row kernels (issue 33 item 4): RMSNorm (dX, dW), LayerNorm (dX, dW, dB), softmax
+(dX) and a fused cross-entropy forward + backward (per-row loss and dlogits from logits and int64 targets), in
+the form of tests/kernels/rowwise.py: each CTA holds `block_M` whole rows in register fragments, row
+statistics are fragment reductions.
 
-The norm backwards are persistent: `grid = min(ctas, ceildiv(M, block_M))` CTAs, CTA `bx` taking row blocks bx,
-bx + grid, bx + 2 grid, ... (X and dY staged in shared memory by a `stages`-deep T.Pipelined loop: the loads of the
-next blocks are in flight while it computes this one) and keeping its dW (and dB) column sums in registers over its
-rows. Each CTA writes its sums to row `bx` of a `[grid, N]` partial-sum output in the accumulation dtype, and
-`col_sum` adds those rows, so the result does not depend on the order CTAs run in (no atomics). `norm_bwd_config(N)`
-gives threads, ctas and stages to pass (the defaults are its choice at N = 4096 on the H200).
+The norm backwards are persistent: `grid = min(ctas, ceildiv(M, block_M))` CTAs, CTA `bx` taking row
+blocks bx, bx + grid, bx + 2 grid, ... (X and dY staged in shared memory by a `stages`-deep T.Pipelined
+loop: the loads of the next blocks are in flight while it computes this one) and keeping its dW (and dB)
+column sums in registers over its rows. Each CTA writes its sums to row `bx` of a `[grid, N]` partial-sum
+output in the accumulation dtype, and `col_sum` adds those rows, so the result does not depend on the
+order CTAs run in (no atomics). `norm_bwd_config(N)` gives threads, ctas and stages to pass (the defaults
+are its choice at N = 4096 on the H200).
 
-`dtype` is the dtype of the tensors (float16, bfloat16, float32 or float64); arithmetic is in float32, or float64
-for float64 tensors (the interpreter's gradcheck). `dynamic_rows=True` makes the row count a `T.dynamic` dim.
+`dtype` is the dtype of the tensors (float16, bfloat16, float32 or float64); arithmetic is in
+float32, or float64 for float64 tensors (the interpreter's gradcheck). `dynamic_rows=True`
+makes the row count a `T.dynamic` dim.
 """
 import functools
 
@@ -22,9 +24,9 @@ import tile_nb.language as T
 @tile_nb.jit
 def col_sum(P, dtype: T.dtype = T.float32, acc: T.dtype = T.float32, block_R: int = 64, block_N: int = 32,
             threads: int = 128, dynamic_rows: bool = False):
-    """out[j] = sum_r P[r, j] (P in `acc`, out in `dtype`): the second pass of dW / dB. Narrow column blocks (one
-    CTA per `block_N` columns: 128 CTAs at N = 4096) and elementwise sums over the row blocks, one reduction
-    across threads at the end."""
+    """out[j] = sum_r P[r, j] (P in `acc`, out in `dtype`): the second pass of dW / dB. Narrow column blocks
+    (one CTA per `block_N` columns: 128 CTAs at N = 4096) and elementwise sums over the row blocks, one
+    reduction across threads at the end."""
     R = T.dynamic('R') if dynamic_rows else T.const('R')
     N = T.const('N')
     P: T.Tensor[[R, N], acc]
@@ -49,14 +51,15 @@ def _grid(M, block_M: int, ctas: int):
 
 
 def norm_bwd_config(N: int, itemsize: int = 2, sms: int = 132) -> dict:
-    """threads, ctas and stages for rms_norm_bwd / layer_norm_bwd at row length N (`itemsize`-byte tensors, `sms`
-    SMs; the defaults are the H200's fp16 case). 16 elements of a row per thread, 128 to 1024 threads (256 at
-    N = 4096, 512 at 8192): on sm_90a LayerNorm backward's loop then issues about 850 / 1900 warp instructions
-    per row and SM, well under the ~1500 / 3000 cycles the SM's share of the copy bandwidth gives a row (at 8
-    per thread: 1280 / 3200, the reductions' cross-warp sums growing with the warps), in <= 128 registers,
-    unspilled with static or dynamic rows. CTAs: as many as 128 registers a thread let run at once (2 per SM at
-    N = 4096, 1 at 8192), so all stay resident. Stages: up to 4, as the resident CTAs' shared rows of X and dY
-    fit 160 KiB. Not computed in the kernel: its template (phase 1, the torch op's schema) builds for every N."""
+    """threads, ctas and stages for rms_norm_bwd / layer_norm_bwd at row length N (`itemsize`-byte tensors,
+    `sms` SMs; the defaults are the H200's fp16 case). 16 elements of a row per thread, 128 to 1024 threads
+    (256 at N = 4096, 512 at 8192): on sm_90a LayerNorm backward's loop then issues about 850 / 1900 warp
+    instructions per row and SM, well under the ~1500 / 3000 cycles the SM's share of the copy bandwidth
+    gives a row (at 8 per thread: 1280 / 3200, the reductions' cross-warp sums growing with the warps), in
+    <= 128 registers, unspilled with static or dynamic rows. CTAs: as many as 128 registers a thread let
+    run at once (2 per SM at N = 4096, 1 at 8192), so all stay resident. Stages: up to 4, as the resident
+    CTAs' shared rows of X and dY fit 160 KiB. Not computed in the kernel: its template (phase 1, the torch
+    op's schema) builds for every N."""
     N = int(N)
     threads = max(128, min(1024, N // 16 // 32 * 32))
     per_sm = max(1, 65536 // (threads * 128))
@@ -65,10 +68,20 @@ def norm_bwd_config(N: int, itemsize: int = 2, sms: int = 132) -> dict:
 
 
 @tile_nb.jit
-def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 256,
-                 ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
-    """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA the
-    column sums of dY * X * r over its rows (col_sum of them is dW)."""
+def rms_norm_bwd(
+    X,
+    W,
+    dY,
+    dtype: T.dtype = T.float16,
+    eps: float = 1e-6,
+    block_M: int = 1,
+    threads: int = 256,
+    ctas: int = 264,
+    stages: int = 4,
+    dynamic_rows: bool = False,
+):
+    """For Y = X * r * W, r = rsqrt(mean(X^2) + eps): dX = r * (dY*W - X*r * mean(dY*W * X*r)), and per CTA
+    the column sums of dY * X * r over its rows (col_sum of them is dW)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -90,8 +103,8 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
         dot = T.alloc_fragment((block_M,), acc)
         T.copy(W, w)
         T.clear(dw)
-        # row blocks bx, bx + grid, bx + 2 grid, ...: neighbouring CTAs read neighbouring rows at the same time.
-        # X and dY come through shared memory in a `stages`-deep pipeline (cp.async on sm_80+): the next
+        # row blocks bx, bx + grid, bx + 2 grid, ...: neighbouring CTAs read neighbouring rows at the same
+        # time. X and dY come through shared memory in a `stages`-deep pipeline (cp.async on sm_80+): the next
         # stages - 1 blocks' loads are in flight while this one computes, without holding registers.
         for k in T.Pipelined(T.ceildiv(T.ceildiv(M, block_M) - bx, grid), num_stages=stages):
             row = (bx + k * grid) * block_M
@@ -120,10 +133,20 @@ def rms_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-6, block_
 
 
 @tile_nb.jit
-def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 256,
-                   ctas: int = 264, stages: int = 4, dynamic_rows: bool = False):
-    """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W, and per
-    CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
+def layer_norm_bwd(
+    X,
+    W,
+    dY,
+    dtype: T.dtype = T.float16,
+    eps: float = 1e-5,
+    block_M: int = 1,
+    threads: int = 256,
+    ctas: int = 264,
+    stages: int = 4,
+    dynamic_rows: bool = False,
+):
+    """For Y = (X - mean) * rstd * W + B: dX = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dY * W,
+    and per CTA the column sums of dY * xhat (-> dW) and of dY (-> dB) over its rows."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -150,7 +173,8 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
         T.copy(W, w)
         T.clear(dw)
         T.clear(db)
-        for k in T.Pipelined(T.ceildiv(T.ceildiv(M, block_M) - bx, grid), num_stages=stages):   # as rms_norm_bwd
+        # as rms_norm_bwd
+        for k in T.Pipelined(T.ceildiv(T.ceildiv(M, block_M) - bx, grid), num_stages=stages):
             row = (bx + k * grid) * block_M
             T.copy(X[row, 0], xs)
             T.copy(dY[row, 0], gs)
@@ -184,8 +208,11 @@ def layer_norm_bwd(X, W, dY, dtype: T.dtype = T.float16, eps: float = 1e-5, bloc
 
 
 @tile_nb.jit
-def softmax_fwd(X, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False):
-    """Y = softmax(X, dim=1) as a new tensor (rowwise.softmax writes its Y in place, so it cannot be paired)."""
+def softmax_fwd(
+    X, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False
+):
+    """Y = softmax(X, dim=1) as a new tensor (rowwise.softmax writes its Y in
+    place, so it cannot be paired)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -209,8 +236,8 @@ def softmax_fwd(X, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 
 @tile_nb.jit
 def softmax_bwd(Y, grad_Y, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128,
                 dynamic_rows: bool = False):
-    """For Y = softmax(X): dX = Y * (dY - sum(dY * Y)). Named for tile_nb.torch.autograd pairing with softmax_fwd
-    (`Y` is the saved forward output, `grad_Y` its gradient)."""
+    """For Y = softmax(X): dX = Y * (dY - sum(dY * Y)). Named for tile_nb.torch.autograd pairing with
+    softmax_fwd (`Y` is the saved forward output, `grad_Y` its gradient)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -234,8 +261,15 @@ def softmax_bwd(Y, grad_Y, dtype: T.dtype = T.float16, block_M: int = 1, threads
 
 
 @tile_nb.jit
-def cross_entropy_fwd_bwd(logits, targets, dtype: T.dtype = T.float16, grad_scale: float = 1.0, block_M: int = 1,
-                          threads: int = 128, dynamic_rows: bool = False):
+def cross_entropy_fwd_bwd(
+    logits,
+    targets,
+    dtype: T.dtype = T.float16,
+    grad_scale: float = 1.0,
+    block_M: int = 1,
+    threads: int = 128,
+    dynamic_rows: bool = False,
+):
     """loss[i] = logsumexp(logits[i]) - logits[i, targets[i]] (in the accumulation dtype) and
     dlogits = grad_scale * (softmax(logits) - onehot(targets)) (in `dtype`): the gradient of
     grad_scale * loss.sum() (grad_scale = 1 / M for a mean). Targets must lie in [0, N): no ignore_index."""
@@ -265,13 +299,15 @@ def cross_entropy_fwd_bwd(logits, targets, dtype: T.dtype = T.float16, grad_scal
             if bx * block_M + i < M:
                 loss[bx * block_M + i] = row_max[i] + T.log(row_sum[i]) - picked[i]
         for i, j in T.Parallel(block_M, N):
-            x[i, j] = grad_scale * (x[i, j] / row_sum[i]
-                                    - T.if_then_else(T.cast(tgt[i], T.int32) == j, T.cast(1, acc), T.cast(0, acc)))
+            x[i, j] = grad_scale * (
+                x[i, j] / row_sum[i]
+                - T.if_then_else(T.cast(tgt[i], T.int32) == j, T.cast(1, acc), T.cast(0, acc))
+            )
         T.copy(x, dlogits[bx * block_M, 0])
     return loss, dlogits
 
 
-# ---- forwards that return their outputs (T.empty), so they can be paired with the backwards above -----------------
+# ---- forwards that return their outputs (T.empty), so they can be paired with the backwards above ----------
 @tile_nb.jit
 def rms_norm_fwd(X, W, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: int = 1, threads: int = 128,
                  dynamic_rows: bool = False):
@@ -301,8 +337,16 @@ def rms_norm_fwd(X, W, dtype: T.dtype = T.float16, eps: float = 1e-6, block_M: i
 
 
 @tile_nb.jit
-def layer_norm_fwd(X, W, B, dtype: T.dtype = T.float16, eps: float = 1e-5, block_M: int = 1, threads: int = 128,
-                   dynamic_rows: bool = False):
+def layer_norm_fwd(
+    X,
+    W,
+    B,
+    dtype: T.dtype = T.float16,
+    eps: float = 1e-5,
+    block_M: int = 1,
+    threads: int = 128,
+    dynamic_rows: bool = False,
+):
     """Y = (X - mean) / sqrt(var + eps) * W + B (rowwise.layer_norm with a returned Y and any dtype)."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
@@ -336,7 +380,7 @@ def layer_norm_fwd(X, W, B, dtype: T.dtype = T.float16, eps: float = 1e-5, block
     return Y
 
 
-# ---- the pairs: differentiable functions (tile_nb.torch.autograd) ----------------------------------------------------
+# ---- the pairs: differentiable functions (tile_nb.torch.autograd) ------------------------------------------
 def _acc(compile_values):
     return "float64" if str(compile_values.get("dtype", "float16")) == "float64" else "float32"
 
@@ -354,15 +398,15 @@ def _save_inputs(ctx, inputs, output):
 
 
 def _norm_values(compile_values, X):
-    """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own threads, CTAs
-    and stages (norm_bwd_config for X's row length, element size and device; the forward's block_M and threads are
-    its own tuning)."""
+    """The forward's values a norm backward shares (dtype, eps, dynamic_rows), and the backward's own threads,
+    CTAs and stages (norm_bwd_config for X's row length, element size and device; the forward's block_M and
+    threads are its own tuning)."""
     sms = _sm_count(X.device.index) if X.is_cuda else 132
     out = {k: v for k, v in compile_values.items() if k in ("dtype", "eps", "dynamic_rows")}
     return dict(out, **norm_bwd_config(X.shape[1], X.element_size(), sms))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(index):
     import torch
 
@@ -411,9 +455,10 @@ def _pairs():
 
 
 def differentiable():
-    """{'softmax', 'rms_norm', 'layer_norm', 'cross_entropy'} -> the differentiable function of each pair (built on
-    first use: importing this module does not import torch). cross_entropy(logits, targets, grad_scale=1.0)
-    returns (loss, dlogits) and differentiates the loss (dlogits is computed for grad_scale = 1: leave it there)."""
+    """{'softmax', 'rms_norm', 'layer_norm', 'cross_entropy'} -> the differentiable function of each pair
+    (built on first use: importing this module does not import torch). cross_entropy(logits, targets,
+    grad_scale=1.0) returns (loss, dlogits) and differentiates the loss (dlogits is computed for
+    grad_scale = 1: leave it there)."""
     global _PAIRS
     if _PAIRS is None:
         _PAIRS = _pairs()
@@ -424,11 +469,19 @@ _PAIRS = None
 
 
 @tile_nb.jit
-def cross_entropy_chunked(logits, targets, dtype: T.dtype = T.bfloat16, grad_scale: float = 1.0, block_M: int = 1,
-                          block_N: int = 4096, threads: int = 256, dynamic_rows: bool = False):
-    """cross_entropy_fwd_bwd for vocabularies too wide for one row in registers (cross_entropy_fwd_bwd's two row
-    fragments need 250 KiB at 32000 float32 columns, over sm_90a's 227 KiB): the row in `block_N`-column chunks, an
-    online max and sum of exp in one pass, then a second pass that writes dlogits. Same outputs."""
+def cross_entropy_chunked(
+    logits,
+    targets,
+    dtype: T.dtype = T.bfloat16,
+    grad_scale: float = 1.0,
+    block_M: int = 1,
+    block_N: int = 4096,
+    threads: int = 256,
+    dynamic_rows: bool = False,
+):
+    """cross_entropy_fwd_bwd for vocabularies too wide for one row in registers (cross_entropy_fwd_bwd's two
+    row fragments need 250 KiB at 32000 float32 columns, over sm_90a's 227 KiB): the row in `block_N`-column
+    chunks, an online max and sum of exp in one pass, then a second pass that writes dlogits. Same outputs."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
     acc = T.float64 if dtype == T.float64 else T.float32

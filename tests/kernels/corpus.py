@@ -1,15 +1,16 @@
-"""A fixed corpus of kernels whose generated CUDA must not change by accident: GEMM variants (the seed, persistent
-128x256 tiles with and without stream-K, clusters, fp8, int8, the sm_80 path), FlashAttention at head dims 64 / 128 /
-256 (and GQA with a T.dynamic sequence length), and the row kernels.
+"""A fixed corpus of kernels whose generated CUDA must not change by accident: GEMM variants (the seed,
+persistent 128x256 tiles with and without stream-K, clusters, fp8, int8, the sm_80 path), FlashAttention at
+head dims 64 / 128 / 256 (and GQA with a T.dynamic sequence length), and the row kernels.
 
-A refactoring of the lowering (issue 32) must leave every one byte-identical; tests/test_golden_cuda.py checks that
-against tests/golden/cuda_sha256.json (sha256 of each kernel's CUDA source: 1.4 MB of sources would weigh on every
-GPU run's carry). The GPU tests of earlier sessions ran these kernels against torch, except the NaN-propagating max/min
-of commit 1f721c1, which the next GPU session must run; so the stored hashes guard checked kernels, not merely
-whatever the code produced. To see what changed, dump the sources at two commits and diff them:
+A refactoring of the lowering (issue 32) must leave every one byte-identical; tests/test_golden_cuda.py
+checks that against tests/golden/cuda_sha256.json (sha256 of each kernel's CUDA source: 1.4 MB of sources
+would weigh on every GPU run's carry). The GPU tests of earlier sessions ran these kernels against torch,
+except the NaN-propagating max/min of commit 1f721c1, which the next GPU session must run; so the stored
+hashes guard checked kernels, not merely whatever the code produced. To see what changed, dump the
+sources at two commits and diff them:
 
     python tests/kernels/corpus.py --dump build/corpus-new     # then the same at the old commit, and diff -r
-    python tests/kernels/corpus.py --write-hashes              # accept the new sources (review the diff first)
+    python tests/kernels/corpus.py --write-hashes              # accept the new sources (review the diff)
 """
 from __future__ import annotations
 
@@ -41,29 +42,51 @@ CORPUS = {
     "gemm_128x256x64_s4_4096_sm90a": (lambda: gemm_ir(4096, 4096, 4096, **_BIG), "sm_90a"),
     "gemm_128x256x64_s4_8192_stream_k_sm90a": (lambda: gemm_ir(8192, 8192, 8192, **_BIG), "sm_90a"),
     "gemm_128x256x64_s4_4096x11008x4096_sm90a": (lambda: gemm_ir(4096, 11008, 4096, **_BIG), "sm_90a"),
-    "gemm_128x256x64_s3_fp32_out_sm90a":
-        (lambda: gemm_ir(4096, 4096, 1024, block_N=256, block_K=64, threads=256, num_stages=3), "sm_90a"),
-    "gemm_cluster2_sm90a":
-        (lambda: gemm_ir(8192, 8192, 8192, **_BIG).with_attr("tile_nb.cluster", 2), "sm_90a"),
-    "gemm_fp8_128x256x128_8192_sm90a":
-        (lambda: gemm_fp8.specialize(M=8192, N=8192, K=8192, block_N=256, block_K=128, threads=256, num_stages=4),
-         "sm_90a"),
+    "gemm_128x256x64_s3_fp32_out_sm90a": (
+        lambda: gemm_ir(4096, 4096, 1024, block_N=256, block_K=64, threads=256, num_stages=3),
+        "sm_90a",
+    ),
+    "gemm_cluster2_sm90a": (
+        lambda: gemm_ir(8192, 8192, 8192, **_BIG).with_attr("tile_nb.cluster", 2),
+        "sm_90a",
+    ),
+    "gemm_fp8_128x256x128_8192_sm90a": (
+        lambda: gemm_fp8.specialize(
+            M=8192, N=8192, K=8192, block_N=256, block_K=128, threads=256, num_stages=4
+        ),
+        "sm_90a",
+    ),
     "gemm_int8_4096_sm90a": (lambda: gemm_int8.specialize(M=4096, N=4096, K=4096), "sm_90a"),
     "gemm_seed_1000x1032x1000_sm80": (lambda: gemm_ir(1000, 1032, 1000), "sm_80"),
-    "flash_attention_d64_sm90a":
-        (lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=64, block_M=64, block_N=128), "sm_90a"),
-    "flash_attention_d128_sm90a":
-        (lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=128, **_FA), "sm_90a"),
-    "flash_attention_d128_causal_sm90a":
-        (lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=128, causal=True, **_FA), "sm_90a"),
-    "flash_attention_d256_sm90a":
-        (lambda: ref.flash_attention.specialize(B=1, H=8, S=1024, D=256, block_M=64, block_N=64), "sm_90a"),
-    "flash_attention_d128_sm80":
-        (lambda: ref.flash_attention.specialize(B=2, H=8, S=1000, D=128, block_M=64, block_N=64), "sm_80"),
-    "flash_attention_gqa_dynamic_sm90a":
-        (lambda: ref.flash_attention_gqa.specialize(B=2, H=32, HK=8, D=128, **_FA), "sm_90a"),
+    "flash_attention_d64_sm90a": (
+        lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=64, block_M=64, block_N=128),
+        "sm_90a",
+    ),
+    "flash_attention_d128_sm90a": (
+        lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=128, **_FA),
+        "sm_90a",
+    ),
+    "flash_attention_d128_causal_sm90a": (
+        lambda: ref.flash_attention.specialize(B=4, H=32, S=4096, D=128, causal=True, **_FA),
+        "sm_90a",
+    ),
+    "flash_attention_d256_sm90a": (
+        lambda: ref.flash_attention.specialize(B=1, H=8, S=1024, D=256, block_M=64, block_N=64),
+        "sm_90a",
+    ),
+    "flash_attention_d128_sm80": (
+        lambda: ref.flash_attention.specialize(B=2, H=8, S=1000, D=128, block_M=64, block_N=64),
+        "sm_80",
+    ),
+    "flash_attention_gqa_dynamic_sm90a": (
+        lambda: ref.flash_attention_gqa.specialize(B=2, H=32, HK=8, D=128, **_FA),
+        "sm_90a",
+    ),
     "rowwise_softmax_fp16_sm90a": (lambda: rowwise.softmax.specialize(M=32768, N=4096), "sm_90a"),
-    "rowwise_rms_norm_dynamic_sm90a": (lambda: rowwise.rms_norm.specialize(N=4096, dynamic_rows=True), "sm_90a"),
+    "rowwise_rms_norm_dynamic_sm90a": (
+        lambda: rowwise.rms_norm.specialize(N=4096, dynamic_rows=True),
+        "sm_90a",
+    ),
     "rowwise_layer_norm_sm90a": (lambda: rowwise.layer_norm.specialize(M=32768, N=1024), "sm_90a"),
     "rowwise_gelu_sm90a": (lambda: rowwise.gelu_tanh.specialize(M=32768, N=4096, block_M=1), "sm_90a"),
     "rowwise_add_bias_sm80": (lambda: rowwise.add_bias.specialize(M=4097, N=1000), "sm_80"),
@@ -72,14 +95,16 @@ CORPUS = {
 
 
 def cuda_source(name: str) -> str:
-    """The CUDA source the corpus kernel `name` compiles to with the lowering's defaults (every lowering option at its
-    default but the SM count, whatever the environment or tile_nb.set_options say; nvcc builds it; the disk cache is
-    not used)."""
+    """The CUDA source the corpus kernel `name` compiles to with the lowering's defaults (every lowering
+    option at its default but the SM count, whatever the environment or tile_nb.set_options say; nvcc builds
+    it; the disk cache is not used)."""
     from tile_nb.lower import LoweringOptions
     from tile_nb.runtime import compile as rt_compile
 
     make, arch = CORPUS[name]
-    return rt_compile(make(), arch, options={"cache": False}, lowering=LoweringOptions(sm_count=SM_COUNT)).cuda_source
+    return rt_compile(
+        make(), arch, options={"cache": False}, lowering=LoweringOptions(sm_count=SM_COUNT)
+    ).cuda_source
 
 
 def sha256(text: str) -> str:

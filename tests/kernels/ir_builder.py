@@ -34,7 +34,8 @@ def ceildiv(a, b):
 
 @contextlib.contextmanager
 def kernel(name: str, params: list, grid, threads: int = 128):
-    """Build a kernel: `params` are ("A", shape, dtype[, strides]) for tensors or ("x", "float32") for scalars.
+    """Build a kernel: `params` are ("A", shape, dtype[, strides]) for tensors
+    or ("x", "float32") for scalars.
 
     Yields (args, block_ids) where args maps each name to its buffer or scalar var; the body built inside the
     `with` is block-level code. The finished PrimFunc is `holder.func` after the block.
@@ -56,7 +57,10 @@ def kernel(name: str, params: list, grid, threads: int = 128):
                 args[pname] = buf
             grid = grid if isinstance(grid, (list, tuple)) else [grid]
             with contextlib.ExitStack() as stack:
-                ids = [stack.enter_context(T.launch_thread(f"blockIdx.{'xyz'[i]}", g)) for i, g in enumerate(grid)]
+                ids = [
+                    stack.enter_context(T.launch_thread(f"blockIdx.{'xyz'[i]}", g))
+                    for i, g in enumerate(grid)
+                ]
                 stack.enter_context(T.launch_thread("threadIdx.x", threads))
                 holder.args = args
                 yield holder, ids
@@ -85,7 +89,7 @@ def f32(v):
     return tirx.const(v, "float32")
 
 
-# ---- reference kernels --------------------------------------------------------------------------------------
+# ---- reference kernels -------------------------------------------------------------------------------------
 
 def gemm_kernel(M, N, K, bm=128, bn=128, bk=32, stages=3, trans_a=False, trans_b=False, in_dtype="float16",
                 out_dtype="float32", accum_dtype="float32", clear_accum=False):
@@ -179,7 +183,8 @@ def rmsnorm_kernel(M, N, bm=4, bn=128, dtype="float16", eps=1e-6):
 
 
 def reduce_kernel(M, N, kind="sum", dim=1, bm=16, bn=32, dtype="float32"):
-    """Out[M] (dim=1) or Out[N] (dim=0): reduce A [M, N] tile by tile, accumulating across tiles with accum."""
+    """Out[M] (dim=1) or Out[N] (dim=0): reduce A [M, N] tile by tile,
+    accumulating across tiles with accum."""
     op = {"sum": Tx.sum, "max": Tx.max, "min": Tx.min}[kind]
     init = {"sum": tirx.const(0, dtype), "max": tirx.min_value(dtype), "min": tirx.max_value(dtype)}[kind]
     outer, inner = (M, N) if dim == 1 else (N, M)

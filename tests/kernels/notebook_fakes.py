@@ -22,7 +22,7 @@ def build_gemm(M, N, K, block_M=64, block_N=64, block_K=32):
         A = T.match_buffer(handles[0], (M, K), "float16")
         B = T.match_buffer(handles[1], (K, N), "float16")
         C = T.match_buffer(handles[2], (M, N), "float32")
-        for n, b in zip("ABC", (A, B, C)):
+        for n, b in zip("ABC", (A, B, C), strict=True):
             IRBuilder.name(n, b)
         with T.launch_thread("blockIdx.x", cdiv(M, block_M)) as bx, \
                 T.launch_thread("blockIdx.y", cdiv(N, block_N)) as by, \

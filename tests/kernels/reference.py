@@ -1,5 +1,6 @@
-"""Reference kernels of the tile language beyond GEMM: elementwise, softmax, RMSNorm, FlashAttention forward and a
-dequantizing GEMM, written the way a tilelang user writes them. Tests run each on every backend against torch."""
+"""Reference kernels of the tile language beyond GEMM: elementwise, softmax, RMSNorm,
+FlashAttention forward and a dequantizing GEMM, written the way a tilelang user writes them. Tests
+run each on every backend against torch."""
 import tile_nb
 import tile_nb.language as T
 
@@ -60,8 +61,17 @@ def rms_norm(X, W, Y, eps: float = 1e-6, block_M: int = 4):
 
 
 @tile_nb.jit
-def flash_attention(Q, K, V, O, causal: bool = False, block_M: int = 64, block_N: int = 64, num_stages: int = 2,
-                    threads: int = 128):
+def flash_attention(
+    Q,
+    K,
+    V,
+    O,
+    causal: bool = False,
+    block_M: int = 64,
+    block_N: int = 64,
+    num_stages: int = 2,
+    threads: int = 128,
+):
     B, H, S, D = T.const('B, H, S, D')
     Q: T.Tensor[[B, H, S, D], T.float16]
     K: T.Tensor[[B, H, S, D], T.float16]
@@ -157,8 +167,8 @@ def column_sums(X, out, block_M: int = 32):
 @tile_nb.jit
 def flash_attention_gqa(Q, K, V, O, dtype: T.dtype = T.float16, causal: bool = False, block_M: int = 64,
                         block_N: int = 64, num_stages: int = 2, threads: int = 128):
-    """FlashAttention forward with grouped-query attention (HK KV heads, each shared by H // HK query heads), any
-    sequence length in one compiled kernel (S is T.dynamic), fp16 or bf16."""
+    """FlashAttention forward with grouped-query attention (HK KV heads, each shared by H // HK query heads),
+    any sequence length in one compiled kernel (S is T.dynamic), fp16 or bf16."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
     Q: T.Tensor[[B, H, S, D], dtype]

@@ -1,8 +1,10 @@
-"""Memory-bound row kernels in the fast form: each CTA copies `block_M` whole rows into register fragments (16-byte
-vector loads), computes in registers (row statistics by warp shuffles), and copies the result out. These are the
-kernels of benchmarks/rowwise.py; the tests run each against torch on the interpreter and, marked gpu, on CUDA.
+"""Memory-bound row kernels in the fast form: each CTA copies `block_M` whole rows into register
+fragments (16-byte vector loads), computes in registers (row statistics by warp shuffles), and copies the
+result out. These are the kernels of benchmarks/rowwise.py; the tests run each against torch on the
+interpreter and, marked gpu, on CUDA.
 
-Every kernel takes `dynamic_rows=True` to make the row count a `T.dynamic` dim (one compiled kernel for every M).
+Every kernel takes `dynamic_rows=True` to make the row count a `T.dynamic` dim
+(one compiled kernel for every M).
 """
 import tile_nb
 import tile_nb.language as T
@@ -45,14 +47,19 @@ def gelu_tanh(X, Y, block_M: int = 8, threads: int = 128, dynamic_rows: bool = F
         T.copy(x, Y[bx * block_M, 0])
 
 
-# The same GELU under the other math choices, for benchmarks/rowwise.py: tanh as tanh.approx.f32 whatever the toolkit
-# (the lowering option approx_math), and tanh computed precisely (no --use_fast_math, approx_math off).
+# The same GELU under the other math choices, for benchmarks/rowwise.py: tanh as tanh.approx.f32
+# whatever the toolkit (the lowering option approx_math), and tanh computed precisely (no
+# --use_fast_math, approx_math off).
 gelu_tanh_approx = tile_nb.jit(gelu_tanh.fn, options={"approx_math": True})
-gelu_tanh_precise = tile_nb.jit(gelu_tanh.fn, compile_options={"fast_math": False}, options={"approx_math": False})
+gelu_tanh_precise = tile_nb.jit(
+    gelu_tanh.fn, compile_options={"fast_math": False}, options={"approx_math": False}
+)
 
 
 @tile_nb.jit
-def softmax(X, Y, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False):
+def softmax(
+    X, Y, dtype: T.dtype = T.float16, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False
+):
     """Y = softmax(X, dim=1), computed in float32."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')
@@ -100,7 +107,9 @@ def rms_norm(X, W, Y, eps: float = 1e-6, block_M: int = 1, threads: int = 128, d
 
 
 @tile_nb.jit
-def layer_norm(X, W, B, Y, eps: float = 1e-5, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False):
+def layer_norm(
+    X, W, B, Y, eps: float = 1e-5, block_M: int = 1, threads: int = 128, dynamic_rows: bool = False
+):
     """Y = (X - mean) / sqrt(var + eps) * W + B over each row, computed in float32."""
     M = T.dynamic('M') if dynamic_rows else T.const('M')
     N = T.const('N')

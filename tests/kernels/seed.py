@@ -90,7 +90,9 @@ def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int =
                 T.copy(B[by * block_N, k * block_K], B_shared)
             else:
                 T.copy(B[k * block_K, by * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B, clear_accum=clear_accum)
+            T.gemm(
+                A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B, clear_accum=clear_accum
+            )
         T.copy(C_local, C[bx * block_M, by * block_N])
 
 
@@ -158,7 +160,9 @@ def gemm_ir(M: int, N: int, K: int, **compile_args):
 
 
 @tile_nb.jit
-def gemm_smem_epilogue(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64, threads: int = 256):
+def gemm_smem_epilogue(
+    A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64, threads: int = 256
+):
     """The GEMM with its result staged through shared memory (fp16) before the store: the epilogue needs CTA
     barriers, which in a warp-specialized kernel must leave the producer warp out."""
     M, N, K = T.const('M, N, K')
@@ -182,9 +186,9 @@ def gemm_smem_epilogue(A, B, C, block_M: int = 128, block_N: int = 256, block_K:
 @tile_nb.jit
 def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 64, split_K: int = 4,
                  threads: int = 256, num_stages: int = 3):
-    """Split-K for problems too small to fill the GPU: a third grid axis gives each CTA one of `split_K` slices of
-    K, and the partial tiles are summed into C with atomics, so C must be zeroed before the call (float32 atomics
-    make the low bits depend on the order the slices land in)."""
+    """Split-K for problems too small to fill the GPU: a third grid axis gives each CTA one of `split_K`
+    slices of K, and the partial tiles are summed into C with atomics, so C must be zeroed before the call
+    (float32 atomics make the low bits depend on the order the slices land in)."""
     M, N, K = T.const('M, N, K')
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[K, N], T.float16]
@@ -194,7 +198,8 @@ def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int =
         B_shared = T.alloc_shared((block_K, block_N), T.float16)
         C_local = T.alloc_fragment((block_M, block_N), T.float32)
         T.clear(C_local)
-        steps = T.ceildiv(K, block_K * split_K)  # K steps per slice; the last slices may run past K (zero-filled)
+        # K steps per slice; the last slices may run past K (zero-filled)
+        steps = T.ceildiv(K, block_K * split_K)
         for k in T.Pipelined(steps, num_stages=num_stages):
             T.copy(A[bx * block_M, (bz * steps + k) * block_K], A_shared)
             T.copy(B[(bz * steps + k) * block_K, by * block_N], B_shared)
@@ -205,15 +210,28 @@ def gemm_split_k(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int =
 
 
 @tile_nb.jit
-def gemm_fp8(A, B, C, scale_A, scale_B, a_dtype: T.dtype = T.float8_e4m3fn, b_dtype: T.dtype = T.float8_e4m3fn,
-             out_dtype: T.dtype = T.bfloat16, block_M: int = 128, block_N: int = 256, block_K: int = 128,
-             threads: int = 256, num_stages: int = 4, precise_accum: bool = False):
+def gemm_fp8(
+    A,
+    B,
+    C,
+    scale_A,
+    scale_B,
+    a_dtype: T.dtype = T.float8_e4m3fn,
+    b_dtype: T.dtype = T.float8_e4m3fn,
+    out_dtype: T.dtype = T.bfloat16,
+    block_M: int = 128,
+    block_N: int = 256,
+    block_K: int = 128,
+    threads: int = 256,
+    num_stages: int = 4,
+    precise_accum: bool = False,
+):
     """C = (A @ B^T) * scale_A * scale_B with 8-bit float A [M, K] and B [N, K] (both K-major, as
     torch._scaled_mm takes them) and per-tensor scales (one-element tensors).
 
     Hopper's FP8 tensor cores accumulate with fewer bits than float32 (docs/IR.md). `precise_accum` sums each
-    k-tile in its own fragment and adds it to a float32 one on the CUDA cores, which keeps float32 accuracy for
-    the registers of a second accumulator (use 128x128 tiles)."""
+    k-tile in its own fragment and adds it to a float32 one on the CUDA cores, which keeps float32 accuracy
+    for the registers of a second accumulator (use 128x128 tiles)."""
     M, N, K = T.const('M, N, K')
     A: T.Tensor[[M, K], a_dtype]
     B: T.Tensor[[N, K], b_dtype]
@@ -263,8 +281,8 @@ def gemm_int8(A, B, C, block_M: int = 128, block_N: int = 256, block_K: int = 12
 
 @tile_nb.jit
 def gemm_a_in_registers(A, B, C, block_M: int = 64, block_N: int = 64, block_K: int = 64, threads: int = 128):
-    """A GEMM whose A tile is a register fragment loaded straight from global memory: wgmma's register form (A from
-    registers in the accumulator's layout, B from shared memory), as FlashAttention's P V uses it."""
+    """A GEMM whose A tile is a register fragment loaded straight from global memory: wgmma's register form (A
+    from registers in the accumulator's layout, B from shared memory), as FlashAttention's P V uses it."""
     M, N, K = T.const('M, N, K')
     A: T.Tensor[[M, K], T.float16]
     B: T.Tensor[[K, N], T.float16]

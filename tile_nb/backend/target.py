@@ -23,8 +23,19 @@ from typing import Any
 
 from ..lower.analysis.arch import ArchCaps, parse_arch
 
-__all__ = ["ARCH_ENV", "DEFAULT_ARCH", "arch_for_capability", "device_arch", "device_sm_count", "launch_problem",
-           "resolve_target", "target_arch", "target_caps", "target_embeds_ptx", "target_label"]
+__all__ = [
+    "ARCH_ENV",
+    "DEFAULT_ARCH",
+    "arch_for_capability",
+    "device_arch",
+    "device_sm_count",
+    "launch_problem",
+    "resolve_target",
+    "target_arch",
+    "target_caps",
+    "target_embeds_ptx",
+    "target_label",
+]
 
 DEFAULT_ARCH = "sm_90a"
 ARCH_ENV = "TILE_NB_ARCH"
@@ -93,8 +104,10 @@ def _parse_target_string(text: str) -> dict[str, Any]:
     for opt in parts[1:]:
         m = re.match(r"^-{1,2}arch=(\S+)$", opt)
         if not m:
-            raise ValueError(f"unsupported target option {opt!r} in {text!r}; only -arch=sm_XY (or compute_XY) is "
-                             f"understood")
+            raise ValueError(
+                f"unsupported target option {opt!r} in {text!r}; only -arch=sm_XY (or compute_XY) is "
+                f"understood"
+            )
         spec["arch"] = m.group(1)
     return spec
 
@@ -149,8 +162,8 @@ def target_arch(target) -> str:
 
 def target_caps(target: Any = None) -> ArchCaps:
     """What the architecture a kernel is built for offers (`tile_nb.lower.analysis.arch.ArchCaps`), the arch
-    chosen as every compile chooses it: `target` if given, else `TILE_NB_ARCH`, else the GPU in this process, else
-    sm_90a. For sizing tiles to the GPU at hand:
+    chosen as every compile chooses it: `target` if given, else `TILE_NB_ARCH`, else the GPU in this process,
+    else sm_90a. For sizing tiles to the GPU at hand:
 
         caps = target_caps()     # on a T4 (or TILE_NB_ARCH=sm_75 / compute_75): caps.arch == "sm_75",
         caps.max_shared_bytes    # 65536 bytes of shared memory per block; caps.wgmma False
@@ -182,12 +195,17 @@ def launch_problem(target, device: str | None) -> str | None:
         if sm <= dev_sm and not variant:
             return None
         if variant:
-            return (f"it was built as PTX for {target_label(target)}, arch-specific PTX, which only the {arch} GPU "
-                    f"itself runs; the device is {device}")
+            return (
+                f"it was built as PTX for {target_label(target)}, arch-specific PTX, which only "
+                f"the {arch} GPU "
+                f"itself runs; the device is {device}"
+            )
         return f"it was built as PTX for {target_label(target)}, newer than the device ({device})"
     if sm == dev_sm:
         return None
     hint = (f", or target='compute_{arch[3:]}' ({ARCH_ENV}=compute_{arch[3:]}) to run {arch}'s code as PTX "
             f"that the driver compiles for this GPU" if sm < dev_sm and not variant else "")
-    return (f"it was built for {arch} but the device is {device}; compile with target=None to use the device's "
-            f"arch{hint}")
+    return (
+        f"it was built for {arch} but the device is {device}; compile with target=None to use the device's "
+        f"arch{hint}"
+    )

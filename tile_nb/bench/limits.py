@@ -1,10 +1,10 @@
 """The per-block limits a compiled kernel must fit, and the check that prunes configurations by them.
 
-With a GPU the figures come from torch's device properties; without one, from the lowering's table for the target
-arch (`tile_nb.lower.analysis.budget`, from the CUDA programming guide), so compile-only tuning on a CPU machine
-prunes as the GPU would. The lowering already refuses a kernel whose shared-memory tiles or register fragments cannot fit;
-this check reads what ptxas reports of the built kernel: the registers it really allocated (x threads, against the
-SM's register file), static shared memory, and spills.
+With a GPU the figures come from torch's device properties; without one, from the lowering's table for the
+target arch (`tile_nb.lower.analysis.budget`, from the CUDA programming guide), so compile-only tuning on a
+CPU machine prunes as the GPU would. The lowering already refuses a kernel whose shared-memory tiles or
+register fragments cannot fit; this check reads what ptxas reports of the built kernel: the registers it
+really allocated (x threads, against the SM's register file), static shared memory, and spills.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def resource_problem(resources: dict, threads: int | None, limits: DeviceLimits,
 
     - shared memory (static + dynamic) above the opt-in maximum per block: it cannot launch;
     - registers x threads above the registers of one SM: not even one block fits;
-    - spilled bytes (stores + loads) above `max_spill_bytes` (None: spills allowed): local-memory traffic in the
-      inner loop; such a configuration is almost never the fastest.
+    - spilled bytes (stores + loads) above `max_spill_bytes` (None: spills allowed): local-memory traffic in
+      the inner loop; such a configuration is almost never the fastest.
     """
     shared = int(resources.get("shared_bytes", 0)) + int(resources.get("dynamic_shared_bytes") or 0)
     if shared > limits.shared_per_block:

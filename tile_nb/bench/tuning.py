@@ -5,18 +5,20 @@
     print(result.table())       # every configuration: time, TFLOP/s, registers, shared memory, spills, status
 
 The search, in order:
-1. elaborate every configuration in this process (phase 2; a configuration the front end refuses is recorded with
-   the error at the user's line);
+1. elaborate every configuration in this process (phase 2; a configuration the front end refuses is recorded
+   with the error at the user's line);
 2. compile them in parallel worker processes (`pool="process"`, `tile_nb.bench.pool`) or on Ray CPU workers
-   (`pool="ray"`); a worker receives the phase-2 IR as TVMScript text and publishes the built kernel to the disk
-   cache, so nothing is built twice;
+   (`pool="ray"`); a worker receives the phase-2 IR as TVMScript text and publishes the built kernel to the
+   disk cache, so nothing is built twice;
 3. prune by compile failure and by static resources (shared memory, registers x threads, spills: `limits`);
-4. time the survivors one at a time on the GPU (`do_bench`: warm-up, L2 flush, CUDA events), through a launcher
-   that binds the arguments once; then time the best `confirm` again, interleaved over `rounds`, so clock drift
-   (the GPU's power cap, temperature) cannot pick the winner; the median of those rounds ranks them;
-5. store the result (`tune_store`): a later call in any process with the same kernel, shapes, device and versions
-   reads it instead of searching.
-Without a GPU (or on CPU tensors) the search stops after step 3: compile-only tuning, labelled so, nothing stored.
+4. time the survivors one at a time on the GPU (`do_bench`: warm-up, L2 flush, CUDA events),
+   through a launcher that binds the arguments once; then time the best `confirm` again,
+   interleaved over `rounds`, so clock drift (the GPU's power cap, temperature) cannot pick the
+   winner; the median of those rounds ranks them;
+5. store the result (`tune_store`): a later call in any process with the same kernel, shapes, device and
+   versions reads it instead of searching.
+Without a GPU (or on CPU tensors) the search stops after step 3: compile-only
+tuning, labelled so, nothing stored.
 """
 from __future__ import annotations
 
@@ -47,12 +49,14 @@ class ConfigError(ValueError):
 
 
 def expand_configs(configs: Any) -> list[dict]:
-    """A list of dicts as is; a dict of lists as its grid (every combination, in order). Duplicates are dropped."""
+    """A list of dicts as is; a dict of lists as its grid (every combination, in
+    order). Duplicates are dropped."""
     if isinstance(configs, dict):
         for name, values in configs.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-                raise ConfigError(f"a configuration grid maps each name to a list of values; '{name}' maps to "
-                                  f"{values!r}")
+                raise ConfigError(
+                    f"a configuration grid maps each name to a list of values; '{name}' maps to {values!r}"
+                )
         grid = {k: list(v) for k, v in configs.items()}
         out = [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
     elif isinstance(configs, (list, tuple)):
@@ -63,7 +67,9 @@ def expand_configs(configs: Any) -> list[dict]:
                                   f"{{'block_M': 128}}; got {type(c).__name__}")
             out.append(dict(c))
     else:
-        raise ConfigError(f"configs must be a list of dicts or a dict of lists (a grid); got {type(configs).__name__}")
+        raise ConfigError(
+            f"configs must be a list of dicts or a dict of lists (a grid); got {type(configs).__name__}"
+        )
     unique: list[dict] = []
     for c in out:
         if c not in unique:
@@ -80,9 +86,11 @@ def check_config_names(kernel, configs: list[dict]) -> None:
         for k in c:
             if k not in names:
                 near = difflib.get_close_matches(k, sorted(names), n=1)
-                raise ConfigError(f"tuning config {i} of {kname}() sets '{k}', which is not a compile-time parameter; "
-                                  f"compile-time parameters: {', '.join(sorted(names)) or 'none'}"
-                                  + (f" (did you mean '{near[0]}'?)" if near else ""))
+                raise ConfigError(
+                    f"tuning config {i} of {kname}() sets '{k}', which is not a compile-time parameter; "
+                    f"compile-time parameters: {', '.join(sorted(names)) or 'none'}"
+                    + (f" (did you mean '{near[0]}'?)" if near else "")
+                )
 
 
 def params_of(configs: list[dict]) -> dict[str, list]:
@@ -109,9 +117,11 @@ def tuning_key(kernel, args: tuple, kwargs: dict, tuned: set[str], key: list[str
         elif name in compile_values:
             pass   # compile-time values are in the key anyway (below)
         else:
-            raise ConfigError(f"autotune key '{name}' of {kname}() is neither a const nor a compile-time parameter; "
-                              f"consts: {', '.join(consts) or 'none'}; compile-time parameters: "
-                              f"{', '.join(compile_values) or 'none'}")
+            raise ConfigError(
+                f"autotune key '{name}' of {kname}() is neither a const nor a compile-time parameter; "
+                f"consts: {', '.join(consts) or 'none'}; compile-time parameters: "
+                f"{', '.join(compile_values) or 'none'}"
+            )
     for name, value in compile_values.items():
         if name not in tuned:
             out[name] = value
@@ -120,10 +130,12 @@ def tuning_key(kernel, args: tuple, kwargs: dict, tuned: set[str], key: list[str
 
 # The lowering's budget refusals (lower/analysis/budget.py): a configuration that cannot fit is pruned, not
 # failed.
-# Read from the message because LoweringError has no resource fields yet; an unmatched message stays a failure,
-# shown with its text, so a change of wording loses the label, never the reason.
-_REFUSALS = (re.compile(r"the kernel needs ([\d.]+ KiB) of shared memory per block; (\S+) allows ([\d.]+ KiB)"),
-             re.compile(r"register fragments need (\d+) 32-bit registers per thread; a thread has at most (\d+)"))
+# Read from the message because LoweringError has no resource fields yet; an unmatched message stays a
+# failure, shown with its text, so a change of wording loses the label, never the reason.
+_REFUSALS = (
+    re.compile(r"the kernel needs ([\d.]+ KiB) of shared memory per block; (\S+) allows ([\d.]+ KiB)"),
+    re.compile(r"register fragments need (\d+) 32-bit registers per thread; a thread has at most (\d+)"),
+)
 
 
 def lowering_refusal(error: str) -> str | None:
@@ -133,13 +145,15 @@ def lowering_refusal(error: str) -> str | None:
         return f"shared memory {m.group(1)} > {m.group(3)} per block ({m.group(2)}; refused by the lowering)"
     m = _REFUSALS[1].search(error)
     if m:
-        return f"register fragments {m.group(1)} > {m.group(2)} registers per thread (refused by the lowering)"
+        return (
+            f"register fragments {m.group(1)} > {m.group(2)} registers per thread (refused by the lowering)"
+        )
     return None
 
 
 def gpu_available(args: tuple) -> tuple[bool, str | None]:
-    """Whether a search on these arguments can time on the GPU, and if not, why (the inputs decide: CUDA tensors
-    time on the GPU; without tensors, a GPU torch sees)."""
+    """Whether a search on these arguments can time on the GPU, and if not, why (the inputs decide: CUDA
+    tensors time on the GPU; without tensors, a GPU torch sees)."""
     tensors = [a for a in args if is_tensor(a)]
     if tensors:
         gpu = tensors[0].device.type == "cuda"
@@ -156,15 +170,17 @@ def gpu_name() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
-    """How `tune` searches and what it keeps. Every field has its default; `tune(..., options=TuneOptions(...))`,
-    or the same names as keywords of `tune` (`pool="inline"`), which replace the fields of `options`.
+    """How `tune` searches and what it keeps. Every field has its default;
+    `tune(..., options=TuneOptions(...))`, or the same names as keywords of `tune` (`pool="inline"`), which
+    replace the fields of `options`.
 
-    - `key`: the consts the result is stored under (default: all of them; fixed compile-time arguments always).
+    - `key`: the consts the result is stored under (default: all of them;
+      fixed compile-time arguments always).
     - `store=False`: neither read nor write the tuning store; `force=True`: search again and overwrite.
     - `pool`: "process" (worker processes on this machine; `workers` of them, default one per core), "inline"
       (this process, one at a time) or "ray" (Ray CPU tasks compile; Ray GPU actors time, one per GPU of the
-      cluster, when it has GPUs; `tile_nb[ray]`). `ray_actor_device="cpu"` times the CPU interpreter on CPU actors
-      instead (tests the Ray path without a GPU; labelled, never stored).
+      cluster, when it has GPUs; `tile_nb[ray]`). `ray_actor_device="cpu"` times the CPU interpreter on CPU
+      actors instead (tests the Ray path without a GPU; labelled, never stored).
     - `flops` / `bytes`: work of one call (numbers or functions of the config) for TFLOP/s and GB/s.
     - `warmup_ms`, `rep_ms`: `do_bench` per configuration; `confirm`, `rounds`: re-time the best `confirm`
       configurations `rounds` times, interleaved, and rank them by the median of those rounds.
@@ -205,7 +221,8 @@ class TuneOptions:
 
     @classmethod
     def split(cls, options: TuneOptions | dict | None, keywords: dict) -> tuple[TuneOptions, dict]:
-        """(the options: `options` with the fields named in `keywords` replaced, the other keywords: the call's)."""
+        """(the options: `options` with the fields named in `keywords` replaced, the
+        other keywords: the call's)."""
         if options is None:
             options = cls()
         elif isinstance(options, dict):
@@ -223,11 +240,11 @@ def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kw
     """Search `configs` for `kernel`'s fastest configuration on these arguments; return a `TuneResult`.
 
     - `configs`: a list of dicts of compile-time values, or a grid `{"block_M": [64, 128], ...}`.
-    - arguments: tensors (`A, B, C`; outputs are overwritten while timing, `restore=["C"]` puts named tensors back
-      afterwards), or consts as keywords (`M=8192, N=8192, K=8192`: random inputs are made on the GPU). Other
-      keywords are fixed compile-time arguments (`out_dtype=T.float16`).
-    - `options`: a `TuneOptions` (the store, the pool, the timing, progress, ...); its field names are accepted as
-      keywords too (`pool="inline", rounds=5`) and replace those fields.
+    - arguments: tensors (`A, B, C`; outputs are overwritten while timing, `restore=["C"]` puts named tensors
+      back afterwards), or consts as keywords (`M=8192, N=8192, K=8192`: random inputs are made on the GPU).
+      Other keywords are fixed compile-time arguments (`out_dtype=T.float16`).
+    - `options`: a `TuneOptions` (the store, the pool, the timing, progress, ...); its field names are
+      accepted as keywords too (`pool="inline", rounds=5`) and replace those fields.
     """
     t_start = time.perf_counter()
     opts, kwargs = TuneOptions.split(options, kwargs)
@@ -237,12 +254,16 @@ def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kw
     name = getattr(kernel, "__name__", "kernel")
     clash = sorted(tuned & set(kwargs))
     if clash:
-        raise ConfigError(f"{name}(): {', '.join(clash)} is tuned (it is in the configs), so the call must not set it")
+        raise ConfigError(
+            f"{name}(): {', '.join(clash)} is tuned (it is in the configs), so the call must not set it"
+        )
     if opts.restore:
         known = [p.name for p in kernel.signature.runtime]
         bad = [r for r in opts.restore if r not in known]
         if bad:
-            raise ConfigError(f"restore names {bad}, which are not runtime parameters of {name}(); they are {known}")
+            raise ConfigError(
+                f"restore names {bad}, which are not runtime parameters of {name}(); they are {known}"
+            )
 
     gpu, why_not = gpu_available(args)
     ray_gpu_name = None
@@ -269,7 +290,8 @@ def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kw
     material = key_material(identity, key_values, configs, dev_name, arch)
     from ..lower.options import current
 
-    lowering_options = current(getattr(kernel, "options", None))  # resolved once, for the store key and every job
+    # resolved once, for the store key and every job
+    lowering_options = current(getattr(kernel, "options", None))
     if lowering_options.changed():  # other lowering options build other kernels: their tuning is stored apart
         material["lowering"] = lowering_options.changed()
     store_key = key_of(material)
@@ -291,7 +313,8 @@ def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kw
 
     # 1. elaborate (phase 2) in this process: front-end errors carry the user's line
     t0 = time.perf_counter()
-    result.timings["setup"] = t0 - t_start     # binding, the key, the store lookup (and TVM's import, if first)
+    # binding, the key, the store lookup (and TVM's import, if first)
+    result.timings["setup"] = t0 - t_start
     jobs, funcs = [], {}
     compile_options = dict(getattr(kernel, "compile_options", None) or {})
     from ..runtime.cache import cache_enabled
@@ -361,10 +384,27 @@ def tune(kernel, configs, *args, options: TuneOptions | dict | None = None, **kw
             if via_ray_actors:
                 from .ray_pool import time_on_actors
 
-                time_on_actors(kernel, args, kwargs, points, survivors, funcs, outcomes, result, reporter,
-                               target=str(target), options=compile_options, lowering=lowering, device=ray_actor_device,
-                               flops=opts.flops, nbytes=opts.bytes, warmup_ms=opts.warmup_ms, rep_ms=opts.rep_ms,
-                               confirm=opts.confirm, rounds=opts.rounds)
+                time_on_actors(
+                    kernel,
+                    args,
+                    kwargs,
+                    points,
+                    survivors,
+                    funcs,
+                    outcomes,
+                    result,
+                    reporter,
+                    target=str(target),
+                    options=compile_options,
+                    lowering=lowering,
+                    device=ray_actor_device,
+                    flops=opts.flops,
+                    nbytes=opts.bytes,
+                    warmup_ms=opts.warmup_ms,
+                    rep_ms=opts.rep_ms,
+                    confirm=opts.confirm,
+                    rounds=opts.rounds,
+                )
             else:
                 _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, opts)
         finally:
@@ -425,7 +465,9 @@ def _threads_of(func) -> int | None:
         return None
 
 
-def _make_pool(pool: str, workers: int | None, n_jobs: int, use_disk: bool, timeout_s: float, result: TuneResult):
+def _make_pool(
+    pool: str, workers: int | None, n_jobs: int, use_disk: bool, timeout_s: float, result: TuneResult
+):
     from .pool import InlinePool, ProcessPool, default_workers
 
     if pool == "ray":
@@ -440,8 +482,10 @@ def _make_pool(pool: str, workers: int | None, n_jobs: int, use_disk: bool, time
     if pool != "process":
         raise ConfigError(f"pool must be 'process', 'inline' or 'ray'; got {pool!r}")
     if not use_disk:
-        result.notes.append("the disk cache is off, so worker processes cannot hand kernels over: compiled in this "
-                            "process, one at a time")
+        result.notes.append(
+            "the disk cache is off, so worker processes cannot hand kernels over: compiled in this "
+            "process, one at a time"
+        )
         return InlinePool()
     return ProcessPool(workers or default_workers(n_jobs), timeout_s=timeout_s)
 
@@ -450,7 +494,9 @@ def _snapshot(kernel, args: tuple, restore: tuple[str, ...] | None) -> list:
     if not restore:
         return []
     names = [p.name for p in kernel.signature.runtime]
-    return [(args[names.index(n)], args[names.index(n)].clone()) for n in restore if names.index(n) < len(args)]
+    return [
+        (args[names.index(n)], args[names.index(n)].clone()) for n in restore if names.index(n) < len(args)
+    ]
 
 
 def _restore(snapshot: list) -> None:
@@ -458,7 +504,9 @@ def _restore(snapshot: list) -> None:
         tensor.copy_(saved)
 
 
-def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, reporter, opts: TuneOptions) -> None:
+def _time_here(
+    kernel, args, kwargs, points, survivors, outcomes, result, reporter, opts: TuneOptions
+) -> None:
     """Time the survivors on this process's GPU, then re-time the best few in interleaved rounds."""
     flops, nbytes, warmup_ms, rep_ms = opts.flops, opts.bytes, opts.warmup_ms, opts.rep_ms
     if not any(is_tensor(a) for a in args):
@@ -485,8 +533,20 @@ def _time_here(kernel, args, kwargs, points, survivors, outcomes, result, report
         reporter.update(result, p, "time")
     result.timings["bench"] = time.perf_counter() - t0
     if rebuilt:
-        result.notes.append(f"{len(rebuilt)} configuration(s) were built again in this process (the worker's cache "
-                            f"entry had no loadable module): {', '.join(rebuilt[:4])}")
-    retime_best(result, points, launchers, confirm=opts.confirm, rounds=opts.rounds, flops=flops, nbytes=nbytes,
-                time_one=lambda i: do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda").median_ms,
-                args_of=lambda i: launchers[i].args)
+        result.notes.append(
+            f"{len(rebuilt)} configuration(s) were built again in this process (the worker's cache "
+            f"entry had no loadable module): {', '.join(rebuilt[:4])}"
+        )
+    retime_best(
+        result,
+        points,
+        launchers,
+        confirm=opts.confirm,
+        rounds=opts.rounds,
+        flops=flops,
+        nbytes=nbytes,
+        time_one=lambda i: (
+            do_bench(launchers[i], warmup_ms=warmup_ms, rep_ms=rep_ms, device="cuda").median_ms
+        ),
+        args_of=lambda i: launchers[i].args,
+    )

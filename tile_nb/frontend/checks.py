@@ -26,9 +26,21 @@ from ..language.dtypes import torch_dtype
 from .elaborate import BufferParam, Elaboration, ScalarParam
 from .indexing import INDEX_LIMIT, tensor_span
 
-__all__ = ["TensorExpectation", "Expectations", "describe_dims", "check_tensor_kind", "check_tensor_storage",
-           "check_device_type", "check_const_value", "check_not_autograd", "empty_grid_error", "empty_at_call", "const_where",
-           "kernel_where", "launch_grid"]
+__all__ = [
+    "TensorExpectation",
+    "Expectations",
+    "describe_dims",
+    "check_tensor_kind",
+    "check_tensor_storage",
+    "check_device_type",
+    "check_const_value",
+    "check_not_autograd",
+    "empty_grid_error",
+    "empty_at_call",
+    "const_where",
+    "kernel_where",
+    "launch_grid",
+]
 
 
 def _static(x) -> int | None:
@@ -188,8 +200,11 @@ def _index_ranges(tensors: list[TensorExpectation], spec: Elaboration) -> list[I
         param = spec.buffers[name]
         if all(_static(d) is not None for d in param.annotation.shape):
             continue
-        dims = [str(d) if isinstance(d, int) else _python_of(d, sources, tirx) for d in param.annotation.shape]
-        if None not in dims:  # (an output dim that no tensor gives cannot be allocated: the call fails before)
+        dims = [
+            str(d) if isinstance(d, int) else _python_of(d, sources, tirx) for d in param.annotation.shape
+        ]
+        # (an output dim that no tensor gives cannot be allocated: the call fails before)
+        if None not in dims:
             out.append(IndexRange(param, " * ".join(dims), "(" + ", ".join(dims) + ",)"))
     return out
 
@@ -266,22 +281,34 @@ class Expectations:
             value = args[sc.index]
             if not isinstance(value, sc.python_types) or (sc.kind != "bool" and isinstance(value, bool)):
                 return ArgumentError(
-                    f"{self.kernel_name}() argument '{sc.name}' is a runtime scalar of dtype {sc.param.dtype}: it "
+                    f"{self.kernel_name}() argument '{sc.name}' is a runtime scalar of dtype "
+                    f"{sc.param.dtype}: it "
                     f"must be {sc.expected}; got {type(value).__name__} {value!r}",
-                    filename=self.filename, lineno=sc.param.lineno or None)
+                    filename=self.filename,
+                    lineno=sc.param.lineno or None,
+                )
         for e in self.tensors:
             t = args[e.index]
             where = self._where(e.param)
             ann = e.template_param.annotation if e.template_param else e.param.annotation
             if len(t.shape) != len(e.shape):
                 return RankMismatchError(
-                    f"{self.kernel_name}() argument '{e.name}' must be a {len(e.shape)}-d tensor ({ann!r}); got a "
-                    f"{t.dim()}-d tensor of shape {tuple(t.shape)}", **where)
+                    f"{self.kernel_name}() argument '{e.name}' must be a {len(e.shape)}-d tensor "
+                    f"({ann!r}); got a "
+                    f"{t.dim()}-d tensor of shape {tuple(t.shape)}",
+                    **where,
+                )
             if t.dtype is not e.dtype:
                 return DtypeMismatchError(
-                    f"{self.kernel_name}() argument '{e.name}' must have dtype {e.param.annotation.dtype}; got "
-                    f"{t.dtype}", **where, hint=f"convert it with {e.name}.to({e.dtype})")
-            bad = [i for i, (x, g) in enumerate(zip(e.shape, t.shape, strict=True)) if x is not None and x != g]
+                    f"{self.kernel_name}() argument '{e.name}' must have dtype "
+                    f"{e.param.annotation.dtype}; got "
+                    f"{t.dtype}",
+                    **where,
+                    hint=f"convert it with {e.name}.to({e.dtype})",
+                )
+            bad = [
+                i for i, (x, g) in enumerate(zip(e.shape, t.shape, strict=True)) if x is not None and x != g
+            ]
             if bad:
                 return ShapeMismatchError(
                     f"{self.kernel_name}() argument '{e.name}' must have shape "
@@ -289,11 +316,18 @@ class Expectations:
                     hint=self._hint(e, bad[0], args))
             if e.strides is None and not t.is_contiguous():
                 return NotContiguousError(
-                    f"{self.kernel_name}() argument '{e.name}' must be contiguous (T.Tensor is row-major); got "
-                    f"strides {tuple(t.stride())} for shape {tuple(t.shape)}", **where,
-                    hint=f"pass {e.name}.contiguous(), or annotate it as T.StridedTensor")
+                    f"{self.kernel_name}() argument '{e.name}' must be contiguous (T.Tensor is "
+                    "row-major); got "
+                    f"strides {tuple(t.stride())} for shape {tuple(t.shape)}",
+                    **where,
+                    hint=f"pass {e.name}.contiguous(), or annotate it as T.StridedTensor",
+                )
             if e.strides is not None:
-                bad = [i for i, (x, g) in enumerate(zip(e.strides, t.stride(), strict=True)) if x is not None and x != g]
+                bad = [
+                    i
+                    for i, (x, g) in enumerate(zip(e.strides, t.stride(), strict=True))
+                    if x is not None and x != g
+                ]
                 if bad:
                     return ShapeMismatchError(
                         f"{self.kernel_name}() argument '{e.name}' must have strides {e.strides}; got "
@@ -322,10 +356,14 @@ class Expectations:
             dynamic = ", ".join(str(d) for d in p.annotation.shape if _static(d) is None)
             return ArgumentError(
                 f"{self.kernel_name}() {what} '{p.name}' has shape {eval(r.shape, env)} ({count} {spans}); a "  # noqa: S307
-                f"tensor with T.dynamic dims ({dynamic}) is indexed with 32-bit integers, so it may span at most "
-                f"{INDEX_LIMIT - 1} elements", **self._where(p),
-                hint="declare those dims with T.const: a kernel specialized to the sizes indexes such tensors in "
-                     "64 bits; or split the call into parts below 2^31 elements")
+                f"tensor with T.dynamic dims ({dynamic}) is indexed with 32-bit integers, so it may "
+                "span at most "
+                f"{INDEX_LIMIT - 1} elements",
+                **self._where(p),
+                hint="declare those dims with T.const: a kernel specialized to the sizes indexes "
+                     "such tensors in "
+                "64 bits; or split the call into parts below 2^31 elements",
+            )
         return None
 
     def _hint(self, e: TensorExpectation, dim: int, args) -> str | None:
@@ -343,7 +381,9 @@ class Expectations:
 
     @staticmethod
     def _where(param: BufferParam) -> dict:
-        return dict(filename=param.filename, lineno=param.lineno or None, col=param.col, end_col=param.end_col)
+        return dict(
+            filename=param.filename, lineno=param.lineno or None, col=param.col, end_col=param.end_col
+        )
 
 
 def check_tensor_kind(kernel_name: str, name: str, value, rank: int | None, where: dict):
@@ -380,20 +420,32 @@ def check_tensor_storage(kernel_name: str, name: str, value, where: dict, device
         check_device_type(kernel_name, name, value.device, where)
     if value.layout is not torch.strided:
         raise UnsupportedTensorError(
-            f"{kernel_name}() argument '{name}' has layout {value.layout}; tile_nb kernels take dense tensors "
-            "(layout torch.strided)", **where, hint=f"pass {name}.to_dense()")
+            f"{kernel_name}() argument '{name}' has layout {value.layout}; tile_nb kernels take "
+            "dense tensors "
+            "(layout torch.strided)",
+            **where,
+            hint=f"pass {name}.to_dense()",
+        )
     if value.is_quantized:
         raise UnsupportedTensorError(
-            f"{kernel_name}() argument '{name}' is a quantized tensor ({value.dtype}); tile_nb kernels take plain "
-            "dtypes", **where, hint=f"pass {name}.int_repr() and its scale and zero point as separate arguments")
+            f"{kernel_name}() argument '{name}' is a quantized tensor ({value.dtype}); tile_nb "
+            "kernels take plain "
+            "dtypes",
+            **where,
+            hint=f"pass {name}.int_repr() and its scale and zero point as separate arguments",
+        )
 
 
 def check_device_type(kernel_name: str, name: str, device, where: dict):
     """Tensors with data on the CPU (the interpreter) or a CUDA device (the compiled kernel)."""
     if device.type == "meta":
         raise UnsupportedTensorError(
-            f"{kernel_name}() argument '{name}' is on the meta device: tensors on the meta device have no data; "
-            "tile_nb runs on cpu or cuda tensors", **where, hint=f"create '{name}' on 'cpu' or 'cuda'")
+            f"{kernel_name}() argument '{name}' is on the meta device: tensors on the meta device "
+            "have no data; "
+            "tile_nb runs on cpu or cuda tensors",
+            **where,
+            hint=f"create '{name}' on 'cpu' or 'cuda'",
+        )
     if device.type not in ("cpu", "cuda"):
         raise UnsupportedTensorError(
             f"{kernel_name}() argument '{name}' is on {device}; tile_nb runs on cpu or cuda tensors", **where,
@@ -406,10 +458,14 @@ def check_not_autograd(kernel_name: str, name: str, value, where: dict):
 
     if value.requires_grad and torch.is_grad_enabled():
         raise RequiresGradError(
-            f"{kernel_name}() writes argument '{name}', which requires grad: autograd is not supported for tile_nb "
-            "kernels yet, and the kernel's write would bypass it", **where,
-            hint=f"pass {name}.detach() (same memory, so the result still lands in '{name}'), or call the kernel "
-                 "under torch.no_grad()")
+            f"{kernel_name}() writes argument '{name}', which requires grad: autograd is not supported "
+            "for tile_nb "
+            "kernels yet, and the kernel's write would bypass it",
+            **where,
+            hint=f"pass {name}.detach() (same memory, so the result still lands in '{name}'), or "
+                 "call the kernel "
+            "under torch.no_grad()",
+        )
 
 
 def check_const_value(kernel_name: str, const: str, value, where: dict) -> int:
@@ -424,8 +480,11 @@ def check_const_value(kernel_name: str, const: str, value, where: dict) -> int:
         raise ConstValueError(f"{kernel_name}() const '{const}' must be an int; got {type(value).__name__} "
                               f"{value!r}", **where)
     if number < 0:
-        raise ConstValueError(f"{kernel_name}() const '{const}' must be >= 0 (it stands for a tensor dim); got "
-                              f"{const}={number}", **where)
+        raise ConstValueError(
+            f"{kernel_name}() const '{const}' must be >= 0 (it stands for a tensor dim); got "
+            f"{const}={number}",
+            **where,
+        )
     return int(number)
 
 
@@ -467,7 +526,9 @@ def dynamic_grid(func) -> tuple:
     """(tag, extent) of each grid extent of a specialized kernel that depends on T.dynamic dims."""
     from tvm import tirx
 
-    return tuple((tag, extent) for tag, extent in launch_grid(func).items() if not isinstance(extent, tirx.IntImm))
+    return tuple(
+        (tag, extent) for tag, extent in launch_grid(func).items() if not isinstance(extent, tirx.IntImm)
+    )
 
 
 def empty_at_call(expectations: Expectations, dynamic_values: dict) -> tuple[str, ...]:

@@ -33,7 +33,8 @@ class BufferParam:
     """A runtime tensor parameter (or `T.empty` output) and the annotation it came from."""
 
     name: str
-    kind: str  # "tensor", "pointer", "output" or "scratch" (T.alloc_global: allocated by the call, not returned)
+    # "tensor", "pointer", "output" or "scratch" (T.alloc_global: allocated by the call, not returned)
+    kind: str
     annotation: TensorAnnotation  # in this phase's terms (Vars in phase 1, ints in phase 2)
     buffer: Any
     lineno: int
@@ -124,11 +125,18 @@ class Hooks:
     def annotate(self, name: str, annotation, current):
         st = self.st
         if not isinstance(current, _Placeholder):
-            where = "is not a parameter of the kernel" if name not in self.runtime_names else "is annotated twice"
-            raise AnnotationError(f"'{name}' {where}; in-body annotations declare runtime parameters",
-                                  **self._where(), hint="annotate each tensor parameter once, at the top of the body")
+            where = (
+                "is not a parameter of the kernel" if name not in self.runtime_names else "is annotated twice"
+            )
+            raise AnnotationError(
+                f"'{name}' {where}; in-body annotations declare runtime parameters",
+                **self._where(),
+                hint="annotate each tensor parameter once, at the top of the body",
+            )
         if st.kernel_open:
-            raise AnnotationError(f"the annotation of '{name}' must come before `with T.Kernel(...)`", **self._where())
+            raise AnnotationError(
+                f"the annotation of '{name}' must come before `with T.Kernel(...)`", **self._where()
+            )
         if annotation is ptr:
             current.pointer = True
             return current
@@ -136,9 +144,12 @@ class Hooks:
             return self._buffer_param(name, "pointer" if current.pointer else "tensor", annotation)
         if isinstance(annotation, DType):
             return self._scalar_param(name, annotation)
-        raise AnnotationError(f"the annotation of '{name}' must be T.Tensor[[dims], dtype], "
-                              f"T.StridedTensor[[dims], [strides], dtype], T.ptr or a dtype such as T.float32; "
-                              f"got {annotation!r}", **self._where())
+        raise AnnotationError(
+            f"the annotation of '{name}' must be T.Tensor[[dims], dtype], "
+            f"T.StridedTensor[[dims], [strides], dtype], T.ptr or a dtype such as T.float32; "
+            f"got {annotation!r}",
+            **self._where(),
+        )
 
     def _where(self) -> dict:
         st = self.st
@@ -167,7 +178,8 @@ class Hooks:
         for dim in dims:
             if not _is_expr(dim) or isinstance(dim, tirx.IntImm):
                 continue
-            for var in tirx.analysis.undefined_vars(dim):  # new Python handles: compared with same_as, not `is`
+            # new Python handles: compared with same_as, not `is`
+            for var in tirx.analysis.undefined_vars(dim):
                 known = list(dict.values(st.const_vars)) + list(st.dynamic_vars.values())
                 known += [p.var for p in self.result.scalars.values()]
                 if any(var.same_as(v) for v in known):
@@ -214,15 +226,28 @@ class Hooks:
         name = f"ws{len(self.scratch)}"
         buf = T.match_buffer(T.arg(name, T.handle()), index_dims(shape)[0], str(dtype))
         st = self.st
-        self.scratch.append(BufferParam(name, "scratch", TensorAnnotation(tuple(shape), dtype), buf, st.lineno,
-                                        st.col, st.end_col, st.filename))
+        self.scratch.append(
+            BufferParam(
+                name,
+                "scratch",
+                TensorAnnotation(tuple(shape), dtype),
+                buf,
+                st.lineno,
+                st.col,
+                st.end_col,
+                st.filename,
+            )
+        )
         return buf
 
     def declared_output(self, name: str, annotation):
         """A signature tensor that out_idx names: allocated by the call and returned, as a T.empty output."""
         if not isinstance(annotation, TensorAnnotation) or annotation.strides is not None:
-            raise AnnotationError(f"out_idx names '{name}', whose annotation {annotation!r} is not a contiguous "
-                                  "T.Tensor; the call allocates outputs row-major", **self._where())
+            raise AnnotationError(
+                f"out_idx names '{name}', whose annotation {annotation!r} is not a contiguous "
+                "T.Tensor; the call allocates outputs row-major",
+                **self._where(),
+            )
         from tvm.script.ir_builder import IRBuilder
 
         buf = self.empty(annotation.shape, annotation.dtype, name)
@@ -281,15 +306,20 @@ class Hooks:
         elif self._is_var(ref):
             memory.store(ref, (0,), value)
         else:
-            raise self.st.error(f"a T.Ref parameter must be given a location, a buffer element `A[i]` or a "
-                                f"T.alloc_var; got {ref!r}", hint="pass A[i] rather than a value computed from it")
+            raise self.st.error(
+                f"a T.Ref parameter must be given a location, a buffer element `A[i]` or a "
+                f"T.alloc_var; got {ref!r}",
+                hint="pass A[i] rather than a value computed from it",
+            )
 
     def loop(self, iterable, names):
         st = self.st
         if isinstance(iterable, loops.LoopSpec):
             if not st.kernel_open:
-                raise st.error("kernel loops (T.Pipelined, T.Parallel, T.serial, T.unroll, range) must be inside "
-                               "`with T.Kernel(...)`")
+                raise st.error(
+                    "kernel loops (T.Pipelined, T.Parallel, T.serial, T.unroll, range) must be inside "
+                    "`with T.Kernel(...)`"
+                )
             return self._ir_loop(iterable, names)
         return self._python_loop(iterable)
 
@@ -392,9 +422,11 @@ class Hooks:
         if consts is not None:  # only consts: Python must pick the branch, which needs their values
             raise _state.StopTemplate(f"this `{what}` needs the value of {', '.join(consts)}")
         if not st.kernel_open:
-            raise st.error(f"`{what}` on a runtime value ({cond}) outside `with T.Kernel(...)`",
-                           hint=f"{'branch' if what == 'if' else 'loop'} on runtime values inside the kernel, or "
-                                "on compile-time values anywhere")
+            raise st.error(
+                f"`{what}` on a runtime value ({cond}) outside `with T.Kernel(...)`",
+                hint=f"{'branch' if what == 'if' else 'loop'} on runtime values inside the kernel, or "
+                "on compile-time values anywhere",
+            )
         return True
 
     @contextlib.contextmanager
@@ -405,9 +437,11 @@ class Hooks:
 
         st = self.st
         if self.parallel_depth:
-            raise st.error("a `while` loop on a run-time value inside a T.Parallel loop is not supported",
-                           hint="loop at block level (outside T.Parallel), or use `for k in T.serial(n)` with an "
-                                "`if` inside")
+            raise st.error(
+                "a `while` loop on a run-time value inside a T.Parallel loop is not supported",
+                hint="loop at block level (outside T.Parallel), or use `for k in T.serial(n)` with an "
+                "`if` inside",
+            )
         st.loops.append("ir")
         try:
             with _state.frame(T.While(self._as_bool(cond))):
@@ -442,8 +476,11 @@ class Hooks:
                 self.result.assumptions.append((st.lineno, text))
                 return
             else:
-                raise st.error(f"`assert {text}` depends on runtime values, which Python cannot check while the "
-                               "kernel is built", hint="guard the code with `if` or T.if_then_else instead")
+                raise st.error(
+                    f"`assert {text}` depends on runtime values, which Python cannot check while the "
+                    "kernel is built",
+                    hint="guard the code with `if` or T.if_then_else instead",
+                )
         if not cond:
             detail = f": {message}" if message is not None else ""
             raise st.error(f"kernel assertion failed: `{text}`{detail}")
@@ -470,10 +507,14 @@ class Hooks:
         example = names[0]
         raise DSLError(
             f"{listing} {'is' if len(names) == 1 else 'are'} assigned under an `if` on a run-time value, but "
-            f"{'it names' if len(names) == 1 else 'they name'} an expression, not a variable of the kernel: the new "
-            "value would be used whatever the condition", filename=self.st.filename, lineno=lineno,
+            f"{'it names' if len(names) == 1 else 'they name'} an expression, not a variable of the "
+            "kernel: the new "
+            "value would be used whatever the condition",
+            filename=self.st.filename,
+            lineno=lineno,
             hint=f"write `{example} = T.if_then_else(cond, new_value, {example})`, or keep the value in a "
-                 f"variable of the kernel (`{example} = T.alloc_var(T.float32)`, then `{example}[0] = ...`)")
+            f"variable of the kernel (`{example} = T.alloc_var(T.float32)`, then `{example}[0] = ...`)",
+        )
 
     def carried_in_loop(self, names: tuple, lineno: int) -> None:
         """A kernel loop whose body reads Python names and then rebinds them (`acc = acc + x`): the body runs
@@ -483,12 +524,18 @@ class Hooks:
         listing = ", ".join(f"`{n}`" for n in names)
         example = names[0]
         raise DSLError(
-            f"{listing} {'is' if len(names) == 1 else 'are'} read and then reassigned in the kernel loop at line "
-            f"{lineno}, as if {'its' if len(names) == 1 else 'their'} value carried from one iteration to the "
+            f"{listing} {'is' if len(names) == 1 else 'are'} read and then reassigned in the kernel "
+            "loop at line "
+            f"{lineno}, as if {'its' if len(names) == 1 else 'their'} value carried from one "
+            "iteration to the "
             "next; but the loop body runs once while the kernel is built, so it would hold one iteration's "
-            "expression", filename=self.st.filename, lineno=lineno,
-            hint=f"make it a variable of the kernel before the loop, `{example} = T.alloc_var(T.float32, init=...)`; "
-                 f"then `{example} = {example} + ...` (or `{example} += ...`) in the loop updates it")
+            "expression",
+            filename=self.st.filename,
+            lineno=lineno,
+            hint=f"make it a variable of the kernel before the loop, `{example} = T.alloc_var(T.float32, "
+                 "init=...)`; "
+            f"then `{example} = {example} + ...` (or `{example} += ...`) in the loop updates it",
+        )
 
     @contextlib.contextmanager
     def ir_if(self, cond):
@@ -517,9 +564,11 @@ class Hooks:
         """`return v` in a T.macro: Python returns at once, so under a kernel loop or a run-time `if` (opened
         in the macro) the rest of that loop or branch would silently vanish from the kernel."""
         if self.macro_frames and self.ir_nesting() > self.macro_frames[-1]:
-            raise self.st.error("`return` inside a kernel loop or a run-time `if` of a T.macro is not supported: "
-                                "the macro's code after it would be dropped",
-                                hint="assign the value to a variable and return it at the end of the macro")
+            raise self.st.error(
+                "`return` inside a kernel loop or a run-time `if` of a T.macro is not supported: "
+                "the macro's code after it would be dropped",
+                hint="assign the value to a variable and return it at the end of the macro",
+            )
         return value
 
     def ir_then(self):
@@ -554,9 +603,13 @@ class Hooks:
             values = ()
         order = []
         for v in values:
-            match = next((p for p in self.pending_outputs if isinstance(v, Buffer) and p.buffer.same_as(v)), None)
+            match = next(
+                (p for p in self.pending_outputs if isinstance(v, Buffer) and p.buffer.same_as(v)), None
+            )
             if match is None:
-                raise ReturnError(f"a kernel can only return tensors made by T.empty; got {v!r}", **self._where())
+                raise ReturnError(
+                    f"a kernel can only return tensors made by T.empty; got {v!r}", **self._where()
+                )
             order.append(match)
         if any(p in self.declared_outputs for p in order):
             raise ReturnError("a kernel returns its out_idx outputs by itself; return only T.empty tensors",
@@ -610,7 +663,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
             else:
                 values[p.name] = _Placeholder(p.name, pointer=p.kind == POINTER)
         try:
-            for p in signature.params:  # `A: T.Tensor((M, K), dt)` in the signature: as if annotated in the body
+            # `A: T.Tensor((M, K), dt)` in the signature: as if annotated in the body
+            for p in signature.params:
                 if p.kind == TENSOR:
                     values[p.name] = _signature_tensor(hooks, kernel, p)
             for p in signature.outputs:  # out_idx: made like T.empty outputs, under their own names
@@ -618,7 +672,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
             fn(**values)
         except BaseException as err:  # noqa: BLE001 - phase 1 turns any failure into a recorded stop
             if not isinstance(err, Exception):
-                raise  # Ctrl-C, SystemExit: the user's request to stop, never a kernel error or a template stop
+                # Ctrl-C, SystemExit: the user's request to stop, never a kernel error or a template stop
+                raise
             if not symbolic:
                 raise _as_user_error(err, st, kernel) from (err if not isinstance(err, TileNBError) else None)
             reason = err.reason if isinstance(err, _state.StopTemplate) else _short(err)
@@ -643,7 +698,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     result.buffers.update({p.name: p for p in hooks.scratch})
     result.scratch = [p.name for p in hooks.scratch]
     by_name = {p.name: p for p in func.params}
-    for p in hooks.pending_outputs:  # T.empty params were created as out0, out1, ... before their names were known
+    # T.empty params were created as out0, out1, ... before their names were known
+    for p in hooks.pending_outputs:
         by_name.setdefault(p.name, by_name.get(f"out{hooks.pending_outputs.index(p)}"))
     for k, p in enumerate(hooks.scratch):  # and T.alloc_global's as ws0, ws1, ...
         by_name.setdefault(p.name, by_name.get(f"ws{k}"))
@@ -662,7 +718,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     if st.views:  # T.Tensor(shape, dtype, A.data): [view name, tensor parameter name] (absent when none)
         attrs["tile_nb.views"] = [[view.name, next((p.name for p in params if p.same_as(base)), base.name)]
                                   for view, base in st.views]
-    if st.hints:  # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
+    # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
+    if st.hints:
         attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
     span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
@@ -681,9 +738,15 @@ def _check_scratch_names(hooks: Hooks, result: Elaboration) -> None:
     taken = set(result.buffers) | set(result.scalars)
     for p in hooks.scratch:
         if p.name in taken:
-            raise DSLError(f"T.alloc_global is bound to '{p.name}', which already names a parameter or output of "
-                           "the kernel", filename=p.filename, lineno=p.lineno, col=p.col, end_col=p.end_col,
-                           hint="give the scratch tensor a name of its own")
+            raise DSLError(
+                f"T.alloc_global is bound to '{p.name}', which already names a parameter or output of "
+                "the kernel",
+                filename=p.filename,
+                lineno=p.lineno,
+                col=p.col,
+                end_col=p.end_col,
+                hint="give the scratch tensor a name of its own",
+            )
         taken.add(p.name)
 
 
@@ -700,16 +763,21 @@ def _signature_tensor(hooks: Hooks, kernel, param, output: bool = False):
     annotation = param.annotation
     if isinstance(annotation, str):
         fn = kernel.fn
-        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True))
+        cells = dict(
+            zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True)
+        )
         try:
             annotation = eval(annotation, fn.__globals__, cells)  # noqa: S307 - the user's own annotation text
         except Exception as err:  # noqa: BLE001 - any failure is the annotation's; said with its text
             raise AnnotationError(
-                f"the signature annotation of '{param.name}', {param.annotation!r}, is a string (`from __future__ "
+                f"the signature annotation of '{param.name}', {param.annotation!r}, is a string "
+                "(`from __future__ "
                 f"import annotations`) that tile_nb could not evaluate: {type(err).__name__}: {err}",
                 **hooks._where(),
-                hint=f"annotate it in the body instead, `{param.name}: {param.annotation}` after the lines that "
-                     "define its dims (in-body annotations can use T.const dims)") from None
+                hint=f"annotate it in the body instead, `{param.name}: {param.annotation}` after "
+                     "the lines that "
+                "define its dims (in-body annotations can use T.const dims)",
+            ) from None
     if output:
         return hooks.declared_output(param.name, annotation)
     return hooks.annotate(param.name, annotation, _Placeholder(param.name, pointer=False))
@@ -738,8 +806,14 @@ def _as_user_error(err: BaseException, st: _state.State, kernel) -> BaseExceptio
     """Errors from deep inside TVM or the body become a DSLError pointing at the user's statement."""
     if isinstance(err, TileNBError):
         if err.lineno is None:
-            err.filename, err.lineno, err.col, err.end_col = st.filename, st.lineno or None, st.col, st.end_col
-            if isinstance(err, AttributeError) and err.name:  # `T.alloc_fragmnet`: underline that, not the statement
+            err.filename, err.lineno, err.col, err.end_col = (
+                st.filename,
+                st.lineno or None,
+                st.col,
+                st.end_col,
+            )
+            # `T.alloc_fragmnet`: underline that, not the statement
+            if isinstance(err, AttributeError) and err.name:
                 err.col, err.end_col = _attribute_span(st, err.name) or (err.col, err.end_col)
         return err
     lineno = _user_line(err, kernel.source.filename) or st.lineno or None

@@ -13,10 +13,10 @@ Example::
 Debugging mode: an access that the GPU would silently perform out of bounds raises `OutOfBoundsError`, which
 names the buffer, the index, the block and parallel-loop values, and the user's source line (with a caret).
 Global-memory regions of `T.copy` past a tensor's edge are not errors: they are guarded by contract. A read of
-a shared / fragment / local element that the block has not written raises `UninitializedReadError` (the GPU would
-read garbage; `TILE_NB_CHECK_UNINIT=0` turns that check off). `T.breakpoint()` stops in the debugger with the
-kernel's tiles as local variables (docs/debugging.md). `access_map(func, args, block=...)` runs a kernel and says
-which elements of each tensor one block read and wrote.
+a shared / fragment / local element that the block has not written raises `UninitializedReadError` (the GPU
+would read garbage; `TILE_NB_CHECK_UNINIT=0` turns that check off). `T.breakpoint()` stops in the debugger
+with the kernel's tiles as local variables (docs/debugging.md). `access_map(func, args, block=...)` runs a
+kernel and says which elements of each tensor one block read and wrote.
 
 Semantics worth knowing: CTAs run one after another (x fastest); `threadIdx.x` is 0 in block-level code;
 buffers start zeroed (but reading an element before writing it is an error, see above); `local`/`local.var`
@@ -25,16 +25,23 @@ float64, int64 for integer accumulators, which then wrap around to C's width) an
 call; max / min propagate NaN (docs/IR.md's numeric contract); torch runs with one intra-op thread while a
 kernel runs (`run(..., threads=None)` keeps torch's setting).
 
-Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rules), `memory.py` (loads, stores,
-atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parallel loops as strided views),
-`stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile primitives), `runner.py` (arguments and the
-entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `written.py` (which elements each block
-wrote), `warps.py` (warp-specialized blocks: `T.ws` groups as coroutines, mbarriers, `DeadlockError` and
-`OrderingError` checks), `debug.py` and `breakpoint.py` (T.print, T.device_assert, T.breakpoint), `errors.py`.
+Layout: `compiler.py` (rule tables, closures, frame), `exprs.py` (expression rules), `memory.py` (loads,
+stores, atomics, regions, bounds checks), `affine.py` (`var + offset` accesses in parallel loops as strided
+views), `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile primitives), `runner.py`
+(arguments and the entry point), `values.py` (dtypes and arithmetic on numbers and tensors), `written.py`
+(which elements each block wrote), `warps.py` (warp-specialized blocks: `T.ws` groups as coroutines,
+mbarriers, `DeadlockError` and `OrderingError` checks), `debug.py` and `breakpoint.py` (T.print,
+T.device_assert, T.breakpoint), `errors.py`.
 """
 from .access import AccessMap, access_map
-from .errors import (DeadlockError, InterpreterError, OrderingError, OutOfBoundsError, SourceLocation,
-                     UninitializedReadError)
+from .errors import (
+                     DeadlockError,
+                     InterpreterError,
+                     OrderingError,
+                     OutOfBoundsError,
+                     SourceLocation,
+                     UninitializedReadError,
+)
 from .runner import compile_func, run
 
 __all__ = ["AccessMap", "DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError",

@@ -1,9 +1,11 @@
-"""Interpreter rules of `T.print` and `T.device_assert` (language/debug.py gives the IR, docs/debugging.md the text).
+"""Interpreter rules of `T.print` and `T.device_assert` (language/debug.py gives
+the IR, docs/debugging.md the text).
 
-Block-level code runs once per CTA here, so a print runs once per block: the block filter is applied, the thread
-filter only names the thread in the text (every thread of the CTA holds the same block-level values). The text is
-the GPU's, character for character (lower/emit/debug.py builds the same lines with device printf): floats as C's `%g`,
-integers as `%d`. Lines go to Python's `sys.stdout`, so pytest's capsys and the notebook cell see them.
+Block-level code runs once per CTA here, so a print runs once per block: the block filter is applied, the
+thread filter only names the thread in the text (every thread of the CTA holds the same block-level
+values). The text is the GPU's, character for character (lower/emit/debug.py builds the same lines with
+device printf): floats as C's `%g`, integers as `%d`. Lines go to Python's `sys.stdout`, so pytest's
+capsys and the notebook cell see them.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def _ints(args) -> list[int]:
 
 
 def _filtered(comp: Compiler, node):
-    """(label, line, thread or None, block filter) of a print call; refused inside `T.Parallel` (per-thread code:
+    """(label, line, thread or None, block filter) of a print call; refused
+    inside `T.Parallel` (per-thread code:
     the GPU would print from every thread)."""
     label = str(node.args[1].value)
     line, thread, show, *block = _ints(node.args[2:8])
@@ -115,7 +118,8 @@ def _print_tile(comp: Compiler, node):
 
 
 def tile_lines(head: str, label: str, name: str, dtype: str, lo: list[int], tile: torch.Tensor):
-    """The header and the rows of a printed tile (rows split every ROW_CHUNK values), each ending in a newline."""
+    """The header and the rows of a printed tile (rows split every ROW_CHUNK
+    values), each ending in a newline."""
     region = ", ".join(f"{a}:{a + n}" for a, n in zip(lo, tile.shape, strict=True))
     yield f"{head}{label + ': ' if label else ''}{name}[{region}] {dtype}\n"
     width = tile.shape[-1]

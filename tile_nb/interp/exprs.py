@@ -63,16 +63,19 @@ def _cast(comp: Compiler, node):
 
 # ---- arithmetic and logic ----------------------------------------------------------------------------------
 
-# torch's CPU kernels lack most arithmetic, comparisons and shifts for these: their values are computed in int64.
+# torch's CPU kernels lack most arithmetic, comparisons and shifts for these:
+# their values are computed in int64.
 _WIDENED = {"uint16", "uint32", "uint64"}
-# Index arithmetic stays unwrapped (as before): only these integer results of + - * are not wrapped to their width.
+# Index arithmetic stays unwrapped (as before): only these integer results of + -
+# * are not wrapped to their width.
 _INDEX_DTYPES = {"int32", "int64"}
 
 
 def _binary(fn, bitwise: bool = False):
-    """A binary rule. Integer results wrap around to the node's dtype as on the GPU: always for shifts and bitwise
-    ops (bit manipulation: `(x << 28) >> 28` in int32 sign-extends), and for + - * of dtypes other than the index
-    dtypes int32 / int64 (a Python int does not wrap by itself; uint16 `(s << 5 | e) << 10` must)."""
+    """A binary rule. Integer results wrap around to the node's dtype as on the GPU: always for
+    shifts and bitwise ops (bit manipulation: `(x << 28) >> 28` in int32 sign-extends), and for + -
+    * of dtypes other than the index dtypes int32 / int64 (a Python int does not wrap by itself;
+    uint16 `(s << 5 | e) << 10` must)."""
     def rule(comp: Compiler, node):
         a, b = comp.expr(node.a), comp.expr(node.b)
         widen = str(node.a.ty.dtype) in _WIDENED or str(node.b.ty.dtype) in _WIDENED
@@ -101,8 +104,8 @@ def _int64(x):
 
 
 def _wrap(x, tdtype):
-    """An integer value wrapped to `tdtype`: a tensor of that dtype (uint16/32/64 ones stay int64: see _WIDENED), or
-    a Python int in its range."""
+    """An integer value wrapped to `tdtype`: a tensor of that dtype (uint16/32/64 ones stay int64: see
+    _WIDENED), or a Python int in its range."""
     if V.is_tensor(x):
         wrapped = V.wrap_int(x.to(torch.int64), tdtype)
         return wrapped.to(torch.int64) if tdtype in _WIDENED_TORCH else wrapped
@@ -264,7 +267,8 @@ def _if_then_else(comp: Compiler, node):
 
 @call_rule("reinterpret")
 def _reinterpret(comp: Compiler, node):
-    """`T.reinterpret(dtype, x)`: x's bits read as `dtype` (same width; TVM checks it when building the call)."""
+    """`T.reinterpret(dtype, x)`: x's bits read as `dtype` (same width; TVM
+    checks it when building the call)."""
     (arg,) = comp.exprs(node.args)
     source, target = V.torch_dtype(str(node.args[0].ty.dtype)), V.torch_dtype(str(node.ty.dtype))
     if source.itemsize != target.itemsize:

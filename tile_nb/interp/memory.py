@@ -24,7 +24,8 @@ _LOCAL_SCOPES = ("local", "local.var")
 
 
 def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, location, loops=()):
-    """Raise OutOfBoundsError for the first active out-of-range index; returns idx with tensor parts clamped."""
+    """Raise OutOfBoundsError for the first active out-of-range index; returns
+    idx with tensor parts clamped."""
     if len(idx) != t.dim():
         raise InterpreterError(f"buffer '{comp.buffers[slot].name}' of rank {t.dim()} indexed with "
                                f"{len(idx)} indices", location)
@@ -53,7 +54,8 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
 
 
 def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, location, loops=()):
-    """Raise UninitializedReadError when an active iteration reads an element of `m`'s buffer never written."""
+    """Raise UninitializedReadError when an active iteration reads an element
+    of `m`'s buffer never written."""
     got = m[idx]
     if got.dim() == 0:
         if bool(got):
@@ -107,7 +109,7 @@ def _loop_values(f, loops, full, first) -> dict:
     return values
 
 
-# ---- loads and stores ---------------------------------------------------------------------------------------
+# ---- loads and stores --------------------------------------------------------------------------------------
 
 @expr_rule(ir.TensorLoad)
 def _buffer_load(comp: Compiler, node):
@@ -203,8 +205,9 @@ def _buffer_store(comp: Compiler, node):
 
 
 def _int_wrapper(dtype: str):
-    """For an integer buffer, the function a Python int stored into it goes through: block-level integer values are
-    exact Python ints, and the store keeps their low bits as the GPU's integer arithmetic does (docs/IR.md)."""
+    """For an integer buffer, the function a Python int stored into it goes through: block-level
+    integer values are exact Python ints, and the store keeps their low bits as the GPU's integer
+    arithmetic does (docs/IR.md)."""
     tdtype = V.torch_dtype(dtype)
     if tdtype.is_floating_point or tdtype == torch.bool:
         return None
@@ -215,8 +218,8 @@ def _int_wrapper(dtype: str):
 
 def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: tuple = ()):
     """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space;
-    `space` (the loops' whole iteration space) makes an atomic add once per iteration even where neither its index
-    nor its value depends on the loop variables."""
+    `space` (the loops' whole iteration space) makes an atomic add once per iteration even where neither its
+    index nor its value depends on the loop variables."""
     t, value = V.signed_target(t, value)  # uint16/32/64: the same bits through a signed view
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
@@ -255,7 +258,7 @@ def write_back_overlays(f, comp: Compiler):
         t.copy_(overlay[(...,) + (-1,) * (overlay.dim() - t.dim())])
 
 
-# ---- extern calls: atomics ----------------------------------------------------------------------------------
+# ---- extern calls: atomics ---------------------------------------------------------------------------------
 
 def compile_extern(comp: Compiler, node):
     name = str(node.args[0].value)
@@ -302,7 +305,7 @@ def _compile_atomic_add(comp: Compiler, node):
     return atomic_add
 
 
-# ---- tile regions -------------------------------------------------------------------------------------------
+# ---- tile regions ------------------------------------------------------------------------------------------
 
 class Region:
     """A compiled `TensorRegion`: `resolve(f)` gives the tensor, start and extent per dim."""
@@ -318,8 +321,10 @@ class Region:
         self._exts = comp.exprs([r.extent for r in region.region])
         self.location = location
         self.comp = comp
-        # A constant region of a fixed-shape buffer (the shared/fragment side of most tile ops) is resolved once:
-        # its view is a fixed slice, or the whole tensor, and its bounds are checked once per call, not per dim.
+        # A constant region of a fixed-shape buffer (the shared/fragment side of
+        # most tile ops) is resolved once:
+        # its view is a fixed slice, or the whole tensor, and its bounds are
+        # checked once per call, not per dim.
         self._fixed = None
         ints = [r.min for r in region.region] + [r.extent for r in region.region] + list(self.buffer.shape)
         if all(isinstance(x, tirx.IntImm) for x in ints):
@@ -364,13 +369,14 @@ class Region:
         raise OutOfBoundsError(self.name, index, tuple(t.shape), self.location, f.block_ids(), what="region")
 
     def unwritten_possible(self, f) -> bool:
-        """False when no element of the buffer can be unwritten (untracked, or all written): the cheap test."""
+        """False when no element of the buffer can be unwritten (untracked, or
+        all written): the cheap test."""
         w = f.written
         return not self.guarded and w is not None and w[self.slot] is not None and w[self.slot] is not True
 
     def check(self, f, need: torch.Tensor | None = None) -> None:
-        """Raise UninitializedReadError when the region holds elements this block never wrote (only those where
-        `need`, shaped as the region, is true, when given). Global buffers are not tracked."""
+        """Raise UninitializedReadError when the region holds elements this block never wrote (only those
+        where `need`, shaped as the region, is true, when given). Global buffers are not tracked."""
         if not self.unwritten_possible(f):
             return
         m = written.mask_of(f.written, self.slot, f.vals[self.slot])
@@ -431,7 +437,8 @@ class Region:
         return out
 
     def write(self, f, value) -> None:
-        """Store `value` (broadcastable to the extents) into the region; only the in-range part of a global one."""
+        """Store `value` (broadcastable to the extents) into the region; only the
+        in-range part of a global one."""
         if self.guarded and f.access is not None:
             self._record(f, access.WRITE)
         if self._fixed is not None:
@@ -461,7 +468,8 @@ class Region:
 
 
 def clip(shape, starts, exts):
-    """Slices of the in-range part: (in the buffer, in the region), or (None, None) when nothing is in range."""
+    """Slices of the in-range part: (in the buffer, in the region), or (None,
+    None) when nothing is in range."""
     src, dst = [], []
     for s, e, n in zip(starts, exts, shape, strict=True):
         lo, hi = max(s, 0), min(s + e, n)

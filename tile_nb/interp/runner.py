@@ -15,11 +15,10 @@ from tvm import ir, tirx
 from tvm.tirx.buffer import is_buffer_var
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from . import exprs, memory, stmts, tileops, warps  # noqa: F401 - importing registers the rules
-from . import values as V
-from . import written
-from .compiler import Compiler, Frame
 from ..errors import TileNBError
+from . import exprs, memory, stmts, tileops, warps, written  # noqa: F401 - importing registers the rules
+from . import values as V
+from .compiler import Compiler, Frame
 from .errors import InterpreterError
 
 __all__ = ["Program", "compile_func", "run", "run_program"]

@@ -12,11 +12,11 @@ import torch
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from ..language.sync import WS_ATTR
 from . import values as V
 from . import warps, written
 from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
 from .errors import InterpreterError
-from ..language.sync import WS_ATTR
 from .memory import write_back_overlays
 
 __all__: list[str] = []
@@ -69,7 +69,7 @@ def _assert(comp: Compiler, node):
     return check
 
 
-# ---- buffers ------------------------------------------------------------------------------------------------
+# ---- buffers -----------------------------------------------------------------------------------------------
 
 @stmt_rule(tirx.AllocBuffer)
 def _alloc(comp: Compiler, node):
@@ -82,8 +82,8 @@ def _alloc(comp: Compiler, node):
         comp.tracked.append(slot)
 
     def alloc(f):
-        # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held). Reads of elements
-        # not yet written are errors (written.py): a fresh mask per allocation, so per CTA.
+        # Zeros, not garbage: runs are reproducible (the GPU gives whatever the memory held). Reads of
+        # elements not yet written are errors (written.py): a fresh mask per allocation, so per CTA.
         dims = [int(s(f)) for s in shape]
         f.vals[slot] = torch.zeros(dims, dtype=dtype)
         if tracked and f.written is not None:
@@ -108,10 +108,14 @@ def _decl(comp: Compiler, node):
     def decl(f):
         base = f.vals[source]
         if base.dtype != dtype:
-            raise InterpreterError(f"DeclBuffer '{buf.name}' reinterprets {base.dtype} as {dtype}: unsupported")
+            raise InterpreterError(
+                f"DeclBuffer '{buf.name}' reinterprets {base.dtype} as {dtype}: unsupported"
+            )
         n, dims = _numel(shape, f), [int(s(f)) for s in shape]
         if not base.is_contiguous():  # reshape would copy: writes through the view would be lost
-            raise InterpreterError(f"the view '{buf.name}' is over a non-contiguous tensor {tuple(base.shape)}")
+            raise InterpreterError(
+                f"the view '{buf.name}' is over a non-contiguous tensor {tuple(base.shape)}"
+            )
         if n > base.numel():
             raise InterpreterError(f"the view '{buf.name}' {tuple(dims)} has {n} elements, more than the "
                                    f"{base.numel()} of the tensor it views {tuple(base.shape)}")
@@ -128,7 +132,7 @@ def _numel(shape, f) -> int:
     return n
 
 
-# ---- launch: the grid ---------------------------------------------------------------------------------------
+# ---- launch: the grid --------------------------------------------------------------------------------------
 
 @stmt_rule(tirx.AttrStmt)
 def _attr(comp: Compiler, node):
@@ -152,7 +156,8 @@ def _attr(comp: Compiler, node):
                 f.vals[slot] = b
                 f.block[axis] = b
                 w = f.written
-                if w is not None:  # a new CTA has written nothing yet (buffers allocated outside the grid too)
+                # a new CTA has written nothing yet (buffers allocated outside the grid too)
+                if w is not None:
                     for s in tracked:
                         if w[s] is not None:
                             w[s] = False
@@ -188,7 +193,7 @@ def _warp_specialized(comp: Compiler, node):
         comp.warps.ids = saved
 
 
-# ---- loops --------------------------------------------------------------------------------------------------
+# ---- loops -------------------------------------------------------------------------------------------------
 
 @stmt_rule(tirx.For)
 def _for(comp: Compiler, node):
@@ -299,7 +304,7 @@ def _while(comp: Compiler, node):
     return while_
 
 
-# ---- branches -----------------------------------------------------------------------------------------------
+# ---- branches ----------------------------------------------------------------------------------------------
 
 @stmt_rule(tirx.IfThenElse)
 def _if(comp: Compiler, node):
@@ -333,7 +338,7 @@ def _if(comp: Compiler, node):
     return if_
 
 
-# ---- tile primitives ----------------------------------------------------------------------------------------
+# ---- tile primitives ---------------------------------------------------------------------------------------
 
 @stmt_rule(TilePrimitiveCall)
 def _tile_call(comp: Compiler, node):

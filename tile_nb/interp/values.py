@@ -113,8 +113,8 @@ _SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint
 
 
 def signed_target(t: torch.Tensor, value):
-    """(t, value) for a store into `t`: a uint16/32/64 tensor becomes a signed view of the same bits, and the value
-    is wrapped to it (torch's CPU kernels lack index_put, where and copy between those and int64)."""
+    """(t, value) for a store into `t`: a uint16/32/64 tensor becomes a signed view of the same bits, and the
+    value is wrapped to it (torch's CPU kernels lack index_put, where and copy between those and int64)."""
     signed = _SIGNED_TWIN.get(t.dtype)
     if signed is None:
         return t, value

@@ -38,8 +38,10 @@ def _dims(value, what: str) -> tuple:
         value = (value,)
     for dim in value:
         if isinstance(dim, bool) or not (isinstance(dim, int) or is_expr(dim)):
-            raise AnnotationError(f"{what} entries must be ints, T.const or T.dynamic dims (or expressions of "
-                                  f"them); got {dim!r}")
+            raise AnnotationError(
+                f"{what} entries must be ints, T.const or T.dynamic dims (or expressions of "
+                f"them); got {dim!r}"
+            )
     return tuple(value)
 
 
@@ -47,10 +49,13 @@ def _dtype(value) -> DType:
     if isinstance(value, _PtrType):
         raise AnnotationError(
             "a tensor of pointers (T.Tensor(shape, T.ptr), tilelang's pointer tables read with "
-            "T.make_tensor(ptrs[i], shape, dtype) inside the kernel) is not supported yet: tile_nb makes its global "
+            "T.make_tensor(ptrs[i], shape, dtype) inside the kernel) is not supported yet: tile_nb "
+            "makes its global "
             "buffers from parameters, not from addresses loaded at run time",
-            hint="pass the tensors themselves (one kernel call per group), or pack the groups into one tensor with "
-                 "an offsets tensor")
+            hint="pass the tensors themselves (one kernel call per group), or pack the groups into one "
+                 "tensor with "
+            "an offsets tensor",
+        )
     try:
         return as_dtype(value)
     except ValueError as err:
@@ -63,7 +68,9 @@ class _TensorType:
 
     def __getitem__(self, item) -> TensorAnnotation:
         if not isinstance(item, tuple) or len(item) != 2:
-            raise AnnotationError(f"T.Tensor takes [shape, dtype], as in T.Tensor[[M, K], T.float16]; got {item!r}")
+            raise AnnotationError(
+                f"T.Tensor takes [shape, dtype], as in T.Tensor[[M, K], T.float16]; got {item!r}"
+            )
         return TensorAnnotation(_dims(item[0], "T.Tensor shape"), _dtype(item[1]))
 
     def __call__(self, shape, dtype="float32", data=None, strides=None, scope=None) -> TensorAnnotation:
@@ -94,7 +101,9 @@ class _StridedTensorType:
     def __call__(self, shape, strides, dtype="float32", scope=None) -> TensorAnnotation:
         """tilelang's call form `T.StridedTensor((M, K), (sM, 1), T.float16)`."""
         if scope not in (None, "global"):
-            raise AnnotationError(f"T.StridedTensor(..., scope={scope!r}): kernel parameters are global tensors")
+            raise AnnotationError(
+                f"T.StridedTensor(..., scope={scope!r}): kernel parameters are global tensors"
+            )
         shape = _dims(shape, "T.StridedTensor shape")
         strides = _dims(strides, "T.StridedTensor strides")
         if len(shape) != len(strides):
@@ -126,7 +135,9 @@ def _names(spec: str) -> list[str]:
     names = [n.strip() for n in spec.replace(",", " ").split()]
     bad = [n for n in names if not n.isidentifier()]
     if not names or bad:
-        raise AnnotationError(f"expected identifiers separated by commas, as in T.const('M, N, K'); got {spec!r}")
+        raise AnnotationError(
+            f"expected identifiers separated by commas, as in T.const('M, N, K'); got {spec!r}"
+        )
     return names
 
 

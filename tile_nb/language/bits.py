@@ -1,8 +1,9 @@
 """Bit manipulation on scalar expressions (tilelang's names): `T.reinterpret`, shifts and bitwise operations.
 
 The operators `<<`, `>>`, `&`, `|`, `^`, `~` work on expressions too; these functions are the named forms that
-tilelang's dequantization kernels use. Integer results wrap around to their dtype's width, as on the GPU (docs/IR.md).
-A right shift of a signed value is arithmetic (it copies the sign bit), of an unsigned one logical, as in C.
+tilelang's dequantization kernels use. Integer results wrap around to their dtype's width, as on
+the GPU (docs/IR.md). A right shift of a signed value is arithmetic (it copies the sign bit), of
+an unsigned one logical, as in C.
 """
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from . import state as _state
 from .dtypes import as_dtype
 from .irutil import dtype_of
 
-__all__ = ["reinterpret", "shift_left", "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"]
+__all__ = [
+    "reinterpret",
+    "shift_left",
+    "shift_right",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+]
 
 _BITS = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 32, "uint32": 32,
          "float16": 16, "bfloat16": 16, "int16": 16, "uint16": 16,
@@ -25,25 +34,30 @@ def reinterpret(dtype, value):
     st = _state.active("T.reinterpret")
     target = str(as_dtype(dtype))
     if isinstance(value, (bool, int, float)):
-        raise st.error(f"T.reinterpret(dtype, value): value must be an expression with a dtype (a buffer element, "
-                       f"or tirx.const(v, dtype)); got the Python {type(value).__name__} {value!r}",
-                       hint="write T.reinterpret(T.float16, T.cast(v, T.uint16)) to say which bits you mean")
+        raise st.error(
+            f"T.reinterpret(dtype, value): value must be an expression with a dtype (a buffer element, "
+            f"or tirx.const(v, dtype)); got the Python {type(value).__name__} {value!r}",
+            hint="write T.reinterpret(T.float16, T.cast(v, T.uint16)) to say which bits you mean",
+        )
     source = dtype_of(value)
     if _BITS.get(source) != _BITS.get(target) or target not in _BITS:
-        raise st.error(f"T.reinterpret(dtype, value): dtype and value must have the same width; got {target} "
-                       f"({_BITS.get(target, '?')} bits) and a {source} value ({_BITS.get(source, '?')} bits)")
+        raise st.error(
+            f"T.reinterpret(dtype, value): dtype and value must have the same width; got {target} "
+            f"({_BITS.get(target, '?')} bits) and a {source} value ({_BITS.get(source, '?')} bits)"
+        )
     return tirx.reinterpret(target, value)
 
 
 def _integer_op(name: str, fn, *operands):
-    """`fn` of the operands after checking they are integers (folded in Python when all are Python ints). A Python
-    int beside an expression takes the expression's dtype, as with the operators (`1 << x` of a uint8 `x` is uint8)."""
+    """`fn` of the operands after checking they are integers (folded in Python when all are Python
+    ints). A Python int beside an expression takes the expression's dtype, as with the operators
+    (`1 << x` of a uint8 `x` is uint8)."""
     if all(isinstance(v, int) for v in operands):
         return fn(*operands)
     from tvm import tirx
 
     st = _state.active(f"T.{name}")
-    for side, v in zip("ab", operands):
+    for side, v in zip("ab", operands, strict=True):
         if not isinstance(v, int) and not dtype_of(v).startswith(("int", "uint")):
             raise st.error(f"T.{name}: {side} must be an integer; got a {dtype_of(v)} value")
     return getattr(tirx, name)(*operands)

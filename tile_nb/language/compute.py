@@ -286,7 +286,8 @@ def _atomic_add_tile(st, dst, value) -> None:
                 cond = tirx.And(cond, g)
             stmt = tirx.IfThenElse(cond, stmt, None)
         T.add_to_parent(stmt)
-    # (no record_tile_op: that list pairs lines with T.tile.* calls in order; this is a loop of calls with spans)
+    # (no record_tile_op: that list pairs lines with T.tile.* calls in order;
+    # this is a loop of calls with spans)
 
 
 def if_then_else(cond, then_value, else_value):

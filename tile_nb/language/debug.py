@@ -1,14 +1,14 @@
 """Debugging in a kernel: `T.print` and `T.device_assert` (docs/debugging.md).
 
-Both build one `T.evaluate(T.call_extern("int32", ...))` statement that the interpreter (`interp/debug.py`) and the
-lowering (`lower/emit/debug.py`) give the same meaning:
+Both build one `T.evaluate(T.call_extern("int32", ...))` statement that the interpreter (`interp/debug.py`)
+and the lowering (`lower/emit/debug.py`) give the same meaning:
 
 - `tile_nb_print(label, line, thread, show_thread, block_x, block_y, block_z, value)`: one line of text;
 - `tile_nb_print_tile(label, line, thread, show_thread, block_x, block_y, block_z, address_of(buf[start]),
   extent_0, ...)`: a header line, then one line per row of the tile (rows wider than `ROW_CHUNK` are split);
 - `tile_nb_assert(cond, message, line)`: stop the kernel, naming the line, when `cond` is false;
-- `tile_nb_breakpoint(line, block_x, block_y, block_z)`: the interpreter stops there (in the debugger) for that
-  block; the GPU lowering refuses it.
+- `tile_nb_breakpoint(line, block_x, block_y, block_z)`: the interpreter stops there (in the debugger) for
+  that block; the GPU lowering refuses it.
 
 `block_*` is -1 for "every block"; `thread` is the thread (threadIdx.x) that prints on the GPU.
 """
@@ -45,8 +45,8 @@ def _thread_filter(st, thread, warp_group_id, warp_id):
 
 
 def _block_filter(st, block, op: str = "T.print", none: str = "every block"):
-    """(x, y, z) block ids, -1 for any: None prints in every block; an int or a tuple names one block (dims left
-    out are 0)."""
+    """(x, y, z) block ids, -1 for any: None prints in every block; an int or a tuple names one block (dims
+    left out are 0)."""
     if block is None:
         return (-1, -1, -1)
     ids = (block,) if isinstance(block, int) else tuple(block) if isinstance(block, (tuple, list)) else None
@@ -60,13 +60,13 @@ def _block_filter(st, block, op: str = "T.print", none: str = "every block"):
 def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=None, warp_id=None):  # noqa: A001
     """`T.print(x, msg="x")`: print a value from inside a kernel; it names the line and the block.
 
-    `value`: a scalar expression (`bx * 4`), one element (`A_shared[i, 0]`), a whole tile (`A_shared`, a fragment,
-    a global region `A[0:4, 0:8]`; a fragment is first copied to a shared tile `<name>_print`), or nothing (only
-    `msg`). Block-level code: call it outside `T.Parallel`.
+    `value`: a scalar expression (`bx * 4`), one element (`A_shared[i, 0]`), a whole tile (`A_shared`, a
+    fragment, a global region `A[0:4, 0:8]`; a fragment is first copied to a shared tile `<name>_print`), or
+    nothing (only `msg`). Block-level code: call it outside `T.Parallel`.
     By default every block prints once, from thread 0; `block=(0, 1)` prints from that block only, `thread=t`
-    (or tilelang's `warp_group_id=` / `warp_id=`) from thread t. On the interpreter the lines come in execution
-    order; on the GPU through device printf (the notebook cell shows them after the launch), in any order
-    between blocks.
+    (or tilelang's `warp_group_id=` / `warp_id=`) from thread t. On the interpreter the lines come in
+    execution order; on the GPU through device printf (the notebook cell shows them after the launch), in any
+    order between blocks.
 
     >>> T.print(acc[0], msg="acc", block=(0, 0))        # doctest: +SKIP
     [line 9, block (0, 0)] acc = 3.5
@@ -105,9 +105,9 @@ def print(value=None, msg: str = "", block=None, thread=None, *, warp_group_id=N
 
 
 def _staged(st, region):
-    """A fragment's elements live in many threads' registers, and one thread prints: the fragment (region) is first
-    copied into a shared tile named `<fragment>_print`, on both sides (so the interpreter's text is the GPU's).
-    That tile counts against the block's shared memory like any other."""
+    """A fragment's elements live in many threads' registers, and one thread prints: the fragment (region) is
+    first copied into a shared tile named `<fragment>_print`, on both sides (so the interpreter's text is the
+    GPU's). That tile counts against the block's shared memory like any other."""
     from tvm.script.ir_builder import IRBuilder
 
     from . import memory
@@ -123,8 +123,8 @@ def device_assert(cond, msg: str = "", no_stack_info: bool = False):
     """`T.device_assert(x >= 0, "x must be >= 0")`: stop the kernel with an error naming this line when `cond`
     is false, in any block or thread (and inside `T.Parallel`, for any element).
 
-    On the interpreter it raises `DeviceAssertError` at this line with the block, the loop indices and the values
-    read by `cond`. On the GPU a failing assert traps (CUDA's device-side assert): the launch raises
+    On the interpreter it raises `DeviceAssertError` at this line with the block, the loop indices and the
+    values read by `cond`. On the GPU a failing assert traps (CUDA's device-side assert): the launch raises
     `DeviceAssertError` naming the kernel and this line, and the process's CUDA context is unusable afterwards
     (restart the Jupyter kernel). A compile-time `cond` (a Python bool) is checked now, at elaboration.
     `no_stack_info` (tilelang's keyword) is accepted; the message always names the line.
@@ -159,10 +159,10 @@ def breakpoint(block=0):  # noqa: A001 - the DSL's name
     first block by default; a tuple such as `(1, 0)` names another, dims left out are 0; `None` stops in every
     block), with the kernel's tiles and scalars as local variables of the frame, named as in the kernel.
 
-    It calls Python's `breakpoint()`, so `PYTHONBREAKPOINT=0` turns it off and `sys.breakpointhook` decides what
-    happens (pdb by default; Jupyter's debugger when it is on). Call it in block-level code (outside
-    `T.Parallel`). The GPU lowering refuses a kernel that contains it (a `LoweringError` at this line): it is an
-    interpreter-only aid, so remove it before running on the GPU.
+    It calls Python's `breakpoint()`, so `PYTHONBREAKPOINT=0` turns it off and `sys.breakpointhook` decides
+    what happens (pdb by default; Jupyter's debugger when it is on). Call it in block-level code (outside
+    `T.Parallel`). The GPU lowering refuses a kernel that contains it (a `LoweringError` at this line): it is
+    an interpreter-only aid, so remove it before running on the GPU.
     """
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T

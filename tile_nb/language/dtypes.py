@@ -6,7 +6,17 @@ name, and can be passed wherever TVM wants a dtype string. Calling it builds a t
 """
 from __future__ import annotations
 
-__all__ = ["DType", "TF32", "NamedOnlyDType", "NAMED_ONLY", "dtype", "as_dtype", "torch_dtype", "ALL_DTYPES", "tfloat32"]
+__all__ = [
+    "DType",
+    "TF32",
+    "NamedOnlyDType",
+    "NAMED_ONLY",
+    "dtype",
+    "as_dtype",
+    "torch_dtype",
+    "ALL_DTYPES",
+    "tfloat32",
+]
 
 
 class DType(str):
@@ -61,9 +71,9 @@ tfloat32 = TF32()
 
 
 class NamedOnlyDType(DType):
-    """A sub-byte dtype tilelang names (`T.int4`, `T.float4_e2m1fn`): it can be compared, printed and used as a
-    dict key (tilelang's dequantization helpers pick their intrinsics by it), but tile_nb has no buffers or values
-    of it yet: `as_dtype` (every allocation, annotation and cast) refuses it, naming it."""
+    """A sub-byte dtype tilelang names (`T.int4`, `T.float4_e2m1fn`): it can be compared, printed and used as
+    a dict key (tilelang's dequantization helpers pick their intrinsics by it), but tile_nb has no buffers or
+    values of it yet: `as_dtype` (every allocation, annotation and cast) refuses it, naming it."""
 
     __slots__ = ()
 
@@ -91,8 +101,16 @@ _NAMES = [
 ALL_DTYPES: dict[str, DType] = {name: DType(name) for name in _NAMES}
 
 # Aliases users write, mapped to TVM's names.
-_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "int": "int32", "uint": "uint32", "bf16": "bfloat16",
-            "fp16": "float16", "fp32": "float32"}
+_ALIASES = {
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "int": "int32",
+    "uint": "uint32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+}
 
 
 def as_dtype(value) -> DType:
@@ -101,9 +119,11 @@ def as_dtype(value) -> DType:
         return value
     name = value if isinstance(value, str) else str(value)
     if name in NAMED_ONLY:
-        raise ValueError(f"tile_nb has no {name} buffers or values yet (a sub-byte dtype: it can be named and "
-                         f"compared, not stored or computed); keep the packed values in uint8 / int8 and unpack "
-                         f"them with T.shift_right / T.bitwise_and")
+        raise ValueError(
+            f"tile_nb has no {name} buffers or values yet (a sub-byte dtype: it can be named and "
+            f"compared, not stored or computed); keep the packed values in uint8 / int8 and unpack "
+            f"them with T.shift_right / T.bitwise_and"
+        )
     if name.startswith("torch."):  # a torch dtype or its name
         name = name[len("torch."):]
     elif not isinstance(value, str):

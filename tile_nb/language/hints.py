@@ -1,14 +1,14 @@
-"""Scheduling hints of tilelang that cannot change a kernel's results: accepted, and recorded so the kernel's plan
-shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at line <n>").
+"""Scheduling hints of tilelang that cannot change a kernel's results: accepted, and recorded so the kernel's
+plan shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at line <n>").
 
-- `T.use_swizzle(panel_size, order="row", enable=True)`: tilelang's block rasterization (the order in which CTAs
-  walk the output, for L2 reuse). tile_nb's lowering does not rasterize yet; every block still computes the same
-  tile, so results are unchanged.
-- `T.GemmWarpPolicy` (`Square`, `FullRow`, `FullCol`), given as `T.gemm(..., policy=...)`: how tilelang splits a
-  GEMM tile among warps. tile_nb chooses its own warp layout; the product is the same.
-- `T.disable_warp_group_reg_alloc()` (tilelang's alias `T.no_set_max_nreg()`): do not move registers between warp
-  groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/analysis/tma.py); registers never
-  change a value.
+- `T.use_swizzle(panel_size, order="row", enable=True)`: tilelang's block rasterization (the order in which
+  CTAs walk the output, for L2 reuse). tile_nb's lowering does not rasterize yet; every block still computes
+  the same tile, so results are unchanged.
+- `T.GemmWarpPolicy` (`Square`, `FullRow`, `FullCol`), given as `T.gemm(..., policy=...)`: how tilelang splits
+  a GEMM tile among warps. tile_nb chooses its own warp layout; the product is the same.
+- `T.disable_warp_group_reg_alloc()` (tilelang's alias `T.no_set_max_nreg()`): do not move registers between
+  warp groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/analysis/tma.py); registers
+  never change a value.
 """
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True) -> Non
 
 
 def disable_warp_group_reg_alloc() -> None:
-    """`T.disable_warp_group_reg_alloc()` (inside a kernel): tilelang's request not to rebalance registers between
-    warp groups (`setmaxnreg`). Recorded, not applied: tile_nb's lowering decides where registers go, and that
-    changes speed only."""
+    """`T.disable_warp_group_reg_alloc()` (inside a kernel): tilelang's request not to rebalance registers
+    between warp groups (`setmaxnreg`). Recorded, not applied: tile_nb's lowering decides where registers go,
+    and that changes speed only."""
     st = _state.active("T.disable_warp_group_reg_alloc")
     if not st.kernel_open:
         raise st.error("T.disable_warp_group_reg_alloc() must be called inside `with T.Kernel(...)`")

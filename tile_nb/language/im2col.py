@@ -1,12 +1,13 @@
 """`T.im2col`: one tile of the im2col matrix of an NHWC image, for a convolution written as a GEMM.
 
-The im2col matrix of `img` [N, H, W, C] for a square `kernel` (stride, dilation, padding) has a row per output pixel,
-m = (n * OH + oh) * OW + ow, and a column per filter tap and channel, k = (kh * kernel + kw) * C + c (the order of a
-[KH, KW, C, F] weight tensor flattened to [KH * KW * C, F]). Element (m, k) is img[n, oh * stride + kh * dilation -
-pad, ow * stride + kw * dilation - pad, c], and 0 where that pixel lies in the padding. `T.im2col(img, col, mi, ki,
-kernel, stride, dilation, pad)` fills the [block_M, block_K] tile `col` with the block (mi, ki) of that matrix (rows
-and columns past its edge are 0). It is a `T.Parallel` loop of guarded loads, so it runs wherever such a loop does
-(interpreter, sm_80, sm_90a); tilelang's TMA im2col form is not used.
+The im2col matrix of `img` [N, H, W, C] for a square `kernel` (stride, dilation, padding) has a row per
+output pixel, m = (n * OH + oh) * OW + ow, and a column per filter tap and channel, k = (kh * kernel + kw)
+* C + c (the order of a [KH, KW, C, F] weight tensor flattened to [KH * KW * C, F]). Element (m, k) is
+img[n, oh * stride + kh * dilation - pad, ow * stride + kw * dilation - pad, c], and 0 where that pixel
+lies in the padding. `T.im2col(img, col, mi, ki, kernel, stride, dilation, pad)` fills the [block_M,
+block_K] tile `col` with the block (mi, ki) of that matrix (rows and columns past its edge are 0). It is a
+`T.Parallel` loop of guarded loads, so it runs wherever such a loop does (interpreter, sm_80, sm_90a);
+tilelang's TMA im2col form is not used.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def _int(name: str, value, st) -> int:
 
 
 def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
-    """Fill the tile `col` [block_M, block_K] with block (nhw_step, c_step) of the im2col matrix of the NHWC image
-    `img` for a `kernel` x `kernel` filter (module docstring). `eviction_policy` is a cache hint, recorded."""
+    """Fill the tile `col` [block_M, block_K] with block (nhw_step, c_step) of the im2col matrix
+    of the NHWC image `img` for a `kernel` x `kernel` filter (module docstring).
+    `eviction_policy` is a cache hint, recorded."""
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
@@ -35,8 +37,10 @@ def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_p
     kernel, stride, dilation, pad = (_int(n, v, st) for n, v in (("kernel", kernel), ("stride", stride),
                                                                    ("dilation", dilation), ("pad", pad)))
     if kernel < 1 or stride < 1 or dilation < 1 or pad < 0:
-        raise st.error(f"T.im2col: kernel, stride and dilation must be >= 1 and pad >= 0; got kernel={kernel}, "
-                       f"stride={stride}, dilation={dilation}, pad={pad}")
+        raise st.error(
+            f"T.im2col: kernel, stride and dilation must be >= 1 and pad >= 0; got kernel={kernel}, "
+            f"stride={stride}, dilation={dilation}, pad={pad}"
+        )
     if annotations:
         raise st.error("T.im2col(annotations=...) is not supported")
     if eviction_policy is not None:
@@ -58,6 +62,8 @@ def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_p
         w = m % out_w * stride + k // c_dim % kernel * dilation - pad
         inside = tirx.all(m < n_dim * out_h * out_w, k < kernel * kernel * c_dim, h >= 0, h < h_dim, w >= 0,
                           w < w_dim)
-        value = tirx.if_then_else(inside, img[m // (out_h * out_w), h, w, k % c_dim], as_expr(0, str(col.dtype)))
+        value = tirx.if_then_else(
+            inside, img[m // (out_h * out_w), h, w, k % c_dim], as_expr(0, str(col.dtype))
+        )
         T.add_to_parent(tirx.BufferStore(col, value, [i, j], st.span()))
     # (no record_tile_op: that list pairs lines with T.tile.* calls, and this is a loop of stores with spans)

@@ -99,8 +99,10 @@ def get_block_binding(dim: int = 0):
     if not st.kernel_open:
         raise st.error("T.get_block_binding must be called inside `with T.Kernel(...)`")
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(st.block_vars):
-        raise st.error(f"T.get_block_binding(dim): dim must be an int from 0 to {len(st.block_vars) - 1} (the kernel's "
-                       f"grid has {len(st.block_vars)} dim{'s' if len(st.block_vars) != 1 else ''}); got {dim!r}")
+        raise st.error(
+            f"T.get_block_binding(dim): dim must be an int from 0 to {len(st.block_vars) - 1} (the kernel's "
+            f"grid has {len(st.block_vars)} dim{'s' if len(st.block_vars) != 1 else ''}); got {dim!r}"
+        )
     return st.block_vars[dim]
 
 

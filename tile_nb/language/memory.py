@@ -282,10 +282,10 @@ def make_tensor(pointer, shape, dtype):
 
 
 def tensor_view(shape, dtype, data, strides=None, scope=None):
-    """tilelang's `T.Tensor(shape, dtype, A.data)` inside a kernel: a row-major view over the memory of the global
-    tensor `A` (a parameter, output or `T.alloc_global`), as a reshape: the same dtype, no more elements than `A`.
-    Reads and writes through it are reads and writes of `A` (`out_flat = T.Tensor((N * OH * OW, F), dt,
-    out.data)` flattens an NHWC output to a matrix)."""
+    """tilelang's `T.Tensor(shape, dtype, A.data)` inside a kernel: a row-major view over the memory of the
+    global tensor `A` (a parameter, output or `T.alloc_global`), as a reshape: the same dtype, no more
+    elements than `A`. Reads and writes through it are reads and writes of `A` (`out_flat = T.Tensor((N * OH *
+    OW, F), dt, out.data)` flattens an NHWC output to a matrix)."""
     from tvm.script.ir_builder import tirx as T
 
     st = _state.active("T.Tensor(shape, dtype, data)")
@@ -293,18 +293,22 @@ def tensor_view(shape, dtype, data, strides=None, scope=None):
         raise st.error("T.Tensor(shape, dtype, data) (a view over a tensor's memory) must be made inside "
                        "`with T.Kernel(...)`")
     if strides is not None or scope not in (None, "global"):
-        raise st.error("T.Tensor(shape, dtype, data): a view is row-major over global memory; strides= and scope= "
-                       f"are not supported with data= (got strides={strides!r}, scope={scope!r})")
+        raise st.error(
+            "T.Tensor(shape, dtype, data): a view is row-major over global memory; strides= and scope= "
+            f"are not supported with data= (got strides={strides!r}, scope={scope!r})"
+        )
     base = _view_base(st, data)
     try:
         dt = as_dtype(dtype)
     except ValueError as err:
         raise st.error(f"T.Tensor(shape, dtype, data) dtype: {err}") from None
     if str(dt) != str(base.dtype):
-        raise st.error(f"T.Tensor(shape, dtype, data): a view keeps the tensor's dtype; '{base.name}' holds "
-                       f"{base.dtype}, the view asks for {dt}",
-                       hint="reinterpreting a tensor's bytes as another dtype is not supported; use T.reinterpret on "
-                            "the values")
+        raise st.error(
+            f"T.Tensor(shape, dtype, data): a view keeps the tensor's dtype; '{base.name}' holds "
+            f"{base.dtype}, the view asks for {dt}",
+            hint="reinterpreting a tensor's bytes as another dtype is not supported; use T.reinterpret on "
+            "the values",
+        )
     shape = _shape(shape)
     _check_view_size(st, base, shape)
     view = T.decl_buffer(shape, str(dt), data=base.data)
@@ -313,20 +317,26 @@ def tensor_view(shape, dtype, data, strides=None, scope=None):
 
 
 def _view_base(st, data):
-    """The global buffer whose `.data` a view names (`A.data` is TVM's `buffer_data(A)`; `A` itself is accepted)."""
+    """The global buffer whose `.data` a view names (`A.data` is TVM's
+    `buffer_data(A)`; `A` itself is accepted)."""
     if is_buffer(data):
         base = data
     elif getattr(getattr(data, "op", None), "name", None) == "tirx.buffer_data":
         base = data.args[0]
     else:
-        raise st.error(f"T.Tensor(shape, dtype, data): data must be a global tensor's `.data` (a parameter, an "
-                       f"output or a T.alloc_global); got {data!r}")
+        raise st.error(
+            f"T.Tensor(shape, dtype, data): data must be a global tensor's `.data` (a parameter, an "
+            f"output or a T.alloc_global); got {data!r}"
+        )
     if str(base.scope()) != "global":
         raise st.error(f"T.Tensor(shape, dtype, data): a view is over a global tensor; '{base.name}' is in "
                        f"{base.scope()} memory")
     if list(base.strides):
-        raise st.error(f"T.Tensor(shape, dtype, data): a view reshapes a contiguous tensor; '{base.name}' is a "
-                       f"T.StridedTensor", hint="index the strided tensor itself")
+        raise st.error(
+            f"T.Tensor(shape, dtype, data): a view reshapes a contiguous tensor; '{base.name}' is a "
+            f"T.StridedTensor",
+            hint="index the strided tensor itself",
+        )
     return base
 
 
@@ -343,5 +353,7 @@ def _check_view_size(st, base, shape) -> None:
     except (TypeError, ValueError):
         return  # symbolic: the interpreter's bounds checks still apply to every access
     if want > have:
-        raise st.error(f"T.Tensor(shape, dtype, data): the view {tuple(shape)} has {want} elements, more than "
-                       f"'{base.name}' {tuple(int(d) for d in base.shape)} holds ({have})")
+        raise st.error(
+            f"T.Tensor(shape, dtype, data): the view {tuple(shape)} has {want} elements, more than "
+            f"'{base.name}' {tuple(int(d) for d in base.shape)} holds ({have})"
+        )

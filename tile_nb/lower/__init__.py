@@ -1,4 +1,5 @@
-"""tile_nb.lower: phase-2 tile IR -> thread-level TIRx for `tvm.compile(mod, target=..., tir_pipeline="tirx")`.
+"""tile_nb.lower: phase-2 tile IR -> thread-level TIRx for
+`tvm.compile(mod, target=..., tir_pipeline="tirx")`.
 
     mod = tile_nb.lower.lower(func, tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
     with target:
@@ -21,32 +22,32 @@ follows it. The package, bottom up (tests/test_layers.py holds each part to impo
   mbarrier.py, threads.py and uniform.py.
 Fragments live in registers with inferred layouts (fragments.py, infer.py) unless the plan says why not;
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits (16-bit and 8-bit inputs; a register fragment as A is
-read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared memory instead), mma.sync m16n8k16
-otherwise (two m16n8k8 per step on sm_75, whose copies are plain loads and stores: no cp.async); float32 / float64
-operands run as FMAs on the CUDA cores (fma_gemm.py) and `T.tfloat32` ones as mma.sync m16n8k8 .tf32
-(tf32_gemm.py), both in mma.sync's accumulator layout. What each target
+read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared memory instead), mma.sync
+m16n8k16 otherwise (two m16n8k8 per step on sm_75, whose copies are plain loads and stores: no cp.async);
+float32 / float64 operands run as FMAs on the CUDA cores (fma_gemm.py) and `T.tfloat32` ones as mma.sync
+m16n8k8 .tf32 (tf32_gemm.py), both in mma.sync's accumulator layout. What each target
 architecture has is `arch.ArchCaps`; what it lacks is refused at the user's line (arch_rules.py,
 docs/architectures.md). Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; by default wherever legal
-except loops with several T.gemm over one consumer warpgroup (128 threads)) with `tile_nb.producer_warp` (0: the
-first consumer thread issues the loads, no extra warp; 1: always a producer warp; by default none only for
+except loops with several T.gemm over one consumer warpgroup (128 threads)) with `tile_nb.producer_warp` (0:
+the first consumer thread issues the loads, no extra warp; 1: always a producer warp; by default none only for
 256-thread loops with several T.gemm whose two CTAs fit an SM, FlashAttention at head dim 64),
 `tile_nb.wgmma_pingpong` (1: consumer warpgroups of a TMA loop with several T.gemm
-take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm, such as
-FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's register work;
-on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA kernel's grid larger than the GPU,
-persistent.py; on by default, 0 turns it off) with `tile_nb.sm_count` (the SMs to fill; runtime.compile sets it
-from the GPU), `tile_nb.tma_store` (0: the epilogue of a TMA kernel stores its accumulator from registers instead
-of through shared memory and TMA stores, epilogue.py; on by default) with `tile_nb.producer_stores` (0: in a
-persistent kernel the consumers issue those stores instead of the producer warp), `tile_nb.stream_k` (0: a
-persistent GEMM runs the tiles of its last, partial wave whole instead of sharing their k-tiles among all CTAs,
-stream_k.py; on by default where legal), `tile_nb.cluster` (2: a persistent TMA
-kernel runs in clusters of two CTAs sharing one operand by TMA multicast, cluster.py; off by default). These are the
-fields of `LoweringOptions` (options.py: each documented, with its environment variable in `ENV_SWITCHES`),
-resolved once per compilation (function attribute > the kernel's options > `tile_nb.set_options` > environment >
-default) and part of every compile-cache key.
+take turns at the tensor cores; off by default), `tile_nb.softmax_overlap` (0: a TMA loop with two T.gemm,
+such as FlashAttention's, runs in order instead of overlapping the second T.gemm with the next iteration's
+register work; on by default), `tile_nb.persistent` (one CTA per SM walks the tiles of a TMA kernel's grid
+larger than the GPU, persistent.py; on by default, 0 turns it off) with `tile_nb.sm_count` (the SMs to fill;
+runtime.compile sets it from the GPU), `tile_nb.tma_store` (0: the epilogue of a TMA kernel stores its
+accumulator from registers instead of through shared memory and TMA stores, epilogue.py; on by default) with
+`tile_nb.producer_stores` (0: in a persistent kernel the consumers issue those stores instead of the producer
+warp), `tile_nb.stream_k` (0: a persistent GEMM runs the tiles of its last, partial wave whole instead of
+sharing their k-tiles among all CTAs, stream_k.py; on by default where legal), `tile_nb.cluster` (2: a
+persistent TMA kernel runs in clusters of two CTAs sharing one operand by TMA multicast, cluster.py; off by
+default). These are the fields of `LoweringOptions` (options.py: each documented, with its environment
+variable in `ENV_SWITCHES`), resolved once per compilation (function attribute > the kernel's options >
+`tile_nb.set_options` > environment > default) and part of every compile-cache key.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ from .options import ENV_SWITCHES, LoweringOptionError, LoweringOptions, resolve
 __all__ = ["ENV_SWITCHES", "LINE_ATTRS", "TILE_OPS", "KernelPlan", "LoweringError", "LoweringOptionError",
            "LoweringOptions", "lower", "lower_with_plan", "resolve"]
 
-# The rest loads TVM: imported on first use, so that `tile_nb.lower.options` (the JIT's cache keys) stays light.
+# The rest loads TVM: imported on first use, so that `tile_nb.lower.options`
+# (the JIT's cache keys) stays light.
 _LAZY = {"LINE_ATTRS": ".diagnostics", "TILE_OPS": ".emit.rules", "LoweringError": ".errors",
          "lower_with_plan": ".lowering", "KernelPlan": ".analysis.plan"}
 
@@ -82,6 +84,7 @@ def lower(func, target=None, options: LoweringOptions | None = None):
     from .lowering import lower_with_plan
 
     name = str((func.attrs or {}).get("global_symbol", "main"))
-    lowered, _ = lower_with_plan(func, target, source_marks=False, options=options)  # marks: see runtime.compile
+    # marks: see runtime.compile
+    lowered, _ = lower_with_plan(func, target, source_marks=False, options=options)
     lowered = lowered.with_attr("global_symbol", name)
     return tvm.IRModule({name: lowered})

@@ -3,7 +3,8 @@
 The tile IR carries its source lines three ways (docs/IR.md): `BufferStore`s have spans, tile-op calls have no
 span but their lines are listed in program order in the function attribute `tile_nb.tile_op_lines`, and
 allocations are listed as `[name, line]` in `tile_nb.alloc_lines`; the function's own span names the file.
-These attributes are left out of compile-cache keys (runtime/compile.py), so moving a kernel does not rebuild it.
+These attributes are left out of compile-cache keys (runtime/compile.py), so
+moving a kernel does not rebuild it.
 """
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ class SourceLines:
     def __init__(self, func: tirx.PrimFunc):
         attrs = func.attrs or {}
         span = getattr(func, "span", None)
-        self.filename = str(span.source_name.name) if span is not None and span.source_name is not None else None
+        self.filename = (
+            str(span.source_name.name) if span is not None and span.source_name is not None else None
+        )
         lines = [int(x) for x in attrs.get("tile_nb.tile_op_lines", [])]
         calls = tile_calls(func.body)
-        self._calls = dict(zip(calls, lines)) if len(lines) == len(calls) else {}
+        self._calls = dict(zip(calls, lines, strict=True)) if len(lines) == len(calls) else {}
         self._allocs = {str(name): int(line) for name, line in attrs.get("tile_nb.alloc_lines", [])}
 
     def line_of(self, stmt) -> int | None:

@@ -13,13 +13,43 @@ from tvm.ir import prim
 
 from .errors import LoweringError
 
-__all__ = ["conjunction", "const_int", "fit_int32", "is_const_int", "reaches_int32_limit", "rewrite", "walk_loads",
-           "widen_index"]
+__all__ = [
+    "conjunction",
+    "const_int",
+    "fit_int32",
+    "is_const_int",
+    "reaches_int32_limit",
+    "rewrite",
+    "walk_loads",
+    "widen_index",
+]
 
 _BINARY = tuple(
     getattr(prim.expr, name)
-    for name in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE",
-                 "LT", "LE", "GT", "GE", "And", "Or", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LShift", "RShift")
+    for name in (
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Mod",
+        "FloorDiv",
+        "FloorMod",
+        "Min",
+        "Max",
+        "EQ",
+        "NE",
+        "LT",
+        "LE",
+        "GT",
+        "GE",
+        "And",
+        "Or",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "LShift",
+        "RShift",
+    )
     if hasattr(prim.expr, name)
 )
 _LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
@@ -34,7 +64,8 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
     that reaches the int32 limits there, `fit_int32`). The emitter's CUDA choices come as functions, so that
     this walker stays below the emitters: `minmax(kind, a, b, dtype)` builds a float max / min ("max" / "min":
     the NaN-propagating intrin.minmax_nan), and `approx(op, x, dtype)` may replace a call of `op` by an
-    approximate instruction (intrin.approx_math where LoweringOptions.approx_math is on), None keeping the call."""
+    approximate instruction (intrin.approx_math where LoweringOptions.approx_math
+    is on), None keeping the call."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]
@@ -84,14 +115,18 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
                     return fast
             return tvm.ir.expr.Call(e.op, args, attrs=e.attrs, ret_ty=e.ty)
         if isinstance(e, (prim.expr.Shuffle,)):
-            raise LoweringError(f"the expression {e} ({type(e).__name__}) is not supported by the CUDA lowering")
+            raise LoweringError(
+                f"the expression {e} ({type(e).__name__}) is not supported by the CUDA lowering"
+            )
         return e  # StringImm and other leaves
 
     return go(expr)
 
 
-_INDEX_ARITH = tuple(getattr(prim.expr, name) for name in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod",
-                                                             "Min", "Max"))
+_INDEX_ARITH = tuple(
+    getattr(prim.expr, name)
+    for name in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max")
+)
 
 
 def widen_index(expr):
@@ -120,9 +155,9 @@ def _has_load(expr) -> bool:
 
 
 def reaches_int32_limit(expr, analyzer) -> bool:
-    """Whether int32 arithmetic `expr` can reach the int32 limits, from the ranges `analyzer` knows (grid, loops).
-    False for an expression holding a load or a variable of unknown range: data-dependent and T.dynamic indices
-    stay 32-bit (docs/IR.md)."""
+    """Whether int32 arithmetic `expr` can reach the int32 limits, from the ranges `analyzer` knows (grid,
+    loops). False for an expression holding a load or a variable of unknown range: data-dependent and
+    T.dynamic indices stay 32-bit (docs/IR.md)."""
     if not isinstance(expr, tvm.ir.Expr) or str(expr.ty) != "int32" or isinstance(expr, prim.expr.IntImm):
         return False
     if _has_load(expr):
@@ -132,13 +167,14 @@ def reaches_int32_limit(expr, analyzer) -> bool:
         if bound.min_value <= _INT32_MIN and bound.max_value >= _INT32_MAX:
             return False
     bound = analyzer.const_int_bound(expr)
-    # TVM's own passes fail on an int32 expression whose bound is the limit itself ("Literal value 2147483648")
+    # TVM's own passes fail on an int32 expression whose bound is the limit
+    # itself ("Literal value 2147483648")
     return bound.max_value >= _INT32_MAX or bound.min_value <= _INT32_MIN
 
 
 def fit_int32(cond, analyzer):
-    """A comparison of int32 operands redone in int64 when either can reach the int32 limits (`bx * 1024 + i < N`
-    over a grid that covers 2^31 elements), else `cond` itself."""
+    """A comparison of int32 operands redone in int64 when either can reach the int32 limits
+    (`bx * 1024 + i < N` over a grid that covers 2^31 elements), else `cond` itself."""
     if not isinstance(cond, _COMPARE) or str(cond.a.ty) != "int32":
         return cond
     if reaches_int32_limit(cond.a, analyzer) or reaches_int32_limit(cond.b, analyzer):
@@ -170,8 +206,8 @@ def is_const_int(e, value=None) -> bool:
 
 
 def conjunction(*conds):
-    """The And of conditions, where None (no condition) and True are skipped: None when nothing is left. Python
-    bools fold (one False makes False), so the same code serves int and IR coordinates."""
+    """The And of conditions, where None (no condition) and True are skipped: None when nothing is left.
+    Python bools fold (one False makes False), so the same code serves int and IR coordinates."""
     out = None
     for c in conds:
         if c is None or c is True:

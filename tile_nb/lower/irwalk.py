@@ -10,7 +10,17 @@ from tvm import tirx
 from .errors import LoweringError
 from .exprs import walk_loads
 
-__all__ = ["atomic_target", "buffers_touched", "gemm_k", "iter_stmts", "region_of", "scope_of", "seq_items", "tile_calls", "vars_bound_in"]
+__all__ = [
+    "atomic_target",
+    "buffers_touched",
+    "gemm_k",
+    "iter_stmts",
+    "region_of",
+    "scope_of",
+    "seq_items",
+    "tile_calls",
+    "vars_bound_in",
+]
 
 
 def region_of(r):
@@ -19,8 +29,8 @@ def region_of(r):
 
 
 def gemm_k(a_rng, b_rng, trans_a: bool, trans_b: bool, bm: int, bn: int) -> int:
-    """K of a T.gemm whose A and B regions (transposed as the call says) multiply into a bm x bn accumulator; a
-    LoweringError naming the three shapes where they do not fit."""
+    """K of a T.gemm whose A and B regions (transposed as the call says) multiply into a bm x bn accumulator;
+    a LoweringError naming the three shapes where they do not fit."""
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
     m, k = (a_ext[-1], a_ext[-2]) if trans_a else (a_ext[-2], a_ext[-1])
@@ -116,7 +126,9 @@ def atomic_target(value):
             or str(getattr(value.args[0], "value", "")) != "atomicAdd":
         return None
     address = value.args[1]
-    load = address.args[0] if getattr(getattr(address, "op", None), "name", "") == "tirx.address_of" else address
+    load = (
+        address.args[0] if getattr(getattr(address, "op", None), "name", "") == "tirx.address_of" else address
+    )
     return getattr(load, "source", None)
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from .analysis.plan import KernelPlan, make_plan
 from .emit.emitter import Emitter
 from .options import LoweringOptions, resolve
-from .analysis.plan import KernelPlan, make_plan
 
 __all__ = ["lower_with_plan"]
 
@@ -21,7 +21,8 @@ def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True,
                     options: LoweringOptions | None = None) -> tuple[tirx.PrimFunc, KernelPlan]:
     """The lowered PrimFunc of `func` and the plan it follows. With `source_marks`, the code of each statement
     is bracketed by marks (sourcemap.py) that `split_marks` takes out of the printed IR and the CUDA source.
-    `options`: resolved lowering options (options.resolve); None resolves them here from `func` and the process."""
+    `options`: resolved lowering options (options.resolve); None resolves them
+    here from `func` and the process."""
     plan = make_plan(func, target, resolve(func) if options is None else options)
     lowered = Emitter(func, plan, target, source_marks=source_marks).run()
     if plan.pipeline_note:

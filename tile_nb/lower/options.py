@@ -1,17 +1,21 @@
 """The lowering options: one typed, frozen value, resolved once per compilation and keyed into every cache.
 
-    opts = resolve(func, kernel={"tma": False})   # func attributes > per kernel > set_options > environment > default
+    # func attributes > per kernel > set_options > environment > default
+    opts = resolve(func, kernel={"tma": False})
     opts.tma, opts.key()
 
 Where a value comes from, strongest first:
-1. the PrimFunc's attribute (`func.with_attr("tile_nb.tma", 0)`): a per-function override, part of the IR text;
+1. the PrimFunc's attribute (`func.with_attr("tile_nb.tma", 0)`): a
+   per-function override, part of the IR text;
 2. the kernel's options (`@tile_nb.jit(options={"tma": False})`, `rt.compile(..., lowering=...)`): a dict sets
    the fields it names; a whole `LoweringOptions` sets every field (nothing below applies);
-3. the process's options set at run time (`tile_nb.set_options(tma=False)`, `with tile_nb.options(tma=False):`);
-4. the environment variable (`TILE_NB_TMA=0`), read at each resolution and checked (a bad value is refused with
-   an error naming the variable and its accepted values);
+3. the process's options set at run time (`tile_nb.set_options(tma=False)`,
+   `with tile_nb.options(tma=False):`);
+4. the environment variable (`TILE_NB_TMA=0`), read at each resolution and checked (a bad value is refused
+   with an error naming the variable and its accepted values);
 5. the field's default.
-`None` is "auto": the lowering decides (tma: wherever legal and measured faster; sm_count: the GPU's, else 132).
+`None` is "auto": the lowering decides (tma: wherever legal and measured
+faster; sm_count: the GPU's, else 132).
 
 `set_options` / `options()` bump `generation()` and call the functions registered with `on_change` (the JIT
 forgets the launches it kept, so a shape it has already run compiles again under the new options).
@@ -41,55 +45,102 @@ class LoweringOptions:
 
     wgmma: bool = _opt(True, "TILE_NB_WGMMA", "tile_nb.wgmma",
                        "T.gemm on Hopper wgmma where the tile fits (sm_90a); False: mma.sync everywhere")
-    wgmma_register_a: bool = _opt(True, None, "tile_nb.wgmma_register_a",
-                                  "a register fragment as wgmma's A operand is read from registers; False: staged "
-                                  "through shared memory")
+    wgmma_register_a: bool = _opt(
+        True,
+        None,
+        "tile_nb.wgmma_register_a",
+        "a register fragment as wgmma's A operand is read from registers; False: staged "
+        "through shared memory",
+    )
     wgmma_overlap: bool = _opt(False, None, "tile_nb.wgmma_overlap",
                                "a cp.async pipeline keeps one wgmma group in flight across k-tiles")
     raster: int = _opt(8, "TILE_NB_RASTER", "tile_nb.raster_group",
                        "CTAs of a 2-d GEMM grid run in groups of this many rows (L2 reuse); 1: launch order")
-    tma: bool | None = _opt(None, "TILE_NB_TMA", "tile_nb.tma",
-                            "T.Pipelined as TMA loads + mbarriers on sm_90a (tma.py); True: wherever legal, "
-                            "False: never (cp.async), None: where legal except where cp.async measured faster")
-    producer_warp: bool | None = _opt(None, "TILE_NB_PRODUCER_WARP", "tile_nb.producer_warp",
-                                      "a producer warp issues the TMA loads; False: the first consumer thread "
-                                      "does, True: always a warp, None: no warp only where two 256-thread CTAs "
-                                      "with several T.gemm fit an SM")
-    pingpong: bool = _opt(False, "TILE_NB_PINGPONG", "tile_nb.wgmma_pingpong",
-                          "consumer warpgroups of a TMA loop with several T.gemm take turns at the tensor cores")
+    tma: bool | None = _opt(
+        None,
+        "TILE_NB_TMA",
+        "tile_nb.tma",
+        "T.Pipelined as TMA loads + mbarriers on sm_90a (tma.py); True: wherever legal, "
+        "False: never (cp.async), None: where legal except where cp.async measured faster",
+    )
+    producer_warp: bool | None = _opt(
+        None,
+        "TILE_NB_PRODUCER_WARP",
+        "tile_nb.producer_warp",
+        "a producer warp issues the TMA loads; False: the first consumer thread "
+        "does, True: always a warp, None: no warp only where two 256-thread CTAs "
+        "with several T.gemm fit an SM",
+    )
+    pingpong: bool = _opt(
+        False,
+        "TILE_NB_PINGPONG",
+        "tile_nb.wgmma_pingpong",
+        "consumer warpgroups of a TMA loop with several T.gemm take turns at the tensor cores",
+    )
     softmax_overlap: bool = _opt(True, "TILE_NB_SOFTMAX_OVERLAP", "tile_nb.softmax_overlap",
                                  "a TMA loop with two T.gemm overlaps the second with the next iteration's "
                                  "register work (FlashAttention-3); False: in order")
-    heavy_first: bool = _opt(True, "TILE_NB_HEAVY_FIRST", "tile_nb.heavy_first",
-                             "where the pipelined loop runs longer for larger blockIdx.x, launch the heaviest "
-                             "CTAs first; False: launch order")
-    persistent: bool | None = _opt(None, "TILE_NB_PERSISTENT", "tile_nb.persistent",
-                                   "one CTA per SM walks a TMA kernel's tiles (persistent.py); True also says in "
-                                   "the plan why a kernel did not get it, False: never")
+    heavy_first: bool = _opt(
+        True,
+        "TILE_NB_HEAVY_FIRST",
+        "tile_nb.heavy_first",
+        "where the pipelined loop runs longer for larger blockIdx.x, launch the heaviest "
+        "CTAs first; False: launch order",
+    )
+    persistent: bool | None = _opt(
+        None,
+        "TILE_NB_PERSISTENT",
+        "tile_nb.persistent",
+        "one CTA per SM walks a TMA kernel's tiles (persistent.py); True also says in "
+        "the plan why a kernel did not get it, False: never",
+    )
     sm_count: int | None = _opt(None, "TILE_NB_SM_COUNT", "tile_nb.sm_count",
                                 "SMs a persistent kernel fills; None: the GPU's when built for it, else 132")
-    tma_store: bool | None = _opt(None, "TILE_NB_TMA_STORE", "tile_nb.tma_store",
-                                  "a TMA kernel's 16-bit output tile leaves through shared memory and TMA stores "
-                                  "(epilogue.py); True also says why not, False: stores from registers")
-    producer_stores: bool | None = _opt(None, "TILE_NB_PRODUCER_STORES", "tile_nb.producer_stores",
-                                        "the producer warp of a persistent kernel issues the TMA stores; False: "
-                                        "the consumers do")
-    stream_k: bool | None = _opt(None, "TILE_NB_STREAM_K", "tile_nb.stream_k",
-                                 "a persistent GEMM shares its last wave's k-tiles among all CTAs (stream_k.py); "
-                                 "True: wherever legal (and says why not), False: never, None: where measured to pay")
-    cluster: int = _opt(0, "TILE_NB_CLUSTER", "tile_nb.cluster",
-                        "CTAs per cluster of a persistent TMA kernel sharing an operand by multicast (cluster.py); "
-                        "2 is supported, 0: none")
-    approx_math: bool = _opt(False, "TILE_NB_APPROX_MATH", "tile_nb.approx_math",
-                             "T.tanh, T.exp and T.exp2 of float32 (float16 / bfloat16 through float32) as the GPU's "
-                             "approximate instructions, whatever the compiler and its fast_math: tanh.approx.f32 "
-                             "(relative error at most 2^-11, PTX ISA) and ex2.approx.ftz.f32 (exp as ex2 of "
-                             "x * log2(e), as __expf); the interpreter stays precise (docs/IR.md). tilelang's "
-                             "pass_configs 'tl.enable_fast_math'")
-    wide_swizzle: bool = _opt(True, None, "tile_nb.wide_swizzle",
-                              "32- and 64-bit shared operands of T.gemm (the FMA and TF32 paths) get the XOR swizzle "
-                              "of 16-byte chunks: the 8 rows a warp reads at once hit 8 bank groups (8-way conflicts "
-                              "at a 32-float row otherwise); False: row-major, fewer address registers")
+    tma_store: bool | None = _opt(
+        None,
+        "TILE_NB_TMA_STORE",
+        "tile_nb.tma_store",
+        "a TMA kernel's 16-bit output tile leaves through shared memory and TMA stores "
+        "(epilogue.py); True also says why not, False: stores from registers",
+    )
+    producer_stores: bool | None = _opt(
+        None,
+        "TILE_NB_PRODUCER_STORES",
+        "tile_nb.producer_stores",
+        "the producer warp of a persistent kernel issues the TMA stores; False: the consumers do",
+    )
+    stream_k: bool | None = _opt(
+        None,
+        "TILE_NB_STREAM_K",
+        "tile_nb.stream_k",
+        "a persistent GEMM shares its last wave's k-tiles among all CTAs (stream_k.py); "
+        "True: wherever legal (and says why not), False: never, None: where measured to pay",
+    )
+    cluster: int = _opt(
+        0,
+        "TILE_NB_CLUSTER",
+        "tile_nb.cluster",
+        "CTAs per cluster of a persistent TMA kernel sharing an operand by multicast (cluster.py); "
+        "2 is supported, 0: none",
+    )
+    approx_math: bool = _opt(
+        False,
+        "TILE_NB_APPROX_MATH",
+        "tile_nb.approx_math",
+        "T.tanh, T.exp and T.exp2 of float32 (float16 / bfloat16 through float32) as the GPU's "
+        "approximate instructions, whatever the compiler and its fast_math: tanh.approx.f32 "
+        "(relative error at most 2^-11, PTX ISA) and ex2.approx.ftz.f32 (exp as ex2 of "
+        "x * log2(e), as __expf); the interpreter stays precise (docs/IR.md). tilelang's "
+        "pass_configs 'tl.enable_fast_math'",
+    )
+    wide_swizzle: bool = _opt(
+        True,
+        None,
+        "tile_nb.wide_swizzle",
+        "32- and 64-bit shared operands of T.gemm (the FMA and TF32 paths) get the XOR swizzle "
+        "of 16-byte chunks: the 8 rows a warp reads at once hit 8 bank groups (8-way conflicts "
+        "at a 32-float row otherwise); False: row-major, fewer address registers",
+    )
 
     def __post_init__(self):
         for f in fields(self):
@@ -109,7 +160,8 @@ class LoweringOptions:
 
     @classmethod
     def from_dict(cls, values: Mapping) -> LoweringOptions:
-        """A whole value from field names (the others at their defaults); unknown names refused with the list."""
+        """A whole value from field names (the others at their defaults); unknown
+        names refused with the list."""
         return cls(**_known(values, "LoweringOptions"))
 
     def replace(self, **changes) -> LoweringOptions:
@@ -231,8 +283,9 @@ def _set_layer(layer: dict) -> None:
 
 
 def set_options(**values) -> None:
-    """Set lowering options for this process from now on (above the environment, below a kernel's own); a value of
-    `None` for a field that has no "auto" is refused; `set_options()` with no arguments keeps what was set."""
+    """Set lowering options for this process from now on (above the environment, below a kernel's
+    own); a value of `None` for a field that has no "auto" is refused; `set_options()` with no
+    arguments keeps what was set."""
     checked = {k: _check(FIELDS[k], v, k) for k, v in _known(values, "set_options").items()}
     _set_layer({**_process, **checked})
 
@@ -253,11 +306,13 @@ def options(**values):
         _set_layer(saved)
 
 
-# ---- resolution ---------------------------------------------------------------------------------------------
+# ---- resolution --------------------------------------------------------------------------------------------
 _cache: dict = {}
 
 
-def current(kernel: LoweringOptions | Mapping | None = None, env: Mapping[str, str] | None = None) -> LoweringOptions:
+def current(
+    kernel: LoweringOptions | Mapping | None = None, env: Mapping[str, str] | None = None
+) -> LoweringOptions:
     """The options of a kernel without function attributes: `kernel`'s, over the run-time options, over the
     environment (`env`, default os.environ), over the defaults."""
     if isinstance(kernel, LoweringOptions):

@@ -1,10 +1,11 @@
-"""Source regions: which lines of the lowered TIRx and of the CUDA source each statement of the tile IR became.
+"""Source regions: which lines of the lowered TIRx and of the CUDA source
+each statement of the tile IR became.
 
 The emitter brackets the code it emits for a statement of the tile IR with two marks, calls to the extern
-functions `tile_nb_src_begin(id)` / `tile_nb_src_end(id)`. TVM keeps opaque calls in place and in order through
-its passes and prints them as one line each, in the TVMScript and in the CUDA source, so the marks delimit the
-statement's code in both texts. `split_marks` takes them out again (the cubin is compiled from the text without
-them, which is the text the user sees) and says which lines each region holds.
+functions `tile_nb_src_begin(id)` / `tile_nb_src_end(id)`. TVM keeps opaque calls in place and in order
+through its passes and prints them as one line each, in the TVMScript and in the CUDA source, so the marks
+delimit the statement's code in both texts. `split_marks` takes them out again (the cubin is compiled from the
+text without them, which is the text the user sees) and says which lines each region holds.
 
 A region's id is the statement's index in `source_regions(func)`, a pre-order walk of the phase-2 body, not a
 line number: the regions of a compiled kernel stay valid for the same kernel moved down its cell (lines are
@@ -25,7 +26,14 @@ __all__ = ["MARK_BEGIN", "MARK_END", "mark", "source_regions", "split_marks"]
 MARK_BEGIN = "tile_nb_src_begin"
 MARK_END = "tile_nb_src_end"
 
-_REGION_KINDS = (tirx.TilePrimitiveCall, tirx.For, tirx.While, tirx.IfThenElse, tirx.BufferStore, tirx.Evaluate)
+_REGION_KINDS = (
+    tirx.TilePrimitiveCall,
+    tirx.For,
+    tirx.While,
+    tirx.IfThenElse,
+    tirx.BufferStore,
+    tirx.Evaluate,
+)
 # A mark as the CUDA code generator prints it (`tile_nb_src_begin(3);`) and as TVMScript does
 # (`T.call_extern("void", "tile_nb_src_begin", 3)`): the whole line, nothing else on it.
 _MARK_LINE = re.compile(r'^\s*(?:T\.call_extern\("void", "(tile_nb_src_(?:begin|end))", (\d+)\)'
@@ -76,13 +84,17 @@ def split_marks(text: str) -> tuple[str, dict[int, list[int]]]:
             if open_regions and line.strip():
                 regions.setdefault(open_regions[-1], []).append(len(kept))
             continue
-        name, region = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        name, region = (
+            (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        )
         if name == MARK_BEGIN:
             open_regions.append(int(region))
         elif open_regions and open_regions[-1] == int(region):
             open_regions.pop()
         else:
-            raise ValueError(f"source mark {name}({region}) closes a region that is not open (open: {open_regions})")
+            raise ValueError(
+                f"source mark {name}({region}) closes a region that is not open (open: {open_regions})"
+            )
     if open_regions:
         raise ValueError(f"source regions {open_regions} are never closed")
     return "\n".join(kept), regions

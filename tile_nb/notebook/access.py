@@ -1,13 +1,14 @@
 """A picture of one block's memory access: `show_access(kernel, *args, block=(1, 0))`.
 
-`tile_nb.interp.access_map` gives, per tensor, bool masks of the elements a block read and wrote; this draws them
-as heat maps (one panel per tensor: not touched / read / written / both), the way triton-viz shows a program's
-loads and stores. The view's `text/plain` is a summary of the same masks (counts and bounding boxes), so a stored
-notebook compares it under nbval; the `image/png` is the picture.
+`tile_nb.interp.access_map` gives, per tensor, bool masks of the elements a block read and wrote; this draws
+them as heat maps (one panel per tensor: not touched / read / written / both), the way triton-viz shows a
+program's loads and stores. The view's `text/plain` is a summary of the same masks (counts and bounding
+boxes), so a stored notebook compares it under nbval; the `image/png` is the picture.
 
-`explore_access(kernel, *args)` is the same picture as a widget: a slider per grid dimension picks the block, and
-the heat map follows. Displayed, it is one bundle of the widget view and the static forms of the chosen block (its
-summary as text, its heat map as PNG), which renderers without widget state show instead (GitHub, nbconvert).
+`explore_access(kernel, *args)` is the same picture as a widget: a slider per grid dimension picks the
+block, and the heat map follows. Displayed, it is one bundle of the widget view and the static forms
+of the chosen block (its summary as text, its heat map as PNG), which renderers without widget state
+show instead (GitHub, nbconvert).
 """
 from __future__ import annotations
 
@@ -101,8 +102,9 @@ class AccessView:
 
 
 def show_access(kernel, *args, block=0, **kwargs) -> AccessView:
-    """Run `kernel` (a `tile_nb.jit` kernel) on CPU tensors `args` on the interpreter, recording which elements of
-    each tensor block `block` read and wrote; returns the view (heat maps in a notebook, a summary as text).
+    """Run `kernel` (a `tile_nb.jit` kernel) on CPU tensors `args` on the interpreter,
+    recording which elements of each tensor block `block` read and wrote; returns the view
+    (heat maps in a notebook, a summary as text).
 
     The arguments are those of a call (tensors are updated in place, as by a call); kernels that return
     `T.empty` outputs are not supported here: pass the outputs as arguments, or use
@@ -123,7 +125,8 @@ def show_access(kernel, *args, block=0, **kwargs) -> AccessView:
 
 
 def _grid_extents(func, args) -> dict[str, int]:
-    """blockIdx axis ("x", "y", "z") -> number of blocks, for this call's shapes (T.dynamic dims from `args`)."""
+    """blockIdx axis ("x", "y", "z") -> number of blocks, for this call's shapes
+    (T.dynamic dims from `args`)."""
     from tvm import tirx
     from tvm.tirx.buffer import is_buffer_var
 
@@ -131,26 +134,35 @@ def _grid_extents(func, args) -> dict[str, int]:
     from ..frontend.shapes import evaluate
 
     dims = {}
-    for param, value in zip(func.params, args):
+    for param, value in zip(func.params, args, strict=True):
         if is_buffer_var(param) and isinstance(value, torch.Tensor):  # a tensor parameter is its buffer
-            dims.update({d.name: int(n) for d, n in zip(param.shape, value.shape) if isinstance(d, tirx.Var)})
+            dims.update(
+                {
+                    d.name: int(n)
+                    for d, n in zip(param.shape, value.shape, strict=True)
+                    if isinstance(d, tirx.Var)
+                }
+            )
     return {tag.split(".")[1]: int(evaluate(extent, dims)) for tag, extent in launch_grid(func).items()}
 
 
 class AccessExplorer:
-    """The widget `explore_access` returns: `.controls` (axis -> slider), `.image`, `.view` (the chosen block's
-    AccessView), `.widget` (what is displayed)."""
+    """The widget `explore_access` returns: `.controls` (axis -> slider), `.image`, `.view` (the chosen
+    block's AccessView), `.widget` (what is displayed)."""
 
     def __init__(self, kernel, func, args: list, extents: dict[str, int]):
         import ipywidgets as widgets
 
         self.kernel, self.func, self.extents = kernel, func, extents
-        # Each block's picture is a run of the whole kernel; every run starts from the call's inputs (the kernel
-        # writes in place), so moving the slider back shows the same picture.
+        # Each block's picture is a run of the whole kernel; every run starts from the call's inputs (the
+        # kernel writes in place), so moving the slider back shows the same picture.
         self.inputs = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-        self.controls = {axis: widgets.IntSlider(value=0, min=0, max=max(n - 1, 0), description=f"block {axis}",
-                                                 continuous_update=False)
-                         for axis, n in extents.items()}
+        self.controls = {
+            axis: widgets.IntSlider(
+                value=0, min=0, max=max(n - 1, 0), description=f"block {axis}", continuous_update=False
+            )
+            for axis, n in extents.items()
+        }
         self.image = widgets.Image(format="png")
         self.summary = widgets.HTML()
         for control in self.controls.values():
@@ -207,8 +219,8 @@ class AccessExplorer:
 
 
 def explore_access(kernel, *args, **kwargs) -> AccessExplorer:
-    """`show_access` with a slider per grid dimension: the heat map of the block the sliders pick. The inputs are
-    copied once; each block's picture runs the kernel on the interpreter from those copies (`args` are not
+    """`show_access` with a slider per grid dimension: the heat map of the block the sliders pick. The inputs
+    are copied once; each block's picture runs the kernel on the interpreter from those copies (`args` are not
     changed). Kernels that return `T.empty` outputs: pass the outputs as arguments, as for `show_access`."""
     func = kernel.specialize(*args, **kwargs)
     if len(func.params) != len(args):

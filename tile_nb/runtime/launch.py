@@ -58,13 +58,17 @@ class Specialization:
     expectations: Expectations
     output_shapes: list  # (name, shape: ints and shape expressions over T.dynamic dims, torch dtype)
     dynamic_sources: dict  # dynamic dim name -> (runtime argument index, dim)
-    check_layout: Any  # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
+    # expectations.check_layout (dtype, contiguity, device), one attribute away for the fast path
+    check_layout: Any
     device_arg: int | None  # a tensor argument whose device is the call's device
     compiled: dict = field(default_factory=dict)  # (target string, CallFacts, ...) -> CompiledKernel
-    launches: dict = field(default_factory=dict)  # facts_key -> tvm_ffi function: the fast path's direct launch
+    # facts_key -> tvm_ffi function: the fast path's direct launch
+    launches: dict = field(default_factory=dict)
     lowering_checked: bool = False  # the interpreter's first call also tried the GPU lowering
-    scalar_dims: dict = field(default_factory=dict)  # scalar parameter (may size outputs, grids) -> argument index
-    scratch_shapes: list = field(default_factory=list)  # T.alloc_global tensors, as output_shapes: after the outputs
+    # scalar parameter (may size outputs, grids) -> argument index
+    scalar_dims: dict = field(default_factory=dict)
+    # T.alloc_global tensors, as output_shapes: after the outputs
+    scratch_shapes: list = field(default_factory=list)
 
     @property
     def func(self):
@@ -109,13 +113,17 @@ class Specialization:
         return generated("direct_key", terms + self.facts_terms)
 
     def facts(self, key: tuple) -> CallFacts:
-        """The CallFacts a `facts_key` tuple stands for. A view `T.Tensor(shape, dtype, A.data)` shares A's data
-        pointer, so it is unaligned when A is."""
+        """The CallFacts a `facts_key` tuple stands for. A view `T.Tensor(shape, dtype, A.data)` shares A's
+        data pointer, so it is unaligned when A is."""
         n = len(self.buffer_args)
-        unaligned = [name for (_, name), unaligned in zip(self.buffer_args, key[:n]) if unaligned]
+        unaligned = [
+            name for (_, name), unaligned in zip(self.buffer_args, key[:n], strict=True) if unaligned
+        ]
         unaligned += [view for view, base in self.views if base in unaligned]
-        return CallFacts(tuple(unaligned),
-                         tuple(name for name, divisible in zip(self.dynamic_sources, key[n:]) if divisible))
+        return CallFacts(
+            tuple(unaligned),
+            tuple(name for name, divisible in zip(self.dynamic_sources, key[n:], strict=True) if divisible),
+        )
 
     @functools.cached_property
     def views(self) -> list[tuple[str, str]]:
@@ -182,7 +190,8 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
 
     outputs, dynamic = [], None
     for _, shape, dtype in spec.output_shapes + spec.scratch_shapes:
-        if any(type(d) is not int for d in shape):  # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
+        # T.dynamic dims, or arithmetic of them (`T.empty((N * 2,), ...)`)
+        if any(type(d) is not int for d in shape):
             if dynamic is None:
                 dynamic = spec.dim_values(ordered)
             shape = [d if type(d) is int else evaluate(d, dynamic) for d in shape]
@@ -191,11 +200,11 @@ def allocate_outputs(spec: Specialization, ordered, device) -> list:
 
 
 def allocating_launch(func, outputs: list, n_returned: int, device_arg: int):
-    """The direct launch of a kernel that allocates tensors (T.empty outputs, then T.alloc_global scratch): fresh
-    tensors like `outputs` (the shapes and dtypes of the call that compiled it) on the device of argument
-    `device_arg`, launched with the call's arguments, the first `n_returned` returned as a call returns them.
-    Kept under a direct key, which fixes every tensor argument's shape; output dims that come from a scalar
-    argument's value are not in that key, so such kernels get no allocating launch."""
+    """The direct launch of a kernel that allocates tensors (T.empty outputs, then T.alloc_global scratch):
+    fresh tensors like `outputs` (the shapes and dtypes of the call that compiled it) on the device of
+    argument `device_arg`, launched with the call's arguments, the first `n_returned` returned as a call
+    returns them. Kept under a direct key, which fixes every tensor argument's shape; output dims that come
+    from a scalar argument's value are not in that key, so such kernels get no allocating launch."""
     import torch
 
     empty = torch.empty

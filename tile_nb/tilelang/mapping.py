@@ -22,7 +22,14 @@ from ..errors import TileNBError
 from . import tvm_names
 from ._support import stub_module
 
-__all__ = ["install", "uninstall", "installed", "real_tilelang_location", "RealTilelangError", "TilelangFinder"]
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "real_tilelang_location",
+    "RealTilelangError",
+    "TilelangFinder",
+]
 
 _PREFIX = "tile_nb."
 
@@ -97,10 +104,14 @@ def install(*, shadow: bool = False) -> None:
         if not shadow:
             raise RealTilelangError(
                 f"a real tilelang is importable here ({real}); tile_nb will not hide it silently",
-                hint="use the real tilelang, or ask tile_nb to stand in for it anyway: `python -m tile_nb.run "
-                     "--shadow ...`, `%tilelang_on_tile_nb --shadow`, or mapping.install(shadow=True)")
-        print(f"tile_nb: `import tilelang` resolves to tile_nb's stand-in, hiding the real tilelang at {real}",
-              file=sys.stderr)
+                hint="use the real tilelang, or ask tile_nb to stand in for it anyway: `python -m "
+                     "tile_nb.run "
+                "--shadow ...`, `%tilelang_on_tile_nb --shadow`, or mapping.install(shadow=True)",
+            )
+        print(
+            f"tile_nb: `import tilelang` resolves to tile_nb's stand-in, hiding the real tilelang at {real}",
+            file=sys.stderr,
+        )
         for name in [n for n in sys.modules if n == "tilelang" or n.startswith("tilelang.")]:
             del sys.modules[name]
     _finder = TilelangFinder()
@@ -116,8 +127,12 @@ def uninstall() -> None:
         sys.meta_path.remove(_finder)
     _finder = None
     tvm_names.uninstall()
-    for name in [n for n, m in list(sys.modules.items())
-                 if (n == "tilelang" or n.startswith("tilelang.")) and getattr(m, "__name__", "").startswith(_PREFIX)
-                 or getattr(m, "__tile_nb_stub__", False)]:  # stubs are also under their tile_nb names
+    for name in [
+        n
+        for n, m in list(sys.modules.items())
+        if (n == "tilelang" or n.startswith("tilelang."))
+        and getattr(m, "__name__", "").startswith(_PREFIX)
+        or getattr(m, "__tile_nb_stub__", False)
+    ]:  # stubs are also under their tile_nb names
         del sys.modules[name]
     os.environ.pop("TILE_NB_TILELANG", None)

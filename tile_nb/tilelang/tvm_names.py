@@ -1,18 +1,19 @@
 """tilelang's TVM names on Apache TVM 0.27, while the `tilelang` mapping is installed.
 
-A tilelang program's `tvm` is the TVM fork tilelang ships (`import tilelang` puts it on the path), so tilelang code
-writes `from tvm import tirx` and helpers such as
+A tilelang program's `tvm` is the TVM fork tilelang ships (`import tilelang` puts it on the path), so tilelang
+code writes `from tvm import tirx` and helpers such as
 
     def _u8_to_i4(nbit, val: tirx.PrimExpr, pos: tirx.PrimExpr, dtype):
         assert val.dtype == T.uint8
         return tirx.reinterpret(T.int8, ((val >> pos.astype(T.uint8) * 4) & 15) << tirx.const(4, T.uint8))
 
-Apache TVM 0.27, the TVM tile_nb builds with, has the same expressions, operators, `tirx.const`, `tirx.reinterpret`,
-`tirx.Select`, `tirx.Cast` and `.astype`, but calls the expression class `Expr` (tvm.ir) and keeps an expression's
-type in `.ty` (a `PrimType`) where the fork has `.dtype`. `install()` adds those two fork names, as aliases, to the
-`tvm` module that the program imports (`tvm.tirx.PrimExpr` is `tvm.ir.Expr`; `expr.dtype` is the dtype name of its
-`PrimType`, as a tile_nb dtype, so `val.dtype == T.uint8` holds; a scalar `tirx.Var` gets it too, a buffer keeps
-TVM's own). Nothing else of TVM changes; `uninstall()` removes exactly what `install()` added.
+Apache TVM 0.27, the TVM tile_nb builds with, has the same expressions, operators, `tirx.const`,
+`tirx.reinterpret`, `tirx.Select`, `tirx.Cast` and `.astype`, but calls the expression class `Expr` (tvm.ir)
+and keeps an expression's type in `.ty` (a `PrimType`) where the fork has `.dtype`. `install()` adds those
+two fork names, as aliases, to the `tvm` module that the program imports (`tvm.tirx.PrimExpr` is
+`tvm.ir.Expr`; `expr.dtype` is the dtype name of its `PrimType`, as a tile_nb dtype, so
+`val.dtype == T.uint8` holds; a scalar `tirx.Var` gets it too, a buffer keeps TVM's own). Nothing else of TVM
+changes; `uninstall()` removes exactly what `install()` added.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def _expr_dtype(expr):
     ty = expr.ty
     dtype = getattr(ty, "dtype", None)
     if dtype is None:
-        raise AttributeError(f"{type(expr).__name__} of type {ty} has no dtype (it is not a scalar expression)")
+        raise AttributeError(
+            f"{type(expr).__name__} of type {ty} has no dtype (it is not a scalar expression)"
+        )
     try:
         return as_dtype(str(dtype))
     except ValueError:  # a dtype tile_nb has no name for (a vector lane type, say): TVM's own name
@@ -57,8 +60,8 @@ def installed() -> bool:
 
 
 class _AfterTvmImport:
-    """A meta-path finder that lets `tvm` import as usual, then adds the names (a run whose script never imports
-    TVM does not pay its import time, several seconds)."""
+    """A meta-path finder that lets `tvm` import as usual, then adds the names (a run whose script never
+    imports TVM does not pay its import time, several seconds)."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "tvm":
@@ -99,7 +102,8 @@ def _drop_pending() -> None:
 
 
 def install() -> None:
-    """Add tilelang's TVM names to Apache TVM (idempotent): now if TVM is imported, else right after its import."""
+    """Add tilelang's TVM names to Apache TVM (idempotent): now if TVM is
+    imported, else right after its import."""
     global _pending
     if installed():
         return

@@ -1,15 +1,27 @@
 """Copies: a tensor copied tile by tile through shared, fragment or local buffers, with the read (and write)
-starting at an offset from the tile grid (negative starts, edges), tiles with leading or trailing 1-dims, rank-
-reduced buffers, strided views (transposed, every other element, padded rows), T.dynamic dims, dtype casts
-between buffers, and odd, prime and unit sizes. Compared bitwise."""
+starting at an offset from the tile grid (negative starts, edges), tiles with leading or trailing 1-dims,
+rank- reduced buffers, strided views (transposed, every other element, padded rows), T.dynamic dims, dtype
+casts between buffers, and odd, prime and unit sizes. Compared bitwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..case import Case, Source, TensorArg, exact
 from ..choose import Chooser
-from .common import (FLOATS, SIZES, STRIDED_VIEWS, TORCH, annotate, declare_dims, dim_names, int_values,
-                     kernel_name, numel, plus, times)
+from .common import (
+    FLOATS,
+    SIZES,
+    STRIDED_VIEWS,
+    TORCH,
+    annotate,
+    declare_dims,
+    dim_names,
+    int_values,
+    kernel_name,
+    numel,
+    plus,
+    times,
+)
 
 __all__ = ["CopySpec", "draw", "render"]
 
@@ -26,7 +38,8 @@ class CopySpec:
     y_view: str = "guarded"
     dynamic: tuple = ()              # dim names declared with T.dynamic
     squeeze_lead: bool = False       # the buffers drop the tile's leading 1 (a rank-reduced tile)
-    spelling: str = "corner"         # global side written as a start corner X[i, j] or a slice X[i:i+n, j:j+m]
+    # global side written as a start corner X[i, j] or a slice X[i:i+n, j:j+m]
+    spelling: str = "corner"
     threads: int = 128
 
 
@@ -55,13 +68,17 @@ def draw(c: Chooser) -> CopySpec:
     dtypes += (_compatible(c, dtypes[-1]),)
     views = ("contiguous",) + (STRIDED_VIEWS if rank >= 2 else ("every_other",))
     x_view = c.choice(views + ("contiguous", "contiguous"))
-    y_view = c.choice(("guarded", "guarded", "guarded") + (("transposed",) if rank >= 2 else ()) + ("every_other",))
+    y_view = c.choice(
+        ("guarded", "guarded", "guarded") + (("transposed",) if rank >= 2 else ()) + ("every_other",)
+    )
     names = dim_names(rank)
     dynamic = tuple(n for n in names if c.choice((False, False, True)))
     squeeze = rank >= 2 and tile[0] == 1 and c.boolean()
     spelling = c.choice(("corner", "corner", "slice"))
     threads = c.choice((128, 128, 64, 256, 32))
-    return CopySpec(shape, tile, src_off, dst_off, path, dtypes, x_view, y_view, dynamic, squeeze, spelling, threads)
+    return CopySpec(
+        shape, tile, src_off, dst_off, path, dtypes, x_view, y_view, dynamic, squeeze, spelling, threads
+    )
 
 
 def _values(dtype: str) -> dict:
@@ -79,10 +96,10 @@ def render(spec: CopySpec) -> Case:
     blocks = [f"b{d}" for d in range(rank)]
 
     def region(tensor: str, offsets) -> str:
-        starts = [plus(times(b, t), o) for b, t, o in zip(blocks, spec.tile, offsets)]
+        starts = [plus(times(b, t), o) for b, t, o in zip(blocks, spec.tile, offsets, strict=True)]
         if spec.spelling == "corner":
             return f"{tensor}[{', '.join(starts)}]"
-        return f"{tensor}[{', '.join(f'{s}:{plus(s, t)}' for s, t in zip(starts, spec.tile))}]"
+        return f"{tensor}[{', '.join(f'{s}:{plus(s, t)}' for s, t in zip(starts, spec.tile, strict=True))}]"
 
     src = Source()
     src("@tile_nb.jit")
@@ -90,17 +107,17 @@ def render(spec: CopySpec) -> Case:
         declare_dims(src, names, spec.dynamic)
         annotate(src, X, names)
         annotate(src, Y, names)
-        grid = ", ".join(f"T.ceildiv({n}, {t})" for n, t in zip(names, spec.tile))
+        grid = ", ".join(f"T.ceildiv({n}, {t})" for n, t in zip(names, spec.tile, strict=True))
         target = blocks[0] if rank == 1 else f"({', '.join(blocks)})"
         with src.block(f"with T.Kernel({grid}, threads={spec.threads}) as {target}:"):
             buf_shape = spec.tile[1:] if spec.squeeze_lead else spec.tile
             alloc = {"shared": "T.alloc_shared", "fragment": "T.alloc_fragment", "local": "T.alloc_local"}
             bufs = []
-            for i, (scope, dt) in enumerate(zip(spec.path, spec.dtypes[1:-1])):
+            for i, (scope, dt) in enumerate(zip(spec.path, spec.dtypes[1:-1], strict=False)):
                 bufs.append(f"t{i}")
                 src(f"t{i} = {alloc[scope]}({tuple(buf_shape)}, T.{dt})")
             src(f"T.copy({region('X', src_off)}, {bufs[0]})")
-            for a, b in zip(bufs, bufs[1:]):
+            for a, b in zip(bufs, bufs[1:], strict=False):
                 src(f"T.copy({a}, {b})")
             src(f"T.copy({bufs[-1]}, {region('Y', dst_off)})")
     chain = ", ".join(TORCH[d] for d in spec.dtypes[1:-1])

@@ -8,7 +8,17 @@ from dataclasses import dataclass
 
 from ..case import Case, Source, TensorArg, close, exact
 from ..choose import Chooser
-from .common import SIZES, STRIDED_VIEWS, annotate, declare_dims, dim_names, int_values, kernel_name, numel, times
+from .common import (
+    SIZES,
+    STRIDED_VIEWS,
+    annotate,
+    declare_dims,
+    dim_names,
+    int_values,
+    kernel_name,
+    numel,
+    times,
+)
 from .exprs import EPS, Expr, Leaf, cast_to, gen_expr
 
 __all__ = ["ElementwiseSpec", "draw", "render"]
@@ -32,7 +42,7 @@ class ElementwiseSpec:
 def _leaves(shape, tile, inputs, row, mode) -> list[Leaf]:
     rank = len(shape)
     loop = ["i", "j"][:rank]
-    glob = [f"({times(f'b{d}', t)} + {v})" for d, (t, v) in enumerate(zip(tile, loop))]
+    glob = [f"({times(f'b{d}', t)} + {v})" for d, (t, v) in enumerate(zip(tile, loop, strict=True))]
     leaves = []
     for k, (dtype, _) in enumerate(inputs):
         bound = 12.0 if dtype in ("float32", "float16", "bfloat16") else (200 if dtype == "uint8" else 100)
@@ -55,8 +65,10 @@ def draw(c: Chooser) -> ElementwiseSpec:
     tile = tuple(tile)
     n_inputs = c.integer(1, 3)
     dtypes = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
-    inputs = tuple((c.choice(dtypes), c.choice(("contiguous", "contiguous") + (STRIDED_VIEWS if rank == 2 else ())))
-                   for _ in range(n_inputs))
+    inputs = tuple(
+        (c.choice(dtypes), c.choice(("contiguous", "contiguous") + (STRIDED_VIEWS if rank == 2 else ())))
+        for _ in range(n_inputs)
+    )
     mode = c.choice(("direct", "fragment", "shared"))
     row = c.choice((None, None, "float32", "float16")) if mode == "direct" and rank == 2 else None
     work = c.choice(("float32", "float32", "float16", "bfloat16", "int32"))
@@ -75,9 +87,15 @@ def draw(c: Chooser) -> ElementwiseSpec:
 def _clamped(e: Expr) -> Expr:
     """Keep a value that becomes int8 inside [-100, 100] (int8 conversion of a larger value wraps)."""
     inner = cast_to(e, "int32")
-    return Expr(f"T.max(T.min({inner.tile}, 100), -100)",
-                f"torch.clamp({inner.torch}, -100, 100)", "int32", min(inner.bound, 100), inner.exact, inner.peak,
-                inner.ops)
+    return Expr(
+        f"T.max(T.min({inner.tile}, 100), -100)",
+        f"torch.clamp({inner.torch}, -100, 100)",
+        "int32",
+        min(inner.bound, 100),
+        inner.exact,
+        inner.peak,
+        inner.ops,
+    )
 
 
 def _rules(spec: ElementwiseSpec) -> dict:
@@ -101,16 +119,23 @@ def render(spec: ElementwiseSpec) -> Case:
     loop = ["i", "j"][:rank]
     blocks = [f"b{d}" for d in range(rank)]
     name = kernel_name("elementwise", spec)
-    args = [TensorArg(f"X{k}", spec.shape, dt, view=view,
-                      **({"values": "normal", "scale": 3.0} if dt.startswith(("float", "bfloat")) else int_values(dt)))
-            for k, (dt, view) in enumerate(spec.inputs)]
+    args = [
+        TensorArg(
+            f"X{k}",
+            spec.shape,
+            dt,
+            view=view,
+            **({"values": "normal", "scale": 3.0} if dt.startswith(("float", "bfloat")) else int_values(dt)),
+        )
+        for k, (dt, view) in enumerate(spec.inputs)
+    ]
     if spec.row is not None:
         args.append(TensorArg("R", spec.shape[-1:], spec.row, scale=3.0))
     inplace = spec.output == "inplace"
     if inplace:
         args.append(TensorArg("Y", spec.shape, spec.out_dtype, values="poison", view="guarded"))
     params = [a.name for a in args]
-    glob = [f"{times(b, t)} + {v}" for b, t, v in zip(blocks, spec.tile, loop)]
+    glob = [f"{times(b, t)} + {v}" for b, t, v in zip(blocks, spec.tile, loop, strict=True)]
 
     src = Source()
     src("@tile_nb.jit")
@@ -120,13 +145,13 @@ def render(spec: ElementwiseSpec) -> Case:
             annotate(src, a, names[-1:] if a.name == "R" else names)
         if not inplace:
             src(f"Y = T.empty(({', '.join(names)}{',' if rank == 1 else ''}), T.{spec.out_dtype})")
-        grid = ", ".join(f"T.ceildiv({n}, {t})" for n, t in zip(names, spec.tile))
+        grid = ", ".join(f"T.ceildiv({n}, {t})" for n, t in zip(names, spec.tile, strict=True))
         target = blocks[0] if rank == 1 else f"({', '.join(blocks)})"
         with src.block(f"with T.Kernel({grid}, threads={spec.threads}) as {target}:"):
-            corner = ", ".join(times(b, t) for b, t in zip(blocks, spec.tile))
+            corner = ", ".join(times(b, t) for b, t in zip(blocks, spec.tile, strict=True))
             if spec.mode == "direct":
                 with src.block(f"for {', '.join(loop)} in T.Parallel({', '.join(map(str, spec.tile))}):"):
-                    conds = [f"{g} < {n}" for g, n in zip(glob, names)]
+                    conds = [f"{g} < {n}" for g, n in zip(glob, names, strict=True)]
                     if spec.guard == "and" or rank == 1:
                         cond = " & ".join(f"({x})" for x in conds) if rank > 1 else conds[0]
                         with src.block(f"if {cond}:"):
@@ -153,7 +178,9 @@ def render(spec: ElementwiseSpec) -> Case:
         for d in range(rank):
             view = ["1"] * rank
             view[d] = "-1"
-            model(f"I{d} = torch.arange({shape[d]}, dtype=torch.int32).view({', '.join(view)}).expand({shape})")
+            model(
+                f"I{d} = torch.arange({shape[d]}, dtype=torch.int32).view({', '.join(view)}).expand({shape})"
+            )
             model(f"L{d} = I{d} % {spec.tile[d]}")
         if spec.row is not None:
             model("R = R.view(1, -1)")

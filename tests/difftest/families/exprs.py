@@ -92,9 +92,19 @@ def _clamp(e: Expr, limit: float) -> Expr:
     lim = int(limit) if e.dtype == "int32" else float(limit)
     hi = str(lim) if e.dtype in ("float32", "int32") else f"T.{e.dtype}({lim!r})"
     lo = str(-lim) if e.dtype in ("float32", "int32") else f"T.{e.dtype}({-lim!r})"
-    t_hi, t_lo = f"torch.tensor({lim!r}, dtype=torch.{e.dtype})", f"torch.tensor({-lim!r}, dtype=torch.{e.dtype})"
-    return Expr(f"T.max(T.min({e.tile}, {hi}), {lo})", f"torch.maximum(torch.minimum({e.torch}, {t_hi}), {t_lo})",
-                e.dtype, min(e.bound, lim), e.exact, e.peak, e.ops + 2)
+    t_hi, t_lo = (
+        f"torch.tensor({lim!r}, dtype=torch.{e.dtype})",
+        f"torch.tensor({-lim!r}, dtype=torch.{e.dtype})",
+    )
+    return Expr(
+        f"T.max(T.min({e.tile}, {hi}), {lo})",
+        f"torch.maximum(torch.minimum({e.torch}, {t_hi}), {t_lo})",
+        e.dtype,
+        min(e.bound, lim),
+        e.exact,
+        e.peak,
+        e.ops + 2,
+    )
 
 
 def _binary(c: Chooser, op: str, a: Expr, b: Expr) -> Expr:
@@ -107,18 +117,38 @@ def _binary(c: Chooser, op: str, a: Expr, b: Expr) -> Expr:
                  and dt == "int32", max(peak, bound), ops)
     elif op == "*":
         bound = a.bound * b.bound
-        e = Expr(f"({a.tile} * {b.tile})", f"({a.torch} * {b.torch})", dt, bound, a.exact and b.exact and dt == "int32",
-                 max(peak, bound), ops)
+        e = Expr(
+            f"({a.tile} * {b.tile})",
+            f"({a.torch} * {b.torch})",
+            dt,
+            bound,
+            a.exact and b.exact and dt == "int32",
+            max(peak, bound),
+            ops,
+        )
     elif op == "/":   # guarded denominator: |b| + 0.5 >= 0.5
         half = "0.5" if dt == "float32" else f"T.{dt}(0.5)"
         bound = a.bound * 2
-        e = Expr(f"({a.tile} / (T.abs({b.tile}) + {half}))",
-                 f"({a.torch} / (torch.abs({b.torch}) + torch.tensor(0.5, dtype=torch.{dt})))", dt, bound, False,
-                 max(peak, bound, b.bound + 0.5), ops + 2)
+        e = Expr(
+            f"({a.tile} / (T.abs({b.tile}) + {half}))",
+            f"({a.torch} / (torch.abs({b.torch}) + torch.tensor(0.5, dtype=torch.{dt})))",
+            dt,
+            bound,
+            False,
+            max(peak, bound, b.bound + 0.5),
+            ops + 2,
+        )
     elif op in ("max", "min"):
         fn = "maximum" if op == "max" else "minimum"
-        e = Expr(f"T.{op}({a.tile}, {b.tile})", f"torch.{fn}({a.torch}, {b.torch})", dt, max(a.bound, b.bound),
-                 a.exact and b.exact, peak, ops)
+        e = Expr(
+            f"T.{op}({a.tile}, {b.tile})",
+            f"torch.{fn}({a.torch}, {b.torch})",
+            dt,
+            max(a.bound, b.bound),
+            a.exact and b.exact,
+            peak,
+            ops,
+        )
     elif op in ("//", "%"):   # by a positive constant: floor division / floor modulo
         k = c.choice((3, 7, 16))
         if op == "//":

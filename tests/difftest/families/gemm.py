@@ -1,7 +1,7 @@
 """GEMMs: C = A @ B tile by tile with T.gemm, over odd, prime and unit M, N, K, every transpose pair, float16
 and bfloat16 inputs, float32 or float16 accumulators, a serial or pipelined k loop (1-3 stages), an A operand
-passed as a transposed view (T.StridedTensor), and three epilogues: a fragment copy, an expression in T.Parallel
-with a cast, and a copy through shared memory.
+passed as a transposed view (T.StridedTensor), and three epilogues: a fragment copy, an expression in
+T.Parallel with a cast, and a copy through shared memory.
 
 Integer-valued inputs make every partial sum exact (|sums| < 2048 also in float16), so those are compared
 bitwise whatever the accumulation order; random floats within a tolerance that grows with sqrt(K)."""
@@ -77,7 +77,9 @@ def render(spec: GemmSpec) -> Case:
             src(f"A: T.Tensor[{a_dims}, T.{spec.in_dtype}]")
         src(f"B: T.Tensor[{'[N, K]' if spec.trans_b else '[K, N]'}, T.{spec.in_dtype}]")
         src(f"C: T.Tensor[[M, N], T.{spec.out_dtype}]")
-        with src.block(f"with T.Kernel(T.ceildiv(N, {bn}), T.ceildiv(M, {bm}), threads={spec.threads}) as (bx, by):"):
+        with src.block(
+            f"with T.Kernel(T.ceildiv(N, {bn}), T.ceildiv(M, {bm}), threads={spec.threads}) as (bx, by):"
+        ):
             src(f"A_s = T.alloc_shared({(bk, bm) if spec.trans_a else (bm, bk)}, T.{spec.in_dtype})")
             src(f"B_s = T.alloc_shared({(bn, bk) if spec.trans_b else (bk, bn)}, T.{spec.in_dtype})")
             src(f"acc = T.alloc_fragment(({bm}, {bn}), T.{spec.acc_dtype})")
@@ -85,11 +87,24 @@ def render(spec: GemmSpec) -> Case:
             loop = f"T.Pipelined(T.ceildiv(K, {bk}), num_stages={spec.stages})" if spec.stages else \
                 f"T.serial(T.ceildiv(K, {bk}))"
             with src.block(f"for k in {loop}:"):
-                a_at = f"{times('k', bk)}, {times('by', bm)}" if spec.trans_a else f"{times('by', bm)}, {times('k', bk)}"
-                b_at = f"{times('bx', bn)}, {times('k', bk)}" if spec.trans_b else f"{times('k', bk)}, {times('bx', bn)}"
+                a_at = (
+                    f"{times('k', bk)}, {times('by', bm)}"
+                    if spec.trans_a
+                    else f"{times('by', bm)}, {times('k', bk)}"
+                )
+                b_at = (
+                    f"{times('bx', bn)}, {times('k', bk)}"
+                    if spec.trans_b
+                    else f"{times('k', bk)}, {times('bx', bn)}"
+                )
                 src(f"T.copy(A[{a_at}], A_s)")
                 src(f"T.copy(B[{b_at}], B_s)")
-                flags = "".join([", transpose_A=True" if spec.trans_a else "", ", transpose_B=True" if spec.trans_b else ""])
+                flags = "".join(
+                    [
+                        ", transpose_A=True" if spec.trans_a else "",
+                        ", transpose_B=True" if spec.trans_b else "",
+                    ]
+                )
                 src(f"T.gemm(A_s, B_s, acc{flags})")
             corner = f"{times('by', bm)}, {times('bx', bn)}"
             if spec.epilogue == "copy":

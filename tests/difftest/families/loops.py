@@ -1,8 +1,8 @@
 """Sequential loops: `range(start, stop, step)` with positive and negative steps (`range(9, -1, -1)`),
 `T.serial(start, stop)`, `T.unroll(n)`, nested, at block level (a T.alloc_var accumulator) or inside
 `T.Parallel` (one accumulator per row, in a fragment). Each iteration folds the element it visits into an
-order-sensitive hash `acc = (acc * 3 + x) % 1009` and counts itself, so a wrong trip count, order or index shows.
-Integers throughout: bitwise."""
+order-sensitive hash `acc = (acc * 3 + x) % 1009` and counts itself, so a wrong trip count, order or index
+shows. Integers throughout: bitwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +20,8 @@ class LoopSpec:
     length: int                 # X is [rows, length]; every index a loop visits is in [0, length)
     outer: tuple                # ("range", start, stop, step) | ("serial", start, stop) | ("unroll", n)
     inner: tuple | None = None  # a nested loop of the same forms (its variable indexes X too)
-    where: str = "block"        # "block" (alloc_var, one CTA per row) or "parallel" (rows of a tile in T.Parallel)
+    # "block" (alloc_var, one CTA per row) or "parallel" (rows of a tile in T.Parallel)
+    where: str = "block"
     tile: int = 4               # rows per CTA in "parallel"
 
 
@@ -122,7 +123,9 @@ def render(spec: LoopSpec) -> Case:
     model = Source()
     with model.block("def model(X, Y):"):
         model(f"order = {order}   # the indices the loops visit, in order")
-        model("out = torch.tensor([[horner([x[i] for i in order], 7, 1009), len(order)] for x in X.tolist()],")
+        model(
+            "out = torch.tensor([[horner([x[i] for i in order], 7, 1009), len(order)] for x in X.tolist()],"
+        )
         model("                   dtype=torch.int32)")
         model("return {'Y': out.view(Y.shape)}")
     notes = [f"loops: {_header('i', spec.outer)}" + (f" / {_header('j', spec.inner)}" if spec.inner else "")]

@@ -24,7 +24,8 @@ class GatherSpec:
     width: int                  # columns per CTA (bn)
     n_idx: int                  # iterations = len(Idx)
     stages: int = 2             # T.Pipelined num_stages (0: T.serial)
-    index: str = "var"          # "var" (T.alloc_var), "local" (T.alloc_local((1,))), "inline" (A[Idx[k] * bk, ...])
+    # "var" (T.alloc_var), "local" (T.alloc_local((1,))), "inline" (A[Idx[k] * bk, ...])
+    index: str = "var"
     consumer: str = "accumulate"   # "accumulate" (T.Parallel) or "gemm" (X tile @ gathered tile)
     dtype: str = "float16"
     m: int = 64                 # gemm consumer: rows of X and Y (bm = 64 per CTA)

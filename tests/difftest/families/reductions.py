@@ -27,7 +27,8 @@ class ReduceSpec:
     in_dtype: str
     acc_dtype: str
     out_dtype: str
-    values: str = "int"     # "int": integer-valued inputs (exact sums), "normal": randn * 3, and (known.py only)
+    # "int": integer-valued inputs (exact sums), "normal": randn * 3, and (known.py only)
+    values: str = "int"
     #                         "wrap": int32 up to 2^30 (sums wrap around), "nan": randn * 3 with NaNs
     buffer: str = "shared"  # scope of the tile the reduction reads
     masked: bool = False    # edges set to the identity (else they are read as 0 and take part)
@@ -91,7 +92,9 @@ def render(spec: ReduceSpec) -> Case:
         declare_dims(src, ["M", "N"], spec.dynamic)
         src(f"X: T.Tensor[[M, N], T.{spec.in_dtype}]")
         src(f"Y: T.Tensor[[{'MN'[keep]}], T.{spec.out_dtype}]")
-        with src.block(f"with T.Kernel(T.ceildiv({'MN'[keep]}, {spec.tile[keep]}), threads={spec.threads}) as b0:"):
+        with src.block(
+            f"with T.Kernel(T.ceildiv({'MN'[keep]}, {spec.tile[keep]}), threads={spec.threads}) as b0:"
+        ):
             alloc = "T.alloc_shared" if spec.buffer == "shared" else "T.alloc_fragment"
             src(f"x = {alloc}(({bm}, {bn}), T.{spec.in_dtype})")
             src(f"acc = T.alloc_fragment(({spec.tile[keep]},), T.{spec.acc_dtype})")
@@ -101,8 +104,11 @@ def render(spec: ReduceSpec) -> Case:
                 src("T.clear(acc)")
             else:
                 src(f"T.fill(acc, {_identity(spec.op, spec.acc_dtype)})")
-            loop = {"serial": f"T.serial({n_tiles_expr})", "pipelined": f"T.Pipelined({n_tiles_expr}, num_stages=2)",
-                    "range": f"range({n_tiles_expr})"}[spec.loop]
+            loop = {
+                "serial": f"T.serial({n_tiles_expr})",
+                "pipelined": f"T.Pipelined({n_tiles_expr}, num_stages=2)",
+                "range": f"range({n_tiles_expr})",
+            }[spec.loop]
             with src.block(f"for k in {loop}:"):
                 corner = ["b0", "k"] if spec.dim == 1 else ["k", "b0"]
                 src(f"T.copy(X[{times(corner[0], bm)}, {times(corner[1], bn)}], x)")
@@ -123,7 +129,9 @@ def render(spec: ReduceSpec) -> Case:
     model = Source()
     with model.block("def model(X, Y):"):
         fill = _torch_identity(spec.op, spec.in_dtype) if spec.masked else "0"
-        model(f"value = tiled_reduce(X, {spec.tile}, {spec.dim}, {spec.op!r}, torch.{spec.acc_dtype}, {fill})")
+        model(
+            f"value = tiled_reduce(X, {spec.tile}, {spec.dim}, {spec.op!r}, torch.{spec.acc_dtype}, {fill})"
+        )
         model(f"return {{'Y': value.to(torch.{spec.out_dtype})}}")
     if spec.op != "sum" or spec.values in ("int", "wrap"):
         rules = {"model": exact(), "gpu": exact()}

@@ -1,18 +1,20 @@
-"""What each CUDA architecture offers the lowering: one frozen value per arch, read by the plan and the emitters.
+"""What each CUDA architecture offers the lowering: one frozen value per arch,
+read by the plan and the emitters.
 
     caps = ArchCaps.of("sm_75")
-    caps.cp_async, caps.mma_k16, caps.lacks("cp_async")   # False, False, "sm_75 lacks cp.async (...), which ..."
+    caps.cp_async, caps.mma_k16   # False, False
+    caps.lacks("cp_async")        # "sm_75 lacks cp.async (...), which needs sm_80 or newer"
 
 tile_nb builds for sm_75 (Turing) and newer; the paths by architecture (docs/architectures.md):
 - sm_90a: wgmma, TMA pipelines, clusters, persistent CTAs (the H200, measured and GPU-tested);
-- sm_80 and newer: mma.sync m16n8k16 with ldmatrix, cp.async pipelines (compile-tested; sm_100a and sm_120 take
-  this path too, no tcgen05);
-- sm_75: no bfloat16 and no 8-bit floats; mma.sync m16n8k8 (two per m16n8k16 step, float16) with ldmatrix, and global->shared copies as plain
-  loads and stores (cp.async is sm_80): a `T.Pipelined` loop keeps its stages, but a copy completes before the
-  next instruction of its thread, so loads overlap the MMAs only across warps.
+- sm_80 and newer: mma.sync m16n8k16 with ldmatrix, cp.async pipelines (compile-tested; sm_100a and sm_120
+  take this path too, no tcgen05);
+- sm_75: no bfloat16 and no 8-bit floats; mma.sync m16n8k8 (two per m16n8k16 step, float16) with ldmatrix, and
+  global->shared copies as plain loads and stores (cp.async is sm_80): a `T.Pipelined` loop keeps its stages,
+  but a copy completes before the next instruction of its thread, so loads overlap the MMAs only across warps.
 What a target lacks is refused with a LoweringError at the user's line that names the arch and the instruction
-(`refuse`), never left to ptxas. Facts from the PTX ISA (9.0, "Target ISA notes" of each instruction) and the CUDA
-C Programming Guide's table of compute capabilities.
+(`refuse`), never left to ptxas. Facts from the PTX ISA (9.0, "Target ISA notes" of each instruction) and the
+CUDA C Programming Guide's table of compute capabilities.
 """
 from __future__ import annotations
 
@@ -29,9 +31,22 @@ _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 
 # Dynamic shared memory a block may opt into, by compute capability (CUDA C Programming Guide, "Features and
 # Technical Specifications"); budget.py reads it.
-SHARED_PER_BLOCK = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
-                    88: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 103: 227 * 1024,
-                    110: 227 * 1024, 120: 99 * 1024, 121: 99 * 1024}
+SHARED_PER_BLOCK = {
+    70: 96 * 1024,
+    72: 48 * 1024,
+    75: 64 * 1024,
+    80: 163 * 1024,
+    86: 99 * 1024,
+    87: 163 * 1024,
+    88: 99 * 1024,
+    89: 99 * 1024,
+    90: 227 * 1024,
+    100: 227 * 1024,
+    103: 227 * 1024,
+    110: 227 * 1024,
+    120: 99 * 1024,
+    121: 99 * 1024,
+}
 
 # feature -> (the first compute capability that has it, what it is, for messages)
 _FEATURES = {
@@ -48,8 +63,8 @@ class UnsupportedArchError(ValueError):
 
 
 def parse_arch(text: str, where: str = "") -> tuple[int, str]:
-    """`"sm_90a"` -> (90, "a"); anything else tile_nb cannot build for raises UnsupportedArchError naming it (and
-    `where` it came from, e.g. "TILE_NB_ARCH")."""
+    """`"sm_90a"` -> (90, "a"); anything else tile_nb cannot build for raises UnsupportedArchError naming it
+    (and `where` it came from, e.g. "TILE_NB_ARCH")."""
     said = f"unsupported CUDA arch {str(text)!r}" + (f" ({where})" if where else "")
     m = _ARCH.match(str(text).strip())
     if not m:
@@ -59,8 +74,10 @@ def parse_arch(text: str, where: str = "") -> tuple[int, str]:
     if sm < MIN_SM:
         raise UnsupportedArchError(
             f"{said}: tile_nb builds for sm_{MIN_SM} (Turing: T4, RTX 20) and newer; older GPUs lack the "
-            f"tensor-core instructions its T.gemm uses (mma.sync m16n8k8 and ldmatrix), and CUDA 13 builds no "
-            f"code for them")
+            "tensor-core instructions its T.gemm uses (mma.sync m16n8k8 and ldmatrix), and CUDA "
+            "13 builds no "
+            f"code for them"
+        )
     if sm not in KNOWN_SM:
         raise UnsupportedArchError(f"{said}: not a CUDA architecture nvcc 13 builds; known: "
                                    + ", ".join(f"sm_{n}" for n in KNOWN_SM))

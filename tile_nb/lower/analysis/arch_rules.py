@@ -1,30 +1,31 @@
 """What a kernel asks of its target architecture, checked before anything is planned (plan.make_plan).
 
-Each rule refuses a kernel with a LoweringError at the user's line that names the target, the instruction it lacks
-and the first architecture that has it, where ptxas would otherwise print `Feature '...' requires .target sm_80`
-about a line of generated PTX:
+Each rule refuses a kernel with a LoweringError at the user's line that names the target, the instruction it
+lacks and the first architecture that has it, where ptxas would otherwise print
+`Feature '...' requires .target sm_80` about a line of generated PTX:
 - 8-bit floats below sm_89 (no e4m3 / e5m2 conversions or MMAs in the hardware);
 - bfloat16 below sm_80 (no bfloat16 conversions or MMAs; TVM's CUDA code then lacks the type altogether);
 - a TF32 `T.gemm` (a T.tfloat32 operand) below sm_80;
 - a tensor-core `T.gemm` on anything but float16 below sm_80 (sm_75's mma.sync is m16n8k8 on float16 only;
   float32 / float64 ones run on the CUDA cores everywhere, fma_gemm.py).
 Each at the first statement, in program order, that touches such a buffer.
-Paths that exist on one architecture only are chosen, not refused: wgmma and the TMA pipelines where the target is
-sm_90a (wgmma.wgmma_eligible, tma.plan_tma), cp.async copies from sm_80 on (plain loads and stores before).
+Paths that exist on one architecture only are chosen, not refused: wgmma and the TMA
+pipelines where the target is sm_90a (wgmma.wgmma_eligible, tma.plan_tma), cp.async copies
+from sm_80 on (plain loads and stores before).
 """
 from __future__ import annotations
 
 from tvm import tirx
 
-from .arch import ArchCaps
 from ..errors import LoweringError
-from .mma import fma_gemm, is_tf32
 from ..irwalk import buffers_touched, iter_stmts, region_of
+from .arch import ArchCaps
+from .mma import fma_gemm, is_tf32
 
 __all__ = ["check_target"]
 
-# (dtype prefix, the ArchCaps feature it needs, the arch to suggest): float8_e4m3fn, float8_e5m2, ... start with
-# "float8"
+# (dtype prefix, the ArchCaps feature it needs, the arch to suggest): float8_e4m3fn, float8_e5m2, ... start
+# with "float8"
 _TYPES = (("float8", "fp8", "sm_89"), ("bfloat16", "bf16", "sm_80"))
 
 
@@ -35,7 +36,8 @@ def _leaves(func):
 
 
 def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
-    """Raise a LoweringError (at the statement's line) for the first thing in `func` that `caps` cannot run."""
+    """Raise a LoweringError (at the statement's line) for the first thing in
+    `func` that `caps` cannot run."""
     for s in _leaves(func):
         missing = [(prefix, feature, arch) for prefix, feature, arch in _TYPES if not getattr(caps, feature)]
         if missing:
@@ -43,19 +45,40 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
             for prefix, feature, arch in missing:
                 buf = next((b for b in writes + reads if str(b.dtype).startswith(prefix)), None)
                 if buf is not None:
-                    raise lines.locate(LoweringError(
-                        f"{buf.name} is {buf.dtype}: the target {caps.lacks(feature)}; build for {arch} or newer "
-                        f"(target='{arch}', TILE_NB_ARCH={arch}), or keep the data in float16"), s)
-        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" and is_tf32(s) and not caps.tf32:
-            raise lines.locate(LoweringError(
-                f"T.gemm on T.tfloat32 operands: the target {caps.lacks('tf32')}; build for sm_80 or newer, or use "
-                "T.float32 operands (exact products on the CUDA cores)"), s)
+                    raise lines.locate(
+                        LoweringError(
+                            f"{buf.name} is {buf.dtype}: the target {caps.lacks(feature)}; build for "
+                            f"{arch} or newer "
+                            f"(target='{arch}', TILE_NB_ARCH={arch}), or keep the data in float16"
+                        ),
+                        s,
+                    )
+        if (
+            isinstance(s, tirx.TilePrimitiveCall)
+            and s.op.name == "tirx.tile.gemm"
+            and is_tf32(s)
+            and not caps.tf32
+        ):
+            raise lines.locate(
+                LoweringError(
+                    f"T.gemm on T.tfloat32 operands: the target {caps.lacks('tf32')}; build for sm_80 or "
+                    "newer, or use "
+                    "T.float32 operands (exact products on the CUDA cores)"
+                ),
+                s,
+            )
         if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" and not caps.mma_k16 \
                 and not fma_gemm(s):
             a, b = region_of(s.args[1])[0], region_of(s.args[2])[0]
             for op in (a, b):
                 if str(op.dtype) != "float16":
-                    raise lines.locate(LoweringError(
-                        f"T.gemm: operand {op.name} is {op.dtype}; the target {caps.arch} has tensor-core MMAs for "
-                        f"float16 inputs only (mma.sync m16n8k8); use float16 inputs on {caps.arch}, or build for "
-                        f"sm_80 or newer"), s)
+                    raise lines.locate(
+                        LoweringError(
+                            f"T.gemm: operand {op.name} is {op.dtype}; the target {caps.arch} has "
+                            "tensor-core MMAs for "
+                            f"float16 inputs only (mma.sync m16n8k8); use float16 inputs on {caps.arch}, "
+                            "or build for "
+                            f"sm_80 or newer"
+                        ),
+                        s,
+                    )

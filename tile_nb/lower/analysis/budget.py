@@ -1,7 +1,7 @@
 """Resource budgets checked at compile time: shared memory per block and registers per thread.
 
-A kernel over budget fails here, with every buffer and its size, instead of at launch (TVM's "Failed to set the
-allowed dynamic shared memory size") or as silent spills.
+A kernel over budget fails here, with every buffer and its size, instead of at launch (TVM's "Failed to set
+the allowed dynamic shared memory size") or as silent spills.
 """
 from __future__ import annotations
 
@@ -18,19 +18,19 @@ __all__ = ["MAX_REGISTERS_PER_THREAD", "SHARED_PER_SM", "WGMMA_HEADROOM", "check
 MAX_REGISTERS_PER_THREAD = 255
 REGISTERS_PER_SM = 65536
 SHARED_PER_SM = 228 * 1024  # sm_90 (1 KiB of it reserved per CTA)
-# Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a wgmma
-# instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154 registers for
-# 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the fragments must
-# fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167 registers for 170
-# counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of 24 bytes: the
-# count is an estimate, ptxas has the last word (`kernel.resources`).
+# Registers a consumer needs besides its largest accumulator (addresses, descriptors, loop state), while a
+# wgmma instruction holds that accumulator live with its operands: ptxas gives the 128x256x64 GEMM 154
+# registers for 128 accumulator registers, and refuses (C7602) to build it under a cap of 128. Besides, the
+# fragments must fit: FlashAttention at head dim 128 (128x128 tiles, two consumer warpgroups) gets 167
+# registers for 170 counted (ptxas reuses some), with three (192x64) 128 of 128 for 122 counted and a spill of
+# 24 bytes: the count is an estimate, ptxas has the last word (`kernel.resources`).
 WGMMA_HEADROOM = 32
 
 
 def ctas_per_sm(threads: int, registers: int, pool_bytes: int) -> int:
-    """CTAs of `threads` threads using about `registers` registers each and a `pool_bytes` shared pool that fit
-    one SM of sm_90 together (at least 1): registers go by the 8 per thread, shared memory has 1 KiB per CTA
-    reserved."""
+    """CTAs of `threads` threads using about `registers` registers each and a `pool_bytes` shared pool that
+    fit one SM of sm_90 together (at least 1): registers go by the 8 per thread, shared memory has 1 KiB per
+    CTA reserved."""
     by_registers = REGISTERS_PER_SM // (-(-threads // 32) * 32 * (-(-registers // 8) * 8))
     return max(1, min(by_registers, SHARED_PER_SM // (pool_bytes + 1024)))
 
@@ -43,9 +43,9 @@ def max_shared_bytes(arch: str) -> int:
 
 
 def layout_pool(tiles) -> tuple[list, int]:
-    """Place the tiles one after another in the block's one shared pool: (the tiles with their byte offsets, the
-    end of the last). Tiles read by the tensor cores through swizzled descriptors need 1 KiB alignment, the
-    others 128 bytes."""
+    """Place the tiles one after another in the block's one shared pool: (the tiles with their byte offsets,
+    the end of the last). Tiles read by the tensor cores through swizzled descriptors need 1 KiB alignment,
+    the others 128 bytes."""
     offset, placed = 0, []
     for tile in tiles:
         align = 1024 if tile.swizzle or tile.panel else 128
@@ -68,8 +68,10 @@ def check_shared(tiles, total: int, arch: str, lines, what: str = "shared memory
     listing = "\n".join(f"  {t.name or t.buffer.name}: {t.describe()} = {_kib(t.nbytes)}" for t in tiles)
     err = LoweringError(
         f"the kernel needs {_kib(total)} of {what} per block; {arch} allows {_kib(limit)}:\n{listing}",
-        hint="use smaller tiles (block sizes) or fewer pipeline stages; the kernel's plan says why a fragment is in "
-             "shared memory rather than registers")
+        hint="use smaller tiles (block sizes) or fewer pipeline stages; the kernel's plan says why a "
+             "fragment is in "
+        "shared memory rather than registers",
+    )
     raise lines.locate(err, buffer_name=tiles[0].buffer.name)
 
 

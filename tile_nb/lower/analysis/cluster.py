@@ -2,17 +2,18 @@
 
 The two CTAs of a cluster walk their tiles in lock-step, on tiles that differ only along one grid axis (their
 coordinates 2c and 2c + 1): a GEMM whose grid is (M tiles, N tiles) pairs tiles along M, and the two CTAs then
-read the same B tile at every k-tile (the larger operand of 128x256 tiles; the largest such copy is chosen). Each
-CTA's producer loads half of that tile's TMA boxes and multicasts them into both CTAs' shared memory, so the L2
-serves the shared operand once per pair (a 128x256x64 fp16 GEMM: 48 KiB per CTA and k-tile become 32 KiB). What
-changes in the pipeline (tma.py):
+read the same B tile at every k-tile (the larger operand of 128x256 tiles; the largest such copy is chosen).
+Each CTA's producer loads half of that tile's TMA boxes and multicasts them into both CTAs' shared memory, so
+the L2 serves the shared operand once per pair (a 128x256x64 fp16 GEMM: 48 KiB per CTA and k-tile become 32
+KiB). What changes in the pipeline (tma.py):
 
     full barrier:   each CTA's producer still expects the whole stage's bytes; half of them come from the peer
-    empty barrier:  counts the consumer warps of both CTAs; lane r of each consumer warp arrives on CTA r's (mapa):
-                    a producer overwrites a stage of the peer only once the peer's consumers are done with it
+    empty barrier:  counts the consumer warps of both CTAs; lane r of each consumer warp arrives on CTA r's
+                    (mapa): a producer overwrites a stage of the peer only once the peer's consumers are done
+                    with it
     start:          a cluster barrier after the barriers' initialisation (the peer may signal them right away)
-    end:            the producer waits until both CTAs released every stage before its CTA may exit (the peer's
-                    consumers still arrive on this CTA's barriers)
+    end:            the producer waits until both CTAs released every stage before its CTA may exit (the
+                    peer's consumers still arrive on this CTA's barriers)
 
 The launch gets TVM's `clusterCtaIdx.x` thread axis (extent 2): TVM's runtime then launches with a cluster
 dimension and reads the rank from `%cluster_ctarank`.
@@ -31,8 +32,8 @@ from dataclasses import dataclass, replace
 
 from tvm import tirx
 
-from .decisions import Refusal
 from ..irwalk import region_of
+from .decisions import Refusal
 from .layout import tirx_bits
 
 __all__ = ["CLUSTER_SIZE", "Multicast", "describe_multicast", "plan_multicast"]
@@ -50,9 +51,9 @@ class Multicast:
 
 
 def split_boxes(boxes: tuple) -> tuple | None:
-    """The boxes of a copy in two halves, one per CTA: half of the boxes each, or a single box cut in two along
-    its rows (each half starting a whole 1 KiB swizzle pattern, 8 rows of up to 128 bytes, from the other), or
-    None."""
+    """The boxes of a copy in two halves, one per CTA: half of the boxes each, or a single box cut in two
+    along its rows (each half starting a whole 1 KiB swizzle pattern, 8 rows of up to 128 bytes, from the
+    other), or None."""
     if len(boxes) % 2 == 0:
         half = len(boxes) // 2
         return boxes[:half], boxes[half:]
@@ -60,9 +61,15 @@ def split_boxes(boxes: tuple) -> tuple | None:
     if box is None or box.dims[1] % 16:
         return None
     cols, rows = box.dims[0], box.dims[1] // 2
-    halves = tuple(replace(box, dims=(cols, rows) + box.dims[2:], elem_offset=box.elem_offset + r * rows * cols,
-                           coord_shift=(box.coord_shift[0], box.coord_shift[1] + r * rows) + box.coord_shift[2:])
-                   for r in range(2))
+    halves = tuple(
+        replace(
+            box,
+            dims=(cols, rows) + box.dims[2:],
+            elem_offset=box.elem_offset + r * rows * cols,
+            coord_shift=(box.coord_shift[0], box.coord_shift[1] + r * rows) + box.coord_shift[2:],
+        )
+        for r in range(2)
+    )
     return (halves[0],), (halves[1],)
 
 
@@ -73,9 +80,15 @@ def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | Non
     if mode == 0:
         return None, None
     if mode != CLUSTER_SIZE:
-        return None, Refusal("cluster.size", f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)")
+        return None, Refusal(
+            "cluster.size",
+            f"no cluster (tile_nb.cluster = {mode}: clusters of {CLUSTER_SIZE} CTAs are supported)",
+        )
     if ctas % CLUSTER_SIZE:
-        return None, Refusal("cluster.odd_ctas", f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)")
+        return None, Refusal(
+            "cluster.odd_ctas",
+            f"no cluster (clusters of {CLUSTER_SIZE} need an even number of CTAs; {ctas} would be launched)",
+        )
     best = None  # (bytes of the copy's tile, copy index, grid axis, its halves)
     for axis, (var, extent) in grid.items():
         if int(extent) % CLUSTER_SIZE:
@@ -91,8 +104,11 @@ def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | Non
             if best is None or size > best[0]:
                 best = (size, i, axis, halves)
     if best is None:
-        return None, Refusal("cluster.no_copy", "no cluster (no pipelined copy that splits into two halves of TMA boxes is the same for tiles "
-                      "that differ along a grid axis of even extent)")
+        return None, Refusal(
+            "cluster.no_copy",
+            "no cluster (no pipelined copy that splits into two halves of TMA boxes is the same for tiles "
+            "that differ along a grid axis of even extent)",
+        )
     _, i, axis, halves = best
     groups = tuple(g for g, (_, members) in enumerate(tma.arrivals) if i in members)
     return Multicast(i, groups, axis, halves), None
@@ -101,5 +117,8 @@ def plan_multicast(options, tma, grid: dict, ctas: int) -> tuple[Multicast | Non
 def describe_multicast(multicast: Multicast, tma, grid: dict) -> str:
     """The plan's note on a multicast, for people."""
     c = tma.copies[multicast.copy]
-    return (f"clusters of {multicast.size} CTAs on tiles that differ in {grid[multicast.axis][0].name}: each loads "
-            f"half of {c.tile_buffer.name} and multicasts it to both")
+    return (
+        f"clusters of {multicast.size} CTAs on tiles that differ in "
+        f"{grid[multicast.axis][0].name}: each loads "
+        f"half of {c.tile_buffer.name} and multicasts it to both"
+    )

@@ -1,8 +1,8 @@
 """Typed facts the lowering's analyses return besides their plans: what a step declined, and why, as a value.
 
-A `Refusal` is one analysis saying no: its `code` is what code reads ("tma.two_ctas_per_sm": plan.py counts two
-CTAs per SM on it), its `text` is what people read (the plan's pipeline note, rendered by plan.render_pipeline_note).
-Codes are `<area>.<reason>`, the area one of AREAS; code never matches the text.
+A `Refusal` is one analysis saying no: its `code` is what code reads ("tma.two_ctas_per_sm": plan.py counts
+two CTAs per SM on it), its `text` is what people read (the plan's pipeline note, rendered by
+plan.render_pipeline_note). Codes are `<area>.<reason>`, the area one of AREAS; code never matches the text.
 """
 from __future__ import annotations
 
@@ -36,5 +36,6 @@ class Refusal:
         return {"code": self.code, "text": self.text}
 
 
-# tma.py: cp.async kept where two CTAs of a loop with several T.gemm share an SM (then the launch bounds promise 2)
+# tma.py: cp.async kept where two CTAs of a loop with several T.gemm share an SM
+# (then the launch bounds promise 2)
 TWO_CTAS_PER_SM = "tma.two_ctas_per_sm"

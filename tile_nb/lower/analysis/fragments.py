@@ -1,22 +1,25 @@
-"""Register layouts of fragments: which thread holds which elements of a `local.fragment` tile, in which register.
+"""Register layouts of fragments: which thread holds which elements of a
+`local.fragment` tile, in which register.
 
-A layout is linear over mixed-radix digits (Triton's linear layouts, in the small). A thread's register index `r`,
-its lane and its warp are each split into digits, least significant first; each digit moves one dim of the tile by
-a stride, or moves nothing (a replica: threads that differ only in that digit hold the same elements):
+A layout is linear over mixed-radix digits (Triton's linear layouts, in the small). A thread's
+register index `r`, its lane and its warp are each split into digits, least significant first; each
+digit moves one dim of the tile by a stride, or moves nothing (a replica: threads that differ only in
+that digit hold the same elements):
 
     coord[d] = sum(value(digit) * digit.stride  for every digit with digit.dim == d)
 
 Three families are built here, all in that one form:
-- `blocked`: the default for fragments that T.copy, T.Parallel and the reductions touch: each thread holds `vec`
-  consecutive elements of the last dim (one 16-byte access), consecutive lanes hold consecutive vectors
+- `blocked`: the default for fragments that T.copy, T.Parallel and the reductions touch: each thread holds
+  `vec` consecutive elements of the last dim (one 16-byte access), consecutive lanes hold consecutive vectors
   (coalesced), warps are stacked along the rows first;
-- `mma_accumulator` / `wgmma_accumulator`: the C fragment of mma.sync m16n8 and of Hopper wgmma (PTX ISA, "Matrix
-  Fragments"), so T.Parallel loops, copies and reductions work on a T.gemm accumulator in place;
-- `FragmentLayout.slice(dim)`: the layout of a reduction's result, the reduced dim turned into replicas, so every
-  thread that held part of a row holds the row's result.
+- `mma_accumulator` / `wgmma_accumulator`: the C fragment of mma.sync m16n8 and of Hopper wgmma (PTX ISA,
+  "Matrix Fragments"), so T.Parallel loops, copies and reductions work on a T.gemm accumulator in place;
+- `FragmentLayout.slice(dim)`: the layout of a reduction's result, the reduced dim turned into replicas, so
+  every thread that held part of a row holds the row's result.
 
 Tiles whose shape is not covered exactly (a 100-column tile on 128-column passes) have padding elements, which
-`valid` masks. Everything here is data and index arithmetic; the emitters (copy.py, loops.py, reduce.py) read it.
+`valid` masks. Everything here is data and index arithmetic; the emitters
+(copy.py, loops.py, reduce.py) read it.
 """
 from __future__ import annotations
 
@@ -136,7 +139,7 @@ class FragmentLayout:
     def valid(self, tx, r):
         """The condition that register `r` of thread `tx` holds an element of the tile (None: always)."""
         cond = None
-        for k, (n, c) in enumerate(zip(self.shape, self.element(tx, r))):
+        for k, (n, c) in enumerate(zip(self.shape, self.element(tx, r), strict=True)):
             if self.covered(k) > n:
                 cond = conjunction(cond, c < n)
         return cond
@@ -184,8 +187,9 @@ class FragmentLayout:
         return count, kept, reduced
 
     def register_of(self, kept_value, reduced_value, dim: int):
-        """The register of this layout whose kept digits are those of `kept_value` (a register of `slice(dim)`)
-        and whose reduced digits are those of `reduced_value` (an index among the registers reduced together)."""
+        """The register of this layout whose kept digits are those of `kept_value` (a register of
+        `slice(dim)`) and whose reduced digits are those of `reduced_value` (an index among the
+        registers reduced together)."""
         r, place = 0, 1
         kept_place, reduced_place = 1, 1
         for d in self.of("reg"):
@@ -223,7 +227,8 @@ class FragmentLayout:
         return count, slot
 
     def lane_is_first(self, tx, dim: int):
-        """Condition that this lane is the first of those sharing a result along `dim` (None: one lane only)."""
+        """Condition that this lane is the first of those sharing a result along
+        `dim` (None: one lane only)."""
         cond = None
         for d, v in self.decode("lane", _fm(tx, 32)):
             if d.dim == dim:
@@ -263,8 +268,10 @@ class FragmentLayout:
                     owner.setdefault(at(self.element(tx, r)), tx)
         width = max(len(f"t{t}") for t in owner.values()) + 1
         head = " " * 6 + "".join(f"{j:>{width}}" for j in range(cols))
-        lines = [head] + [f"{i:>4}: " + "".join(f"{'t' + str(owner.get((i, j), '?')):>{width}}" for j in range(cols))
-                          for i in range(rows)]
+        lines = [head] + [
+            f"{i:>4}: " + "".join(f"{'t' + str(owner.get((i, j), '?')):>{width}}" for j in range(cols))
+            for i in range(rows)
+        ]
         return "\n".join(lines)
 
     def describe(self) -> str:
@@ -277,16 +284,17 @@ class FragmentLayout:
         return f"{self.regs} registers per thread{pad}; " + "; ".join(parts)
 
 
-# ---- the families ---------------------------------------------------------------------------------------------
+# ---- the families ------------------------------------------------------------------------------------------
 
 def blocked(shape, threads: int, vec: int) -> FragmentLayout:
-    """The default register layout of a 1-d or 2-d tile: `vec` consecutive elements of the last dim per register
-    group, lanes along the last dim first (coalesced global access), warps along the first dim first (a row's
-    reduction stays inside a warp when there are enough rows)."""
+    """The default register layout of a 1-d or 2-d tile: `vec` consecutive elements of the last dim per
+    register group, lanes along the last dim first (coalesced global access), warps along the first dim first
+    (a row's reduction stays inside a warp when there are enough rows)."""
     shape = tuple(int(s) for s in shape)
     rows, cols = (1, shape[0]) if len(shape) == 1 else shape
     col_dim, row_dim = len(shape) - 1, 0 if len(shape) == 2 else None
-    # No wider than the tile needs: a small tile spread over many threads gets shorter vectors, not idle threads.
+    # No wider than the tile needs: a small tile spread over many threads gets
+    # shorter vectors, not idle threads.
     vec = max(1, min(vec, _pow2_floor(cols), _pow2_floor(max(1, rows * cols // threads))))
     while cols % vec:
         vec //= 2
@@ -296,7 +304,8 @@ def blocked(shape, threads: int, vec: int) -> FragmentLayout:
     warps = threads // 32
     wr = min(warps, _pow2_floor(max(1, -(-rows // lr)))) if row_dim is not None else 1
     wc = warps // wr
-    if row_dim is not None:  # warps the columns do not need go to the rows (padding there keeps reductions in-warp)
+    # warps the columns do not need go to the rows (padding there keeps reductions in-warp)
+    if row_dim is not None:
         wc = max(1, min(wc, _pow2_floor(max(1, -(-groups // lc)))))
         wr = warps // wc
     pass_cols = vec * lc * wc
@@ -326,7 +335,8 @@ def mma_accumulator(bm: int, bn: int, wm: int, wn: int) -> FragmentLayout:
 
 
 def wgmma_accumulator(bm: int, bn: int, warpgroups: int) -> FragmentLayout:
-    """The wgmma D fragment (`wgmma.WgmmaAccLayout`'s register order: r = mb * (bn / 2) + (ni * 2 + h) * 2 + e)."""
+    """The wgmma D fragment (`wgmma.WgmmaAccLayout`'s register order: r = mb * (bn
+    / 2) + (ni * 2 + h) * 2 + e)."""
     mblocks = bm // 64 // warpgroups
     digits = [Digit("reg", 2, 1, 1), Digit("reg", 2, 0, 8), Digit("reg", bn // 8, 1, 8),
               Digit("reg", mblocks, 0, 64),

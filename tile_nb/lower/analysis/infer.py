@@ -1,6 +1,7 @@
 """Layout inference: a register layout for every `local.fragment`, or the reason it lives in shared memory.
 
-Each op and loop that touches fragments says how their layouts relate (tilelang's layout inference, in the small):
+Each op and loop that touches fragments says how their layouts relate
+(tilelang's layout inference, in the small):
 - `T.gemm`'s accumulator has the layout of its MMA (fixed before inference, `fragments.mma_accumulator`);
 - a `T.Parallel` nest relates the fragments it indexes by all its loop variables in order (one layout, which
   drives the loop: each thread runs over its own registers), and those indexed by the first variable only (the
@@ -8,11 +9,12 @@ Each op and loop that touches fragments says how their layouts relate (tilelang'
 - `T.reduce_*(src, dst, dim)`: dst has src's layout sliced over dim; a fragment-to-fragment `T.copy`: equal;
 - a copy between a fragment and global or shared memory, and `T.fill`, accept any layout (the default
   `fragments.blocked` vectorizes along the last dim for the narrowest dtype it is copied with).
-Fragments that cannot be registers are placed in shared memory, with the reason: operands of `T.gemm` (the tensor
-cores, and the FMA path, read them there), tiles of rank above 2, partial regions, and element accesses other than at the loop
-point of a `T.Parallel` nest (they would read another thread's registers). A fragment that two relations give
-different layouts is an error naming both, with the fix. When the register fragments need more registers than
-a thread has, the largest non-accumulator fragments move to shared memory, noted in the plan.
+Fragments that cannot be registers are placed in shared memory, with the reason: operands of `T.gemm` (the
+tensor cores, and the FMA path, read them there), tiles of rank above 2, partial regions, and element
+accesses other than at the loop point of a `T.Parallel` nest (they would read another thread's registers).
+A fragment that two relations give different layouts is an error naming both, with the fix. When the
+register fragments need more registers than a thread has, the largest non-accumulator fragments move to
+shared memory, noted in the plan.
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import tirx
 
-from .budget import MAX_REGISTERS_PER_THREAD, packed_registers
 from ..errors import LoweringError
 from ..exprs import walk_loads
-from .fragments import FragmentLayout, blocked
 from ..irwalk import region_of, scope_of
+from .budget import MAX_REGISTERS_PER_THREAD, packed_registers
+from .fragments import FragmentLayout, blocked
 
 __all__ = ["FragmentPlan", "infer_layouts", "rows_coupled"]
 
@@ -74,8 +76,13 @@ def _whole(buf, rng) -> bool:
     shape = _static_shape(buf)
     if shape is None or len(rng) != len(shape):
         return False
-    return all(isinstance(m, tvm.ir.prim.expr.IntImm) and int(m) == 0 and isinstance(e, tvm.ir.prim.expr.IntImm)
-               and int(e) == n for (m, e), n in zip(rng, shape))
+    return all(
+        isinstance(m, tvm.ir.prim.expr.IntImm)
+        and int(m) == 0
+        and isinstance(e, tvm.ir.prim.expr.IntImm)
+        and int(e) == n
+        for (m, e), n in zip(rng, shape, strict=True)
+    )
 
 
 def _bits(dtype) -> int:
@@ -119,7 +126,9 @@ class _Collector:
             while _is_parallel(nest[-1].body):
                 nest.append(nest[-1].body)
             extents = [_static_int(l.extent) for l in nest]
-            new = _Loop(stmt, [l.loop_var for l in nest], extents, self.lines.line_of(_first_line_stmt(nest[-1].body)))
+            new = _Loop(
+                stmt, [l.loop_var for l in nest], extents, self.lines.line_of(_first_line_stmt(nest[-1].body))
+            )
             self.loops.append(new)
             self.visit(nest[-1].body, new)
         elif isinstance(stmt, tirx.For):
@@ -164,7 +173,7 @@ class _Collector:
         shape = _static_shape(buf)
         lv = loop.loop_vars
         same = lambda idx, vs: len(idx) == len(vs) and all(  # noqa: E731
-            isinstance(i, tvm.ir.expr.Var) and i.same_as(v) for i, v in zip(idx, vs))
+            isinstance(i, tvm.ir.expr.Var) and i.same_as(v) for i, v in zip(idx, vs, strict=True))
         idx = list(indices)
         if same(idx, lv) and shape == tuple(loop.extents):
             _add_once(loop.full, buf)
@@ -174,8 +183,11 @@ class _Collector:
             _add_once(loop.cols, buf)
         else:
             text = ", ".join(str(i) for i in idx)
-            self.force_shared(buf, f"T.Parallel indexes it at [{text}]{where}, not at the loop point: the element "
-                                   "may be held by another thread")
+            self.force_shared(
+                buf,
+                f"T.Parallel indexes it at [{text}]{where}, not at the loop point: the element "
+                "may be held by another thread",
+            )
 
     def tile_op(self, call, loop):
         line = self.lines.line_of(call)
@@ -196,20 +208,29 @@ class _Collector:
                 self.force_shared(buf, f"T.{name} at line {line} uses a part of it")
         if name == "gemm":
             for buf, _ in regions[1:3]:
-                if self.is_fragment(buf) and buf not in self.accumulators:  # (pinned: wgmma's register A operand)
-                    self.force_shared(buf, f"it is an operand of T.gemm (line {line}): T.gemm reads its operands "
-                                           "from shared memory")
+                # (pinned: wgmma's register A operand)
+                if self.is_fragment(buf) and buf not in self.accumulators:
+                    self.force_shared(
+                        buf,
+                        f"it is an operand of T.gemm (line {line}): T.gemm reads its operands "
+                        "from shared memory",
+                    )
         elif name == "copy":
             (dst, _), (src, _) = regions[0], regions[1]
             for frag, other in ((dst, src), (src, dst)):
                 if self.is_fragment(frag) and scope_of(other) in _PER_THREAD:
-                    self.force_shared(frag, f"T.copy at line {line} moves it to or from the per-thread buffer "
-                                            f"{other.name}, which every thread holds whole")
+                    self.force_shared(
+                        frag,
+                        f"T.copy at line {line} moves it to or from the per-thread buffer "
+                        f"{other.name}, which every thread holds whole",
+                    )
             if self.is_fragment(dst) and self.is_fragment(src):
                 if _static_shape(dst) == _static_shape(src):
                     self.equal.append((dst, src, f"T.copy({src.name}, {dst.name})", line))
                 else:
-                    self.force_shared(dst, f"T.copy at line {line} copies between fragments of different shapes")
+                    self.force_shared(
+                        dst, f"T.copy at line {line} copies between fragments of different shapes"
+                    )
             for frag, other in ((dst, src), (src, dst)):
                 if self.is_fragment(frag):
                     bits = min(_bits(frag.dtype), _bits(other.dtype))
@@ -221,16 +242,24 @@ class _Collector:
         elif name in ("sum", "max", "min"):
             (dst, _), (src, _) = regions[0], regions[1]
             if self.is_fragment(src) and scope_of(dst) in _PER_THREAD:
-                self.force_shared(src, f"T.reduce_{name} at line {line} reduces it into the per-thread buffer "
-                                       f"{dst.name}, which every thread holds whole")
+                self.force_shared(
+                    src,
+                    f"T.reduce_{name} at line {line} reduces it into the per-thread buffer "
+                    f"{dst.name}, which every thread holds whole",
+                )
             axes = [int(a) % len(src.shape) for a in call.args[2]]
             if self.is_fragment(dst) and len(dst.shape) != max(len(src.shape) - len(axes), 1):
-                # a 1-d tile into a [1, 1] fragment: dst is no slice of src's layout; the reduction stores to it
-                self.force_shared(dst, f"T.reduce_{name} at line {line} gives a {len(src.shape) - len(axes)}-d "
-                                       f"result, and {dst.name} is {len(dst.shape)}-d")
+                # a 1-d tile into a [1, 1] fragment: dst is no slice of src's
+                # layout; the reduction stores to it
+                self.force_shared(
+                    dst,
+                    f"T.reduce_{name} at line {line} gives a {len(src.shape) - len(axes)}-d "
+                    f"result, and {dst.name} is {len(dst.shape)}-d",
+                )
             elif self.is_fragment(dst) and self.is_fragment(src) and len(axes) == 1:
-                self.slices.append((src, axes[0], dst, f"T.reduce_{name}({src.name}, {dst.name}, dim={axes[0]})",
-                                    line))
+                self.slices.append(
+                    (src, axes[0], dst, f"T.reduce_{name}({src.name}, {dst.name}, dim={axes[0]})", line)
+                )
             elif self.is_fragment(dst) and self.is_fragment(src):
                 self.force_shared(dst, f"T.reduce_{name} at line {line} reduces over several dims")
 
@@ -260,12 +289,14 @@ def _first_line_stmt(stmt):
 
 
 def _register_cost(buf, layout: FragmentLayout, packed=frozenset()) -> int:
-    """32-bit registers a fragment takes per thread: two for a 64-bit element; half for a 16-bit one that wgmma
-    reads as packed pairs (a register A operand)."""
+    """32-bit registers a fragment takes per thread: two for a 64-bit element; half for a 16-bit one that
+    wgmma reads as packed pairs (a register A operand)."""
     return packed_registers(buf, layout, packed)
 
 
-def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()) -> FragmentPlan:
+def infer_layouts(
+    func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()
+) -> FragmentPlan:
     """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: fragments whose layout the MMA
     fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout."""
     c = _Collector(func, lines, accumulators, packed)
@@ -277,7 +308,9 @@ def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, 
         if not demoted:
             break
         # each pass must move a fragment out of registers, or the loop would not end
-        assert any(buf not in c.shared for buf in demoted), f"{[b.name for b in demoted]} are already in shared memory"
+        assert any(buf not in c.shared for buf in demoted), (
+            f"{[b.name for b in demoted]} are already in shared memory"
+        )
         for buf, reason in demoted.items():
             c.force_shared(buf, reason)
     shared = {b: c.shared[b] for b in c.fragments if b in c.shared and b not in accumulators}
@@ -291,9 +324,9 @@ def infer_layouts(func: tirx.PrimFunc, threads: int, accumulators: dict, lines, 
 
 
 def rows_coupled(func: tirx.PrimFunc) -> set:
-    """2-d fragments whose rows meet a row statistic: reduced over their last dim, or driving a T.Parallel loop
-    that also indexes a 1-d fragment by the row. An accumulator among them gets all its warps along M (a row is
-    then never split between warps, and the row statistics of two accumulators share one layout)."""
+    """2-d fragments whose rows meet a row statistic: reduced over their last dim, or driving a T.Parallel
+    loop that also indexes a 1-d fragment by the row. An accumulator among them gets all its warps along M (a
+    row is then never split between warps, and the row statistics of two accumulators share one layout)."""
     from ..diagnostics import SourceLines
 
     c = _Collector(func, SourceLines(func), {})
@@ -313,8 +346,11 @@ def _drop_driverless(c: _Collector) -> bool:
             continue
         for buf in loop.rows + loop.cols:
             if buf not in c.shared:
-                c.force_shared(buf, f"the T.Parallel loop at line {loop.line} indexes it by one loop variable, "
-                                    "and no register fragment covers the whole loop")
+                c.force_shared(
+                    buf,
+                    f"the T.Parallel loop at line {loop.line} indexes it by one loop variable, "
+                    "and no register fragment covers the whole loop",
+                )
                 changed = True
     return changed
 
@@ -324,7 +360,8 @@ class _Conflict(Exception):
 
 
 def _solve(c: _Collector, threads: int) -> dict:
-    """Assign layouts: accumulators first, then defaults in program order, propagating equalities and slices."""
+    """Assign layouts: accumulators first, then defaults in program order,
+    propagating equalities and slices."""
     regs = [b for b in c.fragments if b not in c.shared]
     equal = [(a, b, why, line) for a, b, why, line in c.equal if a not in c.shared and b not in c.shared]
     slices = [s for s in c.slices if s[0] not in c.shared and s[2] not in c.shared]
@@ -334,8 +371,15 @@ def _solve(c: _Collector, threads: int) -> dict:
             equal.append((full[0], b, f"the T.Parallel loop at line {loop.line} indexes both", loop.line))
         if full:
             for b in (b for b in loop.rows if b not in c.shared):
-                slices.append((full[0], 1, b, f"the T.Parallel loop at line {loop.line} (row of {full[0].name})",
-                               loop.line))
+                slices.append(
+                    (
+                        full[0],
+                        1,
+                        b,
+                        f"the T.Parallel loop at line {loop.line} (row of {full[0].name})",
+                        loop.line,
+                    )
+                )
             for b in (b for b in loop.cols if b not in c.shared):
                 slices.append((full[0], 0, b, f"the T.Parallel loop at line {loop.line} (column of "
                                               f"{full[0].name})", loop.line))
@@ -372,7 +416,9 @@ def _solve(c: _Collector, threads: int) -> dict:
         for buf in sorted(regs, key=lambda b: -len(b.shape)):  # 2-d tiles first: rows come from them
             if buf in layouts:
                 continue
-            assign(buf, _choose(buf, layouts, slices, threads, c), "its first use", c.lines.alloc_line(buf.name))
+            assign(
+                buf, _choose(buf, layouts, slices, threads, c), "its first use", c.lines.alloc_line(buf.name)
+            )
             propagate()
     except _Conflict as conflict:
         buf, why, line = conflict.args[0]
@@ -381,8 +427,10 @@ def _solve(c: _Collector, threads: int) -> dict:
             f"fragment {buf.name} needs two different register layouts: one from {first_why}"
             f"{f' (line {first_line})' if first_line else ''}, another from {why}"
             f"{f' (line {line})' if line else ''}",
-            hint=f"stage it through shared memory (T.alloc_shared for {buf.name}, or T.copy into a shared tile "
-                 "between the two uses), or use one fragment per use")
+            hint=f"stage it through shared memory (T.alloc_shared for {buf.name}, or T.copy into a "
+                 "shared tile "
+            "between the two uses), or use one fragment per use",
+        )
         raise c.lines.locate(err, buffer_name=buf.name) from None
     return layouts
 
@@ -402,8 +450,8 @@ def _choose(buf, layouts: dict, slices: list, threads: int, c: _Collector) -> Fr
 
 
 def _over_budget(c: _Collector, layouts: dict) -> dict:
-    """The largest non-accumulator fragments to move to shared memory so that the rest fit a thread's registers
-    (empty when they fit)."""
+    """The largest non-accumulator fragments to move to shared memory so that the rest fit a thread's
+    registers (empty when they fit)."""
     budget = MAX_REGISTERS_PER_THREAD - _REGISTER_HEADROOM
     demoted = {}
     movable = sorted((b for b in layouts if b not in c.accumulators),

@@ -1,12 +1,12 @@
 """Layouts chosen by the lowering: shared tiles (swizzled or plain) and tensor-core register fragments.
 
-The tile IR leaves layouts open: a `shared.dyn` buffer is just a tile, a `local.fragment` buffer is a tile spread
-over the CTA's registers "somehow". Lowering decides:
+The tile IR leaves layouts open: a `shared.dyn` buffer is just a tile, a `local.fragment` buffer is a tile
+spread over the CTA's registers "somehow". Lowering decides:
 
 - `SharedTile`: where element (i, j) of a shared tile lives in the CTA's one dynamic shared-memory pool.
-  Tiles read by `T.gemm` get an XOR swizzle on 16-byte chunks, so the 8 row addresses of an ldmatrix (or of the
-  8 row groups of the FMA and TF32 paths' loads, 32- and 64-bit tiles) and the 16-byte cp.async writes hit 8
-  different bank groups. Tiles written by a pipelined copy get
+  Tiles read by `T.gemm` get an XOR swizzle on 16-byte chunks, so the 8 row addresses of an ldmatrix (or of
+  the 8 row groups of the FMA and TF32 paths' loads, 32- and 64-bit tiles) and the 16-byte cp.async writes hit
+  8 different bank groups. Tiles written by a pipelined copy get
   one copy per stage (`stages`).
 - `MmaAccLayout`: the accumulator of `T.gemm` as mma.sync m16n8 fragments. The CTA tile is cut into a grid of
   warps; each warp owns a `WM x WN` block, and lane l holds rows l//4 (+8) and columns 2*(l%4) (+1) of each
@@ -70,8 +70,8 @@ class SharedTile:
         return 128 // tirx_bits(self.dtype)
 
     def can_swizzle(self) -> bool:
-        """8- and 16-bit tiles for the tensor cores; 32- and 64-bit ones for the FMA and TF32 paths, whose 8 lanes
-        of a row group read 8 rows at one column (conflict-free only when those rows' chunks differ)."""
+        """8- and 16-bit tiles for the tensor cores; 32- and 64-bit ones for the FMA and TF32 paths, whose 8
+        lanes of a row group read 8 rows at one column (conflict-free only when those rows' chunks differ)."""
         return tirx_bits(self.dtype) in (8, 16, 32, 64) and self.cols % self.chunk_elems == 0
 
     def offset2(self, row, col, stage=None):
@@ -100,15 +100,15 @@ class SharedTile:
         """Element offset of a full index tuple of the tile IR's buffer."""
         indices = list(indices)
         row = 0
-        for dim, idx in zip(self.shape[:-1], indices[:-1]):
+        for dim, idx in zip(self.shape[:-1], indices[:-1], strict=True):
             row = row * int(dim) + idx
         return self.offset2(row, indices[-1], stage)
 
 
 def accumulator_register_dtype(buf) -> str:
-    """The registers a T.gemm accumulator lives in: int32 for an integer accumulator (int8 products), float64 for
-    a float64 one (only the CUDA-core path, fma_gemm.py, writes those), else float32 whatever its declared float
-    dtype."""
+    """The registers a T.gemm accumulator lives in: int32 for an integer accumulator (int8 products), float64
+    for a float64 one (only the CUDA-core path, fma_gemm.py, writes those), else float32 whatever its declared
+    float dtype."""
     dtype = str(buf.dtype)
     return "int32" if "int" in dtype else "float64" if dtype == "float64" else "float32"
 
@@ -159,9 +159,9 @@ class MmaAccLayout:
     @staticmethod
     def choose(bm: int, bn: int, warps: int, rows_per_warp: bool = False, fma: bool = False,
                tf32: bool = False) -> MmaAccLayout:
-        """The grid of `choose_warp_grid`; with `rows_per_warp` (a row-wise reduction or row statistic uses the
-        accumulator) all warps along M when the rows allow, so a row never spans two warps, and, where the shape
-        allows, with the row order of a wgmma accumulator: the row statistics of an mma.sync and a wgmma
+        """The grid of `choose_warp_grid`; with `rows_per_warp` (a row-wise reduction or row statistic uses
+        the accumulator) all warps along M when the rows allow, so a row never spans two warps, and, where the
+        shape allows, with the row order of a wgmma accumulator: the row statistics of an mma.sync and a wgmma
         accumulator (FlashAttention's scores and output) then share one register layout."""
         if rows_per_warp and bm % (16 * warps) == 0 and bn % 16 == 0:
             wgmma_rows = warps % 4 == 0 and bm % (64 * (warps // 4)) == 0
@@ -169,8 +169,8 @@ class MmaAccLayout:
         return MmaAccLayout(bm, bn, *choose_warp_grid(bm, bn, warps), fma=fma, tf32=tf32)
 
     def row_base(self, wy, mi):
-        """First row of m16 block `mi` of the warps' row `wy`: contiguous (wy * warp_m + 16 mi), or as wgmma deals
-        rows (warpgroup g = wy / 4 owns m64 blocks, warp wy % 4 of it rows 16 (wy % 4) of each)."""
+        """First row of m16 block `mi` of the warps' row `wy`: contiguous (wy * warp_m + 16 mi), or as wgmma
+        deals rows (warpgroup g = wy / 4 owns m64 blocks, warp wy % 4 of it rows 16 (wy % 4) of each)."""
         if not self.wgmma_rows:
             return wy * self.warp_m + mi * 16
         return (tirx.floordiv(wy, 4) * self.mi + mi) * 64 + tirx.floormod(wy, 4) * 16
@@ -223,8 +223,9 @@ class MmaAccLayout:
 
 @dataclass(frozen=True)
 class WgmmaAccLayout:
-    """The accumulator of a Hopper wgmma `T.gemm` (wgmma.py): warpgroup g owns m-blocks of 64 rows; per n8 block i,
-    registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1), warp w of the group rows 16w..16w+15."""
+    """The accumulator of a Hopper wgmma `T.gemm` (wgmma.py): warpgroup g owns m-blocks of 64
+    rows; per n8 block i, registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1), warp
+    w of the group rows 16w..16w+15."""
 
     bm: int
     bn: int

@@ -56,8 +56,8 @@ def wgmma_eligible(target, call, threads) -> bool:
 
 
 def wgmma_register_a_ok(call) -> bool:
-    """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a 16-bit
-    float A, not transposed, whole, with a K of whole k16 steps."""
+    """Whether a wgmma T.gemm can take its A operand from registers (`wgmma ... d, {a0..a3}, b-desc`): a
+    16-bit float A, not transposed, whole, with a K of whole k16 steps."""
     a, a_rng = region_of(call.args[1])
     if bool(call.args[4]) or str(a.dtype) not in ("float16", "bfloat16"):
         return False
@@ -80,8 +80,9 @@ _TENSOR_CORE_FLOATS = ("float16", "bfloat16")
 
 
 def fma_gemm(call) -> bool:
-    """Whether this `T.gemm` runs on the CUDA cores: float operands and accumulator, and not the tensor cores' case
-    (A and B both float16 or both bfloat16 into a float32 / 16-bit accumulator), and not a TF32 product."""
+    """Whether this `T.gemm` runs on the CUDA cores: float operands and accumulator, and not the
+    tensor cores' case (A and B both float16 or both bfloat16 into a float32 / 16-bit
+    accumulator), and not a TF32 product."""
     if is_tf32(call):
         return False
     c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
@@ -91,5 +92,6 @@ def fma_gemm(call) -> bool:
 
 
 def is_tf32(call) -> bool:
-    """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32 tensor-core MMAs (tf32_gemm.py)."""
+    """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32
+    tensor-core MMAs (tf32_gemm.py)."""
     return bool(int((call.config or {}).get("tf32", 0)))

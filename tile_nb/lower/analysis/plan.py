@@ -1,17 +1,19 @@
-"""The lowering plan: every decision about a kernel, made before any code is emitted, kept as one frozen object.
+"""The lowering plan: every decision about a kernel, made before any code is
+emitted, kept as one frozen object.
 
 `make_plan(func, target)` runs the analyses in order:
 1. the launch: threads per block and the grid;
-2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py; FMAs on
-   the CUDA cores for float32 / float64, fma_gemm.py) and the register layout of its accumulator;
+2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py; FMAs
+   on the CUDA cores for float32 / float64, fma_gemm.py) and the register layout of its accumulator;
 3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
 4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
-5. the shared tiles (swizzled for the tensor cores, one copy per pipeline stage) and the reductions' workspaces;
+5. the shared tiles (swizzled for the tensor cores, one copy per pipeline
+   stage) and the reductions' workspaces;
 6. the warp-specialized TMA pipeline where it applies (tma.py), or why not; over it, persistent CTAs
    (persistent.py) and the TMA-store epilogue with its staging tile (epilogue.py);
 7. the shared-memory pool and the budgets (budget.py).
-The emitters (emitter.py and the op modules) read the plan and never decide anything the plan holds; the compiled
-kernel keeps `plan.summary()`, which the notebook view renders.
+The emitters (emitter.py and the op modules) read the plan and never decide anything the plan holds; the
+compiled kernel keeps `plan.summary()`, which the notebook view renders.
 """
 from __future__ import annotations
 
@@ -23,25 +25,24 @@ import tvm
 import tvm.sym
 from tvm import tirx
 
+from ..diagnostics import SourceLines
+from ..errors import LoweringError
+from ..irwalk import iter_stmts, region_of, scope_of
+from ..options import LoweringOptions
 from .arch import ArchCaps
 from .arch_rules import check_target
 from .budget import check_registers, check_shared, layout_pool, packed_registers
-from ..diagnostics import SourceLines
-from ..errors import LoweringError
-from .fragments import FragmentLayout
-from .infer import FragmentPlan, infer_layouts, rows_coupled
-from ..irwalk import iter_stmts, region_of, scope_of
-from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
-from .mma import fma_gemm, is_tf32
-from ..options import LoweringOptions
+from .fragments import FragmentLayout
+from .infer import FragmentPlan, infer_layouts, rows_coupled
+from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .mma import fma_gemm, is_tf32, k_major_panels, wgmma_eligible, wgmma_register_a_ok
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
 from .tma import TmaPlan, describe_tma, plan_tma
-from .mma import k_major_panels, wgmma_eligible, wgmma_register_a_ok
 
 __all__ = ["KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
 
@@ -50,8 +51,8 @@ _REDUCTIONS = ("tirx.tile.sum", "tirx.tile.max", "tirx.tile.min")
 
 @dataclass(frozen=True)
 class PlanFacts:
-    """What the analyses before the TMA choice decided (launch, MMAs, layouts, shared tiles, schedules): the input
-    of plan_tma, and the first fields of the KernelPlan. Mappings are read-only (MappingProxyType)."""
+    """What the analyses before the TMA choice decided (launch, MMAs, layouts, shared tiles, schedules): the
+    input of plan_tma, and the first fields of the KernelPlan. Mappings are read-only (MappingProxyType)."""
 
     name: str
     arch: str
@@ -109,8 +110,10 @@ class KernelPlan(PlanFacts):
     barrier_offset: int  # bytes into the pool of the TMA stage barriers (tma.TmaPlan.barrier_count)
     producer_threads: int  # threads launched besides the kernel's own (the TMA pipeline's producer warp)
     raster_group: int  # CTA grouping of GEMM grids (1: none)
-    ctas_per_sm: int  # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
-    heavy_first: int  # >0: CTAs launched heaviest first, in groups of this many (y, z) rows (_heavy_first); 0: no
+    # CTAs the plan counts on sharing an SM: ptxas keeps the registers to that (launch bounds)
+    ctas_per_sm: int
+    # >0: CTAs launched heaviest first, in groups of this many (y, z) rows (_heavy_first); 0: no
+    heavy_first: int
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     notes: tuple = ()
 
@@ -138,21 +141,31 @@ class KernelPlan(PlanFacts):
         return render_pipeline_note(self)
 
     def keeps_mma_in_flight(self, loop) -> bool:
-        """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across iterations (the TMA
-        pipeline, or the overlap variant of the cp.async one); the loop then drains it after its last iteration."""
+        """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across
+        iterations (the TMA pipeline, or the overlap variant of the cp.async one); the loop then
+        drains it after its last iteration."""
         if self.tma is not None and loop.same_as(self.tma.loop):
             return self.tma.in_flight
         schedule = self.pipelines.get(loop)
-        return schedule is not None and schedule.stages >= 3 and bool(schedule.prefetched) and self.wgmma_overlap
+        return (
+            schedule is not None and schedule.stages >= 3 and bool(schedule.prefetched) and self.wgmma_overlap
+        )
 
-    # ---- what the compiled kernel keeps ---------------------------------------------------------------------
+    # ---- what the compiled kernel keeps --------------------------------------------------------------------
     def summary(self) -> dict:
         """The plan as plain data (JSON-serializable): what the notebook view and the disk cache keep."""
         fragments = []
         for buf, acc in self.accumulators.items():
             kind = _mma_kind(acc, "mma.sync")
-            fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype), "where": "registers",
-                              "layout": f"T.gemm accumulator ({kind}): " + acc.linear().describe()})
+            fragments.append(
+                {
+                    "name": buf.name,
+                    "shape": _shape(buf),
+                    "dtype": str(buf.dtype),
+                    "where": "registers",
+                    "layout": f"T.gemm accumulator ({kind}): " + acc.linear().describe(),
+                }
+            )
         for buf, layout in self.fragments.layouts.items():
             if buf not in self.accumulators:
                 fragments.append({"name": buf.name, "shape": _shape(buf), "dtype": str(buf.dtype),
@@ -208,7 +221,9 @@ def render_pipeline_note(plan: KernelPlan) -> str:
         first = "; ".join(([first] if first else []) + kept)
     pp = plan.persistent
     if pp is not None:
-        cluster = describe_multicast(pp.multicast, plan.tma, plan.grid) if pp.multicast else said.get("cluster", "")
+        cluster = (
+            describe_multicast(pp.multicast, plan.tma, plan.grid) if pp.multicast else said.get("cluster", "")
+        )
         stream_k = describe_stream_k(pp.stream_k) if pp.stream_k else said.get("stream_k", "")
         walk = "; ".join(x for x in (describe_persistent(pp), cluster, stream_k) if x)
     else:
@@ -239,7 +254,9 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
     check_target(func, ArchCaps.of(arch), lines)
     try:
-        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(func, target, threads, lines, options)
+        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(
+            func, target, threads, lines, options
+        )
     except LoweringError as err:
         raise lines.locate(err) from None
     pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
@@ -247,14 +264,20 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     pinned = {b: a.linear() for b, a in accumulators.items()}
     fragments, packed = infer_layouts(func, threads, pinned, lines), frozenset()
     if register_a:
-        # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma accumulator of its
-        # shape (the A fragment of wgmma's register form): FlashAttention's probabilities never touch shared memory.
-        # Not where another use needs another layout, the registers do not fit, or keeping it would push other
-        # fragments (row statistics) out to shared memory: then it goes through shared memory itself.
+        # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma
+        # accumulator of its shape (the A fragment of wgmma's register form): FlashAttention's
+        # probabilities never touch shared memory. Not where another use needs another layout, the
+        # registers do not fit, or keeping it would push other fragments (row statistics) out to shared
+        # memory: then it goes through shared memory itself.
         in_registers = frozenset(register_a)
         try:
-            with_a = infer_layouts(func, threads, pinned | {b: a.linear() for b, a in register_a.items()}, lines,
-                                   packed=in_registers)
+            with_a = infer_layouts(
+                func,
+                threads,
+                pinned | {b: a.linear() for b, a in register_a.items()},
+                lines,
+                packed=in_registers,
+            )
             check_registers(pinned | dict(with_a.layouts), lines, packed=in_registers)
             if set(with_a.shared) <= set(fragments.shared):
                 fragments, packed = with_a, in_registers
@@ -262,9 +285,14 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
             pass
     for op in gemm_operands:
         if op in accumulators:
-            raise lines.locate(LoweringError(
-                f"T.gemm: operand {op.name} is itself a T.gemm accumulator (held in registers); copy it to another "
-                "fragment or shared tile (T.copy) before using it as A or B"), buffer_name=op.name)
+            raise lines.locate(
+                LoweringError(
+                    f"T.gemm: operand {op.name} is itself a T.gemm accumulator (held in registers); copy "
+                    "it to another "
+                    "fragment or shared tile (T.copy) before using it as A or B"
+                ),
+                buffer_name=op.name,
+            )
     stages = {region_of(c.args[0])[0]: s.stages for s in pipelines.values() for c in s.prefetched}
     shared = {}
     for s in iter_stmts(func.body):
@@ -275,31 +303,57 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         in_pool = scope in ("shared.dyn", "shared") or (
             scope == "local.fragment" and buf not in accumulators and fragments.layout(buf) is None)
         if in_pool:
-            tile = SharedTile(buf, tuple(int(x) for x in buf.shape), str(buf.dtype), stages=stages.get(buf, 1),
-                              panel=buf in panel_operands)
-            wide = tirx_bits(tile.dtype) > 16  # the FMA and TF32 paths' operands (layout.SharedTile.can_swizzle)
+            tile = SharedTile(
+                buf,
+                tuple(int(x) for x in buf.shape),
+                str(buf.dtype),
+                stages=stages.get(buf, 1),
+                panel=buf in panel_operands,
+            )
+            # the FMA and TF32 paths' operands (layout.SharedTile.can_swizzle)
+            wide = tirx_bits(tile.dtype) > 16
             shared[buf] = replace(tile, swizzle=buf in gemm_operands and tile.can_swizzle()
                                   and (options.wide_swizzle or not wide))
     workspaces = _workspaces(func, accumulators, fragments, threads)
     unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned") or [])
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
-    wgmma_overlap = any(isinstance(a, WgmmaAccLayout) for a in accumulators.values()) and options.wgmma_overlap \
+    wgmma_overlap = (
+        any(isinstance(a, WgmmaAccLayout) for a in accumulators.values())
+        and options.wgmma_overlap
         and all(str(b.dtype) == accumulator_register_dtype(b) for b in accumulators)
-    fragments = replace(fragments, layouts=MappingProxyType(fragments.layouts),
-                        shared=MappingProxyType(fragments.shared), loop_layouts=MappingProxyType(fragments.loop_layouts))
+    )
+    fragments = replace(
+        fragments,
+        layouts=MappingProxyType(fragments.layouts),
+        shared=MappingProxyType(fragments.shared),
+        loop_layouts=MappingProxyType(fragments.loop_layouts),
+    )
     facts = PlanFacts(
-        name=str(_attr(func, "global_symbol") or "main"), arch=arch, threads=threads, grid=MappingProxyType(grid),
-        accumulators=MappingProxyType(accumulators), fragments=fragments, shared=MappingProxyType(dict(shared)),
-        workspaces=MappingProxyType(workspaces), pipelines=MappingProxyType(pipelines), unaligned=unaligned,
-        divisible=divisible, packed=packed, options=options)
+        name=str(_attr(func, "global_symbol") or "main"),
+        arch=arch,
+        threads=threads,
+        grid=MappingProxyType(grid),
+        accumulators=MappingProxyType(accumulators),
+        fragments=fragments,
+        shared=MappingProxyType(dict(shared)),
+        workspaces=MappingProxyType(workspaces),
+        pipelines=MappingProxyType(pipelines),
+        unaligned=unaligned,
+        divisible=divisible,
+        packed=packed,
+        options=options,
+    )
     tma, why_tma = plan_tma(func, facts) if stages else (None, None)
     ctas_per_sm = tma.ctas_per_sm if tma is not None else \
         2 if why_tma is not None and why_tma.code == TWO_CTAS_PER_SM else 1
     body = _threads_body(func)
-    persistent, why_persistent = plan_persistent(func, options, tma, grid, threads, body, shared, accumulators)
+    persistent, why_persistent = plan_persistent(
+        func, options, tma, grid, threads, body, shared, accumulators
+    )
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
-    tma_store, why_store, stage = plan_tma_store(options, tma, persistent, threads, body, accumulators, shared,
-                                                 barrier_bytes, arch, unaligned)
+    tma_store, why_store, stage = plan_tma_store(
+        options, tma, persistent, threads, body, accumulators, shared, barrier_bytes, arch, unaligned
+    )
     if stage is not None:
         shared[stage.buffer] = stage
     refusals = tuple(r for r in (why_tma, *why_persistent, why_store) if r is not None)
@@ -308,26 +362,42 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     barrier_offset = (end + 7) // 8 * 8
     pool_bytes = barrier_offset + 8 * tma.barrier_count if tma is not None else end  # 8 B per mbarrier
     check_shared(placed, pool_bytes, arch, lines)
-    check_registers({b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed)
-    by_key = dict(zip(keys, placed))
+    check_registers(
+        {b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed
+    )
+    by_key = dict(zip(keys, placed, strict=True))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
     if pipelines and not ArchCaps.of(arch).cp_async:
-        notes += (f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
-                  "its own loads and only other warps' work overlaps them (the stages and barriers stay)",)
+        notes += (
+            f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
+            "its own loads and only other warps' work overlaps them (the stages and barriers stay)",
+        )
     heavy_first = _heavy_first(options, func, grid, pipelines)
     if heavy_first:
-        notes += (f"CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, so the grid "
-                  f"runs in groups of {heavy_first} (y, z) rows, each from its largest blockIdx.x down "
-                  "(tile_nb.heavy_first = 0 keeps the launch order)",)
+        notes += (
+            "CTAs launched heaviest first: the pipelined loop's trip count grows with blockIdx.x, "
+            "so the grid "
+            f"runs in groups of {heavy_first} (y, z) rows, each from its largest blockIdx.x down "
+            "(tile_nb.heavy_first = 0 keeps the launch order)",
+        )
     placed_facts = replace(facts, shared=MappingProxyType({b: by_key[b] for b in shared}),
                            workspaces=MappingProxyType({c: by_key[c] for c in workspaces}))
     return KernelPlan(
         **{f.name: getattr(placed_facts, f.name) for f in fields(PlanFacts)},
-        tma=tma, persistent=persistent, tma_store=tma_store, refusals=refusals, pool_bytes=pool_bytes,
-        barrier_offset=barrier_offset, producer_threads=tma.producer_threads if tma is not None else 0,
-        raster_group=_raster_group(options, grid, accumulators), ctas_per_sm=ctas_per_sm, heavy_first=heavy_first,
-        wgmma_overlap=wgmma_overlap, notes=notes)
+        tma=tma,
+        persistent=persistent,
+        tma_store=tma_store,
+        refusals=refusals,
+        pool_bytes=pool_bytes,
+        barrier_offset=barrier_offset,
+        producer_threads=tma.producer_threads if tma is not None else 0,
+        raster_group=_raster_group(options, grid, accumulators),
+        ctas_per_sm=ctas_per_sm,
+        heavy_first=heavy_first,
+        wgmma_overlap=wgmma_overlap,
+        notes=notes,
+    )
 
 
 def _fp8_accumulation_notes(func, accumulators) -> tuple:
@@ -337,8 +407,11 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
         if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm":
             c, a = region_of(s.args[0])[0], region_of(s.args[1])[0]
             if "float8" in str(a.dtype) and isinstance(accumulators.get(c), WgmmaAccLayout):
-                note = (f"T.gemm into {c.name}: Hopper's 8-bit float MMAs accumulate with fewer bits than float32 "
-                        "(docs/IR.md, \"8-bit floats\"); the interpreter sums in float32")
+                note = (
+                    f"T.gemm into {c.name}: Hopper's 8-bit float MMAs accumulate with fewer bits "
+                    "than float32 "
+                    '(docs/IR.md, "8-bit floats"); the interpreter sums in float32'
+                )
                 if note not in notes:
                     notes.append(note)
     return tuple(notes)
@@ -347,7 +420,11 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
 def _threads_body(func):
     """The statement under the threadIdx.x launch (what each CTA runs)."""
     for s in iter_stmts(func.body):
-        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" and s.node.thread_tag == "threadIdx.x":
+        if (
+            isinstance(s, tirx.AttrStmt)
+            and s.attr_key == "thread_extent"
+            and s.node.thread_tag == "threadIdx.x"
+        ):
             return s.body
     return None
 
@@ -366,14 +443,18 @@ def _launch(func):
 
 
 def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
-    """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B in
-    64-column panels)."""
+    """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B
+    in 64-column panels)."""
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
-    gemms = [s for s in iter_stmts(func.body) if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
-    # an accumulator that an FMA or TF32 T.gemm adds to keeps mma.sync's layout, even where another T.gemm into it
-    # could run on wgmma (whose asynchronous groups the FMAs would race)
+    gemms = [
+        s
+        for s in iter_stmts(func.body)
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"
+    ]
+    # an accumulator that an FMA or TF32 T.gemm adds to keeps mma.sync's layout, even where another T.gemm
+    # into it could run on wgmma (whose asynchronous groups the FMAs would race)
     not_wgmma = {region_of(s.args[0])[0] for s in gemms if fma_gemm(s) or is_tf32(s)}
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
@@ -381,8 +462,10 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
         try:
             c, a, b = (region_of(s.args[i])[0] for i in range(3))
             if scope_of(c) != "local.fragment":
-                raise LoweringError(f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), got "
-                                    f"scope {scope_of(c)}")
+                raise LoweringError(
+                    f"T.gemm: the accumulator {c.name} must be a fragment (alloc_fragment), got "
+                    f"scope {scope_of(c)}"
+                )
             if c not in accumulators:
                 bm, bn = int(c.shape[0]), int(c.shape[1])
                 if fma_gemm(s):  # float32 / float64: exact products on the CUDA cores, in mma.sync's layout
@@ -404,8 +487,10 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
             for op in (a, b):
                 if scope_of(op) not in ("shared.dyn", "local.fragment"):
-                    raise LoweringError(f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; A and "
-                                        "B must be shared tiles (alloc_shared) or fragments")
+                    raise LoweringError(
+                        f"T.gemm: operand {op.name} in scope {scope_of(op)} is not supported; A and "
+                        "B must be shared tiles (alloc_shared) or fragments"
+                    )
                 operands.add(op)
         except LoweringError as err:
             raise lines.locate(err, s) from None
@@ -431,7 +516,9 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
         for k, n in enumerate(layout.shape):
             if k != dim:
                 results *= n
-        dtype = "float64" if str(src.dtype) == "float64" else "int32" if "int" in str(src.dtype) else "float32"
+        dtype = (
+            "float64" if str(src.dtype) == "float64" else "int32" if "int" in str(src.dtype) else "float32"
+        )
         out[s] = SharedTile(src, (results, slots), dtype, name=f"{src.name}_partials")
     return out
 
@@ -473,7 +560,8 @@ def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping)
 
 
 def _raster_group(options: LoweringOptions, grid: dict, accumulators: dict) -> int:
-    """Grouped CTA order for GEMM grids (L2 reuse), `tile_nb.raster_group` / TILE_NB_RASTER (default 8, 1: off):
+    """Grouped CTA order for GEMM grids (L2 reuse), `tile_nb.raster_group` /
+    TILE_NB_RASTER (default 8, 1: off):
     only for 2-d grids of constant extents dividing into whole groups."""
     group = options.raster
     if group <= 1 or not accumulators or set(grid) != {"blockIdx.x", "blockIdx.y"}:

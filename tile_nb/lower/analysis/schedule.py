@@ -1,10 +1,11 @@
 """The schedule of a `T.Pipelined` loop: which global->shared copies may be issued ahead of their iteration.
 
-Prefetching copy c of iteration k + s - 1 while iteration k runs is only the same program as the user's loop when
-nothing in between can change what c reads or see what it writes. A copy is prefetched when:
+Prefetching copy c of iteration k + s - 1 while iteration k runs is only the same program as the user's loop
+when nothing in between can change what c reads or see what it writes. A copy is prefetched when:
 - its source region's start uses only the loop variable and values fixed before the loop: no variable bound in
-  the body, no buffer written in the body (the gather pattern `row[0] = Idx[k]; T.copy(A[row[0] * 32, 0], A_s)`
-  reads `row`, which the body writes: that copy stays in order);
+  the body, no buffer written in the body (the gather pattern
+  `row[0] = Idx[k]; T.copy(A[row[0] * 32, 0], A_s)` reads `row`, which the body
+  writes: that copy stays in order);
 - its destination tile is not read or written by a statement before it in the body (those statements would see
   the next iteration's tile);
 - its source tensor is not written in the body.

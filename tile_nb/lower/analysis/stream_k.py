@@ -1,20 +1,21 @@
-"""Stream-K for the last wave of a persistent GEMM: the tiles that do not fill a wave share the SMs by k-tiles.
+"""Stream-K for the last wave of a persistent GEMM: the tiles that do not
+fill a wave share the SMs by k-tiles.
 
 A persistent kernel (persistent.py) with `tiles` = waves * ctas + tail tiles runs `waves` whole tiles on every
 CTA, and the `tail` tiles of the last wave on `tail` of the `ctas` SMs while the others idle: 512 tiles of a
 4096^3 GEMM in 128x256 tiles on 132 SMs take 4 tile times for 3.88 tiles of work, 2048 tiles of 8192^3 16 for
 15.52.
-Stream-K (Osama et al., PPoPP'23) splits the tail's k-tiles (`iters` = tail * n, n k-tiles per tile) evenly over
-`ctas` CTAs instead: CTA c runs the k-tiles [c * iters / ctas, (c + 1) * iters / ctas) of the tail, laid out tile
-after tile. A range is shorter than a tile, so it covers the end of one tile (the CTA *finishes* that tile) and/or
-the start of the next (it *contributes* a partial sum to it):
+Stream-K (Osama et al., PPoPP'23) splits the tail's k-tiles (`iters` = tail * n, n k-tiles per tile) evenly
+over `ctas` CTAs instead: CTA c runs the k-tiles [c * iters / ctas, (c + 1) * iters / ctas) of the tail, laid
+out tile after tile. A range is shorter than a tile, so it covers the end of one tile (the CTA *finishes* that
+tile) and/or the start of the next (it *contributes* a partial sum to it):
 
     contributor:  the k-loop over its k-tiles of the tile; its accumulator registers into its slot of a global
                   workspace (float32); after its finish's k-loop (if it has one: the stores drain under those
                   MMAs), a consumer barrier and a flag set with release semantics
-    finisher:     the k-loop over the tile's last k-tiles; wait for the flags of the tile's contributors (the CTAs
-                  just below it: their ranges precede its own), add their slots to the registers, reset the flags;
-                  then the kernel's statements after the loop (the epilogue), as for a whole tile
+    finisher:     the k-loop over the tile's last k-tiles; wait for the flags of the tile's contributors (the
+                  CTAs just below it: their ranges precede its own), add their slots to the registers, reset
+                  the flags; then the kernel's statements after the loop (the epilogue), as for a whole tile
 
 Each CTA contributes first and finishes second; every range has the same length, so a finisher's contributors
 raise their flags about when it reaches its wait. A finisher only waits for CTAs of lower index, which raise
@@ -43,8 +44,8 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ..exprs import const_int
-from .decisions import Refusal
 from ..irwalk import region_of, seq_items
+from .decisions import Refusal
 from .layout import WgmmaAccLayout, tirx_bits
 
 __all__ = ["MIN_FREED_K_TILES", "MIN_FREED_SHARE", "StreamK", "describe_stream_k", "plan_stream_k"]
@@ -83,8 +84,8 @@ MIN_FREED_SHARE = 0.02
 
 def plan_stream_k(options, tma, threads_body, accumulators, tiles: int, ctas: int, clustered: bool,
                   threads: int) -> tuple[StreamK | None, Refusal | None]:
-    """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless asked).
-    By default only where it frees more SM time than it costs (MIN_FREED_K_TILES, MIN_FREED_SHARE);
+    """Stream-K for the tail of a persistent kernel's `tiles` on `ctas` CTAs, or (None, why not; "" unless
+    asked). By default only where it frees more SM time than it costs (MIN_FREED_K_TILES, MIN_FREED_SHARE);
     `tile_nb.stream_k` = 1 builds it wherever legal."""
     mode = options.stream_k
     if mode is False:
@@ -101,30 +102,46 @@ def plan_stream_k(options, tma, threads_body, accumulators, tiles: int, ctas: in
 def _plan(tma, threads_body, accumulators, tiles, ctas, clustered, threads):
     waves, tail = divmod(tiles, ctas)
     if tail == 0:
-        return None, Refusal("stream_k.full_waves", f"no stream-K ({tiles} tiles fill {waves} waves of {ctas} CTAs)")
+        return None, Refusal(
+            "stream_k.full_waves", f"no stream-K ({tiles} tiles fill {waves} waves of {ctas} CTAs)"
+        )
     if clustered or tma.overlap is not None or tma.pingpong:
-        return None, Refusal("stream_k.schedule", "no stream-K (not with clusters, ping-pong or the overlapped loop schedule)")
+        return None, Refusal(
+            "stream_k.schedule", "no stream-K (not with clusters, ping-pong or the overlapped loop schedule)"
+        )
     n = const_int(tma.loop.extent)
     if n is None:
-        return None, Refusal("stream_k.trip_count", "no stream-K (the pipelined loop's trip count is not a constant)")
+        return None, Refusal(
+            "stream_k.trip_count", "no stream-K (the pipelined loop's trip count is not a constant)"
+        )
     acc = _accumulator(tma, threads_body, accumulators)
     if acc is None:
-        return None, Refusal("stream_k.body", "no stream-K (the body is not: clear one float32 wgmma accumulator, a loop of T.gemm into it, "
-                      "then the epilogue)")
+        return None, Refusal(
+            "stream_k.body",
+            "no stream-K (the body is not: clear one float32 wgmma accumulator, a loop of T.gemm into it, "
+            "then the epilogue)",
+        )
     sharing = min(ctas, 2 * tail)  # at most two contributors per tile
     if tail * n // sharing <= tma.stages:
-        return None, Refusal("stream_k.short_ranges", f"no stream-K ({tail * n} k-tiles over {sharing} CTAs: fewer than the {tma.stages} stages each")
+        return None, Refusal(
+            "stream_k.short_ranges",
+            f"no stream-K ({tail * n} k-tiles over {sharing} CTAs: fewer than the {tma.stages} stages each",
+        )
     if sharing * tail * n >= 2 ** 31:
-        return None, Refusal("stream_k.overflow", "no stream-K (the k-tile ranges overflow 32-bit arithmetic)")
+        return None, Refusal(
+            "stream_k.overflow", "no stream-K (the k-tile ranges overflow 32-bit arithmetic)"
+        )
     layout = accumulators[acc].linear()
     return StreamK(waves, tail, sharing, n, acc, layout.regs, threads), None
 
 
 def describe_stream_k(sk: StreamK) -> str:
     """The plan's note on stream-K, for people (code reads `plan.stream_k`)."""
-    return (f"stream-K: the last {sk.tail} tiles ({sk.iters} k-tiles) shared by {sk.ctas} CTAs "
-            f"({sk.iters / sk.ctas:.1f} k-tiles each) after {sk.waves} whole tile{'s' if sk.waves > 1 else ''} "
-            f"each; partial sums through a {sk.workspace_bytes() / 2 ** 20:.1f} MiB workspace")
+    return (
+        f"stream-K: the last {sk.tail} tiles ({sk.iters} k-tiles) shared by {sk.ctas} CTAs "
+        f"({sk.iters / sk.ctas:.1f} k-tiles each) after {sk.waves} whole tile{'s' if sk.waves > 1 else ''} "
+        f"each; partial sums through a {sk.workspace_bytes() / 2**20:.1f} MiB workspace"
+    )
 
 
 def _sixteen_bit_inputs(tma) -> bool:
@@ -135,7 +152,8 @@ def _sixteen_bit_inputs(tma) -> bool:
 
 
 def _accumulator(tma, threads_body, accumulators):
-    """The accumulator the loop sums into, where the body has stream-K's shape (see the module doc), else None."""
+    """The accumulator the loop sums into, where the body has stream-K's shape
+    (see the module doc), else None."""
     gemms = [s for s in tma.rest if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"]
     if len(gemms) != 1 or len(tma.rest) != 1:
         return None

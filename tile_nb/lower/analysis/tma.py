@@ -1,10 +1,11 @@
 """`T.Pipelined` on Hopper: TMA tile loads and a producer warp (warp specialization), for wgmma loops.
 
-Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm`s run on wgmma (wgmma.py), every copy in the
-loop body is a whole global tile into a shared operand of one of them, and the loop's other statements touch registers only
-(GEMM epilogue math, FlashAttention's softmax between Q K^T and P V). Otherwise pipeline.py's cp.async schedule runs; the
-reason is kept in the lowered function's `tile_nb.pipeline` attribute. `tile_nb.tma` = 0 / 1 (or the
-environment variable TILE_NB_TMA) turns it off / on wherever it is legal.
+Chosen by `plan_tma` when the target is sm_90a, the loop's `T.gemm`s run on wgmma (wgmma.py), every
+copy in the loop body is a whole global tile into a shared operand of one of them, and the loop's
+other statements touch registers only (GEMM epilogue math, FlashAttention's softmax between Q K^T and
+P V). Otherwise pipeline.py's cp.async schedule runs; the reason is kept in the lowered function's
+`tile_nb.pipeline` attribute. `tile_nb.tma` = 0 / 1 (or the environment variable TILE_NB_TMA) turns
+it off / on wherever it is legal.
 
 Why: with cp.async every thread issues its share of each tile's 16-byte copies and all threads meet at a CTA
 barrier every k-tile, so the tensor cores idle while the barrier drains. Here one thread of an extra warp
@@ -46,10 +47,10 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from .budget import SHARED_PER_SM, WGMMA_HEADROOM
-from .decisions import TWO_CTAS_PER_SM, Refusal
 from ..exprs import const_int
 from ..irwalk import buffers_touched, region_of, scope_of, seq_items
+from .budget import SHARED_PER_SM, WGMMA_HEADROOM
+from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 
 __all__ = ["Box", "Overlap", "PRODUCER_THREADS", "TmaCopy", "TmaPlan", "describe_tma", "plan_tma"]
@@ -66,11 +67,13 @@ def _refuse(reason: str, text: str) -> Refusal:
 
 
 # plan_tma's note where two CTAs of a kernel with several T.gemm share an SM on cp.async
-_TWO_CTAS_PER_SM = ("cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
-                   "producer warp; tile_nb.tma = 1 forces TMA, tile_nb.producer_warp = 0 TMA without the warp)")
-# Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at head dim 64
-# with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64 configuration)
-# counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
+_TWO_CTAS_PER_SM = (
+    "cp.async (two CTAs fit an SM; with several T.gemm per iteration that measured faster than TMA + a "
+    "producer warp; tile_nb.tma = 1 forces TMA, tile_nb.producer_warp = 0 TMA without the warp)"
+)
+# Beside the fragments of an overlapped loop (the accumulators' headroom counted apart): FlashAttention at
+# head dim 64 with 192x128 tiles (three consumer warpgroups at 160 registers, FlashAttention-3's hdim-64
+# configuration) counts 138 and ptxas 13.0 builds it without spills; tests/test_lower_tma.py checks that.
 _OVERLAP_HEADROOM = 16
 
 
@@ -95,9 +98,10 @@ class TmaCopy:
 
 @dataclass(frozen=True)
 class Overlap:
-    """A loop `head..., G1, early..., late..., G2` (two T.gemm, G2 last) run as FlashAttention-3 overlaps softmax
-    and MMAs inside a warpgroup: iteration k issues G1 of k, then G2 of k-1, runs `early` (the softmax: touches
-    neither G2's accumulator nor its operands) while G2 of k-1 is in flight, waits for it, then runs `late`."""
+    """A loop `head..., G1, early..., late..., G2` (two T.gemm, G2 last) run as FlashAttention-3
+    overlaps softmax and MMAs inside a warpgroup: iteration k issues G1 of k, then G2 of k-1, runs
+    `early` (the softmax: touches neither G2's accumulator nor its operands) while G2 of k-1 is in
+    flight, waits for it, then runs `late`."""
 
     first: int  # index in rest of G1
     late: int  # index in rest of the first statement that needs G2 of the previous iteration done
@@ -112,14 +116,18 @@ class TmaPlan:
     rest: tuple  # the loop body without the copies: the gemm (and register-only statements)
     in_flight: bool = True  # one wgmma group stays in flight across iterations (see plan_tma)
     pingpong: int = 0  # consumer warpgroups that take turns issuing their T.gemm (see _pingpong), 0: none
-    # Copies that share a "full" and an "empty" barrier, grouped by the statement of `rest` that first reads them:
+    # Copies that share a "full" and an "empty" barrier, grouped by the statement
+    # of `rest` that first reads them:
     # (index in rest, indices in copies). FlashAttention's Q K^T waits for K only; V may still be arriving.
     arrivals: tuple = ()
-    overlap: Overlap | None = None  # the softmax/MMA overlap inside a warpgroup (see _overlap), None: in order
+    # the softmax/MMA overlap inside a warpgroup (see _overlap), None: in order
+    overlap: Overlap | None = None
     producer_threads: int = PRODUCER_THREADS
-    registers: tuple | None = None  # (producer, consumer) registers per thread after setmaxnreg, None: no change
+    # (producer, consumer) registers per thread after setmaxnreg, None: no change
+    registers: tuple | None = None
     ctas_per_sm: int = 1  # CTAs the plan counts on sharing an SM (2: no producer warp, so that two fit)
-    waits: tuple = ()  # why each k-tile's MMAs complete before its stage is released (in_flight False), for people
+    # why each k-tile's MMAs complete before its stage is released (in_flight False), for people
+    waits: tuple = ()
     no_overlap: str = ""  # why a loop of two T.gemm runs in order (overlap None), for people; "": not asked
 
     @property
@@ -147,21 +155,29 @@ class TmaPlan:
 
 def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     """The warp-specialized TMA plan of this kernel's pipelined loop, or (None, why not: a Refusal whose code
-    `TWO_CTAS_PER_SM` means two CTAs of a FlashAttention-like loop share an SM on cp.async). `plan` is the kernel's
-    plan so far (plan.py: accumulators, shared tiles, pipeline schedules). `describe_tma` renders a plan's note."""
+    `TWO_CTAS_PER_SM` means two CTAs of a FlashAttention-like loop share an SM on cp.async). `plan`
+    is the kernel's plan so far (plan.py: accumulators, shared tiles, pipeline schedules).
+    `describe_tma` renders a plan's note."""
     options = plan.options
     mode = options.tma
     threads = plan.threads
     if mode is False:
         return None, _refuse("off", "cp.async (TMA turned off: tile_nb.tma = 0)")
     if not plan.uses_wgmma:
-        return None, _refuse("no_wgmma", "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)")
+        return None, _refuse(
+            "no_wgmma", "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"
+        )
     if threads % 128 or threads + PRODUCER_THREADS > 1024:
-        return None, _refuse("threads", "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)")
+        return None, _refuse(
+            "threads",
+            "cp.async (threads must be a multiple of 128 and leave room for a 32-thread producer warp)",
+        )
     loops = [s for s in _top_level(func.body) if isinstance(s, tirx.For) and s in plan.pipelines]
     nested = [s for s in plan.pipelines if not any(s.same_as(t) for t in loops)]
     if len(loops) != 1 or nested:
-        return None, _refuse("loops", "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)")
+        return None, _refuse(
+            "loops", "cp.async (TMA needs exactly one T.Pipelined loop at the kernel's top level)"
+        )
     loop = loops[0]
     schedule = plan.pipelines[loop]
     stages = schedule.stages
@@ -178,14 +194,17 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     others = [s for s in rest if not any(s.same_as(g) for g in gemms)]
     for s in others:
         reads, writes = buffers_touched(s)
-        # plan.shared: shared tiles and the fragments the plan keeps in shared memory (FlashAttention's P without
-        # wgmma's register form), as the emitter's touches_shared counts them
+        # plan.shared: shared tiles and the fragments the plan keeps in shared memory (FlashAttention's P
+        # without wgmma's register form), as the emitter's touches_shared counts them
         if any(b in plan.shared for b in reads + writes):
-            return None, _refuse("shared_memory", "cp.async (a statement of the pipelined loop besides its T.gemm "
-                                 "uses shared memory, which the stage release does not order)")
-    # Where two CTAs of a FlashAttention-like loop (several T.gemm) fit an SM, a producer warp would leave room for
-    # one (registers are granted per warp; 256 threads at 128 registers fill half the SM), so the first
-    # consumer thread issues the loads, at 256 threads only, where that beat cp.async
+            return None, _refuse(
+                "shared_memory",
+                "cp.async (a statement of the pipelined loop besides its T.gemm "
+                "uses shared memory, which the stage release does not order)",
+            )
+    # Where two CTAs of a FlashAttention-like loop (several T.gemm) fit an SM, a producer warp would leave
+    # room for one (registers are granted per warp; 256 threads at 128 registers fill half the SM), so the
+    # first consumer thread issues the loads, at 256 threads only, where that beat cp.async
     # (docs/decisions.md#two-ctas-per-sm-the-first-consumer-thread-issues-the-loads,
     # docs/decisions.md#when-cpasync-stays).
     # tile_nb.producer_warp = 0 (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one
@@ -199,8 +218,11 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
         # FlashAttention with one consumer warpgroup whose two CTAs do not fit (head dim 256) keeps cp.async
         # until TMA is measured there
         # (docs/decisions.md#two-ctas-per-sm-the-first-consumer-thread-issues-the-loads)
-        return None, _refuse("one_warpgroup", "cp.async (one consumer warpgroup and several T.gemm per iteration: "
-                             "TMA is not measured there yet; tile_nb.tma = 1 forces it)")
+        return None, _refuse(
+            "one_warpgroup",
+            "cp.async (one consumer warpgroup and several T.gemm per iteration: "
+            "TMA is not measured there yet; tile_nb.tma = 1 forces it)",
+        )
     accs = [region_of(g.args[0])[0] for g in gemms]
     if not all(isinstance(plan.accumulators.get(c), WgmmaAccLayout) for c in accs):
         return None, _refuse("gemm_not_wgmma", "cp.async (a T.gemm of the loop is not on wgmma)")
@@ -208,29 +230,42 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     # 416 threads get 128 registers, not 157)
     budget = 65536 // -(-(threads + PRODUCER_THREADS) // 128) // 128
     largest = max(plan.accumulators[c].regs for c in accs)
-    warp_short = None  # why a producer warp leaves the consumers too few registers; a producer warpgroup may not
+    # why a producer warp leaves the consumers too few registers; a producer warpgroup may not
+    warp_short = None
     if budget < plan.fragment_registers or budget < largest + WGMMA_HEADROOM:
         warp_short = (f"cp.async (with a producer warp each thread may use {budget} registers; the register "
                       f"fragments alone take {plan.fragment_registers}, the largest accumulator {largest})")
-    # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the accumulator
-    # in between: one T.gemm and no other statement in the loop, no rounding (16-bit accumulators are rounded
-    # after every T.gemm, docs/IR.md), no clearing. Otherwise each iteration waits for its MMAs and releases its
-    # own stage (FlashAttention: Q K^T, the softmax, then P V, all on the stage's K and V tiles).
+    # The wgmma group of iteration k stays in flight into iteration k+1 only when nothing reads the
+    # accumulator in between: one T.gemm and no other statement in the loop, no rounding (16-bit
+    # accumulators are rounded after every T.gemm, docs/IR.md), no clearing. Otherwise each iteration
+    # waits for its MMAs and releases its own stage (FlashAttention: Q K^T, the softmax, then P V,
+    # all on the stage's K and V tiles).
     c_buf, gemm = accs[0], gemms[0]
-    waits = [why for cond, why in (
-        (len(gemms) > 1, f"{len(gemms)} T.gemm in the loop"),
-        (bool(others), "the loop reads the accumulator"),
-        (str(c_buf.dtype) != accumulator_register_dtype(c_buf), f"{c_buf.dtype} accumulators are rounded after every "
-                                                                  "T.gemm"),
-        (float(gemm.args[7].value) == 0.0, "clear_accum=True")) if cond]
+    waits = [
+        why
+        for cond, why in (
+            (len(gemms) > 1, f"{len(gemms)} T.gemm in the loop"),
+            (bool(others), "the loop reads the accumulator"),
+            (
+                str(c_buf.dtype) != accumulator_register_dtype(c_buf),
+                f"{c_buf.dtype} accumulators are rounded after every T.gemm",
+            ),
+            (float(gemm.args[7].value) == 0.0, "clear_accum=True"),
+        )
+        if cond
+    ]
     in_flight = not waits
     operands = {region_of(g.args[i])[0] for g in gemms for i in (1, 2)}
     planned = []
     views = {str(v) for v, _ in ((func.attrs or {}).get("tile_nb.views", None) or [])}
     for c in copies:
-        if region_of(c.args[1])[0].name in views:  # its tensor map would be encoded on the host, outside the view
-            return None, _refuse("copy", f"cp.async ({region_of(c.args[1])[0].name} is a T.Tensor(shape, dtype, "
-                                 "data) view declared in the kernel)")
+        # its tensor map would be encoded on the host, outside the view
+        if region_of(c.args[1])[0].name in views:
+            return None, _refuse(
+                "copy",
+                f"cp.async ({region_of(c.args[1])[0].name} is a T.Tensor(shape, dtype, "
+                "data) view declared in the kernel)",
+            )
         tc, why = _plan_copy(plan, c, operands)
         if tc is None:
             return None, _refuse("copy", f"cp.async ({why})")
@@ -249,14 +284,30 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     if registers is None and warp_short and not inline:
         return None, _refuse("registers", warp_short)
     producer = 128 if registers is not None else 0 if inline else PRODUCER_THREADS
-    return TmaPlan(loop, stages, tuple(planned), tuple(rest), in_flight, pingpong, arrivals, overlap, producer,
-                   registers, 2 if two and inline else 1, tuple(waits), "" if overlap is not None else why_not), None
+    return TmaPlan(
+        loop,
+        stages,
+        tuple(planned),
+        tuple(rest),
+        in_flight,
+        pingpong,
+        arrivals,
+        overlap,
+        producer,
+        registers,
+        2 if two and inline else 1,
+        tuple(waits),
+        "" if overlap is not None else why_not,
+    ), None
 
 
 def describe_tma(tma: TmaPlan) -> str:
     """The pipeline note of a TMA plan, for people (the plan's `pipeline_note` starts with it)."""
-    note = ("TMA + mbarriers, loads issued by the first consumer thread (no producer warp)" if tma.producer_threads == 0
-            else f"TMA + mbarriers, producer {'warpgroup' if tma.registers else 'warp'} (warp-specialized)")
+    note = (
+        "TMA + mbarriers, loads issued by the first consumer thread (no producer warp)"
+        if tma.producer_threads == 0
+        else f"TMA + mbarriers, producer {'warpgroup' if tma.registers else 'warp'} (warp-specialized)"
+    )
     if not tma.in_flight and tma.overlap is None:
         note += f"; each k-tile's MMAs complete before its stage is released ({'; '.join(tma.waits)})"
     if tma.pingpong:
@@ -264,9 +315,13 @@ def describe_tma(tma: TmaPlan) -> str:
     if len(tma.arrivals) > 1:
         note += "; each T.gemm waits only for the tiles it reads"
     if tma.overlap is not None:
-        note += ("; softmax/MMA overlap: the second T.gemm of iteration k-1 runs under iteration k's statements "
-                 "between the two T.gemm; each stage's tiles are released when the T.gemm reading them is done; the "
-                 f"producer hands its registers to the consumers (setmaxnreg {tma.registers[0]} / {tma.registers[1]})")
+        note += (
+            "; softmax/MMA overlap: the second T.gemm of iteration k-1 runs under iteration k's statements "
+            "between the two T.gemm; each stage's tiles are released when the T.gemm reading them "
+            "is done; the "
+            f"producer hands its registers to the consumers (setmaxnreg {tma.registers[0]} / "
+            f"{tma.registers[1]})"
+        )
     elif tma.no_overlap:
         note += f"; no softmax/MMA overlap ({tma.no_overlap})"
     return note
@@ -279,13 +334,17 @@ def _two_ctas_fit(plan) -> bool:
 
 
 def _overlap_registers(plan, threads: int, largest: int) -> tuple[tuple | None, str]:
-    """(producer, consumer) registers per thread for the overlapped loop, or (None, why not). The second T.gemm's
-    operands stay live through the next iteration's softmax: a producer warpgroup keeps 24 registers (setmaxnreg)
-    and the consumers share the rest."""
+    """(producer, consumer) registers per thread for the overlapped loop, or (None, why not). The second
+    T.gemm's operands stay live through the next iteration's softmax: a producer warpgroup keeps 24 registers
+    (setmaxnreg) and the consumers share the rest."""
     consumer = min(240, (_REGISTER_POOL - 128 * _PRODUCER_REGISTERS) // threads // 8 * 8)
     need = max(plan.fragment_registers + _OVERLAP_HEADROOM, largest + WGMMA_HEADROOM)
     if threads + 128 > 1024 or consumer < need:
-        return None, f"it needs about {need} registers per consumer thread; {consumer} are to be had at {threads} threads"
+        return (
+            None,
+            f"it needs about {need} registers per consumer thread; {consumer} are to be had at "
+            f"{threads} threads",
+        )
     return (_PRODUCER_REGISTERS, consumer), ""
 
 
@@ -329,7 +388,9 @@ def _arrival_groups(rest, copies) -> tuple:
     """((index of the first statement in `rest` reading them, copy indices), ...) in statement order."""
     first = {}
     for ci, c in enumerate(copies):
-        use = next(i for i, s in enumerate(rest) if any(b.same_as(c.tile_buffer) for b in buffers_touched(s)[0]))
+        use = next(
+            i for i, s in enumerate(rest) if any(b.same_as(c.tile_buffer) for b in buffers_touched(s)[0])
+        )
         first.setdefault(use, []).append(ci)
     return tuple((i, tuple(first[i])) for i in sorted(first))
 
@@ -337,11 +398,12 @@ def _arrival_groups(rest, copies) -> tuple:
 def _pingpong(options, threads: int, gemms) -> int:
     """Consumer warpgroups that take turns at the tensor cores, or 0.
 
-    With several T.gemm per iteration and register work between them (FlashAttention's softmax), warpgroups that
-    start together also finish their MMAs together and then all run their softmax while the tensor cores idle.
-    Taking turns (FlashAttention-3's ping-pong schedule) puts one warpgroup's softmax under another's MMAs:
-    warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w + 1
-    go; the last warpgroup lets the first start. Off by default, because without the overlap of softmax and
+    With several T.gemm per iteration and register work between them (FlashAttention's softmax),
+    warpgroups that start together also finish their MMAs together and then all run their softmax
+    while the tensor cores idle. Taking turns (FlashAttention-3's ping-pong schedule) puts one
+    warpgroup's softmax under another's MMAs:
+    warpgroup w waits on named barrier 2 + w before issuing a T.gemm, and after issuing it lets warpgroup w +
+    1 go; the last warpgroup lets the first start. Off by default, because without the overlap of softmax and
     MMAs inside a warpgroup that FlashAttention-3 pairs it with it did not pay
     (docs/decisions.md#flashattention-ping-pong-is-opt-in-row-sums-stay-a-chain).
     `tile_nb.wgmma_pingpong` = 1 (or TILE_NB_PINGPONG=1) turns it on."""
@@ -390,7 +452,10 @@ def _plan_copy(plan, call, operands):
         return None, f"the copy from {src.name} must take a [rows, cols] tile from its last two dimensions"
     inner = const_int(src.shape[-1])
     if inner is None:
-        return None, f"{src.name}'s last dimension is not a compile-time constant (TMA needs 16-byte row strides)"
+        return (
+            None,
+            f"{src.name}'s last dimension is not a compile-time constant (TMA needs 16-byte row strides)",
+        )
     if inner * elem % 16:
         return None, f"{src.name}'s rows are not a multiple of 16 bytes (TMA needs 16-byte strides)"
     rows, cols = (int(x) for x in tile.shape)

@@ -2,12 +2,12 @@
 
 - global -> shared: `cp.async` in 16-byte vectors when the shapes allow (else 8 or 4 bytes, else plain loads);
   elements outside the global buffer are zero-filled by passing a source size of 0 (the address is clamped to
-  a valid one). Inside `T.Pipelined` the pipeline issues these copies and manages commit/wait itself; elsewhere
-  the copy is followed by commit + wait_group 0.
-- register fragment <-> global / shared: each thread moves the registers it holds (the fragment's layout, plan),
-  a vector group of registers at a time (up to 16 bytes, converted between dtypes in registers) where the other
-  side is contiguous and aligned, else element by element; rows and columns outside a global tensor read as 0 and
-  are not written; only the first of a fragment's replicas writes.
+  a valid one). Inside `T.Pipelined` the pipeline issues these copies and manages commit/wait itself;
+  elsewhere the copy is followed by commit + wait_group 0.
+- register fragment <-> global / shared: each thread moves the registers it holds (the fragment's layout,
+  plan), a vector group of registers at a time (up to 16 bytes, converted between dtypes in registers) where
+  the other side is contiguous and aligned, else element by element; rows and columns outside a global tensor
+  read as 0 and are not written; only the first of a fragment's replicas writes.
 - register fragment <-> register fragment (one layout, as inference makes it): register by register.
 - any other pair: the element space is split over the threads; global accesses out of range are skipped
   (stores) or read as 0 (loads). `local` buffers are per-thread: copied by each thread alone.
@@ -18,11 +18,11 @@ import tvm
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
+from ..analysis.layout import tirx_bits
 from ..errors import LoweringError
 from ..exprs import conjunction
 from ..irwalk import region_of, scope_of
-from ..analysis.layout import tirx_bits
+from . import intrin
 from .threads import distribute, serial_nest
 
 __all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy"]
@@ -46,13 +46,13 @@ class Operand:
 
     def indices(self, it):
         idx = list(self.mins)
-        for d, i in zip(self.dims, it):
+        for d, i in zip(self.dims, it, strict=True):
             idx[d] = idx[d] + i
         return idx
 
     def in_bounds(self, idx):
-        """Condition that idx lies inside a global buffer (None when provably true): both ends of every dim, so a
-        region starting before the tensor (`X[bx * 128 - 1]`) reads zeros there, as docs/IR.md says."""
+        """Condition that idx lies inside a global buffer (None when provably true): both ends of every dim,
+        so a region starting before the tensor (`X[bx * 128 - 1]`) reads zeros there, as docs/IR.md says."""
         conds = []
         for d, i in enumerate(idx):
             for c in (i >= 0, i < self.buf.shape[d]):
@@ -71,7 +71,8 @@ def _space(dst, src):
 
 
 def global_strides(buf) -> list:
-    """Element strides of a global buffer: its declared strides (T.StridedTensor), else row-major from its shape."""
+    """Element strides of a global buffer: its declared strides (T.StridedTensor),
+    else row-major from its shape."""
     if list(buf.strides):
         return list(buf.strides)
     strides, acc = [], tirx.const(1, "int32")
@@ -117,7 +118,8 @@ def can_async(em, call) -> bool:
 
 
 def issue_async_copy(em, call):
-    """Issue the cp.async instructions of a global->shared copy (no commit); plain loads if not vectorizable."""
+    """Issue the cp.async instructions of a global->shared copy (no commit);
+    plain loads if not vectorizable."""
     dst, src = Operand(em, call.args[0]), Operand(em, call.args[1])
     space = _space(dst, src)
     v = _vector_elems(em, dst, src, space)
@@ -143,14 +145,20 @@ def issue_async_copy(em, call):
     distribute(em, vspace, body)
 
 
-# ---- copies that involve a register fragment ------------------------------------------------------------------
+# ---- copies that involve a register fragment ---------------------------------------------------------------
 
 def _memory_vector(em, frag: Operand, other: Operand, layout) -> int:
     """Registers moved per access between a register fragment and `other` (global or shared memory): the
     fragment's vector groups, narrowed to what `other` allows (16 bytes at most, aligned, contiguous)."""
     width = layout.vector()
     last_frag, last_other = len(frag.buf.shape) - 1, len(other.buf.shape) - 1
-    if width == 1 or not frag.dims or frag.dims[-1] != last_frag or not other.dims or other.dims[-1] != last_other:
+    if (
+        width == 1
+        or not frag.dims
+        or frag.dims[-1] != last_frag
+        or not other.dims
+        or other.dims[-1] != last_other
+    ):
         return 1
     bits = max(tirx_bits(other.buf.dtype), 8)
     while width > 1:
@@ -198,7 +206,8 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
     loading = regs_side is dst
     regs = em.registers[regs_side.buf]
     with T.unroll(0, layout.regs // width) as g:
-        em.bind_range(g, layout.regs // width)  # (index arithmetic near 2^31 must see its range: exprs.fit_int32)
+        # (index arithmetic near 2^31 must see its range: exprs.fit_int32)
+        em.bind_range(g, layout.regs // width)
         r0 = g * width
         coords = layout.element(tx, r0)
         oidx = other.indices([coords[d] for d in regs_side.dims])
@@ -257,7 +266,7 @@ class _maybe_if:
             f.__exit__(*exc)
 
 
-# ---- everything else: element by element ----------------------------------------------------------------------
+# ---- everything else: element by element -------------------------------------------------------------------
 
 def _copy_elementwise(em, dst, src, space):
     def body(it):

@@ -1,10 +1,12 @@
-"""CUDA lowering of `T.print` and `T.device_assert` (language/debug.py gives the IR, docs/debugging.md the text).
+"""CUDA lowering of `T.print` and `T.device_assert` (language/debug.py gives
+the IR, docs/debugging.md the text).
 
-- A print becomes device `printf` under `if (threadIdx.x == thread && blockIdx matches)`, with the interpreter's
-  text (interp/debug.py) character for character: floats widened to double and printed `%g`, integers `%lld`.
-  A tile prints from one thread: a header, then one `printf` per row chunk (ROW_CHUNK values), so that lines
-  of different blocks never mix inside a line. A fragment tile arrives staged in shared memory (language/debug.py);
-  one element of a fragment is refused here (it lives in the registers of the thread its layout chooses).
+- A print becomes device `printf` under `if (threadIdx.x == thread && blockIdx matches)`, with the
+  interpreter's text (interp/debug.py) character for character: floats widened to double and printed `%g`,
+  integers `%lld`. A tile prints from one thread: a header, then one `printf` per row chunk (ROW_CHUNK
+  values), so that lines of different blocks never mix inside a line. A fragment tile arrives staged in
+  shared memory (language/debug.py); one element of a fragment is refused here (it lives in the registers
+  of the thread its layout chooses).
 - An assert becomes `if (!cond) { printf(<line, block, thread, values>); __assertfail(...); }`: CUDA's own
   device-side assert (cudaErrorAssert after the launch; runtime/launch.py turns it into DeviceAssertError).
 Kernels without these calls never reach this module's rules.
@@ -15,8 +17,8 @@ from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
 from ...language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
-from . import intrin
 from ..errors import LoweringError
+from . import intrin
 
 __all__ = ["DEBUG_CALLS", "debug_call", "emit_debug"]
 
@@ -78,7 +80,9 @@ def _block_vars(em) -> list:
 def _prefix(em, line: int, thread: int, show: bool):
     """('[line 12, block (%d, %d)] ' format, its args)."""
     blocks = _block_vars(em) or [tirx.const(0, "int32")]
-    fmt = f"[line {line}, block ({', '.join(['%d'] * len(blocks))})" + (f", thread {thread}] " if show else "] ")
+    fmt = f"[line {line}, block ({', '.join(['%d'] * len(blocks))})" + (
+        f", thread {thread}] " if show else "] "
+    )
     return fmt, blocks
 
 
@@ -86,7 +90,7 @@ def _guard(em, thread: int, wanted: list[int]):
     if em.tx is None:
         raise LoweringError("T.print needs the kernel's threadIdx.x (it prints from one thread)")
     cond = em.tx == tirx.const(thread, str(em.tx.ty.dtype))
-    for var, want in zip(_block_vars(em), wanted):
+    for var, want in zip(_block_vars(em), wanted, strict=False):
         if want >= 0:
             cond = tirx.And(cond, var == tirx.const(want, str(var.ty.dtype)))
     return cond
@@ -104,18 +108,22 @@ def _printf(fmt: str, *args):
 
 def _refuse_thread_code(em, what: str):
     if em.scope.thread_code:
-        raise LoweringError(f"{what} inside a T.Parallel loop is not supported: the loop's iterations are spread over "
-                            "the threads; print the tile after the loop, or a value at block level")
+        raise LoweringError(
+            f"{what} inside a T.Parallel loop is not supported: the loop's iterations are spread over "
+            "the threads; print the tile after the loop, or a value at block level"
+        )
 
 
 def _refuse_fragment(buf, what: str):
-    """An element of a fragment lives in the registers of one thread that the layout chooses, and thread 0 prints
-    (a whole fragment is staged through shared memory by the language: `<name>_print`)."""
+    """An element of a fragment lives in the registers of one thread that the layout chooses, and thread 0
+    prints (a whole fragment is staged through shared memory by the language: `<name>_print`)."""
     if buf.scope() == "local.fragment":
-        raise LoweringError(f"{what} of an element of the fragment '{buf.name}' on the GPU: the element lives in "
-                            "the registers of the thread its layout chooses, and one thread prints. Print the "
-                            f"whole fragment (`T.print({buf.name})`, staged through shared memory) or a region "
-                            "of it, or copy it to a shared tile first; the interpreter prints it")
+        raise LoweringError(
+            f"{what} of an element of the fragment '{buf.name}' on the GPU: the element lives in "
+            "the registers of the thread its layout chooses, and one thread prints. Print the "
+            f"whole fragment (`T.print({buf.name})`, staged through shared memory) or a region "
+            "of it, or copy it to a shared tile first; the interpreter prints it"
+        )
 
 
 def _loads(e) -> list:
@@ -167,25 +175,33 @@ def _emit_print_tile(em, stmt):
     try:
         start = args[8].args[0]  # address_of(buf[start])
         buf = start.source
-        if buf.scope() == "local.fragment":  # T.print stages fragments in shared memory; IR built by hand may not
-            raise LoweringError(f"tile_nb_print_tile of the fragment '{buf.name}': copy it to a shared tile first")
+        # T.print stages fragments in shared memory; IR built by hand may not
+        if buf.scope() == "local.fragment":
+            raise LoweringError(
+                f"tile_nb_print_tile of the fragment '{buf.name}': copy it to a shared tile first"
+            )
         extents = []
         for e in args[9:]:
             if not isinstance(e, tirx.IntImm):
-                raise LoweringError(f"T.print of a region of '{buf.name}' needs compile-time extents on the GPU; "
-                                    f"got {e}")
+                raise LoweringError(
+                    f"T.print of a region of '{buf.name}' needs compile-time extents on the GPU; got {e}"
+                )
             extents.append(int(e.value))
         lo = [em.expr(i) for i in start.indices]
         head, hargs = _prefix(em, line, thread, bool(show))
         dtype = str(buf.dtype)
         with T.If(_guard(em, thread, wanted)), T.Then():
             bounds, convs = [], []
-            for a, n in zip(lo, extents):
+            for a, n in zip(lo, extents, strict=True):
                 conv, a = _spec(str(a.ty.dtype), a)
                 convs.append(f"{conv}:{conv}")
                 bounds += [a, a + tirx.const(n, str(a.ty.dtype))]
             region = ", ".join(convs)
-            _printf(f"{head}{_c_text(label) + ': ' if label else ''}{buf.name}[{region}] {dtype}\n", *hargs, *bounds)
+            _printf(
+                f"{head}{_c_text(label) + ': ' if label else ''}{buf.name}[{region}] {dtype}\n",
+                *hargs,
+                *bounds,
+            )
             _emit_rows(em, head, hargs, buf, lo, extents, dtype)
     except LoweringError as err:
         raise em.lines.locate(err, stmt) from None
@@ -206,7 +222,7 @@ def _emit_rows(em, head, hargs, buf, lo, extents, dtype, lead=()):
         convs, values = [], []
         for c in range(c0, c1):
             # the element at start + (lead, c); the emitter maps the buffer (shared pool views, globals)
-            conv, arg = _spec(dtype, em.load(buf, [a + i for a, i in zip(lo, list(lead) + [c])]))
+            conv, arg = _spec(dtype, em.load(buf, [a + i for a, i in zip(lo, list(lead) + [c], strict=True)]))
             convs.append(conv)
             values.append(arg)
         _printf(f"{head}{buf.name}[{where}] = {' '.join(convs)}\n", *hargs, *lead, *values)
@@ -240,9 +256,17 @@ def _emit_assert(em, stmt):
                 T.evaluate(0)
             with T.Else():
                 _printf(fmt + "\n", *fargs)
-                T.evaluate(intrin.device_helper("tnb_device_assert_fail", _ASSERT_PARAMS, _ASSERT_BODY, _c_string(
-                    f"T.device_assert at line {line}" + (": " + message if message else "")),
-                    _c_string(filename), tirx.const(line, "uint32"), _c_string(kernel)))
+                T.evaluate(
+                    intrin.device_helper(
+                        "tnb_device_assert_fail",
+                        _ASSERT_PARAMS,
+                        _ASSERT_BODY,
+                        _c_string(f"T.device_assert at line {line}" + (": " + message if message else "")),
+                        _c_string(filename),
+                        tirx.const(line, "uint32"),
+                        _c_string(kernel),
+                    )
+                )
     except LoweringError as err:
         raise em.lines.locate(err, stmt) from None
 
@@ -257,15 +281,22 @@ _ASSERT_BODY = """#if defined(__CUDACC_RTC__)
 #endif"""
 
 def _refuse_breakpoint(em, stmt):
-    """T.breakpoint stops the CPU interpreter in Python's debugger; a GPU thread has no debugger to stop in, and
-    skipping it silently would let a kernel behave differently on the two sides: refused at its line."""
-    err = LoweringError("T.breakpoint() is an interpreter-only debugging aid; the GPU lowering refuses it",
-                        hint="remove the T.breakpoint() call before compiling for the GPU (run the kernel on CPU "
-                             "tensors to stop there)")
+    """T.breakpoint stops the CPU interpreter in Python's debugger; a GPU thread has no debugger to stop in,
+    and skipping it silently would let a kernel behave differently on the two sides: refused at its line."""
+    err = LoweringError(
+        "T.breakpoint() is an interpreter-only debugging aid; the GPU lowering refuses it",
+        hint="remove the T.breakpoint() call before compiling for the GPU (run the kernel on CPU "
+        "tensors to stop there)",
+    )
     raise em.lines.locate(err, stmt) from None
 
 
-_RULES = {PRINT: _emit_print, PRINT_TILE: _emit_print_tile, ASSERT: _emit_assert, BREAKPOINT: _refuse_breakpoint}
+_RULES = {
+    PRINT: _emit_print,
+    PRINT_TILE: _emit_print_tile,
+    ASSERT: _emit_assert,
+    BREAKPOINT: _refuse_breakpoint,
+}
 
 
 def emit_debug(em, stmt):

@@ -30,7 +30,7 @@ def lower_fill(em, call):
         value = tirx.Cast(str(buf.dtype), value)
 
     def body(it):
-        em.store(buf, [m + i for m, i in zip(mins, it)], value)
+        em.store(buf, [m + i for m, i in zip(mins, it, strict=True)], value)
 
     if scope_of(buf) in ("local", "local.var") or em.scope.thread_code:
         serial_nest(ext, body)

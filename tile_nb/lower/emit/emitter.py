@@ -2,10 +2,10 @@
 
 It walks the body statement by statement: tile ops go to the rule rules.py lists for them (one module per op
 family: copy.py, elementwise.py, reduce.py, gemm.py), loops to loops.py / pipeline.py / tma.py,
-and CTA barriers are inserted wherever shared memory written by one statement is read (or rewritten) by a later
-one. The plan is never changed here; what the emitter keeps is what emission itself creates (the pool views,
-the register arrays, the TMA tensor maps) and what holds while one construct is emitted (`Scope`, the variable
-map, the pipeline stage of each tile, the registers of the fragments a loop runs over).
+and CTA barriers are inserted wherever shared memory written by one statement is read (or rewritten) by a
+later one. The plan is never changed here; what the emitter keeps is what emission itself creates (the pool
+views, the register arrays, the TMA tensor maps) and what holds while one construct is emitted (`Scope`, the
+variable map, the pipeline stage of each tile, the registers of the fragments a loop runs over).
 """
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
-from . import intrin
 from ..analysis.arch import ArchCaps
+from ..analysis.layout import accumulator_register_dtype
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
 from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
 from ..irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
-from ..analysis.layout import accumulator_register_dtype
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
+from . import intrin
 from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS, WARP_SPECIALIZED
 
 __all__ = ["Emitter", "Scope"]
@@ -41,14 +41,18 @@ class Scope:
     thread_code: bool = False  # inside a T.Parallel body: per-thread code, no CTA-wide ops or barriers
     consumer: bool = False  # in a warp-specialized kernel, code only the consumer threads run
     mma_in_flight: bool = False  # the T.gemm being emitted leaves its wgmma group in flight (wait_group 1)
-    mma_deferred: bool = False  # the T.gemm being emitted only issues its MMAs; the loop schedule waits (tma.py)
+    # the T.gemm being emitted only issues its MMAs; the loop schedule waits (tma.py)
+    mma_deferred: bool = False
     pingpong: int = 0  # consumer warpgroups issuing their wgmma groups in turns (tma.py), 0: no turns
     pipeline_stages: int = 0  # num_stages of the cp.async pipeline being emitted (0: none)
     pipeline_base: object = 0  # k-tiles of the TMA stage ring used by earlier tiles (persistent.py)
-    k_segment: object = None  # (first k-tile, count): the part of the pipelined loop a stream-K CTA runs (stream_k.py)
-    loop_depth: int = 0  # serial loops around this code (a reduction's workspace is reused across iterations)
-    replica_guard: object = None  # in a loop over a replicated layout: the condition "first replica", which
-    #                               stores to memory and atomics run under (registers are written by every replica)
+    # (first k-tile, count): the part of the pipelined loop a stream-K CTA runs (stream_k.py)
+    k_segment: object = None
+    # serial loops around this code (a reduction's workspace is reused across iterations)
+    loop_depth: int = 0
+    # in a loop over a replicated layout: the condition "first replica", which stores to memory and atomics
+    # run under (registers are written by every replica)
+    replica_guard: object = None
 
 
 class Emitter:
@@ -64,7 +68,8 @@ class Emitter:
         self.scope = Scope()
         self.tx = None
         self.cluster_rank = None  # the CTA's rank in its cluster (cluster.py), None: no clusters
-        self.warp_tx = None  # tx of the warp's lane 0 (warp-uniform): warp roles, wgmma warpgroups (see is_consumer)
+        # tx of the warp's lane 0 (warp-uniform): warp roles, wgmma warpgroups (see is_consumer)
+        self.warp_tx = None
         self.pool = None
         self.views: dict = {}  # shared tile buffer (or reduction call) -> its view in the pool
         self.registers: dict = {}  # register fragment -> its per-thread register array
@@ -78,13 +83,14 @@ class Emitter:
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
         self.barriers = None  # the TMA stage barriers' view
         # wgmma reads its shared operands through the async proxy, which sees ordinary stores only after
-        # `fence.proxy.async` (see `sync`): the operand tiles, and whether one was stored to since the last fence
+        # `fence.proxy.async` (see `sync`): the operand tiles, and whether one was
+        # stored to since the last fence
         self.wgmma_operands = _gemm_operands(func) if plan.uses_wgmma else frozenset()
         self.unfenced_shared_writes = False
         self._host_done = False
         self.analyzer = tvm.sym.Analyzer()
 
-    # ---- scoped state ---------------------------------------------------------------------------------------
+    # ---- scoped state --------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def scoped(self, **changes):
         saved = self.scope
@@ -105,7 +111,7 @@ class Emitter:
         finally:
             setattr(self, table, saved)
 
-    # ---- the whole function ---------------------------------------------------------------------------------
+    # ---- the whole function --------------------------------------------------------------------------------
     def run(self) -> tirx.PrimFunc:
         with IRBuilder() as ib, T.prim_func(), contextlib.ExitStack() as facts:
             T.func_name("tile_nb_lowered")
@@ -128,7 +134,7 @@ class Emitter:
                             found.setdefault(v.name, v)
         return list(found.values())
 
-    # ---- expressions and buffer access -----------------------------------------------------------------------
+    # ---- expressions and buffer access ---------------------------------------------------------------------
     def expr(self, e):
         """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
         approx = intrin.approx_math if self.plan.options.approx_math else None
@@ -136,7 +142,8 @@ class Emitter:
                        minmax=intrin.minmax_nan, approx=approx)
 
     def fit_int32(self, cond):
-        """`cond` with its int32 index arithmetic in int64 where it can reach the int32 limits (docs/IR.md)."""
+        """`cond` with its int32 index arithmetic in int64 where it can reach
+        the int32 limits (docs/IR.md)."""
         return fit_int32(cond, self.analyzer)
 
     def prove(self, cond) -> bool:
@@ -181,8 +188,8 @@ class Emitter:
 
     def global_ref(self, buf, indices) -> tuple:
         """(buffer, indices) addressing element `indices` of a global tensor. A tensor with declared strides
-        (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM 0.27's
-        CUDA code generation flattens a strided parameter as if it were row-major
+        (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM
+        0.27's CUDA code generation flattens a strided parameter as if it were row-major
         (docs/decisions.md#workarounds-for-what-the-toolchain-does-on-the-gpu)."""
         if self._wide_offsets(buf, indices):  # docs/IR.md's index width
             indices = [widen_index(i) for i in indices]
@@ -190,24 +197,24 @@ class Emitter:
         if flat is None:
             return buf, list(indices)
         offset = 0
-        for i, stride in zip(indices, buf.strides):
+        for i, stride in zip(indices, buf.strides, strict=True):
             offset = offset + i * stride
         return flat, [offset]
 
     def _wide_offsets(self, buf, indices) -> bool:
-        """Whether an access computes its offset into a global tensor in int64: the tensor has int64 dims (2^31
-        elements or more), or the offset of this access can reach the int32 limits (an edge tile's rows past
-        a tensor just below 2^31 elements)."""
+        """Whether an access computes its offset into a global tensor in int64: the tensor has int64 dims
+        (2^31 elements or more), or the offset of this access can reach the int32 limits (an edge tile's rows
+        past a tensor just below 2^31 elements)."""
         if any(str(n.ty) == "int64" for n in buf.shape):
             return True
         strides = list(buf.strides) or [None] * len(indices)
         if not all(isinstance(n, tirx.IntImm) for n in list(buf.shape) + list(buf.strides)):
             return False  # T.dynamic dims: 32-bit, checked at the call
         if list(buf.strides):
-            offset = sum((i * st for i, st in zip(indices, strides)), tirx.const(0, "int32"))
+            offset = sum((i * st for i, st in zip(indices, strides, strict=True)), tirx.const(0, "int32"))
         else:
             offset, stride = tirx.const(0, "int32"), 1
-            for i, n in zip(reversed(indices), reversed(list(buf.shape))):
+            for i, n in zip(reversed(indices), reversed(list(buf.shape)), strict=True):
                 offset, stride = offset + i * stride, stride * int(n)
         return reaches_int32_limit(offset, self.analyzer)
 
@@ -222,7 +229,7 @@ class Emitter:
             if not (is_buffer_var(p) and list(p.strides)):
                 continue
             extent = 1
-            for n, stride in zip(p.shape, p.strides):
+            for n, stride in zip(p.shape, p.strides, strict=True):
                 extent = extent + (n - 1) * stride
             view = T.decl_buffer((extent,), str(p.dtype), data=p.data)
             IRBuilder.name(f"{p.name}_flat", view)
@@ -232,21 +239,23 @@ class Emitter:
         """Register of a fragment element; valid only inside a loop over this fragment's registers."""
         if buf in self.loop_registers:
             expect, reg = self.loop_registers[buf]
-            if len(expect) == len(indices) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(expect, indices)):
+            if len(expect) == len(indices) and all(
+                tvm_ffi.structural_equal(a, b) for a, b in zip(expect, indices, strict=True)
+            ):
                 return reg
         raise LoweringError(
             f"fragment {buf.name} (held in registers) is accessed at [{', '.join(str(i) for i in indices)}]; "
             f"inside T.Parallel it must be indexed by the loop variables in order")
 
-    # ---- statements -----------------------------------------------------------------------------------------
+    # ---- statements ----------------------------------------------------------------------------------------
     def emit(self, stmt):
         with self.marked(stmt):
             self._emit(stmt)
 
     @contextlib.contextmanager
     def marked(self, stmt):
-        """Bracket the code emitted inside with `stmt`'s source marks (sourcemap.py), if it has a region; rules
-        that emit a statement of the tile IR themselves (a pipeline's prefetched copies) use it too."""
+        """Bracket the code emitted inside with `stmt`'s source marks (sourcemap.py), if it has a region;
+        rules that emit a statement of the tile IR themselves (a pipeline's prefetched copies) use it too."""
         region = None if self.scope.thread_code else self.regions.get(stmt)
         if region is None:
             yield
@@ -273,12 +282,14 @@ class Emitter:
         elif isinstance(stmt, tirx.AllocBuffer):
             self.emit_alloc(stmt.buffer)
         elif isinstance(stmt, tirx.TilePrimitiveCall):
-            self._note_operand_write(next((a.source for a in stmt.args if isinstance(a, tvm.ir.expr.TensorRegion)),
-                                          None))
+            self._note_operand_write(
+                next((a.source for a in stmt.args if isinstance(a, tvm.ir.expr.TensorRegion)), None)
+            )
             fn = TILE_OPS.get(stmt.op.name)
             if fn is None:
-                raise self.lines.locate(LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet"),
-                                        stmt)
+                raise self.lines.locate(
+                    LoweringError(f"tile op {stmt.op.name} has no CUDA lowering in tile_nb yet"), stmt
+                )
             try:
                 fn(self, stmt)
             except LoweringError as err:
@@ -288,15 +299,17 @@ class Emitter:
             self._refuse_block_level_update(stmt)
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
-                with self._first_replica(stmt.buffer not in self.registers and stmt.buffer not in self.locals):
+                with self._first_replica(
+                    stmt.buffer not in self.registers and stmt.buffer not in self.locals
+                ):
                     self.store(stmt.buffer, indices, value)
             except LoweringError as err:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.Evaluate):
             value = self.expr(stmt.value)
             if self._block_level_atomic(stmt.value):
-                # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA: one
-                # thread adds, not every thread of the block.
+                # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA:
+                # one thread adds, not every thread of the block.
                 with T.If(self.tx == 0), T.Then():
                     T.evaluate(value)
                 return
@@ -350,7 +363,11 @@ class Emitter:
             for hook in KERNEL_HOOKS["host"]:  # host code: before the first launch dimension
                 hook(self)
         self.bind_range(stmt.node.var, extent)
-        with T.attr(stmt.node, "thread_extent", extent), self._cluster_axis(tag), self._ctas_per_sm(is_threads):
+        with (
+            T.attr(stmt.node, "thread_extent", extent),
+            self._cluster_axis(tag),
+            self._ctas_per_sm(is_threads),
+        ):
             if is_threads:
                 self.tx = stmt.node.var
                 if self.plan.uses_wgmma:  # (a TMA pipeline is built for wgmma loops only)
@@ -380,20 +397,24 @@ class Emitter:
 
     @contextlib.contextmanager
     def _cluster_axis(self, tag: str):
-        """Under blockIdx.x of a kernel launched in clusters (cluster.py): TVM's `clusterCtaIdx.x` thread axis,
-        whose extent is the cluster size the runtime launches with; `self.cluster_rank` is the CTA's rank."""
+        """Under blockIdx.x of a kernel launched in clusters (cluster.py): TVM's `clusterCtaIdx.x`
+        thread axis, whose extent is the cluster size the runtime launches with;
+        `self.cluster_rank` is the CTA's rank."""
         multicast = self.plan.persistent.multicast if self.plan.persistent is not None else None
         if tag != "blockIdx.x" or multicast is None:
             yield
             return
-        rank = tirx.IterVar(None, tirx.Var("clusterCtaIdx.x", "int32"), tirx.IterVar.ThreadIndex, "clusterCtaIdx.x")
+        rank = tirx.IterVar(
+            None, tirx.Var("clusterCtaIdx.x", "int32"), tirx.IterVar.ThreadIndex, "clusterCtaIdx.x"
+        )
         self.bind_range(rank.var, multicast.size)
         self.cluster_rank = rank.var
         with T.attr(rank, "thread_extent", multicast.size):
             yield
 
     def emit_pool(self):
-        """One uint8 `shared.dyn` allocation; each shared tile and workspace is a DeclBuffer view at its offset."""
+        """One uint8 `shared.dyn` allocation; each shared tile and workspace is a
+        DeclBuffer view at its offset."""
         plan = self.plan
         if not plan.shared and not plan.workspaces and plan.tma is None:
             return
@@ -419,7 +440,8 @@ class Emitter:
         self.var_map.update(self.bind_tile(by * int(gx) + bx))
 
     def _emit_heavy_first(self, group: int):
-        """The grid walked in groups of `group` (y, z) rows, each group from its largest bx down across its rows:
+        """The grid walked in groups of `group` (y, z) rows, each group from its
+        largest bx down across its rows:
         CTA number L = bx + gx (by + gy bz) in the hardware's launch order computes the tile below."""
         grid = self.plan.grid
         bx, gx = grid["blockIdx.x"][0], int(grid["blockIdx.x"][1])
@@ -435,8 +457,9 @@ class Emitter:
             coords[var] = (tirx.floormod(row, extent), extent)
             row = tirx.floordiv(row, extent)
         for var, (value, extent) in coords.items():
-            # one register each, read from lane 0: left as expressions, they were substituted into every use and
-            # ptxas needed 35 more registers (two CTAs per SM then spill); the shuffle keeps them warp-uniform
+            # one register each, read from lane 0: left as expressions, they were substituted into
+            # every use and ptxas needed 35 more registers (two CTAs per SM then spill); the
+            # shuffle keeps them warp-uniform
             bound = T.Bind(intrin.warp_uniform(value))
             IRBuilder.name(f"{var.name}_heavy_first", bound)
             self.var_map[var] = bound
@@ -444,12 +467,14 @@ class Emitter:
 
     def bind_tile(self, lin, pair=None) -> dict:
         """The grid variables of the CTA tile with linear index `lin` (emitted as Binds): {var: expression}.
-        With `plan.raster_group` > 1, consecutive tiles walk `group` tiles down x before moving along y, so the
-        tiles in flight at once share A row-tiles and B column-tiles; otherwise x varies fastest, as the
-        hardware launches a grid. `pair` = (axis, rank): `lin` indexes pairs of tiles along that axis (the grid
-        with half its extent there), and the tile is the pair's `rank`-th (cluster.py)."""
+        With `plan.raster_group` > 1, consecutive tiles walk `group` tiles down x before moving along y, so
+        the tiles in flight at once share A row-tiles and B column-tiles; otherwise x varies fastest, as the
+        hardware launches a grid. `pair` = (axis, rank): `lin` indexes pairs of tiles along that axis (the
+        grid with half its extent there), and the tile is the pair's `rank`-th (cluster.py)."""
         grid = self.plan.grid
-        extents = {tag: int(e) // (2 if pair is not None and tag == pair[0] else 1) for tag, (_, e) in grid.items()}
+        extents = {
+            tag: int(e) // (2 if pair is not None and tag == pair[0] else 1) for tag, (_, e) in grid.items()
+        }
         bx, by = grid["blockIdx.x"][0], grid.get("blockIdx.y", (None,))[0]
         gx, group = extents["blockIdx.x"], self.plan.raster_group
         if by is None:
@@ -466,7 +491,9 @@ class Emitter:
         out = {}
         for var, value in coords.items():
             bound = T.Bind(value)
-            IRBuilder.name(f"{var.name}_tile" if self.plan.persistent is not None else f"{var.name}_raster", bound)
+            IRBuilder.name(
+                f"{var.name}_tile" if self.plan.persistent is not None else f"{var.name}_raster", bound
+            )
             extent = grid["blockIdx.x" if var.same_as(bx) else "blockIdx.y"][1]
             self.analyzer.bind(bound, tvm.ir.Range(0, int(extent)))
             out[var] = bound
@@ -531,9 +558,9 @@ class Emitter:
     def sync(self):
         """A barrier over the threads that run block-level code (all of them, or the consumers of a
         warp-specialized kernel). A wgmma operand tile written by ordinary stores before it is fenced first
-        (`fence.proxy.async`): a wgmma after the barrier reads it through the async proxy, and without the fence
-        may read what the tile held before (seen on the H200: the backward attention kernel's dK took an earlier
-        query block's dS)."""
+        (`fence.proxy.async`): a wgmma after the barrier reads it through the async proxy, and without the
+        fence may read what the tile held before (seen on the H200: the backward attention kernel's dK took an
+        earlier query block's dS)."""
         if self.unfenced_shared_writes:
             self.fence_shared_writes()
         if self.plan.tma is None:
@@ -546,8 +573,8 @@ class Emitter:
                 T.evaluate(intrin.named_barrier(self.threads))
 
     def is_consumer(self):
-        """The condition "this thread is one of the kernel's own (not the TMA producer's)", decided per warp from
-        lane 0's thread index, so that ptxas sees branches on it as warp-uniform (tma.py)."""
+        """The condition "this thread is one of the kernel's own (not the TMA producer's)", decided per warp
+        from lane 0's thread index, so that ptxas sees branches on it as warp-uniform (tma.py)."""
         return (self.warp_tx if self.warp_tx is not None else self.tx) < self.threads
 
     def commit_copies(self):
@@ -564,21 +591,29 @@ class Emitter:
             self.fence_shared_writes()
 
     def _refuse_block_level_update(self, stmt):
-        """`X[i] = X[i] + v` outside T.Parallel on shared or global memory: every thread of the CTA runs block-level
-        code, so the threads read and write X[i] in turns and the result depends on their timing (1 to 4 adds seen
-        for 128 threads), while the interpreter adds once. Refused rather than silently different."""
+        """`X[i] = X[i] + v` outside T.Parallel on shared or global memory: every thread of the CTA
+        runs block-level code, so the threads read and write X[i] in turns and the result depends on
+        their timing (1 to 4 adds seen for 128 threads), while the interpreter adds once. Refused
+        rather than silently different."""
         buf = stmt.buffer
         if self.scope.thread_code or buf in self.registers or buf in self.locals:
             return
         loads = []
         walk_loads(stmt.value, loads.append)
         if any(ld.source.same_as(buf) for ld in loads):
-            raise self.lines.locate(LoweringError(
-                f"{buf.name} is read and written by one block-level statement: outside T.Parallel every thread of "
-                f"the CTA runs it, so the threads would update {buf.name} in turns (a race) where the interpreter "
-                "updates it once",
-                hint=f"use T.atomic_add({buf.name}[...], value) for a sum, a kernel variable (T.alloc_var) for a "
-                     "running value, or a T.Parallel loop over the elements"), stmt)
+            raise self.lines.locate(
+                LoweringError(
+                    f"{buf.name} is read and written by one block-level statement: outside T.Parallel "
+                    "every thread of "
+                    f"the CTA runs it, so the threads would update {buf.name} in turns (a race) where the "
+                    "interpreter "
+                    "updates it once",
+                    hint=f"use T.atomic_add({buf.name}[...], value) for a sum, a kernel variable "
+                         "(T.alloc_var) for a "
+                    "running value, or a T.Parallel loop over the elements",
+                ),
+                stmt,
+            )
 
     def _note_operand_write(self, buf):
         """Before a statement that writes `buf`: a wgmma operand stored to by ordinary stores needs the proxy
@@ -587,19 +622,22 @@ class Emitter:
             self.unfenced_shared_writes = True
 
     def fence_shared_writes(self):
-        """`fence.proxy.async.shared::cta`: this thread's shared-memory stores become visible to the async proxy
-        (wgmma operands, TMA stores) once a barrier orders them."""
+        """`fence.proxy.async.shared::cta`: this thread's shared-memory stores become visible to the async
+        proxy (wgmma operands, TMA stores) once a barrier orders them."""
         T.evaluate(intrin.fence_proxy_async())
         self.unfenced_shared_writes = False
 
     def round_accumulator(self, buf):
         """docs/IR.md's accumulation rule: a T.gemm accumulates in float32 and its result is rounded to the
-        accumulator's dtype, as the interpreter does: a float16 C holds float16 values between T.gemm calls."""
+        accumulator's dtype, as the interpreter does: a float16 C holds float16
+        values between T.gemm calls."""
         if str(buf.dtype) == accumulator_register_dtype(buf):
             return
         acc = self.registers[buf]
         with T.unroll(0, self.plan.layout(buf).regs) as r:
-            T.buffer_store(acc, tirx.Cast("float32", tirx.Cast(str(buf.dtype), tirx.BufferLoad(acc, [r]))), [r])
+            T.buffer_store(
+                acc, tirx.Cast("float32", tirx.Cast(str(buf.dtype), tirx.BufferLoad(acc, [r]))), [r]
+            )
 
 
 def _gemm_operands(func) -> frozenset:

@@ -1,12 +1,12 @@
 """`T.gemm` on the CUDA cores: float32 / float64 products by FMA, no tensor cores (exact products, as torch's
 float32 matmul with TF32 off and as the interpreter computes them).
 
-Taken for every `T.gemm` the tensor cores cannot multiply exactly (`fma_gemm`): a float32 or float64 operand, or a
-float64 accumulator (the tensor cores add in float32). The accumulator keeps the register layout of the mma.sync path
-(`layout.MmaAccLayout`, with `fma=True`), so T.Parallel loops, copies and reductions treat it exactly as they treat
-a tensor-core accumulator. Each thread computes its own registers of that layout: per k, it reads the rows of A and
-the columns of B that its registers cover from shared memory (converted to the register dtype) and does one FMA per
-register. The loops are unrolled; nvcc keeps the operands in registers.
+Taken for every `T.gemm` the tensor cores cannot multiply exactly (`fma_gemm`): a float32 or float64 operand,
+or a float64 accumulator (the tensor cores add in float32). The accumulator keeps the register layout of the
+mma.sync path (`layout.MmaAccLayout`, with `fma=True`), so T.Parallel loops, copies and reductions treat it
+exactly as they treat a tensor-core accumulator. Each thread computes its own registers of that layout: per k,
+it reads the rows of A and the columns of B that its registers cover from shared memory (converted to the
+register dtype) and does one FMA per register. The loops are unrolled; nvcc keeps the operands in registers.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..errors import LoweringError
 from ..analysis.fragments import FragmentLayout
-from ..irwalk import gemm_k, region_of
 from ..analysis.layout import accumulator_register_dtype
+from ..errors import LoweringError
+from ..irwalk import gemm_k, region_of
 
 __all__ = ["lower_gemm_fma", "position", "reg_digits", "register_part"]
 
@@ -36,8 +36,8 @@ def reg_digits(layout: FragmentLayout, dim: int) -> list:
 
 
 def register_part(layout: FragmentLayout, r, dim: int):
-    """Register `r`'s digits along `dim`, as a compact index over `reg_digits(layout, dim)`: which of the thread's
-    A rows (dim 0) or B columns (dim 1) register `r` needs."""
+    """Register `r`'s digits along `dim`, as a compact index over `reg_digits(layout, dim)`: which of the
+    thread's A rows (dim 0) or B columns (dim 1) register `r` needs."""
     compact, place, reg_place = 0, 1, 1
     for d in layout.of("reg"):
         if d.dim == dim:
@@ -48,8 +48,8 @@ def register_part(layout: FragmentLayout, r, dim: int):
 
 
 def position(digits: list, index, base):
-    """The tile coordinate of compact index `index` over `digits` (one dim's register digits), from `base` (the
-    thread's first element along that dim)."""
+    """The tile coordinate of compact index `index` over `digits` (one dim's register digits), from `base`
+    (the thread's first element along that dim)."""
     place, out = 1, base
     for d in digits:
         out = out + _fm(_fd(index, place), d.extent) * d.stride
@@ -74,7 +74,9 @@ def lower_gemm_fma(em, call):
     layout = em.plan.layout(c_buf)
     k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)
     if layout.padded or any(d.source == "reg" and d.dim is None for d in layout.digits):
-        raise LoweringError(f"T.gemm: the accumulator layout of {c_buf.name} has padding or replicated registers")
+        raise LoweringError(
+            f"T.gemm: the accumulator layout of {c_buf.name} has padding or replicated registers"
+        )
     reg_dtype = accumulator_register_dtype(c_buf)
     acc = em.registers[c_buf]
     if beta == 0.0:
@@ -100,10 +102,14 @@ def lower_gemm_fma(em, call):
     with T.unroll(0, k) as kk:
         with T.unroll(0, _count(rows)) as i:
             row = position(rows, i, row0)
-            T.buffer_store(a_val, operand(a_buf, a0, kk, row) if trans_a else operand(a_buf, a0, row, kk), [i])
+            T.buffer_store(
+                a_val, operand(a_buf, a0, kk, row) if trans_a else operand(a_buf, a0, row, kk), [i]
+            )
         with T.unroll(0, _count(cols)) as j:
             col = position(cols, j, col0)
-            T.buffer_store(b_val, operand(b_buf, b0, col, kk) if trans_b else operand(b_buf, b0, kk, col), [j])
+            T.buffer_store(
+                b_val, operand(b_buf, b0, col, kk) if trans_b else operand(b_buf, b0, kk, col), [j]
+            )
         with T.unroll(0, layout.regs) as r:
             # a * b + c in one rounding: nvcc contracts it to an FMA (fmad is on by default, fast math or not)
             prod = tirx.BufferLoad(a_val, [register_part(layout, r, 0)]) * \

@@ -1,5 +1,6 @@
 """`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16
-(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; T.tfloat32 ones: tf32_gemm.py; wgmma: wgmma.py).
+(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; T.tfloat32
+ones: tf32_gemm.py; wgmma: wgmma.py).
 
 On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
 arch_rules.py refuses bfloat16 there at the user's line); ldmatrix is the same from sm_75 on.
@@ -20,13 +21,13 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
-from ..errors import LoweringError
+from ..analysis.layout import MmaAccLayout, WgmmaAccLayout
 from ..analysis.mma import fma_gemm, is_tf32
+from ..errors import LoweringError
+from ..irwalk import gemm_k, region_of
+from . import intrin
 from .fma_gemm import lower_gemm_fma
 from .tf32_gemm import lower_gemm_tf32
-from ..irwalk import gemm_k, region_of
-from ..analysis.layout import MmaAccLayout, WgmmaAccLayout
 
 __all__ = ["lower_gemm"]
 
@@ -40,15 +41,18 @@ def lower_gemm(em, call):
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     alpha, beta = _float(call.args[6]), _float(call.args[7])
     lay = em.plan.accumulators[c_buf]
-    # The path goes by this call's operands (several T.gemm may share one accumulator; its layout is the first's).
+    # The path goes by this call's operands (several T.gemm may share one
+    # accumulator; its layout is the first's).
     if fma_gemm(call):  # FMAs work in any register layout: each thread computes the registers it holds
         lower_gemm_fma(em, call)
         return
     if is_tf32(call):
         if not isinstance(lay, MmaAccLayout):
-            raise LoweringError(f"T.gemm in TF32 into {c_buf.name}: an earlier T.gemm into it runs on wgmma, whose "
-                                "accumulator layout mma.sync .tf32 cannot add to; accumulate the TF32 product in its "
-                                "own fragment and add the two in a T.Parallel loop")
+            raise LoweringError(
+                f"T.gemm in TF32 into {c_buf.name}: an earlier T.gemm into it runs on wgmma, whose "
+                "accumulator layout mma.sync .tf32 cannot add to; accumulate the TF32 product in its "
+                "own fragment and add the two in a T.Parallel loop"
+            )
         lower_gemm_tf32(em, call)
         return
     if isinstance(lay, WgmmaAccLayout):
@@ -59,16 +63,27 @@ def lower_gemm(em, call):
     a_tile, b_tile = em.tile(a_buf), em.tile(b_buf)
     in_dtype = str(a_buf.dtype)
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
-        eight_bit = any(t in ("float8_e4m3fn", "float8_e5m2", "int8", "uint8") for t in (in_dtype, str(b_buf.dtype)))
-        hint = (f"; 8-bit inputs run on Hopper wgmma only (target sm_90a; this target is {em.caps.arch}): B stored [N, K] with transpose_B=True, "
+        eight_bit = any(
+            t in ("float8_e4m3fn", "float8_e5m2", "int8", "uint8") for t in (in_dtype, str(b_buf.dtype))
+        )
+        hint = (
+            (
+                f"; 8-bit inputs run on Hopper wgmma only (target sm_90a; this target is {em.caps.arch}): B "
+                "stored [N, K] with transpose_B=True, "
                 "block_K * 1 byte = 64 or 128, block_M a multiple of 64 per warpgroup of threads, block_N a "
                 "multiple of 64 up to 256, whole shared tiles as operands, and an int32 accumulator for "
-                "int8/uint8 (a float one for 8-bit floats)") if eight_bit else ""
+                "int8/uint8 (a float one for 8-bit floats)"
+            )
+            if eight_bit
+            else ""
+        )
         raise LoweringError(f"T.gemm: inputs {a_buf.name}:{a_buf.dtype}, {b_buf.name}:{b_buf.dtype}; "
                             f"tensor-core lowering supports float16 or bfloat16 A and B of one dtype{hint}")
     if str(c_buf.dtype) not in ("float32", "float16", "bfloat16"):
-        raise LoweringError(f"T.gemm: accumulator {c_buf.name} is {c_buf.dtype}; use float32 (or float16/bfloat16, "
-                            f"which accumulate in float32 registers)")
+        raise LoweringError(
+            f"T.gemm: accumulator {c_buf.name} is {c_buf.dtype}; use float32 (or float16/bfloat16, "
+            f"which accumulate in float32 registers)"
+        )
     if alpha != 1.0:
         raise LoweringError("T.gemm: alpha != 1 is not supported")
     k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)

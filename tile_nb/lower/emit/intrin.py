@@ -125,9 +125,9 @@ __forceinline__ __device__ void {name}(void* dst, void* smem) {{
 def mma_m16n8k16(acc_ptr, a_ptr, b_ptr, in_dtype: str, *, k8: bool = False) -> tirx.Expr:
     """acc[0:4] += A(16x16, 4 regs) @ B(16x8, 2 regs), fp32 accumulation, PTX fragment layouts.
 
-    With `k8` (sm_75, which has mma.sync m16n8k8 but not m16n8k16, float16 only): two m16n8k8 MMAs, the first on
-    k 0..7 (A's registers 0 and 1, B's register 0), the second on k 8..15 (A's 2 and 3, B's 1): in the PTX ISA's
-    fragment layouts the m16n8k16 registers are exactly the two m16n8k8 fragments side by side."""
+    With `k8` (sm_75, which has mma.sync m16n8k8 but not m16n8k16, float16 only): two m16n8k8 MMAs, the first
+    on k 0..7 (A's registers 0 and 1, B's register 0), the second on k 8..15 (A's 2 and 3, B's 1): in the PTX
+    ISA's fragment layouts the m16n8k16 registers are exactly the two m16n8k8 fragments side by side."""
     ptx_t = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
     if k8:
         if in_dtype != "float16":
@@ -160,8 +160,8 @@ __forceinline__ __device__ void {name}(float* c, void* a, void* b) {{
 
 
 def to_tf32(x) -> tirx.Expr:
-    """A float32 value rounded to TF32 (`cvt.rna.tf32.f32`: nearest, ties away from zero), as the uint32 register a
-    .tf32 MMA operand is."""
+    """A float32 value rounded to TF32 (`cvt.rna.tf32.f32`: nearest, ties away from zero), as the uint32
+    register a .tf32 MMA operand is."""
     code = """
 __forceinline__ __device__ unsigned tnb_to_tf32(float x) {
   unsigned y;
@@ -173,9 +173,9 @@ __forceinline__ __device__ unsigned tnb_to_tf32(float x) {
 
 
 def mma_m16n8k8_tf32(acc_ptr, a_ptr, b_ptr) -> tirx.Expr:
-    """acc[0:4] += A(16x8 tf32, 4 regs) @ B(8x8 tf32, 2 regs), float32 accumulation (sm_80+). PTX fragment layouts
-    (g = lane / 4, t = lane % 4): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k t, n g),
-    b1 (k t + 4, n g); c as m16n8k16's."""
+    """acc[0:4] += A(16x8 tf32, 4 regs) @ B(8x8 tf32, 2 regs), float32 accumulation (sm_80+). PTX fragment
+    layouts (g = lane / 4, t = lane % 4): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k t,
+    n g), b1 (k t + 4, n g); c as m16n8k16's."""
     name = "tnb_mma_m16n8k8_tf32_f32"
     src = f"""
 __forceinline__ __device__ void {name}(float* c, void* a, void* b) {{
@@ -210,7 +210,7 @@ def cta_sync() -> tirx.Expr:
     return cuda_func_call("tnb_cta_sync", source_code=_SYNC)
 
 
-# ---- vector moves between memory and registers, with dtype conversion -------------------------------------------
+# ---- vector moves between memory and registers, with dtype conversion --------------------------------------
 
 # C types of TVM's CUDA code for each dtype (how it declares buffers of that dtype).
 C_TYPES = {"float16": "half", "bfloat16": "nv_bfloat16", "float32": "float", "float64": "double",
@@ -245,8 +245,8 @@ def tvm_bits(dtype) -> int:
 
 
 def vector_load(dst_ptr, src_ptr, n: int, src_dtype: str, dst_dtype: str) -> tirx.Expr:
-    """Load `n` consecutive elements of `src_dtype` at `src_ptr` (one aligned access of n * size bytes) into the
-    registers at `dst_ptr`, converted to `dst_dtype`."""
+    """Load `n` consecutive elements of `src_dtype` at `src_ptr` (one aligned access of n * size bytes) into
+    the registers at `dst_ptr`, converted to `dst_dtype`."""
     src_dtype, dst_dtype = str(src_dtype), str(dst_dtype)
     nbytes = n * tvm_bits(src_dtype) // 8
     name = f"tnb_vld_{src_dtype}x{n}_{dst_dtype}"
@@ -294,25 +294,26 @@ __forceinline__ __device__ {C_TYPES[dtype]} {name}({C_TYPES[dtype]} v, int {arg}
 
 
 def shfl_xor(value, mask: int, dtype: str) -> tirx.Expr:
-    """`__shfl_xor_sync(0xffffffff, value, mask)`: the value of lane (lane ^ mask). Every lane of the warp must
-    execute it."""
+    """`__shfl_xor_sync(0xffffffff, value, mask)`: the value of lane (lane ^ mask). Every lane of the warp
+    must execute it."""
     return _shuffle("shfl_xor", "__shfl_xor_sync", "mask", value, mask, dtype)
 
 
 def shfl_up(value, delta: int, dtype: str) -> tirx.Expr:
-    """`__shfl_up_sync(0xffffffff, value, delta)`: the value of lane (lane - delta); lanes below `delta` get their
-    own. Every lane of the warp must execute it."""
+    """`__shfl_up_sync(0xffffffff, value, delta)`: the value of lane (lane - delta); lanes below `delta` get
+    their own. Every lane of the warp must execute it."""
     return _shuffle("shfl_up", "__shfl_up_sync", "delta", value, delta, dtype)
 
 
 def shfl_idx(value, lane: int, dtype: str) -> tirx.Expr:
-    """`__shfl_sync(0xffffffff, value, lane)`: lane `lane`'s value, in every lane. Every lane must execute it."""
+    """`__shfl_sync(0xffffffff, value, lane)`: lane `lane`'s value, in every
+    lane. Every lane must execute it."""
     return _shuffle("shfl_idx", "__shfl_sync", "lane", value, lane, dtype)
 
 
-# The float max/min of docs/IR.md (torch.maximum's): a NaN operand gives NaN. PTX `max.NaN` / `min.NaN` (sm_80+) is
-# one FMNMX as fmaxf is; before sm_80 a compare-select. 16-bit floats have CUDA's __hmax_nan / __hmin_nan; float64
-# has no NaN-propagating instruction.
+# The float max/min of docs/IR.md (torch.maximum's): a NaN operand gives NaN. PTX `max.NaN` / `min.NaN`
+# (sm_80+) is one FMNMX as fmaxf is; before sm_80 a compare-select. 16-bit floats have CUDA's __hmax_nan /
+# __hmin_nan; float64 has no NaN-propagating instruction.
 _MINMAX_NAN = {
     "float32": """
 __forceinline__ __device__ float {name}(float a, float b) {{
@@ -344,8 +345,8 @@ __forceinline__ __device__ nv_bfloat16 {name}(nv_bfloat16 a, nv_bfloat16 b) {{
 
 
 def minmax_nan(kind: str, a, b, dtype: str) -> tirx.Expr:
-    """`max(a, b)` (kind "max") or `min(a, b)` of floats where a NaN operand gives NaN, as torch.maximum and the
-    interpreter; a dtype without such a helper (8-bit floats) keeps TVM's own max/min."""
+    """`max(a, b)` (kind "max") or `min(a, b)` of floats where a NaN operand gives NaN, as torch.maximum and
+    the interpreter; a dtype without such a helper (8-bit floats) keeps TVM's own max/min."""
     dtype = str(dtype)
     template = _MINMAX_NAN.get(dtype)
     if template is None:
@@ -374,14 +375,14 @@ def set_max_registers(change: str, count: int) -> tirx.Expr:
 
 
 def fence_proxy_async() -> tirx.Expr:
-    """`fence.proxy.async.shared::cta`: shared memory written by ordinary stores (cp.async included) becomes visible
-    to the async proxy (wgmma, TMA)."""
+    """`fence.proxy.async.shared::cta`: shared memory written by ordinary stores (cp.async included) becomes
+    visible to the async proxy (wgmma, TMA)."""
     return asm_statement("tnb_fence_proxy_async", "fence.proxy.async.shared::cta;")
 
 
 def warp_sync() -> tirx.Expr:
-    """`bar.warp.sync -1`: the warp's lanes meet, and their memory accesses before it are ordered before theirs
-    after it (so one lane may publish the warp's shared-memory writes, e.g. by an mbarrier arrival)."""
+    """`bar.warp.sync -1`: the warp's lanes meet, and their memory accesses before it are ordered before
+    theirs after it (so one lane may publish the warp's shared-memory writes, e.g. by an mbarrier arrival)."""
     return asm_statement("tnb_warp_sync", "bar.warp.sync -1;")
 
 
@@ -401,8 +402,8 @@ __forceinline__ __device__ void {name}(int id) {{
 
 
 def named_barrier_sync(barrier, threads: int) -> tirx.Expr:
-    """`bar.sync barrier, threads` with a runtime barrier id: wait until `threads` threads have arrived (this one
-    included)."""
+    """`bar.sync barrier, threads` with a runtime barrier id: wait until `threads` threads have arrived (this
+    one included)."""
     return _bar("sync", barrier, threads)
 
 
@@ -411,11 +412,11 @@ def named_barrier_arrive(barrier, threads: int) -> tirx.Expr:
     return _bar("arrive", barrier, threads)
 
 
-# ---- approximate transcendentals (LoweringOptions.approx_math) ---------------------------------------------------
-# One PTX instruction on float32 per op (sm_75+, which every target tile_nb builds for has). PTX ISA bounds, used by
-# the tests and written in docs/IR.md: tanh.approx.f32 relative error at most 2^-11; ex2.approx.ftz.f32 at most
-# 2 ulp, subnormal inputs and results flushed to zero; exp is ex2 of x * log2(e) (as CUDA's __expf), whose
-# rounding adds about |x| * 2^-24 relative.
+# ---- approximate transcendentals (LoweringOptions.approx_math) ---------------------------------------------
+# One PTX instruction on float32 per op (sm_75+, which every target tile_nb builds for has). PTX ISA bounds,
+# used by the tests and written in docs/IR.md: tanh.approx.f32 relative error at most 2^-11;
+# ex2.approx.ftz.f32 at most 2 ulp, subnormal inputs and results flushed to zero; exp is ex2 of x * log2(e)
+# (as CUDA's __expf), whose rounding adds about |x| * 2^-24 relative.
 _APPROX_PTX = {
     "tirx.tanh": ("tanh", "tanh.approx.f32", "x"),
     "tirx.exp2": ("exp2", "ex2.approx.ftz.f32", "x"),
@@ -425,9 +426,9 @@ APPROX_OPS = frozenset(_APPROX_PTX)
 
 
 def approx_math(op: str, x, dtype: str) -> tirx.Expr | None:
-    """`T.tanh(x)` / `T.exp2(x)` / `T.exp(x)` (`op` as "tirx.tanh") as the approximate instruction, for a float32,
-    float16 or bfloat16 `x` (the 16-bit ones converted to float32 and back); None for other dtypes (float64 keeps
-    the precise function)."""
+    """`T.tanh(x)` / `T.exp2(x)` / `T.exp(x)` (`op` as "tirx.tanh") as the approximate instruction, for a
+    float32, float16 or bfloat16 `x` (the 16-bit ones converted to float32 and back); None for other dtypes
+    (float64 keeps the precise function)."""
     dtype = str(dtype)
     if op not in _APPROX_PTX or dtype not in ("float32", "float16", "bfloat16"):
         return None

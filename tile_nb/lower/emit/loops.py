@@ -1,11 +1,11 @@
-"""Loops: `T.serial` / `T.unroll` kept as loops, `while` on a run-time value kept as a While, `T.Parallel` split
-over the CTA's threads, and `T.Pipelined` (a serial loop annotated `num_stages`) handed to pipeline.py.
+"""Loops: `T.serial` / `T.unroll` kept as loops, `while` on a run-time value kept as a While, `T.Parallel`
+split over the CTA's threads, and `T.Pipelined` (a serial loop annotated `num_stages`) handed to pipeline.py.
 
 `T.Parallel(e0, e1, ...)` (nested parallel loops, elementwise body) is distributed in one of two ways:
 - when the plan gives the nest a driving register layout (a fragment it indexes by all its loop variables, see
-  infer.py), each thread runs over the registers it holds: the loop variables become that register's coordinates,
-  fragments of the same layout are that register, row and column fragments the register of their slice; padding
-  registers are skipped, and stores to memory run on the first replica only;
+  infer.py), each thread runs over the registers it holds: the loop variables become that register's
+  coordinates, fragments of the same layout are that register, row and column fragments the register of their
+  slice; padding registers are skipped, and stores to memory run on the first replica only;
 - otherwise the flattened iteration space is split round-robin over the threads (consecutive threads take
   consecutive iterations, so row-major global accesses coalesce).
 """
@@ -48,15 +48,16 @@ def emit_for(em, loop):
 
 
 def emit_while(em, loop):
-    """A block-level `while`: every thread of the CTA tests the same condition (block-level code computes the same
-    values in every thread), so barriers inside the loop are reached by all of them."""
+    """A block-level `while`: every thread of the CTA tests the same condition (block-level code computes the
+    same values in every thread), so barriers inside the loop are reached by all of them."""
     if em.scope.thread_code:
         raise em.lines.locate(LoweringError("a `while` loop inside T.Parallel is not supported by the CUDA "
                                             "lowering"), loop)
     with T.While(em.expr(loop.condition)):
         with em.scoped(loop_depth=em.scope.loop_depth + 1):
             em.emit(loop.body)
-        # The next test and iteration may read what this one wrote in shared memory (or overwrite what it read).
+        # The next test and iteration may read what this one wrote in shared
+        # memory (or overwrite what it read).
         _, writes_shared = em.touches_shared(loop.body)
         if writes_shared and em.tx is not None:
             em.sync()
@@ -84,14 +85,14 @@ def emit_parallel(em, loop):
 
 
 def _uniform_mask(em, loops, body):
-    """(a condition on the code outside the nest under which the body's mask is false everywhere, the body without
-    its mask) for a masked store with constant extents, or None."""
+    """(a condition on the code outside the nest under which the body's mask is false everywhere, the body
+    without its mask) for a masked store with constant extents, or None."""
     split = split_masked_store(body)
     extents = [l.extent for l in loops]
     if split is None or not all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents):
         return None
     cond, unmasked = split
-    never = never_true(cond, {l.loop_var: int(e) for l, e in zip(loops, extents)})
+    never = never_true(cond, {l.loop_var: int(e) for l, e in zip(loops, extents, strict=True)})
     if never is None:
         return None
     never = em.analyzer.simplify(em.expr(never))
@@ -112,7 +113,7 @@ def _emit_parallel(em, loops, body):
 
 
 def _emit_body(em, loops, body, idx):
-    with em.bound("var_map", {l.loop_var: i for l, i in zip(loops, idx)}):
+    with em.bound("var_map", {l.loop_var: i for l, i in zip(loops, idx, strict=True)}):
         em.emit(body)
 
 
@@ -135,8 +136,11 @@ def _emit_over_registers(em, loops, body, layout):
             elif rank == 2 and other == layout.slice(0):
                 related[buf] = (coords[1:], layout.slice_register(0, r))
         valid = layout.valid(tx, r)
-        with em.bound("var_map", dict(zip(loop_vars, coords))), em.bound("loop_registers", related), \
-                em.scoped(replica_guard=layout.replica_zero(tx)):
+        with (
+            em.bound("var_map", dict(zip(loop_vars, coords, strict=True))),
+            em.bound("loop_registers", related),
+            em.scoped(replica_guard=layout.replica_zero(tx)),
+        ):
             if valid is None:
                 em.emit(body)
             else:

@@ -8,26 +8,38 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..analysis.cluster import CLUSTER_SIZE
-from ..irwalk import seq_items
-from .stream_k import emit_fixup, emit_partial_sums, emit_signal, tail_range
-from .epilogue import emit_producer_stores, finish_producer_stores
 from ..exprs import const_int
-from .tma import (emit_producer_loads, emit_producer_role, emit_producer_tail, enter_consumer_role, last_stage,
-                  release_stage, wait_stage_free)
+from ..irwalk import seq_items
+from .epilogue import emit_producer_stores, finish_producer_stores
+from .stream_k import emit_fixup, emit_partial_sums, emit_signal, tail_range
+from .tma import (
+    emit_producer_loads,
+    emit_producer_role,
+    emit_producer_tail,
+    enter_consumer_role,
+    last_stage,
+    release_stage,
+    wait_stage_free,
+)
 
 __all__ = ["emit_persistent_body"]
 
 
 def emit_persistent_body(em, body):
-    """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles (and, with
-    stream-K, its share of the last wave's k-tiles)."""
+    """The threads' code of a persistent kernel: the roles split first, then each walks this CTA's tiles (and,
+    with stream-K, its share of the last wave's k-tiles)."""
     pp, tma = em.plan.persistent, em.plan.tma
     cta = em.plan.grid["blockIdx.x"][0]
     sk = pp.stream_k
     if pp.multicast is None:
         walker, walkers, walked, pair = cta, pp.ctas, pp.tiles, None
-    else:  # a cluster walks pairs of tiles (2c, 2c + 1 along the pair axis); its CTA of rank r takes tile 2c + r
-        walker, walkers, walked = tirx.floordiv(cta, CLUSTER_SIZE), pp.ctas // CLUSTER_SIZE, pp.tiles // CLUSTER_SIZE
+    # a cluster walks pairs of tiles (2c, 2c + 1 along the pair axis); its CTA of rank r takes tile 2c + r
+    else:
+        walker, walkers, walked = (
+            tirx.floordiv(cta, CLUSTER_SIZE),
+            pp.ctas // CLUSTER_SIZE,
+            pp.tiles // CLUSTER_SIZE,
+        )
         pair = (pp.multicast.axis, em.cluster_rank)
     # this CTA's whole tiles
     count = sk.waves if sk is not None else tirx.floordiv(walked - walker + (walkers - 1), walkers)
@@ -40,7 +52,8 @@ def emit_persistent_body(em, body):
         return sk.waves * pp.ctas + t  # the linear index of tail tile t (stream-K)
 
     def tiles(name):
-        """A loop over this CTA's whole tiles with the grid variables bound: yields (loop counter, var_map entries)."""
+        """A loop over this CTA's whole tiles with the grid variables bound: yields
+        (loop counter, var_map entries)."""
         with T.serial(0, count) as i:
             IRBuilder.name(name, i)
             em.bind_range(i, count)
@@ -49,7 +62,8 @@ def emit_persistent_body(em, body):
     store = em.plan.tma_store if em.plan.tma_store is not None and em.plan.tma_store.by_producer else None
 
     def stores(lin, stage, final=False):
-        """The TMA stores of tile `lin`, staged in the consumers' epilogue with the last k-tile's stage `stage`."""
+        """The TMA stores of tile `lin`, staged in the consumers' epilogue with the
+        last k-tile's stage `stage`."""
         with em.bound("var_map", em.bind_tile(lin, pair)):
             emit_producer_stores(em, stage, final)
 
@@ -88,9 +102,9 @@ def emit_persistent_body(em, body):
 
 
 def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
-    """The producer's share of the tail: the loads of its contribution, then of its finish. With producer stores,
-    the last whole tile's stores go before ring position base + S - 1 is refilled (each range has more than S
-    k-tiles: stream_k.py), and the finished tile's after the loads."""
+    """The producer's share of the tail: the loads of its contribution, then of its finish. With producer
+    stores, the last whole tile's stores go before ring position base + S - 1 is refilled (each range has more
+    than S k-tiles: stream_k.py), and the finished tile's after the loads."""
     tma, stages = em.plan.tma, em.plan.tma.stages
     base = sk.waves * sk.n
     with T.If(cta < sk.ctas):
@@ -119,8 +133,11 @@ def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
                     with T.Then():
                         end = base + r.partial_count + r.finish_count
                         wait_stage_free(em, tma, end + stages - 1)
-                        stores(tail_tile(r.finish_tile), last_stage(tma, base + r.partial_count, r.finish_count),
-                               final=True)
+                        stores(
+                            tail_tile(r.finish_tile),
+                            last_stage(tma, base + r.partial_count, r.finish_count),
+                            final=True,
+                        )
                     with T.Else():
                         finish_producer_stores()
         if store is not None:
@@ -130,8 +147,8 @@ def _stream_k_loads(em, sk, cta, tail_tile, store, stores, whole_tile_stores):
 
 
 def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
-    """The consumers' share of the tail: the contribution (k-loop, then the registers to the workspace), then the
-    finish (k-loop, the contributors' partial sums added, then the kernel's statements after the loop)."""
+    """The consumers' share of the tail: the contribution (k-loop, then the registers to the workspace), then
+    the finish (k-loop, the contributors' partial sums added, then the kernel's statements after the loop)."""
     tma = em.plan.tma
     items = seq_items(body)
     upto = next(i for i, s in enumerate(items) if s.same_as(tma.loop)) + 1
@@ -151,11 +168,15 @@ def _stream_k_consumers(em, sk, cta, tail_tile, body, by_producer: bool, pair):
                 emit_signal(em, sk, cta)
 
         with T.If(r.finishes):
-            with T.Then(), em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)), \
-                    em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, r.finish_count)):
+            with (
+                T.Then(),
+                em.bound("var_map", em.bind_tile(tail_tile(r.finish_tile), pair)),
+                em.scoped(pipeline_base=base + r.partial_count, k_segment=(r.finish_start, r.finish_count)),
+            ):
                 em.emit_seq(items[:upto])
                 signal()  # only now: the contribution's stores drained under this k-loop's MMAs
-                emit_fixup(em, sk, cta, r.finish_tile)  # its consumer barrier also orders the loop and what follows
+                # its consumer barrier also orders the loop and what follows
+                emit_fixup(em, sk, cta, r.finish_tile)
                 em.emit_seq(items[upto:])
             with T.Else():
                 signal()

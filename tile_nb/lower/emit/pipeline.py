@@ -1,12 +1,12 @@
 """`T.Pipelined(n, num_stages=s)`: a multi-stage cp.async software pipeline.
 
-Without cp.async (sm_75: arch.py) the same schedule is emitted with the copies as plain loads and stores, and no
-commit or wait: each thread's copy has landed when the next instruction runs, so the barrier alone publishes
-it. The stages stay (a stage is still written only while no warp reads it), but a thread waits for its own loads,
-so memory overlaps the MMAs only across warps.
+Without cp.async (sm_75: arch.py) the same schedule is emitted with the copies as plain loads and stores, and
+no commit or wait: each thread's copy has landed when the next instruction runs, so the barrier alone
+publishes it. The stages stay (a stage is still written only while no warp reads it), but a thread waits for
+its own loads, so memory overlaps the MMAs only across warps.
 
-The copies the plan prefetches (schedule.py) are the producer; everything else in the body is the consumer. Each
-shared tile written by the producer has `s` copies (stage i % s holds iteration i). The emitted schedule:
+The copies the plan prefetches (schedule.py) are the producer; everything else in the body is the consumer.
+Each shared tile written by the producer has `s` copies (stage i % s holds iteration i). The emitted schedule:
 
     for i in [0, s-1):            prologue: issue the copies of iteration i (if i < n), commit
     for k in [0, n):
@@ -27,9 +27,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..irwalk import region_of, seq_items
 from . import intrin
 from .copy import issue_async_copy
-from ..irwalk import region_of, seq_items
 from .wgmma import drain_accumulators
 
 __all__ = ["emit_pipelined"]
@@ -87,8 +87,11 @@ def emit_pipelined(em, loop):
             em.async_copies_landed(0)
             em.sync()
         stage = {region_of(c.args[0])[0]: tirx.floormod(k, stages) if stages > 1 else 0 for c in copies}
-        with em.bound("var_map", {loop.loop_var: it}), em.bound("stage", stage), \
-                em.scoped(pipeline_stages=stages, mma_in_flight=in_flight, loop_depth=em.scope.loop_depth + 1):
+        with (
+            em.bound("var_map", {loop.loop_var: it}),
+            em.bound("stage", stage),
+            em.scoped(pipeline_stages=stages, mma_in_flight=in_flight, loop_depth=em.scope.loop_depth + 1),
+        ):
             em.emit_seq(rest)
         if stages == 1:
             em.sync()

@@ -1,20 +1,20 @@
 """`T.tile.sum / max / min(dst, src, axes, accum)`: reductions of a tile along one dim.
 
-A source in registers (the plan's layout `L`) is reduced where it lives, in three steps (tilelang's and Triton's
-scheme):
+A source in registers (the plan's layout `L`) is reduced where it lives, in three steps (tilelang's and
+Triton's scheme):
 1. each thread combines the registers it holds of each result (`L.reduced_registers`), padding skipped;
 2. the lanes holding parts of one result combine by an XOR butterfly of warp shuffles (`L.lane_masks`), after
    which every one of them holds the result;
-3. when several warps hold parts of one result (`L.warp_slots`), the first lane of each writes its partial to the
-   plan's workspace in shared memory, a barrier, and every thread combines the slots in order.
-The result, in `L.slice(dim)`, goes to dst's registers (inference gives dst that layout) or, for a dst in memory,
-is stored once (first replica). A source in memory is reduced serially: each thread computes the results it holds
-(a register dst) or a share of them (round-robin).
+3. when several warps hold parts of one result (`L.warp_slots`), the first lane of each writes its partial to
+   the plan's workspace in shared memory, a barrier, and every thread combines the slots in order.
+The result, in `L.slice(dim)`, goes to dst's registers (inference gives dst that layout) or, for a dst in
+memory, is stored once (first replica). A source in memory is reduced serially: each thread computes the
+results it holds (a register dst) or a share of them (round-robin).
 
-docs/IR.md's rule: sums accumulate in float32 (float64 for float64, int32/int64 for integers, wrapping around) and
-are rounded to dst's dtype once; with accum the old dst value joins in that precision. Max and min compare in a
-dtype that holds the source exactly (`compare_dtype`), start from -inf / +inf (the integer limits), and a NaN
-operand makes the result NaN (intrin.minmax_nan), as torch's amax / amin.
+docs/IR.md's rule: sums accumulate in float32 (float64 for float64, int32/int64 for integers, wrapping around)
+and are rounded to dst's dtype once; with accum the old dst value joins in that precision. Max and min compare
+in a dtype that holds the source exactly (`compare_dtype`), start from -inf / +inf (the integer limits), and a
+NaN operand makes the result NaN (intrin.minmax_nan), as torch's amax / amin.
 """
 from __future__ import annotations
 
@@ -22,17 +22,17 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
 from ..exprs import conjunction
 from ..irwalk import region_of, scope_of
+from . import intrin
 from .threads import distribute, serial_nest
 
 __all__ = ["accumulation_dtype", "compare_dtype", "lower_reduce", "reduction_dtype"]
 
 
 def accumulation_dtype(dtype: str) -> str:
-    """The dtype a sum into `dtype` accumulates in (integers wrap around in it; the cast to `dtype` keeps the low
-    bits, so the result is the exact sum modulo 2^bits of `dtype`)."""
+    """The dtype a sum into `dtype` accumulates in (integers wrap around in it; the cast to `dtype` keeps the
+    low bits, so the result is the exact sum modulo 2^bits of `dtype`)."""
     dtype = str(dtype)
     if dtype == "float64":
         return "float64"
@@ -42,8 +42,8 @@ def accumulation_dtype(dtype: str) -> str:
 
 
 def compare_dtype(dtype: str) -> str:
-    """The dtype a max or min over `dtype` values is taken in: every value of `dtype` exactly (uint32 above 2^31
-    would turn negative in int32)."""
+    """The dtype a max or min over `dtype` values is taken in: every value of `dtype` exactly (uint32 above
+    2^31 would turn negative in int32)."""
     dtype = str(dtype)
     if dtype.startswith(("float", "bfloat")):
         return "float64" if dtype == "float64" else "float32"
@@ -108,8 +108,9 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
                 value = tirx.abs(value)
             valid = layout.valid(tx, r)
             if valid is not None:
-                # A padding register leaves the partial as it is (max(p, p) = p). The identity itself stays out
-                # of max/min: CUDA reads the literal -2147483648 as a long, and max(int, long) is ambiguous.
+                # A padding register leaves the partial as it is (max(p, p) = p). The identity
+                # itself stays out of max/min: CUDA reads the literal -2147483648 as a long, and
+                # max(int, long) is ambiguous.
                 keep = tirx.const(0, acc) if kind == "sum" else tirx.BufferLoad(partial, [o])
                 value = tirx.Select(valid, value, keep)
             T.buffer_store(partial, _combine(kind, tirx.BufferLoad(partial, [o]), value), [o])
@@ -124,13 +125,14 @@ def _reduce_registers(em, call, kind, dst, drng, src, dim, accum, absolute):
 
 def _linear(coords, shape):
     lin = 0
-    for c, n in zip(coords, shape):
+    for c, n in zip(coords, shape, strict=True):
         lin = lin * n + c
     return lin
 
 
 def _combine_warps(em, call, kind, out, layout, dim, partial, slots, slot):
-    """Step 3: partials of the warps sharing a result meet in shared memory (one float per result and warp)."""
+    """Step 3: partials of the warps sharing a result meet in shared memory
+    (one float per result and warp)."""
     tx = em.tx
     ws = em.view(call)
     with T.unroll(0, out.regs) as o:
@@ -184,14 +186,14 @@ def _write_result(em, kind, dst, drng, out, partial, accum, acc):
 
 
 def _place(mins, rng, coords, shape) -> list:
-    """Indices into a region (`mins`, `rng`) of the element at `coords` of a tile of `shape`: dim for dim when the
-    ranks agree, else the region's non-unit dims take the tile's non-unit coordinates in order."""
+    """Indices into a region (`mins`, `rng`) of the element at `coords` of a tile of `shape`: dim for dim when
+    the ranks agree, else the region's non-unit dims take the tile's non-unit coordinates in order."""
     if len(mins) == len(coords):
-        return [m + c for m, c in zip(mins, coords)]
+        return [m + c for m, c in zip(mins, coords, strict=True)]
     idx = list(mins)
     region_dims = [d for d, (_, e) in enumerate(rng) if not (isinstance(e, tirx.IntImm) and int(e) == 1)]
-    tile_coords = [c for c, n in zip(coords, shape) if n != 1]
-    for d, c in zip(region_dims, tile_coords):
+    tile_coords = [c for c, n in zip(coords, shape, strict=True) if n != 1]
+    for d, c in zip(region_dims, tile_coords, strict=True):
         idx[d] = idx[d] + c
     return idx
 
@@ -211,11 +213,11 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
 
         def step(red_idx):
             idx = [None] * len(sext)
-            for d, i in zip(out_dims, out_idx):
+            for d, i in zip(out_dims, out_idx, strict=False):
                 idx[d] = i
-            for d, i in zip(axes, red_idx):
+            for d, i in zip(axes, red_idx, strict=True):
                 idx[d] = i
-            value = _cast(em.load(src, [m + i for m, i in zip(smins, idx)]), acc)
+            value = _cast(em.load(src, [m + i for m, i in zip(smins, idx, strict=True)]), acc)
             if absolute:
                 value = tirx.abs(value)
             T.buffer_store(running, _combine(kind, tirx.BufferLoad(running, [0]), value), [0])
@@ -245,7 +247,11 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
     out_ext = [sext[d] for d in out_dims]
 
     def body(out_idx):
-        full_dst = [m + i for m, i in zip(dmins, out_idx)] if len(dmins) == len(out_idx) else list(dmins)
+        full_dst = (
+            [m + i for m, i in zip(dmins, out_idx, strict=True)]
+            if len(dmins) == len(out_idx)
+            else list(dmins)
+        )
         reduce_into(running, out_idx)
         value = tirx.BufferLoad(running, [0])
         if accum:

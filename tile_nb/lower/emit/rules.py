@@ -1,6 +1,6 @@
-"""The emitter's rules, in the order they run: the one list of what emits each tile op, each statement the plan
-gives a schedule, and the code a kernel gets at its start and end. The rule modules do not register themselves;
-emitter.py reads these tables.
+"""The emitter's rules, in the order they run: the one list of what emits each tile op, each statement the
+plan gives a schedule, and the code a kernel gets at its start and end. The rule modules do not register
+themselves; emitter.py reads these tables.
 """
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from . import copy, debug, elementwise, epilogue, gemm, loops, persistent, pipel
 
 __all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "WARP_SPECIALIZED"]
 
-WARP_SPECIALIZED = ("T.ws warp-specialized regions and mbarriers are not lowered to CUDA yet; the interpreter runs "
-                    "them (backend='cpu'), checking their ordering")
+WARP_SPECIALIZED = (
+    "T.ws warp-specialized regions and mbarriers are not lowered to CUDA yet; the interpreter runs "
+    "them (backend='cpu'), checking their ordering"
+)
 
 
 def refuse_warp_specialized(em, call):
-    """T.ws, T.alloc_barrier's arrive counts, T.mbarrier_arrive / _wait_parity, T.tma_copy (language/sync.py)."""
+    """T.ws, T.alloc_barrier's arrive counts, T.mbarrier_arrive / _wait_parity,
+    T.tma_copy (language/sync.py)."""
     raise LoweringError(WARP_SPECIALIZED)
 
 
@@ -35,24 +38,31 @@ TILE_OPS = MappingProxyType({
        for op in ("ws", "barrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_copy")},
 })
 
-# (matches(emitter, stmt), emit(emitter, stmt)), tried in this order: the first that matches emits the statement;
-# the emitter emits the others itself (emitter.Emitter.emit).
+# (matches(emitter, stmt), emit(emitter, stmt)), tried in this order: the first that matches emits the
+# statement; the emitter emits the others itself (emitter.Emitter.emit).
 STATEMENT_RULES = (
     (lambda em, s: debug.debug_call(s) is not None, debug.emit_debug),  # T.print / T.device_assert / ...
     # the kernel body of persistent CTAs, walked once per tile (it holds the TMA loop and store below)
-    (lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body),
-     persistent.emit_persistent_body),
+    (
+        lambda em, s: em.plan.persistent is not None and s.same_as(em.plan.persistent.body),
+        persistent.emit_persistent_body,
+    ),
     # T.Pipelined as the warp-specialized TMA pipeline
     (lambda em, s: em.plan.tma is not None and s.same_as(em.plan.tma.loop), tma.emit_ws_loop),
     # the accumulator's T.copy to global memory as the TMA-store epilogue
-    (lambda em, s: em.plan.tma_store is not None and s.same_as(em.plan.tma_store.call), epilogue.emit_tma_store),
-    (lambda em, s: isinstance(s, tirx.For) and s not in em.plan.pipelines, loops.emit_for),  # serial / unroll / Parallel
+    (
+        lambda em, s: em.plan.tma_store is not None and s.same_as(em.plan.tma_store.call),
+        epilogue.emit_tma_store,
+    ),
+    # serial / unroll / Parallel
+    (lambda em, s: isinstance(s, tirx.For) and s not in em.plan.pipelines, loops.emit_for),
     (lambda em, s: isinstance(s, tirx.While), loops.emit_while),
-    (lambda em, s: isinstance(s, tirx.For) and s in em.plan.pipelines, pipeline.emit_pipelined),  # cp.async pipeline
+    # cp.async pipeline
+    (lambda em, s: isinstance(s, tirx.For) and s in em.plan.pipelines, pipeline.emit_pipelined),
 )
 
-# Functions(emitter) run, in this order, at: "host" (before the first launch dimension: host code), "thread" (at
-# the threads' entry, after the shared pool), "end" (after the kernel body, on the threads that reach it).
+# Functions(emitter) run, in this order, at: "host" (before the first launch dimension: host code), "thread"
+# (at the threads' entry, after the shared pool), "end" (after the kernel body, on the threads that reach it).
 KERNEL_HOOKS = MappingProxyType({
     "host": (tma.emit_tensor_maps, epilogue.emit_store_map),
     "thread": (tma.emit_barrier_init, epilogue.declare_spill_view),

@@ -3,22 +3,23 @@
 A tile is a set of lines along `dim` (n elements each). Two forms, both reading and writing memory, with the
 barriers before and after from `Emitter.emit_seq` (dst is written, src read, in shared memory):
 - serial: the threads take the lines round-robin (`threads.distribute`) and each scans its lines in order, a
-  running sum in a register: a line is n dependent steps (a shared load, an add, a store: some 30 cycles each);
+  running sum in a register: a line is n dependent steps (a shared load, an
+  add, a store: some 30 cycles each);
 - by warps: the warps take the lines round-robin; a warp walks its line 32 elements at a time, lane l taking
   element 32 c + l: a warp-shuffle scan of the 32 values (5 `shfl.up` steps), plus the carry of the elements
   before, then the carry grows by lane 31's sum. A line is ceil(n / 32) rounds of about 7 dependent steps.
 The cheaper one by that count is taken: ceil(lines / threads) * n steps serially against
-ceil(lines / warps) * ceil(n / 32) * 7 by warps, so a 1-d tile of 64 (tilelang's chunk-local cumsum) is 14 steps
-by one warp instead of 64 by one thread, and many short lines stay serial. A per-thread (`local`) destination is
-scanned whole by every thread, serially, as `T.reduce_*` does. Bank conflicts: the serial form's threads read
-lines one line apart (along dim 1 of a [M, N] tile with N a multiple of 32 words, one bank); the warp form's
-lanes read consecutive elements of the line.
+ceil(lines / warps) * ceil(n / 32) * 7 by warps, so a 1-d tile of 64 (tilelang's chunk-local cumsum) is 14
+steps by one warp instead of 64 by one thread, and many short lines stay serial. A per-thread (`local`)
+destination is scanned whole by every thread, serially, as `T.reduce_*` does. Bank conflicts: the serial
+form's threads read lines one line apart (along dim 1 of a [M, N] tile with N a multiple of 32 words, one
+bank); the warp form's lanes read consecutive elements of the line.
 
 Fragments: layout inference (infer.py) keeps a fragment that T.cumsum reads or writes in shared memory, so the
 scan always reads and writes memory; a T.gemm accumulator, which stays in registers, is refused with the fix.
 docs/IR.md's rule: sums accumulate in `accumulation_dtype(dst.dtype)` (float32 for 16-bit floats, wrapping
-integers), and each element is rounded to dst's dtype once, as the interpreter does (the warp form adds floats in
-another order than torch's sequential cumsum: a float32 rounding difference, as between any two sums).
+integers), and each element is rounded to dst's dtype once, as the interpreter does (the warp form adds floats
+in another order than torch's sequential cumsum: a float32 rounding difference, as between any two sums).
 """
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
 from ..errors import LoweringError
 from ..irwalk import region_of, scope_of
+from . import intrin
 from .reduce import accumulation_dtype
 from .threads import distribute, serial_nest
 
@@ -49,13 +50,17 @@ def lower_cumsum(em, call):
                 f"T.cumsum of fragment {buf.name}, which is held in registers (a T.gemm accumulator), is not "
                 "supported", hint=f"T.copy {buf.name} into a T.alloc_shared tile and scan that tile")
     if em.scope.thread_code:
-        raise LoweringError("T.cumsum inside a T.Parallel loop is not supported: it is a whole-tile operation",
-                            hint="call T.cumsum at block level, outside the loop")
+        raise LoweringError(
+            "T.cumsum inside a T.Parallel loop is not supported: it is a whole-tile operation",
+            hint="call T.cumsum at block level, outside the loop",
+        )
     try:
         extents = [int(e) for _, e in srng]
     except (TypeError, ValueError):
-        raise LoweringError(f"T.cumsum: the region of {src.name} has extents "
-                            f"{[str(e) for _, e in srng]}; the scan needs them known at compile time") from None
+        raise LoweringError(
+            f"T.cumsum: the region of {src.name} has extents "
+            f"{[str(e) for _, e in srng]}; the scan needs them known at compile time"
+        ) from None
     smins = [em.expr(m) for m, _ in srng]
     dmins = [em.expr(m) for m, _ in drng]
     acc = accumulation_dtype(str(dst.dtype))
@@ -68,11 +73,17 @@ def lower_cumsum(em, call):
     def point(line_idx, i):
         idx = list(line_idx)
         idx.insert(dim, (n - 1 - i) if reverse else i)
-        return [m + j for m, j in zip(smins, idx)], [m + j for m, j in zip(dmins, idx)]
+        return [m + j for m, j in zip(smins, idx, strict=True)], [
+            m + j for m, j in zip(dmins, idx, strict=True)
+        ]
 
     per_thread = scope_of(dst) in ("local", "local.var")
     warps = em.threads // 32
-    if not per_thread and em.threads % 32 == 0 and _warp_steps(lines, n, warps) < _serial_steps(lines, n, em.threads):
+    if (
+        not per_thread
+        and em.threads % 32 == 0
+        and _warp_steps(lines, n, warps) < _serial_steps(lines, n, em.threads)
+    ):
         _scan_by_warps(em, src, dst, acc, n, line_ext, lines, warps, point)
         return
     running = T.alloc_buffer((1,), acc, scope="local")
@@ -109,7 +120,8 @@ def _unravel(flat, extents) -> list:
 
 
 def _scan_by_warps(em, src, dst, acc, n, line_ext, lines, warps, point):
-    """Warp w scans lines w, w + warps, ...; every lane runs every shuffle (the guards sit around memory only)."""
+    """Warp w scans lines w, w + warps, ...; every lane runs every shuffle (the
+    guards sit around memory only)."""
     lane, warp = tirx.floormod(em.tx, 32), tirx.floordiv(em.tx, 32)
     carry = T.alloc_buffer((1,), acc, scope="local")
     value = T.alloc_buffer((1,), acc, scope="local")
@@ -130,7 +142,9 @@ def _scan_by_warps(em, src, dst, acc, n, line_ext, lines, warps, point):
             mine = tirx.BufferLoad(value, [0])
             for delta in (1, 2, 4, 8, 16):
                 T.buffer_store(other, intrin.shfl_up(mine, delta, acc), [0])
-                T.buffer_store(value, tirx.Select(lane >= delta, mine + tirx.BufferLoad(other, [0]), mine), [0])
+                T.buffer_store(
+                    value, tirx.Select(lane >= delta, mine + tirx.BufferLoad(other, [0]), mine), [0]
+                )
             with T.If(k < n), T.Then():
                 em.store(dst, d_idx, _cast(tirx.BufferLoad(carry, [0]) + mine, dst.dtype))
             T.buffer_store(other, intrin.shfl_idx(mine, 31, acc), [0])

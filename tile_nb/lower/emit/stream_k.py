@@ -11,8 +11,8 @@ from tvm.backend.cuda.op import cuda_func_call
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
 from ..analysis.stream_k import StreamK
+from . import intrin
 
 __all__ = ["Range", "contributors", "emit_fixup", "emit_partial_sums", "emit_signal", "tail_range"]
 
@@ -34,17 +34,22 @@ class Range:
 
 
 def tail_range(sk: StreamK, cta, bind=None) -> Range:
-    """CTA `cta`'s range [a, b) of the tail's k-tiles and what it covers; `bind(name, value)` emits each value as a
-    Bind (the default), or, given a constant `cta` and `lambda name, v: v`, folds them to constants (tests)."""
+    """CTA `cta`'s range [a, b) of the tail's k-tiles and what it covers; `bind(name, value)`
+    emits each value as a Bind (the default), or, given a constant `cta` and `lambda name, v: v`,
+    folds them to constants (tests)."""
     n, iters, m = sk.n, sk.iters, sk.ctas
     bind = bind or _bind
     a = bind("sk_begin", tirx.floordiv(cta * iters, m))
     b = bind("sk_end", tirx.floordiv((cta + 1) * iters, m))
     first, last = bind("sk_first_tile", tirx.floordiv(a, n)), bind("sk_last_tile", tirx.floordiv(b - 1, n))
     partial_start = bind("sk_partial_start", tirx.max(a, last * n) - last * n)
-    partial_count = bind("sk_partial_count", tirx.Select(tirx.floormod(b, n) != 0, b - last * n - partial_start, 0))
+    partial_count = bind(
+        "sk_partial_count", tirx.Select(tirx.floormod(b, n) != 0, b - last * n - partial_start, 0)
+    )
     finish_start = a - first * n
-    return Range(last, partial_start, partial_count, first, finish_start, n - finish_start, (first + 1) * n <= b)
+    return Range(
+        last, partial_start, partial_count, first, finish_start, n - finish_start, (first + 1) * n <= b
+    )
 
 
 def _bind(name, value):
@@ -54,8 +59,8 @@ def _bind(name, value):
 
 
 def contributors(sk: StreamK, tile):
-    """The first CTA whose partial sum tail tile `tile` takes (its finisher takes those of the CTAs from there up
-    to itself): the owner of the tile's first k-tile, the largest c with c * iters // ctas <= tile * n."""
+    """The first CTA whose partial sum tail tile `tile` takes (its finisher takes those of the CTAs from there
+    up to itself): the owner of the tile's first k-tile, the largest c with c * iters // ctas <= tile * n."""
     return tirx.floordiv((tile * sk.n + 1) * sk.ctas - 1, sk.iters)
 
 
@@ -111,23 +116,24 @@ def _call(sk: StreamK, what: str, *args):
 
 
 def emit_partial_sums(em, sk: StreamK, cta):
-    """Consumers, after a contributor's k-loop: the accumulator into CTA `cta`'s slot. Stores only: emit_signal
-    publishes them, after the CTA's next k-loop where it has one, so they drain under its MMAs."""
+    """Consumers, after a contributor's k-loop: the accumulator into CTA `cta`'s slot. Stores only:
+    emit_signal publishes them, after the CTA's next k-loop where it has one, so they drain under its MMAs."""
     regs = intrin.address_of(em.registers[sk.accumulator], [0])
     T.evaluate(_call(sk, "put", cta, em.tx, regs))
 
 
 def emit_signal(em, sk: StreamK, cta):
-    """Consumers: once every thread has stored its part of the slot (a consumer barrier), one thread fences and
-    sets CTA `cta`'s flag with release semantics (CUTLASS's barrier does the same: bar.sync, fence, flag)."""
+    """Consumers: once every thread has stored its part of the slot (a consumer barrier), one
+    thread fences and sets CTA `cta`'s flag with release semantics (CUTLASS's barrier does the
+    same: bar.sync, fence, flag)."""
     em.sync()
     with T.If(em.tx == 0), T.Then():
         T.evaluate(_call(sk, "signal", cta))
 
 
 def emit_fixup(em, sk: StreamK, cta, tile):
-    """Consumers, after a finisher's k-loop of tail tile `tile`: add the partial sums of its contributors (the CTAs
-    from the owner of its first k-tile up to `cta`)."""
+    """Consumers, after a finisher's k-loop of tail tile `tile`: add the partial sums of its contributors (the
+    CTAs from the owner of its first k-tile up to `cta`)."""
     first = _bind("sk_contributor", contributors(sk, tile))
     with T.If(em.tx == 0), T.Then():
         with T.serial(first, cta) as j:

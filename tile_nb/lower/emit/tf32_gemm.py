@@ -1,11 +1,12 @@
-"""`T.gemm` with a `T.tfloat32` operand on the tensor cores: mma.sync m16n8k8 .tf32 (sm_80+), float32 accumulation.
+"""`T.gemm` with a `T.tfloat32` operand on the tensor cores: mma.sync m16n8k8
+.tf32 (sm_80+), float32 accumulation.
 
 The accumulator is the mma.sync one (`layout.MmaAccLayout`, `tf32=True`): the m16n8k8 .tf32 C fragment is the
-m16n8k16 one, so copies, T.Parallel loops and reductions read it unchanged. Per 8-wide k-step, each lane loads its
-A and B elements from shared memory (PTX fragment layouts, g = lane / 4, t = lane % 4: A rows g and g + 8 at k t
-and t + 4; B k t and t + 4 at column g of each n8 atom), converts each with `cvt.rna.tf32.f32` (round to nearest,
-ties away, as the interpreter's `values.round_tf32`), then issues MI x NI MMAs. ldmatrix is not used: its .trans
-form moves 16-bit elements only, and plain 32-bit loads serve every storage order alike.
+m16n8k16 one, so copies, T.Parallel loops and reductions read it unchanged. Per 8-wide k-step, each lane loads
+its A and B elements from shared memory (PTX fragment layouts, g = lane / 4, t = lane % 4: A rows g and g + 8
+at k t and t + 4; B k t and t + 4 at column g of each n8 atom), converts each with `cvt.rna.tf32.f32` (round
+to nearest, ties away, as the interpreter's `values.round_tf32`), then issues MI x NI MMAs. ldmatrix is not
+used: its .trans form moves 16-bit elements only, and plain 32-bit loads serve every storage order alike.
 """
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
 from ..errors import LoweringError
 from ..irwalk import gemm_k, region_of
+from . import intrin
 
 __all__ = ["lower_gemm_tf32"]
 
-_INPUTS = ("float32", "float16", "bfloat16")  # (a T.tfloat32 tile is float32 storage; 16-bit values are exact in TF32)
+# (a T.tfloat32 tile is float32 storage; 16-bit values are exact in TF32)
+_INPUTS = ("float32", "float16", "bfloat16")
 
 
 def lower_gemm_tf32(em, call):
@@ -32,8 +34,10 @@ def lower_gemm_tf32(em, call):
             raise LoweringError(f"T.gemm in TF32: operand {op.name} is {op.dtype}; TF32 MMAs take float32 "
                                 "(T.tfloat32) operands")
     if str(c_buf.dtype) not in ("float32", "float16", "bfloat16"):
-        raise LoweringError(f"T.gemm in TF32: accumulator {c_buf.name} is {c_buf.dtype}; the tensor cores add in "
-                            "float32 (use a float32 accumulator, or T.float32 operands for a float64 one)")
+        raise LoweringError(
+            f"T.gemm in TF32: accumulator {c_buf.name} is {c_buf.dtype}; the tensor cores add in "
+            "float32 (use a float32 accumulator, or T.float32 operands for a float64 one)"
+        )
     if alpha != 1.0:
         raise LoweringError("T.gemm: alpha != 1 is not supported")
     k = gemm_k(a_rng, b_rng, trans_a, trans_b, lay.bm, lay.bn)

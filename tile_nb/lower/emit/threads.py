@@ -20,8 +20,9 @@ def serial_nest(extents, body_fn):
 
 
 def distribute(em, extents, body_fn):
-    """Run `body_fn(indices)` for every point of `extents` (ints, or expressions of T.dynamic dims), split over the
-    threads round-robin: consecutive threads take consecutive points, so row-major accesses coalesce."""
+    """Run `body_fn(indices)` for every point of `extents` (ints, or expressions of T.dynamic
+    dims), split over the threads round-robin: consecutive threads take consecutive points,
+    so row-major accesses coalesce."""
     total = 1
     for e in extents:
         total = total * (int(e) if isinstance(e, (int, tirx.IntImm)) else e)
@@ -30,7 +31,8 @@ def distribute(em, extents, body_fn):
     steps = (total + threads - 1) // threads if static else tirx.floordiv(total + threads - 1, threads)
     with T.serial(0, steps) as it:
         if static:
-            em.bind_range(it, steps)  # so index arithmetic near 2^31 is seen to need 64 bits (exprs.fit_int32)
+            # so index arithmetic near 2^31 is seen to need 64 bits (exprs.fit_int32)
+            em.bind_range(it, steps)
         flat = it * threads + em.tx
         idx, rest = [], flat
         for e in reversed(extents):

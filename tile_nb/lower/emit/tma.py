@@ -9,14 +9,22 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
 from ..analysis.cluster import CLUSTER_SIZE
-from ..irwalk import buffers_touched
 from ..analysis.layout import tirx_bits
-from .mbarrier import (cluster_sync, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_expect_tx,
-                       mbarrier_init, mbarrier_wait, tma_load)
-from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 from ..analysis.tma import TmaPlan
+from ..irwalk import buffers_touched
+from . import intrin
+from .mbarrier import (
+    cluster_sync,
+    fence_mbarrier_init,
+    mbarrier_arrive,
+    mbarrier_arrive_cluster,
+    mbarrier_expect_tx,
+    mbarrier_init,
+    mbarrier_wait,
+    tma_load,
+)
+from .wgmma import PINGPONG_BARRIER, drain_accumulators, fence_registers, wait_for_gemm
 
 __all__ = ["emit_barrier_init", "emit_consumer_loop", "emit_producer_loads", "emit_producer_role",
            "emit_producer_tail", "emit_tensor_maps", "emit_ws_loop", "enter_consumer_role", "last_stage",
@@ -37,7 +45,9 @@ def emit_tensor_maps(em):
     multicast = _multicast(em)
     for i, c in enumerate(plan.copies):
         # a multicast copy is loaded in halves (cluster.py), which may be boxes of their own extent
-        box = multicast.halves[0][0].dims if multicast is not None and i == multicast.copy else c.boxes[0].dims
+        box = (
+            multicast.halves[0][0].dims if multicast is not None and i == multicast.copy else c.boxes[0].dims
+        )
         key = (c.global_buf, box, c.swizzle)
         if key not in seen:
             seen[key] = tensormap(c.global_buf, box, c.swizzle)
@@ -45,8 +55,8 @@ def emit_tensor_maps(em):
 
 
 def tensormap(buf, box, swizzle: int):
-    """A tensor map of the global tensor `buf` for boxes of `box` elements (innermost first), encoded on the host
-    (emitted where host code goes, before the launch); the handle the kernel's TMA calls take."""
+    """A tensor map of the global tensor `buf` for boxes of `box` elements (innermost first), encoded on the
+    host (emitted where host code goes, before the launch); the handle the kernel's TMA calls take."""
     rank = len(buf.shape)
     dims = [buf.shape[rank - 1 - i] for i in range(rank)]  # innermost first
     elem = tirx_bits(buf.dtype) // 8
@@ -64,8 +74,8 @@ def tensormap(buf, box, swizzle: int):
 
 
 def _descriptor_dtype(dtype) -> str:
-    """The tensor map's element type: TMA only moves bytes, so 8-bit floats travel as uint8 (the driver's tensor
-    map types have no fp8 entry)."""
+    """The tensor map's element type: TMA only moves bytes, so 8-bit floats travel as uint8 (the driver's
+    tensor map types have no fp8 entry)."""
     return "uint8" if tirx_bits(dtype) == 8 else str(dtype)
 
 
@@ -85,9 +95,9 @@ def _multicast(em):
 
 
 def _release(em, plan: TmaPlan, s, groups, when=None):
-    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s`. In a cluster,
-    a multicast tile's stage is released in both CTAs (the peer's producer writes it too): lane r arrives on CTA
-    r's barrier, as CUTLASS spreads them."""
+    """Lane 0 of each consumer warp: the warp is done with these arrival groups' tiles of stage `s`. In a
+    cluster, a multicast tile's stage is released in both CTAs (the peer's producer writes it too): lane r
+    arrives on CTA r's barrier, as CUTLASS spreads them."""
     lane = tirx.floormod(em.tx, 32)
     multicast = _multicast(em)
     shared = multicast.groups if multicast is not None else ()
@@ -108,15 +118,21 @@ def emit_barrier_init(em):
     plan = em.plan.tma
     if plan is None:
         return
-    view = T.decl_buffer((plan.barrier_count,), "uint64", data=em.pool.data, byte_offset=em.plan.barrier_offset,
-                         scope="shared.dyn")
+    view = T.decl_buffer(
+        (plan.barrier_count,),
+        "uint64",
+        data=em.pool.data,
+        byte_offset=em.plan.barrier_offset,
+        scope="shared.dyn",
+    )
     IRBuilder.name("stage_barriers", view)
     em.barriers = view
     multicast = _multicast(em)
     with T.If(em.tx == 0), T.Then():
         for s in range(plan.stages):
             for g in range(len(plan.arrivals)):
-                T.evaluate(mbarrier_init(_full(em, plan, s, g), 1))  # the producer's expect_tx arrival (+ bytes)
+                # the producer's expect_tx arrival (+ bytes)
+                T.evaluate(mbarrier_init(_full(em, plan, s, g), 1))
                 # one arrival per consumer warp (of both CTAs of a cluster for a multicast tile)
                 ctas = CLUSTER_SIZE if multicast is not None and g in multicast.groups else 1
                 T.evaluate(mbarrier_init(_empty(em, plan, s, g), ctas * em.threads // 32))
@@ -125,9 +141,10 @@ def emit_barrier_init(em):
 
 
 def emit_ws_loop(em, loop):
-    """The loop at its place in the kernel body: the producer's branch and the consumers' branch. In a persistent
-    kernel (persistent.py) the roles split around the loop over tiles instead, and only the consumers' part of
-    the loop is emitted here, at ring position `em.scope.pipeline_base` (the k-tiles of earlier tiles)."""
+    """The loop at its place in the kernel body: the producer's branch and the consumers' branch.
+    In a persistent kernel (persistent.py) the roles split around the loop over tiles instead, and
+    only the consumers' part of the loop is emitted here, at ring position `em.scope.pipeline_base`
+    (the k-tiles of earlier tiles)."""
     plan = em.plan.tma
     start, n = loop_bounds(em, plan)
     if em.plan.persistent is not None:
@@ -147,8 +164,8 @@ def emit_ws_loop(em, loop):
 
 
 def loop_bounds(em, plan: TmaPlan) -> tuple:
-    """(first k-tile, trip count) of the pipelined loop being emitted: the whole loop, or the segment of its k-tiles
-    a stream-K CTA runs of a tile (`em.scope.k_segment`, stream_k.py)."""
+    """(first k-tile, trip count) of the pipelined loop being emitted: the whole loop, or the segment of its
+    k-tiles a stream-K CTA runs of a tile (`em.scope.k_segment`, stream_k.py)."""
     start, n = em.expr(plan.loop.min), em.expr(plan.loop.extent)
     if em.scope.k_segment is None:
         return start, n
@@ -177,8 +194,8 @@ def enter_consumer_role(em, plan: TmaPlan):
 
 
 def emit_consumer_loop(em, plan: TmaPlan, start, n, base=0):
-    """The consumers' k-loop. `base`: k-tiles of the stage ring used before this loop (persistent kernels); then
-    every stage is released by the end, so that the producer can refill it for the next tile."""
+    """The consumers' k-loop. `base`: k-tiles of the stage ring used before this loop (persistent kernels);
+    then every stage is released by the end, so that the producer can refill it for the next tile."""
     if plan.overlap is not None:
         _emit_overlapped_consumer(em, plan, start, n, base)
     else:
@@ -233,15 +250,18 @@ def _emit_consumer(em, plan: TmaPlan, start, n, base):
         drain_accumulators(em, plan.rest)
         # the last k-tile's stage, which no later iteration releases (the epilogue does, when the producer
         # issues the TMA stores: epilogue.py)
-        if em.plan.persistent is not None and not (em.plan.tma_store is not None and em.plan.tma_store.by_producer):
+        if em.plan.persistent is not None and not (
+            em.plan.tma_store is not None and em.plan.tma_store.by_producer
+        ):
             _release(em, plan, tirx.floormod(base + n + plan.stages - 1, plan.stages), everything, when=n > 0)
 
 
 def _emit_overlapped_consumer(em, plan: TmaPlan, start, n, base):
-    """Iteration k: head and G1 of k; G2 of k-1; wait for G1; release G1's tiles; early statements (under G2 of
-    k-1); wait for G2; release its tiles of stage k-1; late statements. Iteration 0 is peeled (no G2 before it):
-    under a branch around G2's issue ptxas no longer lets the early statements run under it. After the loop: G2
-    of the last iteration. (Overlap says when this keeps the loop's meaning.)"""
+    """Iteration k: head and G1 of k; G2 of k-1; wait for G1; release G1's tiles; early
+    statements (under G2 of k-1); wait for G2; release its tiles of stage k-1; late statements.
+    Iteration 0 is peeled (no G2 before it):
+    under a branch around G2's issue ptxas no longer lets the early statements run under it. After the loop:
+    G2 of the last iteration. (Overlap says when this keeps the loop's meaning.)"""
     ov, rest = plan.overlap, plan.rest
     g1, g2 = rest[ov.first], rest[-1]
     early_groups = tuple(g for g in range(len(plan.arrivals)) if g not in ov.late_groups)
@@ -297,7 +317,8 @@ def _written(stmts) -> list:
 
 
 def _let_first_warpgroup_start(em, groups: int):
-    """The last warpgroup's arrival that lets warpgroup 0 issue its first T.gemm (wgmma.py: lower_gemm_wgmma waits for its turn)."""
+    """The last warpgroup's arrival that lets warpgroup 0 issue its first T.gemm (wgmma.py:
+    lower_gemm_wgmma waits for its turn)."""
     with T.If(tirx.floordiv(em.tx, 128) == groups - 1), T.Then():
         T.evaluate(intrin.named_barrier_arrive(PINGPONG_BARRIER, 256))
 
@@ -337,8 +358,8 @@ def _load_position(em, plan: TmaPlan, start, k, base=0, before=None):
 
 
 def emit_producer_loads(em, plan: TmaPlan, base, before=None):
-    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the caller;
-    a stream-K segment by `em.scope.k_segment`); `before(k)` as in `_emit_producer`."""
+    """The producer's k-loop of the current tile (persistent kernels: the grid variables are bound by the
+    caller; a stream-K segment by `em.scope.k_segment`); `before(k)` as in `_emit_producer`."""
     start, n = loop_bounds(em, plan)
     _emit_producer(em, plan, start, n, base, before)
 
@@ -363,8 +384,9 @@ def release_stage(em, plan: TmaPlan, s):
 
 def emit_producer_tail(em, plan: TmaPlan, end):
     """After the producer's last load (ring position `end`): wait until every stage of the shared tiles was
-    released, by both CTAs of a cluster. The peer's consumers arrive on this CTA's barriers until then, so this
-    CTA, which the producer's thread keeps alive, must not exit before (CUTLASS's producer tail does the same)."""
+    released, by both CTAs of a cluster. The peer's consumers arrive on this CTA's barriers until
+    then, so this CTA, which the producer's thread keeps alive, must not exit before (CUTLASS's
+    producer tail does the same)."""
     multicast = _multicast(em)
     if multicast is None:
         return
@@ -392,8 +414,10 @@ def _emit_loads(em, c, s, full):
     def load(box, multicast: bool):
         dst = intrin.address_of(em.view(c.tile_buffer), [s * c.tile_elems + box.elem_offset])
         coords = [tirx.Cast("int32", x + d) if str(getattr(x, "ty", "int32")) != "int32" else x + d
-                  for x, d in zip(start_coords, box.coord_shift)]
-        T.evaluate(tma_load(rank, dst, em.tensor_maps[c], full, coords, (1 << CLUSTER_SIZE) - 1 if multicast else 0))
+                  for x, d in zip(start_coords, box.coord_shift, strict=True)]
+        T.evaluate(
+            tma_load(rank, dst, em.tensor_maps[c], full, coords, (1 << CLUSTER_SIZE) - 1 if multicast else 0)
+        )
 
     multicast = _multicast(em)
     if multicast is None or not c.call.same_as(em.plan.tma.copies[multicast.copy].call):

@@ -1,11 +1,12 @@
 """Masks that are false for a whole `T.Parallel` nest: tested once per block instead of once per element.
 
-FlashAttention builds its mask element by element (`scores[i, j] = T.if_then_else(k * bN + j > bx * bM + i, -inf,
-0)`), yet on every KV block but the diagonal one (and the ragged last one) the condition is false for every (i, j).
-`never_true(cond, domains)` gives a condition on the variables outside the nest (k, bx, a T.dynamic S) that implies
-`cond` is false at every point of the nest: each integer comparison is bounded over the loop variables' intervals
-with TVM's interval analysis (`tvm.sym.Analyzer.int_set`), and `and` / `or` / `not` combine the bounds. loops.py
-then emits `if (never) { unmasked body } else { body }`: a branch every thread of the CTA takes the same way.
+FlashAttention builds its mask element by element (`scores[i, j] = T.if_then_else(k * bN + j > bx * bM + i,
+-inf, 0)`), yet on every KV block but the diagonal one (and the ragged last one) the condition is false for
+every (i, j). `never_true(cond, domains)` gives a condition on the variables outside the nest (k, bx, a
+T.dynamic S) that implies `cond` is false at every point of the nest: each integer comparison is bounded over
+the loop variables' intervals with TVM's interval analysis (`tvm.sym.Analyzer.int_set`), and `and` / `or` /
+`not` combine the bounds. loops.py then emits `if (never) { unmasked body } else { body }`: a branch every
+thread of the CTA takes the same way.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ _OR = (prim.expr.Or, prim.expr.BitwiseOr)
 
 
 def split_masked_store(body):
-    """(cond, the store without its mask) for a body `buf[...] = if_then_else(cond, a, b)` (or `Select`), storing
-    `b`; else None."""
+    """(cond, the store without its mask) for a body `buf[...] = if_then_else(cond, a, b)` (or `Select`),
+    storing `b`; else None."""
     if not isinstance(body, tirx.BufferStore):
         return None
     value = body.value
@@ -39,8 +40,9 @@ def split_masked_store(body):
 
 
 def never_true(cond, domains: dict, analyzer: sym.Analyzer | None = None):
-    """A condition free of the variables in `domains` (var -> extent, iterated from 0) under which `cond` is false
-    for all their values; None when the bounds say nothing (non-integer or memory-dependent comparisons)."""
+    """A condition free of the variables in `domains` (var -> extent, iterated from 0) under which
+    `cond` is false for all their values; None when the bounds say nothing (non-integer or
+    memory-dependent comparisons)."""
     analyzer = analyzer or sym.Analyzer()
     intervals = {v: sym.IntervalSet(0, extent - 1) for v, extent in domains.items()}
     return _bound(cond, intervals, analyzer, want=False)
@@ -52,7 +54,8 @@ def _bound(cond, intervals, analyzer, want: bool):
         return _bound(cond.a, intervals, analyzer, not want)
     if isinstance(cond, _AND + _OR) and str(cond.ty) == "bool":  # `|` and `&` of the DSL are bitwise on bools
         a, b = (_bound(x, intervals, analyzer, want) for x in (cond.a, cond.b))
-        # all-false of (x or y) needs both all-false; all-false of (x and y) needs either (and dually for true)
+        # all-false of (x or y) needs both all-false; all-false of (x and y)
+        # needs either (and dually for true)
         both = isinstance(cond, _OR) != want
         if both:
             return None if a is None or b is None else tirx.And(a, b)
@@ -68,7 +71,9 @@ def _bound(cond, intervals, analyzer, want: bool):
     # cond is `d OP 0` with d = a - b in [lo, hi]
     kind = type(cond)
     if want:  # true everywhere
-        return {prim.expr.LT: hi < 0, prim.expr.LE: hi <= 0, prim.expr.GT: lo > 0, prim.expr.GE: lo >= 0}[kind]
+        return {prim.expr.LT: hi < 0, prim.expr.LE: hi <= 0, prim.expr.GT: lo > 0, prim.expr.GE: lo >= 0}[
+            kind
+        ]
     return {prim.expr.LT: lo >= 0, prim.expr.LE: lo > 0, prim.expr.GT: hi <= 0, prim.expr.GE: hi < 0}[kind]
 
 

@@ -1,4 +1,5 @@
-"""`T.gemm` on Hopper warpgroup MMA (`wgmma.mma_async`, sm_90a), A and B read by the tensor cores from shared memory.
+"""`T.gemm` on Hopper warpgroup MMA (`wgmma.mma_async`, sm_90a), A and B read by
+the tensor cores from shared memory.
 
 Chosen by the plan when the target is sm_90a and the shapes fit (analysis/mma.py's `wgmma_eligible`);
 otherwise gemm.py's mma.sync path runs. Layout decisions:
@@ -24,10 +25,10 @@ from tvm.backend.cuda.op import cuda_func_call
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from . import intrin
-from ..irwalk import region_of
 from ..analysis.layout import WgmmaAccLayout
 from ..analysis.mma import EIGHT_BIT, elem_bytes, wgmma_operand_types
+from ..irwalk import region_of
+from . import intrin
 
 __all__ = ["PINGPONG_BARRIER", "drain_accumulators", "fence_registers", "lower_gemm_wgmma", "wait_for_gemm"]
 _K_STEP_BYTES = 32  # every wgmma k-step reads 32 bytes of a row: k16 for 16-bit, k32 for 8-bit operands
@@ -48,11 +49,12 @@ __forceinline__ __device__ unsigned long long tnb_smem_desc(unsigned lo, int sbo
 
 
 def _desc_low_word(tile_ptr, lbo: int) -> tirx.Expr:
-    """The low 32 bits of a shared-memory descriptor of the tile starting at `tile_ptr`: start address >> 4 (14
-    bits) and leading byte offset >> 4. Shared memory is < 256 KiB, so start + offset never carries out of the start
-    field: the descriptor of a k-step is this word plus (byte offset >> 4), one add per MMA. Computed from warp-uniform
-    values only (the pool, the stage, the warpgroup from `em.warp_tx`), the word and the adds stay in uniform
-    registers, where wgmma reads descriptors, instead of being moved there per MMA (R2UR)."""
+    """The low 32 bits of a shared-memory descriptor of the tile starting at `tile_ptr`: start address
+    >> 4 (14 bits) and leading byte offset >> 4. Shared memory is < 256 KiB, so start + offset never
+    carries out of the start field: the descriptor of a k-step is this word plus (byte offset >> 4), one
+    add per MMA. Computed from warp-uniform values only (the pool, the stage, the warpgroup from
+    `em.warp_tx`), the word and the adds stay in uniform registers, where wgmma reads descriptors,
+    instead of being moved there per MMA (R2UR)."""
     code = """
 __forceinline__ __device__ unsigned tnb_smem_desc_lo(const void* base, int lbo) {
   return ((((unsigned)__cvta_generic_to_shared(base)) & 0x3FFFF) >> 4) | ((((unsigned)lbo & 0x3FFFF) >> 4) << 16);
@@ -75,7 +77,8 @@ def _wgmma_call(n, types, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, tra
     outs = ", ".join(f"%{i}" for i in range(regs))
     reg, ctype, dtype = ("r", "int", "s32") if integer else ("f", "float", "f32")
     cons = ", ".join(f'"+{reg}"(d[{i}])' for i in range(regs))
-    # scale-d 1 (accumulate); floats: A and B not negated; only 16-bit types take the two transpose immediates.
+    # scale-d 1 (accumulate); floats: A and B not negated; only 16-bit types
+    # take the two transpose immediates.
     flags = "1" if integer else "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
     src = _desc_source() + f"""
 __forceinline__ __device__ void {name}({ctype}* d, unsigned alo, int asbo, int amode,
@@ -99,7 +102,9 @@ def _wgmma_register_a_call(n, t, acc_ptr, a_ptr, b_lo, b_sbo, b_mode, trans_b):
     name = f"tnb_wgmma_rs_m64n{n}k16_{t}_tb{int(trans_b)}"
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    src = _desc_source() + f"""
+    src = (
+        _desc_source()
+        + f"""
 __forceinline__ __device__ void {name}(float* d, void* a, unsigned blo, int bsbo, int bmode) {{
   const unsigned* ar = (const unsigned*)a;
   unsigned long long db = tnb_smem_desc(blo, bsbo, bmode);
@@ -110,6 +115,7 @@ __forceinline__ __device__ void {name}(float* d, void* a, unsigned blo, int bsbo
     : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "l"(db) : "memory");
 }}
 """
+    )
     return cuda_func_call(name, acc_ptr, a_ptr, b_lo, b_sbo, b_mode, source_code=src)
 
 
@@ -152,16 +158,19 @@ def lower_gemm_wgmma(em, call):
             lbo_sbo = lbo_sbo[::-1]
         b_lbo, b_sbo = lbo_sbo
         b_mode = 1
-    g = tirx.floordiv(em.warp_tx if em.warp_tx is not None else em.tx, 128)  # warp-uniform: for A's descriptor
+    # warp-uniform: for A's descriptor
+    g = tirx.floordiv(em.warp_tx if em.warp_tx is not None else em.tx, 128)
 
     if em.scope.pingpong:
         T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
-    # Each operand's descriptor is its stage's tile start (for A, this warpgroup's rows) computed once per T.gemm,
-    # plus a constant per unrolled k-step and m-block. The hardware applies the swizzle to the address bits, so a
-    # k-step inside a 64/128-byte row is a plain +32 bytes.
+    # Each operand's descriptor is its stage's tile start (for A, this warpgroup's rows) computed once per
+    # T.gemm, plus a constant per unrolled k-step and m-block. The hardware applies the swizzle to the address
+    # bits, so a k-step inside a 64/128-byte row is a plain +32 bytes.
     desc = T.alloc_buffer((2,), "uint32", scope="local")
     IRBuilder.name("desc", desc)
-    T.buffer_store(desc, _desc_low_word(intrin.address_of(b_view, [_stage_off(em, b_tile, b_buf)]), b_lbo), [1])
+    T.buffer_store(
+        desc, _desc_low_word(intrin.address_of(b_view, [_stage_off(em, b_tile, b_buf)]), b_lbo), [1]
+    )
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
@@ -176,9 +185,20 @@ def lower_gemm_wgmma(em, call):
     T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), 16), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
         a_off = _k_major_offset(a_tile, mb * 64, kk * k_step) * (intrin.tvm_bits(a_tile.dtype) // 8)
-        T.evaluate(_wgmma_call(lay.bn, types, intrin.address_of(acc, [mb * (lay.bn // 2)]),
-                               _desc_at(desc[0], a_off), a_sbo, a_mode,
-                               _desc_at(desc[1], _b_offset(b_tile, kk * k_step, trans_b)), b_sbo, b_mode, not trans_b))
+        T.evaluate(
+            _wgmma_call(
+                lay.bn,
+                types,
+                intrin.address_of(acc, [mb * (lay.bn // 2)]),
+                _desc_at(desc[0], a_off),
+                a_sbo,
+                a_mode,
+                _desc_at(desc[1], _b_offset(b_tile, kk * k_step, trans_b)),
+                b_sbo,
+                b_mode,
+                not trans_b,
+            )
+        )
     _finish(em, acc, lay, c_buf)
 
 
@@ -207,8 +227,8 @@ def _wait(acc, lay, pending):
 
 def wait_for_gemm(em, call, pending: int):
     """`wgmma.wait_group pending` for a T.gemm issued earlier with its wait deferred, naming its accumulator's
-    registers and, for a register A operand, the A registers too: the tensor cores read them after the issue, so
-    nvcc must neither reuse them for other values nor move their next write above the wait (CUTLASS's
+    registers and, for a register A operand, the A registers too: the tensor cores read them after the issue,
+    so nvcc must neither reuse them for other values nor move their next write above the wait (CUTLASS's
     warpgroup_fence_operand)."""
     c_buf, a_buf = region_of(call.args[0])[0], region_of(call.args[1])[0]
     lay = em.plan.accumulators[c_buf]
@@ -247,7 +267,8 @@ __forceinline__ __device__ void {name}(void* p) {{
 
 
 def drain_accumulators(em, stmts):
-    """After a loop whose T.gemm left a wgmma group in flight: wait for it (naming each accumulator's registers)."""
+    """After a loop whose T.gemm left a wgmma group in flight: wait for it (naming
+    each accumulator's registers)."""
     from ..irwalk import tile_calls
 
     drained = []
@@ -261,9 +282,9 @@ def drain_accumulators(em, stmts):
 
 
 def _b_offset(b_tile, k, trans_b):
-    """Byte offset of B's descriptor start at K element `k` from its tile start: [N, K] (K-major) like A; [K, N] in
-    64-column panels, where a K step is 64 elements of every panel row (8-bit B is always K-major, so `k` counts
-    16-bit elements there)."""
+    """Byte offset of B's descriptor start at K element `k` from its tile start: [N, K] (K-major) like A; [K,
+    N] in 64-column panels, where a K step is 64 elements of every panel row (8-bit B is always K-major, so
+    `k` counts 16-bit elements there)."""
     offset = _k_major_offset(b_tile, 0, k) if trans_b else k * 64
     return offset * (intrin.tvm_bits(b_tile.dtype) // 8)
 
