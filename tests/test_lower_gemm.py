@@ -168,6 +168,23 @@ def test_block_k_128_uses_k_major_panels_on_wgmma(trans_B, tmp_path):
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
+@pytest.mark.parametrize("arch, dtypes, kind", [
+    ("sm_90a", {}, "WGMMA"),
+    ("sm_80", {}, "MMA_SYNC"),
+    ("sm_90a", {"in_dtype": "float32"}, "FMA"),
+    ("sm_90a", {"in_dtype": "float32", "tile_dtype": "tfloat32"}, "TF32"),
+    ("sm_90a", {"in_dtype": "float64", "acc_dtype": "float64", "out_dtype": "float64"}, "FMA"),
+])
+def test_each_gemm_instruction_is_a_plan_field(arch, dtypes, kind):
+    """plan.gemms: T.gemm call -> GemmKind, decided in analysis/ (mma.gemm_kind); emit/gemm.py reads it."""
+    from tile_nb.lower.analysis.decisions import GemmKind
+
+    _, plan = lower_with_plan(gemm_ir(256, 256, 256, block_M=64, block_N=64, **dtypes), target(arch))
+    assert list(plan.gemms.values()) == [GemmKind[kind]]
+    (call,) = plan.gemms
+    assert call.op.name == "tirx.tile.gemm"
+
+
 def test_flash_attention_head_dim_128_runs_both_gemms_on_wgmma():
     from kernels.reference import flash_attention
 
@@ -175,6 +192,7 @@ def test_flash_attention_head_dim_128_runs_both_gemms_on_wgmma():
         flash_attention.specialize(B=1, H=2, S=256, D=128, block_M=128, block_N=64), target("sm_90a")
     )
     assert [type(a).__name__ for a in plan.accumulators.values()] == ["WgmmaAccLayout", "WgmmaAccLayout"]
+    assert [k.value for k in plan.gemms.values()] == ["wgmma", "wgmma"]
 
 
 @pytest.mark.parametrize("make", [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["AREAS", "PipelineKind", "Refusal", "TWO_CTAS_PER_SM"]
+__all__ = ["AREAS", "GemmKind", "PipelineKind", "Refusal", "TWO_CTAS_PER_SM"]
 
 AREAS = ("tma", "persistent", "cluster", "stream_k", "tma_store")
 
@@ -19,6 +19,16 @@ class PipelineKind(str, Enum):
 
     TMA = "tma"  # warp-specialized: TMA loads and mbarriers (tma.py)
     CP_ASYNC = "cp.async"  # every thread issues its share of cp.async copies (pipeline.py)
+
+
+class GemmKind(str, Enum):
+    """Which instruction one T.gemm runs on (mma.py's `gemm_kind`, the plan's `gemms`; emit/gemm.py follows
+    it)."""
+
+    WGMMA = "wgmma"  # Hopper wgmma, asynchronous, into a WgmmaAccLayout (emit/wgmma.py)
+    MMA_SYNC = "mma.sync"  # mma.sync m16n8k16 (two m16n8k8 on sm_75) on 16-bit inputs (emit/gemm.py)
+    FMA = "fma"  # float32 / float64 products by FMA on the CUDA cores (emit/fma_gemm.py)
+    TF32 = "tf32"  # T.tfloat32 operands: mma.sync m16n8k8 .tf32 (emit/tf32_gemm.py)
 
 
 @dataclass(frozen=True)

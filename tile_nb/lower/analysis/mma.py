@@ -1,14 +1,17 @@
 """Which instruction each `T.gemm` gets: wgmma (`wgmma_eligible`, sm_90a, with A from registers where
 `wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64), TF32 mma.sync (`is_tf32`), or
-mma.sync otherwise; `plan._choose_mma` asks these, the emitters (emit/wgmma.py, fma_gemm.py, tf32_gemm.py,
-gemm.py) follow the answer.
+mma.sync otherwise; `plan._choose_mma` asks these and records each call's `gemm_kind` (decisions.GemmKind) in
+the plan, which the emitters (emit/gemm.py, wgmma.py, fma_gemm.py, tf32_gemm.py) follow.
 """
 from __future__ import annotations
 
+from ..errors import LoweringError
 from ..irwalk import region_of
+from .decisions import GemmKind
+from .layout import WgmmaAccLayout
 
-__all__ = ["EIGHT_BIT", "FMA_INPUTS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "is_tf32", "k_major_panels",
-           "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
+__all__ = ["EIGHT_BIT", "FMA_INPUTS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32",
+           "k_major_panels", "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -95,3 +98,21 @@ def is_tf32(call) -> bool:
     """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32
     tensor-core MMAs (tf32_gemm.py)."""
     return bool(int((call.config or {}).get("tf32", 0)))
+
+
+def gemm_kind(call, acc) -> GemmKind:
+    """The instruction of one T.gemm, given its accumulator's layout `acc` (chosen by the first T.gemm into
+    it): by this call's operands first (FMAs work in any register layout: each thread computes the registers
+    it holds), then by the layout. Raises LoweringError for a TF32 product into a wgmma accumulator."""
+    if fma_gemm(call):
+        return GemmKind.FMA
+    if is_tf32(call):
+        if isinstance(acc, WgmmaAccLayout):  # plan._choose_mma keeps these off wgmma (defensive)
+            c = region_of(call.args[0])[0]
+            raise LoweringError(
+                f"T.gemm in TF32 into {c.name}: an earlier T.gemm into it runs on wgmma, whose "
+                "accumulator layout mma.sync .tf32 cannot add to; accumulate the TF32 product in its "
+                "own fragment and add the two in a T.Parallel loop"
+            )
+        return GemmKind.TF32
+    return GemmKind.WGMMA if isinstance(acc, WgmmaAccLayout) else GemmKind.MMA_SYNC

@@ -38,7 +38,7 @@ from .epilogue import TmaStore, describe_store, plan_tma_store
 from .fragments import FragmentLayout
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
-from .mma import fma_gemm, is_tf32, k_major_panels, wgmma_eligible, wgmma_register_a_ok
+from .mma import fma_gemm, gemm_kind, is_tf32, k_major_panels, wgmma_eligible, wgmma_register_a_ok
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
@@ -59,6 +59,7 @@ class PlanFacts:
     threads: int
     grid: Mapping  # "blockIdx.x" -> (var, extent)
     accumulators: Mapping  # T.gemm C buffer -> MmaAccLayout | WgmmaAccLayout
+    gemms: Mapping  # T.gemm call -> decisions.GemmKind (the instruction it runs on: mma.gemm_kind)
     fragments: FragmentPlan
     shared: Mapping  # buffer -> SharedTile, offsets assigned (shared tiles and shared-memory fragments)
     workspaces: Mapping  # reduction call -> SharedTile (cross-warp partial results)
@@ -254,7 +255,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
     check_target(func, ArchCaps.of(arch), lines)
     try:
-        accumulators, gemm_operands, panel_operands, register_a = _choose_mma(
+        accumulators, gemms, gemm_operands, panel_operands, register_a = _choose_mma(
             func, target, threads, lines, options
         )
     except LoweringError as err:
@@ -334,6 +335,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         threads=threads,
         grid=MappingProxyType(grid),
         accumulators=MappingProxyType(accumulators),
+        gemms=MappingProxyType(gemms),
         fragments=fragments,
         shared=MappingProxyType(dict(shared)),
         workspaces=MappingProxyType(workspaces),
@@ -443,8 +445,8 @@ def _launch(func):
 
 
 def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
-    """The MMA of every T.gemm, its accumulator's layout, and the shared operands (swizzled; wgmma's [K, N] B
-    in 64-column panels)."""
+    """The accumulators' layouts, the instruction of every T.gemm (GemmKind), and the shared operands
+    (swizzled; wgmma's [K, N] B in 64-column panels)."""
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
@@ -494,7 +496,13 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 operands.add(op)
         except LoweringError as err:
             raise lines.locate(err, s) from None
-    return accumulators, operands, panels, register_a
+    kinds = {}
+    for s in gemms:  # once every accumulator has its layout (several T.gemm may share one: the first's)
+        try:
+            kinds[s] = gemm_kind(s, accumulators[region_of(s.args[0])[0]])
+        except LoweringError as err:
+            raise lines.locate(err, s) from None
+    return accumulators, kinds, operands, panels, register_a
 
 
 def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> dict:

@@ -1,6 +1,6 @@
-"""`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16
-(float32 / float64 operands: by FMA on the CUDA cores, fma_gemm.py; T.tfloat32
-ones: tf32_gemm.py; wgmma: wgmma.py).
+"""`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16,
+or the instruction the plan chose for the call (`plan.gemms`, a GemmKind): FMAs on the CUDA cores for
+float32 / float64 operands (fma_gemm.py), mma.sync .tf32 for T.tfloat32 ones (tf32_gemm.py), wgmma (wgmma.py).
 
 On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
 arch_rules.py refuses bfloat16 there at the user's line); ldmatrix is the same from sm_75 on.
@@ -21,8 +21,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..analysis.layout import MmaAccLayout, WgmmaAccLayout
-from ..analysis.mma import fma_gemm, is_tf32
+from ..analysis.decisions import GemmKind
 from ..errors import LoweringError
 from ..irwalk import gemm_k, region_of
 from . import intrin
@@ -41,21 +40,14 @@ def lower_gemm(em, call):
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     alpha, beta = _float(call.args[6]), _float(call.args[7])
     lay = em.plan.accumulators[c_buf]
-    # The path goes by this call's operands (several T.gemm may share one
-    # accumulator; its layout is the first's).
-    if fma_gemm(call):  # FMAs work in any register layout: each thread computes the registers it holds
+    kind = em.plan.gemms[call]  # the plan's choice (analysis/mma.py, gemm_kind)
+    if kind is GemmKind.FMA:
         lower_gemm_fma(em, call)
         return
-    if is_tf32(call):
-        if not isinstance(lay, MmaAccLayout):
-            raise LoweringError(
-                f"T.gemm in TF32 into {c_buf.name}: an earlier T.gemm into it runs on wgmma, whose "
-                "accumulator layout mma.sync .tf32 cannot add to; accumulate the TF32 product in its "
-                "own fragment and add the two in a T.Parallel loop"
-            )
+    if kind is GemmKind.TF32:
         lower_gemm_tf32(em, call)
         return
-    if isinstance(lay, WgmmaAccLayout):
+    if kind is GemmKind.WGMMA:
         from .wgmma import lower_gemm_wgmma
 
         lower_gemm_wgmma(em, call)
