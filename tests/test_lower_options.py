@@ -168,3 +168,17 @@ def test_the_plan_is_built_once_and_read_only():
         plan.tma = None
     assert isinstance(plan.refusals, tuple) and isinstance(plan.notes, tuple)
     assert plan.summary()["options"] == {} and plan.options == LoweringOptions()
+
+
+def test_the_wgmma_descriptor_probe_is_an_option_the_emitter_follows():
+    """`tile_nb.wgmma_swap_lbo_sbo` (benchmarks/gemm.py --probe) resolves like the other attributes into
+    LoweringOptions; the emitter reads it there, and it changes only B's descriptor."""
+    func = gemm_ir(256, 256, 256)  # B stored [K, N]: 64-column panels, the descriptor the probe swaps
+    probe = func.with_attr("tile_nb.wgmma_swap_lbo_sbo", 1)
+    assert resolve(func).wgmma_swap_lbo_sbo is False and resolve(probe).wgmma_swap_lbo_sbo is True
+    default, _ = lower_with_plan(func, target("sm_90a"))
+    swapped, plan = lower_with_plan(probe, target("sm_90a"))
+    assert plan.options.changed() == {"wgmma_swap_lbo_sbo": True}
+    pairs = zip(default.script().splitlines(), swapped.script().splitlines(), strict=True)
+    changed = [new for old, new in pairs if old != new and "T.func_attr" not in new]
+    assert changed and all("desc[1]" in line for line in changed)  # B's descriptor, nothing else

@@ -141,6 +141,13 @@ class LoweringOptions:
         "of 16-byte chunks: the 8 rows a warp reads at once hit 8 bank groups (8-way conflicts "
         "at a 32-float row otherwise); False: row-major, fewer address registers",
     )
+    wgmma_swap_lbo_sbo: bool = _opt(
+        False,
+        None,
+        "tile_nb.wgmma_swap_lbo_sbo",
+        "swap the leading and stride byte offsets in the wgmma descriptor of a [K, N] B operand: a probe "
+        "of the descriptor on the GPU (benchmarks/gemm.py --probe), not a tuning choice",
+    )
 
     def __post_init__(self):
         for f in fields(self):

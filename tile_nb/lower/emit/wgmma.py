@@ -154,7 +154,7 @@ def lower_gemm_wgmma(em, call):
         b_lbo, b_sbo, b_mode = 16, 8 * a_row_bytes, a_mode
     else:  # [K, N] in 64-column panels; LBO = panel stride, SBO = 8 K-rows of 128 bytes
         lbo_sbo = (b_tile.rows * 128, 1024)
-        if (em.func.attrs or {}).get("tile_nb.wgmma_swap_lbo_sbo", 0):
+        if em.plan.options.wgmma_swap_lbo_sbo:  # the descriptor probe (LoweringOptions)
             lbo_sbo = lbo_sbo[::-1]
         b_lbo, b_sbo = lbo_sbo
         b_mode = 1
