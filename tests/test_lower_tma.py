@@ -40,7 +40,6 @@ def test_one_warpgroup_gets_tma_and_a_producer_warp():
     assert plan(gemm_ir(1024, 1024, 1024)).tma.producer_warp
     inline = plan(seed_tma().with_attr("tile_nb.producer_warp", 0))
     assert not inline.tma.producer_warp and inline.launch_threads == 128
-    assert "no producer warp" in inline.pipeline_note
 
 
 def test_one_warpgroup_issues_its_own_loads_three_ctas_per_sm(tmp_path):
@@ -48,9 +47,9 @@ def test_one_warpgroup_issues_its_own_loads_three_ctas_per_sm(tmp_path):
     the first two k-tiles before the loop and k-tile k + 2 in iteration k, after the stage it reuses (k - 1's)
     was released; the TMA store stages one 64-column panel at a time so that three CTAs still fit an SM."""
     func = seed_tma(8192, 8192, 8192, out_dtype=T.float16).with_attr("tile_nb.producer_warp", 0)
-    note = pipeline_note(func)
-    assert note.startswith("TMA + mbarriers, loads issued by the first consumer thread"), note
-    assert "(1 of 2 panels at a time)" in note, note
+    p = plan(func)
+    assert p.pipeline_kind is PipelineKind.TMA and p.tma.producer_threads == 0
+    assert (p.tma_store.chunk, p.tma_store.panels) == (1, 2)  # one of two 64-column panels at a time
     src = cuda_source(func, "sm_90a")
     assert "__launch_bounds__(128)" in src
     prologue, loop = src[:src.index("for (int k = 0;")], src[src.index("for (int k = 0;"):]
@@ -169,8 +168,9 @@ def test_register_only_statements_in_the_loop_keep_tma(tmp_path):
     from kernels.seed import gemm_fp8
 
     func = gemm_fp8.specialize(M=1024, N=1024, K=1024, precise_accum=True, block_N=128)
-    note = pipeline_note(func)
-    assert note.startswith("TMA + mbarriers") and "the loop reads the accumulator" in note, note
+    p = plan(func)
+    assert p.pipeline_kind is PipelineKind.TMA and not p.tma.in_flight
+    assert "the loop reads the accumulator" in p.tma.waits
     report = ptxas_report(cuda_source(func, "sm_90a"), "sm_90a", tmp_path)
     assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
@@ -178,7 +178,6 @@ def test_register_only_statements_in_the_loop_keep_tma(tmp_path):
 def test_sm80_has_no_tma():
     sm80 = plan(gemm_ir(1024, 1024, 1024), "sm_80")
     assert sm80.pipeline_kind is PipelineKind.CP_ASYNC and sm80.refusal("tma").code == "tma.no_wgmma"
-    assert "no wgmma" in sm80.pipeline_note
     src = cuda_source(gemm_ir(1024, 1024, 1024), "sm_80")
     assert "CUtensorMap" not in src and "__launch_bounds__(128)" in src
 
@@ -203,9 +202,8 @@ def test_the_jit_builds_again_when_a_switch_changes(monkeypatch):
     tma = gemm_variant.compile(**shapes)
     monkeypatch.setenv("TILE_NB_TMA", "0")
     plain = gemm_variant.compile(**shapes)
-    assert tma.pipeline.startswith("TMA") and plain.pipeline.startswith("cp.async (TMA turned off"), (
-        plain.pipeline
-    )
+    assert tma.plan["pipeline_kind"] == "tma" and plain.plan["pipeline_kind"] == "cp.async"
+    assert [r["code"] for r in plain.plan["refusals"]][:1] == ["tma.off"], plain.pipeline
 
 
 def test_epilogue_barriers_leave_the_producer_warp_out(tmp_path):
@@ -245,8 +243,9 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     )
     # (without it, two CTAs of head dim 64 per SM drop the warp)
     func = func.with_attr("tile_nb.producer_warp", 1)
-    note = pipeline_note(func)
-    assert note.startswith("TMA + mbarriers") and "2 T.gemm in the loop" in note, note
+    p = plan(func)
+    assert p.pipeline_kind is PipelineKind.TMA and not p.tma.in_flight
+    assert "2 T.gemm in the loop" in p.tma.waits
     src = cuda_source(func, "sm_90a")
     assert f"__launch_bounds__({128 * groups + 32})" in src
     signature = src[src.index('extern "C" __global__'):].split(";", 1)[0]
@@ -259,7 +258,7 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     # no CTA barrier and no cp.async in the consumers' loop; both T.gemm wait for their own group
     assert "tnb_cta_sync" not in loop and "cp.async.cg" not in loop and "tnb_wgmma_wait1" not in loop
     # K and V arrive on barriers of their own (block_N x D fp16 each): Q K^T waits for K only, P V for V
-    assert "each T.gemm waits only for the tiles it reads" in note
+    assert "each T.gemm waits only for the tiles it reads" in p.pipeline_note and len(p.tma.arrivals) == 2
     expects = re.findall(
         r"tnb_mbarrier_arrive_expect_tx\(\(&\(\(\(uint64_t\*\)smem_pool_ptr\)\[.*?\]\)\), (\d+)\);", src
     )
@@ -268,7 +267,7 @@ def test_flash_attention_gets_the_tma_pipeline(D, block_N, causal, groups, tmp_p
     gemms = [m.start() for m in re.finditer(r"tnb_wgmma_(?:rs_)?m64n\d+k16", loop)]
     assert len(waits) == 2 and waits[0] < gemms[0] < waits[1] < gemms[-1]
     # ping-pong: each warpgroup waits for its turn before issuing a T.gemm and hands the turn on after it
-    assert f"{groups} consumer warpgroups take turns" in note
+    assert p.tma.pingpong == groups
     assert loop.count("tnb_bar_sync_256(((warp_tx >> 7) + 2));") == 2
     assert (
         len(re.findall(r"tnb_bar_arrive_256\(\(\(\(\(\(\(int\)threadIdx.x\) >> 7\) \+ 1\) [%&] ", loop)) == 2
@@ -291,11 +290,9 @@ def test_flash_attention_with_probabilities_in_shared_memory_keeps_cp_async():
 def test_pingpong_is_opt_in_and_for_loops_with_several_gemms():
     """Off by default (measured slower); when asked for, only loops with several T.gemm take turns (a GEMM
     loop has nothing to put under the other's MMAs)."""
-    assert "take turns" not in pipeline_note(
-        gemm_ir(1024, 1024, 1024, **BIG).with_attr("tile_nb.wgmma_pingpong", 1)
-    )
-    off = pipeline_note(flash_ir())
-    assert off.startswith("TMA + mbarriers") and "take turns" not in off
+    assert plan(gemm_ir(1024, 1024, 1024, **BIG).with_attr("tile_nb.wgmma_pingpong", 1)).tma.pingpong == 0
+    off = plan(flash_ir())
+    assert off.pipeline_kind is PipelineKind.TMA and off.tma.pingpong == 0
 
 
 @pytest.mark.parametrize("D,block_N,producer", [(64, 128, "no producer warp"), (128, 64, "no producer warp"),
@@ -314,7 +311,6 @@ def test_flash_attention_drops_the_producer_warp_where_two_ctas_share_an_sm(D, b
         assert warp.pipeline_kind is PipelineKind.TMA
     else:  # cp.async at two CTAs per SM, a typed refusal
         assert warp.tma is None and warp.refusal("tma").code == TWO_CTAS_PER_SM and warp.ctas_per_sm == 2
-        assert "two CTAs fit an SM" in warp.pipeline_note
 
 
 @pytest.mark.parametrize("heavy_first", [0, 1])
@@ -406,10 +402,8 @@ def test_three_warpgroups_at_head_dim_64_get_the_overlap_by_a_producer_warpgroup
     producer warpgroup that gives its registers away (setmaxnreg 24 / 160) and ptxas builds the
     overlapped loop without spills."""
     func = flash_ir(64, 128, 3, causal=causal)
-    note = pipeline_note(func)
-    assert (
-        note.startswith("TMA + mbarriers") and "softmax/MMA overlap" in note and "setmaxnreg 24 / 160" in note
-    ), note
+    p = plan(func)
+    assert p.pipeline_kind is PipelineKind.TMA and p.tma.overlap is not None and p.tma.registers == (24, 160)
     src = cuda_source(func, "sm_90a")
     assert "__launch_bounds__(512)" in src
     report = ptxas_report(src, "sm_90a", tmp_path)
@@ -419,8 +413,8 @@ def test_three_warpgroups_at_head_dim_64_get_the_overlap_by_a_producer_warpgroup
 def test_three_warpgroups_keep_cp_async_where_the_overlap_would_not_fit():
     """Head dim 128 with 192x128 tiles counts about 170 registers of fragments: more than the 160 a producer
     warpgroup leaves three consumer warpgroups, and more than a producer warp's 128."""
-    note = pipeline_note(flash_ir(128, 128, 3))
-    assert note.startswith("cp.async (with a producer warp each thread may use 128 registers"), note
+    p = plan(flash_ir(128, 128, 3))
+    assert p.pipeline_kind is PipelineKind.CP_ASYNC and p.refusal("tma").code == "tma.registers"
 
 
 @tile_nb.jit
@@ -467,11 +461,11 @@ def rescale_first(Q, K, V, O, block_M: int = 128, block_N: int = 128):
 def test_overlap_is_refused_where_it_would_reorder_reads_and_writes():
     """Moving P V of iteration k-1 after the next Q K^T is legal only when nothing up to that T.gemm touches P
     V's operands: here acc is rescaled before Q K^T, so the loop keeps its order and the plan says why."""
-    note = pipeline_note(rescale_first.specialize(B=1, H=2, S=1000, D=128))
-    assert note.startswith("TMA + mbarriers"), note
+    p = plan(rescale_first.specialize(B=1, H=2, S=1000, D=128))
+    assert p.pipeline_kind is PipelineKind.TMA and p.tma.overlap is None
     assert (
         "no softmax/MMA overlap (a statement up to the first T.gemm touches the second T.gemm's operands)"
-        in note
+        in p.pipeline_note
     )
 
 
