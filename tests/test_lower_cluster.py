@@ -59,9 +59,11 @@ def test_refusals_say_why(func, why):
     (3904, False, "A_shared"),  # 31 M tiles, 16 N tiles: pairs along N share A (one 128-row box, cut in two)
 ])
 def test_a_single_box_is_cut_in_two(M, trans_B, operand):
-    n = note(clustered(gemm_ir(M, 4096, 1024, trans_B=trans_B, **BIG)))
-    axis = "by" if operand == "A_shared" else "bx"
-    assert f"clusters of 2 CTAs on tiles that differ in {axis}: each loads half of {operand}" in n, n
+    p = lower_with_plan(clustered(gemm_ir(M, 4096, 1024, trans_B=trans_B, **BIG)), target("sm_90a"))[1]
+    mc = p.persistent.multicast
+    assert mc.axis == ("blockIdx.y" if operand == "A_shared" else "blockIdx.x") and mc.size == 2
+    assert p.tma.copies[mc.copy].tile_buffer.name == operand
+    assert [len(half) for half in mc.halves] == [1, 1]  # one box, cut in two
 
 
 @pytest.mark.parametrize("M,N,step", [(4000, 3000, (1, 0)), (3904, 4000, (0, 1))])
@@ -123,12 +125,12 @@ def test_the_pipeline_multicasts_half_of_b_and_releases_stages_in_both_ctas(tmp_
 def test_fp8_clusters_build_without_spills():
     func = gemm_fp8.specialize(M=4096, N=4096, K=4096, block_N=256, block_K=128, threads=256, num_stages=4)
     kernel = rt_compile(clustered(func), "sm_90a", options={"cache": False})
-    assert "clusters of 2 CTAs" in kernel.plan["pipeline"]
+    assert kernel.plan["cluster"] == 2
     assert kernel.resources.spill_stores == 0 and kernel.resources.spill_loads == 0
 
 
 def test_the_cluster_is_part_of_the_plan_only_with_persistence():
     """A grid that fits on the GPU at once is not persistent: no cluster, and nothing said unless asked."""
     plan = lower_with_plan(clustered(gemm_ir(2048, 2048, 1024, **BIG)), target("sm_90a"))[1]
-    assert plan.persistent is None and "cluster" not in plan.pipeline_note
+    assert plan.persistent is None and plan.refusal("cluster") is None
 

@@ -81,8 +81,8 @@ def test_the_plan_follows_the_options_given():
     func = gemm_ir(1024, 1024, 1024)
     plan = lower_with_plan(func, target("sm_90a"), options=resolve(func, {"tma": False}))[1]
     assert plan.tma is None and plan.options.tma is False
-    assert plan.pipeline_note.startswith("cp.async (TMA turned off: tile_nb.tma = 0)")
-    assert lower_with_plan(func, target("sm_90a"))[1].pipeline_note.startswith("TMA")
+    assert plan.refusal("tma").code == "tma.off"
+    assert lower_with_plan(func, target("sm_90a"))[1].tma is not None
 
 
 def test_compile_keys_differ_by_options_not_by_how_they_were_given(monkeypatch):
@@ -145,7 +145,8 @@ def test_the_jit_compiles_again_under_other_options():
     with tile_nb.options(tma=False):
         plain = gemm_variant.compile(**shapes)
     tma = gemm_variant.compile(**shapes)
-    assert plain.pipeline.startswith("cp.async (TMA turned off") and tma.pipeline.startswith("TMA")
+    assert plain.plan["pipeline_kind"] == "cp.async" and tma.plan["pipeline_kind"] == "tma"
+    assert [r["code"] for r in plain.plan["refusals"]][:1] == ["tma.off"]
 
 
 def test_a_job_carries_its_options_whole(monkeypatch):

@@ -72,7 +72,8 @@ def test_kernels_whose_accumulator_is_read_every_k_tile():
     """float16 accumulator (rounded after every T.gemm): each k-tile releases its own stage, nothing after."""
     func = seed_gemm.specialize(M=4096, N=4096, K=1024, out_dtype=T.float16, block_K=64)
     func = persistent(func.with_attr("tile_nb.tma", 1).with_attr("tile_nb.raster_group", 1))
-    assert "persistent" in note(func) and "before its stage is released" in note(func)
+    p = plan(func)
+    assert p.persistent is not None and not p.tma.in_flight  # each k-tile releases its own stage
     ir = lowered(func)
     assert "bx_tile: T.let[T.int32] = (bx + tile * 132) % 32" in ir  # no grouping: x fastest
     tail = ir[ir.index("for k in range(16)", ir.index("for tile in")):]
@@ -198,7 +199,7 @@ def test_a_16_bit_c_leaves_through_shared_memory_and_tma_stores():
     # 4 stages leave room for half the tile: two rounds of two panels
     s4 = whole_tiles(gemm_ir(4096, 4096, 1024, out_dtype=T.float16, num_stages=4, **BIG)
                      .with_attr("tile_nb.producer_stores", 0))
-    assert "(2 of 4 panels at a time)" in note(s4)
+    assert (plan(s4).tma_store.chunk, plan(s4).tma_store.panels) == (2, 4)
     assert lowered(s4).count("tnb_bulk_commit\")") == 2
 
 
@@ -237,13 +238,13 @@ def test_the_producer_warp_issues_the_stores_of_a_persistent_kernel():
     assert producer.count('"tnb_bulk_wait_read0"') == 1 and producer.count('"tnb_bulk_wait0"') == 1
     assert "if k_load == 3 and tile_load > 0:" in producer
     s3 = gemm_ir(4096, 4096, 1024, out_dtype=T.float16, **BIG)  # the whole tile fits the staging tile
-    assert note(s3).endswith(
-        "epilogue through shared memory (4 panels) and TMA stores issued by the producer warp"
-    )
+    store = plan(s3).tma_store
+    assert store.by_producer and store.spill is None and (store.chunk, store.panels) == (4, 4)
     # where the producer may not: fewer k-tiles than stages, clusters, or switched off
     short = gemm_ir(4096, 4096, 128, out_dtype=T.float16, num_stages=4, **BIG)
-    assert "(2 of 4 panels at a time)" in note(short)
-    assert "(2 of 4 panels at a time)" in note(s4.with_attr("tile_nb.cluster", 2))
+    for func in (short, s4.with_attr("tile_nb.cluster", 2)):
+        store = plan(func).tma_store
+        assert not store.by_producer and (store.chunk, store.panels) == (2, 4)
 
 
 def test_tma_store_switch_and_refusals():

@@ -34,11 +34,10 @@ def test_the_last_wave_is_shared_by_k_tiles():
         "each; partial sums through a 16.5 MiB workspace"
     ) in note(forced(gemm_ir(4096, 4096, 4096, **BIG)))
     # 1376 tiles: a tail of 56 goes to 112 CTAs (at most two contributors per tile)
-    assert (
-        "the last 56 tiles (3584 k-tiles) shared by 112 CTAs (32.0 k-tiles each) after 10 whole tiles"
-        in note(gemm_ir(4096, 11008, 4096, **BIG))
-    )
-    assert "stream-K" not in note(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+    sk = plan(gemm_ir(4096, 11008, 4096, **BIG)).stream_k
+    assert (sk.tail, sk.iters, sk.ctas, sk.waves) == (56, 3584, 112, 10)
+    off = plan(gemm_ir(4096, 11008, 4096, **BIG).with_attr("tile_nb.stream_k", 0))
+    assert off.stream_k is None and off.refusal("stream_k") is None
 
 
 def test_the_plan_says_stream_k_as_a_field():
@@ -97,7 +96,8 @@ def gemm_from_ones(A, B, C):
     ids=["full-waves", "short-k", "clusters", "not-cleared"],
 )
 def test_refusals_say_why(func, why):
-    assert "stream-K" not in note(func())  # not asked for: nothing said
+    unasked = plan(func())
+    assert unasked.stream_k is None and unasked.refusal("stream_k") is None  # not asked for: nothing said
     text = note(func().with_attr("tile_nb.stream_k", 1))
     assert f"no stream-K ({why}" in text, text
 
@@ -219,7 +219,7 @@ def test_stream_k_kernels_build_without_spills(cfg):
     if available_compiler("nvcc") != "nvcc":
         pytest.skip("nvcc is not installed here")
     kernel = rt_compile(forced(gemm_ir(4096, 4096, 4096, **cfg)), "sm_90a", options={"cache": False})
-    assert "stream-K" in kernel.pipeline
+    assert kernel.plan["stream_k"] is True
     res = kernel.resources
     assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0
     assert (
@@ -244,6 +244,6 @@ def test_eight_bit_inputs_get_it_only_when_asked():
         out_dtype=T.bfloat16,
         trans_B=True,
     )
-    assert "stream-K" not in note(fp8)  # 2048 tiles, 128 k-tiles each: 62 idle k-tiles per SM to share
-    assert "stream-K: the last 68 tiles" in note(forced(fp8))
-    assert "stream-K: the last 68 tiles" in note(gemm_ir(8192, 8192, 16384, **BIG))  # fp16 at the same tiling
+    assert plan(fp8).stream_k is None  # 2048 tiles, 128 k-tiles each: 62 idle k-tiles per SM to share
+    assert plan(forced(fp8)).stream_k.tail == 68
+    assert plan(gemm_ir(8192, 8192, 16384, **BIG)).stream_k.tail == 68  # fp16 at the same tiling
