@@ -203,7 +203,7 @@ def test_tma_kernel_with_a_shared_memory_epilogue():
     a = torch.randn(1000, 1000, device="cuda").half()
     b = torch.randn(1000, 1032, device="cuda").half()
     c = torch.full((1000, 1032), float("nan"), device="cuda", dtype=torch.float16)
-    assert gemm_smem_epilogue.compile(a, b, c).pipeline.startswith("TMA")
+    assert gemm_smem_epilogue.compile(a, b, c).plan["pipeline_kind"] == "tma"
     gemm_smem_epilogue(a, b, c)
     ref = a.double() @ b.double()
     assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3
@@ -273,7 +273,7 @@ def test_tma_store_without_persistent_ctas(shape):
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
     func = gemm_variant.specialize(a, b, c, block_N=256, block_K=64, threads=256, out_dtype=T.float16)
     kernel = rt_compile(func.with_attr("tile_nb.tma_store", 1).with_attr("tile_nb.persistent", 0), None)
-    assert "persistent" not in kernel.pipeline and "TMA stores" in kernel.pipeline, kernel.pipeline
+    assert kernel.plan["persistent_ctas"] is None and kernel.plan["tma_store"], kernel.pipeline
     kernel(a, b, c)
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
@@ -352,7 +352,7 @@ def test_an_unaligned_output_keeps_register_stores():
     c = torch.full((M * N + 1,), float("nan"), device="cuda", dtype=torch.float16)[1:].view(M, N)
     cfg = dict(block_N=256, block_K=64, threads=256, out_dtype=T.float16)
     kernel = gemm_variant.compile(a, b, c, **cfg)
-    assert kernel.pipeline.startswith("TMA") and "TMA stores" not in kernel.pipeline, kernel.pipeline
+    assert kernel.plan["pipeline_kind"] == "tma" and not kernel.plan["tma_store"], kernel.pipeline
     gemm_variant(a, b, c, **cfg)
     torch.cuda.synchronize()
     assert not torch.isnan(c).any()
@@ -440,7 +440,7 @@ def test_stream_k_gemm_agrees_with_torch_twice(shape, out_dtype, stages, attrs):
     for name, value in dict(attrs, **{"tile_nb.stream_k": 1}).items():
         func = func.with_attr(name, value)
     kernel = rt_compile(func, None)
-    assert "stream-K: the last" in kernel.pipeline, kernel.pipeline
+    assert kernel.plan["stream_k"] is True, kernel.pipeline
     tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-5}[out_dtype]
     for seed in (0, 1):
         torch.manual_seed(seed)
@@ -520,7 +520,7 @@ def test_fp8_gemm_uses_tma_and_wgmma_k32():
     from kernels.seed import gemm_fp8
 
     kernel = gemm_fp8.compile(M=2048, N=2048, K=2048, target=None)
-    assert (kernel.pipeline or "").startswith("TMA"), kernel.pipeline
+    assert kernel.plan["pipeline_kind"] == "tma", kernel.pipeline
     assert "m64n256k32.f32.e4m3.e4m3" in kernel.cuda_source
     assert kernel.resources.spill_stores == 0 and kernel.resources.spill_loads == 0
 
@@ -558,7 +558,7 @@ def test_fp8_gemm_with_precise_accumulation(shape):
     cfg = dict(out_dtype=T.float32, precise_accum=True, block_N=128)
     kernel = gemm_fp8.compile(a, b, c, sa, sb, **cfg)
     if K % 16 == 0:
-        assert kernel.pipeline.startswith("TMA + mbarriers"), kernel.pipeline
+        assert kernel.plan["pipeline_kind"] == "tma", kernel.pipeline
     gemm_fp8(a, b, c, sa, sb, **cfg)
     ref = (a.double() @ b.double().T) * 0.37 * 1.9
     magnitude = (a.double().abs() @ b.double().abs().T) * 0.37 * 1.9
