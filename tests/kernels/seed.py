@@ -90,9 +90,8 @@ def gemm_variant(A, B, C, block_M: int = 128, block_N: int = 128, block_K: int =
                 T.copy(B[by * block_N, k * block_K], B_shared)
             else:
                 T.copy(B[k * block_K, by * block_N], B_shared)
-            T.gemm(
-                A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B, clear_accum=clear_accum
-            )
+            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B,
+                   clear_accum=clear_accum)
         T.copy(C_local, C[bx * block_M, by * block_N])
 
 
