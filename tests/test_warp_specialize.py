@@ -301,7 +301,8 @@ def test_thread_binding_conditions_choose_warp_groups(form, n):
 
 @pytest.mark.parametrize("body, message", [
     ("if tx < 100:\n                T.clear(s)", r"`tx < 100` splits warp group 0 \(threads 0..127\)"),
-    ("T.fill(s, tx + 1)", "the thread index of T.get_thread_binding\\(\\) can only choose warp groups"),
+    ("T.fill(s, tx + 1)", r"arithmetic on the thread index \(`tx \+ ...`\): T.get_thread_binding\(\) gives a "
+                          r"per-thread value, which tile_nb accepts only to choose warp groups"),
     ("x = 1 if tx < 128 else 2", r"can only be the condition of an `if`"),
     ("if tx < 0:\n                T.clear(s)", r"has an empty `then` branch: it holds for no warp group"),
     ("while tx < 128:\n                T.clear(s)", r"only an `if` can choose warp groups"),

@@ -61,7 +61,7 @@ from .compute import (
 from .debug import breakpoint, device_assert, print  # noqa: A004 - the DSL's names
 from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
-from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, use_swizzle
+from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, set_max_nreg, use_swizzle
 from .im2col import im2col
 from .layouts import Fragment, Layout, annotate_layout
 from .loops import (
@@ -96,6 +96,7 @@ from .sync import (
     get_thread_binding,
     mbarrier_arrive,
     mbarrier_wait_parity,
+    thread_binding,
     tma_copy,
     wait_wgmma,
     wgmma_gemm,
@@ -202,11 +203,13 @@ __all__ = [
     "GemmWarpPolicy",
     "disable_warp_group_reg_alloc",
     "no_set_max_nreg",
+    "set_max_nreg",
     "annotate_layout",
     "Layout",
     "Fragment",
     "ws",
     "get_thread_binding",
+    "thread_binding",
     "wgmma_gemm",
     "wait_wgmma",
     "fence_proxy_async",

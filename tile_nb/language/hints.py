@@ -9,6 +9,8 @@ plan shows them (`func.attrs["tile_nb.hints"]`: one line per hint, "<hint> at li
 - `T.disable_warp_group_reg_alloc()` (tilelang's alias `T.no_set_max_nreg()`): do not move registers between
   warp groups with `setmaxnreg`. tile_nb's lowering decides that itself (lower/analysis/tma.py); registers
   never change a value.
+- `T.set_max_nreg(reg_count, is_inc)`: tilelang's explicit `setmaxnreg` of the running warp group (a count
+  the PTX ISA allows: 24 to 256, a multiple of 8). Checked and recorded, not applied, for the same reason.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import enum
 
 from . import state as _state
 
-__all__ = ["use_swizzle", "GemmWarpPolicy", "record_hint", "disable_warp_group_reg_alloc", "no_set_max_nreg"]
+__all__ = ["use_swizzle", "GemmWarpPolicy", "record_hint", "disable_warp_group_reg_alloc", "no_set_max_nreg",
+           "set_max_nreg"]
 
 _ORDERS = ("row", "column", "mlx")
 
@@ -63,6 +66,24 @@ def disable_warp_group_reg_alloc() -> None:
 def no_set_max_nreg() -> None:
     """`T.no_set_max_nreg()`: tilelang's other name of `T.disable_warp_group_reg_alloc()`."""
     disable_warp_group_reg_alloc()
+
+
+def set_max_nreg(reg_count: int, is_inc: int) -> None:
+    """`T.set_max_nreg(reg_count, is_inc)` (inside a kernel, usually in a warp group's branch): tilelang's
+    `setmaxnreg.inc` (is_inc=1) / `.dec` (0) to `reg_count` registers per thread. Checked against the PTX
+    ISA's rule and recorded, not applied: tile_nb's lowering decides where registers go (speed only)."""
+    st = _state.active("T.set_max_nreg")
+    if not st.kernel_open:
+        raise st.error("T.set_max_nreg() must be called inside `with T.Kernel(...)`")
+    if isinstance(reg_count, bool) or not isinstance(reg_count, int) or not 24 <= reg_count <= 256 \
+            or reg_count % 8:
+        raise st.error(f"T.set_max_nreg(reg_count=...): expected an int from 24 to 256, a multiple of 8 "
+                       f"(setmaxnreg's rule); got {reg_count!r}")
+    if isinstance(is_inc, bool) or is_inc not in (0, 1):
+        raise st.error(f"T.set_max_nreg(is_inc=...): expected 1 (increase) or 0 (decrease); got {is_inc!r}")
+    where = f" in warp group(s) {', '.join(map(str, st.ws_ids))}" if st.ws_ids is not None else ""
+    record_hint(st, f"set_max_nreg({reg_count}, {is_inc}){where} "
+                    "(not applied: tile_nb decides setmaxnreg itself)")
 
 
 def gemm_policy(st, policy) -> None:

@@ -6,6 +6,7 @@ frames, binds the loop variables under the user's names, and runs the body once 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 from . import state as _state
@@ -31,11 +32,26 @@ def _constant(x) -> int | None:
     return int(x) if isinstance(x, tirx.IntImm) else None
 
 
+def _thread_dims(st, threads) -> tuple:
+    """`threads=N` or tilelang's `threads=(x, y[, z])`: the block's thread shape. Kernel bodies are
+    block-level code, so only the total `x * y * z` matters (a multiple of 32 up to 1024);
+    T.get_thread_binding(dim) still tells the dims apart, as CUDA numbers threads (x fastest)."""
+    dims = tuple(threads) if isinstance(threads, (tuple, list)) else (threads,)
+    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise st.error(f"T.Kernel(threads=...): expected a positive int or a tuple of 1 to 3 positive ints; "
+                       f"got {threads!r}")
+    total = math.prod(dims)
+    if total > 1024 or total % 32:
+        shown = f"{threads!r}" if len(dims) == 1 else f"{threads!r} ({total} threads in all)"
+        raise st.error(f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {shown}")
+    return dims
+
+
 class Kernel:
     """`with T.Kernel(gx, gy, threads=128) as (bx, by):` launches a grid of CTAs of `threads` threads each
     (`T.Kernel(threads=128)`, no grid: one CTA)."""
 
-    def __init__(self, *grid, threads: int = 128):
+    def __init__(self, *grid, threads: int | tuple = 128):
         st = _state.active("T.Kernel")
         if not grid:  # tilelang's `T.Kernel(threads=128)`: one CTA
             grid = (1,)
@@ -48,12 +64,9 @@ class Kernel:
                 consts = ", ".join(f"{k}={v}" for k, v in st.const_values.items()) if not st.symbolic else ""
                 raise st.error(f"T.Kernel grid extent {i} is {_constant(extent)}; a grid extent must be >= 0",
                                hint=f"the consts of this call: {consts}" if consts else None)
-        if not isinstance(threads, int) or not 1 <= threads <= 1024 or threads % 32:
-            raise st.error(
-                f"T.Kernel(threads=...) must be a multiple of 32 between 32 and 1024; got {threads!r}"
-            )
+        self.thread_dims = _thread_dims(st, threads)
         self.grid = grid
-        self.threads = threads
+        self.threads = math.prod(self.thread_dims)
         self.names = ["bx", "by", "bz"][: len(grid)]
         self._stack: contextlib.ExitStack | None = None
 
@@ -72,6 +85,12 @@ class Kernel:
             raise st.error("T.Kernel cannot be nested: a kernel body has exactly one T.Kernel")
         st.kernel_open = True
         st.threads = self.threads
+        st.thread_dims = self.thread_dims
+        if len(self.thread_dims) > 1:  # visible in the plan: the CTA is 1-d on tile_nb
+            from .hints import record_hint
+
+            record_hint(st, f"threads={self.thread_dims!r}: one block of {self.threads} threads "
+                            "(tile_nb's kernel bodies are block-level code)")
         self._stack = contextlib.ExitStack()
         block_vars = []
         # strict=False: a grid of 1 to 3 dims takes that many of the three block tags

@@ -40,6 +40,7 @@ class State:
     end_col: int | None = None
     kernel_open: bool = False
     threads: int | None = None
+    thread_dims: tuple = ()  # T.Kernel(threads=(x, y)): the block's thread shape (threads is x * y)
     loops: list[str] = field(default_factory=list)  # "ir" or "python", innermost last
     ws_ids: tuple | None = None  # the warp groups of the enclosing `with T.ws(...)` (language/sync.py)
     # Hooks the front end installs (runtime buffers, outputs, pointers).

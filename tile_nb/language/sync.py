@@ -23,9 +23,10 @@ import threading
 from . import state as _state
 from .irutil import is_buffer, is_load
 
-__all__ = ["ws", "get_thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_region", "alloc_barrier",
-           "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait", "tma_copy", "WS_ATTR",
-           "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma", "fence_proxy_async"]
+__all__ = ["ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_region",
+           "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
+           "tma_copy", "WS_ATTR", "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma",
+           "fence_proxy_async"]
 
 WS_ATTR = "tile_nb.ws"
 BARRIER_SCOPE = "shared.barrier"
@@ -126,15 +127,38 @@ def _ids(ids) -> str:
     return ", ".join(str(k) for k in ids)
 
 
+def _refusing(what: str):
+    """A ThreadIndex method that refuses a per-thread use at the user's line, naming it (`what`, where {tx}
+    stands for the index)."""
+
+    def refuse(self, *args, **kwargs):
+        raise _state.active("T.get_thread_binding").error(
+            f"{what.format(tx=self.name)}: {self.api} gives a per-thread value, which tile_nb accepts only "
+            "to choose warp groups (`if tx < 128:`)", hint=BLOCK_LEVEL)
+
+    return refuse
+
+
+_AS_VALUE = "the thread index (`{tx}`) used as an index or an IR value"
+
+
 class ThreadIndex:
-    """`tx = T.get_thread_binding()`: tilelang's thread index, which tile_nb accepts only to choose
+    """`tx = T.get_thread_binding(dim)`: tilelang's thread index, which tile_nb accepts only to choose
     warp groups, as `if tx < 128: ... else: ...` (that is `with T.ws(0): ... ` and
     `with T.ws(1): ...`). A comparison with an int gives the `WarpGroups` where it holds; it must hold
-    for all or none of each group's 128 threads."""
+    for all or none of each group's 128 threads. In a block of `threads=(x, y, z)`, thread t (CUDA's order,
+    x fastest) has index `t % x` along dim 0, `t // x % y` along dim 1 and `t // (x * y)` along dim 2."""
 
-    def __init__(self, st):
+    def __init__(self, st, dim: int = 0):
+        dims = st.thread_dims or (st.threads,)
         self.threads = st.threads
         self.groups = -(-st.threads // WARP_GROUP)
+        self.dim, self.extent = dim, dims[dim]
+        self.stride = 1
+        for d in dims[:dim]:
+            self.stride *= d
+        self.name = ("tx", "ty", "tz")[dim]
+        self.api = "T.get_thread_binding()" if dim == 0 else f"T.get_thread_binding({dim})"
 
     def _compare(self, op: str, other) -> WarpGroups:
         import operator
@@ -142,7 +166,7 @@ class ThreadIndex:
         st = _state.active("T.get_thread_binding")
         if isinstance(other, bool) or not isinstance(other, int):
             raise st.error(
-                f"the thread index of T.get_thread_binding() can only be compared with a compile-time "
+                f"the thread index of {self.api} can only be compared with a compile-time "
                 f"int (to choose warp groups); got {other!r}",
                 hint=BLOCK_LEVEL,
             )
@@ -150,11 +174,11 @@ class ThreadIndex:
         ids = []
         for k in range(self.groups):
             threads = range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), self.threads))
-            hits = [test(t, other) for t in threads]
+            hits = [test(t // self.stride % self.extent, other) for t in threads]
             if any(hits) and not all(hits):
                 raise st.error(
-                    f"`tx {_SYMBOLS[op]} {other}` splits warp group {k} (threads {threads.start}.."
-                    f"{threads.stop - 1}): the thread index of T.get_thread_binding() can only choose "
+                    f"`{self.name} {_SYMBOLS[op]} {other}` splits warp group {k} (threads {threads.start}.."
+                    f"{threads.stop - 1}): the thread index of {self.api} can only choose "
                     f"whole warp groups of {WARP_GROUP} threads",
                     hint=BLOCK_LEVEL,
                 )
@@ -182,13 +206,28 @@ class ThreadIndex:
 
     __hash__ = None
 
-    def _refuse(self, *args, **kwargs):
-        raise _state.active("T.get_thread_binding").error(
-            "the thread index of T.get_thread_binding() can only choose warp groups (`if tx < 128:`)",
-            hint=BLOCK_LEVEL)
+    __add__ = __radd__ = _refusing("arithmetic on the thread index (`{tx} + ...`)")
+    __sub__ = __rsub__ = _refusing("arithmetic on the thread index (`{tx} - ...`)")
+    __mul__ = __rmul__ = _refusing("arithmetic on the thread index (`{tx} * ...`)")
+    __floordiv__ = __rfloordiv__ = _refusing("arithmetic on the thread index (`{tx} // ...`)")
+    __mod__ = __rmod__ = _refusing("arithmetic on the thread index (`{tx} % ...`)")
+    __truediv__ = __rtruediv__ = _refusing("arithmetic on the thread index (`{tx} / ...`)")
+    __neg__ = _refusing("arithmetic on the thread index (`-{tx}`)")
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refusing(
+        "a bit operation on the thread index (`{tx} & ...`)")
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _refusing(
+        "a shift of the thread index (`{tx} << ...`)")
+    __index__ = __int__ = _refusing("the thread index (`{tx}`) used as a Python int")
+    __bool__ = _refusing("the thread index (`if {tx}:`) used as a truth value")
+    __iter__ = _refusing("the thread index (`for i in {tx}`) used as a loop")
+    # TVM's conversion of an argument (a buffer index, a value given to an IR call) and its probes
+    # (`hasattr(x, "dtype")`) of what a value is
+    __tvm_ffi_object__ = __tvm_ffi_value__ = _refusing(_AS_VALUE)
 
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = _refuse
-    __mod__ = __rmod__ = __truediv__ = __index__ = __int__ = __bool__ = __neg__ = _refuse
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _refusing(_AS_VALUE)(self)
 
 
 _SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -228,15 +267,38 @@ def _groups_of(x) -> frozenset:
 
 
 def get_thread_binding(dim: int = 0):
-    """`tx = T.get_thread_binding()`: tilelang's thread index, accepted to choose warp groups only:
+    """`tx = T.get_thread_binding(dim=0)`: tilelang's thread index, accepted to choose warp groups only:
     `if tx < 128:` runs its body as `T.ws(0)` and its `else` as the other groups
     (`elif tx >= 128 and tx < 256:` as `T.ws(1)`). Any other use (arithmetic, indexing) is refused:
-    kernel bodies are block-level code."""
+    kernel bodies are block-level code. `dim` 1 and 2 are the y and z of `T.Kernel(threads=(x, y, z))`."""
     st = _in_kernel("T.get_thread_binding")
-    if dim != 0:
-        raise st.error(f"T.get_thread_binding({dim!r}): tile_nb kernels have a 1-d thread block (dim 0 only)",
-                       hint=BLOCK_LEVEL)
-    return ThreadIndex(st)
+    ndim = len(st.thread_dims or (st.threads,))
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < ndim:
+        raise st.error(f"T.get_thread_binding(dim=...): expected an int from 0 to {ndim - 1} (the kernel's "
+                       f"threads={st.thread_dims[0] if ndim == 1 else st.thread_dims!r} has {ndim} "
+                       f"dim{'s' if ndim > 1 else ''}); got {dim!r}", hint=BLOCK_LEVEL)
+    return ThreadIndex(st, dim)
+
+
+_THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def thread_binding(start, stop, thread: str = "threadIdx.x", annotations=None):
+    """`tx = T.thread_binding(0, x, thread="threadIdx.x")` inside a kernel: tilelang's other spelling of
+    `T.get_thread_binding(dim)` (the tag names the dim; the range must be the whole of that dim of
+    `threads=`). The same rules: it may only choose warp groups."""
+    del annotations
+    st = _in_kernel("T.thread_binding")
+    dims = st.thread_dims or (st.threads,)
+    if thread not in _THREAD_TAGS[: len(dims)]:
+        raise st.error(f"T.thread_binding(thread=...): expected one of "
+                       f"{', '.join(map(repr, _THREAD_TAGS[: len(dims)]))} (the kernel's threads= has "
+                       f"{len(dims)} dim{'s' if len(dims) > 1 else ''}); got {thread!r}", hint=BLOCK_LEVEL)
+    dim = _THREAD_TAGS.index(thread)
+    if start != 0 or stop != dims[dim]:
+        raise st.error(f"T.thread_binding({start!r}, {stop!r}, thread={thread!r}): the range must be the "
+                       f"whole {thread} of the kernel, 0 to {dims[dim]}", hint=BLOCK_LEVEL)
+    return ThreadIndex(st, dim)
 
 
 def warp_groups_region(cond: WarpGroups, branch: str):
