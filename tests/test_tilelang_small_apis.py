@@ -222,3 +222,58 @@ def test_import_source_is_refused_with_the_reason():
     ):
         TL.import_source
     assert TL.get_block_binding is T.get_block_binding and TL.im2col is T.im2col and TL.int4 == "int4"
+
+
+# -- requires_package (tilelang.testing and, while the mapping is installed, tvm.testing) --------------------
+def test_requires_package_marks_a_skip_only_for_a_package_that_cannot_be_imported():
+    from tile_nb.tilelang.testing import requires_package
+
+    calls = []
+
+    @requires_package("torch", "no_such_package_tile_nb", "no_such_package_tile_nb.sub")
+    def check():
+        calls.append(1)
+
+    marks = [(m.name, m.args[0], m.kwargs["reason"]) for m in check.pytestmark]
+    assert sorted(marks) == [("skipif", False, "Cannot import 'torch'"),
+                             ("skipif", True, "Cannot import 'no_such_package_tile_nb'"),
+                             ("skipif", True, "Cannot import 'no_such_package_tile_nb.sub'")]
+    check()  # only marked, as in tilelang's TVM: a direct call runs
+    assert calls == [1]
+
+
+def test_requires_package_skips_under_pytest(tmp_path):
+    import subprocess
+    import sys
+
+    test = tmp_path / "test_needs.py"
+    test.write_text(
+        "import tilelang.testing\nfrom tilelang import tvm\n\n"
+        "@tilelang.testing.requires_package('no_such_package_tile_nb')\ndef test_a():\n    assert False\n\n"
+        "@tvm.testing.requires_package('no_such_package_tile_nb')\ndef test_b():\n    assert False\n\n"
+        "@tvm.testing.requires_package('torch')\ndef test_c():\n    assert True\n"
+    )
+    import os
+    from pathlib import Path
+
+    root = str(Path(tile_nb.__file__).resolve().parents[1])  # this checkout's tile_nb in the child too
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "tile_nb.run", "--shadow", "--pytest", "--", str(test), "-q",
+               "-p", "no:cacheprovider"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert "1 passed, 2 skipped" in done.stdout, done.stdout + done.stderr
+
+
+def test_tvm_testing_requires_package_only_while_the_mapping_is_installed():
+    import tvm.testing
+
+    from tile_nb.tilelang import mapping
+    from tile_nb.tilelang.testing import requires_package
+
+    assert not hasattr(tvm.testing, "requires_package")  # Apache TVM 0.27 has none
+    try:
+        mapping.install(shadow=True)
+        assert tvm.testing.requires_package is requires_package
+    finally:
+        mapping.uninstall()
+    assert not hasattr(tvm.testing, "requires_package")

@@ -1,6 +1,7 @@
 """`tilelang.testing` on tile_nb: `main()` (pytest on the calling file), the `requires_cuda*` skips
 (read from torch, so under `tile_nb.run --cpu` the interpreter counts as CUDA with compute
-capability 9.0) and `set_random_seed`."""
+capability 9.0), `requires_package` (also `tvm.testing.requires_package` while the mapping is installed:
+tilelang's TVM has it, Apache TVM 0.27 does not) and `set_random_seed`."""
 from __future__ import annotations
 
 import inspect
@@ -18,6 +19,7 @@ __all__ = [
     "requires_cuda_compute_version_eq",
     "requires_cuda_compute_version_lt",
     "requires_cuda_compute_version_le",
+    "requires_package",
     "set_random_seed",
 ]
 
@@ -79,6 +81,29 @@ def requires_cuda_compute_version_lt(major_version: int, minor_version: int = 0)
 
 def requires_cuda_compute_version_le(major_version: int, minor_version: int = 0):
     return requires_cuda_compute_version(major_version, minor_version, "le")
+
+
+def _importable(package: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a dotted name whose parent is missing
+        return False
+
+
+def requires_package(*packages: str):
+    """`@requires_package("bitblas")`: a pytest skip for each package that cannot be imported, as in
+    tilelang's TVM. Like there, it only marks the test: a direct call of the function (an example's `main()`
+    calling its tests) still runs it."""
+    marks = [_skipif(not _importable(p), f"Cannot import '{p}'") for p in packages]
+
+    def decorate(func):
+        for mark in marks:
+            func = mark(func)
+        return func
+
+    return decorate
 
 
 def set_random_seed(seed: int = 42) -> None:

@@ -12,8 +12,10 @@ Apache TVM 0.27, the TVM tile_nb builds with, has the same expressions, operator
 and keeps an expression's type in `.ty` (a `PrimType`) where the fork has `.dtype`. `install()` adds those
 two fork names, as aliases, to the `tvm` module that the program imports (`tvm.tirx.PrimExpr` is
 `tvm.ir.Expr`; `expr.dtype` is the dtype name of its `PrimType`, as a tile_nb dtype, so
-`val.dtype == T.uint8` holds; a scalar `tirx.Var` gets it too, a buffer keeps TVM's own). Nothing else of TVM
-changes; `uninstall()` removes exactly what `install()` added.
+`val.dtype == T.uint8` holds; a scalar `tirx.Var` gets it too, a buffer keeps TVM's own). The fork's
+`tvm.testing.requires_package` (tilelang's dequantization example decorates a kernel factory with it) is
+`tilelang.testing.requires_package`; `tvm.testing` is imported for it. Nothing else of TVM changes;
+`uninstall()` removes exactly what `install()` added (Apache TVM's own `tvm.testing` stays imported).
 """
 from __future__ import annotations
 
@@ -127,6 +129,14 @@ def _add_names() -> None:
     previous = tvm.ir.Var.__dict__.get("dtype")
     if isinstance(previous, property):
         _add(tvm.ir.Var, "dtype", _var_dtype(previous))
+    try:  # the fork imports `tvm.testing` with tvm and has `requires_package` there
+        import tvm.testing
+    except ImportError:
+        return
+    if not hasattr(tvm.testing, "requires_package"):
+        from .testing import requires_package
+
+        _add(tvm.testing, "requires_package", requires_package)
 
 
 def uninstall() -> None:
