@@ -61,17 +61,8 @@ def rms_norm(X, W, Y, eps: float = 1e-6, block_M: int = 4):
 
 
 @tile_nb.jit
-def flash_attention(
-    Q,
-    K,
-    V,
-    O,
-    causal: bool = False,
-    block_M: int = 64,
-    block_N: int = 64,
-    num_stages: int = 2,
-    threads: int = 128,
-):
+def flash_attention(Q, K, V, O, causal: bool = False, block_M: int = 64, block_N: int = 64,
+                    num_stages: int = 2, threads: int = 128):
     B, H, S, D = T.const('B, H, S, D')
     Q: T.Tensor[[B, H, S, D], T.float16]
     K: T.Tensor[[B, H, S, D], T.float16]
