@@ -26,7 +26,6 @@ import functools
 from ._locks import KeyedLocks, build_once
 from .errors import SignatureError
 from .frontend.environment import factory_key
-from .jit import JITFunction
 from .language.functions import PrimFuncDefinition
 
 __all__ = ["KernelFactory"]
@@ -34,20 +33,22 @@ __all__ = ["KernelFactory"]
 
 class KernelFactory:
     """What `@tile_nb.jit` makes of a kernel factory. Call it with the
-    factory's arguments to get the kernel."""
+    factory's arguments to get the kernel: `make_kernel(prim_func_fn, **jit_options)` (jit.py passes
+    JITFunction, so that this module needs nothing of the layer that uses it)."""
 
-    def __init__(self, fn, jit_options: dict):
+    def __init__(self, fn, jit_options: dict, make_kernel):
         self.fn = fn
         self.jit_options = dict(jit_options)
+        self.make_kernel = make_kernel
         self._kernels: dict = {}
         self._building = KeyedLocks()
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args, **kwargs) -> JITFunction:
+    def __call__(self, *args, **kwargs):
         key = factory_key(self.fn, args, kwargs)
         return build_once(self._kernels, key, lambda: self._build(args, kwargs), self._building)
 
-    def _build(self, args, kwargs) -> JITFunction:
+    def _build(self, args, kwargs):
         made = self.fn(*args, **kwargs)
         if not isinstance(made, PrimFuncDefinition):
             code = self.fn.__code__
@@ -59,7 +60,7 @@ class KernelFactory:
                 lineno=code.co_firstlineno,
                 hint="end the factory with `return main` (the @T.prim_func's name)",
             )
-        return JITFunction(made.fn, **self.jit_options)
+        return self.make_kernel(made.fn, **self.jit_options)
 
     def __repr__(self) -> str:
         return f"<tile_nb kernel factory {self.fn.__qualname__}>"

@@ -15,6 +15,7 @@ from typing import Any
 
 from ._locks import KeyedLocks, build_once
 from .errors import ArgumentError
+from .factory import KernelFactory
 from .frontend.binding import (
     Missing,
     Template,
@@ -710,10 +711,8 @@ def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | 
     if isinstance(fn, PrimFuncDefinition):
         fn = fn.fn
     elif isinstance(fn, types.FunctionType) and defines_prim_func(fn):
-        from .factory import KernelFactory
-
         return KernelFactory(fn, dict(target=target, verbose=verbose, compile_options=compile_options,
-                                      options=options, out_idx=out_idx))
+                                      options=options, out_idx=out_idx), JITFunction)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"tile_nb.jit decorates a Python function; got {type(fn).__name__}")
     return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options, options=options,

@@ -33,7 +33,7 @@ views), `stmts.py` (control flow, grid, parallel loops), `tileops.py` (tile prim
 mbarriers, `DeadlockError` and `OrderingError` checks), `debug.py` and `breakpoint.py` (T.print,
 T.device_assert, T.breakpoint), `errors.py`.
 """
-from .access import AccessMap, access_map
+from .access import AccessMap
 from .errors import (
                      DeadlockError,
                      InterpreterError,
@@ -42,6 +42,7 @@ from .errors import (
                      SourceLocation,
                      UninitializedReadError,
 )
+from .footprint import access_map
 from .runner import compile_func, run
 
 __all__ = ["AccessMap", "DeadlockError", "InterpreterError", "OrderingError", "OutOfBoundsError",

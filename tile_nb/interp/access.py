@@ -1,4 +1,5 @@
-"""Which elements of each global tensor one block reads and writes: `access_map(func, args, block=...)`.
+"""Recording which elements of each global tensor one block reads and writes (for `access_map`, in
+footprint.py, which runs the kernel).
 
 The kernel runs as with `run` (every block, in place); while the chosen block runs, loads, stores, atomics and
 tile-op regions of global tensors also set bool masks, one pair (read, written) per tensor. Only the active
@@ -14,7 +15,7 @@ import torch
 
 from . import values as V
 
-__all__ = ["AccessMap", "access_map", "record_element", "record_region"]
+__all__ = ["AccessMap", "READ", "WRITE", "Trace", "record_element", "record_region"]
 
 READ, WRITE = 0, 1
 
@@ -69,7 +70,7 @@ def record_region(f, slot: int, t: torch.Tensor, kind: int, index) -> None:
     _mask(f, slot, t, kind)[index] = True
 
 
-class _Trace:
+class Trace:
     """The block to record, and the masks recorded so far (slot -> (read, written))."""
 
     def __init__(self, block: tuple):
@@ -80,33 +81,3 @@ class _Trace:
     def active(self, current: dict) -> dict | None:
         ok = all(current.get(axis, 0) == b for axis, b in self.block.items())
         return self.masks if ok else None
-
-
-def access_map(func, args: list, block=0, *, threads: int | None = 1) -> dict[str, AccessMap]:
-    """Run the phase-2 PrimFunc `func` on CPU tensors `args` (in place, as `run`) and return, for each tensor
-    parameter, which of its elements block `block` (an int or a tuple of up to 3 block indices, dims left out
-    0) read and wrote.
-
-    Example::
-
-        func = matmul.specialize(A, B, C)
-        maps = tile_nb.interp.access_map(func, [A, B, C], block=(1, 0))
-        maps["A"].read      # bool tensor shaped as A: the rows of A block (1, 0) read
-    """
-    from .runner import BufferParam, compile_func, run_program
-
-    ids = (block,) if isinstance(block, int) else tuple(block)
-    if not 1 <= len(ids) <= 3 or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in ids):
-        raise ValueError(f"access_map(block=...) must be a block index or a tuple of up to 3 ints >= 0; "
-                         f"got {block!r}")
-    program = compile_func(func)
-    trace = _Trace(ids)
-    run_program(program, list(args), threads, trace)
-    out = {}
-    for p, t in zip(program.params, args, strict=True):
-        if not isinstance(p, BufferParam):
-            continue
-        read, written = trace.masks.get(p.slot, (None, None))
-        out[p.name] = AccessMap(read if read is not None else torch.zeros(t.shape, dtype=torch.bool),
-                                written if written is not None else torch.zeros(t.shape, dtype=torch.bool))
-    return out

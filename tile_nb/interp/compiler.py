@@ -94,7 +94,7 @@ class Frame:
         self.block: dict = {}
         self.ranges: dict = {}  # parallel loop var slot -> (start, extent, step), for slice accesses
         self.written: list | None = None
-        self.trace = None    # access.py's _Trace when a block's accesses are recorded
+        self.trace = None    # access.py's Trace when a block's accesses are recorded
         self.access: dict | None = None  # its masks while that block runs, else None
         self.warp = None     # in a warp-specialized block (warps.py): the warp group running this frame
         self.members: tuple | None = None  # the groups running the current statement together

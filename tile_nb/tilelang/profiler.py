@@ -5,22 +5,12 @@ on the CPU) timing means nothing, so `do_bench` runs the function once and retur
 milliseconds: scripts that benchmark after their check still run, quickly."""
 from __future__ import annotations
 
-import enum
 import time
 
 from ._support import forwarding_getattr, unsupported
+from .utils.tensor import TensorSupplyType, get_tensor_supply
 
 __all__ = ["do_bench", "Profiler", "TensorSupplyType"]
-
-
-class TensorSupplyType(enum.Enum):
-    Integer = 1
-    Uniform = 2
-    Normal = 3
-    Randn = 4
-    Zero = 5
-    One = 6
-    Auto = 7
 
 
 def _gpu() -> bool:
@@ -64,8 +54,6 @@ class Profiler:
         made = make_inputs(self.kernel.tile_nb_kernel, device=device, **self.kernel._kwargs)
         if self.supply_type is None:
             return made
-        from .utils.tensor import get_tensor_supply
-
         supply = get_tensor_supply(self.supply_type)
         return tuple(supply(t).to(t.device) for t in made)
 

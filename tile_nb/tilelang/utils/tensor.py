@@ -12,10 +12,22 @@
 """
 from __future__ import annotations
 
+import enum
+
 from .._support import forwarding_getattr
-from ..profiler import TensorSupplyType
 
 __all__ = ["TensorSupplyType", "get_tensor_supply", "torch_assert_close", "is_float8_dtype"]
+
+
+class TensorSupplyType(enum.Enum):
+    """How tilelang's profiler fills a kernel's inputs (`tilelang.profiler.TensorSupplyType` is this one)."""
+    Integer = 1
+    Uniform = 2
+    Normal = 3
+    Randn = 4
+    Zero = 5
+    One = 6
+    Auto = 7
 
 
 def _torch_dtype(dtype):
