@@ -13,10 +13,11 @@ show instead (GitHub, nbconvert).
 from __future__ import annotations
 
 import io
-import uuid
 from html import escape
 
 import torch
+
+from .bundle import LiveBundle
 
 __all__ = ["AccessExplorer", "AccessView", "access_png", "explore_access", "show_access"]
 
@@ -146,7 +147,7 @@ def _grid_extents(func, args) -> dict[str, int]:
     return {tag.split(".")[1]: int(evaluate(extent, dims)) for tag, extent in launch_grid(func).items()}
 
 
-class AccessExplorer:
+class AccessExplorer(LiveBundle):
     """The widget `explore_access` returns: `.controls` (axis -> slider), `.image`, `.view` (the chosen
     block's AccessView), `.widget` (what is displayed)."""
 
@@ -168,8 +169,7 @@ class AccessExplorer:
         for control in self.controls.values():
             control.observe(self._changed, names="value")
         self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.image, self.summary])
-        self.display_id = f"tile-nb-access-{uuid.uuid4().hex}"
-        self.displayed = False
+        self._init_display("tile-nb-access")
         self.view: AccessView | None = None
         self.render()
 
@@ -189,30 +189,13 @@ class AccessExplorer:
 
     def _changed(self, _change) -> None:
         self.render()
-        if self.displayed:
-            from IPython.display import update_display
-
-            update_display(self.bundle(), raw=True, display_id=self.display_id)
+        self._refresh()
 
     def bundle(self) -> dict:
         """The widget view and the static forms (summary text, heat-map PNG) of the chosen block."""
         data = dict(self.widget._repr_mimebundle_())
         data.update(self.view._repr_mimebundle_())
         return data
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        data = self.bundle()
-        if include:
-            data = {k: v for k, v in data.items() if k in include}
-        if exclude:
-            data = {k: v for k, v in data.items() if k not in exclude}
-        return data
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.bundle(), raw=True, display_id=self.display_id)
-        self.displayed = True
 
     def __repr__(self) -> str:
         return self.view.text()

@@ -13,6 +13,7 @@ import base64
 from typing import Any
 
 from tile_nb.bench.results import COMPILE_ONLY_NOTE, CPU_NOTE, first_line, fmt_ms, fmt_rate
+from tile_nb.notebook.bundle import select
 from tile_nb.notebook.highlight import escape
 
 __all__ = ["ResultView", "bench_html", "html_of", "png_of", "sweep_html", "tune_html", "view"]
@@ -230,11 +231,7 @@ class ResultView:
         png = png_of(self.result)
         if png:
             bundle["image/png"] = base64.b64encode(png).decode()
-        if include:
-            bundle = {k: v for k, v in bundle.items() if k in include}
-        if exclude:
-            bundle = {k: v for k, v in bundle.items() if k not in exclude}
-        return bundle
+        return select(bundle, include, exclude)
 
     def __repr__(self) -> str:
         return self.result.to_text()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tile_nb.notebook.bundle import select
+
 __all__ = ["MIME_TYPE", "PARAM_KINDS", "SECTION_IDS", "KernelView", "Param", "Section"]
 
 MIME_TYPE = "application/vnd.tile-nb.kernel+json"
@@ -169,11 +171,7 @@ class KernelView:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/plain": self.to_text(), "text/html": self.to_html(), MIME_TYPE: self.to_json()}
-        if include:
-            bundle = {k: v for k, v in bundle.items() if k in include}
-        if exclude:
-            bundle = {k: v for k, v in bundle.items() if k not in exclude}
-        return bundle
+        return select(bundle, include, exclude)
 
     def __repr__(self) -> str:
         return self.to_text()

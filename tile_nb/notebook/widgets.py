@@ -16,16 +16,16 @@ slider updates those static forms with the new choice.
 """
 from __future__ import annotations
 
-import uuid
 from html import escape
 from typing import Any
 
 from tile_nb.notebook.api import kernel_view
+from tile_nb.notebook.bundle import LiveBundle
 
 __all__ = ["Explorer", "explore"]
 
 
-class Explorer:
+class Explorer(LiveBundle):
     """The widget `explore` returns: `.controls` (name -> slider), `.output`,
     `.widget` (what is displayed)."""
 
@@ -45,8 +45,7 @@ class Explorer:
         self.widget = widgets.VBox([widgets.HBox(list(self.controls.values())), self.output])
         self.view = None
         self.error: str | None = None  # why the current choice has no view (shown in place of it)
-        self.display_id = f"tile-nb-explore-{uuid.uuid4().hex}"
-        self.displayed = False
+        self._init_display("tile-nb-explore")
         self.render()
 
     def values(self) -> dict[str, Any]:
@@ -71,10 +70,7 @@ class Explorer:
 
     def _changed(self, _change) -> None:
         self.render()
-        if self.displayed:
-            from IPython.display import update_display
-
-            update_display(self.bundle(), raw=True, display_id=self.display_id)
+        self._refresh()
 
     def choice_text(self) -> str:
         """`explore(gemm): block_M=64 of [64, 128]; num_stages=2 of [2, 3, 4]` (the sliders, as text)."""
@@ -93,20 +89,6 @@ class Explorer:
         data["text/html"] = (f'<div><p style="font-family:monospace">{escape(self.choice_text())}</p>'
                              f"{body_html}</div>")
         return data
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        data = self.bundle()
-        if include:
-            data = {k: v for k, v in data.items() if k in include}
-        if exclude:
-            data = {k: v for k, v in data.items() if k not in exclude}
-        return data
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.bundle(), raw=True, display_id=self.display_id)
-        self.displayed = True
 
     def __repr__(self) -> str:
         name = getattr(self.kernel, "__name__", "kernel")
