@@ -4,7 +4,6 @@ Interpreter against torch references written from the number formats (never from
 sizes of 1 and dynamic dims, in T.Parallel loops and at block level (T.serial); the sm_90a / sm_80 CUDA
 builds; the same kernels on the GPU (marked gpu). Also tilelang's TVM names (`tirx.PrimExpr`, `expr.dtype`)
 while the tilelang mapping is installed, and the errors."""
-import linecache
 
 import pytest
 import torch
@@ -199,11 +198,7 @@ def test_bit_kernels_build(arch):
 # ---- errors at the user's line -----------------------------------------------------------------------------
 
 def _kernel(src: str, name: str):
-    filename = f"<bits-{name}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace = {"T": T, "tile_nb": tile_nb}
-    exec(compile(src, filename, "exec"), namespace)
-    return namespace[name]
+    return tile_nb.run_source(src, {"T": T, "tile_nb": tile_nb}, filename=f"<bits-{name}>")[name]
 
 
 @pytest.mark.parametrize("body,message", [

@@ -2,7 +2,6 @@
 that are not given it (tilelang's mxfp4 dequantization example reads it inside a macro). Interpreter
 against torch at odd shapes, a size of 1 and a dynamic dim; sm_90a / sm_80 builds; the GPU (marked
 gpu); errors at the user's line."""
-import linecache
 
 import pytest
 import torch
@@ -56,11 +55,7 @@ def test_block_binding_builds(arch):
 
 
 def _kernel(src: str, name: str):
-    filename = f"<blockbinding-{name}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace = {"T": T, "tile_nb": tile_nb}
-    exec(compile(src, filename, "exec"), namespace)
-    return namespace[name]
+    return tile_nb.run_source(src, {"T": T, "tile_nb": tile_nb}, filename=f"<blockbinding-{name}>")[name]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 convolution example, with its weights and output flattened by `T.Tensor(shape, dtype, A.data)` views).
 Interpreter against torch.conv2d at odd shapes, strides, dilations and paddings, sizes of 1 and a dynamic
 batch; the sm_90a / sm_80 CUDA builds; the GPU (marked gpu); bad arguments at the user's line."""
-import linecache
 
 import pytest
 import torch
@@ -79,11 +78,7 @@ def test_im2col_builds(arch):
 
 
 def _kernel(src: str, name: str):
-    filename = f"<im2col-{name}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace = {"T": T, "tile_nb": tile_nb}
-    exec(compile(src, filename, "exec"), namespace)
-    return namespace[name]
+    return tile_nb.run_source(src, {"T": T, "tile_nb": tile_nb}, filename=f"<im2col-{name}>")[name]
 
 
 @pytest.mark.parametrize("call,message", [

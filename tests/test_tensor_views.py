@@ -3,7 +3,6 @@ tensor's memory (a reshape: same dtype, at most as many elements), as tilelang's
 flattens its [KH, KW, C, F] weights and [N, OH, OW, F] output into matrices for T.gemm. Interpreter
 against torch at odd shapes, sizes of 1 and a dynamic dim; the sm_90a / sm_80 CUDA builds; the GPU (marked
 gpu); errors at the user's line."""
-import linecache
 
 import pytest
 import torch
@@ -117,11 +116,7 @@ def test_a_view_of_an_unaligned_tensor_is_unaligned_too():
 
 
 def _kernel(src: str, name: str):
-    filename = f"<views-{name}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    namespace = {"T": T, "tile_nb": tile_nb}
-    exec(compile(src, filename, "exec"), namespace)
-    return namespace[name]
+    return tile_nb.run_source(src, {"T": T, "tile_nb": tile_nb}, filename=f"<views-{name}>")[name]
 
 
 @pytest.mark.parametrize(
