@@ -2,6 +2,8 @@
 allocations, `T.disable_warp_group_reg_alloc()` / `T.no_set_max_nreg()` (recorded hints),
 `tilelang.language.dtypes._TORCH_DTYPE_TO_STR`, `Profiler.func`, and `tilelang.jit(compile_flags=...)`.
 Kernels are checked against torch on the interpreter, built for sm_90a, and on the GPU (marked gpu)."""
+import re
+
 import pytest
 import torch
 
@@ -149,12 +151,57 @@ def test_compile_flags_map_onto_build_options():
     assert compile_flag_options(TILELANG_FLAGS) == {"ptxas_options": ["--register-usage-level=10"]}
     assert compile_flag_options("-O3 --use_fast_math") == {"fast_math": True}
     assert compile_flag_options(None) == {}
+    assert compile_flag_options(["--fmad=false"]) == {"fmad": False}
+    assert compile_flag_options("--fmad=true") == {"fmad": True}
+
+
+def _multiply_add(**jit_options):
+    @tl.jit(**jit_options)
+    def multiply_add(X, Y, Z):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y: T.Tensor((N,), T.float32)
+        Z: T.Tensor((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    Z[bx * 32 + i] = X[bx * 32 + i] * Y[bx * 32 + i] + Z[bx * 32 + i]
+
+    return multiply_add
+
+
+def test_device_compile_flags_pass_config_keeps_multiply_and_add_apart():
+    """fla's tilelang kernels ask `pass_configs={TL_DEVICE_COMPILE_FLAGS: ['--fmad=false']}`: the build must
+    not contract x * y + z into one FMA (its rounding differs), which the PTX shows."""
+    from tile_nb.backend import cuda_compile
+
+    plain = _multiply_add()
+    unfused = _multiply_add(pass_configs={tl.PassConfigKey.TL_DEVICE_COMPILE_FLAGS: ["--fmad=false"]})
+    assert unfused.compile_options == {"fmad": False}
+    x, y, z = torch.randn(37), torch.randn(37), torch.randn(37)
+    expected = x * y + z
+    unfused(x, y, z)
+    torch.testing.assert_close(z, expected)
+    if cuda_compile.available_compiler("auto") is None:
+        pytest.skip("no CUDA compiler here to show the PTX")
+    for kernel, fused in ((plain, True), (unfused, False)):
+        ptx = kernel.compile(N=37).compiled().ptx     # what the build's own compile kept
+        assert ptx
+        assert bool(re.search(r"\bfma\.rn(\.ftz)?\.f32", ptx)) is fused
+        assert bool(re.search(r"\bmul\.rn(\.ftz)?\.f32", ptx)) is not fused
+
+
+def test_device_compile_flags_reach_the_compilers():
+    from tile_nb.backend.cuda_compile import math_flags
+
+    assert math_flags(fast_math=True, fmad=False) == ["--use_fast_math", "--fmad=false"]
+    assert math_flags(fast_math=False) == []
 
 
 def test_unknown_compile_flags_are_refused_by_name():
     with pytest.raises(UnsupportedTilelangAPI) as info:
-        tl.jit(compile_flags=["-O3", "-G", "--fmad=false"])
-    assert "'-G', '--fmad=false'" in str(info.value) and "'-O3'" not in str(info.value)
+        tl.jit(compile_flags=["-O3", "-G", "--fmad=false", "-lineinfo"])
+    assert "'-G', '-lineinfo'" in str(info.value) and "'-O3'" not in str(info.value)
     with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.compile\(compile_flags=\['-G'\]\)"):
         tl.compile(object(), compile_flags=["-O3", "-G"])
     with pytest.raises(UnsupportedTilelangAPI, match="different math"):

@@ -34,6 +34,7 @@ class BuildOptions:
 
     compiler: str = "auto"          # "auto" (NVRTC, else nvcc), "nvrtc" or "nvcc"
     fast_math: bool = True          # TVM's own default; approximate exp/log/division
+    fmad: bool = True               # False: no multiply-add contraction (nvcc --fmad=false)
     ptxas_options: tuple[str, ...] = ()
     # the host function: TVM's LLVM host, or "cuda_host" (backend/cuda_host.py)
     host: str = "llvm"
@@ -41,7 +42,7 @@ class BuildOptions:
     @classmethod
     def from_dict(cls, options: dict[str, Any] | None) -> BuildOptions:
         options = dict(options or {})
-        known = {"compiler", "fast_math", "ptxas_options", "host"}
+        known = {"compiler", "fast_math", "fmad", "ptxas_options", "host"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown build option(s) {unknown}; known options: {sorted(known)}")
@@ -62,8 +63,11 @@ class BuildOptions:
             "fast_math": self.fast_math,
             "ptxas_options": list(self.ptxas_options),
         }
-        if self.host != "llvm":   # absent by default: the cache keys of existing kernels stay as they were
+        # absent by default: the cache keys of existing kernels stay as they were
+        if self.host != "llvm":
             options["host"] = self.host
+        if not self.fmad:
+            options["fmad"] = False
         return options
 
 
@@ -117,7 +121,7 @@ def _callback(code: str, *_unused) -> bytes:
     opts = capture.options
     code, regions = capture.take_marks(code)
     result = cuda_compile.compile_cuda(code, capture.arch, compiler=opts.compiler, fast_math=opts.fast_math,
-                                       ptxas_options=opts.ptxas_options)
+                                       ptxas_options=opts.ptxas_options, fmad=opts.fmad)
     capture.results.append((code, regions, result))
     if capture.ptx:
         return _loadable_ptx(result, capture.arch, code, opts)
@@ -127,7 +131,7 @@ def _callback(code: str, *_unused) -> bytes:
 def _loadable_ptx(result: CubinResult, arch: str, code: str, options: BuildOptions) -> bytes:
     """The PTX of a compile, as TVM loads PTX: text whose first character is '/' (nvcc's and NVRTC's PTX start
     with a `//` comment header; one is added where it is missing). A compiler that kept none: `nvcc -ptx`."""
-    ptx = result.ptx or cuda_compile.compile_ptx(code, arch, fast_math=options.fast_math)
+    ptx = result.ptx or cuda_compile.compile_ptx(code, arch, fast_math=options.fast_math, fmad=options.fmad)
     if not ptx:
         raise cuda_compile.CudaCompileError(result.compiler, arch, "the compiler kept no PTX and nvcc is not "
                                             "there to make it, so a compute_ target has nothing to load")
@@ -220,6 +224,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
                 compiler=options.compiler,
                 fast_math=options.fast_math,
                 ptxas_options=options.ptxas_options,
+                fmad=options.fmad,
             )
     if compiled is not None:
         timings["cubin"] = compiled.seconds

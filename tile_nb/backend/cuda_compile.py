@@ -83,11 +83,12 @@ def available_compiler(preference: str = "auto") -> str | None:
 
 
 def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: bool = True,
-                 ptxas_options: tuple[str, ...] = ()) -> CubinResult:
+                 ptxas_options: tuple[str, ...] = (), fmad: bool = True) -> CubinResult:
     """Compile CUDA C++ to a cubin for `arch` (e.g. "sm_90a"); raise CudaCompileError with the log on failure.
 
     `compiler="auto"` prefers NVRTC (in-process: no nvcc process start, no
-    host-side pass) and falls back to nvcc.
+    host-side pass) and falls back to nvcc. `fmad=False` keeps multiplies and adds apart (no contraction into
+    FMA), even under fast math.
     """
     chosen = available_compiler(compiler)
     if chosen is None:
@@ -96,8 +97,14 @@ def compile_cuda(source: str, arch: str, *, compiler: str = "auto", fast_math: b
         )
         raise ToolMissingError(f"cannot build a cubin: {wanted} is not available on this machine")
     if chosen == "nvrtc":
-        return _compile_nvrtc(source, arch, fast_math, ptxas_options)
-    return _compile_nvcc(source, arch, fast_math, ptxas_options)
+        return _compile_nvrtc(source, arch, math_flags(fast_math, fmad), ptxas_options)
+    return _compile_nvcc(source, arch, math_flags(fast_math, fmad), ptxas_options)
+
+
+def math_flags(fast_math: bool, fmad: bool = True) -> list[str]:
+    """The compiler's floating-point flags (nvcc's and NVRTC's spellings agree). `--fmad=false` comes last:
+    both compilers honor it after `--use_fast_math`, which otherwise implies `--fmad=true`."""
+    return (["--use_fast_math"] if fast_math else []) + ([] if fmad else ["--fmad=false"])
 
 
 # ---------------------------------------------------------------------------------------------------- NVRTC
@@ -140,7 +147,7 @@ def _nvrtc_check(nvrtc, result, what: str) -> None:
         raise RuntimeError(f"NVRTC {what} failed: {result}")
 
 
-def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple[str, ...]) -> CubinResult:
+def _compile_nvrtc(source: str, arch: str, math: list[str], ptxas_options: tuple[str, ...]) -> CubinResult:
     from cuda.bindings import nvrtc
 
     start = time.perf_counter()
@@ -150,8 +157,7 @@ def _compile_nvrtc(source: str, arch: str, fast_math: bool, ptxas_options: tuple
             "-D__NV_SILENCE_HOST_DEPRECATION_BEGIN=", "-D__NV_SILENCE_HOST_DEPRECATION_END=",
             "--ptxas-options=-v", "--ptxas-options=--warn-on-local-memory-usage"]
     opts += [f"--ptxas-options={o}" for o in ptxas_options]   # NVRTC does not split on commas
-    if fast_math:
-        opts.append("--use_fast_math")
+    opts += math
     opts += [f"-I{d}" for d in toolchain.cuda_include_dirs()]
     encoded = [o.encode() for o in opts]
 
@@ -217,7 +223,7 @@ def _run(cmd: list[str], cwd: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout.decode(errors="replace")
 
 
-def _compile_nvcc(source: str, arch: str, fast_math: bool, ptxas_options: tuple[str, ...]) -> CubinResult:
+def _compile_nvcc(source: str, arch: str, math: list[str], ptxas_options: tuple[str, ...]) -> CubinResult:
     nvcc = toolchain.find_tool("nvcc")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tile_nb_nvcc_") as tmp:
@@ -225,12 +231,10 @@ def _compile_nvcc(source: str, arch: str, fast_math: bool, ptxas_options: tuple[
         with open(src, "w") as f:
             f.write(source)
         ptxas = ",".join(["-v", "--warn-on-local-memory-usage", *ptxas_options])
-        cmd = [nvcc, "--cubin", "-O3", f"-arch={arch}", *_COMMON_FLAGS, "--expt-relaxed-constexpr",
+        cmd = [nvcc, "--cubin", "-O3", f"-arch={arch}", *math, *_COMMON_FLAGS, "--expt-relaxed-constexpr",
                "--expt-extended-lambda", f"--ptxas-options={ptxas}",
                "--keep", f"--keep-dir={tmp}",       # leaves the PTX behind, so no second compile is needed
                "-o", os.path.join(tmp, "kernel.cubin"), src]
-        if fast_math:
-            cmd.insert(3, "--use_fast_math")
         code, log = _run(cmd, tmp)
         version = f"nvcc {toolchain.nvcc_version()}"
         if code != 0:
@@ -246,7 +250,7 @@ def _compile_nvcc(source: str, arch: str, fast_math: bool, ptxas_options: tuple[
                        log=log, ptx=ptx, resources=parse_ptxas_log(log))
 
 
-def compile_ptx(source: str, arch: str, *, fast_math: bool = True) -> str | None:
+def compile_ptx(source: str, arch: str, *, fast_math: bool = True, fmad: bool = True) -> str | None:
     """PTX for `source` via `nvcc -ptx`, for when the cubin came from elsewhere. None without nvcc."""
     nvcc = toolchain.find_tool("nvcc")
     if not nvcc:
@@ -255,10 +259,8 @@ def compile_ptx(source: str, arch: str, *, fast_math: bool = True) -> str | None
         src = os.path.join(tmp, "kernel.cu")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [nvcc, "-ptx", "-O3", f"-arch={arch}", *_COMMON_FLAGS, "--expt-relaxed-constexpr",
-               "-o", os.path.join(tmp, "kernel.ptx"), src]
-        if fast_math:
-            cmd.insert(3, "--use_fast_math")
+        cmd = [nvcc, "-ptx", "-O3", f"-arch={arch}", *math_flags(fast_math, fmad), *_COMMON_FLAGS,
+               "--expt-relaxed-constexpr", "-o", os.path.join(tmp, "kernel.ptx"), src]
         code, log = _run(cmd, tmp)
         if code != 0:
             raise CudaCompileError(f"nvcc {toolchain.nvcc_version()}", arch, log)

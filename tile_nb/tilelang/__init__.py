@@ -29,6 +29,7 @@ __version__ = "0.0.0+tile_nb"
 # pass_configs keys: those tile_nb honors, and lowering hints it accepts and ignores (its own lowering decides
 # warp specialization, TMA and barriers; dropping such a hint changes speed, never results).
 _FAST_MATH = "tl.enable_fast_math"
+_DEVICE_FLAGS = "tl.device_compile_flags"   # nvcc flags for the device compile: mapped as compile_flags are
 _IGNORED_HINTS = {"tl.disable_warp_specialized", "tl.disable_tma_lower", "tl.disable_thread_storage_sync",
                   "tl.ptxas_register_usage_level", "tl.disable_safe_memory_legalize"}
 # tilelang host-side choices, no meaning here
@@ -50,6 +51,7 @@ class PassConfigKey(metaclass=_PassConfigKeyMeta):
     TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
     TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
     TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    TL_DEVICE_COMPILE_FLAGS = _DEVICE_FLAGS
 
 
 def _key_name(key) -> str:
@@ -61,12 +63,17 @@ def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
     'tl.enable_fast_math' (tilelang:
     nvcc --use_fast_math, off by default) sets both the build's `fast_math` and the lowering's
     `approx_math` (T.tanh, T.exp, T.exp2 as the GPU's approximate instructions, whatever the
-    toolkit: tile_nb.lower.options)."""
+    toolkit: tile_nb.lower.options). 'tl.device_compile_flags' (nvcc flags, e.g. ['--fmad=false']) maps as
+    `compile_flags=` does (flags.py)."""
+    from .flags import compile_flag_options
+
     build, lowering = {}, {}
     for key, value in (pass_configs or {}).items():
         name = _key_name(key)
         if name == _FAST_MATH:
             build["fast_math"] = lowering["approx_math"] = bool(value)
+        elif name == _DEVICE_FLAGS:
+            build.update(compile_flag_options(value, "pass_configs[TL_DEVICE_COMPILE_FLAGS]"))
         elif name not in _IGNORED_HINTS:
             raise unsupported(f"tilelang.jit(pass_configs={{{name!r}: ...}})")
     return build, lowering

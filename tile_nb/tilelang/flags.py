@@ -3,8 +3,9 @@ options (backend/build.py BuildOptions).
 
 tile_nb generates its own CUDA source and already compiles it the way tilelang's usual flags ask (optimized,
 half and bfloat16 operators defined, relaxed constexpr, extended lambdas), so most of them change nothing and
-are accepted; `--use_fast_math` sets `fast_math`, `--ptxas-options=...` adds to `ptxas_options`. Any other
-flag (another -D macro, -G, --fmad=false, -arch, ...) is refused by name: tile_nb would not honor it.
+are accepted; `--use_fast_math` sets `fast_math`, `--fmad=false` / `--fmad=true` set `fmad` (no multiply-add
+contraction), `--ptxas-options=...` adds to `ptxas_options`. Any other flag (another -D macro, -G, -arch, ...)
+is refused by name: tile_nb would not honor it.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ _ALREADY = {
     "-U__CUDA_NO_BFLOAT162_CONVERSIONS__": "bfloat162 conversions",
 }
 _FAST_MATH = {"--use_fast_math", "-use_fast_math"}
+_FMAD = {"--fmad=false": False, "-fmad=false": False, "--fmad=true": True, "-fmad=true": True}
 _PTXAS = ("--ptxas-options=", "-Xptxas=")
 _PTXAS_ALREADY = {"-v", "--verbose"}  # tile_nb always asks ptxas for its report
 
 
 def compile_flag_options(flags, where: str = "tilelang.jit") -> dict:
     """The build options `flags` (a string or a list of nvcc flags) ask for: {"fast_math": True} and/or
-    {"ptxas_options": [...]}; UnsupportedTilelangAPI naming every flag tile_nb would not honor."""
+    {"fmad": bool} and/or {"ptxas_options": [...]}; UnsupportedTilelangAPI naming every flag tile_nb would
+    not honor."""
     if flags is None:
         return {}
     if isinstance(flags, str):
@@ -51,6 +54,8 @@ def compile_flag_options(flags, where: str = "tilelang.jit") -> dict:
             continue
         if flag in _FAST_MATH:
             options["fast_math"] = True
+        elif flag in _FMAD:
+            options["fmad"] = _FMAD[flag]
         elif flag.startswith(_PTXAS):
             value = flag.split("=", 1)[1]
             ptxas += [o for o in value.split(",") if o and o not in _PTXAS_ALREADY]
@@ -59,8 +64,8 @@ def compile_flag_options(flags, where: str = "tilelang.jit") -> dict:
     if refused:
         raise unsupported(
             f"{where}(compile_flags=[{', '.join(map(repr, refused))}])",
-            "tile_nb maps -O3, --use_fast_math, --ptxas-options=..., the -U__CUDA_NO_*__ switches, "
-            "-DNDEBUG, --expt-* and -Wno-deprecated-declarations; others would not be "
+            "tile_nb maps -O3, --use_fast_math, --fmad=true|false, --ptxas-options=..., the -U__CUDA_NO_*__ "
+            "switches, -DNDEBUG, --expt-* and -Wno-deprecated-declarations; others would not be "
             "honored",
         )
     if ptxas:
