@@ -14,8 +14,9 @@ SM80, SM90 = "cuda -arch=sm_80", "cuda -arch=sm_90a"
 
 
 @tile_nb.jit
-def row_sums_from(A, out, start: int = 1, block_K: int = 16, stages: int = 2):
-    """out[m] = sum of A[m, start * block_K:] (tiles of block_K columns from tile `start` on)."""
+def row_sums_from(A, out, start: int = 1, block_K: int = 16, stages: int = 2, by_keyword: bool = False):
+    """out[m] = sum of A[m, start * block_K:] (tiles of block_K columns from tile `start` on); `by_keyword`
+    gives the bounds as tilelang's `start=` / `stop=` keywords."""
     M, K = T.const('M, K')
     A: T.Tensor[[M, K], T.float32]
     out: T.Tensor[[M], T.float32]
@@ -23,7 +24,9 @@ def row_sums_from(A, out, start: int = 1, block_K: int = 16, stages: int = 2):
         acc = T.alloc_fragment((1,), T.float32)
         tile = T.alloc_shared((1, block_K), T.float32)
         T.clear(acc)
-        for k in T.Pipelined(start, T.ceildiv(K, block_K), num_stages=stages):
+        loop = T.Pipelined(start=start, stop=T.ceildiv(K, block_K), num_stages=stages) if by_keyword else \
+            T.Pipelined(start, T.ceildiv(K, block_K), num_stages=stages)
+        for k in loop:
             T.copy(A[bx, k * block_K], tile)
             for i in T.serial(block_K):
                 acc[0] += tile[0, i]
@@ -65,12 +68,33 @@ def _gemm_reference(A, B, lo, hi):
 # ---- the interpreter ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("M,K,start", [(3, 70, 1), (1, 1, 0), (1, 1, 1), (5, 33, 2), (2, 64, 4), (4, 100, 9)])
-def test_a_sum_from_a_start_tile_matches_torch(M, K, start):
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_a_sum_from_a_start_tile_matches_torch(M, K, start, by_keyword):
     """Starts past the last tile (stop <= start) run no iteration, as range() does."""
     A = torch.randn(M, K)
     out = torch.full((M,), 7.0)
-    row_sums_from(A, out, start=start)
+    row_sums_from(A, out, start=start, by_keyword=by_keyword)
     torch.testing.assert_close(out, _row_sums_reference(A, start, 16), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loop,message", [
+    ("T.Pipelined(0, start=0, stop=4)", r"both by position \(1\) and by keyword \(start, stop\)"),
+    ("T.Pipelined(start=1)", r"T.Pipelined\(start=...\) needs stop= as well"),
+])
+def test_keyword_bounds_are_checked(loop, message):
+    source = f"""
+import tile_nb.language as T
+
+def keyword_bounds(out):
+    out: T.Tensor[[4], T.float32]
+    with T.Kernel(1, threads=32) as bx:
+        for k in {loop}:
+            out[k] = 1.0
+"""
+    kernel = tile_nb.jit(tile_nb.run_source(source, filename="keyword_bounds.py")["keyword_bounds"])
+    with pytest.raises(errors.DSLError, match=message) as info:
+        kernel(torch.zeros(4))
+    assert "keyword_bounds.py" in str(info.value)
 
 
 @pytest.mark.parametrize("M,N,K,k_first,k_last", [(70, 90, 160, 1, 4), (1, 1, 96, 2, 3), (33, 65, 128, 0, 4),

@@ -186,18 +186,28 @@ Serial, Unroll, Vectorized = serial, unroll, vectorized  # noqa: N816 - the DSL'
 _TILELANG_PIPELINE_OPTIONS = ("order", "stage", "sync", "group")
 
 
-def Pipelined(*bounds, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N802 - the DSL's name
+def Pipelined(*bounds, start=None, stop=None, num_stages: int = 2, **options) -> LoopSpec:  # noqa: N802
     """`for k in T.Pipelined(n, num_stages=3)`: a sequential loop whose copies overlap the compute of earlier
     iterations (a `num_stages`-deep software pipeline on the GPU; iterations run in order on the interpreter).
 
     As in tilelang, one bound is the trip count (k runs 0..n-1) and two are `start, stop` (k runs
-    start..stop-1, none when stop <= start); `num_stages` is a keyword. 0 and 1 stages issue no
-    copy ahead (tilelang's default 0).
+    start..stop-1, none when stop <= start), given by position or as `start=` / `stop=` keywords;
+    `num_stages` is a keyword. 0 and 1 stages issue no copy ahead (tilelang's default 0).
 
     >>> for k in T.Pipelined(1, T.ceildiv(K, block_K), num_stages=3):   # doctest: +SKIP
     ...     T.copy(A[bx * block_M, k * block_K], A_shared)
     """
     st = _state.active("T.Pipelined")
+    named = {name: value for name, value in (("start", start), ("stop", stop)) if value is not None}
+    if named and bounds:
+        raise st.error(f"T.Pipelined got bounds both by position ({len(bounds)}) and by keyword "
+                       f"({', '.join(named)})",
+                       hint="give T.Pipelined(start, stop) or T.Pipelined(start=, stop=)")
+    if named:
+        if "stop" not in named:
+            raise st.error("T.Pipelined(start=...) needs stop= as well",
+                           hint="T.Pipelined(start=s, stop=e) runs s..e-1; T.Pipelined(n) runs 0..n-1")
+        bounds = (named.get("start", 0), named["stop"])
     if not 1 <= len(bounds) <= 2:
         raise st.error(f"T.Pipelined takes a trip count, or a start and a stop; got {len(bounds)} positional "
                        "arguments", hint="num_stages is a keyword: T.Pipelined(start, stop, num_stages=3)")
