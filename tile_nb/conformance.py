@@ -23,6 +23,11 @@ Outcomes: pass; fail (the case's own check, an AssertionError); error (anything 
 tilelang API tile_nb lacks, its name is the "missing" column); timeout (`--timeout` seconds per case, the
 process group is killed); skip (a pytest skip); excluded. The max error is the largest absolute difference any
 `torch.testing.assert_close` / `torch.allclose` in the case saw.
+
+The examples' own references need what tilelang's examples/requirements name: einops, triton (its kernels run
+under TRITON_INTERPRET=1 on the interpreter backend) and flash-linear-attention (kept on its Triton kernels:
+FLA_DISABLE_BACKEND_DISPATCH=1), installed where PYTHONPATH finds them (`pip install --target DIR ...`).
+flash_attn needs CUDA to build and is missing on a CPU machine; those cases error there.
 """
 from __future__ import annotations
 
@@ -213,6 +218,10 @@ def _child_env() -> dict:
         [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
     env.setdefault("PYTHONHASHSEED", "0")
+    # flash-linear-attention (the reference of the gdn / linear-attention examples) routes some ops to its
+    # tilelang kernels when `import tilelang` works, which here would be tile_nb checking itself: keep fla's
+    # Triton kernels as the reference
+    env.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
     return env
 
 

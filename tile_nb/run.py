@@ -3,6 +3,7 @@ stand-in (tile_nb.tilelang) for this run only.
 
     python -m tile_nb.run script.py [args...]          # the script as __main__, with its own arguments
     python -m tile_nb.run --cpu script.py              # torch's "cuda" device requests become "cpu"
+                                                       # (and Triton kernels run in TRITON_INTERPRET mode)
     python -m tile_nb.run --call main --args '[[], {"M": 256}]' example.py   # import it, call main(M=256)
     python -m tile_nb.run --pytest -- path/test_x.py::test_y -q              # pytest with the same mapping
     python -m tile_nb.run --cpu notebook.ipynb         # a notebook's code cells in order, in one namespace
@@ -182,6 +183,9 @@ def _install(args) -> int | None:
         from .tilelang import cpu_device
 
         _when_imported("torch", cpu_device.install)
+        # a script's Triton kernels (the references many examples check against) run on the CPU tensors
+        # too, through Triton's own interpreter
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     _when_imported("torch", _watch_checks)
     return None
 
