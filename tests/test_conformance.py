@@ -136,3 +136,19 @@ def test_runner_on_a_fake_checkout(tmp_path, capsys):
     )
     assert "| `tilelang.language.alloc_cluster_barrier` | 1 |" in doc
     assert "| `tilelang.language.cummax` | 1 |" in doc
+
+
+def test_tile_level_share_names_missing_reference_packages():
+    def case(name, status, error="", klass="tile-level"):
+        c = conformance.Case(f"examples/{name}.py", "example", f"/x/{name}.py", klass)
+        c.status, c.error = status, error
+        return c
+
+    ran = [case("a", "pass"), case("b", "pass"), case("c", "fail", "AssertionError: off"),
+           case("d", "error", "ModuleNotFoundError: No module named 'flash_attn'"),
+           case("e", "error", "ModuleNotFoundError: No module named 'flash_attn.ops'"),
+           case("f", "pass", klass="low-level")]
+    line = conformance._tile_level_line(ran)
+    assert "2 of 5 pass (40%)" in line
+    assert "2 of the others stop importing a package their reference needs" in line
+    assert "`flash_attn` (2)" in line

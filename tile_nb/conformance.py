@@ -409,6 +409,27 @@ def machine() -> str:
            f"Python {platform.python_version()}, torch {torch_version}"
 
 
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+
+
+def _tile_level_line(ran: list[Case]) -> str:
+    """The issue's measure: the share of tile-level examples that pass, and how many of the others stop at
+    a Python package their reference needs that is not installed where the run was (not tile_nb's doing, and
+    still counted as not passing)."""
+    tile = [c for c in ran if c.klass == "tile-level"]
+    passed = sum(c.status == "pass" for c in tile)
+    missing = collections.Counter(m.group(1).split(".")[0] for c in tile if c.status != "pass"
+                                  for m in [_NO_MODULE.match(c.error or "")] if m)
+    share = f"{100 * passed / len(tile):.0f}%" if tile else "n/a"
+    text = (f"Tile-level examples (no mbarrier / TMA / warp-specialization primitives): {passed} of "
+            f"{len(tile)} pass ({share}).")
+    if missing:
+        names = ", ".join(f"`{name}` ({n})" for name, n in missing.most_common())
+        text += (f" {sum(missing.values())} of the others stop importing a package their reference needs "
+                 f"that is not installed here: {names}.")
+    return text
+
+
 def markdown(cases: list[Case], *, commit: str | None, backend: str, command: str, timeout: float,
              date: str | None = None, machine_text: str | None = None) -> str:
     """The results document: where and how it ran, totals, ranked missing features, the per-case table."""
@@ -441,6 +462,8 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
         f"({sum(c.items[0] for c in tests if c.items)} of {sum(c.items[1] for c in tests if c.items)} "
         "pytest items). "
         f"Notebooks: {sum(c.status == 'pass' for c in notebooks)} of {len(notebooks)} run to the end.",
+        "",
+        _tile_level_line(ran),
         "",
         totals_table(cases),
         "",
