@@ -82,6 +82,10 @@ def test_classify():
     assert conformance.classify("import tilelang\n", "examples/amd/example_x.py")[0] == "AMD"
     assert conformance.classify("import tilelang\nT.copy(a, b)\nT.gemm(a, b, c)") == ("tile-level", [])
     assert conformance.classify("import triton\n")[0] == "no tilelang"
+    emitter = "from tilelang.cuda.intrinsics.macro.mma_macro_generator import TensorCoreIntrinEmitter\n"
+    assert conformance.classify("import tilelang\n" + emitter)[0] == "low-level"
+    hand_mma = "import tilelang\nmma_emitter.ldmatrix_a(A_local, A_shared, ki)"
+    assert conformance.classify(hand_mma)[0] == "low-level"
 
 
 def test_runner_on_a_fake_checkout(tmp_path, capsys):
