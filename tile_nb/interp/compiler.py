@@ -81,10 +81,11 @@ class Frame:
     written: per buffer slot, which elements the CTA has written (written.py), or None when the check is off.
     trace / access: recording of one block's global accesses (access.py); None otherwise.
     warp / members: in a block run as warp groups (warps.py), this frame's group and the statement's groups.
+    grid: in a grid run as coroutines (T.sync_grid, grid.py), (its scheduler, this block).
     """
 
-    __slots__ = ("access", "block", "mask", "members", "overlays", "par_shape", "ranges", "trace", "vals",
-                 "warp", "written")
+    __slots__ = ("access", "block", "grid", "mask", "members", "overlays", "par_shape", "ranges", "trace",
+                 "vals", "warp", "written")
 
     def __init__(self, nslots: int):
         self.vals: list = [None] * nslots
@@ -98,6 +99,7 @@ class Frame:
         self.access: dict | None = None  # its masks while that block runs, else None
         self.warp = None     # in a warp-specialized block (warps.py): the warp group running this frame
         self.members: tuple | None = None  # the groups running the current statement together
+        self.grid = None  # (GridScheduler, its block) when the grid runs as coroutines (grid.py)
 
     def block_ids(self) -> tuple | None:
         if not self.block:
@@ -127,6 +129,7 @@ class Compiler:
         self.closed: set[int] = set()
         self.tracked: list[int] = []  # slots of buffers whose written elements are tracked (written.py)
         self.warps = None  # warps.WarpInfo when the function has T.ws regions or mbarriers
+        self.grid_sync = False  # the function calls T.sync_grid: its blocks run as coroutines (grid.py)
 
     @property
     def nslots(self) -> int:

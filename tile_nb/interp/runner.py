@@ -16,7 +16,7 @@ from tvm.tirx.buffer import is_buffer_var
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileNBError
-from . import exprs, memory, stmts, tileops, warps, written  # noqa: F401 - importing registers the rules
+from . import exprs, grid, memory, stmts, tileops, warps, written  # noqa: F401 - importing registers the rules
 from . import values as V
 from .compiler import Compiler, Frame
 from .errors import InterpreterError
@@ -39,6 +39,11 @@ class Program:
         comp = Compiler(*_tile_lines(func), name=self.name)
         if warps.uses_warp_groups(func):
             comp.warps = warps.WarpInfo()
+        if grid.uses_grid_sync(func):
+            if comp.warps is not None:
+                raise InterpreterError(f"{self.name}: T.sync_grid in a kernel with warp-specialized regions "
+                                       "or mbarriers is not interpreted yet")
+            comp.grid_sync = True
         self.params = []
         for p in func.params:
             if is_buffer_var(p):

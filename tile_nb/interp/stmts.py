@@ -13,8 +13,8 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..language.sync import WS_ATTR
+from . import grid, warps, written
 from . import values as V
-from . import warps, written
 from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
 from .errors import InterpreterError
 from .memory import write_back_overlays
@@ -147,6 +147,8 @@ def _attr(comp: Compiler, node):
     if not tag.startswith("blockIdx"):
         comp.closed.add(slot)  # threadIdx is 0 in block-level code: not shown at a T.breakpoint
     body = comp.stmt(node.body)
+    if tag.startswith("blockIdx") and comp.grid_sync:
+        return _coroutine_grid(comp, node, slot, extent, body)
     if tag.startswith("blockIdx"):
         axis = tag[-1]
         tracked = comp.tracked  # (filled while the whole function compiles)
@@ -179,6 +181,36 @@ def _attr(comp: Compiler, node):
         f.vals[slot] = 0  # block-level code is written for the whole CTA, not per thread
         body(f)
     return thread
+
+
+def _coroutine_grid(comp: Compiler, node, slot: int, extent, body):
+    """A grid loop of a kernel with T.sync_grid: the innermost loop hands each block, with its own frame, to
+    the grid's scheduler instead of running it; the outermost runs them all once every block is collected."""
+    axis = str(node.node.thread_tag)[-1]
+    tracked = comp.tracked
+    innermost = not _has_grid_loop(node.body)
+
+    def grid_loop(f):
+        outermost = f.grid is None
+        if outermost:
+            f.grid = grid.GridScheduler()
+        for b in range(int(extent(f))):
+            f.vals[slot] = b
+            f.block[axis] = b
+            if innermost:
+                f.grid.add(grid.fork_block(f, tracked), body)
+            else:
+                body(f)
+        f.block.pop(axis, None)
+        if outermost:
+            scheduler, f.grid = f.grid, None
+            scheduler.run()
+    return grid_loop
+
+
+def _has_grid_loop(stmt) -> bool:
+    return grid.any_stmt(stmt, lambda s: isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent"
+                         and str(s.node.thread_tag).startswith("blockIdx"))
 
 
 def _warp_specialized(comp: Compiler, node):

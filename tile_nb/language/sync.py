@@ -26,7 +26,7 @@ from .irutil import is_buffer, is_load
 __all__ = ["ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_region",
            "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
            "tma_copy", "WS_ATTR", "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma",
-           "fence_proxy_async"]
+           "fence_proxy_async", "sync_grid"]
 
 WS_ATTR = "tile_nb.ws"
 BARRIER_SCOPE = "shared.barrier"
@@ -36,7 +36,8 @@ _OPS = {"ws": "a warp-specialized region: the warp groups that run it (tile_nb)"
         "barrier_init": "the arrive counts of a barrier buffer's mbarriers (tile_nb)",
         "mbarrier_arrive": "the running threads arrive at an mbarrier (tile_nb)",
         "mbarrier_wait": "wait until the mbarrier phase of a parity has completed (tile_nb)",
-        "tma_copy": "the copy just before is asynchronous and completes with this mbarrier's phase (tile_nb)"}
+        "tma_copy": "the copy just before is asynchronous and completes with this mbarrier's phase (tile_nb)",
+        "sync_grid": "every block of the grid waits here for all others (tile_nb)"}
 _LOCK = threading.Lock()
 
 
@@ -447,3 +448,12 @@ def fence_proxy_async():
     """tilelang's `T.fence_proxy_async()`: orders shared-memory writes before the asynchronous proxy (TMA,
     wgmma) reads them; tile_nb's tile operations complete in program order, so it has no effect here."""
     _in_kernel("T.fence_proxy_async")
+
+
+def sync_grid():
+    """tilelang's `T.sync_grid()`: a barrier across the whole grid; every block waits until all blocks have
+    reached it, and their global writes before it are visible after it. On the interpreter the blocks run as
+    coroutines that hand over at each grid barrier (interp/grid.py); the CUDA lowering refuses it (a grid
+    barrier needs a cooperative launch, which tile_nb's launch does not make yet)."""
+    _in_kernel("T.sync_grid")
+    _emit("sync_grid")
