@@ -161,10 +161,13 @@ def test_nvcc_compute_versions(fake_gpu):
 
 
 def test_carver_other_names_are_refused():
+    import tile_nb.tilelang.carver as carver
     import tile_nb.tilelang.carver.arch as arch
 
-    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver\.arch\.CUDA"):
-        arch.CUDA
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver\.arch\.get_tensor_core_caps"):
+        arch.get_tensor_core_caps
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.carver\.ElementwiseTemplate"):
+        carver.ElementwiseTemplate
 
 
 # -- language hints ------------------------------------------------------------------------------------------
