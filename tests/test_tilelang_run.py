@@ -131,12 +131,13 @@ def test_unsupported_names_say_which_api(clean_mapping):
     # A name from a stub module is an ImportError (the error is an AttributeError, which pickle's module
     # search needs), and the conformance runner still reads which API it was.
     with pytest.raises(
-        ImportError, match=r"cannot import name 'CUDA' from '(tile_nb\.)?tilelang\.carver\.arch'"
+        ImportError,
+        match=r"cannot import name 'TensorCorePolicy' from '(tile_nb\.)?tilelang\.carver\.roller\.policy'",
     ) as info:
-        exec("from tilelang.carver.arch import CUDA", namespace)
-    assert missing_feature(str(info.value)) == "tilelang.carver.arch.CUDA"
-    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.tools yet \(imported with \*\)"):
-        exec("from tilelang.tools import *", namespace)
+        exec("from tilelang.carver.roller.policy import TensorCorePolicy", namespace)
+    assert missing_feature(str(info.value)) == "tilelang.carver.roller.policy.TensorCorePolicy"
+    with pytest.raises(UnsupportedTilelangAPI, match=r"tilelang\.intrinsics yet \(imported with \*\)"):
+        exec("from tilelang.intrinsics import *", namespace)
     # A @T.prim_func factory under tilelang.jit(out_idx=...) is tile_nb's own now: the call gives the kernel.
     tile_nb.run_source(textwrap.dedent("""
         import tilelang

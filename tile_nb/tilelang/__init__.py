@@ -14,8 +14,8 @@ and `tilelang.autotuner` (a search: autotuner.py), `tilelang.compile` (a TVM Pri
 tile_nb decides itself are accepted and ignored), `tilelang.profiler.do_bench`, `tilelang.testing` (main,
 requires_cuda*, set_random_seed), `tilelang.utils.tensor`, `disable_cache` / `enable_cache` /
 `is_cache_enabled`, `tilelang.DataType`, `tilelang.carver` (arch, driver, MatmulTemplate hints),
-`tilelang.tools.Analyzer`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises UnsupportedTilelangAPI:
-"tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
+`tilelang.tools.Analyzer`, `tilelang.contrib.nvcc` and `tilelang.tvm` (Apache TVM). Every other name raises
+UnsupportedTilelangAPI: "tile_nb does not support tilelang.<name> yet". docs/tilelang.md has the details.
 """
 from __future__ import annotations
 
