@@ -179,3 +179,13 @@ def test_an_irmodule_and_a_prim_func_definition():
     result = Analyzer.analysis(scaled, None)
     assert result.total_flops == 2 * 64 * 48 * 32
     assert result.total_global_bytes == (64 * 32 + 32 * 48) * 2 + 64 * 48 * 4
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_device_peaks_are_the_gpus(monkeypatch):
+    monkeypatch.undo()      # the autouse no_gpu fixture: see the real device
+    arch = CUDA("cuda")
+    result = Analyzer.analysis(gemm.get_tir(T.Tensor((512, 256), T.float16), T.Tensor((384, 256), T.float16)),
+                               arch)
+    assert result.total_flops == 2 * 512 * 384 * 256
+    assert arch.has_device and (result.expected_bandwidth_GBps is None) == (arch.bandwidth_GBps is None)

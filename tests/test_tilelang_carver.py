@@ -217,3 +217,20 @@ def test_hinted_kernel_agrees_with_torch_on_the_interpreter(no_gpu):
     a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(N, K, dtype=torch.float16)
     c = _example_gemm(a, b, **hint.config())
     torch.testing.assert_close(c.float(), a.float() @ b.float().T, rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_arch_is_the_device_and_the_hints_run():
+    props = torch.cuda.get_device_properties(0)
+    arch = CUDA("cuda")
+    assert arch.has_device and arch.compute_max_core == props.multi_processor_count
+    assert arch.sm_version == props.major * 10 + props.minor
+    M, N, K = 1000, 777, 333
+    hints = MatmulTemplate(M=M, N=N, K=K, in_dtype="float16", out_dtype="float16",
+                           accum_dtype="float32").with_arch(arch).recommend_hints(topk=3)
+    torch.manual_seed(1)
+    a = torch.randn(M, K, dtype=torch.float16, device="cuda")
+    b = torch.randn(N, K, dtype=torch.float16, device="cuda")
+    for hint in hints:
+        c = _example_gemm(a, b, **hint.config())
+        torch.testing.assert_close(c.float(), a.float() @ b.float().T, rtol=2e-3, atol=5e-2)
