@@ -19,8 +19,9 @@ throughput model:
   through L2 (every tile reads its A and B panels; L2 taken as 4x DRAM bandwidth) and DRAM traffic (A, B
   read once, C written once). Ties go to larger tiles, then fewer stages, threads and K steps.
 float32 / float64 products run on the CUDA cores (`mma.fma_gemm`), taken at a sixteenth of the tensor-core
-peak; 8-bit ones at twice it. The constants are rough. For 4096^3 fp16 on sm_90a the first hint is 128x256x64 with 256 threads and 3
-stages, the tiling of tile_nb's fastest GEMM measured on the H200 (notebooks/06_tuning.ipynb).
+peak; 8-bit ones at twice it. The constants are rough. For 4096^3 fp16 on sm_90a the first hint is 128x256x64
+with 256 threads and 3 stages, the tiling of tile_nb's fastest GEMM measured on the H200
+(notebooks/06_tuning.ipynb).
 Time it on the GPU to choose: the hints are a search space, not an answer.
 """
 from __future__ import annotations
