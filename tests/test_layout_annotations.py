@@ -1,6 +1,7 @@
 """`T.annotate_layout`: a swizzle of a shared tile is accepted as a recorded hint (results unchanged, on the
-interpreter and the GPU); a layout written by hand (`T.Layout`, `T.Fragment`) or a swizzle of a global buffer
-or a fragment is refused at the user's line."""
+interpreter and the GPU); a layout written by hand on chip (`T.Layout` of a fragment, any `T.Fragment`) or a
+swizzle of a global buffer or a fragment is refused at the user's line. (`T.Layout` on a kernel parameter is
+honored: tests/test_global_layouts.py.)"""
 import pytest
 import torch
 
@@ -61,8 +62,8 @@ def _annotated(layout_of):
     "layout_of,what",
     [
         (
-            lambda A, f: {A: T.Layout(A.shape, lambda i, j: [j, i])},
-            r"'A' \(global\) with T.Layout\(\(8, 8\), \.\.\.\)",
+            lambda A, f: {f: T.Layout(f.shape, lambda i, j: [j, i])},
+            r"'frag' \(local.fragment\) with T.Layout\(\(8, 8\), \.\.\.\)",
         ),
         (lambda A, f: {f: T.Fragment(f.shape)}, r"'frag' \(local.fragment\) with T.Fragment\(\.\.\.\)"),
         (lambda A, f: {A: tilelang.layout.make_swizzled_layout(A)}, r"'A' \(global\) with a swizzle"),

@@ -718,6 +718,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     if st.views:  # T.Tensor(shape, dtype, A.data): [view name, tensor parameter name] (absent when none)
         attrs["tile_nb.views"] = [[view.name, next((p.name for p in params if p.same_as(base)), base.name)]
                                   for view, base in st.views]
+    if st.global_layouts:  # T.Layout on a kernel parameter (language/layouts.py); absent when none
+        attrs.update(_global_layouts(st, params))
     # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
     if st.hints:
         attrs["tile_nb.hints"] = list(st.hints)
@@ -731,6 +733,27 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     result.threads = st.threads
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _global_layouts(st, params) -> dict:
+    """The attributes of the hand layouts of global buffers: each must be a kernel parameter (the call's
+    tensor is what gets permuted) with no `T.Tensor(shape, dtype, A.data)` view (which would see its memory
+    unpermuted)."""
+    layouts, lines = {}, []
+    for name, (buf, imap, line) in st.global_layouts.items():
+        where = dict(filename=st.filename, lineno=line or None)
+        if not any(p.same_as(buf) for p in params):
+            raise DSLError(f"T.annotate_layout of '{name}' with T.Layout: only a kernel parameter (a tensor "
+                           f"the call passes) can have a hand layout; '{name}' is not one", **where,
+                           hint="annotate the parameter itself")
+        viewed = [view.name for view, base in st.views if base.same_as(buf)]
+        if viewed:
+            raise DSLError(f"T.annotate_layout of '{name}' with T.Layout: the view '{viewed[0]}' shares its "
+                           "memory, and would read it in the hand layout's order, not the tensor's", **where,
+                           hint="annotate a parameter without T.Tensor(..., data) views")
+        layouts[name] = imap
+        lines.append([name, line])
+    return {"tile_nb.global_layouts": layouts, "tile_nb.layout_lines": lines}
 
 
 def _check_scratch_names(hooks: Hooks, result: Elaboration) -> None:

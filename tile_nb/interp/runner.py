@@ -52,6 +52,10 @@ class Program:
                 self.params.append(_ScalarParam(comp, p))
         self.body = comp.stmt(func.body)
         self.nslots = comp.nslots
+        from ..runtime.layouts import HandLayouts
+
+        # T.Layout on a parameter: permuted around the run as around a GPU launch (runtime/layouts.py)
+        self.layouts = HandLayouts.of_func(func)
 
     def __call__(self, args, check_uninit: bool = True, trace=None) -> None:
         if len(args) != len(self.params):
@@ -197,13 +201,20 @@ def run(func: tirx.PrimFunc, args: list, *, threads: int | None = 1) -> None:
     `UninitializedReadError` for a read of shared / fragment / local memory that the block never wrote (the
     GPU would read garbage there; `TILE_NB_CHECK_UNINIT=0` turns that check off).
 
+    A parameter with a hand layout (`T.annotate_layout` with `T.Layout`) is gathered into logical order before
+    the run and scattered back after it, as on the GPU (tile_nb/runtime/layouts.py).
+
     Errors are raised without the interpreter's own frames (set `TILE_NB_DEBUG=1` to keep them).
 
     `threads`: torch intra-op threads while the kernel runs (restored afterwards; None keeps torch's setting).
     Tile-sized ops gain nothing from more threads, and on a busy machine OpenMP's waiting between thousands of
     small ops makes them much slower (benchmarks/results/interp.md).
     """
-    run_program(compile_func(func), list(args), threads)
+    program = compile_func(func)
+    if program.layouts is None:
+        run_program(program, list(args), threads)
+    else:
+        program.layouts(lambda *logical: run_program(program, list(logical), threads), args)
 
 
 def run_program(program: Program, args: list, threads: int | None = 1, trace=None) -> None:

@@ -57,6 +57,8 @@ class State:
     tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
     block_vars: tuple = ()  # the open T.Kernel's block indices (blockIdx.x, .y, .z), for T.get_block_binding
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
+    # buffer name -> (buffer, tirx.IndexMap, line) of each T.Layout annotated on a global buffer (layouts.py)
+    global_layouts: dict = field(default_factory=dict)
 
     def record_tile_op(self) -> None:
         self.tile_op_lines.append(self.lineno)

@@ -17,7 +17,7 @@ from .irwalk import tile_calls
 __all__ = ["LINE_ATTRS", "LoweringError", "SourceLines"]
 
 # Function attributes holding source lines (stripped from cache keys).
-LINE_ATTRS = ("tile_nb.tile_op_lines", "tile_nb.alloc_lines")
+LINE_ATTRS = ("tile_nb.tile_op_lines", "tile_nb.alloc_lines", "tile_nb.layout_lines")
 
 
 class SourceLines:

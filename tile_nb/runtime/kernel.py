@@ -122,7 +122,8 @@ class CompiledKernel:
 
     def _set_launch(self, module, func) -> None:
         """Keep `module` alive and launch through `func`; a kernel whose module holds state across a launch
-        (stream-K's workspace and flags) launches through `OneStreamAtATime`."""
+        (stream-K's workspace and flags) launches through `OneStreamAtATime`, one whose plan lists hand
+        layouts of parameters through their permutations (runtime/layouts.py)."""
         self._module = module
         self._func = OneStreamAtATime(func) if (self.plan or {}).get("stream_k") else func
         from .debug import DebugLaunch, debug_ops_of
@@ -130,6 +131,11 @@ class CompiledKernel:
         prints, asserts = debug_ops_of(self.cuda_source)
         if prints or asserts:  # T.print / T.device_assert: output into the notebook cell, asserts as errors
             self._func = DebugLaunch(self._func, self.name, asserts)
+        from .layouts import HandLayouts
+
+        hand = HandLayouts.of_plan(self.name, self.params, self.plan)
+        if hand is not None:  # T.Layout on a parameter: the tensor is permuted around each launch
+            self._func = hand.wrap(self._func)
 
     def __repr__(self) -> str:
         where = "from cache" if self.from_cache else "built"

@@ -36,6 +36,7 @@ from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
 from .fragments import FragmentLayout
+from .global_layouts import global_layouts
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .mma import fma_gemm, gemm_kind, is_tf32, k_major_panels, wgmma_eligible, wgmma_register_a_ok
@@ -117,6 +118,8 @@ class KernelPlan(PlanFacts):
     heavy_first: int
     wgmma_overlap: bool  # keep one wgmma group in flight across k-tiles of a cp.async pipeline
     notes: tuple = ()
+    # GlobalLayout of each tensor parameter with a hand layout: the call permutes it around the launch
+    global_layouts: tuple = ()
 
     # ---- decisions, as fields for code --------------------------------------------------------------------
     @property
@@ -200,6 +203,7 @@ class KernelPlan(PlanFacts):
             if self.persistent is not None and self.persistent.multicast is not None else 0,
             "tma_store": self.tma_store is not None, "refusals": [r.to_dict() for r in self.refusals],
             "options": self.options.changed(),
+            "global_layouts": [g.to_dict() for g in self.global_layouts],
         }
 
 
@@ -375,6 +379,8 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
             "its own loads and only other warps' work overlaps them (the stages and barriers stay)",
         )
+    hand_layouts = global_layouts(func)
+    notes += tuple(g.note for g in hand_layouts)
     heavy_first = _heavy_first(options, func, grid, pipelines)
     if heavy_first:
         notes += (
@@ -399,6 +405,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         heavy_first=heavy_first,
         wgmma_overlap=wgmma_overlap,
         notes=notes,
+        global_layouts=hand_layouts,
     )
 
 

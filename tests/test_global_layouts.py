@@ -1,0 +1,296 @@
+"""`T.annotate_layout({dQ: T.Layout(dQ.shape, fn)})` on a kernel parameter: the tensor's memory holds its
+elements in the layout's order (element idx at the row-major position of fn(*idx) over the outputs' ranges),
+as tilelang's FlashAttention backward stores dQ for its atomic adds and a second kernel reads it back with the
+same layout. Honored by a permuted copy around each call, the same code on the interpreter and the GPU
+(tile_nb/runtime/layouts.py). Checked here against permutations computed independently, with plain index
+arithmetic; the sm_90a CUDA builds; the GPU twins are marked gpu."""
+import linecache
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+import tile_nb.tilelang as tilelang
+from tile_nb.backend import toolchain
+from tile_nb.errors import DSLError
+from tile_nb.runtime.layouts import HandLayouts, LayoutError
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+
+
+def make_dq_layout(dQ):
+    """tilelang's dQ layout (example_gqa_bwd.py's rank-3 form): rows and columns in 8x8 MMA fragments."""
+    return T.Layout(dQ.shape, lambda b, l, d: [b, l // 8, d // 8, d % 2, 4 * (l % 8) + (d % 8) // 2])
+
+
+def _dq_positions(B, L, D) -> torch.Tensor:
+    """The memory position of every dQ[b, l, d] under make_dq_layout, element by element in plain Python."""
+    out = torch.empty(B, L, D, dtype=torch.int64)
+    for b in range(B):
+        for l in range(L):
+            for d in range(D):
+                o = (b, l // 8, d // 8, d % 2, 4 * (l % 8) + (d % 8) // 2)
+                ext = (B, L // 8, D // 8, 2, 32)
+                pos = 0
+                for v, e in zip(o, ext, strict=True):
+                    pos = pos * e + v
+                out[b, l, d] = pos
+    return out
+
+
+@tilelang.jit(out_idx=[-1])
+def _postprocess(batch, seq_len, dim, blk=16):
+    """tilelang's postprocess kernel: dQ read through the layout, written out in half precision."""
+    shape = [batch, seq_len, dim]
+
+    @T.prim_func
+    def post(dQ: T.Tensor(shape, T.float32), dQ_out: T.Tensor(shape, T.float16)):
+        with T.Kernel(T.ceildiv(seq_len, blk), batch, threads=128) as (bx, bz):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            T.copy(dQ[bz, bx * blk:(bx + 1) * blk, :], dQ_out[bz, bx * blk:(bx + 1) * blk, :])
+
+    return post
+
+
+@tilelang.jit
+def _accumulate(splits, batch, seq_len, dim, blk=64):
+    """The backward kernel's pattern: blocks of `splits` add partial dQ tiles atomically into the annotated
+    dQ (zero-filled by the caller)."""
+
+    @T.prim_func
+    def bwd(X: T.Tensor([splits, batch, seq_len, dim], T.float32), W: T.Tensor([dim, dim], T.float32),
+            dQ: T.Tensor([batch, seq_len, dim], T.float32)):
+        with T.Kernel(T.ceildiv(seq_len, blk), batch, splits, threads=128) as (bx, bz, s):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            x = T.alloc_shared((blk, dim), T.float32)
+            w = T.alloc_shared((dim, dim), T.float32)
+            dq = T.alloc_fragment((blk, dim), T.float32)
+            T.copy(X[s, bz, bx * blk:(bx + 1) * blk, :], x)
+            T.copy(W, w)
+            T.clear(dq)
+            T.gemm(x, w, dq)
+            for i, j in T.Parallel(blk, dim):
+                if bx * blk + i < seq_len:
+                    T.atomic_add(dQ[bz, bx * blk + i, j], dq[i, j])
+
+    return bwd
+
+
+def _run_pair(S, B, L, D, device):
+    torch.manual_seed(S * 1000 + B * 100 + L + D)
+    x = torch.randn(S, B, L, D, device=device)
+    w = torch.randn(D, D, device=device) / D ** 0.5
+    dq = torch.zeros(B, L, D, device=device)
+    _accumulate(S, B, L, D)(x, w, dq)
+    expected = (x.double() @ w.double()).sum(0)
+    # the raw memory holds dQ in the layout's order
+    pos = _dq_positions(B, L, D).to(device)
+    torch.testing.assert_close(dq.reshape(-1)[pos.reshape(-1)].view(B, L, D).double(), expected,
+                               atol=1e-4, rtol=1e-4)
+    out = _postprocess(B, L, D)(dq)
+    torch.testing.assert_close(out.double(), expected.half().double(), atol=2e-3, rtol=2e-3)
+    return dq, expected
+
+
+@pytest.mark.parametrize("S,B,L,D", [(3, 2, 24, 16), (1, 1, 8, 16), (2, 3, 136, 32)])
+def test_backward_then_postprocess_on_the_interpreter(S, B, L, D):
+    dq, expected = _run_pair(S, B, L, D, "cpu")
+    if L * D > 64:  # a permutation that moves things: the memory in logical order would be wrong
+        assert not torch.allclose(dq.double(), expected, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("S,B,L,D", [(3, 2, 24, 16), (1, 1, 8, 16), (4, 2, 200, 64)])
+def test_backward_then_postprocess_on_gpu(S, B, L, D):
+    _run_pair(S, B, L, D, "cuda")
+
+
+# -- a layout that permits any size: a transpose of the first two dims, with a dynamic dim ----------------
+@tile_nb.jit
+def scale_into(X, Y, blk: int = 8):
+    """Y[l, h, d] = 3 * X[l, h, d], Y stored as [h, l, d] (example_gqa_sink_bwd_varlen.py's dQ layout)."""
+    L = T.dynamic("L")
+    H, D = T.const("H, D")
+    X: T.Tensor[[L, H, D], T.float32]
+    Y: T.Tensor[[L, H, D], T.float32]
+    with T.Kernel(T.ceildiv(L, blk), H, threads=32) as (bx, h):
+        T.annotate_layout({Y: T.Layout(Y.shape, lambda l, h, d: [h, l, d])})
+        for i, d in T.Parallel(blk, D):
+            if bx * blk + i < L:
+                Y[bx * blk + i, h, d] = X[bx * blk + i, h, d] * 3.0
+
+
+@tile_nb.jit
+def read_back(Y, Z, blk: int = 8):
+    """Z = Y + 1, Y read through the same layout."""
+    L = T.dynamic("L")
+    H, D = T.const("H, D")
+    Y: T.Tensor[[L, H, D], T.float32]
+    Z: T.Tensor[[L, H, D], T.float32]
+    with T.Kernel(T.ceildiv(L, blk), H, threads=32) as (bx, h):
+        T.annotate_layout({Y: T.Layout(Y.shape, lambda l, h, d: [h, l, d])})
+        for i, d in T.Parallel(blk, D):
+            if bx * blk + i < L:
+                Z[bx * blk + i, h, d] = Y[bx * blk + i, h, d] + 1.0
+
+
+def _transposed(L, H, D, device):
+    torch.manual_seed(L * 7 + H * 3 + D)
+    x = torch.randn(L, H, D, device=device)
+    y = torch.full((L, H, D), float("nan"), device=device)
+    scale_into(x, y)
+    # memory order [h, l, d]: the tensor's storage read as (H, L, D) is x transposed
+    torch.testing.assert_close(y.reshape(-1).view(H, L, D), (3 * x).transpose(0, 1))
+    z = torch.empty_like(x)
+    read_back(y, z)
+    torch.testing.assert_close(z, 3 * x + 1)
+
+
+@pytest.mark.parametrize("L,H,D", [(13, 3, 5), (1, 1, 1), (1, 4, 7), (9, 1, 3)])
+def test_any_size_layout_with_a_dynamic_dim(L, H, D):
+    _transposed(L, H, D, "cpu")
+    _transposed(L + 6, H, D, "cpu")  # another value of the T.dynamic dim: one kernel, a new permutation
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L,H,D", [(13, 3, 5), (1, 1, 1), (1000, 4, 33)])
+def test_any_size_layout_on_gpu(L, H, D):
+    _transposed(L, H, D, "cuda")
+
+
+# -- refusals ----------------------------------------------------------------------------------------------
+def test_sizes_the_layout_cannot_permute_are_refused_naming_the_buffer():
+    dq = torch.zeros(1, 12, 8)  # 12 rows: l // 8 and l % 8 span 2 x 8 = 16 rows
+    with pytest.raises(LayoutError) as info:
+        _postprocess(1, 12, 8)(dq)
+    err = info.value
+    assert "'dQ'" in err.message and "wrong size" in err.message and "l // T.int64(8)" in err.message
+    assert "annotate_layout" in linecache.getline(err.filename, err.lineno)
+
+
+@tile_nb.jit
+def not_bijective(X, how: str = "fold"):
+    N = T.const("N")
+    X: T.Tensor[[N, 4], T.float32]
+    with T.Kernel(1, threads=32):
+        if how == "fold":
+            T.annotate_layout({X: T.Layout(X.shape, lambda i, j: [i, j % 2, j // 3])})
+        elif how == "negative":
+            T.annotate_layout({X: T.Layout(X.shape, lambda i, j: [i, j - 1])})
+        for i, j in T.Parallel(N, 4):
+            X[i, j] = X[i, j] * 2.0
+
+
+def test_a_layout_that_is_not_a_bijection_is_refused():
+    x = torch.randn(3, 4)
+    before = x.clone()
+    collision = r"'X'.*not a bijection: the elements \(0, 0\) and \(0, 2\) both land at position 0"
+    with pytest.raises(LayoutError, match=collision):
+        not_bijective(x)
+    with pytest.raises(LayoutError, match="negative value -1"):
+        not_bijective(x, how="negative")
+    assert torch.equal(x, before)  # refused before anything ran
+
+
+@tile_nb.jit
+def refused(X, how: str):
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    with T.Kernel(1, threads=32):
+        s = T.alloc_shared((N,), T.float32)
+        f = T.alloc_fragment((N,), T.float32)
+        if how == "fragment":
+            T.annotate_layout({X: T.Fragment(X.shape, forward_thread_fn=lambda i: i % 32)})
+        elif how == "shared":
+            T.annotate_layout({s: T.Layout(s.shape, lambda i: [N - 1 - i])})
+        elif how == "local":
+            T.annotate_layout({f: T.Layout(f.shape, lambda i: [i])})
+        elif how == "load":
+            T.annotate_layout({X: T.Layout(X.shape, lambda i: [T.cast(X[i], "int32")])})
+        elif how == "rank":
+            T.annotate_layout({X: T.Layout(X.shape, lambda i, j: [i])})
+        elif how == "twice":
+            T.annotate_layout({X: T.Layout(X.shape, lambda i: [i])})
+            T.annotate_layout({X: T.Layout(X.shape, lambda i: [N - 1 - i])})
+        T.copy(X, s)
+        T.copy(s, f)
+        T.copy(f, X)
+
+
+@pytest.mark.parametrize("how,message", [
+    ("fragment", "'X' (global) with T.Fragment(...) is not supported"),
+    ("shared", "(shared.dyn) with T.Layout"),
+    ("local", "(local.fragment) with T.Layout"),
+    ("load", "uses TensorLoad (X[i])"),
+    ("rank", "its function must take 1 indices"),
+    ("twice", "already has another T.Layout"),
+])
+def test_other_hand_layouts_are_refused_at_the_line(how, message):
+    with pytest.raises(DSLError) as info:
+        refused(torch.randn(8), how=how)
+    err = info.value
+    assert message in err.message
+    assert "annotate_layout" in linecache.getline(err.filename, err.lineno)
+
+
+def test_a_layout_with_a_dim_of_the_tensor():
+    """`N - 1 - i` (a reversal) with N a T.dynamic dim read from the tensor at each call."""
+    @tile_nb.jit
+    def reverse_store(X, Y):
+        N = T.dynamic("N")
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            T.annotate_layout({Y: T.Layout(Y.shape, lambda i: [N - 1 - i])})
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    Y[bx * 32 + i] = X[bx * 32 + i] + 0.5
+
+    for n in (1, 7, 70):
+        x = torch.randn(n)
+        y = torch.empty(n)
+        reverse_store(x, y)
+        torch.testing.assert_close(y, (x + 0.5).flip(0))
+
+
+def test_a_strided_tensor_is_refused_naming_the_parameter():
+    y = torch.empty(4, 3, 2).transpose(0, 1)  # (3, 4, 2), not contiguous
+    hand = HandLayouts.of_func(scale_into.specialize(torch.empty(3, 4, 2), torch.empty(3, 4, 2)))
+    with pytest.raises(tile_nb.errors.NotContiguousError, match="argument 'Y' has a hand layout"):
+        hand(lambda *a: None, [torch.empty(3, 4, 2), y])
+
+
+# -- the decision: in the IR, the plan, the disk cache, and the CUDA ---------------------------------------
+@needs_nvcc
+def test_the_plan_keeps_the_layout_and_the_sm_90a_cuda_builds(tmp_path, monkeypatch):
+    from tile_nb import runtime as rt
+
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path))
+    func = _accumulate(3, 2, 24, 16).tile_nb_kernel.specialize(torch.empty(3, 2, 24, 16), torch.empty(16, 16),
+                                                torch.empty(2, 24, 16))
+    assert "T.index_map(lambda b, l, d: (b, l // T.int64(8)" in func.script()
+    kernel = rt.compile(func, "sm_90a")
+    assert kernel.cubin is not None and "atomicAdd" in kernel.cuda_source
+    note = "dQ: hand layout honored by a permuted copy around the launch (two extra passes over dQ)"
+    assert note in kernel.plan["notes"]
+    rt.clear_memory_cache()
+    cached = rt.compile(func, "sm_90a")
+    assert cached.from_cache and cached.plan["global_layouts"] == kernel.plan["global_layouts"]
+    # what a launch of the cached kernel applies is the permutation the interpreter applies
+    from_plan = HandLayouts.of_plan(cached.name, cached.params, cached.plan)
+    from_func = HandLayouts.of_func(func)
+    t = torch.empty(2, 24, 16)
+    (i, a), (j, b) = from_plan.positions[0], from_func.positions[0]
+    assert i == j == 2
+    assert torch.equal(from_plan.permutation(a, t), from_func.permutation(b, t))
+    assert torch.equal(from_plan.permutation(a, t), _dq_positions(2, 24, 16).reshape(-1))
+
+
+def test_the_phase_2_ir_text_round_trips():
+    """Tuning workers parse the IR text and require it to print back the same."""
+    import tvm
+
+    func = scale_into.specialize(torch.empty(5, 2, 3), torch.empty(5, 2, 3))
+    text = func.script()
+    assert tvm.script.from_source(text).script() == text

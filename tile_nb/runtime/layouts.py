@@ -1,0 +1,178 @@
+"""Hand layouts of kernel parameters, honored around a call: one mechanism for the GPU launch and the CPU
+interpreter, so both see the same logical tensor.
+
+`T.annotate_layout({dQ: T.Layout(dQ.shape, fn)})` says that element `dQ[idx]` sits at memory position
+`linear(fn(*idx))`: the row-major order of fn's outputs over their ranges (each output's range over the
+logical indices; the ranges' product must be the tensor's size). So a call evaluates the outputs on index
+grids of the tensor's shape (expression trees of lower/analysis/global_layouts.py), checks that the positions
+permute the elements, and keeps that permutation per shape and device. The kernel then runs on
+`logical = t.reshape(-1)[perm].view(shape)` (indexed as written), and the tensor gets
+`t.view(-1)[perm] = logical` back afterwards: its memory holds the values in the layout's order, which the
+next kernel with the same layout reads back. Two extra passes over the tensor per call; the plan says so.
+"""
+from __future__ import annotations
+
+import threading
+
+from ..errors import ArgumentError, NotContiguousError
+
+__all__ = ["HandLayouts", "LayoutError", "permutation"]
+
+_MAX_SHAPES = 32  # permutations kept per layout (a T.dynamic dim can take many values)
+
+
+class LayoutError(ArgumentError, ValueError):
+    """A hand layout (T.Layout on a kernel parameter) that does not permute the tensor's elements at the
+    call's shape."""
+
+
+def _binary(op: str):
+    import torch
+
+    return {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+            "//": lambda a, b: a // b, "%": lambda a, b: a % b,
+            "min": lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)),
+            "max": lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
+            "div": lambda a, b: torch.div(torch.as_tensor(a), b, rounding_mode="trunc"),
+            "mod": lambda a, b: torch.fmod(torch.as_tensor(a), b)}[op]
+
+
+def _evaluate(tree, grids: list, shape: tuple):
+    """An expression tree on int64 index grids (ints stay ints)."""
+    if isinstance(tree, int):
+        return tree
+    kind = tree[0]
+    if kind == "i":
+        return grids[tree[1]]
+    if kind == "dim":
+        return int(shape[tree[1]])
+    return _binary(kind)(_evaluate(tree[1], grids, shape), _evaluate(tree[2], grids, shape))
+
+
+def permutation(layout, shape: tuple, device=None):
+    """`perm` (int64, on `device`): `perm[i]` is the memory position of the element whose row-major logical
+    index is i, under `layout` (a GlobalLayout) at `shape`. LayoutError when the positions are not a
+    permutation of range(numel)."""
+    import math
+
+    import torch
+
+    numel = math.prod(shape)
+    grids = [torch.arange(n, dtype=torch.int64, device=device) for n in shape]
+    grids = [g.reshape([-1 if k == j else 1 for k in range(len(shape))]).expand(shape).reshape(-1)
+             for j, g in enumerate(grids)]
+    outputs = []
+    for tree in layout.outputs:
+        value = _evaluate(tree, grids, shape)
+        outputs.append(torch.as_tensor(value, dtype=torch.int64, device=device).expand(numel).reshape(-1))
+    if numel == 0:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    extents = []
+    for k, out in enumerate(outputs):
+        low = int(out.min())
+        if low < 0:
+            raise _error(layout, shape, f"its output {k} takes the negative value {low}")
+        extents.append(int(out.max()) + 1)
+    span = math.prod(extents)
+    if span != numel:
+        raise _error(layout, shape, f"its outputs range over {tuple(extents)}, {span} positions, for "
+                                    f"{numel} elements (wrong size)")
+    perm = torch.zeros(numel, dtype=torch.int64, device=device)
+    for out, extent in zip(outputs, extents, strict=True):
+        perm = perm * extent + out
+    counts = torch.bincount(perm, minlength=numel)
+    if bool((counts != 1).any()):
+        pos = int(torch.nonzero(counts > 1)[0])
+        first, second = (int(i) for i in torch.nonzero(perm == pos)[:2, 0])
+        raise _error(layout, shape, f"it is not a bijection: the elements {_unravel(first, shape)} and "
+                                    f"{_unravel(second, shape)} both land at position {pos}")
+    return perm
+
+
+def _unravel(i: int, shape: tuple) -> tuple:
+    out = []
+    for n in reversed(shape):
+        out.append(i % n)
+        i //= n
+    return tuple(reversed(out))
+
+
+def _error(layout, shape: tuple, why: str) -> LayoutError:
+    return LayoutError(
+        f"the hand layout of '{layout.name}' ({layout.text}) does not permute its {tuple(shape)} elements: "
+        f"{why}", filename=layout.filename, lineno=layout.line,
+        hint="a T.Layout on a kernel parameter must map the tensor's indices one to one onto positions "
+             "0 .. numel-1 (for tilelang's dQ layout: sizes that are multiples of 8 along the permuted dims)")
+
+
+class HandLayouts:
+    """The hand layouts of one kernel's parameters, applied around its calls: `hand(launch, args)` runs
+    `launch(*args)` with each annotated tensor in logical order, and writes it back in the layout's order."""
+
+    def __init__(self, kernel: str, params: tuple, layouts: tuple):
+        self.kernel = kernel
+        self.positions = [(list(params).index(g.name), g) for g in layouts]
+        self._perms: dict = {}  # (name, shape, device) -> permutation
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_func(cls, func) -> HandLayouts | None:
+        """Those of a phase-2 PrimFunc (the interpreter's), or None when it has none."""
+        from ..lower.analysis.global_layouts import global_layouts
+
+        layouts = global_layouts(func)
+        if not layouts:
+            return None
+        name = str((func.attrs or {}).get("global_symbol", "kernel"))
+        return cls(name, tuple(p.name for p in func.params), layouts)
+
+    @classmethod
+    def of_plan(cls, kernel: str, params: tuple, plan: dict | None) -> HandLayouts | None:
+        """Those a compiled kernel's plan lists (kept by the disk cache), or None when it lists none."""
+        from ..lower.analysis.global_layouts import GlobalLayout
+
+        listed = (plan or {}).get("global_layouts") or []
+        if not listed:
+            return None
+        return cls(kernel, params, tuple(GlobalLayout.from_dict(d) for d in listed))
+
+    def permutation(self, layout, t):
+        key = (layout.name, tuple(t.shape), t.device)
+        perm = self._perms.get(key)
+        if perm is None:
+            perm = permutation(layout, tuple(int(n) for n in t.shape), t.device)
+            with self._lock:
+                if len(self._perms) >= _MAX_SHAPES * len(self.positions):
+                    self._perms.clear()
+                self._perms[key] = perm
+        return perm
+
+    def __call__(self, launch, args):
+        args = list(args)
+        back = []
+        for i, layout in self.positions:
+            t = args[i]
+            if getattr(t, "is_contiguous", None) is None:
+                continue  # not a tensor: the launch says what it expected
+            if not t.is_contiguous():
+                raise NotContiguousError(
+                    f"{self.kernel}() argument '{layout.name}' has a hand layout (T.Layout), which is "
+                    f"applied to a contiguous tensor; got strides {tuple(t.stride())} for shape "
+                    f"{tuple(t.shape)}", filename=layout.filename, lineno=layout.line,
+                    hint=f"pass {layout.name}.contiguous() (and read the result from that tensor)")
+            perm = self.permutation(layout, t)
+            logical = t.reshape(-1)[perm].view(t.shape)  # gather: the kernel indexes it as written
+            args[i] = logical
+            back.append((t, perm, logical))
+        out = launch(*args)
+        for t, perm, logical in back:
+            t.view(-1)[perm] = logical.reshape(-1)  # scatter: memory in the layout's order
+        return out
+
+    def wrap(self, launch):
+        """`launch` with the permutations around it (what a compiled kernel launches through)."""
+        def permuted(*args):
+            return self(launch, args)
+
+        permuted.hand_layouts = self
+        return permuted
