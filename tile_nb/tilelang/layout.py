@@ -1,6 +1,8 @@
 """`tilelang.layout` on tile_nb: `make_swizzled_layout(buf)`, the swizzle of a shared tile that
 `T.annotate_layout` accepts as a hint (tile_nb picks shared-memory swizzles itself), and `Layout` / `Fragment`
-(which `T.annotate_layout` refuses for now). Other names raise UnsupportedTilelangAPI."""
+(`T.annotate_layout` honors a `Layout` on a kernel parameter, tile_nb/language/layouts.py, and refuses the
+rest).
+Other names raise UnsupportedTilelangAPI."""
 from __future__ import annotations
 
 from ..language.layouts import Fragment, Layout, swizzled_layout
