@@ -294,3 +294,36 @@ def test_the_phase_2_ir_text_round_trips():
     func = scale_into.specialize(torch.empty(5, 2, 3), torch.empty(5, 2, 3))
     text = func.script()
     assert tvm.script.from_source(text).script() == text
+
+
+@needs_nvcc
+def test_a_compiled_kernel_launches_through_the_same_permutation(tmp_path, monkeypatch):
+    """The GPU path without a GPU: the compiled kernel's launch (here a stand-in that does what the kernel
+    does, on whatever tensors it is handed) is wrapped by the permutation its plan lists, so it sees dQ in
+    logical order, and dQ's memory ends in the layout's order, as after the interpreter."""
+    from tile_nb import runtime as rt
+
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path))
+    S, B, L, D = 2, 1, 16, 16
+    torch.manual_seed(5)
+    x, w = torch.randn(S, B, L, D), torch.randn(D, D)
+    func = _accumulate(S, B, L, D).tile_nb_kernel.specialize(x, w, torch.empty(B, L, D))
+    kernel = rt.compile(func, "sm_90a")
+    seen = []
+
+    def stand_in(X, W, dQ):
+        seen.append(dQ.clone())
+        dQ += (X @ W).sum(0)
+
+    kernel._set_launch(None, stand_in)
+    start = torch.randn(B, L, D)  # not zero: the kernel must see it gathered into logical order
+    gpu_like = start.clone()
+    try:
+        kernel(x, w, gpu_like)
+    finally:
+        rt.clear_memory_cache()  # the kernel with the stand-in launch must not serve another compile
+    pos = _dq_positions(B, L, D).reshape(-1)
+    torch.testing.assert_close(seen[0], start.reshape(-1)[pos].view(B, L, D))
+    interpreted = start.clone()
+    _accumulate(S, B, L, D)(x, w, interpreted)
+    torch.testing.assert_close(gpu_like, interpreted, atol=1e-4, rtol=1e-4)
