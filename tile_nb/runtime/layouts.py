@@ -58,17 +58,16 @@ def permutation(layout, shape: tuple, device=None):
     import torch
 
     numel = math.prod(shape)
-    grids = [torch.arange(n, dtype=torch.int64, device=device) for n in shape]
-    grids = [g.reshape([-1 if k == j else 1 for k in range(len(shape))]).expand(shape).reshape(-1)
-             for j, g in enumerate(grids)]
-    outputs = []
-    for tree in layout.outputs:
-        value = _evaluate(tree, grids, shape)
-        outputs.append(torch.as_tensor(value, dtype=torch.int64, device=device).expand(numel).reshape(-1))
     if numel == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
+    # each index as a broadcastable arange (nothing of the tensor's size until the positions themselves)
+    rank = len(shape)
+    grids = [torch.arange(n, dtype=torch.int64, device=device).view([1] * j + [n] + [1] * (rank - j - 1))
+             for j, n in enumerate(shape)]
+    outputs = [torch.as_tensor(_evaluate(tree, grids, shape), dtype=torch.int64, device=device)
+               for tree in layout.outputs]
     extents = []
-    for k, out in enumerate(outputs):
+    for k, out in enumerate(outputs):  # an output's range over the indices is that of its broadcast form
         low = int(out.min())
         if low < 0:
             raise _error(layout, shape, f"its output {k} takes the negative value {low}")
@@ -77,12 +76,14 @@ def permutation(layout, shape: tuple, device=None):
     if span != numel:
         raise _error(layout, shape, f"its outputs range over {tuple(extents)}, {span} positions, for "
                                     f"{numel} elements (wrong size)")
-    perm = torch.zeros(numel, dtype=torch.int64, device=device)
+    perm = torch.zeros((), dtype=torch.int64, device=device)
     for out, extent in zip(outputs, extents, strict=True):
         perm = perm * extent + out
-    counts = torch.bincount(perm, minlength=numel)
-    if bool((counts != 1).any()):
-        pos = int(torch.nonzero(counts > 1)[0])
+    perm = perm.expand(shape).reshape(-1)
+    hit = torch.zeros(numel, dtype=torch.bool, device=device)
+    hit[perm] = True
+    if not bool(hit.all()):  # numel positions in range(numel), one missed: two elements share one
+        pos = int(torch.nonzero(torch.bincount(perm, minlength=numel) > 1)[0])
         first, second = (int(i) for i in torch.nonzero(perm == pos)[:2, 0])
         raise _error(layout, shape, f"it is not a bijection: the elements {_unravel(first, shape)} and "
                                     f"{_unravel(second, shape)} both land at position {pos}")
