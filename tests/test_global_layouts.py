@@ -254,11 +254,14 @@ def test_a_layout_with_a_dim_of_the_tensor():
         torch.testing.assert_close(y, (x + 0.5).flip(0))
 
 
-def test_a_strided_tensor_is_refused_naming_the_parameter():
+def test_a_strided_or_aliased_tensor_is_refused_naming_the_parameter():
     y = torch.empty(4, 3, 2).transpose(0, 1)  # (3, 4, 2), not contiguous
     hand = HandLayouts.of_func(scale_into.specialize(torch.empty(3, 4, 2), torch.empty(3, 4, 2)))
     with pytest.raises(tile_nb.errors.NotContiguousError, match="argument 'Y' has a hand layout"):
         hand(lambda *a: None, [torch.empty(3, 4, 2), y])
+    same = torch.empty(3, 4, 2)
+    with pytest.raises(tile_nb.errors.ArgumentError, match="the same tensor is also argument 'X'"):
+        scale_into(same, same)
 
 
 # -- the decision: in the IR, the plan, the disk cache, and the CUDA ---------------------------------------

@@ -111,7 +111,7 @@ class HandLayouts:
     `launch(*args)` with each annotated tensor in logical order, and writes it back in the layout's order."""
 
     def __init__(self, kernel: str, params: tuple, layouts: tuple):
-        self.kernel = kernel
+        self.kernel, self.params = kernel, tuple(params)
         self.positions = [(list(params).index(g.name), g) for g in layouts]
         self._perms: dict = {}  # (name, shape, device) -> permutation
         self._lock = threading.Lock()
@@ -161,6 +161,12 @@ class HandLayouts:
                     f"applied to a contiguous tensor; got strides {tuple(t.stride())} for shape "
                     f"{tuple(t.shape)}", filename=layout.filename, lineno=layout.line,
                     hint=f"pass {layout.name}.contiguous() (and read the result from that tensor)")
+            other = next((k for k, a in enumerate(args) if a is t and k != i), None)
+            if other is not None:
+                raise ArgumentError(
+                    f"{self.kernel}() argument '{layout.name}' has a hand layout (T.Layout), and the same "
+                    f"tensor is also argument '{self.params[other]}': the kernel would see it in two orders",
+                    filename=layout.filename, lineno=layout.line, hint="pass separate tensors")
             perm = self.permutation(layout, t)
             logical = t.reshape(-1)[perm].view(t.shape)  # gather: the kernel indexes it as written
             args[i] = logical
