@@ -15,7 +15,9 @@ a TIR `IndexMap` in `func.attrs["tile_nb.global_layouts"]` (the annotation's lin
 Every call, on the GPU and on the interpreter alike, gathers the tensor into logical order before the kernel
 and scatters it back after (tile_nb/runtime/layouts.py, which also checks that the layout permutes the
 tensor's elements at the call's shape). A hand layout anywhere else (a shared tile, a fragment, a view) and
-every `T.Fragment` are refused at the user's line: on chip they could change what the kernel reads.
+every `T.Fragment` are refused at the user's line: tile_nb would ignore a shared tile's placement, which is
+harmless only while every read goes through logical indices; code that reads by address (ldmatrix, PTX
+intrinsics) or a layout that is no bijection would then compute something else than tilelang does.
 """
 from __future__ import annotations
 
