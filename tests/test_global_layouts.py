@@ -234,6 +234,15 @@ def test_other_hand_layouts_are_refused_at_the_line(how, message):
     assert "annotate_layout" in linecache.getline(err.filename, err.lineno)
 
 
+def test_an_input_that_requires_grad_is_read_through_its_layout():
+    """A tensor the kernel only reads may require grad (as for any kernel): its permuted copy-back is not an
+    autograd operation."""
+    y = torch.randn(5, 2, 3).requires_grad_()
+    z = torch.empty(5, 2, 3)
+    read_back(y, z)
+    torch.testing.assert_close(z, y.detach().reshape(-1).view(2, 5, 3).transpose(0, 1) + 1)
+
+
 def test_a_layout_with_a_dim_of_the_tensor():
     """`N - 1 - i` (a reversal) with N a T.dynamic dim read from the tensor at each call."""
     @tile_nb.jit

@@ -168,12 +168,16 @@ class HandLayouts:
                     f"tensor is also argument '{self.params[other]}': the kernel would see it in two orders",
                     filename=layout.filename, lineno=layout.line, hint="pass separate tensors")
             perm = self.permutation(layout, t)
-            logical = t.reshape(-1)[perm].view(t.shape)  # gather: the kernel indexes it as written
+            logical = t.detach().reshape(-1)[perm].view(t.shape)  # gather: the kernel indexes it as written
             args[i] = logical
             back.append((t, perm, logical))
         out = launch(*args)
-        for t, perm, logical in back:
-            t.view(-1)[perm] = logical.reshape(-1)  # scatter: memory in the layout's order
+        if back:
+            import torch
+
+            with torch.no_grad():  # as the kernel's own writes: not recorded by autograd
+                for t, perm, logical in back:
+                    t.view(-1)[perm] = logical.reshape(-1)  # scatter: memory in the layout's order
         return out
 
     def wrap(self, launch):
