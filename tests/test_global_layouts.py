@@ -96,6 +96,7 @@ def _run_pair(S, B, L, D, device):
 @pytest.mark.parametrize("S,B,L,D", [(3, 2, 24, 16), (1, 1, 8, 16), (2, 3, 136, 32)])
 def test_backward_then_postprocess_on_the_interpreter(S, B, L, D):
     dq, expected = _run_pair(S, B, L, D, "cpu")
+    _run_pair(S, B, L, D, "cpu")  # again: the cached call path
     if L * D > 64:  # a permutation that moves things: the memory in logical order would be wrong
         assert not torch.allclose(dq.double(), expected, atol=1e-3)
 
@@ -104,6 +105,7 @@ def test_backward_then_postprocess_on_the_interpreter(S, B, L, D):
 @pytest.mark.parametrize("S,B,L,D", [(3, 2, 24, 16), (1, 1, 8, 16), (4, 2, 200, 64)])
 def test_backward_then_postprocess_on_gpu(S, B, L, D):
     _run_pair(S, B, L, D, "cuda")
+    _run_pair(S, B, L, D, "cuda")  # again: the cached call path launches through the same permutation
 
 
 # -- a layout that permits any size: a transpose of the first two dims, with a dynamic dim ----------------
