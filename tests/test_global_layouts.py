@@ -245,7 +245,8 @@ def test_an_input_that_requires_grad_is_read_through_its_layout():
     torch.testing.assert_close(z, y.detach().reshape(-1).view(2, 5, 3).transpose(0, 1) + 1)
 
 
-def test_a_layout_with_a_dim_of_the_tensor():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_layout_with_a_dim_of_the_tensor(device):
     """`N - 1 - i` (a reversal) with N a T.dynamic dim read from the tensor at each call."""
     @tile_nb.jit
     def reverse_store(X, Y):
@@ -259,8 +260,8 @@ def test_a_layout_with_a_dim_of_the_tensor():
                     Y[bx * 32 + i] = X[bx * 32 + i] + 0.5
 
     for n in (1, 7, 70):
-        x = torch.randn(n)
-        y = torch.empty(n)
+        x = torch.randn(n, device=device)
+        y = torch.empty(n, device=device)
         reverse_store(x, y)
         torch.testing.assert_close(y, (x + 0.5).flip(0))
 
