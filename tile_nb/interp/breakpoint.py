@@ -78,7 +78,7 @@ def _in_scope(comp: Compiler) -> list[tuple[str, int, str]]:
 
 def _frame_function(kernel: str, filename: str, line: int, names: tuple[str, ...]):
     """A function named after the kernel whose code is on `line` of `filename`: it binds `names` from the dict
-    it is given and calls `breakpoint()` (pdb stops as the function returns, still on that line)."""
+    it is given and calls `breakpoint()`; the debugger stops at the next line event, on that line too."""
     key = (kernel, filename, line, names)
     fn = _FRAMES.get(key)
     if fn is None:
@@ -87,7 +87,11 @@ def _frame_function(kernel: str, filename: str, line: int, names: tuple[str, ...
             f"{n} = __tile_nb_values[{n!r}] if {n!r} in __tile_nb_values else None; " for n in names
         )
         pad = "\n" * max(line - 2, 0)
-        source = f"{pad}def {fname}(__tile_nb_values):\n    {body}breakpoint()\n"
+        # Twice round a loop on the one line: the jump back after breakpoint() is a line event on the user's
+        # line, where debugpy (Jupyter's and VS Code's debugger) stops; pdb stops there too.
+        loop = "for __tile_nb_again in (False, True): "
+        stop = "breakpoint() if not __tile_nb_again else None"
+        source = f"{pad}def {fname}(__tile_nb_values):\n    {loop}{body}{stop}\n"
         scope = {"__builtins__": builtins}
         exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own generated source
         fn = _FRAMES[key] = scope[fname]
