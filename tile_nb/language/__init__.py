@@ -88,6 +88,7 @@ from .memory import (
     fill,
     make_tensor,
 )
+from .persistent import Persistent
 from .sync import (
     alloc_barrier,
     barrier_arrive,
@@ -138,6 +139,7 @@ __all__ = [
     "Kernel",
     "Pipelined",
     "Parallel",
+    "Persistent",
     "serial",
     "unroll",
     "vectorized",
