@@ -14,7 +14,8 @@ import types
 from typing import Any
 
 from ._locks import KeyedLocks, build_once
-from .errors import ArgumentError
+from .backend import postproc
+from .errors import ArgumentError, TileNBError
 from .factory import KernelFactory
 from .frontend.binding import (
     Missing,
@@ -66,6 +67,11 @@ _ALIGNED, _FAST_TABLE_SIZE, _NOT_SEEN, _FastEntry, _Missing, _is_tensor = (ALIGN
 class NotLowerableWarning(UserWarning):
     """The CPU interpreter ran a kernel that the GPU lowering refuses."""
 
+
+class InterpreterCallbackError(TileNBError, RuntimeError):
+    """A kernel called on the CPU interpreter while a CUDA source post-processing callback is registered
+    (backend/postproc.py): the interpreter runs the tile IR, so it cannot apply the callback."""
+
 log = logging.getLogger("tile_nb")
 
 
@@ -115,6 +121,7 @@ class JITFunction:
         self._building = KeyedLocks()
         self._stats_lock = threading.Lock()
         on_change(self, JITFunction._forget_launches)  # tile_nb.set_options: launches kept below are stale
+        postproc.on_change(self, JITFunction._forget_launches)  # a CUDA source callback (un)registered
         functools.update_wrapper(self, fn)
 
     def _forget_launches(self) -> None:
@@ -321,7 +328,7 @@ class JITFunction:
         # environment: TILE_NB_TMA=0 set between two calls builds another kernel), resolved once
         # for the key and the compilation
         lowering = current(self.options)
-        key = (target_text, facts, lowering.key())
+        key = (target_text, facts, lowering.key(), postproc.key())
         kernel = spec.compiled.get(key)
         if kernel is None:
             def build():
@@ -574,6 +581,14 @@ class JITFunction:
     def _interpret(self, spec: Specialization, call_args):
         from . import interp
 
+        refusal = postproc.interpreter_refusal()
+        if refusal is not None:
+            raise InterpreterCallbackError(
+                f"{self.definition.name}() cannot run on the CPU interpreter: {refusal}",
+                **self._def_where(),
+                hint="call it on CUDA tensors (the compiled kernel applies the callback), or unregister the "
+                "callback (tile_nb.backend.postproc.clear_cuda_postproc())",
+            )
         if not spec.lowering_checked:
             spec.lowering_checked = True
             self._warn_if_not_lowerable(spec)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cuda_compile
+from . import cuda_compile, postproc
 from .cuda_compile import CubinResult
 from .resources import Resources, dynamic_shared_from_script
 from .target import resolve_target, target_arch, target_embeds_ptx
@@ -196,7 +196,8 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
         options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    take_marks = take_marks or _no_marks
+    # a registered CUDA post-processing callback (postproc.py) rewrites the source before it is compiled
+    take_marks = postproc.after_marks(take_marks or _no_marks, target)
     with compiling_cuda(arch, options, take_marks, ptx=target_embeds_ptx(target)) as capture, target:
         start = time.perf_counter()
         executable = tvm.compile(mod, target=target, tir_pipeline="tirx")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._locks import KeyedLocks
+from ..backend import postproc
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
 from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
 from ..backend.resources import Resources
@@ -97,11 +98,18 @@ def _lowering_key(func, lowering) -> dict[str, Any]:
     return {"lowering": changed} if changed else {}
 
 
+def _postproc_key() -> dict[str, str]:
+    """The registered CUDA post-processing callback (backend/postproc.py), when there is one: it changes the
+    compiled code, so it is part of the key (which then holds for this process only: no disk cache)."""
+    name = postproc.key()
+    return {} if name is None else {"cuda_postproc": name}
+
+
 def _key(func, target, build_options: BuildOptions, lowering=None) -> tuple[str, dict[str, Any]]:
     """The disk-cache key of `func` (device facts applied) for a resolved target and the kernel's lowering
     options (`current(...)`: without the function's attributes), and what it is made of."""
     material = key_material(_keyed_script(func), str(target),
-                            dict(build_options.to_dict(), **_lowering_key(func, lowering)))
+                            dict(build_options.to_dict(), **_lowering_key(func, lowering), **_postproc_key()))
     return compute_key(material), material
 
 
@@ -180,8 +188,13 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None, lowerin
     """
     start = time.perf_counter()
     options = dict(options or {})
-    use_disk = bool(options.pop("cache", True)) and cache_enabled()
+    # a CUDA post-processing callback has no text that stays the same across processes: no disk cache with one
+    use_disk = bool(options.pop("cache", True)) and cache_enabled() and postproc.key() is None
     build_options = BuildOptions.from_dict(options)
+    if build_options.host == "cuda_host" and postproc.key() is not None:
+        raise ValueError("build option host='cuda_host' builds TVM's host and device source in one unit, "
+                         "which a CUDA post-processing callback is not applied to; unregister the callback "
+                         "or use host='llvm' (the default)")
     target = resolve_target(target)
     arch = target_arch(target)
     from ..lower.options import current

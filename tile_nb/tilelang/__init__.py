@@ -355,6 +355,11 @@ def _autotune():
     return autotune
 
 
+def _engine(name):
+    """tilelang's `tilelang.register_cuda_postproc` & co. (engine/callback.py)"""
+    return lambda: getattr(importlib.import_module(f"{__name__}.engine.callback"), name)
+
+
 def _supply_type():
     from .profiler import TensorSupplyType
 
@@ -366,6 +371,8 @@ __getattr__ = forwarding_getattr(__name__, "tilelang", {
     "math": _submodule("math"), "tvm": _tvm, "TensorSupplyType": _supply_type,
     "autotune": _autotune, "autotuner": _submodule("autotuner"), "utils": _submodule("utils"),
     "carver": _submodule("carver"), "contrib": _submodule("contrib"), "DataType": lambda: _tvm().DataType,
+    **{name: _engine(name) for name in ("register_cuda_postproc", "register_hip_postproc",
+                                        "register_c_postproc")},
 }, package=True)
 
 __all__ = [
