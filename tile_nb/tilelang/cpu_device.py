@@ -8,7 +8,8 @@ script's process before the script runs. It patches, for that process only:
   `torch.Generator(device="cuda")` is a CPU one;
 - `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's
   main target, sm_90a), `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do
-  nothing, `Event` times on the host clock.
+  nothing, `Event` times on the host clock, `get_rng_state` / `set_rng_state` are the CPU generator's;
+- Triton, when its interpreter runs (TRITON_INTERPRET=1): a CPU driver (cpu_triton.py).
 tile_nb kernels then see CPU tensors and run on the interpreter. Nothing else changes: a script that needs a
 real GPU for something else (its own CUDA extension, cuBLAS through a library) fails there, as it should.
 """
@@ -199,6 +200,13 @@ def install() -> None:
     cuda.empty_cache = nothing("empty_cache")
     cuda.manual_seed = nothing("manual_seed")
     cuda.manual_seed_all = nothing("manual_seed_all")
+    # torch.cuda's generator is the CPU's: "cuda" tensors are made on the CPU, from its generator
+    # (torch.random.fork_rng(devices=[0]) saves and restores the state through these)
+    cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    cuda.set_rng_state = lambda new_state, device="cuda": torch.set_rng_state(new_state)
+    cuda.get_rng_state_all = lambda: [torch.get_rng_state()]
+    cuda.set_rng_state_all = lambda new_states: torch.set_rng_state(new_states[0])   # one device
+    cuda.initial_seed = lambda: torch.initial_seed()
     cuda.get_device_capability = lambda device=None: (9, 0)
     cuda.get_device_name = lambda device=None: props.name
     cuda.get_device_properties = lambda device=None: props
@@ -207,4 +215,7 @@ def install() -> None:
     cuda.current_stream = lambda device=None: _Stream()
     cuda.default_stream = lambda device=None: _Stream()
     cuda.stream = lambda stream=None: _Stream()
+    from . import cpu_triton
+
+    cpu_triton.install()   # Triton's interpreter: a CPU driver for its autotuner and do_bench
     _active = True
