@@ -55,7 +55,7 @@ _SMEM = "of shared memory per block; {arch} allows"
 _FP8 = "the target {arch} lacks 8-bit float types"
 _NOT_F16 = "the target {arch} has tensor-core MMAs for float16 inputs only"
 _BF16 = "the target sm_75 lacks bfloat16"
-_WGMMA_ONLY = "8-bit inputs run on Hopper wgmma only (target sm_90a; this target is {arch})"
+_WGMMA_ONLY = "8-bit integer inputs run on Hopper wgmma only (target sm_90a; this target is {arch})"
 _BIG_SMEM = ("gemm_128x256x64_s4_4096_sm90a", "gemm_128x256x64_s4_8192_stream_k_sm90a",
              "gemm_128x256x64_s4_4096x11008x4096_sm90a", "gemm_cluster2_sm90a", "flash_attention_d128_sm90a",
              "flash_attention_d128_causal_sm90a", "flash_attention_gqa_dynamic_sm90a")
@@ -79,8 +79,8 @@ def _expected() -> dict:
                 out[name, arch] = _SMEM.format(arch=arch)
         if not caps.fp8:
             out["gemm_fp8_128x256x128_8192_sm90a", arch] = _FP8.format(arch=arch)
-        elif not caps.wgmma:
-            out["gemm_fp8_128x256x128_8192_sm90a", arch] = (_SMEM if small else _WGMMA_ONLY).format(arch=arch)
+        elif not caps.wgmma and small:  # (off wgmma, 8-bit floats run as FMAs on the CUDA cores)
+            out["gemm_fp8_128x256x128_8192_sm90a", arch] = _SMEM.format(arch=arch)
         if not caps.wgmma:
             out["gemm_int8_4096_sm90a", arch] = (_NOT_F16 if not caps.mma_k16 else _SMEM if small
                                                  else _WGMMA_ONLY).format(arch=arch)
@@ -362,8 +362,13 @@ def test_fp8_is_refused_below_sm89_at_the_first_line_using_it():
         err = _refusal(func, arch)
         assert f"the target {arch} lacks 8-bit float types" in str(err) and "sm_89" in str(err)
         assert err.lineno == _line_of(seed.__file__, "T.copy(A[", "def gemm_fp8")
-    err = _refusal(func, "sm_89")  # the types exist; tile_nb's 8-bit T.gemm is wgmma only
-    assert "Hopper wgmma only" in str(err) and "this target is sm_89" in str(err)
+    # the types exist; off wgmma, the 8-bit float T.gemm runs as FMAs on the CUDA cores (test_fp8_fma_gemm.py)
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.analysis.plan import make_plan
+
+    plan = make_plan(func, resolve_target("sm_89"))
+    assert [k.value for k in plan.gemms.values()] == ["fma"]
+    assert any("on the CUDA cores: the target sm_89 has no wgmma" in n for n in plan.notes), plan.notes
 
 
 def test_nothing_hopper_specific_is_emitted_off_sm90a():

@@ -1,7 +1,8 @@
 """Which instruction each `T.gemm` gets: wgmma (`wgmma_eligible`, sm_90a, with A from registers where
-`wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64), TF32 mma.sync (`is_tf32`), or
-mma.sync otherwise; `plan._choose_mma` asks these and records each call's `gemm_kind` (decisions.GemmKind) in
-the plan, which the emitters (emit/gemm.py, wgmma.py, fma_gemm.py, tf32_gemm.py) follow.
+`wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64; `fp8_gemm`: 8-bit floats that
+wgmma does not take), TF32 mma.sync (`is_tf32`), or mma.sync otherwise; `plan._choose_mma` asks these and
+records each call's `gemm_kind` (decisions.GemmKind) in the plan, which the emitters (emit/gemm.py, wgmma.py,
+fma_gemm.py, tf32_gemm.py) follow.
 """
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from ..irwalk import region_of
 from .decisions import GemmKind
 from .layout import WgmmaAccLayout
 
-__all__ = ["EIGHT_BIT", "FMA_INPUTS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32",
-           "k_major_panels", "wgmma_eligible", "wgmma_operand_types", "wgmma_register_a_ok"]
+__all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "fp8_fma_reason",
+           "fp8_gemm", "gemm_kind", "is_tf32", "k_major_panels", "wgmma_eligible", "wgmma_operand_types",
+           "wgmma_refusal", "wgmma_register_a_ok"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -32,30 +34,47 @@ def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
 
 
 def wgmma_eligible(target, call, threads) -> bool:
+    return wgmma_refusal(target, call, threads) is None
+
+
+def wgmma_refusal(target, call, threads) -> str | None:
+    """Why this T.gemm cannot run on wgmma, for people (the plan's note of an 8-bit float T.gemm on the CUDA
+    cores), or None where it can (`wgmma_eligible`)."""
     if target is None or "sm_90a" not in str(target.attrs.get("arch", "")):
-        return False
+        arch = str(target.attrs.get("arch", "")) if target is not None else "none"
+        return f"the target {arch} has no wgmma (tile_nb emits 8-bit MMAs on Hopper sm_90a only)"
     (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     types = wgmma_operand_types(a.dtype, b.dtype)
-    if trans_a or threads % 128 or types is None:
-        return False
+    if trans_a:
+        return "transpose_A=True (wgmma reads A stored [M, K])"
+    if threads % 128:
+        return f"threads={threads} is not whole warpgroups of 128"
+    if types is None:
+        return f"wgmma has no {a.dtype} x {b.dtype} product"
     if types[0] in EIGHT_BIT and not trans_b:
-        return False  # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
+        # 8-bit operands are read K-major only: B must be stored [N, K] (transpose_B=True)
+        return "B is stored [K, N]; wgmma reads 8-bit B stored [N, K] only (transpose_B=True)"
     if (EIGHT_BIT.get(types[0]) == "int") != (str(c.dtype) == "int32"):
-        return False  # integer products accumulate in int32, float ones in a float accumulator
+        # integer products accumulate in int32, float ones in a float accumulator
+        return f"the accumulator is {c.dtype} (wgmma adds 8-bit integers in int32, other products in floats)"
     bm, bn = int(c.shape[0]), int(c.shape[1])
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
     wgs = threads // 128
     bk = a_ext[-1]
     elem = elem_bytes(a.dtype)
-    if bm % (64 * wgs) or bn % 64 or bn > 256 or not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
-        return False
+    if bm % (64 * wgs):
+        return f"block_M={bm}: wgmma needs 64 rows per warpgroup ({64 * wgs} for threads={threads})"
+    if bn % 64 or bn > 256:
+        return f"block_N={bn}: no wgmma shape tile_nb emits (N a multiple of 64 up to 256)"
+    if not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
+        return f"block_K={bk}: wgmma reads K rows of 64 or 128 bytes"
     if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
-        return False  # whole-tile operands only (descriptors address the tile from its start)
+        return "an operand is part of its shared tile (wgmma's descriptors address whole tiles)"
     if trans_b and b_ext[-1] != bk:
-        return False
-    return True
+        return f"B's K extent {b_ext[-1]} is not A's {bk}"
+    return None
 
 
 def wgmma_register_a_ok(call) -> bool:
@@ -94,6 +113,26 @@ def fma_gemm(call) -> bool:
     return not (a == b and a in _TENSOR_CORE_FLOATS and c != "float64")
 
 
+FP8_FLOATS = ("float8_e4m3fn", "float8_e5m2")
+
+
+def fp8_gemm(call) -> bool:
+    """8-bit float A and B (e4m3 / e5m2, mixed allowed) into a float accumulator: wgmma where the plan gives
+    the accumulator wgmma's layout, FMAs on the CUDA cores otherwise (each 8-bit float is a float32 value, so
+    converting first keeps the products exact); tile_nb emits no mma.sync for 8-bit floats."""
+    c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
+    return a in FP8_FLOATS and b in FP8_FLOATS and c in FMA_INPUTS and not is_tf32(call)
+
+
+def fp8_fma_reason(call, target, threads, use_wgmma: bool) -> str:
+    """Why an 8-bit float T.gemm (`fp8_gemm`) runs on the CUDA cores, for the plan's note."""
+    if not use_wgmma:
+        return "wgmma is off (tile_nb.wgmma / TILE_NB_WGMMA)"
+    return wgmma_refusal(target, call, threads) or (
+        "another T.gemm into the same accumulator cannot run on wgmma (one register layout serves both)"
+    )
+
+
 def is_tf32(call) -> bool:
     """A `T.gemm` with a T.tfloat32 operand (`T.tile.gemm(..., tf32=1)`): TF32
     tensor-core MMAs (tf32_gemm.py)."""
@@ -104,7 +143,7 @@ def gemm_kind(call, acc) -> GemmKind:
     """The instruction of one T.gemm, given its accumulator's layout `acc` (chosen by the first T.gemm into
     it): by this call's operands first (FMAs work in any register layout: each thread computes the registers
     it holds), then by the layout. Raises LoweringError for a TF32 product into a wgmma accumulator."""
-    if fma_gemm(call):
+    if fma_gemm(call) or (fp8_gemm(call) and not isinstance(acc, WgmmaAccLayout)):
         return GemmKind.FMA
     if is_tf32(call):
         if isinstance(acc, WgmmaAccLayout):  # plan._choose_mma keeps these off wgmma (defensive)

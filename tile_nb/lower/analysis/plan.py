@@ -33,13 +33,22 @@ from .arch import ArchCaps
 from .arch_rules import check_target
 from .budget import check_registers, check_shared, layout_pool, packed_registers
 from .cluster import describe_multicast
-from .decisions import TWO_CTAS_PER_SM, PipelineKind, Refusal
+from .decisions import TWO_CTAS_PER_SM, GemmKind, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
 from .fragments import FragmentLayout
 from .global_layouts import global_layouts
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
-from .mma import fma_gemm, gemm_kind, is_tf32, k_major_panels, wgmma_eligible, wgmma_register_a_ok
+from .mma import (
+    fma_gemm,
+    fp8_fma_reason,
+    fp8_gemm,
+    gemm_kind,
+    is_tf32,
+    k_major_panels,
+    wgmma_eligible,
+    wgmma_register_a_ok,
+)
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
@@ -374,6 +383,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     by_key = dict(zip(keys, placed, strict=True))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
+    notes += _fp8_fma_notes(gemms, target, threads, options)
     if pipelines and not ArchCaps.of(arch).cp_async:
         notes += (
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
@@ -426,6 +436,21 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
     return tuple(notes)
 
 
+def _fp8_fma_notes(gemms, target, threads: int, options: LoweringOptions) -> tuple:
+    """Where an 8-bit float T.gemm runs on the CUDA cores (no tensor-core shape for it), and why."""
+    notes = []
+    for call, kind in gemms.items():
+        if kind is GemmKind.FMA and fp8_gemm(call):
+            c, a, b = (region_of(call.args[i])[0] for i in range(3))
+            why = fp8_fma_reason(call, target, threads, options.wgmma)
+            notes.append(
+                f"8-bit float T.gemm into {c.name} ({a.dtype} x {b.dtype}) on the CUDA cores: {why}; "
+                f"the operands convert exactly to {accumulator_register_dtype(c)} and each product adds "
+                "by one FMA"
+            )
+    return tuple(dict.fromkeys(notes))
+
+
 def _threads_body(func):
     """The statement under the threadIdx.x launch (what each CTA runs)."""
     for s in iter_stmts(func.body):
@@ -465,6 +490,10 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     # an accumulator that an FMA or TF32 T.gemm adds to keeps mma.sync's layout, even where another T.gemm
     # into it could run on wgmma (whose asynchronous groups the FMAs would race)
     not_wgmma = {region_of(s.args[0])[0] for s in gemms if fma_gemm(s) or is_tf32(s)}
+    # so does an 8-bit float T.gemm that wgmma cannot take (it runs as FMAs too)
+    not_wgmma |= {
+        region_of(s.args[0])[0] for s in gemms if fp8_gemm(s) and not wgmma_eligible(target, s, threads)
+    }
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue
@@ -477,7 +506,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 )
             if c not in accumulators:
                 bm, bn = int(c.shape[0]), int(c.shape[1])
-                if fma_gemm(s):  # float32 / float64: exact products on the CUDA cores, in mma.sync's layout
+                # float32 / float64, or 8-bit floats off wgmma: exact products on the CUDA cores, in
+                # mma.sync's layout
+                if fma_gemm(s) or (fp8_gemm(s) and (c in not_wgmma or not use_wgmma)):
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           fma=True)
                 elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)
