@@ -53,9 +53,7 @@ def _kernels():
 
 _SMEM = "of shared memory per block; {arch} allows"
 _FP8 = "the target {arch} lacks 8-bit float types"
-_NOT_F16 = "the target {arch} has tensor-core MMAs for float16 inputs only"
 _BF16 = "the target sm_75 lacks bfloat16"
-_WGMMA_ONLY = "8-bit integer inputs run on Hopper wgmma only (target sm_90a; this target is {arch})"
 _BIG_SMEM = ("gemm_128x256x64_s4_4096_sm90a", "gemm_128x256x64_s4_8192_stream_k_sm90a",
              "gemm_128x256x64_s4_4096x11008x4096_sm90a", "gemm_cluster2_sm90a", "flash_attention_d128_sm90a",
              "flash_attention_d128_causal_sm90a", "flash_attention_gqa_dynamic_sm90a")
@@ -81,9 +79,8 @@ def _expected() -> dict:
             out["gemm_fp8_128x256x128_8192_sm90a", arch] = _FP8.format(arch=arch)
         elif not caps.wgmma and small:  # (off wgmma, 8-bit floats run as FMAs on the CUDA cores)
             out["gemm_fp8_128x256x128_8192_sm90a", arch] = _SMEM.format(arch=arch)
-        if not caps.wgmma:
-            out["gemm_int8_4096_sm90a", arch] = (_NOT_F16 if not caps.mma_k16 else _SMEM if small
-                                                 else _WGMMA_ONLY).format(arch=arch)
+        if not caps.wgmma and small:  # (off wgmma, int8 runs as multiply-adds on the CUDA cores)
+            out["gemm_int8_4096_sm90a", arch] = _SMEM.format(arch=arch)
         if not caps.bf16:
             out["gemm_bf16_1024", arch] = _BF16
     return out
@@ -344,13 +341,20 @@ def test_bf16_is_refused_on_sm75_at_the_first_line_using_it():
     _cuda(gemm_ir(256, 256, 256, in_dtype="bfloat16"), "sm_80")  # and sm_80 lowers it
 
 
-def test_int8_gemm_is_refused_on_sm75_at_the_gemm_line():
+def test_int8_gemm_runs_on_the_cuda_cores_on_sm75_and_other_int8_mixes_are_refused_at_the_gemm_line():
     from kernels import seed
-    from kernels.seed import gemm_int8
+    from kernels.seed import gemm_int8, gemm_variant
 
-    err = _refusal(gemm_int8.specialize(M=256, N=256, K=256, block_N=128, block_K=64, num_stages=2), "sm_75")
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.analysis.plan import make_plan
+
+    # int8 x int8 into int32 off wgmma: integer multiply-adds on the CUDA cores (test_fp8_fma_gemm.py)
+    func = gemm_int8.specialize(M=256, N=256, K=256, block_N=128, block_K=64, num_stages=2)
+    assert [k.value for k in make_plan(func, resolve_target("sm_75")).gemms.values()] == ["fma"]
+    func = gemm_variant.specialize(M=256, N=256, K=256, in_dtype="int8", block_K=64, num_stages=2)
+    err = _refusal(func, "sm_75")  # into a float32 accumulator: no path
     assert "T.gemm: operand A_shared is int8; the target sm_75 has tensor-core MMAs for float16" in str(err)
-    assert err.lineno == _line_of(seed.__file__, "T.gemm(", "def gemm_int8")
+    assert err.lineno == _line_of(seed.__file__, "T.gemm(", "def gemm_variant")
 
 
 def test_fp8_is_refused_below_sm89_at_the_first_line_using_it():

@@ -1,6 +1,7 @@
 """`T.gemm` on 8-bit floats (float8_e4m3fn / float8_e5m2, mixed allowed) that wgmma does not take: FMAs on the
-CUDA cores (analysis/mma.py `fp8_gemm`, emit/fma_gemm.py), each operand converted to float32 first (exact:
-every 8-bit float is a float32 value, and so is every product of two), the products summed in float32.
+CUDA cores (analysis/mma.py `eight_bit_gemm`, emit/fma_gemm.py), each operand converted to float32 first
+(exact: every 8-bit float is a float32 value, and so is every product of two), the products summed in float32.
+8-bit integers (int8 / uint8) into an int32 accumulator likewise, in int32 (exact below 2^31).
 
 CPU: the interpreter against torch's float64 product of the same 8-bit values (block_N 16 and 32, odd shapes,
 M = 1, N = 1, a dynamic M); the plan's choice and its note; the CUDA for sm_90a and sm_89 builds with nvcc
@@ -21,7 +22,7 @@ BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 _DT = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "float16": torch.float16,
        "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64, "int8": torch.int8,
-       "int32": torch.int32}
+       "uint8": torch.uint8, "int32": torch.int32}
 _UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 _FMA = "fma (CUDA cores, exact products)"
 _TENSOR_CORE = ("mma.sync", "wgmma", "ldmatrix", "tnb_mma", "tnb_wgmma")
@@ -36,10 +37,18 @@ def cfg(a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", acc_dtype="float32", o
 
 
 def _inputs(M, N, K, a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", seed=0):
-    """A [M, K] and B [N, K] of 8-bit floats over their range (x 3: some e4m3 subnormals and large values)."""
+    """A [M, K] and B [N, K] of 8-bit floats over their range (x 3: some e4m3 subnormals and large values), or
+    of 8-bit integers over their whole range."""
     g = torch.Generator().manual_seed(seed * 7919 + M * 131 + N * 17 + K)
-    A = (torch.randn(M, K, generator=g) * 3).to(_DT[a_dtype])
-    B = (torch.randn(N, K, generator=g) * 3).to(_DT[b_dtype])
+
+    def draw(rows, dtype):
+        if dtype == "int8":
+            return torch.randint(-128, 128, (rows, K), generator=g, dtype=torch.int8)
+        if dtype == "uint8":
+            return torch.randint(0, 256, (rows, K), generator=g, dtype=torch.int16).to(torch.uint8)
+        return (torch.randn(rows, K, generator=g) * 3).to(_DT[dtype])
+
+    A, B = draw(M, a_dtype), draw(N, b_dtype)
     assert A.float().abs().sum() > 0 and B.float().abs().sum() > 0
     return A, B
 
@@ -138,8 +147,8 @@ def _compile(M=70, N=45, K=200, target="sm_90a", **options):
     return gemm_variant.compile(A, B, torch.empty(M, N, dtype=_DT[o["out_dtype"]]), target=target, **o)
 
 
-def _fp8_notes(kernel):
-    return [n for n in kernel.plan["notes"] if n.startswith("8-bit float T.gemm into")]
+def _fp8_notes(kernel, what="float"):
+    return [n for n in kernel.plan["notes"] if n.startswith(f"8-bit {what} T.gemm into")]
 
 
 @needs_nvcc
@@ -226,22 +235,78 @@ def test_sm80_refuses_8bit_floats_at_the_users_line():
 # ---- what stays refused ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("options, said", [
-    # 8-bit integers off wgmma: no CUDA-core path for them
-    (dict(a_dtype="int8", b_dtype="int8", acc_dtype="int32", block_N=16),
-     "8-bit integer inputs run on Hopper wgmma only (target sm_90a; this target is sm_90a)"),
     # an 8-bit float with a 16-bit one
-    (dict(b_dtype="float16", block_N=16), "8-bit float inputs need 8-bit floats"),
+    (dict(b_dtype="float16"), "8-bit float inputs need 8-bit floats (float8_e4m3fn or float8_e5m2) for both"),
     # an 8-bit float product into an integer accumulator
-    (dict(acc_dtype="int32", block_N=16), "a float accumulator (float32, float16, bfloat16 or float64; "
-     "C_local is int32)"),
+    (dict(acc_dtype="int32"), "a float accumulator (float32, float16, bfloat16 or float64), here C_local is "
+     "int32"),
+    # 8-bit integers into a float accumulator, or with an 8-bit float
+    (dict(a_dtype="int8", b_dtype="int8"), "an int32 accumulator, here C_local is float32"),
+    (dict(a_dtype="int8", b_dtype="float8_e4m3fn", acc_dtype="int32"),
+     "8-bit integer inputs need 8-bit integers (int8 or uint8) for both A and B"),
 ])
 def test_what_stays_refused_says_what_would_run(options, said):
     from kernels import seed
 
-    o = cfg(**options)
+    o = cfg(block_N=16, **options)
     A = torch.ones(70, 200, dtype=_DT[o["in_dtype"]])
     B = torch.ones(45, 200, dtype=_DT[o["b_dtype"]])
     with pytest.raises(LoweringError) as info:
         gemm_variant.compile(A, B, torch.empty(70, 45, dtype=_DT[o["out_dtype"]]), target="sm_90a", **o)
-    assert said in str(info.value), str(info.value)
+    text = str(info.value)
+    assert said in text, text
+    assert "such gemms run on Hopper wgmma where the tile fits, else on the CUDA cores" in text, text
     assert "T.gemm(" in open(seed.__file__).read().splitlines()[info.value.lineno - 1]
+
+
+# ---- 8-bit integers into int32 -----------------------------------------------------------------------------
+
+INT_DTYPES = [("int8", "int8"), ("uint8", "int8"), ("int8", "uint8")]
+
+
+def _exact_int(C, A, B):
+    assert torch.equal(C.cpu(), (A.long() @ B.long().T).to(torch.int32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("block_N", [16, 32])
+@pytest.mark.parametrize("shape", [(70, 45, 200), (1, 1, 1), (1, 45, 130), (70, 1, 129)])
+@pytest.mark.parametrize("a_dtype, b_dtype", INT_DTYPES)
+def test_int8_gemm_is_exact(backend, block_N, shape, a_dtype, b_dtype):
+    M, N, K = shape
+    A, B = _inputs(M, N, K, a_dtype, b_dtype)
+    C = torch.full((M, N), -7, dtype=torch.int32, device=backend)
+    options = cfg(a_dtype, b_dtype, "int32", block_N=block_N, dynamic_M=M == 1)
+    gemm_variant(A.to(backend), B.to(backend), C, **options)
+    _exact_int(C, A, B)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_89", "sm_80", "sm_75"])
+def test_int8_builds_with_integer_multiply_adds_on_every_arch(arch):
+    k = _compile(target=arch, a_dtype="int8", b_dtype="uint8", acc_dtype="int32", block_N=16)
+    assert [m["kind"] for m in k.plan["mma"]] == [_FMA]
+    notes = _fp8_notes(k, "integer")
+    assert len(notes) == 1 and "(int8 x uint8) on the CUDA cores: " in notes[0]
+    assert "convert exactly to int32" in notes[0]
+    body = k.cuda_source.split('extern "C"')[-1]
+    assert not any(t in body for t in _TENSOR_CORE) and "int C_local" in body
+    assert k.cubin and "mad.lo.s32" in k.ptx
+    assert not any(t in k.ptx for t in ("mma.sync", "wgmma", "ldmatrix"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_N, kind", [(16, _FMA), (64, "wgmma")])
+@pytest.mark.parametrize("shape", [(70, 45, 200), (1, 1, 1), (256, 192, 1024)])
+def test_int8_fma_and_wgmma_are_exact_on_sm90a(block_N, kind, shape):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90a GPU")
+    M, N, K = shape
+    A, B = _inputs(M, N, K, "int8", "int8", seed=4)
+    options = cfg("int8", "int8", "int32", block_N=block_N)
+    C = torch.full((M, N), -7, dtype=torch.int32, device="cuda")
+    kernel = gemm_variant.compile(A.cuda(), B.cuda(), C, **options)
+    assert [m["kind"] for m in kernel.plan["mma"]] == [kind]
+    gemm_variant(A.cuda(), B.cuda(), C, **options)
+    torch.cuda.synchronize()
+    _exact_int(C, A, B)

@@ -24,9 +24,9 @@ Fragments live in registers with inferred layouts (fragments.py, infer.py) unles
 `T.gemm` uses Hopper wgmma on sm_90a where the tile fits (16-bit and 8-bit inputs; a register fragment as A is
 read from registers, `tile_nb.wgmma_register_a` = 0 stages it through shared memory instead), mma.sync
 m16n8k16 otherwise (two m16n8k8 per step on sm_75, whose copies are plain loads and stores: no cp.async);
-float32 / float64 operands run as FMAs on the CUDA cores (fma_gemm.py) and `T.tfloat32` ones as mma.sync
-m16n8k8 .tf32 (tf32_gemm.py), both in mma.sync's accumulator layout. What each target
-architecture has is `arch.ArchCaps`; what it lacks is refused at the user's line (arch_rules.py,
+float32 / float64 operands, and 8-bit ones off wgmma, run as FMAs on the CUDA cores (fma_gemm.py) and
+`T.tfloat32` ones as mma.sync m16n8k8 .tf32 (tf32_gemm.py), both in mma.sync's accumulator layout. What each
+target architecture has is `arch.ArchCaps`; what it lacks is refused at the user's line (arch_rules.py,
 docs/architectures.md). Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),

@@ -7,7 +7,7 @@ lacks and the first architecture that has it, where ptxas would otherwise print
 - bfloat16 below sm_80 (no bfloat16 conversions or MMAs; TVM's CUDA code then lacks the type altogether);
 - a TF32 `T.gemm` (a T.tfloat32 operand) below sm_80;
 - a tensor-core `T.gemm` on anything but float16 below sm_80 (sm_75's mma.sync is m16n8k8 on float16 only;
-  float32 / float64 ones run on the CUDA cores everywhere, fma_gemm.py).
+  float32 / float64 ones, and 8-bit ones off wgmma, run on the CUDA cores everywhere, fma_gemm.py).
 Each at the first statement, in program order, that touches such a buffer.
 Paths that exist on one architecture only are chosen, not refused: wgmma and the TMA
 pipelines where the target is sm_90a (wgmma.wgmma_eligible, tma.plan_tma), cp.async copies
@@ -20,7 +20,7 @@ from tvm import tirx
 from ..errors import LoweringError
 from ..irwalk import buffers_touched, iter_stmts, region_of
 from .arch import ArchCaps
-from .mma import fma_gemm, is_tf32
+from .mma import eight_bit_gemm, fma_gemm, is_tf32
 
 __all__ = ["check_target"]
 
@@ -67,8 +67,9 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
                 ),
                 s,
             )
+        # (8-bit T.gemm run on the CUDA cores off wgmma, as float32 / float64 ones do)
         if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm" and not caps.mma_k16 \
-                and not fma_gemm(s):
+                and not fma_gemm(s) and not eight_bit_gemm(s):
             a, b = region_of(s.args[1])[0], region_of(s.args[2])[0]
             for op in (a, b):
                 if str(op.dtype) != "float16":

@@ -27,7 +27,7 @@ class GemmKind(str, Enum):
 
     WGMMA = "wgmma"  # Hopper wgmma, asynchronous, into a WgmmaAccLayout (emit/wgmma.py)
     MMA_SYNC = "mma.sync"  # mma.sync m16n8k16 (two m16n8k8 on sm_75) on 16-bit inputs (emit/gemm.py)
-    FMA = "fma"  # float32 / float64 (8-bit floats off wgmma) products by FMA on the CUDA cores (fma_gemm.py)
+    FMA = "fma"  # float32 / float64 (8-bit ones off wgmma) products by FMA on the CUDA cores (fma_gemm.py)
     TF32 = "tf32"  # T.tfloat32 operands: mma.sync m16n8k8 .tf32 (emit/tf32_gemm.py)
 
 

@@ -1,8 +1,8 @@
 """Which instruction each `T.gemm` gets: wgmma (`wgmma_eligible`, sm_90a, with A from registers where
-`wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64; `fp8_gemm`: 8-bit floats that
-wgmma does not take), TF32 mma.sync (`is_tf32`), or mma.sync otherwise; `plan._choose_mma` asks these and
-records each call's `gemm_kind` (decisions.GemmKind) in the plan, which the emitters (emit/gemm.py, wgmma.py,
-fma_gemm.py, tf32_gemm.py) follow.
+`wgmma_register_a_ok`), FMAs on the CUDA cores (`fma_gemm`: float32 / float64; `eight_bit_gemm`: 8-bit floats
+or integers that wgmma does not take), TF32 mma.sync (`is_tf32`), or mma.sync otherwise; `plan._choose_mma`
+asks these and records each call's `gemm_kind` (decisions.GemmKind) in the plan, which the emitters
+(emit/gemm.py, wgmma.py, fma_gemm.py, tf32_gemm.py) follow.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from ..irwalk import region_of
 from .decisions import GemmKind
 from .layout import WgmmaAccLayout
 
-__all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "WGMMA_TYPES", "elem_bytes", "fma_gemm", "fp8_fma_reason",
-           "fp8_gemm", "gemm_kind", "is_tf32", "k_major_panels", "wgmma_eligible", "wgmma_operand_types",
-           "wgmma_refusal", "wgmma_register_a_ok"]
+__all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "INT8S", "WGMMA_TYPES", "eight_bit_fma_reason",
+           "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32", "k_major_panels",
+           "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -38,8 +38,8 @@ def wgmma_eligible(target, call, threads) -> bool:
 
 
 def wgmma_refusal(target, call, threads) -> str | None:
-    """Why this T.gemm cannot run on wgmma, for people (the plan's note of an 8-bit float T.gemm on the CUDA
-    cores), or None where it can (`wgmma_eligible`)."""
+    """Why this T.gemm cannot run on wgmma, for people (the plan's note of an 8-bit T.gemm on the CUDA cores),
+    or None where it can (`wgmma_eligible`)."""
     if target is None or "sm_90a" not in str(target.attrs.get("arch", "")):
         arch = str(target.attrs.get("arch", "")) if target is not None else "none"
         return f"the target {arch} has no wgmma (tile_nb emits 8-bit MMAs on Hopper sm_90a only)"
@@ -114,18 +114,24 @@ def fma_gemm(call) -> bool:
 
 
 FP8_FLOATS = ("float8_e4m3fn", "float8_e5m2")
+INT8S = ("int8", "uint8")
 
 
-def fp8_gemm(call) -> bool:
-    """8-bit float A and B (e4m3 / e5m2, mixed allowed) into a float accumulator: wgmma where the plan gives
-    the accumulator wgmma's layout, FMAs on the CUDA cores otherwise (each 8-bit float is a float32 value, so
-    converting first keeps the products exact); tile_nb emits no mma.sync for 8-bit floats."""
+def eight_bit_gemm(call) -> bool:
+    """8-bit float A and B (e4m3 / e5m2, mixed allowed) into a float accumulator, or 8-bit integer ones
+    (int8 / uint8, mixed) into an int32 one: wgmma where the plan gives the accumulator wgmma's layout, FMAs
+    on the CUDA cores otherwise (each 8-bit value converts exactly to the accumulator's registers, float32 or
+    int32, and so does each product); tile_nb emits no mma.sync for 8-bit inputs."""
+    if is_tf32(call):
+        return False
     c, a, b = (str(region_of(call.args[i])[0].dtype) for i in range(3))
-    return a in FP8_FLOATS and b in FP8_FLOATS and c in FMA_INPUTS and not is_tf32(call)
+    if a in FP8_FLOATS and b in FP8_FLOATS:
+        return c in FMA_INPUTS
+    return a in INT8S and b in INT8S and c == "int32"
 
 
-def fp8_fma_reason(call, target, threads, use_wgmma: bool) -> str:
-    """Why an 8-bit float T.gemm (`fp8_gemm`) runs on the CUDA cores, for the plan's note."""
+def eight_bit_fma_reason(call, target, threads, use_wgmma: bool) -> str:
+    """Why an 8-bit T.gemm (`eight_bit_gemm`) runs on the CUDA cores, for the plan's note."""
     if not use_wgmma:
         return "wgmma is off (tile_nb.wgmma / TILE_NB_WGMMA)"
     return wgmma_refusal(target, call, threads) or (
@@ -143,7 +149,7 @@ def gemm_kind(call, acc) -> GemmKind:
     """The instruction of one T.gemm, given its accumulator's layout `acc` (chosen by the first T.gemm into
     it): by this call's operands first (FMAs work in any register layout: each thread computes the registers
     it holds), then by the layout. Raises LoweringError for a TF32 product into a wgmma accumulator."""
-    if fma_gemm(call) or (fp8_gemm(call) and not isinstance(acc, WgmmaAccLayout)):
+    if fma_gemm(call) or (eight_bit_gemm(call) and not isinstance(acc, WgmmaAccLayout)):
         return GemmKind.FMA
     if is_tf32(call):
         if isinstance(acc, WgmmaAccLayout):  # plan._choose_mma keeps these off wgmma (defensive)

@@ -4,7 +4,8 @@ emitted, kept as one frozen object.
 `make_plan(func, target)` runs the analyses in order:
 1. the launch: threads per block and the grid;
 2. the MMA of each `T.gemm` (wgmma on sm_90a where the tile fits, mma.sync otherwise; wgmma.py, gemm.py; FMAs
-   on the CUDA cores for float32 / float64, fma_gemm.py) and the register layout of its accumulator;
+   on the CUDA cores for float32 / float64 and 8-bit inputs off wgmma, fma_gemm.py) and the register layout of
+   its accumulator;
 3. the schedule of each `T.Pipelined` loop (schedule.py: which copies may be issued ahead);
 4. layout inference for the other fragments (infer.py: registers, or shared memory with the reason);
 5. the shared tiles (swizzled for the tensor cores, one copy per pipeline
@@ -40,9 +41,9 @@ from .global_layouts import global_layouts
 from .infer import FragmentPlan, infer_layouts, rows_coupled
 from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
 from .mma import (
+    eight_bit_fma_reason,
+    eight_bit_gemm,
     fma_gemm,
-    fp8_fma_reason,
-    fp8_gemm,
     gemm_kind,
     is_tf32,
     k_major_panels,
@@ -383,7 +384,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     by_key = dict(zip(keys, placed, strict=True))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
     notes += _fp8_accumulation_notes(func, accumulators)
-    notes += _fp8_fma_notes(gemms, target, threads, options)
+    notes += _eight_bit_fma_notes(gemms, target, threads, options)
     if pipelines and not ArchCaps.of(arch).cp_async:
         notes += (
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
@@ -436,17 +437,19 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
     return tuple(notes)
 
 
-def _fp8_fma_notes(gemms, target, threads: int, options: LoweringOptions) -> tuple:
-    """Where an 8-bit float T.gemm runs on the CUDA cores (no tensor-core shape for it), and why."""
+def _eight_bit_fma_notes(gemms, target, threads: int, options: LoweringOptions) -> tuple:
+    """Where an 8-bit T.gemm runs on the CUDA cores (no tensor-core shape for it), and why."""
     notes = []
     for call, kind in gemms.items():
-        if kind is GemmKind.FMA and fp8_gemm(call):
+        if kind is GemmKind.FMA and eight_bit_gemm(call):
             c, a, b = (region_of(call.args[i])[0] for i in range(3))
-            why = fp8_fma_reason(call, target, threads, options.wgmma)
+            why = eight_bit_fma_reason(call, target, threads, options.wgmma)
+            what = "float" if "float" in str(a.dtype) else "integer"
+            reg = accumulator_register_dtype(c)
             notes.append(
-                f"8-bit float T.gemm into {c.name} ({a.dtype} x {b.dtype}) on the CUDA cores: {why}; "
-                f"the operands convert exactly to {accumulator_register_dtype(c)} and each product adds "
-                "by one FMA"
+                f"8-bit {what} T.gemm into {c.name} ({a.dtype} x {b.dtype}) on the CUDA cores: {why}; the "
+                f"operands convert exactly to {reg} and each product adds by one "
+                + ("FMA" if what == "float" else "multiply-add (wrapping in int32, as wgmma's)")
             )
     return tuple(dict.fromkeys(notes))
 
@@ -490,9 +493,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     # an accumulator that an FMA or TF32 T.gemm adds to keeps mma.sync's layout, even where another T.gemm
     # into it could run on wgmma (whose asynchronous groups the FMAs would race)
     not_wgmma = {region_of(s.args[0])[0] for s in gemms if fma_gemm(s) or is_tf32(s)}
-    # so does an 8-bit float T.gemm that wgmma cannot take (it runs as FMAs too)
+    # so does an 8-bit T.gemm that wgmma cannot take (it runs as FMAs too)
     not_wgmma |= {
-        region_of(s.args[0])[0] for s in gemms if fp8_gemm(s) and not wgmma_eligible(target, s, threads)
+        region_of(s.args[0])[0] for s in gemms if eight_bit_gemm(s) and not wgmma_eligible(target, s, threads)
     }
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
@@ -506,9 +509,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 )
             if c not in accumulators:
                 bm, bn = int(c.shape[0]), int(c.shape[1])
-                # float32 / float64, or 8-bit floats off wgmma: exact products on the CUDA cores, in
+                # float32 / float64, or 8-bit inputs off wgmma: exact products on the CUDA cores, in
                 # mma.sync's layout
-                if fma_gemm(s) or (fp8_gemm(s) and (c in not_wgmma or not use_wgmma)):
+                if fma_gemm(s) or (eight_bit_gemm(s) and (c in not_wgmma or not use_wgmma)):
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           fma=True)
                 elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)

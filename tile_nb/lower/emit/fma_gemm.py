@@ -2,7 +2,9 @@
 float32 matmul with TF32 off and as the interpreter computes them).
 
 Taken for every `T.gemm` the tensor cores cannot multiply exactly (`fma_gemm`): a float32 or float64 operand,
-or a float64 accumulator (the tensor cores add in float32). The accumulator keeps the register layout of the
+or a float64 accumulator (the tensor cores add in float32); and for 8-bit operands wgmma does not take
+(`eight_bit_gemm`: block_N 16, B stored [K, N], no sm_90a, ...), converted exactly to float32 (8-bit floats)
+or int32 (int8 / uint8, whose int32 sums wrap as wgmma's do). The accumulator keeps the register layout of the
 mma.sync path (`layout.MmaAccLayout`, with `fma=True`), so T.Parallel loops, copies and reductions treat it
 exactly as they treat a tensor-core accumulator. Each thread computes its own registers of that layout: per k,
 it reads the rows of A and the columns of B that its registers cover from shared memory (converted to the

@@ -1,6 +1,6 @@
 """`T.tile.gemm(C, A, B, C, transpose_A, transpose_B, alpha, beta)` on tensor cores with mma.sync m16n8k16,
 or the instruction the plan chose for the call (`plan.gemms`, a GemmKind): FMAs on the CUDA cores for
-float32 / float64 operands and 8-bit floats that wgmma does not take (fma_gemm.py), mma.sync .tf32 for
+float32 / float64 operands and 8-bit ones that wgmma does not take (fma_gemm.py), mma.sync .tf32 for
 T.tfloat32 ones (tf32_gemm.py), wgmma (wgmma.py).
 
 On sm_75 (no m16n8k16, arch.py) each m16n8k16 step is two m16n8k8 MMAs on the same fragments (float16 only;
@@ -23,7 +23,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..analysis.decisions import GemmKind
-from ..analysis.mma import FP8_FLOATS
+from ..analysis.mma import FP8_FLOATS, INT8S
 from ..errors import LoweringError
 from ..irwalk import gemm_k, region_of
 from . import intrin
@@ -59,19 +59,18 @@ def lower_gemm(em, call):
     if in_dtype not in ("float16", "bfloat16") or str(b_buf.dtype) != in_dtype:
         dtypes = (in_dtype, str(b_buf.dtype))
         hint = ""
-        if any(t in ("int8", "uint8") for t in dtypes):
-            hint = (
-                "; 8-bit integer inputs run on Hopper wgmma only (target sm_90a; this target is "
-                f"{em.caps.arch}): B stored [N, K] with transpose_B=True, block_K = 64 or 128, block_M a "
-                "multiple of 64 per warpgroup of threads, block_N a multiple of 64 up to 256, whole shared "
-                "tiles as operands, and an int32 accumulator"
-            )
-        elif any(t in FP8_FLOATS for t in dtypes):
-            hint = (
-                f"; 8-bit float inputs need 8-bit floats ({' or '.join(FP8_FLOATS)}) for both A and B and a "
-                f"float accumulator (float32, float16, bfloat16 or float64; {c_buf.name} is {c_buf.dtype}): "
-                "they then run on Hopper wgmma where the tile fits, else as FMAs on the CUDA cores"
-            )
+        accumulators = (
+            ("integer", INT8S, "an int32 accumulator"),
+            ("float", FP8_FLOATS, "a float accumulator (float32, float16, bfloat16 or float64)"),
+        )
+        for kind, family, acc in accumulators:
+            if any(t in family for t in dtypes):
+                hint = (
+                    f"; 8-bit {kind} inputs need 8-bit {kind}s ({' or '.join(family)}) for both A and B and "
+                    f"{acc}, here {c_buf.name} is {c_buf.dtype}; such gemms run on Hopper wgmma where the "
+                    "tile fits, else on the CUDA cores"
+                )
+                break
         raise LoweringError(f"T.gemm: inputs {a_buf.name}:{a_buf.dtype}, {b_buf.name}:{b_buf.dtype}; "
                             f"tensor-core lowering supports float16 or bfloat16 A and B of one dtype{hint}")
     if str(c_buf.dtype) not in ("float32", "float16", "bfloat16"):
