@@ -98,8 +98,9 @@ print("triton ok")
 def _run_cpu(tmp_path, text, extra_path=None, interpret=True):
     (tmp_path / "script.py").write_text(textwrap.dedent(text))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
+    env.pop("TRITON_INTERPRET", None)
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = "1" if interpret else "0"
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "tile_nb.run", "--cpu", "script.py"], cwd=tmp_path,
@@ -123,9 +124,12 @@ def test_tritons_driver_is_the_interpreters(tmp_path):
     out = _run_cpu(tmp_path, USES_FAKE, extra_path=fake)
     assert out.returncode == 0, out.stderr
     assert "driver InterpreterDriver 0" in out.stdout
-    # without TRITON_INTERPRET, Triton's own driver stays (a real GPU run is not changed)
+    # with TRITON_INTERPRET=0 (--cpu sets 1 unless told otherwise), Triton's own driver stays
     out = _run_cpu(tmp_path, USES_FAKE, extra_path=fake, interpret=False)
     assert out.returncode != 0 and "libcuda.so cannot found!" in out.stderr
+    # not set at all: --cpu runs Triton's kernels on its interpreter (tile_nb.run sets TRITON_INTERPRET=1)
+    out = _run_cpu(tmp_path, USES_FAKE, extra_path=fake, interpret=None)
+    assert out.returncode == 0 and "driver InterpreterDriver 0" in out.stdout, out.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")

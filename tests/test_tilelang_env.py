@@ -33,7 +33,9 @@ def test_env_maps_onto_tile_nbs_settings(tmp_path, monkeypatch):
 
 
 def test_env_cache_switches(monkeypatch):
-    monkeypatch.delenv("TILE_NB_DISABLE_CACHE", raising=False)
+    # set, then deleted: monkeypatch then restores the variable's state after the test, whatever env writes
+    monkeypatch.setenv("TILE_NB_DISABLE_CACHE", "0")
+    monkeypatch.delenv("TILE_NB_DISABLE_CACHE")
     env = tilelang.env
     assert env.TILELANG_DISABLE_CACHE == "0" and env.is_cache_enabled()
     env.disable_cache()
