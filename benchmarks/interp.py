@@ -1,6 +1,6 @@
 """CPU interpreter speed: the seed GEMM (128x128x32 tiles, 3 stages) and a few tile kernels on CPU tensors.
 
-    python benchmarks/interp.py [--sizes 1024 2048] [--reps 5] [--threads 1 2] [--out results.json]
+    python benchmarks/interp.py [--sizes 1024] [--reps 5] [--threads 1 2] [--cpu-device] [--out results.json]
 
 For each case: the first call through `tile_nb.jit` (elaboration + interpretation), then the median / min /
 max of `--reps` warm calls of `tile_nb.interp.run` on the specialized PrimFunc (wall clock, and the process's
@@ -82,6 +82,9 @@ def cases(sizes):
         B = torch.randn(n, n).half()
         C = torch.zeros(n, n)
         yield f"seed gemm {n}^3 fp16->fp32", gemm, [A, B, C], {}, (n // 128) ** 2
+        # 32x32x32 tiles: 16x the CTAs and 4x the k-steps of tiny tile ops (per-op Python overhead dominates)
+        yield (f"seed gemm {n}^3, 32x32x32 tiles", gemm, [A, B, C],
+               dict(block_M=32, block_N=32, block_K=32), (n // 32) ** 2)
     X = torch.randn(4096, 1024)
     yield "softmax 4096x1024 (1024 CTAs)", softmax, [X], {}, 1024
     Y = torch.randn(1 << 20)
@@ -102,7 +105,13 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--out")
+    ap.add_argument("--cpu-device", action="store_true",
+                    help="patch torch as `python -m tile_nb.run --cpu` does (its Tensor.to wrapper included)")
     args = ap.parse_args()
+    if args.cpu_device:
+        from tile_nb.tilelang import cpu_device
+
+        cpu_device.install()
     info = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.node(), "cpu": _cpu_model(),
             "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
             "loadavg_before": os.getloadavg()}

@@ -325,6 +325,12 @@ class Region:
         # most tile ops) is resolved once:
         # its view is a fixed slice, or the whole tensor, and its bounds are
         # checked once per call, not per dim.
+        # Constant extents (also those of a region at a moving start, the global side of a copy): not
+        # evaluated per call.
+        self._const_exts = (
+            [int(r.extent.value) for r in region.region]
+            if all(isinstance(r.extent, tirx.IntImm) for r in region.region) else None
+        )
         self._fixed = None
         ints = [r.min for r in region.region] + [r.extent for r in region.region] + list(self.buffer.shape)
         if all(isinstance(x, tirx.IntImm) for x in ints):
@@ -346,7 +352,7 @@ class Region:
         if self._fixed is not None:
             return f.vals[self.slot], self._fixed[0], self._fixed[1]
         starts = [int(m(f)) for m in self._mins]
-        exts = [int(e(f)) for e in self._exts]
+        exts = list(self._const_exts) if self._const_exts is not None else [int(e(f)) for e in self._exts]
         return f.vals[self.slot], starts, exts
 
     def view(self, f):
@@ -361,8 +367,15 @@ class Region:
         """After writing through `view(f)`: the region counts as written."""
         self.mark(f, self._fixed[2])
 
-    def _inside(self, t, starts, exts) -> bool:
-        return all(0 <= s and s + e <= n for s, e, n in zip(starts, exts, t.shape, strict=True))
+    @staticmethod
+    def _slices(t, starts, exts) -> tuple | None:
+        """The region's index into `t` when it lies inside it, else None (one pass: this runs per tile op)."""
+        index = []
+        for s, e, n in zip(starts, exts, t.shape, strict=True):
+            if s < 0 or s + e > n:
+                return None
+            index.append(slice(s, s + e))
+        return tuple(index)
 
     def _oob(self, f, t, starts, exts):
         index = tuple(f"{s}:{s + e}" for s, e in zip(starts, exts, strict=True))
@@ -424,10 +437,11 @@ class Region:
                 self.check(f)
             return self.view(f)
         t, starts, exts = self.resolve(f)
-        if self._inside(t, starts, exts):
+        index = self._slices(t, starts, exts)
+        if index is not None:
             if check:
                 self.check(f)
-            return t[tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))]
+            return t[index]
         if not self.guarded:
             self._oob(f, t, starts, exts)
         out = torch.zeros(exts, dtype=t.dtype)
@@ -451,8 +465,8 @@ class Region:
                 self.mark(f, self._fixed[2])
             return
         t, starts, exts = self.resolve(f)
-        if self._inside(t, starts, exts):
-            index = tuple(slice(s, s + e) for s, e in zip(starts, exts, strict=True))
+        index = self._slices(t, starts, exts)
+        if index is not None:
             t[index] = value
             if not self.guarded:
                 self.mark(f, None if list(exts) == list(t.shape) else index)

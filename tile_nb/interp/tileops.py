@@ -39,13 +39,17 @@ def _copy(comp: Compiler, node):
     def copy(f):
         tile = src.read(f, check=not dst.guarded)
         dst_t, dst_starts, dst_exts = dst.resolve(f)
-        if _core(tile.shape) != _core(dst_exts):
+        same_shape = list(tile.shape) == dst_exts   # the usual case: no unit dims to drop or add
+        if not same_shape and _core(tile.shape) != _core(dst_exts):
             raise InterpreterError(
                 f"T.copy between regions of different shapes: {src.name}{list(tile.shape)} -> "
                 f"{dst.name}{dst_exts}", location)
         if dst.guarded and src.unwritten_possible(f):
             src.check(f, _in_range(dst_t.shape, dst_starts, dst_exts, tile.shape))
-        dst.write(f, tile.reshape(dst_exts).to(dst.dtype))
+        if not same_shape:
+            tile = tile.reshape(dst_exts)
+        # (a per-call reshape / same-dtype .to cost as much as a small tile's copy itself)
+        dst.write(f, tile if tile.dtype == dst.dtype else tile.to(dst.dtype))
     return copy
 
 
@@ -108,7 +112,10 @@ def _gemm(comp: Compiler, node):
         b = _matrix(b_reg.read(f), b_reg.name, location)
         if tf32:
             a, b = V.round_tf32(a), V.round_tf32(b)
-        a, b = a.to(acc), b.to(acc)
+        if a.dtype != acc:
+            a = a.to(acc)
+        if b.dtype != acc:
+            b = b.to(acc)
         if trans_a:
             a = a.T
         if trans_b:

@@ -88,11 +88,17 @@ def _wrap_factory(fn):
 
 
 def _wrap_to(to):
+    import torch
+
+    dtype = torch.dtype
+    devices = (str, int, torch.device)
+
     @functools.wraps(to)
     def wrapper(self, *args, **kwargs):
-        import torch
-
-        if args and isinstance(args[0], (str, int, torch.device)) and not isinstance(args[0], bool):
+        # The interpreter calls `.to(dtype)` millions of times: that spelling goes straight through.
+        if not kwargs and len(args) == 1 and type(args[0]) is dtype:
+            return to(self, args[0])
+        if args and isinstance(args[0], devices) and not isinstance(args[0], bool):
             args = (map_device(args[0]), *args[1:])
         if "device" in kwargs:
             kwargs["device"] = map_device(kwargs["device"])
