@@ -40,8 +40,12 @@ def _affine(expr, par: dict):
 class SliceAccess:
     """The compiled plan of one access: per dim, a parallel var (by slot and depth) or a block-level index."""
 
-    def __init__(self, comp: Compiler, dims):
+    def __init__(self, comp: Compiler, dims, cache: bool = False):
         self.dims = []   # (slot or None, offset closures with signs)
+        # `cache`: remember the last views (per tensor) by their index: a tile's `S[i, j]` in a loop body
+        # asks for the same view on every iteration, and torch's slicing + unsqueeze cost several us.
+        # Only for block-local buffers: a cached view must not keep a caller's global tensor alive.
+        self._views: dict | None = {} if cache else None
         depths = []
         for key, offsets in dims:
             closures = [(s, comp.expr(e)) for s, e in offsets]
@@ -82,17 +86,28 @@ class SliceAccess:
             if start < 0 or last >= size:
                 return None
             index.append(slice(start, last + 1, inc))
-        v = t[tuple(index)]
+        key = tuple(index)
+        views = self._views
+        if views is not None:
+            hit = views.get(id(t))
+            if hit is not None and hit[0] is t and hit[1] == key:
+                return hit[2]  # a view of the same tensor: it sees every write made since
+        v = t[key]
         if self.permute:
             v = v.permute(self.order)
         for pos in self.unit_dims:  # parallel depths this access does not use: unit dims, no copy
             v = v.unsqueeze(pos)
+        if views is not None:
+            if len(views) >= 4:  # the buffer and its written-mask; a new block's buffers replace them
+                views.clear()
+            views[id(t)] = (t, key, v)
         return v
 
 
-def compile_slice_access(comp: Compiler, indices) -> SliceAccess | None:
+def compile_slice_access(comp: Compiler, indices, cache: bool = False) -> SliceAccess | None:
     """A slice plan for these indices inside the current parallel loops, or None if they are not all of the
-    form `var + offset` with each parallel var used at most once (and at least one used)."""
+    form `var + offset` with each parallel var used at most once (and at least one used). `cache`: keep
+    the last views (for block-local buffers only)."""
     if not comp.par_vars:
         return None
     dims, used = [], set()
@@ -107,7 +122,7 @@ def compile_slice_access(comp: Compiler, indices) -> SliceAccess | None:
         dims.append(a)
     if not used:
         return None
-    return SliceAccess(comp, dims)
+    return SliceAccess(comp, dims, cache)
 
 
 def store_into(view: torch.Tensor, value, mask) -> bool:

@@ -122,7 +122,7 @@ def _buffer_load(comp: Compiler, node):
     loops = tuple(comp.par_vars.values())
     local = buf.scope() in _LOCAL_SCOPES
     glob = buf.scope() == "global"
-    sliced = compile_slice_access(comp, node.indices)
+    sliced = compile_slice_access(comp, node.indices, cache=not glob)
 
     def load(f):
         t = f.vals[slot]
@@ -162,7 +162,7 @@ def _buffer_store(comp: Compiler, node):
     loops = tuple(comp.par_vars.values())
     local = node.buffer.scope() in _LOCAL_SCOPES
     glob = node.buffer.scope() == "global"
-    sliced = compile_slice_access(comp, node.indices)
+    sliced = compile_slice_access(comp, node.indices, cache=not glob)
     wrap = _int_wrapper(str(node.buffer.dtype))
 
     def store(f):
