@@ -136,3 +136,68 @@ def test_tile_atomic_keeps_the_tile_op_lines_in_step():
     lines = [int(x) for x in func.attrs["tile_nb.tile_op_lines"]]
     assert len(lines) == func.script().count("T.tile.") == 3
     assert lines[1] - lines[0] == 2 and lines[2] - lines[1] == 1    # the copies and the fill, not the atomic
+
+
+@tile_nb.jit
+def parallel_adds(X, O, OT, R, block: int = 16):
+    """Element atomics in a T.Parallel: guarded at the ragged edge (a mask), into a float16 buffer, into a
+    transposed view, and one that ignores a loop var (each of its `block` iterations adds)."""
+    N, D = T.const("N, D")
+    X: T.Tensor[[N, D], T.float32]
+    O: T.Tensor[[N, D], T.float16]
+    OT: T.Tensor[[D, N], T.float32]
+    R: T.Tensor[[N], T.float32]
+    with T.Kernel(T.ceildiv(N, block), 2, threads=32) as (bx, _):
+        for i, j in T.Parallel(block, D):
+            if bx * block + i < N:
+                T.atomic_add(O[bx * block + i, j], X[bx * block + i, j])
+                T.atomic_add(OT[j, bx * block + i], X[bx * block + i, j])
+                T.atomic_add(R[bx * block + i], 1.0)
+
+
+@pytest.mark.parametrize("N,D", [(37, 5), (1, 1), (16, 3)])
+def test_parallel_element_atomics_agree_with_torch(N, D):
+    torch.manual_seed(N)
+    x = torch.randn(N, D)
+    o = torch.randn(N, D).half()
+    o[0, 0] = -0.0                                       # an element with a sign bit of zero
+    ot = torch.randn(D, N)
+    r = torch.randn(N)
+    want_o = o.clone()
+    for _ in range(2):                                   # two CTAs per row block: two adds, each rounded
+        want_o = (want_o.float() + x.half().float()).half()
+    want_ot, want_r = ot + 2 * x.T, r + 2.0 * D
+    parallel_adds(x, o, ot, r)
+    torch.testing.assert_close(o, want_o, atol=0, rtol=0)
+    torch.testing.assert_close(ot, want_ot)
+    torch.testing.assert_close(r, want_r)
+
+
+@tile_nb.jit
+def positive_adds(X, O, block: int = 8):
+    N, D = T.const("N, D")
+    X: T.Tensor[[N, D], T.float32]
+    O: T.Tensor[[N, D], T.float32]
+    with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+        for i, j in T.Parallel(block, D):
+            if bx * block + i < N:
+                if X[bx * block + i, j] > 0:           # masked-off elements inside the buffer
+                    T.atomic_add(O[bx * block + i, j], X[bx * block + i, j])
+
+
+@pytest.mark.parametrize("N,D", [(16, 5), (13, 4), (1, 1)])
+def test_masked_parallel_atomics_leave_masked_elements_bit_exact(N, D, monkeypatch):
+    import tile_nb.interp.memory as memory
+
+    calls = []
+    real = memory.add_into
+    monkeypatch.setattr(memory, "add_into", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(N + D)
+    x = torch.randn(N, D)
+    x[0, 0] = 1.5                                         # at least one add
+    o = torch.full((N, D), -0.0)
+    positive_adds(x, o)
+    want = torch.where(x > 0, x, torch.full_like(x, -0.0))
+    assert torch.equal(o, want) and torch.equal(torch.signbit(o), torch.signbit(want))
+    # the strided-view path ran for the blocks inside the buffer (none when N < block)
+    assert bool(calls) == (N >= 8)

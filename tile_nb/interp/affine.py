@@ -146,6 +146,43 @@ def store_into(view: torch.Tensor, value, mask) -> bool:
     return True
 
 
+def add_into(view: torch.Tensor, value, mask) -> bool:
+    """An atomic add through the view, where each active iteration owns one element (the caller checks that
+    the view has the iteration space's shape): `view += value` under `mask`, rounded as index_put_'s
+    accumulate rounds (value first converted to the buffer's dtype). False when it does not apply (the
+    caller falls back to the scatter)."""
+    view, value = V.signed_target(view, value)  # uint16/32/64: the same bits through a signed view
+    shape = view.shape
+    if not _distinct(view):  # distinct iterations must land on distinct elements
+        return False
+    if V.is_tensor(value):
+        if not _fits(value.shape, shape):
+            return False
+        value = value.to(view.dtype)
+    else:
+        value = torch.tensor(value, dtype=view.dtype)
+    if mask is not None and not _fits(mask.shape, shape):
+        return False
+    total = view + value   # a new tensor: a value that aliases the buffer is read in full first
+    if mask is not None:
+        total = torch.where(mask, total, view)  # masked-off elements keep their bits (no `+ 0` on -0.0)
+    view.copy_(total)
+    return True
+
+
+def _distinct(view: torch.Tensor) -> bool:
+    """Whether no two elements of `view` share memory (sufficient test: by increasing stride, each dim's
+    stride steps past everything the smaller dims reach)."""
+    if view.is_contiguous():
+        return True
+    reach = 0
+    for stride, n in sorted((s, n) for s, n in zip(view.stride(), view.shape, strict=True) if n > 1):
+        if stride <= reach:
+            return False
+        reach += stride * (n - 1)
+    return True
+
+
 def _fits(small, shape) -> bool:
     """Whether `small` broadcasts to exactly `shape` (torch.broadcast_shapes is slow for this hot path)."""
     if len(small) > len(shape):

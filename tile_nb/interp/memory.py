@@ -14,7 +14,7 @@ from tvm.tirx.buffer import is_buffer_var
 
 from . import access, written
 from . import values as V
-from .affine import compile_slice_access, store_into
+from .affine import add_into, compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
 from .errors import InterpreterError, OutOfBoundsError, UninitializedReadError
 
@@ -284,12 +284,20 @@ def _compile_atomic_add(comp: Compiler, node):
     location = comp.location
     loops = tuple(comp.par_vars.values())
     glob = ptr.source.scope() == "global"
+    sliced = compile_slice_access(comp, ptr.indices)
 
     def atomic_add(f):
         t = f.vals[slot]
         if glob and f.access is not None:
             access.record_element(f, slot, t, access.READ, None, index)
             access.record_element(f, slot, t, access.WRITE, None, index)
+        if sliced is not None and f.access is None and not (f.overlays and slot in f.overlays) and (
+                f.written is None or written.mask_of(f.written, slot, t) is None):
+            # `dQ[.., k * 32 + i, ..] += dq[i, ..]` over a T.Parallel: one add per element of a strided
+            # view (the scatter's boolean-mask gathers and index_put_ cost ~1 ms a call)
+            view = sliced.view(f, t)
+            if view is not None and tuple(view.shape) == f.par_shape and add_into(view, value_fn(f), f.mask):
+                return 0
         idx = tuple(i(f) for i in index)
         value = value_fn(f)
         idx = _check_index(comp, f, slot, t, idx, location, loops)
