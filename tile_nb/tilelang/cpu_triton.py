@@ -7,9 +7,9 @@ Triton's interpreter itself never uses the driver, but its autotuner times each 
 `driver.active.get_benchmarker()` even when interpreting, and `triton.testing.do_bench` asks the driver for
 the device interface and an L2-flush buffer. So while TRITON_INTERPRET is set, the active driver is
 `InterpreterDriver`: the device interface is (cpu_device's) `torch.cuda`, whose events time on the host
-clock; the autotuner runs each configuration once on the host clock (configurations differ only in warps
-and stages, which the interpreter does not model: every one computes the same result), and do_bench stays
-Triton's own.
+clock; the autotuner runs each configuration once on the host clock (the interpreter's timings say nothing
+of a GPU's, and every configuration computes the same result up to rounding, so any choice serves as the
+reference), and do_bench stays Triton's own.
 
 The driver is set when Triton's `triton.runtime.driver` module is first imported (an import hook: Triton is
 not imported for scripts that never use it).
