@@ -16,6 +16,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from .compiler import Compiler, Frame, op_short_name, tile_rule
 from .errors import DeadlockError, InterpreterError
+from .warps import run_threads
 
 __all__ = ["uses_grid_sync", "any_stmt", "GridScheduler", "fork_block"]
 
@@ -79,17 +80,7 @@ class GridScheduler:
             return
         threads = [threading.Thread(target=self._main, args=(b,), daemon=True,
                                     name=f"tile_nb block {b.frame.block_ids()}") for b in self.blocks]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.1)
-        except BaseException as err:  # Ctrl-C: stop the blocks too
-            self._fail(err)
-            raise
-        if self.error is not None:
-            raise self.error
+        run_threads(self, threads)
 
     def _fail(self, err: BaseException) -> None:
         with self.cv:

@@ -27,7 +27,7 @@ from .compiler import Compiler, Frame, op_short_name, tile_rule
 from .errors import DeadlockError, InterpreterError, OrderingError, location_of
 from .memory import compile_region
 
-__all__ = ["uses_warp_groups", "WarpInfo"]
+__all__ = ["uses_warp_groups", "WarpInfo", "run_threads"]
 
 _SHARED = ("shared", "shared.dyn")
 _REGISTERS = ("local.fragment", "local", "local.var")
@@ -183,21 +183,8 @@ class _Scheduler:
     # -- coroutines -----------------------------------------------------------------------------------------
     def run(self, body, f: Frame) -> None:
         self.groups = [Group(self, k, self.sizes[k], _fork(f)) for k in range(self.ngroups)]
-        threads = [threading.Thread(target=self._main, args=(g, body), daemon=True,
-                                    name=f"tile_nb warp group {g.gid}") for g in self.groups]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.1)
-        except BaseException as err:  # Ctrl-C: stop the groups too
-            with self.cv:
-                self.error = self.error or err
-                self.cv.notify_all()
-            raise
-        if self.error is not None:
-            raise self.error
+        run_threads(self, [threading.Thread(target=self._main, args=(g, body), daemon=True,
+                                            name=f"tile_nb warp group {g.gid}") for g in self.groups])
 
     def _main(self, g: Group, body) -> None:
         with self.cv:
@@ -439,6 +426,25 @@ class _Scheduler:
                 h = self.groups[m]
                 h.vc = [max(a, b) for a, b in zip(h.vc, bar.last_vc, strict=True)]
                 h.observed = _merge(h.observed, bar.last_obs, {bkey: bar.completed - 1})
+
+
+def run_threads(scheduler, threads: list) -> None:
+    """Start a scheduler's coroutine threads and wait for them (in short joins, so Ctrl-C reaches this
+    thread); an interruption is recorded as the scheduler's error, which stops its threads, and the first
+    error any thread recorded (`scheduler.error`, under `scheduler.cv`) is raised here."""
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    except BaseException as err:  # Ctrl-C: stop the threads too
+        with scheduler.cv:
+            scheduler.error = scheduler.error or err
+            scheduler.cv.notify_all()
+        raise
+    if scheduler.error is not None:
+        raise scheduler.error
 
 
 def _fork(f: Frame) -> Frame:
