@@ -8,6 +8,11 @@
 #   PART=bench:          the benchmarks in GPU_BENCHMARKS (default: host_cost, torch_op_cost, backward and rowwise's
 #                        GELU lines; `name:arg,arg` passes arguments), a JSON each and
 #                        one bench.log, each cut at BENCH_LIMIT (140) s
+#   PART=conformance:    tilelang's examples and LazyJIT tests on the GPU (python -m tile_nb.conformance --backend
+#                        cuda) from a tilelang checkout at TILELANG (default .gl/tilelang: examples/ and
+#                        testing/python/language, carried in an ignored folder), the examples' reference packages
+#                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps); the whole run cut at
+#                        CONF_BUDGET (540) s with the cases left reported as not run
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
 set -uo pipefail
@@ -40,5 +45,11 @@ case "$part" in
       { device; timeout "${BENCH_LIMIT:-140}" python3 "benchmarks/$bench.py" "${args[@]}" --json "$out/$bench.json"
         echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
-  *) echo "unknown part '$part': main, older or bench" >&2; exit 2 ;;
+  conformance)
+    { device; PYTHONPATH="${PYDEPS:-.gl/pydeps}:$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
+        --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
+        --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
+        --json "$out/conformance.json" --markdown "$out/conformance.md"; } > "$out/conformance.log" 2>&1
+    rc=$?; tail -40 "$out/conformance.log"; exit "$rc" ;;
+  *) echo "unknown part '$part': main, older, bench or conformance" >&2; exit 2 ;;
 esac

@@ -156,3 +156,20 @@ def test_tile_level_share_names_missing_reference_packages():
     assert "2 of 5 pass (40%)" in line
     assert "2 of the others stop importing a package their reference needs" in line
     assert "`flash_attn` (2)" in line
+
+
+def test_budget_cuts_the_run_short_and_still_writes_the_results(tmp_path):
+    """A device call has a wall limit: with --budget, the slow example is stopped at the budget (not at its
+    own --timeout), the cases behind it are reported 'not run', and the JSON is written."""
+    root = tmp_path / "tilelang"
+    _fake_checkout(root)
+    out_json = tmp_path / "r.json"
+    rc = conformance.main([str(root), "--backend", "interp", "--timeout", "60", "--jobs", "1",
+                           "--budget", "8", "--cases", "examples/slow/*", "examples/swz/*",
+                           "--commit", "abc", "--json", str(out_json)])
+    assert rc == 0
+    cases = {c["name"]: c for c in json.loads(out_json.read_text())["cases"]}
+    slow = cases["examples/slow/example_slow.py"]       # sorted first, so it runs first (one job)
+    assert slow["status"] == "timeout" and slow["seconds"] <= 8.5, slow   # cut at the budget, not at 60 s
+    left = cases["examples/swz/example_swizzle.py"]
+    assert left["status"] == "not run" and "--budget of 8 s was spent" in left["error"], left

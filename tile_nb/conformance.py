@@ -3,6 +3,7 @@ checkout outside this repository (fetched, never copied in), each in its own pro
 
     python -m tile_nb.conformance PATH [--cases GLOB ...] [--backend interp|cuda] [--timeout S] [--jobs N]
                                        [--json OUT] [--markdown OUT] [--tests GLOB ...] [--run-excluded]
+                                       [--budget SECONDS]
 
 Cases:
 - every `examples/**/example_*.py`, run through `python -m tile_nb.run` (so `import tilelang` is tile_nb's
@@ -21,7 +22,8 @@ device to the CPU (tile_nb/tilelang/cpu_device.py), so kernels run on tile_nb's 
 
 Outcomes: pass; fail (the case's own check, an AssertionError); error (anything else; when the cause is a
 tilelang API tile_nb lacks, its name is the "missing" column); timeout (`--timeout` seconds per case, the
-process group is killed); skip (a pytest skip); excluded. The max error is the largest absolute difference any
+process group is killed); skip (a pytest skip); excluded; not run (`--budget` was spent before it
+started). The max error is the largest absolute difference any
 `torch.testing.assert_close` / `torch.allclose` in the case saw.
 
 The examples' own references need what tilelang's examples/requirements name: einops, triton (its kernels run
@@ -302,7 +304,23 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
 
 
 def run_all(cases: list[Case], backend: str = "interp", timeout: float = 120.0, jobs: int = 1,
-            run_excluded: bool = False, shadow: bool = False, progress=None) -> list[Case]:
+            run_excluded: bool = False, shadow: bool = False, progress=None,
+            budget: float | None = None) -> list[Case]:
+    """Run the cases, `jobs` at once. With `budget` (seconds of wall time for the whole run, e.g. a lent
+    GPU's 10-minute call), no case starts after it is spent and none runs past it, so the results still get
+    written."""
+    deadline = None if budget is None else time.monotonic() + budget
+
+    def run_one(case: Case) -> Case:
+        limit = timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < 1:
+                case.error = f"not started: the run's --budget of {budget:g} s was spent"
+                return case                                  # status stays "not run"
+            limit = min(timeout, left)
+        return run_case(case, backend, limit, shadow)
+
     todo = []
     for case in cases:
         if case.klass in EXCLUDED_CLASSES and not run_excluded:
@@ -310,7 +328,7 @@ def run_all(cases: list[Case], backend: str = "interp", timeout: float = 120.0, 
         else:
             todo.append(case)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_case, c, backend, timeout, shadow) for c in todo]
+        futures = [pool.submit(run_one, c) for c in todo]
         for future in concurrent.futures.as_completed(futures):
             case = future.result()
             if progress is not None:
@@ -375,6 +393,8 @@ def table(cases: list[Case]) -> str:
 
 def totals_table(cases: list[Case]) -> str:
     statuses = ("pass", "fail", "error", "timeout", "skip", "excluded")
+    if any(c.status == "not run" for c in cases):                 # a run cut short by --budget
+        statuses += ("not run",)
     lines = [
         "| class | cases | " + " | ".join(statuses) + " |",
         "| --- | --- | " + " | ".join("---" for _ in statuses) + " |",
@@ -507,6 +527,9 @@ def _parser() -> argparse.ArgumentParser:
                              "(default without a GPU); cuda: unchanged, on the GPU")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="wall time for the whole run: no case starts after it and none runs past it; "
+                             "the cases left are reported as 'not run' (for a device call's time limit)")
     parser.add_argument("--json", dest="json_out", help="write every case as JSON here")
     parser.add_argument(
         "--markdown", help="write the results document (totals, ranked missing features, table)"
@@ -554,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{done[0]}/{total}] {case.status:8} {case.seconds:6.1f}s {case.name}  {what[:100]}",
               file=sys.stderr, flush=True)
 
-    run_all(cases, backend, args.timeout, args.jobs, args.run_excluded, args.shadow, progress)
+    run_all(cases, backend, args.timeout, args.jobs, args.run_excluded, args.shadow, progress, args.budget)
     print(table(cases))
     commit = args.commit or _git_commit(str(root))
     command = "python -m tile_nb.conformance " + " ".join(argv if argv is not None else sys.argv[1:])
