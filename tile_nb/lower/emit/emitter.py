@@ -296,9 +296,18 @@ class Emitter:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.BufferStore):
             self._note_operand_write(stmt.buffer)
-            self._refuse_block_level_update(stmt)
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
+                if self._block_level_update(stmt):
+                    # Block-level code describes the CTA once (docs/IR.md): were every thread to run
+                    # `X[i] = X[i] + v`, they would update X[i] in turns (1 to 4 adds seen for 128 threads)
+                    # where the interpreter updates it once. One thread does, between two barriers: what the
+                    # threads wrote before is in place, and what it wrote is seen by all after.
+                    self.sync()
+                    with T.If(self.tx == 0), T.Then():
+                        self.store(stmt.buffer, indices, value)
+                    self.sync()
+                    return
                 with self._first_replica(
                     stmt.buffer not in self.registers and stmt.buffer not in self.locals
                 ):
@@ -590,30 +599,26 @@ class Emitter:
         if self.plan.uses_wgmma:
             self.fence_shared_writes()
 
-    def _refuse_block_level_update(self, stmt):
-        """`X[i] = X[i] + v` outside T.Parallel on shared or global memory: every thread of the CTA
-        runs block-level code, so the threads read and write X[i] in turns and the result depends on
-        their timing (1 to 4 adds seen for 128 threads), while the interpreter adds once. Refused
-        rather than silently different."""
+    def _block_level_update(self, stmt) -> bool:
+        """`X[i] = f(X[...])` outside T.Parallel on shared or global memory (not a plain copy
+        `X[0] = X[n - 1]`, where every thread writes the value it read, or rewrites the element unchanged)."""
         buf = stmt.buffer
         if self.scope.thread_code or buf in self.registers or buf in self.locals:
-            return
+            return False
+        if isinstance(stmt.value, tvm.ir.TensorLoad):           # a BufferLoad: a plain copy
+            return False
         loads = []
         walk_loads(stmt.value, loads.append)
-        if any(ld.source.same_as(buf) for ld in loads):
-            raise self.lines.locate(
-                LoweringError(
-                    f"{buf.name} is read and written by one block-level statement: outside T.Parallel "
-                    "every thread of "
-                    f"the CTA runs it, so the threads would update {buf.name} in turns (a race) where the "
-                    "interpreter "
-                    "updates it once",
-                    hint=f"use T.atomic_add({buf.name}[...], value) for a sum, a kernel variable "
-                         "(T.alloc_var) for a "
-                    "running value, or a T.Parallel loop over the elements",
-                ),
-                stmt,
+        if not any(ld.source.same_as(buf) for ld in loads):
+            return False
+        if self.tx is None:
+            raise LoweringError(
+                f"{buf.name} is read and written by one block-level statement, and this kernel has no thread "
+                "index to choose the one thread that should run it",
+                hint=f"use T.atomic_add({buf.name}[...], value) for a sum, or a kernel variable "
+                     "(T.alloc_var)",
             )
+        return True
 
     def _note_operand_write(self, buf):
         """Before a statement that writes `buf`: a wgmma operand stored to by ordinary stores needs the proxy
