@@ -130,3 +130,18 @@ def test_outputs_sized_by_a_scalar_argument_stay_on_the_checked_path():
         torch.testing.assert_close(first_rows(a, m), 2 * a[:m])
     (fast,) = first_rows._fast.values()
     assert not fast.direct                          # a scalar's value is not in the direct key
+
+
+def test_the_direct_key_reads_only_the_calls_own_arguments():
+    """The direct key of a kernel with T.empty outputs is computed on the caller's arguments, which do not
+    include the outputs: it once read an output's data pointer past the end of them (an IndexError that the
+    fast path took for "no direct launch", so such kernels never took it; seen on the H100, 2026-12-05)."""
+    for _ in range(2):
+        doubled_rows(torch.randn(40, 48))
+        split_sums(torch.randn(5, 19))
+    for kernel, x in ((doubled_rows, torch.randn(40, 48)), (split_sums, torch.randn(5, 19))):
+        (fast,) = kernel._fast.values()
+        key = fast.direct_key((x,))
+        assert key is not None and False in key          # the outputs' alignment: fresh tensors are aligned
+        shifted = torch.randn(x.numel() + 1)[1:].view(x.shape)    # same shape, 4 bytes off alignment
+        assert fast.direct_key((shifted,)) != key

@@ -110,7 +110,12 @@ class Specialization:
         terms = [f"args[{e.index}].shape" for e in self.expectations.tensors]
         terms.append(f"args[{self.device_arg}].is_cuda")
         terms += [f"type(args[{s.index}])" for s in self.expectations.scalars]
-        return generated("direct_key", terms + self.facts_terms)
+        # The facts, over the call's own arguments: the T.empty outputs and scratch tensors that an allocating
+        # launch makes are not among them, and are aligned (fresh allocations), as `facts_key` finds them.
+        n_args = len(self.func.params) - len(self.output_shapes) - len(self.scratch_shapes)
+        facts = [f"args[{i}].data_ptr() % 16 != 0" if i < n_args else "False" for i, _ in self.buffer_args]
+        facts += [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()]
+        return generated("direct_key", terms + facts)
 
     def facts(self, key: tuple) -> CallFacts:
         """The CallFacts a `facts_key` tuple stands for. A view `T.Tensor(shape, dtype, A.data)` shares A's
