@@ -11,7 +11,8 @@
 #   PART=conformance:    tilelang's examples and LazyJIT tests on the GPU (python -m tile_nb.conformance --backend
 #                        cuda) from a tilelang checkout at TILELANG (default .gl/tilelang: examples/ and
 #                        testing/python/language, carried in an ignored folder), the examples' reference packages
-#                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps); the whole run cut at
+#                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps, made absolute: the cases
+#                        run in their own folders); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
@@ -46,7 +47,7 @@ case "$part" in
         echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
   conformance)
-    { device; PYTHONPATH="${PYDEPS:-.gl/pydeps}:$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
+    { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/pydeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
         --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
         --json "$out/conformance.json" --markdown "$out/conformance.md"; } > "$out/conformance.log" 2>&1
