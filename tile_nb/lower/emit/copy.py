@@ -192,9 +192,13 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
     regs_side = dst if dst.buf in em.registers else src
     other = src if regs_side is dst else dst
     layout = em.plan.layout(regs_side.buf)
-    if [int(regs_side.extents[d]) for d in regs_side.dims] != [layout.shape[d] for d in regs_side.dims]:
-        raise LoweringError(f"T.copy of register fragment {regs_side.buf.name}: the region must be the whole "
-                            f"fragment {list(layout.shape)}")
+    # fragment dims the region does not cover whole (`acc_o[:valid_rows, :]`, or one row `acc_o[0:1, :]`)
+    partial = [d for d, n in enumerate(layout.shape)
+               if int(regs_side.extents[d]) != n or not em.prove(regs_side.mins[d] == 0)]
+    if partial and (regs_side is dst or other.buf in em.registers):
+        raise LoweringError(f"T.copy into part of register fragment {regs_side.buf.name} (or between two "
+                            f"fragments): the region must be the whole fragment {list(layout.shape)}",
+                            hint="copy the whole fragment, or stage it through a shared tile")
     if other.buf in em.registers:  # inference gives both one layout
         dst_regs, src_regs = em.registers[dst.buf], em.registers[src.buf]
         with T.unroll(0, layout.regs) as r:
@@ -202,7 +206,9 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
             T.buffer_store(dst_regs, _cast(value, dst_regs.dtype), [r])
         return
     tx = em.tx
-    width = _memory_vector(em, regs_side, other, layout)
+    last = len(layout.shape) - 1
+    # a vector group runs along the fragment's last dim: it stays whole only if that dim is copied whole
+    width = 1 if last in partial else _memory_vector(em, regs_side, other, layout)
     loading = regs_side is dst
     regs = em.registers[regs_side.buf]
     with T.unroll(0, layout.regs // width) as g:
@@ -210,13 +216,17 @@ def _copy_registers(em, dst: Operand, src: Operand, space):
         em.bind_range(g, layout.regs // width)
         r0 = g * width
         coords = layout.element(tx, r0)
-        oidx = other.indices([coords[d] for d in regs_side.dims])
+        mins, extents = regs_side.mins, regs_side.extents
+        # a register outside the region stores nothing; one inside goes to its place in the region
+        in_region = [c for d in partial for c in (coords[d] >= mins[d], coords[d] < mins[d] + extents[d])
+                     if not (c is True or (not isinstance(c, bool) and em.prove(c)))]
+        oidx = other.indices([coords[d] - mins[d] if d in partial else coords[d] for d in regs_side.dims])
         inside = other.in_bounds(oidx) if other.scope == "global" else None
         valid = layout.valid(tx, r0)
         if loading:
             _load_group(em, regs, r0, width, other, oidx, conjunction(valid, inside), inside)
         else:
-            guard = conjunction(valid, inside, layout.replica_zero(tx))
+            guard = conjunction(valid, *in_region, inside, layout.replica_zero(tx))
             with _maybe_if(guard):
                 if width > 1:
                     T.evaluate(intrin.vector_store(_memory_pointer(em, other, oidx), _register_pointer(
