@@ -236,6 +236,8 @@ def staged(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, thread
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("M, N, K", [(70, 45, 50), (1, 1, 1), (130, 200, 97)])
 def test_gemm_of_a_stage_of_a_3d_shared_buffer(backend, M, N, K):
+    # failed on the H100 (2026-12-05) while wgmma read stage 0 whatever the slice; the CUDA-source checks
+    # and more shapes of this kernel are in test_gemm_stage_slices.py
     a, b = _inputs(M, N, K, seed=K)
     c = staged(a.to(backend), b.to(backend))
     torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)

@@ -163,14 +163,14 @@ def lower_gemm_wgmma(em, call):
 
     if em.scope.pingpong:
         T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
-    # Each operand's descriptor is its stage's tile start (for A, this warpgroup's rows) computed once per
-    # T.gemm, plus a constant per unrolled k-step and m-block. The hardware applies the swizzle to the address
+    # Each operand's descriptor is its stage's tile start (for A, this warpgroup's rows; for a slice
+    # `A_s[s, :, :]` of a 3-d buffer, slice s's first row) computed once per T.gemm, plus a constant per
+    # unrolled k-step and m-block. The hardware applies the swizzle to the address
     # bits, so a k-step inside a 64/128-byte row is a plain +32 bytes.
     desc = T.alloc_buffer((2,), "uint32", scope="local")
     IRBuilder.name("desc", desc)
-    T.buffer_store(
-        desc, _desc_low_word(intrin.address_of(b_view, [_stage_off(em, b_tile, b_buf)]), b_lbo), [1]
-    )
+    b_start = _region_start(em, b_tile, b_rng) + _stage_off(em, b_tile, b_buf)
+    T.buffer_store(desc, _desc_low_word(intrin.address_of(b_view, [b_start]), b_lbo), [1])
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
@@ -181,7 +181,8 @@ def lower_gemm_wgmma(em, call):
                 _desc_at(desc[1], _b_offset(b_tile, kk * 16, trans_b)), b_sbo, b_mode, not trans_b))
         _finish(em, acc, lay, c_buf)
         return
-    a_start = _k_major_offset(a_tile, g * (lay.mblocks * 64), 0) + _stage_off(em, a_tile, a_buf)
+    a_start = (_k_major_offset(a_tile, g * (lay.mblocks * 64), 0) + _region_start(em, a_tile, a_rng)
+               + _stage_off(em, a_tile, a_buf))
     T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), 16), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
         a_off = _k_major_offset(a_tile, mb * 64, kk * k_step) * (intrin.tvm_bits(a_tile.dtype) // 8)
@@ -295,6 +296,19 @@ def _k_major_offset(tile, row, k):
     if tile.panel:
         return tirx.floordiv(k, 64) * (tile.rows * 64) + row * 64 + tirx.floormod(k, 64)
     return row * tile.cols + k
+
+
+def _region_start(em, tile, rng):
+    """Element offset of an operand region's first row in its tile: a slice of a 3-d (or deeper) shared
+    buffer, `A_s[s, :, :]`, starts `s` whole [rows, cols] slices in (leading dims fold into rows). The
+    region's last two dims are the whole tile's (analysis/mma.py's wgmma_refusal), so the start is a row
+    whose slice is a whole number of 8-row swizzle atoms: the hardware's swizzle then matches the tile's."""
+    if len(rng) <= 2:
+        return 0
+    row = 0
+    for dim, (start, _) in zip(tile.shape[:-1], rng[:-1], strict=True):
+        row = row * int(dim) + em.expr(start)
+    return _k_major_offset(tile, row, 0)
 
 
 def _stage_off(em, tile, buf):
