@@ -23,20 +23,20 @@ BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 @tile_nb.jit
 def staged(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, threads: int = 128, stages: int = 2,
-           trans_B: bool = False, num_stages: int = 0, dynamic: bool = False):
+           trans_B: bool = False, num_stages: int = 0, dynamic: bool = False, dtype: T.dtype = T.float16):
     """T.gemm of stage `ko % stages` of 3-d shared buffers; `num_stages` > 0: in a T.Pipelined loop (the
     pipeline's copies of each 3-d buffer on top of its own stages)."""
     M = T.dynamic("M") if dynamic else T.const("M")
     N, K = T.const("N, K")
-    A: T.Tensor[[M, K], T.float16]
+    A: T.Tensor[[M, K], dtype]
     if trans_B:
-        B: T.Tensor[[N, K], T.float16]
+        B: T.Tensor[[N, K], dtype]
     else:
-        B: T.Tensor[[K, N], T.float16]
+        B: T.Tensor[[K, N], dtype]
     C = T.empty((M, N), T.float32)
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_s = T.alloc_shared((stages, block_M, block_K), T.float16)
-        B_s = T.alloc_shared((stages, block_N, block_K) if trans_B else (stages, block_K, block_N), T.float16)
+        A_s = T.alloc_shared((stages, block_M, block_K), dtype)
+        B_s = T.alloc_shared((stages, block_N, block_K) if trans_B else (stages, block_K, block_N), dtype)
         acc = T.alloc_fragment((block_M, block_N), T.float32)
         T.clear(acc)
         n = T.ceildiv(K, block_K)
@@ -52,7 +52,7 @@ def staged(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, thread
 
 
 # the wgmma shapes of each path: K rows of 64 and 128 bytes, 64-column panels (block_K 128), B stored [N, K],
-# two warpgroups, three stages, a T.Pipelined loop over the stages
+# two warpgroups, three stages, a T.Pipelined loop over the stages, 8-bit floats (k32 steps; B stored [N, K])
 VARIANTS = {
     "k32": {},
     "k64": dict(block_K=64),
@@ -61,13 +61,15 @@ VARIANTS = {
     "two_warpgroups": dict(block_M=128, threads=256),
     "three_stages": dict(stages=3, block_N=128),
     "pipelined": dict(num_stages=2),
+    "e4m3": dict(dtype="float8_e4m3fn", trans_B=True, block_K=64),
 }
 
 
-def _inputs(M, N, K, trans_B=False, seed=0):
+def _inputs(M, N, K, trans_B=False, seed=0, dtype="float16"):
     g = torch.Generator().manual_seed(seed)
-    a = torch.randn(M, K, generator=g).half()
-    b = torch.randn(N, K, generator=g).half() if trans_B else torch.randn(K, N, generator=g).half()
+    dt = getattr(torch, dtype)
+    a = torch.randn(M, K, generator=g).to(dt)
+    b = torch.randn(N, K, generator=g).to(dt) if trans_B else torch.randn(K, N, generator=g).to(dt)
     return a, b
 
 
@@ -80,7 +82,7 @@ def _ref(a, b, trans_B=False):
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_gemm_of_stages_agrees_with_torch(name, M, N, K, backend):
     kw = VARIANTS[name]
-    a, b = _inputs(M, N, K, kw.get("trans_B", False), seed=K)
+    a, b = _inputs(M, N, K, kw.get("trans_B", False), seed=K, dtype=kw.get("dtype", "float16"))
     c = staged(a.to(backend), b.to(backend), **kw)
     torch.testing.assert_close(c.cpu(), _ref(a, b, kw.get("trans_B", False)), atol=1e-3, rtol=1e-3)
 
@@ -107,10 +109,13 @@ def _calls(src: str, name: str):
     return out
 
 
+_POOL = r"\(\([\w ]+\*\)smem_pool_ptr\)\["  # `((half*)smem_pool_ptr)[`, any element type
+
+
 def _pool_indices(text: str):
-    """The index expressions of `((half*)smem_pool_ptr)[...]` in `text`."""
+    """The index expressions of `((half*)smem_pool_ptr)[...]` (any element type) in `text`."""
     out = []
-    for m in re.finditer(re.escape("((half*)smem_pool_ptr)["), text):
+    for m in re.finditer(_POOL, text):
         depth, i = 1, m.end()
         while depth:
             depth += {"[": 1, "]": -1}.get(text[i], 0)
@@ -137,13 +142,14 @@ def _body(src: str) -> str:
     return src[src.rindex('extern "C" __global__'):]
 
 
-def _stage_starts(kernel, name, rows, cols, stages):
-    """Element offsets in the pool of the stages of the 16-bit shared tile `name` ([stages, rows, cols]), from
-    the plan's byte offset of the tile. Rows longer than 64 elements are stored in 64-column panels that hold
-    every stage's rows (layout.py: leading dims fold into rows), so stage s starts s * rows * 64 elements into
-    the first panel."""
+def _stage_starts(kernel, name, rows, cols, stages, elem_bytes=2):
+    """Element offsets in the pool of the stages of the shared tile `name` ([stages, rows, cols]), from the
+    plan's byte offset of the tile. 16-bit rows longer than 64 elements are stored in 64-column panels that
+    hold every stage's rows (layout.py: leading dims fold into rows), so stage s starts s * rows * 64 elements
+    into the first panel."""
     tile = next(t for t in kernel.plan["shared"] if t["name"] == name)
-    return {tile["offset"] // 2 + s * rows * min(cols, 64) for s in range(stages)}
+    panel = 64 if elem_bytes == 2 else cols
+    return {tile["offset"] // elem_bytes + s * rows * min(cols, panel) for s in range(stages)}
 
 
 def _descriptor_starts(src: str, k_tiles: int) -> tuple[set, set]:
@@ -161,7 +167,7 @@ def _copy_starts(src: str, k_tiles: int) -> set:
     start of the stage it writes (row 0, chunk 0, unswizzled)."""
     body = _body(src)
     dsts = [_pool_indices(args)[0] for n in (4, 8, 16) for args in _calls(body, f"tnb_cp_async_{n}")]
-    dsts += [m.group(1) for m in re.finditer(r"\(\(half\*\)smem_pool_ptr\)\[(.*?)\] = ", body)]
+    dsts += [m.group(1) for m in re.finditer(_POOL + r"(.*?)\] = ", body)]
     return set().union(*(_values(d, k_tiles) for d in dsts))
 
 
@@ -174,7 +180,9 @@ def test_wgmma_descriptors_start_at_the_stage_the_copy_wrote(name):
     trans_B = kw.get("trans_B", False)
     bm, bn, bk = kw.get("block_M", 64), kw.get("block_N", 64), kw.get("block_K", 32)
     stages, pipeline = kw.get("stages", 2), max(kw.get("num_stages", 0), 1)
-    a, b = _inputs(CODE_SHAPES["M"], CODE_SHAPES["N"], CODE_SHAPES["K"], trans_B)
+    dtype = kw.get("dtype", "float16")
+    elem = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    a, b = _inputs(CODE_SHAPES["M"], CODE_SHAPES["N"], CODE_SHAPES["K"], trans_B, dtype=dtype)
     kernel = staged.compile(a, b, target="sm_90a", **kw)
     assert [m["kind"] for m in kernel.plan["mma"]] == ["wgmma"]
     src = kernel.cuda_source
@@ -182,8 +190,9 @@ def test_wgmma_descriptors_start_at_the_stage_the_copy_wrote(name):
     # a pipelined loop keeps `pipeline` copies of each 3-d buffer: stage s of copy p is stage p * stages + s;
     # k-tile ko uses stage ko % stages of copy ko % pipeline
     used = sorted({ko % pipeline * stages + ko % stages for ko in range(k_tiles)})
-    a_starts = sorted(_stage_starts(kernel, "A_s", bm, bk, stages * pipeline))
-    b_starts = sorted(_stage_starts(kernel, "B_s", *((bn, bk) if trans_B else (bk, bn)), stages * pipeline))
+    a_starts = sorted(_stage_starts(kernel, "A_s", bm, bk, stages * pipeline, elem))
+    b_shape = (bn, bk) if trans_B else (bk, bn)
+    b_starts = sorted(_stage_starts(kernel, "B_s", *b_shape, stages * pipeline, elem))
     want_a, want_b = {a_starts[s] for s in used}, {b_starts[s] for s in used}
     assert len(used) == (stages if pipeline == 1 else 2)
     got_a, got_b = _descriptor_starts(src, k_tiles)
@@ -237,9 +246,11 @@ def test_copies_address_the_stage_they_name():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize(
+    "name, arch",
+    [(n, a) for n in VARIANTS for a in ("sm_90a", "sm_80") if a == "sm_90a" or "dtype" not in VARIANTS[n]],
+)  # 8-bit floats need sm_89 or newer
 def test_gemm_of_stages_builds(name, arch):
     kw = VARIANTS[name]
-    a, b = _inputs(256, 256, 384, kw.get("trans_B", False))
+    a, b = _inputs(256, 256, 384, kw.get("trans_B", False), dtype=kw.get("dtype", "float16"))
     assert staged.compile(a, b, target=arch, **kw).cubin
