@@ -5,8 +5,11 @@ sizes of 1 and dynamic dims, in T.Parallel loops and at block level (T.serial); 
 builds; the same kernels on the GPU (marked gpu). Also tilelang's TVM names (`tirx.PrimExpr`, `expr.dtype`)
 while the tilelang mapping is installed, and the errors."""
 
+import re
+
 import pytest
 import torch
+from kernels.cuda import cuda_source
 
 import tile_nb
 import tile_nb.language as T
@@ -174,6 +177,33 @@ def test_narrow_unsigned_arithmetic_wraps(device, N, parallel):
         ((u << 10) & 0xFFFF, (u * 40000 + 7) & 0xFFFF, torch.where(low4 >= 8, low4 - 16, low4)), 1
     )
     torch.testing.assert_close(y.cpu(), want.to(torch.int32))
+
+
+def _kernel_body(src: str) -> str:
+    """The kernel's code with each access written as its buffer's name (a, b, y)."""
+    return re.sub(r"([ABY])_ptr\[[^\]]*\]", lambda m: m.group(1).lower(), src.split('extern "C"')[-1])
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_cuda_wraps_uint16_arithmetic_before_widening(parallel):
+    """C++ computes uint16 `u << 10` and `u * 40000` in int (no wrap at 16 bits: the H100 gave values up to
+    2^31): the lowering computes them in uint32 and casts back to ushort before the int32 cast."""
+    body = _kernel_body(cuda_source(u16_wrap.specialize(parallel=parallel)))
+    u = "((uint)((ushort)a))"
+    assert f"((int)((ushort)({u} << (uint)10)))" in body
+    assert f"((int)((ushort)(((uint)((ushort)({u} * (uint)40000))) + (uint)7)))" in body
+    assert "<< (ushort)" not in body and "* (ushort)" not in body and "+ (ushort)" not in body
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_cuda_max_compares_the_wrapped_uint16_sum(parallel):
+    """`T.max(a + 1, a >> 1)` of a = 65535: the sum wraps to 0 before max compares (the H100 compared
+    65536)."""
+    a = torch.empty(45, dtype=torch.uint16)
+    body = _kernel_body(cuda_source(unsigned_ops.specialize(a, torch.empty(45, 2, dtype=a.dtype), dt="uint16",
+                                                            parallel=parallel)))
+    assert "max(((ushort)(((uint)a) + (uint)1)), (a >> (ushort)1))" in body
+    assert "((ushort)(((uint)a) << (uint)3)) | (ushort)5)" in body
 
 
 # ---- CUDA builds -------------------------------------------------------------------------------------------

@@ -159,13 +159,17 @@ def _not(comp: Compiler, node):
 @expr_rule(tirx.BitwiseNot)
 def _bitwise_not(comp: Compiler, node):
     a = comp.expr(node.a)
-    is_bool = str(node.ty.dtype) == "bool"
+    dtype = str(node.ty.dtype)
+    # in int64 and wrapped, like the other bitwise ops (torch's CPU kernels lack `~` of uint16 / uint32,
+    # and `~` of their values carried in int64, or of a Python int, is negative where the dtype's is
+    # 2^bits - 1 - x)
+    tdtype = V.torch_dtype(dtype) if _is_int(dtype) else None
 
     def bitwise_not(f):
         x = a(f)
-        if is_bool:
+        if dtype == "bool":
             return V.logical_not(x)
-        return ~x
+        return ~x if tdtype is None else _wrap(~_int64(x), tdtype)
     return bitwise_not
 
 

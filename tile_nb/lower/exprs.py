@@ -12,6 +12,7 @@ from tvm import tirx
 from tvm.ir import prim
 
 from .errors import LoweringError
+from .narrow import wrap_narrow, wrap_narrow_not
 
 __all__ = [
     "conjunction",
@@ -59,13 +60,14 @@ _COMPARE = tuple(getattr(prim.expr, name) for name in ("EQ", "NE", "LT", "LE", "
 
 
 def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable | None = None,
-            minmax: Callable | None = None, approx: Callable | None = None):
+            minmax: Callable | None = None, approx: Callable | None = None, narrow: bool = False):
     """`fit(comparison)`, when given, may replace each rebuilt comparison (the emitter widens index arithmetic
     that reaches the int32 limits there, `fit_int32`). The emitter's CUDA choices come as functions, so that
     this walker stays below the emitters: `minmax(kind, a, b, dtype)` builds a float max / min ("max" / "min":
     the NaN-propagating intrin.minmax_nan), and `approx(op, x, dtype)` may replace a call of `op` by an
     approximate instruction (intrin.approx_math where LoweringOptions.approx_math
-    is on), None keeping the call."""
+    is on), None keeping the call. With `narrow`, 8- and 16-bit integer ops that C++ would compute
+    unwrapped in int are rebuilt to wrap to their dtype (narrow.py)."""
     def go(e):
         if isinstance(e, tvm.ir.TensorLoad):  # a BufferLoad; `.source` is the buffer
             idx = [go(i) for i in e.indices]
@@ -84,11 +86,11 @@ def rewrite(expr, var_map: dict, on_load: Callable | None = None, fit: Callable 
         if fit is not None and isinstance(e, _COMPARE):
             return fit(type(e)(go(e.a), go(e.b)))
         if isinstance(e, _BINARY):
-            return type(e)(go(e.a), go(e.b))
+            return wrap_narrow(type(e), go(e.a), go(e.b)) if narrow else type(e)(go(e.a), go(e.b))
         if isinstance(e, prim.expr.Not):
             return prim.expr.Not(go(e.a))
         if isinstance(e, prim.expr.BitwiseNot):
-            return prim.expr.BitwiseNot(go(e.a))
+            return wrap_narrow_not(go(e.a)) if narrow else prim.expr.BitwiseNot(go(e.a))
         if isinstance(e, prim.expr.Cast):
             value = go(e.value)
             if isinstance(value, int):  # the var of a loop of extent 1, mapped to 0

@@ -139,7 +139,7 @@ class Emitter:
         """Rewrite a tile-IR expression for the emitted code (vars, buffer accesses)."""
         approx = intrin.approx_math if self.plan.options.approx_math else None
         return rewrite(e, self.var_map, lambda ld, idx: self.load(ld.source, idx), fit=self.fit_int32,
-                       minmax=intrin.minmax_nan, approx=approx)
+                       minmax=intrin.minmax_nan, approx=approx, narrow=True)
 
     def fit_int32(self, cond):
         """`cond` with its int32 index arithmetic in int64 where it can reach
