@@ -32,6 +32,7 @@ def _ops_row(A, B, Y, r, dt):
     Y[r, 5] = T.cast(a // (b | dt(1)), T.int32)                 # int8 -128 // -1 is 128: wraps to -128
     Y[r, 6] = T.cast(T.max(a + b, a - b), T.int32)               # compares the wrapped values
     Y[r, 7] = T.cast((a * b) >> dt(1), T.int32)                  # shifts the wrapped product
+    Y[r, 8] = T.cast(a % (b | dt(1)), T.int32)                   # floor modulo: in range, left as it is
 
 
 @tile_nb.jit
@@ -39,7 +40,7 @@ def narrow_ops(A, B, Y, dt: T.dtype = T.uint16, block: int = 16, parallel: bool 
     N = T.dynamic("N")
     A: T.Tensor[[N], dt]
     B: T.Tensor[[N], dt]
-    Y: T.Tensor[[N, 8], T.int32]
+    Y: T.Tensor[[N, 9], T.int32]
     with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
         if parallel:
             for i in T.Parallel(block):
@@ -63,6 +64,7 @@ def _reference(a: torch.Tensor, b: torch.Tensor, dt: str) -> torch.Tensor:
     cols = (
         w(a + b), w(a - b), w(a * b), w(a << (b & 7)), w(-a - 1),
         w(torch.div(a, b | 1, rounding_mode="floor")), torch.maximum(w(a + b), w(a - b)), w(a * b) >> 1,
+        torch.remainder(a, b | 1),
     )
     return torch.stack(cols, 1).to(torch.int32)
 
@@ -85,7 +87,7 @@ def _inputs(dt: str, n: int, seed: int):
 def test_narrow_arithmetic_wraps_after_each_op(device, dt, N, parallel):
     a, b = _inputs(dt, N, seed=N + parallel)
     tdt = getattr(torch, dt)
-    y = torch.zeros(N, 8, dtype=torch.int32, device=device)
+    y = torch.zeros(N, 9, dtype=torch.int32, device=device)
     narrow_ops(a.to(tdt).to(device), b.to(tdt).to(device), y, dt=dt, parallel=parallel)
     torch.testing.assert_close(y.cpu(), _reference(a, b, dt), rtol=0, atol=0)
 
@@ -120,7 +122,7 @@ def test_cuda_computes_narrow_ops_in_32_bits_and_casts_back(dt, parallel):
         assert f"({c})(" in body.split("rdiv - 1")[0].rsplit("y =", 1)[-1]
 
 
-def test_narrow_integer_vectors_are_refused():
+def test_narrow_integer_vectors_are_refused_and_long_shifts_are_zero():
     from tvm import tirx
 
     from tile_nb.lower.narrow import wrap_narrow, wrap_narrow_not
@@ -130,6 +132,9 @@ def test_narrow_integer_vectors_are_refused():
         wrap_narrow(tirx.Add, v, v)
     with pytest.raises(LoweringError, match="int8x4 vectors"):
         wrap_narrow_not(tirx.Broadcast(tirx.const(3, "int8"), 4))
+    # a constant left shift past 32 bits (undefined in C++) is the interpreter's 0
+    x = tirx.Var("x", "uint16")
+    assert str(wrap_narrow(tirx.LShift, x, tirx.const(40, "uint16"))) == "T.uint16(0)"
     f = tirx.Broadcast(tirx.const(3, "int32"), 4)
     assert str(wrap_narrow(tirx.Mul, f, f).ty) == "int32x4"     # 32-bit lanes need no wrap
 
@@ -139,4 +144,4 @@ def test_narrow_integer_vectors_are_refused():
 def test_narrow_ops_build(arch):
     for dt in DTYPES:
         a = torch.empty(45, dtype=getattr(torch, dt))
-        assert narrow_ops.compile(a, a, torch.empty(45, 8, dtype=torch.int32), dt=dt, target=arch).cubin
+        assert narrow_ops.compile(a, a, torch.empty(45, 9, dtype=torch.int32), dt=dt, target=arch).cubin

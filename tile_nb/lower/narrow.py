@@ -35,6 +35,9 @@ def wrap_narrow(node_type, a, b):
     _refuse_vectors(e)
     if dtype not in _NARROW:
         return e
+    if node_type is prim.expr.LShift and isinstance(b, prim.expr.IntImm) and int(b.value) >= 32:
+        # every bit leaves the dtype (the interpreter's 0), where C++'s 32-bit shift would be undefined
+        return tirx.const(0, dtype)
     wide = "uint32" if dtype.startswith("u") or node_type is prim.expr.LShift else "int32"
     return tirx.Cast(dtype, node_type(tirx.Cast(wide, a), tirx.Cast(wide, b)))
 
