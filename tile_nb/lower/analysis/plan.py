@@ -267,6 +267,12 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     threads, grid = _launch(func)
     if threads is None:
         raise LoweringError("the kernel has no threadIdx.x launch (T.Kernel(..., threads=...))")
+    kernels = _thread_launches(func)
+    if len(kernels) > 1:
+        _check_one_thread_count(kernels, lines)
+        # One plan serves every T.Kernel of the function, and the grid-order schedules (CTA raster groups,
+        # heaviest first, persistent CTAs) are per launch: off, so that no kernel follows another's grid
+        grid = {}
     check_target(func, ArchCaps.of(arch), lines)
     try:
         accumulators, gemms, gemm_operands, panel_operands, register_a = _choose_mma(
@@ -477,6 +483,32 @@ def _launch(func):
             elif tag.startswith("blockIdx."):
                 grid[tag] = (s.node.var, s.value)
     return threads or None, grid
+
+
+def _thread_launches(func) -> list:
+    """The threadIdx.x launches of `func`: one per T.Kernel."""
+    return [s for s in iter_stmts(func.body) if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent"
+            and s.node.thread_tag == "threadIdx.x"]
+
+
+def _check_one_thread_count(launches: list, lines) -> None:
+    """The fragments' register layouts are planned once per function for one number of threads: a kernel
+    launched with another number would own other elements than its layouts say (out-of-range stores on the
+    GPU), so it is refused."""
+    first = int(launches[0].value)
+    for launch in launches[1:]:
+        if int(launch.value) != first:
+            raise lines.locate(
+                LoweringError(
+                    f"this T.Kernel has threads={int(launch.value)}, an earlier one in the same function "
+                    f"threads={first}: tile_nb's CUDA lowering plans the fragments of a function's kernels "
+                    "for one number of threads",
+                    hint="give every T.Kernel of the function the same threads=, or put each kernel in its "
+                         "own function (the interpreter runs them as written)",
+                ),
+                # the launch has no line of its own: the kernel's first statement that has one
+                next((st for st in iter_stmts(launch.body) if lines.line_of(st) is not None), None),
+            )
 
 
 def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):

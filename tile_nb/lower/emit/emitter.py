@@ -548,6 +548,12 @@ class Emitter:
             if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
                 self.emit(s)
                 continue
+            if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
+                # A T.Kernel of a function with several: its launch orders it after the one before, and a
+                # barrier here would be host code (TVM refuses a device call there)
+                self.emit(s)
+                pending_write = pending_read = False
+                continue
             r, w = self.touches_shared(s)
             if (pending_write and (r or w)) or (pending_read and w):
                 self.sync()
