@@ -92,7 +92,12 @@ class Specialization:
     def facts_terms(self) -> list[str]:
         """Python expressions over `args` for the facts of a call: for each tensor, is its data pointer
         unaligned to 16 bytes; for each T.dynamic dim, is it a multiple of 16."""
-        return ([f"args[{i}].data_ptr() % 16 != 0" for i, _ in self.buffer_args]
+        return self._facts_terms(len(self.func.params))
+
+    def _facts_terms(self, n_args: int) -> list[str]:
+        """`facts_terms` where `args` holds the first `n_args` parameters: a tensor past them (an output the
+        launch allocates) counts as aligned."""
+        return ([f"args[{i}].data_ptr() % 16 != 0" if i < n_args else "False" for i, _ in self.buffer_args]
                 + [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()])
 
     @functools.cached_property
@@ -113,9 +118,7 @@ class Specialization:
         # The facts, over the call's own arguments: the T.empty outputs and scratch tensors that an allocating
         # launch makes are not among them, and are aligned (fresh allocations), as `facts_key` finds them.
         n_args = len(self.func.params) - len(self.output_shapes) - len(self.scratch_shapes)
-        facts = [f"args[{i}].data_ptr() % 16 != 0" if i < n_args else "False" for i, _ in self.buffer_args]
-        facts += [f"args[{i}].shape[{d}] % 16 == 0" for i, d in self.dynamic_sources.values()]
-        return generated("direct_key", terms + facts)
+        return generated("direct_key", terms + self._facts_terms(n_args))
 
     def facts(self, key: tuple) -> CallFacts:
         """The CallFacts a `facts_key` tuple stands for. A view `T.Tensor(shape, dtype, A.data)` shares A's

@@ -475,20 +475,24 @@ def _threads_body(func):
 def _launch(func):
     threads = int(func.attrs["tile_nb.threads"]) if func.attrs and "tile_nb.threads" in func.attrs else None
     grid = {}
-    for s in iter_stmts(func.body):
-        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
-            tag = s.node.thread_tag
-            if tag == "threadIdx.x" and not threads:
-                threads = int(s.value)
-            elif tag.startswith("blockIdx."):
-                grid[tag] = (s.node.var, s.value)
+    for s in _launches(func):
+        tag = s.node.thread_tag
+        if tag == "threadIdx.x" and not threads:
+            threads = int(s.value)
+        elif tag.startswith("blockIdx."):
+            grid[tag] = (s.node.var, s.value)
     return threads or None, grid
+
+
+def _launches(func) -> list:
+    """The launch dimensions (thread_extent AttrStmts) of `func`'s T.Kernels, in order."""
+    return [s for s in iter_stmts(func.body)
+            if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent"]
 
 
 def _thread_launches(func) -> list:
     """The threadIdx.x launches of `func`: one per T.Kernel."""
-    return [s for s in iter_stmts(func.body) if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent"
-            and s.node.thread_tag == "threadIdx.x"]
+    return [s for s in _launches(func) if s.node.thread_tag == "threadIdx.x"]
 
 
 def _check_one_thread_count(launches: list, lines) -> None:
