@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's worth of checks, in as few device calls as the 10-minute limit allows (docs/GPU.md).
 # On the lent H200: source .devkit/prelude.sh && bash scripts/gpu_check.sh "$OUT" [PART]
-#   PART=main (default): every test marked `gpu` (sm_90a, 8 workers), then the tutorials' code cells
+#   PART=main (default): every test marked `gpu` (sm_90a, GPU_WORKERS=14), then the tutorials' code cells
 #                        (scripts/gpu_cells.py on NOTEBOOKS, default notebooks/*.ipynb)
 #   PART=older:          the `gpu` tests with the code of older GPUs loaded as PTX (TILE_NB_ARCH=compute_80, cut at
 #                        230 s, then compute_75, cut at 200 s; issue 35), then the tutorials' cells as compute_75 (a T4)
@@ -23,11 +23,16 @@ part=${2:-main}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 notebooks=(${NOTEBOOKS:-notebooks/*.ipynb})
-gpu_tests() { python3 -m pytest -p no:nbval -p no:cacheprovider -m gpu -q -rfEs -n 8 tests; }
+# $1: a JUnit XML file, so that every failure's reason comes back whole (the short summary is cut to the
+# terminal's width, and a run stopped by its time limit prints none); COLUMNS widens that summary too.
+gpu_tests() {
+  COLUMNS=400 python3 -m pytest -p no:nbval -p no:cacheprovider -m gpu -q -rfEs -n "${GPU_WORKERS:-14}" \
+    --junitxml "$1" -o junit_logging=no tests
+}
 device() { nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader; date -u +%FT%TZ; }
 case "$part" in
   main)
-    { device; gpu_tests; } 2>&1 | tee "$out/gpu_tests.log"
+    { device; timeout -s INT -k 30 "${MAIN_LIMIT:-330}" bash -c "$(declare -f gpu_tests); gpu_tests $out/gpu_tests.xml"; } 2>&1 | tee "$out/gpu_tests.log"
     rc=${PIPESTATUS[0]}
     timeout "${CELLS_LIMIT:-240}" python3 scripts/gpu_cells.py "${notebooks[@]}" > "$out/tutorial_cells.log" 2>&1
     echo "tutorial cells exit $?" >> "$out/tutorial_cells.log"
@@ -35,7 +40,7 @@ case "$part" in
   older)
     for arch_limit in compute_80:230 compute_75:200; do
       arch=${arch_limit%:*}
-      { device; TILE_NB_ARCH=$arch timeout "${arch_limit#*:}" bash -c "$(declare -f gpu_tests); gpu_tests"; } 2>&1 \
+      { device; TILE_NB_ARCH=$arch timeout -s INT -k 20 "${arch_limit#*:}" bash -c "$(declare -f gpu_tests); gpu_tests $out/gpu_tests_$arch.xml"; } 2>&1 \
         | tee "$out/gpu_tests_$arch.log"
     done
     TILE_NB_ARCH=compute_75 timeout 150 python3 scripts/gpu_cells.py "${notebooks[@]}" > "$out/tutorial_cells_compute_75.log" 2>&1

@@ -12,6 +12,7 @@ import re
 
 import pytest
 import torch
+from kernels.compare import assert_within_fp8_wgmma_bound
 
 import tile_nb
 import tile_nb.language as T
@@ -84,7 +85,10 @@ def test_gemm_of_stages_agrees_with_torch(name, M, N, K, backend):
     kw = VARIANTS[name]
     a, b = _inputs(M, N, K, kw.get("trans_B", False), seed=K, dtype=kw.get("dtype", "float16"))
     c = staged(a.to(backend), b.to(backend), **kw)
-    torch.testing.assert_close(c.cpu(), _ref(a, b, kw.get("trans_B", False)), atol=1e-3, rtol=1e-3)
+    if name == "e4m3" and backend == "cuda":  # wgmma's 8-bit sums keep fewer bits than float32
+        assert_within_fp8_wgmma_bound(c, a, b.T)
+    else:
+        torch.testing.assert_close(c.cpu(), _ref(a, b, kw.get("trans_B", False)), atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
