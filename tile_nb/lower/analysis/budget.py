@@ -55,6 +55,32 @@ def layout_pool(tiles) -> tuple[list, int]:
     return placed, offset
 
 
+def layout_pool_reusing(tiles, lives: dict) -> tuple[list, int]:
+    """As `layout_pool`, but a tile whose live span (first, last top-level statement using it, from `lives`
+    by buffer) does not meet another's may take the same bytes; a tile with no span is live throughout. Each
+    tile, largest first, goes to the lowest offset that overlaps no tile live at the same time. Returns the
+    tiles in their given order."""
+    whole = (float("-inf"), float("inf"))
+    span = [lives.get(t.buffer, whole) for t in tiles]
+    placed: dict = {}
+    for i in sorted(range(len(tiles)), key=lambda i: -tiles[i].nbytes):
+        tile = tiles[i]
+        align = 1024 if tile.swizzle or tile.panel else 128
+        busy = sorted(
+            (placed[j].byte_offset, placed[j].byte_offset + placed[j].nbytes)
+            for j in placed
+            if span[j][0] <= span[i][1] and span[i][0] <= span[j][1]
+        )
+        offset = 0
+        for start, end in busy:
+            if offset + tile.nbytes <= start:
+                break
+            offset = max(offset, (end + align - 1) // align * align)
+        placed[i] = replace(tile, byte_offset=offset)
+    ordered = [placed[i] for i in range(len(tiles))]
+    return ordered, max((t.byte_offset + t.nbytes for t in ordered), default=0)
+
+
 def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 

@@ -144,6 +144,22 @@ def choose_warp_grid(bm: int, bn: int, warps: int) -> tuple[int, int]:
     return best[1]
 
 
+def common_warps_along_m(shapes: list[tuple[int, int]], warps: int) -> int | None:
+    """The one number of warps along M that splits every [bm, bn] in `shapes` (one bm) into warp tiles of
+    multiples of 16x16, with the squarest warp tiles over all of them; None where no number does. Accumulators
+    whose rows meet one row statistic must share it: a row's registers then sit in the same threads in
+    each."""
+    best = None
+    for wm in range(1, warps + 1):
+        wn = warps // wm
+        if warps % wm or any(bm % (16 * wm) or bn % (16 * wn) for bm, bn in shapes):
+            continue
+        score = (sum(abs(bm // wm - bn // wn) for bm, bn in shapes), -wn)
+        if best is None or score < best[0]:
+            best = (score, wm)
+    return None if best is None else best[1]
+
+
 @dataclass(frozen=True)
 class MmaAccLayout:
     """Register layout of a [BM, BN] accumulator over a wm x wn grid of warps of m16n8 atoms."""

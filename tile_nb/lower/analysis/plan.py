@@ -28,18 +28,33 @@ from tvm import tirx
 
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
-from ..irwalk import iter_stmts, region_of, scope_of
+from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items
 from ..options import LoweringOptions
 from .arch import ArchCaps
 from .arch_rules import check_target
-from .budget import check_registers, check_shared, layout_pool, packed_registers
+from .bounds import check_static_bounds
+from .budget import (
+    check_registers,
+    check_shared,
+    layout_pool,
+    layout_pool_reusing,
+    max_shared_bytes,
+    packed_registers,
+)
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, GemmKind, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
 from .fragments import FragmentLayout
 from .global_layouts import global_layouts
 from .infer import FragmentPlan, infer_layouts, rows_coupled
-from .layout import MmaAccLayout, SharedTile, WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .layout import (
+    MmaAccLayout,
+    SharedTile,
+    WgmmaAccLayout,
+    accumulator_register_dtype,
+    common_warps_along_m,
+    tirx_bits,
+)
 from .mma import (
     eight_bit_fma_reason,
     eight_bit_gemm,
@@ -130,6 +145,9 @@ class KernelPlan(PlanFacts):
     notes: tuple = ()
     # GlobalLayout of each tensor parameter with a hand layout: the call permutes it around the launch
     global_layouts: tuple = ()
+    # (later tile, earlier tile) names of shared tiles given the same bytes because their uses do not overlap
+    # (only where the pool would not fit otherwise: _reusable_lives)
+    shared_reuse: tuple = ()
 
     # ---- decisions, as fields for code --------------------------------------------------------------------
     @property
@@ -274,6 +292,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         # heaviest first, persistent CTAs) are per launch: off, so that no kernel follows another's grid
         grid = {}
     check_target(func, ArchCaps.of(arch), lines)
+    check_static_bounds(func, lines)
     try:
         accumulators, gemms, gemm_operands, panel_operands, register_a = _choose_mma(
             func, target, threads, lines, options
@@ -381,6 +400,16 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     refusals = tuple(r for r in (why_tma, *why_persistent, why_store) if r is not None)
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
+    shared_reuse = ()
+    if end > max_shared_bytes(arch) and tma is None and persistent is None and len(kernels) <= 1:
+        # over the limit: tiles whose uses do not overlap share bytes (FlashAttention's and MLA's Q tile and
+        # output staging tile); emit_seq's barrier between a statement reading shared memory and a later one
+        # writing it orders the old tile's last reads before the new tile's first writes
+        lives = _reusable_lives(body, shared, gemms)
+        reused, reused_end = layout_pool_reusing(list(shared.values()) + list(workspaces.values()), lives)
+        if reused_end < end:
+            placed, end = reused, reused_end
+            shared_reuse = _overlapping(reused, lives)
     barrier_offset = (end + 7) // 8 * 8
     pool_bytes = barrier_offset + 8 * tma.barrier_count if tma is not None else end  # 8 B per mbarrier
     check_shared(placed, pool_bytes, arch, lines)
@@ -423,6 +452,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         wgmma_overlap=wgmma_overlap,
         notes=notes,
         global_layouts=hand_layouts,
+        shared_reuse=shared_reuse,
     )
 
 
@@ -573,6 +603,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 operands.add(op)
         except LoweringError as err:
             raise lines.locate(err, s) from None
+    _share_row_warps(accumulators, row_users, threads // 32)
     kinds = {}
     for s in gemms:  # once every accumulator has its layout (several T.gemm may share one: the first's)
         try:
@@ -580,6 +611,52 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
         except LoweringError as err:
             raise lines.locate(err, s) from None
     return accumulators, kinds, operands, panels, register_a
+
+
+def _reusable_lives(body, shared: dict, gemms: dict) -> dict:
+    """Buffer -> (first, last) index of the top-level statements of the CTA's code that use it, for the shared
+    tiles that may share bytes with others: not the operands of a wgmma T.gemm (read asynchronously, after
+    the threads have moved on). The others stay live throughout; a body that is not a sequence gives every
+    tile the one statement, so none shares."""
+    wgmma_operands = {region_of(call.args[i])[0] for call, kind in gemms.items() if kind == GemmKind.WGMMA
+                      for i in (1, 2)}
+    lives: dict = {}
+    for index, item in enumerate(seq_items(body) if body is not None else []):
+        reads, writes = buffers_touched(item)
+        for buf in set(reads) | set(writes):
+            if buf in shared and buf not in wgmma_operands:
+                first, _ = lives.get(buf, (index, index))
+                lives[buf] = (first, index)
+    return lives
+
+
+def _overlapping(tiles, lives: dict) -> tuple:
+    """(later, earlier) names of the tiles that `layout_pool_reusing` placed on common bytes."""
+    pairs = []
+    for a in tiles:
+        for b in tiles:
+            if a.buffer in lives and b.buffer in lives and lives[b.buffer][1] < lives[a.buffer][0] \
+                    and a.byte_offset < b.byte_offset + b.nbytes and b.byte_offset < a.byte_offset + a.nbytes:
+                pairs.append((a.buffer.name, b.buffer.name))
+    return tuple(pairs)
+
+
+def _share_row_warps(accumulators: dict, row_users: set, warps: int) -> None:
+    """mma.sync accumulators of one height whose rows meet row statistics but could not put all their warps
+    along M (MmaAccLayout.choose) each chose their own warp grid: a row statistic shared by two of them
+    (FlashAttention's and MLA's scores and output with 64 rows on 8 warps) would then need two register
+    layouts. Give them the grid they can all take, where there is one."""
+    by_height: dict = {}
+    for buf, layout in accumulators.items():
+        if buf in row_users and isinstance(layout, MmaAccLayout):
+            by_height.setdefault(layout.bm, []).append(buf)
+    for bufs in by_height.values():
+        if len({accumulators[b].wm for b in bufs}) < 2:
+            continue
+        wm = common_warps_along_m([(accumulators[b].bm, accumulators[b].bn) for b in bufs], warps)
+        if wm is not None:
+            for b in bufs:
+                accumulators[b] = replace(accumulators[b], wm=wm, wn=warps // wm, wgmma_rows=False)
 
 
 def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> dict:

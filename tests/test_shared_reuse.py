@@ -1,0 +1,151 @@
+"""Two lowering steps that tilelang's MLA decode examples need on the GPU (64 query heads per CTA, 256
+threads, head dim 512):
+
+- the scores and the output accumulators share one warp grid (lower/analysis/plan.py `_share_row_warps`): each
+  chose its own (2 x 4 and 1 x 8 warps), so the row statistics that join them (`scores_max_prev`) needed two
+  register layouts and the kernel was refused;
+- shared tiles whose uses do not overlap share bytes when the pool would not fit otherwise (`_reusable_lives`,
+  budget.layout_pool_reusing): the K/V stages are done with when the output is staged, 290 -> 226 KiB.
+
+The interpreter is unaffected by either (it has no register layouts or pool); the CPU tests here read the plan
+and the generated CUDA, the gpu tests compare the GPU with torch."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+from tile_nb.backend.target import resolve_target
+from tile_nb.lower.analysis.layout import MmaAccLayout
+from tile_nb.lower.analysis.plan import make_plan
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def decode(Q, KV, block_H: int = 64, block_N: int = 64, threads: int = 256, stages: int = 2,
+           stage_output: bool = True):
+    """Softmax(Q K^T) V over one K = V tensor, MLA decode's shape of loop: 64 rows of Q per CTA, the scores'
+    running max kept in `scores_max_prev`, the output staged through shared memory (`stage_output`)."""
+    H, S, D = T.const("H, S, D")
+    Q: T.Tensor[[H, D], T.float16]
+    KV: T.Tensor[[S, D], T.float16]
+    O = T.empty((H, D), T.float16)
+    with T.Kernel(T.ceildiv(H, block_H), threads=threads) as hid:
+        Q_shared = T.alloc_shared([block_H, D], T.float16)
+        KV_shared = T.alloc_shared([block_N, D], T.float16)
+        S_shared = T.alloc_shared([block_H, block_N], T.float16)
+        O_shared = T.alloc_shared([block_H, D], T.float16)
+        acc_s = T.alloc_fragment([block_H, block_N], T.float32)
+        acc_o = T.alloc_fragment([block_H, D], T.float32)
+        scores_max = T.alloc_fragment([block_H], T.float32)
+        scores_max_prev = T.alloc_fragment([block_H], T.float32)
+        scores_scale = T.alloc_fragment([block_H], T.float32)
+        scores_sum = T.alloc_fragment([block_H], T.float32)
+        logsum = T.alloc_fragment([block_H], T.float32)
+        T.copy(Q[hid * block_H, 0], Q_shared)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity(T.float32))
+        for k in T.Pipelined(T.ceildiv(S, block_N), num_stages=stages):
+            T.copy(KV[k * block_N, 0], KV_shared)
+            T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, clear_accum=True)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.if_then_else(k * block_N + j < S, acc_s[i, j], -T.infinity(T.float32))
+            T.copy(scores_max, scores_max_prev)
+            T.fill(scores_max, -T.infinity(T.float32))
+            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+            for i in T.Parallel(block_H):
+                scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+            for i in T.Parallel(block_H):
+                scores_scale[i] = T.exp2(scores_max_prev[i] - scores_max[i])
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] - scores_max[i])
+            T.reduce_sum(acc_s, scores_sum, dim=1)
+            T.copy(acc_s, S_shared)
+            for i in T.Parallel(block_H):
+                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            for i, j in T.Parallel(block_H, D):
+                acc_o[i, j] *= scores_scale[i]
+            T.gemm(S_shared, KV_shared, acc_o)
+        for i, j in T.Parallel(block_H, D):
+            acc_o[i, j] /= logsum[i]
+        if stage_output:
+            T.copy(acc_o, O_shared)
+            T.copy(O_shared, O[hid * block_H, 0])
+        else:
+            T.copy(acc_o, O[hid * block_H, 0])
+    return O
+
+
+def _inputs(H, S, D, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(H, D, generator=g).half(), (torch.randn(S, D, generator=g) / 4).half()
+
+
+def _reference(q, kv):
+    scores = q.double() @ kv.double().T * 0.6931471805599453  # exp2 of the raw scores: e^(s ln 2)
+    return torch.softmax(scores, dim=-1) @ kv.double()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("H, S, D", [(64, 200, 512), (64, 64, 256), (100, 1, 128)])
+def test_the_decode_agrees_with_torch(H, S, D, backend):
+    q, kv = _inputs(H, S, D, seed=S)
+    out = decode(q.to(backend), kv.to(backend))
+    torch.testing.assert_close(out.cpu().double(), _reference(q, kv), atol=2e-2, rtol=2e-2)
+
+
+def _plan(D, **kw):
+    q, kv = _inputs(64, 200, D)
+    return make_plan(decode.specialize(q, kv, **kw), resolve_target("sm_90a"))
+
+
+@pytest.mark.parametrize("D", [256, 512])
+def test_the_scores_and_the_output_share_one_warp_grid(D):
+    accumulators = {b.name: a for b, a in _plan(D).accumulators.items()}
+    acc_s, acc_o = accumulators["acc_s"], accumulators["acc_o"]
+    assert isinstance(acc_s, MmaAccLayout) and isinstance(acc_o, MmaAccLayout)
+    # 64 rows cannot put all 8 warps along M; each alone would choose 2 x 4 (64 x 64) and 1 x 8 (64 x D)
+    assert (acc_s.wm, acc_s.wn) == (acc_o.wm, acc_o.wn) == (2, 4)
+
+
+def test_tiles_used_one_after_the_other_share_bytes_only_when_the_pool_would_not_fit():
+    plan = _plan(512)  # Q 64 KiB, K/V 2 x 64 KiB, S 8 KiB, O 64 KiB: 264 KiB laid one after another
+    tiles = {b.name: t for b, t in plan.shared.items()}
+    assert plan.pool_bytes <= 227 * 1024
+    assert ("O_shared", "KV_shared") in plan.shared_reuse
+    o, kv = tiles["O_shared"], tiles["KV_shared"]
+    assert o.byte_offset < kv.byte_offset + kv.nbytes and kv.byte_offset < o.byte_offset + o.nbytes
+    q = tiles["Q_shared"]  # live with K/V: never on their bytes
+    assert q.byte_offset >= kv.byte_offset + kv.nbytes or kv.byte_offset >= q.byte_offset + q.nbytes
+    small = _plan(128)  # fits as laid out: nothing shares
+    assert small.shared_reuse == ()
+    ends = sorted((t.byte_offset, t.byte_offset + t.nbytes) for t in small.shared.values())
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:], strict=False))
+
+
+def test_a_barrier_and_the_copies_wait_come_before_the_reused_bytes_are_written():
+    q, kv = _inputs(64, 200, 512)
+    source = decode.compile(q, kv, target="sm_90a").cuda_source
+    body = source[source.index("__global__ void __launch_bounds__(256) decode_kernel("):]
+    after_loop = body[body.rindex("acc_o_ptr[0] = (acc_o_ptr[0] / logsum_ptr[0]);") - 200:]
+    first_store = after_loop.index("tnb_vst_float32x2_float16")
+    assert "tnb_cp_async_wait_0();" in after_loop[:first_store]
+    last_barrier = after_loop.rfind("tnb_cta_sync();", 0, first_store)
+    assert last_barrier > after_loop.index("acc_o_ptr[0] = (acc_o_ptr[0]")
+
+
+def test_wgmma_operands_never_share_bytes():
+    # 128 threads: one warpgroup, so both T.gemm run on wgmma and read Q, K/V and S asynchronously
+    with pytest.raises(tile_nb.lower.LoweringError, match="shared memory per block"):
+        _plan(512, threads=128, stages=3)
+
+
+@needs_nvcc
+def test_the_mla_shaped_decode_builds_for_sm90a_without_spills():
+    q, kv = _inputs(64, 200, 512)
+    kernel = decode.compile(q, kv, target="sm_90a")
+    resources = kernel.resources
+    assert resources.spill_stores == 0 and resources.spill_loads == 0, resources
