@@ -22,6 +22,7 @@ import pytest
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
+from kernels import arch_matrix  # noqa: E402
 from kernels.corpus import ARCHS  # noqa: E402
 
 from tile_nb.backend import toolchain  # noqa: E402
@@ -33,57 +34,8 @@ needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="needs nvcc/ptxas to build
 
 # ---------------------------------------------------------------------------------------------- the matrix
 
-def _kernels():
-    """name -> phase-2 IR factory: the corpus kernels, plus configurations sized for the smaller GPUs."""
-    from kernels import corpus
-    from kernels import reference as ref
-    from kernels.seed import gemm_ir
-
-    kernels = {name: make for name, (make, _) in corpus.CORPUS.items()}
-    # FlashAttention in 64 KiB of shared memory (sm_75's limit): 64x64 tiles, head dim 64, two stages.
-    kernels["flash_attention_d64_64x64"] = lambda: ref.flash_attention.specialize(
-        B=1, H=4, S=512, D=64, block_M=64, block_N=64
-    )
-    kernels["gemm_bf16_1024"] = lambda: gemm_ir(1024, 1024, 1024, in_dtype="bfloat16")
-    kernels["gemm_fp16_out_trans_B_1024"] = lambda: gemm_ir(
-        1024, 1024, 1024, out_dtype="float16", trans_B=True
-    )
-    return kernels
-
-
-_SMEM = "of shared memory per block; {arch} allows"
-_FP8 = "the target {arch} lacks 8-bit float types"
-_BF16 = "the target sm_75 lacks bfloat16"
-_BIG_SMEM = ("gemm_128x256x64_s4_4096_sm90a", "gemm_128x256x64_s4_8192_stream_k_sm90a",
-             "gemm_128x256x64_s4_4096x11008x4096_sm90a", "gemm_cluster2_sm90a", "flash_attention_d128_sm90a",
-             "flash_attention_d128_causal_sm90a", "flash_attention_gqa_dynamic_sm90a")
-
-
-def _expected() -> dict:
-    """(kernel, arch) -> the text its LoweringError must contain; a pair not listed builds a cubin."""
-    out = {}
-    for arch in ARCHS:
-        caps = ArchCaps.of(arch)
-        small = caps.max_shared_bytes < 192 * 1024  # every arch but sm_90a / sm_100a
-        for name in _BIG_SMEM:
-            if small:
-                out[name, arch] = _SMEM.format(arch=arch)
-        if caps.max_shared_bytes < 168 * 1024:
-            out["flash_attention_d256_sm90a", arch] = _SMEM.format(arch=arch)
-        if caps.max_shared_bytes < 144 * 1024:
-            out["gemm_128x256x64_s3_fp32_out_sm90a", arch] = _SMEM.format(arch=arch)
-        if caps.max_shared_bytes < 88 * 1024:
-            for name in ("flash_attention_d64_sm90a", "flash_attention_d128_sm80"):
-                out[name, arch] = _SMEM.format(arch=arch)
-        if not caps.fp8:
-            out["gemm_fp8_128x256x128_8192_sm90a", arch] = _FP8.format(arch=arch)
-        elif not caps.wgmma and small:  # (off wgmma, 8-bit floats run as FMAs on the CUDA cores)
-            out["gemm_fp8_128x256x128_8192_sm90a", arch] = _SMEM.format(arch=arch)
-        if not caps.wgmma and small:  # (off wgmma, int8 runs as multiply-adds on the CUDA cores)
-            out["gemm_int8_4096_sm90a", arch] = _SMEM.format(arch=arch)
-        if not caps.bf16:
-            out["gemm_bf16_1024", arch] = _BF16
-    return out
+# the kernels (the corpus and three configurations for the smaller GPUs) and the refusals each pair expects
+_kernels, _expected = arch_matrix.kernels, arch_matrix.expected
 
 
 def _compile(name: str, arch: str):
