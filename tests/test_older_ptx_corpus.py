@@ -7,7 +7,8 @@ reason (issue 35: the table's "ran on the H200 as PTX and agreed with torch" col
 Tiers:
 - CPU: the inputs made for each kernel have the names, shapes and dtypes of its specialization's parameters;
   the torch references agree with the CPU interpreter running the same kernel families at small sizes;
-  the JUnit reader that prints the table.
+  each compute_XY lowering refuses exactly what the matrix refuses for sm_XY; the JUnit reader that prints
+  the table.
 - GPU (`gpu`, the H200; written, not run yet): the (kernel, compute_XY) matrix.
 
 `python tests/test_older_ptx_corpus.py RUN.xml` prints the table from the JUnit XML of a GPU run
@@ -106,6 +107,26 @@ def test_a_wrong_reference_would_fail():
     with pytest.raises(AssertionError, match="1 of 64 elements differ"):
         arch_runs.check("gemm_int8_4096_sm90a", inputs)
     assert not torch.isnan(arch_runs.make_inputs("rowwise_add_bias_sm80", "cpu")["X"]).any()
+
+
+@pytest.mark.parametrize("arch", PTX_ARCHS)
+def test_a_compute_target_refuses_what_the_matrix_refuses_for_its_sm_arch(arch):
+    """The lowering alone (no nvcc): compute_XY builds exactly the kernels the matrix builds for sm_XY, and
+    refuses the others with the same reason, so the GPU test's refusal branch holds before any GPU runs it."""
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import LoweringError, LoweringOptions, lower
+
+    expected, wrong = arch_matrix.expected(), []
+    for name, make in sorted(arch_matrix.kernels().items()):
+        want = expected.get((name, _sm(arch)))
+        try:
+            lower(make(), resolve_target(arch), LoweringOptions(sm_count=SM_COUNT))
+            got = None
+        except LoweringError as err:
+            got = str(err)
+        if (want is None) != (got is None) or (want is not None and want not in got):
+            wrong.append(f"{name}: expected {want or 'a build'!r}, got {got or 'a build'!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 # ---------------------------------------------------------------------------------------------- GPU (H200)
