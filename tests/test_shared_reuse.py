@@ -149,3 +149,43 @@ def test_the_mla_shaped_decode_builds_for_sm90a_without_spills():
     kernel = decode.compile(q, kv, target="sm_90a")
     resources = kernel.resources
     assert resources.spill_stores == 0 and resources.spill_loads == 0, resources
+
+
+@tile_nb.jit
+def two_kernels(X, rows: int = 512):
+    """Y = 2 X through a [rows, 128] float32 tile (256 KiB at 512 rows), then Z = Y + 1 through another: two
+    T.Kernel launched one after the other, whose tiles may take the same bytes."""
+    M = T.const("M")
+    X: T.Tensor[[M, 128], T.float32]
+    Y = T.empty((M, 128), T.float32)
+    Z = T.empty((M, 128), T.float32)
+    with T.Kernel(T.ceildiv(M, rows), threads=128) as bx:
+        A_s = T.alloc_shared([rows, 128], T.float32)
+        T.copy(X[bx * rows, 0], A_s)
+        for i, j in T.Parallel(rows, 128):
+            if bx * rows + i < M:
+                Y[bx * rows + i, j] = A_s[i, j] * 2
+    with T.Kernel(T.ceildiv(M, rows), threads=128) as bx:
+        B_s = T.alloc_shared([rows, 128], T.float32)
+        T.copy(Y[bx * rows, 0], B_s)
+        for i, j in T.Parallel(rows, 128):
+            if bx * rows + i < M:
+                Z[bx * rows + i, j] = B_s[i, j] + 1
+    return Y, Z
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M", [1, 300])
+def test_two_kernels_agree_with_torch(M, backend):
+    x = torch.randn(M, 128, generator=torch.Generator().manual_seed(M))
+    y, z = two_kernels(x.to(backend), rows=192)
+    torch.testing.assert_close(y.cpu(), x * 2)
+    torch.testing.assert_close(z.cpu(), x * 2 + 1)
+
+
+def test_the_tiles_of_separate_kernels_share_bytes():
+    x = torch.randn(300, 128)
+    plan = make_plan(two_kernels.specialize(x, rows=192), resolve_target("sm_90a"))  # 2 x 96 KiB: fits
+    assert plan.shared_reuse == ()
+    plan = make_plan(two_kernels.specialize(x, rows=256), resolve_target("sm_90a"))  # 2 x 128 KiB: shares
+    assert plan.shared_reuse == (("B_s", "A_s"),) and plan.pool_bytes == 128 * 1024

@@ -401,11 +401,12 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     keys = list(shared) + list(workspaces)
     placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
     shared_reuse = ()
-    if end > max_shared_bytes(arch) and tma is None and persistent is None and len(kernels) <= 1:
-        # over the limit: tiles whose uses do not overlap share bytes (FlashAttention's and MLA's Q tile and
-        # output staging tile); emit_seq's barrier between a statement reading shared memory and a later one
-        # writing it orders the old tile's last reads before the new tile's first writes
-        lives = _reusable_lives(body, shared, gemms)
+    if end > max_shared_bytes(arch) and tma is None and persistent is None:
+        # over the limit: tiles whose uses do not overlap share bytes (MLA's K/V stages and output staging
+        # tile; the tiles of a function's separate T.Kernels); emit_seq's barrier between a statement reading
+        # shared memory and a later one writing it orders the old tile's last reads before the new tile's
+        # first writes, and kernels launched one after another never overlap
+        lives = _reusable_lives([launch.body for launch in kernels], shared, gemms)
         reused, reused_end = layout_pool_reusing(list(shared.values()) + list(workspaces.values()), lives)
         if reused_end < end:
             placed, end = reused, reused_end
@@ -613,20 +614,26 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     return accumulators, kinds, operands, panels, register_a
 
 
-def _reusable_lives(body, shared: dict, gemms: dict) -> dict:
-    """Buffer -> (first, last) index of the top-level statements of the CTA's code that use it, for the shared
-    tiles that may share bytes with others: not the operands of a wgmma T.gemm (read asynchronously, after
-    the threads have moved on). The others stay live throughout; a body that is not a sequence gives every
-    tile the one statement, so none shares."""
+def _reusable_lives(bodies: list, shared: dict, gemms: dict) -> dict:
+    """Buffer -> (first, last) index of the top-level statements of the CTAs' code (`bodies`, one per
+    T.Kernel, numbered on from one kernel to the next) that use each shared tile. An operand of a wgmma
+    T.gemm, read asynchronously after the threads have moved on, is live through the whole of its kernel; a
+    body that is not a sequence is one statement, so its tiles share with those of other kernels only."""
     wgmma_operands = {region_of(call.args[i])[0] for call, kind in gemms.items() if kind == GemmKind.WGMMA
                       for i in (1, 2)}
     lives: dict = {}
-    for index, item in enumerate(seq_items(body) if body is not None else []):
-        reads, writes = buffers_touched(item)
-        for buf in set(reads) | set(writes):
-            if buf in shared and buf not in wgmma_operands:
-                first, _ = lives.get(buf, (index, index))
-                lives[buf] = (first, index)
+    start = 0
+    for body in bodies:
+        items = seq_items(body)
+        whole = (start, start + len(items) - 1)
+        for index, item in enumerate(items, start):
+            reads, writes = buffers_touched(item)
+            for buf in set(reads) | set(writes):
+                if buf in shared:
+                    first, last = whole if buf in wgmma_operands else (index, index)
+                    earlier = lives.get(buf, (first, last))
+                    lives[buf] = (min(earlier[0], first), max(earlier[1], last))
+        start += len(items)
     return lives
 
 
