@@ -5,7 +5,13 @@ excluded sm_100 one, and two tests."""
 import json
 import textwrap
 
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
 from tile_nb import conformance
+from tile_nb.interp.errors import OutOfBoundsError
 
 
 def _write(root, rel, text):
@@ -173,3 +179,40 @@ def test_budget_cuts_the_run_short_and_still_writes_the_results(tmp_path):
     assert slow["status"] == "timeout" and slow["seconds"] <= 8.5, slow   # cut at the budget, not at 60 s
     left = cases["examples/swz/example_swizzle.py"]
     assert left["status"] == "not run" and "--budget of 8 s was spent" in left["error"], left
+
+
+@tile_nb.jit
+def _fill_past(X):
+    """Writes past a [1] fragment: the lowering refuses it, in the NotLowerableWarning of the first
+    interpreted call, before the interpreter stops at the same write."""
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    with T.Kernel(1, threads=128):
+        s = T.alloc_fragment([1], T.float32)
+        for i in T.Parallel(4):
+            s[i] = X[0]
+
+
+def test_the_interp_run_reads_the_gpu_lowerings_refusal_from_the_warning(capsys):
+    """A NotLowerableWarning printed the way Python prints warnings to stderr becomes the case's
+    gpu_lowering; the markdown lists passing examples the lowering refuses."""
+    import io
+    import warnings
+
+    stream = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(OutOfBoundsError):
+            _fill_past(torch.randn(8))
+    for w in caught:
+        stream.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+    refusal = conformance.lowering_refusal("some output\n" + stream.getvalue())
+    assert refusal is not None and refusal.startswith("_fill_past(): s[i] is out of bounds"), refusal
+    assert conformance.lowering_refusal("no warnings here\n") is None
+    ok = conformance.Case(name="examples/a/example_a.py", kind="example", path="a.py", status="pass")
+    refused = conformance.Case(name="examples/b/example_b.py", kind="example", path="b.py", status="pass",
+                               gpu_lowering=refusal)
+    doc = conformance.markdown([ok, refused], commit="abc", backend="interp", command="x", timeout=1,
+                               machine_text="m")
+    assert "takes every kernel of 1; it refuses one of these" in doc
+    assert "| examples/b/example_b.py | _fill_past(): s[i] is out of bounds: index 0 (i) reaches 3" in doc

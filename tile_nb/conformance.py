@@ -112,6 +112,9 @@ class Case:
     seconds: float = 0.0
     # tests: [pytest items passed, pytest items] (parametrized tests have several)
     items: list | None = None
+    # interp: the first reason the sm_90a lowering gave for refusing a kernel the interpreter ran (its
+    # NotLowerableWarning), None where it took every one: the CPU's estimate of the GPU's outcome
+    gpu_lowering: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -271,6 +274,8 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
                 pass
             raise
         case.seconds = time.perf_counter() - start
+        if backend == "interp":
+            case.gpu_lowering = lowering_refusal(err)
         try:
             with open(result_path) as f:
                 result = json.load(f)
@@ -301,6 +306,22 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
     case.max_error = max(errors) if errors else None
     case.missing = _infer_missing(case)
     return case
+
+
+_NOT_LOWERABLE = re.compile(r"NotLowerableWarning: (\S+)\(\) runs on the CPU interpreter, but (.*)")
+
+
+def lowering_refusal(stderr: str) -> str | None:
+    """`kernel(): reason` from the first NotLowerableWarning in a case's stderr (each interpreted kernel is
+    also lowered for the GPU, tile_nb/jit.py), None where there is none."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        m = _NOT_LOWERABLE.search(line)
+        if m:
+            reason = lines[i + 1].strip() if m.group(2).endswith("on the GPU:") and i + 1 < len(lines) \
+                else m.group(2)
+            return f"{m.group(1)}(): {reason}"
+    return None
 
 
 def run_all(cases: list[Case], backend: str = "interp", timeout: float = 120.0, jobs: int = 1,
@@ -509,8 +530,30 @@ def markdown(cases: list[Case], *, commit: str | None, backend: str, command: st
     ]
     for text, n in other_errors_ranked(cases):
         lines.append(f"| {_cell(text, 160)} | {n} |")
+    lines += _lowering_section(ran, backend)
     lines += ["", "## Per case", "", table(cases).split("\n\n")[0], ""]
     return "\n".join(lines)
+
+
+def _lowering_section(ran: list[Case], backend: str) -> list[str]:
+    """interp: which passing tile-level examples the sm_90a lowering would refuse (no GPU needed)."""
+    if backend != "interp":
+        return []
+    passing = [c for c in ran if c.klass == "tile-level" and c.status == "pass"]
+    refused = [c for c in passing if c.gpu_lowering]
+    lines = [
+        "",
+        "## The GPU lowering of what passes here",
+        "",
+        f"Of the {len(passing)} tile-level examples that pass on the interpreter, the sm_90a lowering (run "
+        "on each kernel the interpreter ran, without a GPU) takes every kernel of "
+        f"{len(passing) - len(refused)}; it refuses one of these (the first refusal):",
+        "",
+        "| case | the lowering's refusal |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {c.name} | {_cell(c.gpu_lowering, 160)} |" for c in refused]
+    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
