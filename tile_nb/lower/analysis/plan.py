@@ -408,7 +408,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         # first writes, and kernels launched one after another never overlap
         lives = _reusable_lives([launch.body for launch in kernels], shared, gemms)
         reused, reused_end = layout_pool_reusing(list(shared.values()) + list(workspaces.values()), lives)
-        if reused_end < end:
+        if reused_end <= max_shared_bytes(arch):  # else the refusal lists the tiles as laid out plainly
             placed, end = reused, reused_end
             shared_reuse = _overlapping(reused, lives)
     barrier_offset = (end + 7) // 8 * 8
