@@ -60,6 +60,7 @@ def _visit(stmt, ranges: dict, lines) -> None:
 def _check_loads(expr, stmt, ranges, lines) -> None:
     if not ranges or not isinstance(expr, tvm.ir.Expr):
         return
+
     def visit(load):  # a BufferLoad is a tvm.ir.TensorLoad whose `.source` is the buffer
         _check(load.source, load.indices, stmt, ranges, lines)
 

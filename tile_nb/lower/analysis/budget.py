@@ -48,11 +48,17 @@ def layout_pool(tiles) -> tuple[list, int]:
     the others 128 bytes."""
     offset, placed = 0, []
     for tile in tiles:
-        align = 1024 if tile.swizzle or tile.panel else 128
+        align = _alignment(tile)
         offset = (offset + align - 1) // align * align
         placed.append(replace(tile, byte_offset=offset))
         offset += tile.nbytes
     return placed, offset
+
+
+def _alignment(tile) -> int:
+    """Bytes a tile's offset must be a multiple of: 1 KiB for tiles the tensor cores read through swizzled
+    descriptors, else 128."""
+    return 1024 if tile.swizzle or tile.panel else 128
 
 
 def layout_pool_reusing(tiles, lives: dict) -> tuple[list, int]:
@@ -65,7 +71,7 @@ def layout_pool_reusing(tiles, lives: dict) -> tuple[list, int]:
     placed: dict = {}
     for i in sorted(range(len(tiles)), key=lambda i: -tiles[i].nbytes):
         tile = tiles[i]
-        align = 1024 if tile.swizzle or tile.panel else 128
+        align = _alignment(tile)
         busy = sorted(
             (placed[j].byte_offset, placed[j].byte_offset + placed[j].nbytes)
             for j in placed

@@ -399,16 +399,17 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
         shared[stage.buffer] = stage
     refusals = tuple(r for r in (why_tma, *why_persistent, why_store) if r is not None)
     keys = list(shared) + list(workspaces)
-    placed, end = layout_pool(list(shared.values()) + list(workspaces.values()))
-    shared_reuse = ()
-    if end > max_shared_bytes(arch) and tma is None and persistent is None:
+    tiles = list(shared.values()) + list(workspaces.values())
+    placed, end = layout_pool(tiles)
+    shared_reuse, limit = (), max_shared_bytes(arch)
+    if end > limit and tma is None and persistent is None:
         # over the limit: tiles whose uses do not overlap share bytes (MLA's K/V stages and output staging
         # tile; the tiles of a function's separate T.Kernels); emit_seq's barrier between a statement reading
         # shared memory and a later one writing it orders the old tile's last reads before the new tile's
         # first writes, and kernels launched one after another never overlap
         lives = _reusable_lives([launch.body for launch in kernels], shared, gemms)
-        reused, reused_end = layout_pool_reusing(list(shared.values()) + list(workspaces.values()), lives)
-        if reused_end <= max_shared_bytes(arch):  # else the refusal lists the tiles as laid out plainly
+        reused, reused_end = layout_pool_reusing(tiles, lives)
+        if reused_end <= limit:  # else the refusal lists the tiles as laid out plainly
             placed, end = reused, reused_end
             shared_reuse = _overlapping(reused, lives)
     barrier_offset = (end + 7) // 8 * 8
