@@ -62,6 +62,31 @@ def per_call_us(fn, n, cuda):
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def jit_paths(fn, n=100) -> dict:
+    """How n calls of `fn` reached the kernel past the JIT's direct launch: calls of its shape lookup
+    (`_call_seen_shapes`) and of its slow path (`_call_slow`). Zero of both on the GPU means every call took
+    the direct launch; a compiled graph that pays more than the op's dispatcher cost should show here why."""
+    jit_type = type(scaled_mul)
+    counts = {"_call_seen_shapes": 0, "_call_slow": 0}
+    originals = {name: getattr(jit_type, name) for name in counts}
+
+    def counting(name):
+        def method(self, *args, **kwargs):
+            counts[name] += 1
+            return originals[name](self, *args, **kwargs)
+        return method
+
+    try:
+        for name in counts:
+            setattr(jit_type, name, counting(name))
+        for _ in range(n):
+            fn()
+    finally:
+        for name, method in originals.items():
+            setattr(jit_type, name, method)
+    return counts
+
+
 def model(x, w):
     return torch.relu(scaled_mul(x + 1, w, scale=2.0)) * 3
 
@@ -121,7 +146,6 @@ def main():
         "gemm op": gemm_op.entry({}).schema,
         "elementwise op": mul_op.entry({"scale": 2.0}).schema,
     }
-    print(json.dumps(facts))
     rows = {
         "empty loop": lambda: None,
         "torch.matmul(a, b, out=c16)": lambda: torch.matmul(a, b, out=c16),
@@ -155,6 +179,9 @@ def main():
             except Exception as err:  # noqa: BLE001 - report and go on: CUDA graphs are issue 33's next part
                 print(f"  reduce-overhead: {type(err).__name__}: {str(err)[:300]}")
         facts["graph_breaks"] = dict(counters["graph_break"])
+        facts["JIT paths in 100 compiled-model calls"] = jit_paths(lambda: compiled(x, w))
+        facts["JIT paths in 100 eager-model calls"] = jit_paths(lambda: model(x, w))
+    print(json.dumps(facts))
     times: dict = {name: [] for name in rows}
     for _ in range(args.rounds):
         for name, fn in rows.items():

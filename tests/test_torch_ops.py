@@ -296,6 +296,41 @@ def test_compile_graph_holds_the_op(fresh_dynamo):
     assert any("tile_nb.scaled_mul" in t for t in targets), targets
 
 
+def test_compiled_calls_do_not_run_tile_nb_lookups(fresh_dynamo, monkeypatch):
+    """Dynamo guards on the kernel's `__original_fn`, so every call of the compiled graph reads it: after the
+    trace that read must be a dict lookup, not tile_nb's Python (as a property it ran two op lookups per
+    call)."""
+    from tile_nb.torch.ops import KernelOp
+
+    looked_up = []
+    dynamo_call = KernelOp._dynamo_call
+    monkeypatch.setattr(KernelOp, "_dynamo_call", lambda self: looked_up.append(self) or dynamo_call(self))
+    scaled_mul.__dict__.pop("__original_fn", None)  # as a kernel no compiled graph has used yet
+    x, w = rand(16), rand(16, seed=1)
+    compiled = torch.compile(_model, fullgraph=True, backend="eager")
+    compiled(x, w)
+    assert looked_up, "the trace reads __original_fn"
+    looked_up.clear()
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, w), _model(x, w))
+    assert looked_up == []
+
+
+def test_mutating_op_needs_no_python_autograd_kernel():
+    """An op with no outputs falls through the Autograd key (nothing to attach a grad_fn to): its OpOverload
+    still writes in place, also when the tensor it reads requires grad."""
+    entry = tt.op(add_into).entry({})
+    x, y = rand(20).requires_grad_(), rand(20, seed=1)
+    expected = y + x.detach()
+    assert entry.overload(x, y) is None
+    torch.testing.assert_close(y, expected)
+    dump = torch._C._dispatch_dump(entry.qualname).splitlines()
+    autograd = [line for line in dump if line.startswith("Autograd")]
+    assert len(autograd) == 1 and "fallthrough" in autograd[0], autograd
+    functional = tt.op(scaled_mul).entry({"scale": 3.0}).qualname  # has outputs: the NoBackward kernel
+    assert "fallthrough" not in torch._C._dispatch_dump(functional)
+
+
 def test_compile_kernel_held_by_a_module(fresh_dynamo):
     class Scale(torch.nn.Module):
         def __init__(self):
