@@ -89,16 +89,12 @@ class OpEntry:
         """`eager(args, kwargs)`: the kernel's own call when `plain(args)` (and the version bump of the
         tensors it writes, as torch's in-place ops do), else the op's; for a call whose positional arguments
         are exactly the runtime arguments (the rest are compile-time keywords)."""
-        import torch
-
-        bump = getattr(torch.autograd.graph, "increment_version", None)
-        written = [self.runtime_names.index(n) for n in self.mutated] if bump is not None else []
+        written = [self.runtime_names.index(n) for n in self.mutated] if _version_bump() is not None else []
         call = (
             "kernel(*a, **kw)"
             if not written
-            else "result = kernel(*a, **kw)\n"
-            + "".join(f"    bump(a[{i}])\n" for i in written)
-            + "    return result"
+            else f"result = kernel(*a, **kw)\n    bump(({''.join(f'a[{i}], ' for i in written)}))\n"
+            "    return result"
         )
         return self._generated("eager", "def eager(a, kw):\n    if {test}:\n        return dispatch(a)\n"
                                         f"    {'return ' if not written else ''}{call}\n")
@@ -114,7 +110,7 @@ class OpEntry:
             "PLAIN": (torch.Tensor, torch.nn.Parameter),
             "dispatch": self.dispatch,
             "kernel": self.caller,
-            "bump": getattr(torch.autograd.graph, "increment_version", None),
+            "bump": _version_bump(),
         }
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
         grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
@@ -123,12 +119,9 @@ class OpEntry:
 
     def bump_written(self, runtime) -> None:
         """Bump the version of the tensors the kernel wrote (after a call that did not go through the op)."""
-        if self.mutated:
-            import torch
-
-            bump = getattr(torch.autograd.graph, "increment_version", None)
-            for name in self.mutated if bump is not None else ():
-                bump(runtime[self.runtime_names.index(name)])
+        bump = _version_bump()
+        if self.mutated and bump is not None:
+            bump(tuple(runtime[self.runtime_names.index(name)] for name in self.mutated))
 
     def dispatch(self, runtime):
         """The call through torch's dispatcher. A tensor the kernel writes must not require grad while grad
@@ -171,6 +164,28 @@ class OpEntry:
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+@functools.cache
+def _version_bump():
+    """`bump(tensors)`: bump each tensor's version counter, as torch's in-place ops do (so autograd notices
+    that a tensor it saved was written); None where torch has no such API. Where `torch._C._increment_version`
+    takes a tuple (torch 2.13 does), it is called directly: half the cost of torch's wrapper, which an eager
+    call of a writing kernel pays every time."""
+    import torch
+
+    public = getattr(torch.autograd.graph, "increment_version", None)
+    if public is None:
+        return None
+    raw = getattr(torch._C, "_increment_version", None)
+    try:
+        raw((torch.empty(0),))
+        return raw
+    except (TypeError, RuntimeError):  # an older torch: one tensor per call
+        def bump(tensors):
+            for t in tensors:
+                public(t)
+        return bump
 
 
 def _const_env(entry: OpEntry, values: dict) -> dict:
@@ -608,9 +623,7 @@ def _op_basename(name: str) -> str:
 def _impl_of(entry: OpEntry):
     """The CPU / CUDA kernel of the op: the kernel's own call, and a version bump of the tensors it writes
     (what torch's in-place ops do, so autograd notices a saved tensor changed)."""
-    import torch
-
-    bump = getattr(torch.autograd.graph, "increment_version", None)
+    bump = _version_bump()
     written = [entry.runtime_names.index(n) for n in entry.mutated] if bump is not None else []
     kernel, static, names = entry.caller, entry.static, entry.runtime_names
 
@@ -623,8 +636,7 @@ def _impl_of(entry: OpEntry):
                 result = kernel(*runtime, **static)
             else:
                 result = kernel(**dict(zip(names, runtime, strict=True)), **static)
-            for i in written:
-                bump(runtime[i])
+            bump(tuple(runtime[i] for i in written))
             return result
 
     impl.__name__ = entry.opname
