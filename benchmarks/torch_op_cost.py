@@ -171,6 +171,7 @@ def main():
         rows["torch.compile(model_torch)  (inductor)"] = lambda: compiled_torch(x, w)
         if cuda:
             try:
+                torch._logging.set_logs(cudagraphs=True)  # why inductor skips CUDA graphs, if it does
                 graphed = torch.compile(model, fullgraph=True, mode="reduce-overhead")
                 for _ in range(3):
                     out = graphed(x, w)
@@ -179,6 +180,7 @@ def main():
             except Exception as err:  # noqa: BLE001 - report and go on: CUDA graphs are issue 33's next part
                 print(f"  reduce-overhead: {type(err).__name__}: {str(err)[:300]}")
         facts["graph_breaks"] = dict(counters["graph_break"])
+        facts["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
         facts["JIT paths in 100 compiled-model calls"] = jit_paths(lambda: compiled(x, w))
         facts["JIT paths in 100 eager-model calls"] = jit_paths(lambda: model(x, w))
     print(json.dumps(facts))
