@@ -87,6 +87,30 @@ def jit_paths(fn, n=100) -> dict:
     return counts
 
 
+def profile_compiled(rows: dict) -> None:
+    """Where the host time of the compiled models goes: torch.profiler's operator table (self CPU time) and
+    cProfile's Python functions, each over 300 calls."""
+    import cProfile
+    import pstats
+
+    for name in ("torch.compile(model)  (inductor)", "torch.compile(model_torch)  (inductor)"):
+        fn = rows[name]
+        for _ in range(50):
+            fn()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(300):
+                fn()
+        print(f"== {name}: torch.profiler, 300 calls")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=70))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(300):
+            fn()
+        profiler.disable()
+        print(f"== {name}: cProfile, 300 calls")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+
+
 def model(x, w):
     return torch.relu(scaled_mul(x + 1, w, scale=2.0)) * 3
 
@@ -106,6 +130,9 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile lines")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile 300 calls of the compiled model (torch.profiler's host-side table and "
+                             "cProfile's), to see where a compiled graph's time beyond its ops goes")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     dev = args.device
@@ -184,6 +211,9 @@ def main():
         facts["JIT paths in 100 compiled-model calls"] = jit_paths(lambda: compiled(x, w))
         facts["JIT paths in 100 eager-model calls"] = jit_paths(lambda: model(x, w))
     print(json.dumps(facts))
+    if args.profile:
+        profile_compiled(rows)
+        return
     times: dict = {name: [] for name in rows}
     for _ in range(args.rounds):
         for name, fn in rows.items():
