@@ -101,7 +101,9 @@ def profile_compiled(rows: dict) -> None:
             for _ in range(300):
                 fn()
         print(f"== {name}: torch.profiler, 300 calls")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=70))
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20,
+                                          max_name_column_width=70)
+        print(table)
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(300):
@@ -131,8 +133,8 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile lines")
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true",
-                        help="only profile 300 calls of the compiled model (torch.profiler's host-side table and "
-                             "cProfile's), to see where a compiled graph's time beyond its ops goes")
+                        help="only profile 300 calls of the compiled models (torch.profiler's host-side "
+                             "table and cProfile's): where a compiled graph's time beyond its ops goes")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     dev = args.device

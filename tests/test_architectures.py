@@ -25,6 +25,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]
 from kernels import arch_matrix  # noqa: E402
 from kernels.corpus import ARCHS  # noqa: E402
 
+import tile_nb  # noqa: E402
+import tile_nb.language as T  # noqa: E402
 from tile_nb.backend import toolchain  # noqa: E402
 from tile_nb.lower.analysis.arch import ArchCaps, UnsupportedArchError, parse_arch  # noqa: E402
 
@@ -291,6 +293,34 @@ def test_bf16_is_refused_on_sm75_at_the_first_line_using_it():
     err = _refusal(rowwise.softmax.specialize(M=64, N=256, dtype="bfloat16"), "sm_75")  # not only T.gemm
     assert "is bfloat16: the target sm_75 lacks bfloat16" in str(err) and err.lineno is not None
     _cuda(gemm_ir(256, 256, 256, in_dtype="bfloat16"), "sm_80")  # and sm_80 lowers it
+
+
+@tile_nb.jit
+def _round_through(X, Y, via: T.dtype = T.bfloat16):
+    """Every buffer is float16 / float32: the narrow type lives only in a cast inside the expression."""
+    M = T.const('M')
+    X: T.Tensor[[M], T.float16]
+    Y: T.Tensor[[M], T.float32]
+    with T.Kernel(T.ceildiv(M, 64), threads=64) as bx:
+        for i in T.Parallel(64):
+            if bx * 64 + i < M:
+                Y[bx * 64 + i] = T.cast(T.cast(X[bx * 64 + i], via), T.float32)
+
+
+@pytest.mark.parametrize("via, arch, needs",
+                         [("bfloat16", "sm_75", "sm_80"), ("float8_e4m3fn", "sm_80", "sm_89")])
+def test_a_narrow_type_inside_an_expression_is_refused_at_its_line(via, arch, needs):
+    """Seen on the H100 as compute_75 PTX (difftest elementwise seeds 4 and 8): a bf16 cast inside an
+    expression of float16 / float32 buffers compiled on sm_75 and left the value unrounded (a silent
+    difference from the interpreter), or nvrtc rejected it with a compiler dump. Now refused at the user's
+    line like a bf16 buffer."""
+    func = _round_through.specialize(M=100, via=via)
+    err = _refusal(func, arch)
+    message = str(err)
+    assert f"a {via} value" in message and f"the target {arch} lacks" in message
+    assert f"{needs} or newer" in message
+    assert err.lineno == _line_of(__file__, "Y[bx * 64 + i] = T.cast(T.cast(X", "def _round_through")
+    _cuda(func, needs)  # and the architecture that has the type lowers it
 
 
 def test_int8_gemm_runs_on_the_cuda_cores_on_sm75_and_other_int8_mixes_are_refused_at_the_gemm_line():

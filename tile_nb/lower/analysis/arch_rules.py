@@ -8,13 +8,16 @@ lacks and the first architecture that has it, where ptxas would otherwise print
 - a TF32 `T.gemm` (a T.tfloat32 operand) below sm_80;
 - a tensor-core `T.gemm` on anything but float16 below sm_80 (sm_75's mma.sync is m16n8k8 on float16 only;
   float32 / float64 ones, and 8-bit ones off wgmma, run on the CUDA cores everywhere, fma_gemm.py).
-Each at the first statement, in program order, that touches such a buffer.
+Each at the first statement, in program order, that touches such a buffer or computes such a value (a
+`T.cast(x, T.bfloat16)` inside an expression: on sm_75 nvrtc either rejects the conversion or, seen on the
+H100 as compute_75 PTX, leaves the value unrounded, a silent difference from the interpreter).
 Paths that exist on one architecture only are chosen, not refused: wgmma and the TMA
 pipelines where the target is sm_90a (wgmma.wgmma_eligible, tma.plan_tma), cp.async copies
 from sm_80 on (plain loads and stores before).
 """
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 
 from ..errors import LoweringError
@@ -29,18 +32,50 @@ __all__ = ["check_target"]
 _TYPES = (("float8", "fp8", "sm_89"), ("bfloat16", "bf16", "sm_80"))
 
 
-def _leaves(func):
-    for s in iter_stmts(func.body):
-        if isinstance(s, (tirx.TilePrimitiveCall, tirx.BufferStore, tirx.Evaluate)):
-            yield s
+_LEAVES = (tirx.TilePrimitiveCall, tirx.BufferStore, tirx.Evaluate)
+
+
+# the fields of an expression node that hold its operands
+_OPERANDS = ("a", "b", "value", "condition", "true_value", "false_value", "args", "indices", "base", "stride",
+             "body")
+
+
+def _first_value_of(expr, prefixes: tuple):
+    """The first sub-expression of `expr` (pre-order) whose dtype starts with one of `prefixes`, else None."""
+    if not isinstance(expr, tvm.ir.Expr):
+        return None
+    if str(getattr(expr, "ty", "")).startswith(prefixes):
+        return expr
+    for field in _OPERANDS:
+        child = getattr(expr, field, None)
+        for c in child if isinstance(child, (list, tuple, tvm.ir.Array)) else (child,):
+            found = _first_value_of(c, prefixes)
+            if found is not None:
+                return found
+    return None
+
+
+def _exprs_of(s) -> list:
+    """The expressions a statement computes itself (not those of statements nested in it)."""
+    if isinstance(s, tirx.BufferStore):
+        return [s.value, *s.indices]
+    if isinstance(s, tirx.Evaluate):
+        return [s.value]
+    if isinstance(s, tirx.TilePrimitiveCall):
+        return [a for a in s.args if isinstance(a, tvm.ir.Expr)]
+    if isinstance(s, tirx.Bind):
+        return [s.value]
+    if isinstance(s, (tirx.IfThenElse, tirx.While)):
+        return [s.condition]
+    return []
 
 
 def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
     """Raise a LoweringError (at the statement's line) for the first thing in
     `func` that `caps` cannot run."""
-    for s in _leaves(func):
-        missing = [(prefix, feature, arch) for prefix, feature, arch in _TYPES if not getattr(caps, feature)]
-        if missing:
+    missing = [(prefix, feature, arch) for prefix, feature, arch in _TYPES if not getattr(caps, feature)]
+    for s in iter_stmts(func.body):
+        if missing and isinstance(s, _LEAVES):
             reads, writes = buffers_touched(s)
             for prefix, feature, arch in missing:
                 buf = next((b for b in writes + reads if str(b.dtype).startswith(prefix)), None)
@@ -50,6 +85,20 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
                             f"{buf.name} is {buf.dtype}: the target {caps.lacks(feature)}; build for "
                             f"{arch} or newer "
                             f"(target='{arch}', TILE_NB_ARCH={arch}), or keep the data in float16"
+                        ),
+                        s,
+                    )
+        if missing:
+            prefixes = tuple(prefix for prefix, _, _ in missing)
+            for e in _exprs_of(s):
+                value = _first_value_of(e, prefixes)
+                if value is not None:
+                    prefix, feature, arch = next(m for m in missing if str(value.ty).startswith(m[0]))
+                    raise lines.locate(
+                        LoweringError(
+                            f"a {value.ty} value ({_short(value)}): the target {caps.lacks(feature)}; build "
+                            f"for {arch} or newer (target='{arch}', TILE_NB_ARCH={arch}), or compute in "
+                            "float16 / float32"
                         ),
                         s,
                     )
@@ -83,3 +132,8 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
                         ),
                         s,
                     )
+
+
+def _short(expr, limit: int = 60) -> str:
+    text = " ".join(str(expr).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
