@@ -114,4 +114,16 @@ def test_sanitizer_file_is_installed_and_parses():
     )
     rules = dict(sanitize_patterns())
     assert rules[r"0x[0-9a-fA-F]{6,16}"] == "0x..."
-    assert len(rules) == 5  # cell files, cell names, In[N], addresses, progress lines (tile_nb.notebook)
+    assert len(rules) == 6  # cell files, cell names, In[N], addresses, progress lines, torch op digests
+
+
+def test_torch_op_digest_sanitizer_is_narrow():
+    import re
+
+    (regex, replace), = [(r, s) for r, s in sanitize_patterns() if "tile_nb" in r]
+    clean = lambda text: re.sub(regex, replace, text)  # noqa: E731
+    assert clean("['tile_nb.rms_norm_082da73d14b5.default']") == "['tile_nb.rms_norm_<digest>.default']"
+    assert clean("through tile_nb::rms_norm_ad_ufc6981f35e79_2 (an input") == \
+        "through tile_nb::rms_norm_ad_<digest> (an input"
+    for kept in ("tile_nb.rms_norm_0.default", "tile_nb.lower.plan_3", "rms_norm_082da73d14b5"):
+        assert clean(kept) == kept

@@ -202,6 +202,18 @@ def test_opcheck_paired(which):
         torch.library.opcheck(rmsnorm.torch_op(), (rand(6, 48), rand(48, seed=1)))
 
 
+def test_the_op_name_says_which_backward_is_paired():
+    """A compiled graph kept on disk calls the forward op by name and carries the backward it was traced with:
+    another pairing of the same forward kernel must be another name. A Python backward has no stable text,
+    so its op's name is this process's alone (`_u...`)."""
+    first = mul.entry({}).opname
+    again = tt.autograd(mul.forward, backward=mul_bwd, save=("X", "W")).entry({}).opname
+    other = tt.autograd(mul.forward, backward=mul_bwd, save=("W", "X")).entry({}).opname
+    assert first.startswith("mul_ad_") and again.startswith(first + "_")  # the same op: a copy number
+    assert not other.startswith(first)
+    assert "_ad_u" in rmsnorm.entry({}).opname
+
+
 def test_compile_values_reach_the_backward():
     """A backward kernel's compile-time parameters named like the forward's take the forward call's values."""
     x, w = rand(10), rand(10, seed=1)

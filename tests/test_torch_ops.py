@@ -3,6 +3,7 @@ calls through the op, fake tensors, make_fx, torch.compile(fullgraph=True) on ea
 with no graph break, dynamic shapes, and the kernels that cannot be ops. The GPU twins are marked gpu."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -314,6 +315,46 @@ def test_compiled_calls_do_not_run_tile_nb_lookups(fresh_dynamo, monkeypatch):
     for _ in range(3):
         torch.testing.assert_close(compiled(x, w), _model(x, w))
     assert looked_up == []
+
+
+def test_op_names_are_the_same_in_every_process_and_name_what_the_op_does(tmp_path):
+    """Inductor and AOTAutograd keep compiled graphs on disk and call ops by name, so a name must mean the
+    same op in every process (with a per-process counter a graph compiled by one xdist worker called an op
+    another did not have, seen on the H100), and differ when the kernel, its compile-time values or its
+    pairing differ."""
+    code = ("import sys; sys.path.insert(0, {tests!r}); import test_torch_ops as m; "
+            "import tile_nb.torch as tt; {first}print(tt.op(m.scaled_mul).entry({{'scale': 2.0}}).qualname)")
+    tests = str(Path(__file__).parent)
+    names = [subprocess.run([sys.executable, "-c", code.format(tests=tests, first=first)],
+                            capture_output=True, text=True, check=True).stdout.split()[-1]
+             for first in ("", "tt.op(m.add_into).entry({}); tt.op(m.dyn_scale).entry({}); ")]
+    assert names[0] == names[1] and names[0].startswith("tile_nb::scaled_mul_"), names
+    here = tt.op(scaled_mul).entry({"scale": 2.0}).qualname
+    assert here == names[0]
+    others = {tt.op(scaled_mul).entry({"scale": 3.0}).qualname, tt.op(add_into).entry({}).qualname}
+    assert here not in others and len(others) == 2
+
+
+def test_a_kernel_reading_an_unstable_value_gets_a_name_no_other_process_has():
+    class Opaque:  # its repr has an address: no stable text across processes
+        pass
+
+    opaque = Opaque()
+
+    @tile_nb.jit
+    def scale_by(X):
+        N = T.const('N')
+        X: T.Tensor[[N], T.float32]
+        out = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 32)) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N and opaque is not None:
+                    out[bx * 32 + i] = X[bx * 32 + i] * 2.0
+        return out
+
+    assert not scale_by.identity()["persistable"]
+    assert tt.op(scale_by).entry({}).opname.startswith("scale_by_u")
+    torch.testing.assert_close(tt.op(scale_by)(rand(40)), rand(40) * 2.0)
 
 
 def test_mutating_op_needs_no_python_autograd_kernel():

@@ -46,6 +46,19 @@ class Differentiable(KernelOp):
         name = getattr(self.backward, "__name__", repr(self.backward))
         return f"<tile_nb differentiable {self.forward.definition.name} (backward {name})>"
 
+    def pairing_identity(self):
+        """The backward kernel's identity and how it is fed (part of the forward op's name, so that a compiled
+        graph kept on disk never runs with another pairing); None for a Python backward, whose code and
+        what it reads have no stable text here."""
+        if not _is_kernel(self.backward):
+            return None
+        kernel = getattr(self.backward, "kernel", self.backward)  # an Autotuner's kernel
+        identity = kernel.identity()
+        if not identity["persistable"]:
+            return None
+        described = {k: identity[k] for k in ("name", "source_sha256", "environment")}
+        return repr((described, self.save, self.inputs))
+
     def _check_pairing(self) -> None:
         fwd = self.forward.signature
         where = self.forward._def_where()

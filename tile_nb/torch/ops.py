@@ -21,7 +21,6 @@ Dynamo: a `@tile_nb.jit` kernel called inside `torch.compile` becomes a call of 
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -253,8 +252,44 @@ def _shape_vars(expr, out: set) -> set:
     return out
 
 
-_counter = itertools.count()
 _registry_lock = threading.RLock()
+_names: dict = {}  # op name without its copy number -> copies defined in this process
+
+
+def _op_name(kernel_op: KernelOp, schema: str, static_key: tuple) -> str:
+    """`<kernel>[_ad]_<digest>[_<copy>]`: the digest is a sha256 of what the op does (the kernel's identity:
+    name, source, every value its body reads; the compile-time values; the schema; for a paired kernel, its
+    backward's identity), so the same name means the same op in every process. Inductor and AOTAutograd keep
+    compiled graphs on disk, which call ops by name: with a per-process counter a graph compiled by one
+    process called `rms_bwd_3` in another that had no such op (seen on the H100), or, worse, one that was
+    another kernel. A kernel whose body reads a value with no stable text gets a random digest (its graphs
+    then match no other process's). A second op with the same digest in one process (a notebook cell
+    defining the same kernel again) gets a copy number: it does what the first does."""
+    import hashlib
+    import json
+    import secrets
+
+    from ..frontend.environment import value_key
+
+    kernel = kernel_op.kernel
+    identity = kernel.identity()
+    compile_values, extra = static_key
+    material = {
+        "kernel": {k: identity[k] for k in ("name", "source_sha256", "environment")},
+        "static": repr(sorted((k, value_key(v)) for k, v in {**compile_values, **extra}.items())),
+        "tuned": sorted(kernel_op.tuned),
+        "schema": schema,
+        "suffix": kernel_op.suffix,
+        "paired": kernel_op.pairing_identity(),
+    }
+    stable = identity["persistable"] and material["paired"] is not None
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=repr).encode()).hexdigest()[:12] \
+        if stable else "u" + secrets.token_hex(6)
+    base = f"{_op_basename(kernel.definition.name)}{kernel_op.suffix}_{digest}"
+    with _registry_lock:
+        copies = _names.get(base, 0)
+        _names[base] = copies + 1
+    return base if copies == 0 else f"{base}_{copies}"
 
 
 def _written_params(func) -> set:
@@ -303,6 +338,11 @@ class KernelOp:
 
     def __repr__(self) -> str:
         return f"<tile_nb torch op of {self.kernel.definition.name}>"
+
+    def pairing_identity(self):
+        """What the op's autograd formula depends on, as stable text (part of the op's name): "" for a kernel
+        without a paired backward; None where it has no stable text."""
+        return ""
 
     # -- binding ---------------------------------------------------------------------------------------------
     def _split(self, n_args: int, keys: tuple) -> tuple:
@@ -356,7 +396,7 @@ class KernelOp:
                         f"defaults {shown[0]} {shown[1]}",
                         **kernel._def_where(),
                     )
-        qualname = f"{NAMESPACE}::{_op_basename(name)}{self.suffix}_{next(_counter)}"
+        qualname = f"{NAMESPACE}::{_op_name(self, schema, static_key=(compile_values, extra))}"
         positional = [p.name for p in kernel.signature.params[: len(runtime_names)]] == runtime_names and \
             not any(p.keyword_only for p in kernel.signature.runtime)
         static = dict(extra)
