@@ -477,3 +477,19 @@ def test_the_cuda_host_launcher_refuses_a_compute_target(tmp_path):
     with pytest.raises(CudaCompileError, match="compute_80 target, which hands PTX to the driver") as info:
         build_launcher("// not compiled", "compute_80", tmp_path)
     assert info.value.arch == "compute_80" and not (tmp_path / "kernel.cu").exists()
+
+
+def test_cuda_host_with_a_compute_target_is_refused_before_anything_is_built(monkeypatch, tmp_path):
+    """The check above sat in build_launcher, which took the target's arch (sm_80 for compute_80): on the H100
+    as compute_80 / compute_75 (2026-12-05) four tests still launched an sm_80 cubin ("no kernel image is
+    available"). Now runtime.compile (which the JIT calls) refuses the pair from the target's label, before
+    building, also where no GPU is."""
+    from kernels.seed import gemm_ir
+
+    from tile_nb.backend.cuda_compile import CudaCompileError
+    from tile_nb.runtime import compile as runtime_compile
+
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CudaCompileError, match="compute_80 target, which hands PTX to the driver"):
+        runtime_compile(gemm_ir(128, 128, 128), "compute_80", options={"host": "cuda_host"})
+    assert not any(tmp_path.iterdir())

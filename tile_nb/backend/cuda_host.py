@@ -219,13 +219,11 @@ def _unexpected(what: str) -> LaunchCacheError:
     )
 
 
-def build_launcher(
-    source: str, arch: str, folder: str | os.PathLike, *, link: bool = True
-) -> tuple[Path, float]:
-    """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library,
-    or with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
-    seconds)."""
-    if arch.startswith("compute_"):  # seen on the H200: an sm_80 cubin and "no kernel image is available"
+def refuse_ptx_target(arch: str) -> None:
+    """A `compute_XY` target (PTX for the driver) cannot take host='cuda_host': its build is machine code for
+    one GPU (tvm_ffi's build embeds no PTX). Seen on the H200 and H100: an sm_80 cubin and "no kernel image is
+    available". `arch` is the target's label (`target.target_label`), compute_XY for a PTX build."""
+    if arch.startswith("compute_"):
         raise CudaCompileError(
             "nvcc (cuda_host launcher)",
             arch,
@@ -234,6 +232,15 @@ def build_launcher(
             "PTX to the driver, cannot use it: keep the default host ('llvm') for compute_XY "
             "targets, or build for the GPU's own sm_XY",
         )
+
+
+def build_launcher(
+    source: str, arch: str, folder: str | os.PathLike, *, link: bool = True
+) -> tuple[Path, float]:
+    """Build `source` (from `cuda_host_source`) in `folder` with nvcc through tvm_ffi.cpp: a shared library,
+    or with `link=False` only the object file (what a machine without a CUDA driver can check). Returns (path,
+    seconds)."""
+    refuse_ptx_target(arch)
     import tvm_ffi.cpp
 
     missing = [

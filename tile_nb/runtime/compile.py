@@ -23,9 +23,16 @@ from typing import Any
 from .._locks import KeyedLocks
 from ..backend import postproc
 from ..backend.build import BuildOptions, build, cuda_runtime_loaded
-from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher
+from ..backend.cuda_host import build_launcher, cuda_host_source, load_launcher, refuse_ptx_target
 from ..backend.resources import Resources
-from ..backend.target import device_arch, device_sm_count, launch_problem, resolve_target, target_arch
+from ..backend.target import (
+    device_arch,
+    device_sm_count,
+    launch_problem,
+    resolve_target,
+    target_arch,
+    target_label,
+)
 from .cache import CacheWarning, CorruptEntry, DiskCache, cache_enabled, compute_key, key_material
 from .kernel import CompiledKernel
 
@@ -197,6 +204,8 @@ def compile(func, target=None, *, options: dict[str, Any] | None = None, lowerin
                          "or use host='llvm' (the default)")
     target = resolve_target(target)
     arch = target_arch(target)
+    if build_options.host == "cuda_host":  # before anything is built, also where no GPU is
+        refuse_ptx_target(target_label(target))
     from ..lower.options import current
 
     lowering = current(lowering)  # resolved once: the key and the lowering read this value
