@@ -493,3 +493,25 @@ def test_cuda_host_with_a_compute_target_is_refused_before_anything_is_built(mon
     with pytest.raises(CudaCompileError, match="compute_80 target, which hands PTX to the driver"):
         runtime_compile(gemm_ir(128, 128, 128), "compute_80", options={"host": "cuda_host"})
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("arch, expected", [(None, None), ("compute_80", "compute_80 target"),
+                                            ("sm_90a", None), ("compute_75", "compute_75 target")])
+def test_hopper_plan_tests_skip_on_an_older_target_of_the_same_device(arch, expected, monkeypatch):
+    """The GPU tests that assert TMA / wgmma (tests/kernels/hopper.py) skip, saying why, when TILE_NB_ARCH
+    runs older GPUs' code on an sm_90 device: on the H100 as compute_80 they failed instead (75 tests,
+    2026-12-05)."""
+    import torch
+    from kernels.hopper import why_no_hopper_plan
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr("tile_nb.backend.target.device_arch", lambda *a, **k: "sm_90a", raising=False)
+    if arch is None:
+        monkeypatch.delenv("TILE_NB_ARCH", raising=False)
+    else:
+        monkeypatch.setenv("TILE_NB_ARCH", arch)
+    why = why_no_hopper_plan()
+    assert (why is None) if expected is None else (expected in why), why
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert "not sm_80" in why_no_hopper_plan()

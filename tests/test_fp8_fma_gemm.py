@@ -13,6 +13,7 @@ import re
 
 import pytest
 import torch
+from kernels.hopper import why_no_hopper_plan
 from kernels.seed import gemm_variant
 
 from tile_nb.backend import toolchain
@@ -121,8 +122,8 @@ def test_fma_and_wgmma_agree_with_torch_on_sm90a(block_N, kind, shape):
     """On a Hopper GPU: block_N 16 runs as FMAs, block_N 64 on wgmma; both against torch's float64 product.
     wgmma's 8-bit float MMAs add with fewer bits than float32 (docs/IR.md, "8-bit floats"), hence its wider
     bound (test_gpu_gemm.py's FP8_ACCUMULATION_BOUND)."""
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90a GPU")
+    if why_no_hopper_plan() is not None:
+        pytest.skip(why_no_hopper_plan())
     M, N, K = shape
     A, B = _inputs(M, N, K, seed=3)
     options = cfg(block_N=block_N)
@@ -299,8 +300,8 @@ def test_int8_builds_with_integer_multiply_adds_on_every_arch(arch):
 @pytest.mark.parametrize("block_N, kind", [(16, _FMA), (64, "wgmma")])
 @pytest.mark.parametrize("shape", [(70, 45, 200), (1, 1, 1), (256, 192, 1024)])
 def test_int8_fma_and_wgmma_are_exact_on_sm90a(block_N, kind, shape):
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an sm_90a GPU")
+    if why_no_hopper_plan() is not None:
+        pytest.skip(why_no_hopper_plan())
     M, N, K = shape
     A, B = _inputs(M, N, K, "int8", "int8", seed=4)
     options = cfg("int8", "int8", "int32", block_N=block_N)

@@ -4,6 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernels.hopper import needs_hopper_plan
 from kernels.seed import gemm_variant
 
 import tile_nb.language as T
@@ -107,9 +108,7 @@ def test_big_tile_256_threads(path, trans_B):
 
 # ---- the TMA + producer-warp pipeline (sm_90a default where eligible; lower/analysis/tma.py) ---------------
 TMA = "TMA + mbarriers"
-needs_hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9, reason="TMA path needs sm_90"
-)
+needs_hopper = needs_hopper_plan  # an sm_90 GPU and the sm_90a target (kernels/hopper.py)
 
 
 @needs_hopper
