@@ -165,6 +165,24 @@ def test_op_eager_path_goes_through_the_dispatcher_only_when_needed():
     assert y.grad_fn is not None and "tile_nb" in y.grad_fn.name()
 
 
+def test_a_writing_op_takes_the_direct_path_when_only_a_read_tensor_requires_grad(monkeypatch):
+    """An op without outputs gives autograd nothing to attach: a read input that requires grad does not send
+    the call through the dispatcher (which would only add its cost); a written one is refused."""
+    from tile_nb.errors import RequiresGradError
+
+    entry = tt.op(add_into).entry({})
+    monkeypatch.setattr(entry, "dispatch", lambda runtime: pytest.fail("went through the dispatcher"))
+    entry.__dict__.pop("eager", None)  # generated again with the patched dispatch
+    x, y = rand(20).requires_grad_(), rand(20, seed=1)
+    expected = y + x.detach()
+    tt.op(add_into)(x, y)
+    torch.testing.assert_close(y, expected)
+    monkeypatch.undo()
+    entry.__dict__.pop("eager", None)
+    with pytest.raises(RequiresGradError):
+        tt.op(add_into)(rand(20), rand(20, seed=1).requires_grad_())
+
+
 def test_op_call_mutates_like_the_kernel():
     x, y = rand(70), rand(70, seed=1)
     expected = y + x

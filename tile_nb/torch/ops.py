@@ -112,7 +112,10 @@ class OpEntry:
             "bump": _version_bump(),
         }
         types = "".join(f" or type(a[{i}]) not in PLAIN" for i in idx)
-        grads = " or ".join(f"a[{i}].requires_grad" for i in idx) or "False"  # before grad(): cheaper
+        # An op without outputs gives autograd nothing to track, so only a written tensor that requires grad
+        # needs the dispatcher (which refuses it); one with outputs needs it for any input that does.
+        tracked = idx if self.outputs else [self.runtime_names.index(n) for n in self.mutated]
+        grads = " or ".join(f"a[{i}].requires_grad" for i in tracked) or "False"  # before grad(): cheaper
         exec(template.format(test=f"stack() or functorch(){types} or (({grads}) and grad())"), env)  # noqa: S102
         return env[name]
 
