@@ -319,11 +319,11 @@ def test_compiled_calls_do_not_run_tile_nb_lookups(fresh_dynamo, monkeypatch):
     """Dynamo guards on the kernel's `__original_fn`, so every call of the compiled graph reads it: after the
     trace that read must be a dict lookup, not tile_nb's Python (as a property it ran two op lookups per
     call)."""
-    from tile_nb.torch.ops import KernelOp
+    from tile_nb.torch import dynamo
 
     looked_up = []
-    dynamo_call = KernelOp._dynamo_call
-    monkeypatch.setattr(KernelOp, "_dynamo_call", lambda self: looked_up.append(self) or dynamo_call(self))
+    traced_call = dynamo.traced_call
+    monkeypatch.setattr(dynamo, "traced_call", lambda op_: looked_up.append(op_) or traced_call(op_))
     scaled_mul.__dict__.pop("__original_fn", None)  # as a kernel no compiled graph has used yet
     x, w = rand(16), rand(16, seed=1)
     compiled = torch.compile(_model, fullgraph=True, backend="eager")

@@ -25,7 +25,7 @@ from .errors import TileNBError
 from .frontend.source import register_source, run_source
 from .jit import JITFunction, NotLowerableWarning, jit, lazy_jit
 from .lower.options import LoweringOptions, options, reset_options, set_options
-from .torch.ops import install_dynamo_hook as _install_dynamo_hook
+from .torch.dynamo import install_dynamo_hook as _install_dynamo_hook
 
 # kernels called inside torch.compile become their custom ops (tile_nb/torch; no import)
 _install_dynamo_hook()

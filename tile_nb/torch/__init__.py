@@ -11,7 +11,8 @@ f = tile_nb.torch.autograd(scaled_mul, backward=scaled_mul_bwd, save=("X", "W"))
 See docs/torch.md. Importing this package imports nothing from torch; the ops register on first use.
 """
 from .autograd import Differentiable, NoBackwardError, autograd
-from .ops import KernelOp, OpEntry, TorchOpError, install_dynamo_hook, op
+from .dynamo import install_dynamo_hook
+from .ops import KernelOp, OpEntry, TorchOpError, op
 
 __all__ = ["op", "autograd", "KernelOp", "OpEntry", "Differentiable", "TorchOpError", "NoBackwardError",
            "install_dynamo_hook"]
