@@ -2,6 +2,8 @@
 out by hand here (a GEMM at sizes that are not multiples of its tiles, an exact one, a convolution through
 T.im2col, an `if`, a T.Parallel loop of element loads), the roofline time from the carver device's peaks,
 what it accepts, and its refusals (a dynamic dim, a bad device)."""
+import os
+
 import pytest
 import torch
 
@@ -184,6 +186,9 @@ def test_an_irmodule_and_a_prim_func_definition():
 @pytest.mark.gpu
 def test_on_the_gpu_the_device_peaks_are_the_gpus(monkeypatch):
     monkeypatch.undo()      # the autouse no_gpu fixture: see the real device
+    if os.environ.get("TILE_NB_ARCH"):  # e.g. compute_80 on an H100: the target, not this device
+        pytest.skip(f"TILE_NB_ARCH={os.environ['TILE_NB_ARCH']} picks the arch: CUDA('cuda') describes that "
+                    "target's reference GPU, not the device this test asserts")
     arch = CUDA("cuda")
     result = Analyzer.analysis(gemm.get_tir(T.Tensor((512, 256), T.float16), T.Tensor((384, 256), T.float16)),
                                arch)

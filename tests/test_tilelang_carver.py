@@ -3,6 +3,7 @@ GPU's facts), refused AMD/other devices, and `MatmulTemplate.recommend_hints`, t
 hints distinct, ranked, within the shared-memory budget (recomputed here by hand), thread counts that match
 their warp tiles, topk respected; the top hints lower for sm_90a and sm_80 and run correctly on the
 interpreter; bad input named."""
+import os
 import types
 
 import pytest
@@ -221,6 +222,9 @@ def test_hinted_kernel_agrees_with_torch_on_the_interpreter(no_gpu):
 
 @pytest.mark.gpu
 def test_on_the_gpu_the_arch_is_the_device_and_the_hints_run():
+    if os.environ.get("TILE_NB_ARCH"):  # e.g. compute_80 on an H100: the target, not this device
+        pytest.skip(f"TILE_NB_ARCH={os.environ['TILE_NB_ARCH']} picks the arch: CUDA('cuda') describes that "
+                    "target's reference GPU, not the device this test asserts")
     props = torch.cuda.get_device_properties(0)
     arch = CUDA("cuda")
     assert arch.has_device and arch.compute_max_core == props.multi_processor_count
