@@ -322,8 +322,8 @@ def test_compiled_calls_do_not_run_tile_nb_lookups(fresh_dynamo, monkeypatch):
     from tile_nb.torch import dynamo
 
     looked_up = []
-    traced_call = dynamo.traced_call
-    monkeypatch.setattr(dynamo, "traced_call", lambda op_: looked_up.append(op_) or traced_call(op_))
+    dynamo_call = dynamo.dynamo_call
+    monkeypatch.setattr(dynamo, "dynamo_call", lambda op_: looked_up.append(op_) or dynamo_call(op_))
     scaled_mul.__dict__.pop("__original_fn", None)  # as a kernel no compiled graph has used yet
     x, w = rand(16), rand(16, seed=1)
     compiled = torch.compile(_model, fullgraph=True, backend="eager")

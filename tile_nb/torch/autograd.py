@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ops import KernelOp, NoBackwardError, OpEntry, TorchOpError, op
+from .ops import KernelOp, NoBackwardError, OpEntry, TorchOpError, op, stable_identity
 
 __all__ = ["autograd", "Differentiable", "NoBackwardError"]
 
@@ -52,12 +52,8 @@ class Differentiable(KernelOp):
         what it reads have no stable text here."""
         if not _is_kernel(self.backward):
             return None
-        kernel = getattr(self.backward, "kernel", self.backward)  # an Autotuner's kernel
-        identity = kernel.identity()
-        if not identity["persistable"]:
-            return None
-        described = {k: identity[k] for k in ("name", "source_sha256", "environment")}
-        return repr((described, self.save, self.inputs))
+        described = stable_identity(getattr(self.backward, "kernel", self.backward))  # an Autotuner's kernel
+        return None if described is None else repr((described, self.save, self.inputs))
 
     def _check_pairing(self) -> None:
         fwd = self.forward.signature

@@ -2,14 +2,14 @@
 custom op (tile_nb/torch/ops.py), with no graph break, and never traces tile_nb's own Python.
 
 `install_dynamo_hook` (run by `import tile_nb`) marks the kernel classes as wrappers in the protocol Dynamo
-honours for `torch.jit._script_if_tracing`; `traced_call` is the small function Dynamo traces instead, which
+honours for `torch.jit._script_if_tracing`; `dynamo_call` is the small function Dynamo traces instead, which
 picks the op at trace time (constant-folded)."""
 from __future__ import annotations
 
 from ..language.dtypes import DType
 from .ops import NAMESPACE, KernelOp, op
 
-__all__ = ["install_dynamo_hook", "traced_call"]
+__all__ = ["install_dynamo_hook", "dynamo_call"]
 
 
 def install_dynamo_hook() -> None:
@@ -35,7 +35,7 @@ def install_dynamo_hook() -> None:
 
 class _OriginalFn:
     """`__original_fn` of a kernel, a KernelOp or an Autotuner: the function Dynamo traces in place of a call
-    (`traced_call`). Only Dynamo reads it (then torch._dynamo is loaded); introspection (dir,
+    (`dynamo_call`). Only Dynamo reads it (then torch._dynamo is loaded); introspection (dir,
     inspect.getmembers, help) before that sees no such attribute rather than importing Dynamo.
 
     A non-data descriptor that stores its value in the instance's `__dict__` on first read: Dynamo guards on
@@ -52,12 +52,12 @@ class _OriginalFn:
             return self
         if "torch._dynamo" not in sys.modules:
             raise AttributeError("__original_fn")
-        fn = traced_call(self.kernel_op(instance))
+        fn = dynamo_call(self.kernel_op(instance))
         instance.__dict__["__original_fn"] = fn
         return fn
 
 
-def traced_call(me: KernelOp):
+def dynamo_call(me: KernelOp):
     """The function Dynamo traces in place of a call of the kernel (see `install_dynamo_hook`), one per
     KernelOp: the op is picked at trace time (constant-folded), and the graph gets one call of
     `torch.ops.tile_nb.<op>.default`."""
@@ -113,7 +113,7 @@ def _constant(value):
 
 
 class _RequiresGrad:
-    """Stands for a written tensor that requires grad in `traced_call`'s refusal (a real tensor is
+    """Stands for a written tensor that requires grad in `dynamo_call`'s refusal (a real tensor is
     not at hand at trace time)."""
 
     requires_grad = True

@@ -259,6 +259,15 @@ _registry_lock = threading.RLock()
 _names: dict = {}  # op name without its copy number -> copies defined in this process
 
 
+def stable_identity(kernel) -> dict | None:
+    """What identifies a @tile_nb.jit kernel in every process (`JITFunction.identity`: name, source, the
+    values its body reads), or None where one of those values has no stable text."""
+    identity = kernel.identity()
+    if not identity["persistable"]:
+        return None
+    return {k: identity[k] for k in ("name", "source_sha256", "environment")}
+
+
 def _op_name(kernel_op: KernelOp, schema: str, static_key: tuple) -> str:
     """`<kernel>[_ad]_<digest>[_<copy>]`: the digest is a sha256 of what the op does (the kernel's identity:
     name, source, every value its body reads; the compile-time values; the schema; for a paired kernel, its
@@ -275,17 +284,16 @@ def _op_name(kernel_op: KernelOp, schema: str, static_key: tuple) -> str:
     from ..frontend.environment import value_key
 
     kernel = kernel_op.kernel
-    identity = kernel.identity()
     compile_values, extra = static_key
     material = {
-        "kernel": {k: identity[k] for k in ("name", "source_sha256", "environment")},
+        "kernel": stable_identity(kernel),
         "static": repr(sorted((k, value_key(v)) for k, v in {**compile_values, **extra}.items())),
         "tuned": sorted(kernel_op.tuned),
         "schema": schema,
         "suffix": kernel_op.suffix,
         "paired": kernel_op.pairing_identity(),
     }
-    stable = identity["persistable"] and material["paired"] is not None
+    stable = material["kernel"] is not None and material["paired"] is not None
     digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=repr).encode()).hexdigest()[:12] \
         if stable else "u" + secrets.token_hex(6)
     base = f"{_op_basename(kernel.definition.name)}{kernel_op.suffix}_{digest}"

@@ -74,6 +74,7 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
     """Raise a LoweringError (at the statement's line) for the first thing in
     `func` that `caps` cannot run."""
     missing = [(prefix, feature, arch) for prefix, feature, arch in _TYPES if not getattr(caps, feature)]
+    prefixes = tuple(prefix for prefix, _, _ in missing)
     for s in iter_stmts(func.body):
         if missing and isinstance(s, _LEAVES):
             reads, writes = buffers_touched(s)
@@ -89,7 +90,6 @@ def check_target(func: tirx.PrimFunc, caps: ArchCaps, lines) -> None:
                         s,
                     )
         if missing:
-            prefixes = tuple(prefix for prefix, _, _ in missing)
             for e in _exprs_of(s):
                 value = _first_value_of(e, prefixes)
                 if value is not None:
