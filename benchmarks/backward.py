@@ -4,13 +4,15 @@ timing harness (tile_nb.bench.timing).
     python benchmarks/backward.py [--attention 4,32,4096] [--dims 64 128] [--norms 16384,4096]
                                   [--json out.json]
     # a smoke run, on the interpreter:
-    python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 16 --norms 5,64
+    python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 32 --norms 5,64
 
 - FlashAttention forward + backward: tests/kernels/attention_backward.py (flash_attention_fwd, then
-  attention_backward: the Delta preprocess and the dQ/dK/dV kernel with float32 atomics) against
+  attention_backward: the Delta preprocess and the dQ/dK/dV kernel, dQ summed with float32 atomics) against
   F.scaled_dot_product_attention and torch.autograd.grad of it (torch's choice of backend: cuDNN on the H200).
   TFLOP/s counts 3.5x the forward's 4 B H S^2 D (halved for causal), as the issue does. Gradients are compared
-  with SDPA's first (max abs error of dQ, dK, dV).
+  with SDPA's first (max abs error of dQ, dK, dV). The forward and the backward are also timed alone
+  (`fwd_ms`, `bwd_ms`: ours, torch's; the backward given the forward's outputs, counting 2.5x the forward's
+  FLOPs), and on CUDA, unless --no-sweep, a few other backward configurations, in `sweep`.
 - RMSNorm and LayerNorm backward: tests/kernels/backward.py (the persistent rms_norm_bwd / layer_norm_bwd, one
   float32 dW / dB partial row per CTA, then col_sum of those rows) against torch.autograd.grad of F.rms_norm /
   F.layer_norm. GB/s counts the bytes a backward must move at least (read X, dY; write dX; W and dW are one
@@ -39,30 +41,75 @@ from tile_nb.bench.timing import do_bench  # noqa: E402
 DEVICE = "cuda"  # --device cpu: a smoke run on the interpreter (tiny shapes)
 
 
-def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.float16) -> dict:
+def _attention_sweep(D: int) -> dict[str, dict]:
+    """Backward configurations timed besides the default (--sweep): pipeline depth, and at head dim 64 the
+    128 x 128 tile and the one-warpgroup 64 x 64 tile."""
+    configs = {"stages=1": dict(num_stages=1), "stages=3": dict(num_stages=3)}
+    if D <= 64:
+        configs["128x128 t256"] = dict(block_M=128, block_N=128, threads=256)
+        configs["64x64 t128"] = dict(block_M=64, block_N=64, threads=128)
+    return configs
+
+
+def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.float16,
+                   sweep: bool = False) -> dict:
+    """Forward + backward, and each alone (the backward given the forward's outputs), against SDPA."""
     torch.manual_seed(S + D)
     q, k, v = (torch.randn(B, H, S, D, dtype=dtype, device=DEVICE) for _ in range(3))
     dO = torch.randn_like(q)
     name = str(dtype).removeprefix("torch.")
+    O, LSE = ab.flash_attention_fwd(q, k, v, dtype=name, causal=causal)
+
+    def ours_fwd():
+        return ab.flash_attention_fwd(q, k, v, dtype=name, causal=causal)
+
+    def ours_bwd(**cfg):
+        return ab.attention_backward(q, k, v, O, LSE, dO, causal=causal, **cfg)
 
     def ours():
-        O, LSE = ab.flash_attention_fwd(q, k, v, dtype=name, causal=causal)
+        O, LSE = ours_fwd()
         return ab.attention_backward(q, k, v, O, LSE, dO, causal=causal)
 
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
 
-    def theirs():
-        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-        return torch.autograd.grad(out, (qg, kg, vg), dO)
+    def theirs_fwd():
+        return F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
 
-    expected, got = theirs(), ours()
-    errors = [float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected, strict=True)]
-    t_ours, t_torch = do_bench(ours), do_bench(theirs)
-    flops = 3.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
-    return dict(kind="attention", shape=[B, H, S, D], causal=causal, dtype=name, max_err_dq_dk_dv=errors,
-                tile_nb_ms=t_ours.median_ms, torch_ms=t_torch.median_ms,
-                tile_nb_tflops=flops / t_ours.median_ms / 1e9, torch_tflops=flops / t_torch.median_ms / 1e9,
-                ratio=t_torch.median_ms / t_ours.median_ms)
+    out = theirs_fwd()
+
+    def theirs_bwd():
+        return torch.autograd.grad(out, (qg, kg, vg), dO, retain_graph=True)
+
+    def theirs():
+        return torch.autograd.grad(theirs_fwd(), (qg, kg, vg), dO)
+
+    def errors_of(got):
+        return [float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected, strict=True)]
+
+    expected = theirs()
+    errors = errors_of(ours())
+    times = {label: do_bench(fn).median_ms for label, fn in
+             (("ours", ours), ("torch", theirs), ("ours_fwd", ours_fwd), ("torch_fwd", theirs_fwd),
+              ("ours_bwd", ours_bwd), ("torch_bwd", theirs_bwd))}
+    flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)   # the forward's; the backward counts 2.5x
+    row = dict(kind="attention", shape=[B, H, S, D], causal=causal, dtype=name, max_err_dq_dk_dv=errors,
+               tile_nb_ms=times["ours"], torch_ms=times["torch"],
+               tile_nb_tflops=3.5 * flops / times["ours"] / 1e9,
+               torch_tflops=3.5 * flops / times["torch"] / 1e9,
+               ratio=times["torch"] / times["ours"],
+               fwd_ms=[times["ours_fwd"], times["torch_fwd"]], bwd_ms=[times["ours_bwd"], times["torch_bwd"]],
+               bwd_tflops=[2.5 * flops / times["ours_bwd"] / 1e9, 2.5 * flops / times["torch_bwd"] / 1e9],
+               bwd_ratio=times["torch_bwd"] / times["ours_bwd"])
+    if sweep:
+        row["sweep"] = {}
+        for label, cfg in _attention_sweep(D).items():
+            try:
+                err = max(errors_of(ours_bwd(**cfg)))
+                ms = do_bench(lambda cfg=cfg: ours_bwd(**cfg)).median_ms
+                row["sweep"][label] = dict(bwd_ms=ms, bwd_tflops=2.5 * flops / ms / 1e9, max_err=err)
+            except Exception as exc:  # noqa: BLE001 - one configuration's failure is reported, the others still run
+                row["sweep"][label] = dict(error=f"{type(exc).__name__}: {exc}"[:200])
+    return row
 
 
 def _sweep_configs(default: dict, N: int) -> dict[str, dict]:
@@ -165,7 +212,7 @@ def main() -> None:
     )
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--no-sweep", action="store_true", help="time the norms' default configuration only")
+    parser.add_argument("--no-sweep", action="store_true", help="time the default configurations only")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -177,7 +224,7 @@ def main() -> None:
         for D in args.dims:
             for causal in (False, True):
                 try:
-                    row = attention_case(B, H, S, D, causal)
+                    row = attention_case(B, H, S, D, causal, sweep=DEVICE == 'cuda' and not args.no_sweep)
                 except Exception as exc:  # noqa: BLE001 - one case's failure is reported, the others still run
                     row = dict(
                         kind="attention",

@@ -13,7 +13,10 @@ the kernel directly when torch needs no dispatcher, which is the target: <= 1 us
 OpOverload `torch.ops.tile_nb.<op>.default` (torch's dispatcher, the op's Python Autograd kernel and backend
 kernel: what a compiled graph pays per call); the op with inputs that require grad (the autograd path). Then a
 small model (`relu(kernel(x + 1, w)) * 3`) in eager mode against torch.compile (inductor; the claim: the
-compiled graph is no slower than eager) and, where CUDA graphs capture it, mode="reduce-overhead".
+compiled graph is no slower than eager) and, where CUDA graphs capture it, mode="reduce-overhead". The tiny
+model is host-bound (Dynamo's guards and Inductor's wrapper cost more than its kernels); the same model on
+--big-elems values (16M by default) is bound by the GPU, where what compiling buys (fused elementwise ops)
+shows: eager, compiled and torch-only lines at that size too.
 """
 import argparse
 import json
@@ -129,6 +132,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size", type=int, default=128, help="the GEMM's M = N = K")
     parser.add_argument("--elems", type=int, default=4096, help="the elementwise kernel's length")
+    parser.add_argument("--big-elems", type=int, default=None,
+                        help="the model's length in its GPU-bound lines (default 16M on CUDA, 0 on the CPU: "
+                             "0 leaves them out)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile lines")
     parser.add_argument("--json", default=None)
@@ -138,6 +144,8 @@ def main():
     args = parser.parse_args()
     cuda = args.device == "cuda"
     dev = args.device
+    if args.big_elems is None:
+        args.big_elems = 1 << 24 if cuda else 0
     size = args.size
     a = torch.randn(size, size, device=dev, dtype=torch.float16)
     b = torch.randn(size, size, device=dev, dtype=torch.float16)
@@ -212,6 +220,18 @@ def main():
                 rows["torch.compile(model_torch, mode='reduce-overhead')"] = lambda: graphed_torch(x, w)
             except Exception as err:  # noqa: BLE001 - report and go on: CUDA graphs are issue 33's next part
                 print(f"  reduce-overhead: {type(err).__name__}: {str(err)[:300]}")
+        if args.big_elems:
+            xb = torch.randn(args.big_elems, device=dev, dtype=torch.float16)
+            wb = torch.randn(args.big_elems, device=dev, dtype=torch.float16)
+            big = f"{args.big_elems} values"
+            compiled_big = torch.compile(model, fullgraph=True, dynamic=False)
+            torch.testing.assert_close(compiled_big(xb, wb), model(xb, wb), atol=1e-2, rtol=1e-2)
+            compiled_torch_big = torch.compile(model_torch, fullgraph=True, dynamic=False)
+            compiled_torch_big(xb, wb)
+            rows[f"model(x, w)  (eager, {big})"] = lambda: model(xb, wb)
+            rows[f"torch.compile(model)  (inductor, {big})"] = lambda: compiled_big(xb, wb)
+            rows[f"model_torch(x, w)  (eager, torch ops only, {big})"] = lambda: model_torch(xb, wb)
+            rows[f"torch.compile(model_torch)  (inductor, {big})"] = lambda: compiled_torch_big(xb, wb)
         facts["graph_breaks"] = dict(counters["graph_break"])
         facts["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
         facts["JIT paths in 100 compiled-model calls"] = jit_paths(lambda: compiled(x, w))
@@ -239,6 +259,12 @@ def main():
         over["model: compiled - eager"] = (
             per_call["torch.compile(model)  (inductor)"] - per_call["model(x, w)  (eager)"]
         )
+        if args.big_elems:
+            big = f"{args.big_elems} values"
+            over[f"model, {big}: compiled - eager"] = (
+                per_call[f"torch.compile(model)  (inductor, {big})"]
+                - per_call[f"model(x, w)  (eager, {big})"]
+            )
     for name, us in over.items():
         print(f"  {name:56s} {us:+8.2f} us")
     if args.json:

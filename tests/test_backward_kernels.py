@@ -4,6 +4,8 @@ kernels compute what autograd computes, in another order) and float32 at odd sha
 and 127 columns; row blocks of 4, so the last block is partial), with the row count T.dynamic too; gradcheck
 through tile_nb.torch.autograd pairs; the sm_90a lowering of each kernel (no GPU needed); and, marked gpu,
 fp16 / bf16 on CUDA against torch in float32."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -468,8 +470,8 @@ def _attention_check(Q, K, V, dO, causal, cfg, close):
     leaves = [t.detach().double().requires_grad_() for t in (Q, K, V)]
     ref_O, ref_LSE = _attention_ref(*leaves, causal)
     ref_grads = torch.autograd.grad(ref_O, leaves, dO.double())
-    grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, block_M=cfg["block_M"],
-                                  block_N=cfg["block_N"], threads=cfg.get("threads"))
+    bwd_cfg = {key: cfg[key] for key in ("block_M", "block_N", "threads", "num_stages") if key in cfg}
+    grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, **bwd_cfg)
     for name, ours, ref in zip(
         ("O", "LSE", "dQ", "dK", "dV"), (O, LSE, *grads), (ref_O, ref_LSE, *ref_grads), strict=True
     ):
@@ -536,37 +538,51 @@ def test_attention_pair_gradcheck():
     assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, **cfg)[0], (Q, K, V))
 
 
-ATT_LOWER = [("float16", 64, False, 128), ("float16", 64, True, 128), ("bfloat16", 128, False, 256),
-             ("bfloat16", 128, True, 256)]
+ATT_LOWER = [("float16", 64, False), ("float16", 64, True), ("bfloat16", 128, False), ("bfloat16", 128, True)]
 
 
-@pytest.mark.parametrize("dtype,D,causal,threads", ATT_LOWER)
-def test_attention_lowers_sm90a(dtype, D, causal, threads):
-    """The three kernels lower for sm_90a (GQA: 8 query heads on 2 KV heads; S dynamic); the backward's dQ, dK
-    and dV sums are atomicAdd on global memory. One case is compiled to CUDA (nvcc where installed)."""
+@pytest.mark.parametrize("dtype,D,causal", ATT_LOWER)
+def test_attention_lowers_sm90a(dtype, D, causal):
+    """The three kernels lower for sm_90a at their defaults (GQA: 8 query heads on 2 KV heads; S dynamic). In
+    the backward the four GEMMs over the 128 key rows are wgmma and dQ = dS K is mma.sync; dQ is the only
+    atomicAdd. One case is compiled to CUDA and built with no spills (nvcc where installed)."""
     from tile_nb.backend.target import resolve_target
-    from tile_nb.lower import lower
+    from tile_nb.lower import lower_with_plan
 
     funcs = [ab.flash_attention_fwd.specialize(B=2, H=8, HK=2, D=D, dtype=dtype, causal=causal),
              ab.attention_bwd_preprocess.specialize(B=2, H=8, D=D, dtype=dtype),
-             ab.attention_bwd.specialize(B=2, H=8, HK=2, D=D, dtype=dtype, causal=causal, threads=threads)]
-    if (dtype, D, causal) == ("float16", 64, False):
-        from tile_nb.runtime import compile as rt_compile
+             ab.attention_bwd.specialize(B=2, H=8, HK=2, D=D, dtype=dtype, causal=causal)]
+    for func in funcs:
+        _, plan = lower_with_plan(func, resolve_target("sm_90a"))
+    summary = plan.summary()   # the backward's
+    assert {m["name"]: m["kind"] for m in summary["mma"]} == {
+        "sT": "wgmma", "dv": "wgmma", "dpT": "wgmma", "dk": "wgmma", "dq": "mma.sync m16n8k16"}
+    assert {f["name"]: f["where"] for f in summary["fragments"]}["pT"] == "registers"
 
-        src = rt_compile(funcs[2], "sm_90a", options={"cache": False}).cuda_source
-        assert "atomicAdd" in src
-    else:
-        for func in funcs:
-            lower(func, resolve_target("sm_90a"))
+
+@needs_nvcc
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_bwd_builds_sm90a_unspilled(D, causal):
+    """The backward at its defaults builds for sm_90a without spills, and dQ is the only buffer it adds into
+    atomically (dK and dV are stored once by the CTA that owns them)."""
+    from tile_nb.runtime import compile as rt_compile
+
+    func = ab.attention_bwd.specialize(B=2, H=8, HK=2, D=D, dtype="float16", causal=causal)
+    compiled = rt_compile(func, "sm_90a", options={"cache": False})
+    r = compiled.resources
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
+    assert set(re.findall(r"atomicAdd\(\(?&?\(?(\w+)", compiled.cuda_source)) == {"dQ_ptr"}
 
 
 def test_attention_bwd_d128_with_128_threads_is_refused():
-    """At head dim 128 with 64 x 64 blocks, 128 threads would need 256 registers per thread for the fragments:
-    the lowering says so (attention_backward picks 256 threads there)."""
+    """At head dim 128, one warpgroup holding dK and dV of 64 key rows, dQ and the two score tiles would need
+    256 registers per thread: the lowering says so, naming the fragments (the default is 128 key rows over 256
+    threads)."""
     from tile_nb.backend.target import resolve_target
     from tile_nb.lower import LoweringError, lower
 
-    func = ab.attention_bwd.specialize(B=1, H=2, HK=2, D=128, dtype="float16", threads=128)
+    func = ab.attention_bwd.specialize(B=1, H=2, HK=2, D=128, dtype="float16", threads=128, block_N=64)
     with pytest.raises(LoweringError, match="256 32-bit registers per thread"):
         lower(func, resolve_target("sm_90a"))
 
@@ -594,7 +610,7 @@ def test_gpu_attention_bwd(dtype, D, causal, heads, S):
         err = _rel(ours.cpu(), ref.cpu(), floor)
         assert err < ATT_GPU_TOL[dtype], (what, err)
 
-    _attention_check(Q, K, V, dO, causal, dict(dtype=name, block_M=64, block_N=64), close)
+    _attention_check(Q, K, V, dO, causal, dict(dtype=name), close)   # the kernels' defaults
 
 
 @pytest.mark.gpu

@@ -4,16 +4,18 @@ KV heads, each shared by H // HK query heads), causal or not, and any sequence l
 
 - `flash_attention_fwd` is reference.flash_attention_gqa returning O and the row logsumexp the backward needs,
   in base 2 of the scaled scores: LSE = max(s) * c + log2(sum(exp2(s * c - max(s) * c))), c = log2(e) /
-  sqrt(D), so that P = exp2(s * c - LSE);
+  sqrt(D), so that P = exp2(s * c - LSE). Its defaults are the forward benchmark's winning tiles (128 x 128,
+  256 threads: benchmarks/results/attention.md);
 - `attention_bwd_preprocess`: Delta = rowsum(dO * O) in float32;
-- `attention_bwd`: one CTA per (key block, query head, batch) keeps its dK and dV tiles in registers over the
-  query blocks, and adds its share of dQ into a float32 dQ with T.atomic_add; dK and dV are added the same
-  way, since the H // HK query heads of one KV head write the same rows. dQ, dK and dV are float32 tensors the
-  caller zeroes; `attention_backward` (Python) does that and casts them to the inputs' dtype.
+- `attention_bwd`: one CTA per (key block, KV head, batch) owns its dK and dV tiles: it keeps them in
+  registers over every query block of every query head of its group (one pipelined loop over both), then
+  stores them once in the inputs' dtype. dQ is the only sum across CTAs: each adds its share into a float32
+  dQ (zeroed by the caller) with T.atomic_add. 128 key rows over two warpgroups put the four GEMMs whose
+  rows are keys on wgmma, with P^T as a register operand; dQ = dS K (64 query rows) runs on mma.sync.
+  `attention_backward` (Python) zeroes dQ, runs the two kernels and casts dQ to the inputs' dtype.
 
-Head dim 128 needs threads=256 in attention_bwd (64 x 64 blocks; the lowering refuses 128 threads: 256
-registers per thread). `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter
-(float64 with float64 arithmetic, for gradcheck).
+`dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
+arithmetic, for gradcheck).
 """
 import tile_nb
 import tile_nb.language as T
@@ -22,8 +24,8 @@ LOG2E = 1.4426950408889634
 
 
 @tile_nb.jit
-def flash_attention_fwd(Q, K, V, dtype: T.dtype = T.float16, causal: bool = False, block_M: int = 64,
-                        block_N: int = 64, num_stages: int = 2, threads: int = 128):
+def flash_attention_fwd(Q, K, V, dtype: T.dtype = T.float16, causal: bool = False, block_M: int = 128,
+                        block_N: int = 128, num_stages: int = 2, threads: int = 256):
     """O = softmax(Q K^T / sqrt(D)) V per head, and LSE (float32, base 2, see the module docstring)."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
@@ -109,9 +111,9 @@ def attention_bwd_preprocess(O, dO, dtype: T.dtype = T.float16, block_M: int = 6
 
 
 @tile_nb.jit
-def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float16, causal: bool = False,
-                  block_M: int = 64, block_N: int = 64, threads: int = 128):
-    """dQ, dK, dV (float32 or float64, zeroed by the caller) += the gradients of attention for the output
+def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causal: bool = False,
+                  block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 2):
+    """(dK, dV) in `dtype`, and dQ (float32 or float64, zeroed by the caller) += its gradient, for the output
     gradient dO; LSE from flash_attention_fwd, Delta from attention_bwd_preprocess."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
@@ -123,11 +125,11 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float1
     LSE: T.Tensor[[B, H, S], acc]
     Delta: T.Tensor[[B, H, S], acc]
     dQ: T.Tensor[[B, H, S, D], acc]
-    dK: T.Tensor[[B, HK, S, D], acc]
-    dV: T.Tensor[[B, HK, S, D], acc]
+    dK = T.empty((B, HK, S, D), dtype)
+    dV = T.empty((B, HK, S, D), dtype)
     scale = T.rsqrt(T.cast(D, acc)) * LOG2E
     sm_scale = T.rsqrt(T.cast(D, acc))
-    with T.Kernel(T.ceildiv(S, block_N), H, B, threads=threads) as (bx, by, bz):
+    with T.Kernel(T.ceildiv(S, block_N), HK, B, threads=threads) as (bx, by, bz):
         K_s = T.alloc_shared((block_N, D), dtype)
         V_s = T.alloc_shared((block_N, D), dtype)
         Q_s = T.alloc_shared((block_M, D), dtype)
@@ -139,21 +141,25 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float1
         dk = T.alloc_fragment((block_N, D), acc)
         dv = T.alloc_fragment((block_N, D), acc)
         dq = T.alloc_fragment((block_M, D), acc)
-        lse = T.alloc_fragment((block_M,), acc)
-        delta = T.alloc_fragment((block_M,), acc)
-        kv_head = by // (H // HK)
-        T.copy(K[bz, kv_head, bx * block_N, 0], K_s)
-        T.copy(V[bz, kv_head, bx * block_N, 0], V_s)
+        lse = T.alloc_shared((block_M,), acc)    # in shared memory, so that the pipeline loads them ahead
+        delta = T.alloc_shared((block_M,), acc)
+        T.copy(K[bz, by, bx * block_N, 0], K_s)
+        T.copy(V[bz, by, bx * block_N, 0], V_s)
         T.clear(dk)
         T.clear(dv)
         first = 0
         if causal:
             first = (bx * block_N) // block_M
-        for m in range(first, T.ceildiv(S, block_M)):
-            T.copy(Q[bz, by, m * block_M, 0], Q_s)
-            T.copy(dO[bz, by, m * block_M, 0], dO_s)
-            T.copy(LSE[bz, by, m * block_M], lse)
-            T.copy(Delta[bz, by, m * block_M], delta)
+        n_m = T.ceildiv(S, block_M) - first
+        groups = H // HK
+        # one loop over (query head of the group, query block), so that the pipeline runs across heads
+        for it in T.Pipelined(groups * n_m, num_stages=num_stages):
+            h = by * groups + it // n_m
+            m = first + it % n_m
+            T.copy(Q[bz, h, m * block_M, 0], Q_s)
+            T.copy(dO[bz, h, m * block_M, 0], dO_s)
+            T.copy(LSE[bz, h, m * block_M], lse)
+            T.copy(Delta[bz, h, m * block_M], delta)
             T.clear(sT)
             T.gemm(K_s, Q_s, sT, transpose_B=True)
             for j, i in T.Parallel(block_N, block_M):
@@ -178,35 +184,29 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype: T.dtype = T.float1
             T.gemm(dS_s, K_s, dq, transpose_A=True)           # dQ = dS K
             for i, j in T.Parallel(block_M, D):
                 if m * block_M + i < S:
-                    T.atomic_add(dQ[bz, by, m * block_M + i, j], dq[i, j])
-        for j, d in T.Parallel(block_N, D):
-            if bx * block_N + j < S:
-                T.atomic_add(dK[bz, kv_head, bx * block_N + j, d], dk[j, d])
-                T.atomic_add(dV[bz, kv_head, bx * block_N + j, d], dv[j, d])
+                    T.atomic_add(dQ[bz, h, m * block_M + i, j], dq[i, j])
+        T.copy(dk, dK[bz, by, bx * block_N, 0])
+        T.copy(dv, dV[bz, by, bx * block_N, 0])
+    return dK, dV
 
 
-def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, block_M=64, block_N=64, threads=None):
-    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd into zeroed float32
-    (float64 for float64 inputs) gradients. Kernels are called through tile_nb.torch.op, so
-    torch.compile can trace this. threads=None: 128 below head dim 128, else 256 (with 128 threads and
-    64 x 64 blocks at head dim 128 the dK, dV and dQ tiles and the two score tiles need 256 registers
-    per thread, which the lowering refuses)."""
+def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, block_M=64, block_N=128, threads=256,
+                       num_stages=2):
+    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd with dQ summed into a
+    zeroed float32 (float64 for float64 inputs) tensor. Kernels are called through tile_nb.torch.op, so
+    torch.compile can trace this."""
     import torch
 
     from tile_nb import torch as tt
 
-    if threads is None:
-        threads = 256 if Q.shape[-1] >= 128 else 128
     dtype = dtype or str(Q.dtype).removeprefix("torch.")
     acc = torch.float64 if Q.dtype == torch.float64 else torch.float32
     dO = dO.contiguous()
     Delta = tt.op(attention_bwd_preprocess)(O, dO, dtype=dtype, block_M=block_M)
     dQ = torch.zeros(Q.shape, dtype=acc, device=Q.device)
-    dK = torch.zeros(K.shape, dtype=acc, device=K.device)
-    dV = torch.zeros(V.shape, dtype=acc, device=V.device)
-    tt.op(attention_bwd)(Q, K, V, dO, LSE, Delta, dQ, dK, dV, dtype=dtype, causal=causal, block_M=block_M,
-                         block_N=block_N, threads=threads)
-    return dQ.to(Q.dtype), dK.to(K.dtype), dV.to(V.dtype)
+    dK, dV = tt.op(attention_bwd)(Q, K, V, dO, LSE, Delta, dQ, dtype=dtype, causal=causal, block_M=block_M,
+                                  block_N=block_N, threads=threads, num_stages=num_stages)
+    return dQ.to(Q.dtype), dK, dV
 
 
 def _setup(ctx, inputs, output):
@@ -217,8 +217,7 @@ def _backward(ctx, grad_O, grad_LSE):
     """The gradient of O only (LSE is an output for the backward, not differentiated through)."""
     Q, K, V, O, LSE = ctx.saved_tensors
     cv = ctx.compile_values
-    return attention_backward(Q, K, V, O, LSE, grad_O, causal=cv.get("causal", False), dtype=cv.get("dtype"),
-                              block_M=cv.get("block_M", 64), block_N=cv.get("block_N", 64))
+    return attention_backward(Q, K, V, O, LSE, grad_O, causal=cv.get("causal", False), dtype=cv.get("dtype"))
 
 
 _PAIR = None
