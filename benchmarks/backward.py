@@ -36,18 +36,21 @@ sys.path[:0] = [ROOT, ROOT + "/tests"]
 from kernels import attention_backward as ab  # noqa: E402
 from kernels import backward as bw  # noqa: E402
 
+import tile_nb  # noqa: E402
 from tile_nb.bench.timing import do_bench  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu: a smoke run on the interpreter (tiny shapes)
 
 
-def _attention_sweep(D: int) -> dict[str, dict]:
-    """Backward configurations timed besides the default (--sweep): pipeline depth, and at head dim 64 the
+def _attention_sweep(D: int) -> dict[str, tuple[dict, dict]]:
+    """Backward configurations timed besides the default (--sweep), as (kernel arguments, lowering options):
+    pipeline depth, every wgmma waited for right after it (`wgmma_late_wait` off), and at head dim 64 the
     128 x 128 tile and the one-warpgroup 64 x 64 tile."""
-    configs = {"stages=1": dict(num_stages=1), "stages=3": dict(num_stages=3)}
+    configs = {"stages=1": ({"num_stages": 1}, {}), "stages=3": ({"num_stages": 3}, {}),
+               "waits right after each wgmma": ({}, {"wgmma_late_wait": False})}
     if D <= 64:
-        configs["128x128 t256"] = dict(block_M=128, block_N=128, threads=256)
-        configs["64x64 t128"] = dict(block_M=64, block_N=64, threads=128)
+        configs["128x128 t256"] = (dict(block_M=128, block_N=128, threads=256), {})
+        configs["64x64 t128"] = (dict(block_M=64, block_N=64, threads=128), {})
     return configs
 
 
@@ -102,10 +105,11 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
                bwd_ratio=times["torch_bwd"] / times["ours_bwd"])
     if sweep:
         row["sweep"] = {}
-        for label, cfg in _attention_sweep(D).items():
+        for label, (cfg, lowering) in _attention_sweep(D).items():
             try:
-                err = max(errors_of(ours_bwd(**cfg)))
-                ms = do_bench(lambda cfg=cfg: ours_bwd(**cfg)).median_ms
+                with tile_nb.options(**lowering):
+                    err = max(errors_of(ours_bwd(**cfg)))
+                    ms = do_bench(lambda cfg=cfg: ours_bwd(**cfg)).median_ms
                 row["sweep"][label] = dict(bwd_ms=ms, bwd_tflops=2.5 * flops / ms / 1e9, max_err=err)
             except Exception as exc:  # noqa: BLE001 - one configuration's failure is reported, the others still run
                 row["sweep"][label] = dict(error=f"{type(exc).__name__}: {exc}"[:200])

@@ -173,13 +173,13 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causa
                     masked = (m * block_M + i >= S) | (bx * block_N + j >= S)
                 sT[j, i] = T.if_then_else(masked, T.cast(0, acc), T.exp2(sT[j, i] * scale - lse[i]))
             T.copy(sT, pT)
-            T.gemm(pT, dO_s, dv)                              # dV += P^T dO
             T.clear(dpT)
             T.gemm(V_s, dO_s, dpT, transpose_B=True)          # (dO V^T)^T
+            T.gemm(pT, dO_s, dv)                              # dV += P^T dO: runs while dS is computed
             for j, i in T.Parallel(block_N, block_M):
                 sT[j, i] = sT[j, i] * (dpT[j, i] - delta[i]) * sm_scale
             T.copy(sT, dS_s)
-            T.gemm(dS_s, Q_s, dk)                             # dK += dS^T Q
+            T.gemm(dS_s, Q_s, dk)                             # dK += dS^T Q: runs while dQ is added
             T.clear(dq)
             T.gemm(dS_s, K_s, dq, transpose_A=True)           # dQ = dS K
             for i, j in T.Parallel(block_M, D):

@@ -54,6 +54,14 @@ class LoweringOptions:
     )
     wgmma_overlap: bool = _opt(False, None, "tile_nb.wgmma_overlap",
                                "a cp.async pipeline keeps one wgmma group in flight across k-tiles")
+    wgmma_late_wait: bool = _opt(
+        True,
+        "TILE_NB_WGMMA_LATE_WAIT",
+        "tile_nb.wgmma_late_wait",
+        "outside TMA loops, a wgmma T.gemm is waited for where a later statement of its block first uses its "
+        "accumulator or operands (or at the block's next barrier or end), not right after it: the tensor "
+        "cores run it while the statements between run; False: wait right after each T.gemm",
+    )
     raster: int = _opt(8, "TILE_NB_RASTER", "tile_nb.raster_group",
                        "CTAs of a 2-d GEMM grid run in groups of this many rows (L2 reuse); 1: launch order")
     tma: bool | None = _opt(

@@ -538,11 +538,13 @@ class Emitter:
 
     def emit_seq(self, stmts):
         """Emit statements in order, with a CTA barrier wherever shared memory written (or read) by one
-        statement is read (or written) by a later one."""
+        statement is read (or written) by a later one. Where `late_waits` says so, a wgmma T.gemm is waited
+        for only before the first later statement that needs it (`LateWaits`)."""
         if self.scope.thread_code:
             for s in stmts:
                 self.emit(s)
             return
+        late = LateWaits(self) if self.late_waits() else None
         pending_write = pending_read = False
         for s in stmts:
             if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
@@ -554,13 +556,33 @@ class Emitter:
                 self.emit(s)
                 pending_write = pending_read = False
                 continue
+            if late is not None:
+                late.before(s)
             r, w = self.touches_shared(s)
             if (pending_write and (r or w)) or (pending_read and w):
+                if late is not None:
+                    # after the barrier another warpgroup may write a tile this one's group still reads
+                    late.drain()
                 self.sync()
                 pending_write = pending_read = False
-            self.emit(s)
+            if late is not None and late.takes(s):
+                with self.scoped(mma_deferred=True):
+                    self.emit(s)
+                late.issued(s)
+            else:
+                self.emit(s)
             pending_write |= w
             pending_read |= r
+        if late is not None:
+            late.drain()
+
+    def late_waits(self) -> bool:
+        """Whether this block's wgmma T.gemm may be waited for late: the option is on, the kernel issues no
+        TMA loads (their loops have their own schedule: tma.py), and no enclosing schedule already decides
+        the gemm's waits."""
+        sc = self.scope
+        return (self.plan.uses_wgmma and self.plan.options.wgmma_late_wait and self.plan.tma is None
+                and not (sc.mma_in_flight or sc.mma_deferred or sc.pingpong))
 
     def needs_consumer_guard(self, stmt) -> bool:
         tma = self.plan.tma
@@ -659,3 +681,56 @@ def _gemm_operands(func) -> frozenset:
             regions = [a for a in s.args if isinstance(a, tvm.ir.expr.TensorRegion)]
             operands.update(r.source for r in regions[1:3])
     return frozenset(operands)
+
+
+class LateWaits:
+    """The wgmma groups of one statement block still in flight, waited for late: before the first later
+    statement that reads or writes a group's accumulator, writes its register A operand or its shared operand
+    tiles, or is compound (a loop or branch: its statements are not tracked one by one); before the block's
+    next barrier; and at its end (an enclosing loop's next iteration refills the stages they read). Groups
+    complete in order, so waiting for one waits for every older one: `wait_group n` with n the younger
+    groups that may stay in flight. The tensor cores run a group while the statements between run (a
+    backward attention's dV while its dS is computed, its dK while dQ is added to memory)."""
+
+    def __init__(self, em):
+        self.em = em
+        self.groups: list = []  # in issue order: (the T.gemm call, buffers the statements after must spare)
+
+    def takes(self, stmt) -> bool:
+        from ..analysis.mma import GemmKind
+
+        return (isinstance(stmt, tirx.TilePrimitiveCall) and stmt.op.name == "tirx.tile.gemm"
+                and self.em.plan.gemms.get(stmt) is GemmKind.WGMMA
+                and str(stmt.args[0].source.dtype) == accumulator_register_dtype(stmt.args[0].source))
+
+    def issued(self, call) -> None:
+        regions = [a.source for a in call.args if isinstance(a, tvm.ir.expr.TensorRegion)]
+        self.groups.append((call, regions[:3]))
+
+    def before(self, stmt) -> None:
+        if not self.groups:
+            return
+        parallel = isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL  # per-thread code
+        if not (parallel or isinstance(stmt, (tirx.TilePrimitiveCall, tirx.BufferStore, tirx.Evaluate))):
+            self.drain()
+            return
+        reads, writes = buffers_touched(stmt)
+        youngest = -1
+        for i, (_, (acc, a, b)) in enumerate(self.groups):
+            if any(x.same_as(acc) for x in (*reads, *writes)) or any(
+                    x.same_as(a) or x.same_as(b) for x in writes):
+                youngest = i
+        if youngest >= 0:
+            self._wait(youngest)
+
+    def drain(self) -> None:
+        if self.groups:
+            self._wait(len(self.groups) - 1)
+
+    def _wait(self, youngest: int) -> None:
+        from .wgmma import wait_for_gemm
+
+        pending = len(self.groups) - 1 - youngest
+        for call, _ in self.groups[: youngest + 1]:
+            wait_for_gemm(self.em, call, pending)
+        del self.groups[: youngest + 1]
