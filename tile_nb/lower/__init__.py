@@ -30,6 +30,8 @@ target architecture has is `arch.ArchCaps`; what it lacks is refused at the user
 docs/architectures.md). Lowering choices can be
 set per PrimFunc with attributes: `tile_nb.wgmma` (0 forces mma.sync), `tile_nb.raster_group` (CTA grouping,
 default 8; 1 turns it off), `tile_nb.wgmma_overlap` (keep one wgmma group in flight; off by default),
+`tile_nb.wgmma_late_wait` (outside TMA loops, wait for a wgmma T.gemm only where a later statement needs
+it; on by default, emitter.py's LateWaits),
 `tile_nb.tma` (TMA + a producer warp on sm_90a, tma.py: 1 wherever legal, 0 never; by default wherever legal
 except loops with several T.gemm over one consumer warpgroup (128 threads)) with `tile_nb.producer_warp` (0:
 the first consumer thread issues the loads, no extra warp; 1: always a producer warp; by default none only for
