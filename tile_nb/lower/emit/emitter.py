@@ -26,7 +26,7 @@ from ..analysis.layout import accumulator_register_dtype
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
 from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
-from ..irwalk import atomic_target, buffers_touched, iter_stmts, scope_of
+from ..irwalk import atomic_target, buffers_touched, iter_stmts, region_of, scope_of
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 from . import intrin
 from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS, WARP_SPECIALIZED
@@ -704,8 +704,7 @@ class LateWaits:
                 and str(stmt.args[0].source.dtype) == accumulator_register_dtype(stmt.args[0].source))
 
     def issued(self, call) -> None:
-        regions = [a.source for a in call.args if isinstance(a, tvm.ir.expr.TensorRegion)]
-        self.groups.append((call, regions[:3]))
+        self.groups.append((call, [region_of(call.args[i])[0] for i in range(3)]))  # C, A, B
 
     def before(self, stmt) -> None:
         if not self.groups:
