@@ -16,8 +16,9 @@ two torch yardsticks (an fp16 matmul and SDPA) so that runs on different leases 
     python benchmarks/vs_tilelang.py --compare tl.json nb.json      # the table (markdown)
 
 Every regression file runs in its own process (`--timeout` each; a crash is that file's error only), first
-`--warm-jobs` at a time to fill both implementations' kernel caches (those timings are dropped), then one at a
-time for the timings kept. Results: benchmarks/results/vs-tilelang.md.
+`--warm-jobs` at a time untimed (each kernel built and run once, filling the implementation's kernel cache;
+`--warm-only` stops there, so both implementations can warm up side by side), then one at a time, timed.
+Results: benchmarks/results/vs-tilelang.md.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WARM_ENV = "TILE_NB_VS_TILELANG_WARM"  # set in the children of the untimed pass
 
 
 # ---- in the child: one regression file, on whichever tilelang `import tilelang` gives --------------------
@@ -46,7 +48,14 @@ def _shared_timer():
 
     def timed(fn, *args, **kwargs):
         return do_bench(fn).median_ms
-    return timed
+
+    def once(fn, *args, **kwargs):  # the untimed pass: build and run each kernel, leave the GPU to the others
+        import torch
+
+        fn()
+        torch.cuda.synchronize()
+        return 1.0
+    return once if os.environ.get(WARM_ENV) else timed
 
 
 def _yardsticks(timer) -> dict:
@@ -119,13 +128,15 @@ def regression_files(checkout: str, only: list[str]) -> list[str]:
     return list(dict.fromkeys(f for g in only for f in rel if fnmatch.fnmatch(rel[f], g)))
 
 
-def run_child(impl: str, path: str, timeout: float, cpu: bool = False) -> dict:
+def run_child(impl: str, path: str, timeout: float, cpu: bool = False, warm: bool = False) -> dict:
     launcher = ["-m", "tile_nb.run", *(["--cpu"] if cpu else [])] if impl == "tile_nb" else []
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
         result_path = out.name
     cmd = [sys.executable, *launcher, os.path.abspath(__file__), "--child", os.path.abspath(path),
            "--child-out", result_path]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    if warm:
+        env[WARM_ENV] = "1"
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -154,6 +165,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=240, help="seconds per regression file")
     parser.add_argument("--warm-jobs", type=int, default=8, help="files at once in the untimed first pass "
                         "(0: no first pass)")
+    parser.add_argument("--warm-only", action="store_true", help="only the untimed pass (each kernel built "
+                        "and run once): the other implementation's may run beside it")
     parser.add_argument("--budget", type=float, default=540, help="seconds for the whole run: no file starts "
                         "after it")
     parser.add_argument("--json", help="write the results here")
@@ -182,14 +195,19 @@ def main() -> None:
     files = regression_files(args.checkout, args.only)
     import torch
 
+    timed = not (args.cpu or args.warm_only)
     header = dict(impl=args.impl, device="cpu (interpreter)" if args.cpu else torch.cuda.get_device_name(),
                   torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  files=len(files), yardsticks={} if args.cpu else _yardsticks(_shared_timer()))
+                  files=len(files), yardsticks=_yardsticks(_shared_timer()) if timed else {})
     print(json.dumps(header), flush=True)
     if args.warm_jobs:
         with concurrent.futures.ThreadPoolExecutor(args.warm_jobs) as pool:
-            warm = list(pool.map(lambda f: run_child(args.impl, f, args.timeout, args.cpu), files))
+            warm = list(pool.map(lambda f: run_child(args.impl, f, args.timeout, args.cpu, warm=True), files))
         print(json.dumps({"warm pass s": max((w["wall_s"] for w in warm), default=0)}), flush=True)
+        if args.warm_only:
+            for w in warm:
+                print(json.dumps(w)[:600], flush=True)
+            return
     rows = []
     for path in files:
         if time.monotonic() > deadline:
