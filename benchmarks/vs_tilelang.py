@@ -18,7 +18,7 @@ two torch yardsticks (an fp16 matmul and SDPA) so that runs on different leases 
 Every regression file runs in its own process (`--timeout` each; a crash is that file's error only), first
 `--warm-jobs` at a time untimed (each kernel built and run once, filling the implementation's kernel cache;
 `--warm-only` stops there, so both implementations can warm up side by side), then one at a time, timed.
-Results: benchmarks/results/vs-tilelang.md.
+Not yet run on a GPU (docs/tilelang.md, "Where tile_nb stands"); its table will go under benchmarks/results/.
 """
 from __future__ import annotations
 
