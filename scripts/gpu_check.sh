@@ -14,6 +14,11 @@
 #                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps, made absolute: the cases
 #                        run in their own folders); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
+#   PART=vs_tilelang:    benchmarks/vs_tilelang.py on tilelang's performance suite (VS_GLOBS: the regression files),
+#                        the real tilelang from .tl (scripts/tilelang_kit.sh) and tile_nb with TVM already unpacked
+#                        in /tmp/devkit by an earlier call of this lease (the two kits together exceed a call's
+#                        64 MiB: carry .tl and .gl/tilelang/examples here, not .devkit); both warm up side by side,
+#                        then each is timed alone (VS_BUDGET, 130 s each)
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
 set -uo pipefail
@@ -57,5 +62,23 @@ case "$part" in
         --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
         --json "$out/conformance.json" --markdown "$out/conformance.md"; } > "$out/conformance.log" 2>&1
     rc=$?; tail -40 "$out/conformance.log"; exit "$rc" ;;
-  *) echo "unknown part '$part': main, older, bench or conformance" >&2; exit 2 ;;
+  vs_tilelang)
+    [[ -d /tmp/devkit/site ]] || { echo "vs_tilelang: no TVM in /tmp/devkit: run a part carrying .devkit first" >&2; exit 2; }
+    [[ -f .tl/site.tar.xz ]] || { echo "vs_tilelang: no .tl/site.tar.xz: bash scripts/tilelang_kit.sh make, carry .tl" >&2; exit 2; }
+    set -f
+    globs=(${VS_GLOBS:-examples/gemm/* examples/gemm_fp8/* examples/flash_attention/* examples/gemm_splitk/*
+           examples/flash_decoding/* examples/deepseek_mla/* examples/dequantize_gemm/* examples/linear_attention/*
+           examples/blocksparse_attention/* examples/elementwise/* examples/cast/* examples/convolution/*})
+    nb() { PYTHONPATH=/tmp/devkit/site:$PWD python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" --impl tile_nb \
+             --only "${globs[@]}" "$@"; }
+    tl() { (source scripts/tilelang_kit.sh use && python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" \
+             --impl tilelang --only "${globs[@]}" "$@"); }
+    device > "$out/vs_tilelang.log"
+    nb --warm-only --warm-jobs 6 --timeout 150 > "$out/warm_tile_nb.log" 2>&1 &
+    tl --warm-only --warm-jobs 6 --timeout 150 > "$out/warm_tilelang.log" 2>&1 &
+    wait
+    nb --warm-jobs 0 --timeout 60 --budget "${VS_BUDGET:-130}" --json "$out/vs_tile_nb.json" >> "$out/vs_tilelang.log" 2>&1
+    tl --warm-jobs 0 --timeout 60 --budget "${VS_BUDGET:-130}" --json "$out/vs_tilelang.json" >> "$out/vs_tilelang.log" 2>&1
+    python3 benchmarks/vs_tilelang.py --compare "$out/vs_tilelang.json" "$out/vs_tile_nb.json" | tee -a "$out/vs_tilelang.log" ;;
+  *) echo "unknown part '$part': main, older, bench, conformance or vs_tilelang" >&2; exit 2 ;;
 esac
