@@ -324,3 +324,56 @@ def test_tvm_testing_requires_package_only_while_the_mapping_is_installed():
     finally:
         mapping.uninstall()
     assert not hasattr(tvm.testing, "requires_package")
+
+
+# -- tilelang.testing.process_func / regression (its examples' regression_*.py files) ------------------------
+def test_regression_script_runs_and_prints_its_latencies(tmp_path):
+    """A regression file in tilelang's form, with its example beside it, run by `tile_nb.run --cpu`: every
+    `regression_*` function runs in name order and the table lists each latency process_func recorded."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "example_add.py").write_text(
+        "import torch\nimport tilelang\nimport tilelang.language as T\n\n"
+        "@tilelang.jit\ndef add(A, B, block: int = 32):\n"
+        "    M = T.const('M')\n    A: T.Tensor((M,), T.float32)\n    B: T.Tensor((M,), T.float32)\n"
+        "    C = T.empty((M,), T.float32)\n"
+        "    with T.Kernel(T.ceildiv(M, block), threads=32) as bx:\n"
+        "        for i in T.Parallel(block):\n"
+        "            if bx * block + i < M:\n"
+        "                C[bx * block + i] = A[bx * block + i] + B[bx * block + i]\n"
+        "    return C\n\n"
+        "def run_regression_perf(M=100):\n"
+        "    a, b = torch.randn(M, device='cuda'), torch.randn(M, device='cuda')\n"
+        "    torch.testing.assert_close(add(a, b), a + b)\n"
+        "    from tilelang.profiler import do_bench\n"
+        "    return do_bench(lambda: add(a, b))\n")
+    (tmp_path / "regression_example_add.py").write_text(
+        "import tilelang.testing\nimport example_add\n\n"
+        "def regression_example_add_small():\n"
+        "    tilelang.testing.process_func(example_add.run_regression_perf, M=7)\n\n"
+        "def regression_example_add():\n"
+        "    tilelang.testing.process_func(example_add.run_regression_perf)\n\n"
+        "if __name__ == '__main__':\n    tilelang.testing.regression()\n")
+    root = str(Path(tile_nb.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "tile_nb.run", "--shadow", "--cpu", "regression_example_add.py"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("[1/2] example_add ") and lines[1].startswith("[2/2] example_add_small ")
+    table = lines[lines.index("| case | latency (ms) |"):]
+    assert [row.split("|")[1].strip() for row in table[2:]] == ["example_add", "example_add"]
+    assert all(float(row.split("|")[2]) > 0 for row in table[2:])
+
+
+def test_process_func_refuses_a_latency_that_is_not_positive():
+    from tile_nb.tilelang.testing import process_func
+
+    def run_regression_perf():
+        return None
+
+    with pytest.raises(ValueError, match=r"run_regression_perf.* returned None as its latency"):
+        process_func(run_regression_perf)

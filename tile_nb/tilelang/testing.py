@@ -1,12 +1,14 @@
 """`tilelang.testing` on tile_nb: `main()` (pytest on the calling file), the `requires_cuda*` skips
 (read from torch, so under `tile_nb.run --cpu` the interpreter counts as CUDA with compute
 capability 9.0), `requires_package` (also `tvm.testing.requires_package` while the mapping is installed:
-tilelang's TVM has it, Apache TVM 0.27 does not) and `set_random_seed`."""
+tilelang's TVM has it, Apache TVM 0.27 does not), `set_random_seed`, and the performance-regression pair
+`process_func` / `regression` that tilelang's examples' `regression_*.py` files call."""
 from __future__ import annotations
 
 import inspect
 import random
 import sys
+import time
 
 from ._support import forwarding_getattr
 
@@ -21,6 +23,8 @@ __all__ = [
     "requires_cuda_compute_version_le",
     "requires_package",
     "set_random_seed",
+    "process_func",
+    "regression",
 ]
 
 
@@ -117,6 +121,41 @@ def set_random_seed(seed: int = 42) -> None:
         np.random.seed(seed)
     except ImportError:
         pass
+
+
+_LATENCIES: list = []  # (case, latency) recorded by process_func during one regression()
+
+
+def process_func(func, name=None, /, **kwargs) -> None:
+    """One step of a performance regression: `func(**kwargs)` (an example's `run_regression_perf`, which
+    returns its kernel's latency in ms) is called and its latency recorded under `name` (default: the module
+    `func` comes from). A latency that is not a positive number is an error naming the function (tilelang
+    warns and drops it)."""
+    latency = func(**kwargs)
+    case = name if name is not None else getattr(func, "__module__", "<unknown>")
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not latency > 0:
+        raise ValueError(f"{getattr(func, '__qualname__', func)!r} returned {latency!r} as its latency; "
+                         "process_func expects a positive number of milliseconds")
+    _LATENCIES.append((case.removeprefix("regression_"), float(latency)))
+
+
+def regression(prefixes=("regression_",), verbose: bool = True) -> None:
+    """Run the calling module's functions whose names start with one of `prefixes`, in name order, then print
+    a markdown table of the latencies their `process_func` calls recorded (on the interpreter a latency is the
+    wall time of one run: tilelang.profiler.do_bench)."""
+    caller = inspect.currentframe().f_back.f_globals
+    functions = sorted((name, fn) for name, fn in caller.items()
+                       if callable(fn) and any(name.startswith(p) for p in prefixes))
+    _LATENCIES.clear()
+    for i, (name, fn) in enumerate(functions, 1):
+        start = time.perf_counter()
+        fn()
+        if verbose:
+            print(f"[{i}/{len(functions)}] {name.removeprefix('regression_')} "
+                  f"({time.perf_counter() - start:.2f} s)", flush=True)
+    rows = ["| case | latency (ms) |", "| --- | ---: |"]
+    rows += [f"| {case} | {latency:.4f} |" for case, latency in _LATENCIES]
+    print("\n".join(rows), flush=True)
 
 
 __getattr__ = forwarding_getattr(__name__, "tilelang.testing", {})
