@@ -253,15 +253,52 @@ def test_toolchain_describe_never_raises():
     assert set(info) >= {"nvcc", "nvrtc", "cuobjdump", "nvdisasm"}
 
 
-def test_dynamic_shared_memory_read_from_the_lowered_script():
-    from tile_nb.backend.resources import dynamic_shared_from_script
+def _two_kernels():
+    """A function with two T.Kernel: an fp16 [64, 64] tile in the first, a float32 [32, 32] tile in the second
+    (8192 + 4096 bytes: the function's one shared pool holds both, and each kernel allocates the pool)."""
+    import tile_nb
+    import tile_nb.language as T
 
-    script = ('smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")\n'
-              'A_shared = T.decl_buffer((12288,), "float16", data=smem_pool.data, scope="shared.dyn")\n'
-              'extra = T.alloc_buffer((4, 8), "float16x2", scope="shared.dyn")\n')
-    assert dynamic_shared_from_script(script) == 49152 + 4 * 8 * 4
-    assert dynamic_shared_from_script('T.alloc_buffer((n,), "float16", scope="shared.dyn")') is None
-    assert dynamic_shared_from_script('S = T.alloc_buffer((256,), "float32", scope="shared")') is None
+    @tile_nb.jit
+    def two(X, block: int = 64):
+        N = T.const('N')
+        X: T.Tensor[[N, 64], T.float16]
+        Y = T.empty((N, 64), T.float16)
+        Z = T.empty((N, 32), T.float32)
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            s = T.alloc_shared((block, 64), T.float16)
+            T.copy(X[bx * block, 0], s)
+            T.copy(s, Y[bx * block, 0])
+        with T.Kernel(T.ceildiv(N, 32), threads=128) as bx:
+            t = T.alloc_shared((32, 32), T.float32)
+            for i, j in T.Parallel(32, 32):
+                t[i, j] = T.cast(X[bx * 32 + i, j], T.float32)
+            T.copy(t, Z[bx * 32, 0])
+        return Y, Z
+
+    return two.specialize(N=256)
+
+
+def test_dynamic_shared_memory_of_each_kernel_read_from_the_ir():
+    """Each T.Kernel's own figure, under the name TVM gives its kernel; not their sum for each (what reading
+    the printed module once gave a function with several kernels)."""
+    from tile_nb.backend.resources import dynamic_shared_by_kernel
+    from tile_nb.lower import lower
+
+    mod = lower(_two_kernels(), resolve_target("sm_90a"))
+    assert dynamic_shared_by_kernel(mod) == {"two_kernel": 64 * 64 * 2 + 32 * 32 * 4,
+                                             "two_kernel_1": 64 * 64 * 2 + 32 * 32 * 4}
+
+
+@pytest.mark.skipif(not (toolchain.find_tool("nvcc") and toolchain.find_tool("ptxas")),
+                    reason="needs nvcc and ptxas")
+def test_compiled_kernels_report_their_own_dynamic_shared_memory():
+    from tile_nb.runtime import compile as rt_compile
+
+    compiled = rt_compile(_two_kernels(), "sm_90a", options={"cache": False, "compiler": "nvcc"})
+    assert {k: r.dynamic_shared_bytes for k, r in compiled.resources_by_kernel.items()} == {
+        "two_kernel": 12288, "two_kernel_1": 12288}
+    assert compiled.resources.total_shared_bytes == 12288
 
 
 @pytest.mark.skipif(not (toolchain.find_tool("nvcc") and toolchain.find_tool("ptxas")),

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import cuda_compile, postproc
 from .cuda_compile import CubinResult
-from .resources import Resources, dynamic_shared_from_script
+from .resources import Resources, dynamic_shared_by_kernel
 from .target import resolve_target, target_arch, target_embeds_ptx
 
 __all__ = ["BuildOptions", "BuildResult", "build", "cuda_runtime_loaded"]
@@ -175,7 +175,7 @@ def compiling_cuda(arch: str, options: BuildOptions, take_marks=None, *, ptx: bo
 
 # ------------------------------------------------------------------------------------------ the build
 
-def build(mod, target=None, options: BuildOptions | dict | None = None, *, script: str | None = None,
+def build(mod, target=None, options: BuildOptions | dict | None = None, *,
           take_marks: Callable[[str], tuple[str, dict]] | None = None) -> BuildResult:
     """Compile a thread-level TIRx IRModule for CUDA.
 
@@ -185,7 +185,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
         result.cuda_source, result.resources, result.timings   # cubin/resources need NVRTC or nvcc
 
     Stages timed: `codegen` (TVM's lowering passes and CUDA codegen) and `cubin` (NVRTC/nvcc with ptxas).
-    `script` is `mod.script()` when the caller has it already (it is read for the dynamic shared memory size).
+    Each kernel's dynamic shared memory comes from `mod` (ptxas cannot see it: it is sized at launch).
     `take_marks(code) -> (code, regions)` takes the lowering's source marks out of the
     generated CUDA before it is compiled (tile_nb.lower.sourcemap.split_marks); the result
     keeps the code without them and the regions.
@@ -231,10 +231,9 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *, scrip
         timings["cubin"] = compiled.seconds
         result.cubin, result.ptx, result.compiler = compiled.cubin, compiled.ptx, compiled.compiler
         result.compile_log, result.resources = compiled.log, compiled.resources
-        dynamic = dynamic_shared_from_script(script if script is not None else mod.script())
-        if dynamic:
-            result.resources = {k: dataclasses.replace(r, dynamic_shared_bytes=dynamic)
-                                for k, r in result.resources.items()}
+        dynamic = dynamic_shared_by_kernel(mod)
+        result.resources = {k: dataclasses.replace(r, dynamic_shared_bytes=dynamic[k]) if k in dynamic else r
+                            for k, r in result.resources.items()}
     return result
 
 

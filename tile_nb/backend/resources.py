@@ -16,7 +16,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-__all__ = ["Resources", "combine", "dynamic_shared_from_script", "parse_ptxas_log"]
+__all__ = ["Resources", "combine", "dynamic_shared_by_kernel", "parse_ptxas_log"]
 
 
 @dataclass(frozen=True)
@@ -110,23 +110,67 @@ def combine(per_kernel: dict[str, Resources]) -> Resources | None:
     )
 
 
-# `smem_pool = T.alloc_buffer((49152,), "uint8", scope="shared.dyn")` in TVMScript;
-# `T.decl_buffer(..., data=...)` views into the pool are not allocations and are not counted.
-_DYN_ALLOC = re.compile(r'T\.alloc_buffer\(\(([^()]*)\),\s*"(\w+)"[^\n]*?scope="shared\.dyn"')
-_DTYPE_BITS = re.compile(r"^[a-z]+?(\d+)(?:x(\d+))?$")
+def dynamic_shared_by_kernel(mod) -> dict[str, int]:
+    """Bytes of dynamic shared memory (`shared.dyn` allocations; views into them are not counted) of each
+    device kernel of a thread-level IRModule, by the name TVM gives the kernel: each T.Kernel of a function
+    `f` (an outermost `thread_extent` scope) becomes `f_kernel`, `f_kernel_1`, ... in program order. A kernel
+    with no such allocation, or one whose size is not a constant, is left out. (Read from the IR, not its
+    printed script: a function with several T.Kernel once reported their sum for each.)"""
+    from tvm import tirx
+
+    sizes: dict[str, int] = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        symbol = str((func.attrs or {}).get("global_symbol", gvar.name_hint))
+        for index, launch in enumerate(_outermost_launches(func.body)):
+            total = 0
+            for stmt in _stmts(launch):
+                if isinstance(stmt, tirx.AllocBuffer) and stmt.buffer.scope() == "shared.dyn":
+                    if not all(isinstance(d, tirx.IntImm) for d in stmt.buffer.shape):
+                        total = None
+                        break
+                    count = 1
+                    for d in stmt.buffer.shape:
+                        count *= int(d)
+                    total += count * _element_bytes(stmt.buffer.dtype)
+            if total:
+                sizes[f"{symbol}_kernel" + (f"_{index}" if index else "")] = total
+    return sizes
 
 
-def dynamic_shared_from_script(script: str) -> int | None:
-    """Bytes of dynamic shared memory allocated in a lowered module's TVMScript, or None when there is none or
-    a size is not a constant."""
-    total = 0
-    for dims_text, dtype in _DYN_ALLOC.findall(script):
-        dims = [d.strip() for d in dims_text.split(",") if d.strip()]
-        bits = _DTYPE_BITS.match(dtype)
-        if not dims or not all(d.isdigit() for d in dims) or not bits:
-            return None
-        count = 1
-        for d in dims:
-            count *= int(d)
-        total += count * int(bits.group(1)) * int(bits.group(2) or 1) // 8
-    return total or None
+def _element_bytes(dtype) -> int:
+    """Bytes of one element of a TVM dtype (vector lanes included)."""
+    import tvm
+
+    t = tvm.DataType(str(dtype))
+    return t.bits * t.lanes // 8
+
+
+def _children(stmt):
+    from tvm import tirx
+
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    body = getattr(stmt, "body", None)
+    return [body] if isinstance(body, tirx.Stmt) else []
+
+
+def _stmts(stmt):
+    """Every statement under `stmt`, pre-order."""
+    yield stmt
+    for child in _children(stmt):
+        yield from _stmts(child)
+
+
+def _outermost_launches(stmt):
+    """The outermost `thread_extent` scopes under `stmt`: one per device kernel."""
+    from tvm import tirx
+
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+        yield stmt
+        return
+    for child in _children(stmt):
+        yield from _outermost_launches(child)

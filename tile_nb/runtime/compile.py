@@ -261,7 +261,7 @@ def _load_or_build(func, target, key: str, arch: str, problem: str | None, build
     lowered_ir, lowered_regions = split_marks(marked_ir)
     if not isinstance(func, tvm.IRModule):
         timings["lower"] = time.perf_counter() - t
-    result = build(mod, target, build_options, script=marked_ir, take_marks=split_marks)
+    result = build(mod, target, build_options, take_marks=split_marks)
     timings.update(result.timings)
     kernel = CompiledKernel(
         name=name, target=target, arch=arch, params=_param_names(entry_func), cuda_source=result.cuda_source,
