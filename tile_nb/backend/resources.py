@@ -118,6 +118,8 @@ def dynamic_shared_by_kernel(mod) -> dict[str, int]:
     printed script: a function with several T.Kernel once reported their sum for each.)"""
     from tvm import tirx
 
+    from ..lower.irwalk import iter_stmts
+
     sizes: dict[str, int] = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc):
@@ -125,7 +127,7 @@ def dynamic_shared_by_kernel(mod) -> dict[str, int]:
         symbol = str((func.attrs or {}).get("global_symbol", gvar.name_hint))
         for index, launch in enumerate(_outermost_launches(func.body)):
             total = 0
-            for stmt in _stmts(launch):
+            for stmt in iter_stmts(launch):
                 if isinstance(stmt, tirx.AllocBuffer) and stmt.buffer.scope() == "shared.dyn":
                     if not all(isinstance(d, tirx.IntImm) for d in stmt.buffer.shape):
                         total = None
@@ -148,6 +150,7 @@ def _element_bytes(dtype) -> int:
 
 
 def _children(stmt):
+    """The statements directly under `stmt` (as lower.irwalk.iter_stmts descends)."""
     from tvm import tirx
 
     if isinstance(stmt, tirx.SeqStmt):
@@ -156,13 +159,6 @@ def _children(stmt):
         return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
     body = getattr(stmt, "body", None)
     return [body] if isinstance(body, tirx.Stmt) else []
-
-
-def _stmts(stmt):
-    """Every statement under `stmt`, pre-order."""
-    yield stmt
-    for child in _children(stmt):
-        yield from _stmts(child)
 
 
 def _outermost_launches(stmt):
