@@ -7,7 +7,7 @@ timing harness (tile_nb.bench.timing).
     python benchmarks/backward.py --device cpu --attention 1,2,70 --dims 32 --norms 5,64
 
 - FlashAttention forward + backward: tests/kernels/attention_backward.py (flash_attention_fwd, then
-  attention_backward: the Delta preprocess and the dQ/dK/dV kernel, dQ summed with float32 atomics) against
+  attention_backward: the Delta preprocess, the dK/dV kernel and the dQ kernel, no atomics) against
   F.scaled_dot_product_attention and torch.autograd.grad of it (torch's choice of backend: cuDNN on the H200).
   TFLOP/s counts 3.5x the forward's 4 B H S^2 D (halved for causal), as the issue does. Gradients are compared
   with SDPA's first (max abs error of dQ, dK, dV). The forward and the backward are also timed alone
@@ -43,14 +43,18 @@ DEVICE = "cuda"  # --device cpu: a smoke run on the interpreter (tiny shapes)
 
 
 def _attention_sweep(D: int) -> dict[str, tuple[dict, dict]]:
-    """Backward configurations timed besides the default (--sweep), as (kernel arguments, lowering options):
-    pipeline depth, every wgmma waited for right after it (`wgmma_late_wait` off), and at head dim 64 the
-    128 x 128 tile and the one-warpgroup 64 x 64 tile."""
-    configs = {"stages=1": ({"num_stages": 1}, {}), "stages=3": ({"num_stages": 3}, {}),
-               "waits right after each wgmma": ({}, {"wgmma_late_wait": False})}
+    """Backward configurations timed besides the default (--sweep), as (attention_backward's keywords: the
+    dkdv / dq kernels' compile-time arguments, lowering options): pipeline depths, every wgmma waited for
+    right after it (`wgmma_late_wait` off), smaller dQ tiles, and at head dim 64 the dK/dV kernel's 128 x 128
+    tile."""
+    configs = {
+        "dkdv stages=3": (dict(dkdv=dict(num_stages=3)), {}),
+        "dq stages=3": (dict(dq=dict(num_stages=3)), {}),
+        "waits right after each wgmma": ({}, {"wgmma_late_wait": False}),
+        "dq 64x64 t128": (dict(dq=dict(block_M=64, block_N=64, threads=128)), {}),
+    }
     if D <= 64:
-        configs["128x128 t256"] = (dict(block_M=128, block_N=128, threads=256), {})
-        configs["64x64 t128"] = (dict(block_M=64, block_N=64, threads=128), {})
+        configs["dkdv 128x128 t256"] = (dict(dkdv=dict(block_M=128, block_N=128, threads=256)), {})
     return configs
 
 

@@ -1,18 +1,21 @@
-"""FlashAttention backward (issue 33 item 4) in the standard two-kernel form, with grouped-query attention (HK
-KV heads, each shared by H // HK query heads), causal or not, and any sequence length in one compiled kernel
-(S is T.dynamic):
+"""FlashAttention backward (issue 33 item 4), with grouped-query attention (HK KV heads, each shared by
+H // HK query heads), causal or not, and any sequence length in one compiled kernel (S is T.dynamic). Every
+gradient tile has one owner CTA: no atomics, no float32 gradient buffers, and the same result on every run.
 
 - `flash_attention_fwd` is reference.flash_attention_gqa returning O and the row logsumexp the backward needs,
   in base 2 of the scaled scores: LSE = max(s) * c + log2(sum(exp2(s * c - max(s) * c))), c = log2(e) /
   sqrt(D), so that P = exp2(s * c - LSE). Its defaults are the forward benchmark's winning tiles (128 x 128,
   256 threads: benchmarks/results/attention.md);
 - `attention_bwd_preprocess`: Delta = rowsum(dO * O) in float32;
-- `attention_bwd`: one CTA per (key block, KV head, batch) owns its dK and dV tiles: it keeps them in
-  registers over every query block of every query head of its group (one pipelined loop over both), then
-  stores them once in the inputs' dtype. dQ is the only sum across CTAs: each adds its share into a float32
-  dQ (zeroed by the caller) with T.atomic_add. 128 key rows over two warpgroups put the four GEMMs whose
-  rows are keys on wgmma, with P^T as a register operand; dQ = dS K (64 query rows) runs on mma.sync.
-  `attention_backward` (Python) zeroes dQ, runs the two kernels and casts dQ to the inputs' dtype.
+- `attention_bwd_dkdv`: one CTA per (key block, KV head, batch) keeps its dK and dV tiles in registers over
+  every query block of every query head of its group (one pipelined loop over both), then stores them once.
+  128 key rows over two warpgroups put its four GEMMs on wgmma; P^T and dS^T stay in registers as operands;
+- `attention_bwd_dq`: one CTA per (query block, query head, batch) walks the key blocks as the forward does,
+  recomputing P and dP, and accumulates dQ = dS K with dS in registers (three wgmma GEMMs per key block).
+  Recomputing costs two GEMMs per tile; adding dQ into memory from the dK/dV kernel instead (float32 atomics
+  and an mma.sync GEMM of 64 query rows) took about half that kernel's time on an H100
+  (benchmarks/results/backward.md, twenty-first session);
+- `attention_backward` (Python) runs the three backward kernels.
 
 `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
 arithmetic, for gradcheck).
@@ -111,10 +114,10 @@ def attention_bwd_preprocess(O, dO, dtype: T.dtype = T.float16, block_M: int = 6
 
 
 @tile_nb.jit
-def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causal: bool = False,
-                  block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 2):
-    """(dK, dV) in `dtype`, and dQ (float32 or float64, zeroed by the caller) += its gradient, for the output
-    gradient dO; LSE from flash_attention_fwd, Delta from attention_bwd_preprocess."""
+def attention_bwd_dkdv(Q, K, V, dO, LSE, Delta, dtype: T.dtype = T.float16, causal: bool = False,
+                       block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 2):
+    """(dK, dV) in `dtype` for the output gradient dO; LSE from flash_attention_fwd, Delta from
+    attention_bwd_preprocess."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -124,7 +127,6 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causa
     dO: T.Tensor[[B, H, S, D], dtype]
     LSE: T.Tensor[[B, H, S], acc]
     Delta: T.Tensor[[B, H, S], acc]
-    dQ: T.Tensor[[B, H, S, D], acc]
     dK = T.empty((B, HK, S, D), dtype)
     dV = T.empty((B, HK, S, D), dtype)
     scale = T.rsqrt(T.cast(D, acc)) * LOG2E
@@ -134,13 +136,12 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causa
         V_s = T.alloc_shared((block_N, D), dtype)
         Q_s = T.alloc_shared((block_M, D), dtype)
         dO_s = T.alloc_shared((block_M, D), dtype)
-        dS_s = T.alloc_shared((block_N, block_M), dtype)
         sT = T.alloc_fragment((block_N, block_M), acc)       # scores, transposed: key j, query i
         dpT = T.alloc_fragment((block_N, block_M), acc)
-        pT = T.alloc_fragment((block_N, block_M), dtype)
+        pT = T.alloc_fragment((block_N, block_M), dtype)     # P^T and dS^T: register operands of T.gemm
+        dsT = T.alloc_fragment((block_N, block_M), dtype)
         dk = T.alloc_fragment((block_N, D), acc)
         dv = T.alloc_fragment((block_N, D), acc)
-        dq = T.alloc_fragment((block_M, D), acc)
         lse = T.alloc_shared((block_M,), acc)    # in shared memory, so that the pipeline loads them ahead
         delta = T.alloc_shared((block_M,), acc)
         T.copy(K[bz, by, bx * block_N, 0], K_s)
@@ -178,35 +179,86 @@ def attention_bwd(Q, K, V, dO, LSE, Delta, dQ, dtype: T.dtype = T.float16, causa
             T.gemm(pT, dO_s, dv)                              # dV += P^T dO: runs while dS is computed
             for j, i in T.Parallel(block_N, block_M):
                 sT[j, i] = sT[j, i] * (dpT[j, i] - delta[i]) * sm_scale
-            T.copy(sT, dS_s)
-            T.gemm(dS_s, Q_s, dk)                             # dK += dS^T Q: runs while dQ is added
-            T.clear(dq)
-            T.gemm(dS_s, K_s, dq, transpose_A=True)           # dQ = dS K
-            for i, j in T.Parallel(block_M, D):
-                if m * block_M + i < S:
-                    T.atomic_add(dQ[bz, h, m * block_M + i, j], dq[i, j])
+            T.copy(sT, dsT)
+            T.gemm(dsT, Q_s, dk)                              # dK += dS^T Q
         T.copy(dk, dK[bz, by, bx * block_N, 0])
         T.copy(dv, dV[bz, by, bx * block_N, 0])
     return dK, dV
 
 
-def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, block_M=64, block_N=128, threads=256,
-                       num_stages=2):
-    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd with dQ summed into a
-    zeroed float32 (float64 for float64 inputs) tensor. Kernels are called through tile_nb.torch.op, so
-    torch.compile can trace this."""
-    import torch
+@tile_nb.jit
+def attention_bwd_dq(Q, K, V, dO, LSE, Delta, dtype: T.dtype = T.float16, causal: bool = False,
+                     block_M: int = 128, block_N: int = 64, threads: int = 256, num_stages: int = 2):
+    """dQ in `dtype`: one CTA per query block walks the key blocks as the forward does, recomputing P and
+    dP."""
+    B, H, HK, D = T.const('B, H, HK, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    Q: T.Tensor[[B, H, S, D], dtype]
+    K: T.Tensor[[B, HK, S, D], dtype]
+    V: T.Tensor[[B, HK, S, D], dtype]
+    dO: T.Tensor[[B, H, S, D], dtype]
+    LSE: T.Tensor[[B, H, S], acc]
+    Delta: T.Tensor[[B, H, S], acc]
+    dQ = T.empty((B, H, S, D), dtype)
+    scale = T.rsqrt(T.cast(D, acc)) * LOG2E
+    sm_scale = T.rsqrt(T.cast(D, acc))
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
+        Q_s = T.alloc_shared((block_M, D), dtype)
+        dO_s = T.alloc_shared((block_M, D), dtype)
+        K_s = T.alloc_shared((block_N, D), dtype)
+        V_s = T.alloc_shared((block_N, D), dtype)
+        s = T.alloc_fragment((block_M, block_N), acc)
+        dp = T.alloc_fragment((block_M, block_N), acc)
+        ds = T.alloc_fragment((block_M, block_N), dtype)     # dS: the register operand of dQ's T.gemm
+        dq = T.alloc_fragment((block_M, D), acc)
+        lse = T.alloc_fragment((block_M,), acc)
+        delta = T.alloc_fragment((block_M,), acc)
+        kv_head = by // (H // HK)
+        T.copy(Q[bz, by, bx * block_M, 0], Q_s)
+        T.copy(dO[bz, by, bx * block_M, 0], dO_s)
+        T.copy(LSE[bz, by, bx * block_M], lse)
+        T.copy(Delta[bz, by, bx * block_M], delta)
+        T.clear(dq)
+        n_blocks = T.ceildiv(S, block_N)
+        if causal:
+            n_blocks = T.min(n_blocks, T.ceildiv((bx + 1) * block_M, block_N))
+        for k in T.Pipelined(n_blocks, num_stages=num_stages):
+            T.copy(K[bz, kv_head, k * block_N, 0], K_s)
+            T.copy(V[bz, kv_head, k * block_N, 0], V_s)
+            T.clear(s)
+            T.gemm(Q_s, K_s, s, transpose_B=True)
+            T.clear(dp)
+            T.gemm(dO_s, V_s, dp, transpose_B=True)
+            for i, j in T.Parallel(block_M, block_N):
+                if causal:
+                    masked = (
+                        (bx * block_M + i >= S)
+                        | (k * block_N + j >= S)
+                        | (k * block_N + j > bx * block_M + i)
+                    )
+                else:
+                    masked = (bx * block_M + i >= S) | (k * block_N + j >= S)
+                s[i, j] = T.if_then_else(masked, T.cast(0, acc), T.exp2(s[i, j] * scale - lse[i]))
+                s[i, j] = s[i, j] * (dp[i, j] - delta[i]) * sm_scale
+            T.copy(s, ds)
+            T.gemm(ds, K_s, dq)                               # dQ += dS K
+        T.copy(dq, dQ[bz, by, bx * block_M, 0])
+    return dQ
 
+
+def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, dkdv=None, dq=None):
+    """(dQ, dK, dV) in the inputs' dtype: the preprocess kernel, then attention_bwd_dkdv and attention_bwd_dq
+    (`dkdv`, `dq`: their compile-time arguments, e.g. dict(num_stages=3)). Kernels are called through
+    tile_nb.torch.op, so torch.compile can trace this."""
     from tile_nb import torch as tt
 
     dtype = dtype or str(Q.dtype).removeprefix("torch.")
-    acc = torch.float64 if Q.dtype == torch.float64 else torch.float32
     dO = dO.contiguous()
-    Delta = tt.op(attention_bwd_preprocess)(O, dO, dtype=dtype, block_M=block_M)
-    dQ = torch.zeros(Q.shape, dtype=acc, device=Q.device)
-    dK, dV = tt.op(attention_bwd)(Q, K, V, dO, LSE, Delta, dQ, dtype=dtype, causal=causal, block_M=block_M,
-                                  block_N=block_N, threads=threads, num_stages=num_stages)
-    return dQ.to(Q.dtype), dK, dV
+    Delta = tt.op(attention_bwd_preprocess)(O, dO, dtype=dtype)
+    dK, dV = tt.op(attention_bwd_dkdv)(Q, K, V, dO, LSE, Delta, dtype=dtype, causal=causal, **(dkdv or {}))
+    dQ = tt.op(attention_bwd_dq)(Q, K, V, dO, LSE, Delta, dtype=dtype, causal=causal, **(dq or {}))
+    return dQ, dK, dV
 
 
 def _setup(ctx, inputs, output):
