@@ -18,6 +18,7 @@ from tile_nb.backend import toolchain
 from tile_nb.backend.target import resolve_target
 from tile_nb.lower.analysis.layout import MmaAccLayout
 from tile_nb.lower.analysis.plan import make_plan
+from tile_nb.lower.options import LoweringOptions
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -97,14 +98,16 @@ def test_the_decode_agrees_with_torch(H, S, D, backend):
     torch.testing.assert_close(out.cpu().double(), _reference(q, kv), atol=2e-2, rtol=2e-2)
 
 
-def _plan(D, **kw):
+def _plan(D, options=None, **kw):
     q, kv = _inputs(64, 200, D)
-    return make_plan(decode.specialize(q, kv, **kw), resolve_target("sm_90a"))
+    return make_plan(decode.specialize(q, kv, **kw), resolve_target("sm_90a"), options)
 
 
 @pytest.mark.parametrize("D", [256, 512])
 def test_the_scores_and_the_output_share_one_warp_grid(D):
-    accumulators = {b.name: a for b, a in _plan(D).accumulators.items()}
+    # on mma.sync (at D=256 the warpgroups would split the columns on wgmma: test_wgmma_column_split.py)
+    plan = _plan(D, options=LoweringOptions(wgmma_column_split=False))
+    accumulators = {b.name: a for b, a in plan.accumulators.items()}
     acc_s, acc_o = accumulators["acc_s"], accumulators["acc_o"]
     assert isinstance(acc_s, MmaAccLayout) and isinstance(acc_o, MmaAccLayout)
     # 64 rows cannot put all 8 warps along M; each alone would choose 2 x 4 (64 x 64) and 1 x 8 (64 x D)
@@ -124,6 +127,16 @@ def test_tiles_used_one_after_the_other_share_bytes_only_when_the_pool_would_not
     assert small.shared_reuse == ()
     ends = sorted((t.byte_offset, t.byte_offset + t.nbytes) for t in small.shared.values())
     assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:], strict=False))
+
+
+def test_a_wgmma_column_split_that_does_not_fit_gives_way_to_mma_sync_and_says_so():
+    # the output staged too (D=512): the TMA pipeline that the wgmma loop gets keeps K/V from sharing bytes
+    # with O, 265 KiB; mma.sync's cp.async pipeline fits by sharing them
+    plan = _plan(512)
+    assert all(isinstance(a, MmaAccLayout) for a in plan.accumulators.values())
+    assert any("splitting a T.gemm's columns would not build" in n for n in plan.notes), plan.notes
+    with pytest.raises(tile_nb.lower.LoweringError, match="shared memory per block"):
+        _plan(512, options=LoweringOptions(wgmma_column_split=True))
 
 
 def test_a_barrier_and_the_copies_wait_come_before_the_reused_bytes_are_written():

@@ -52,6 +52,14 @@ class LoweringOptions:
         "a register fragment as wgmma's A operand is read from registers; False: staged "
         "through shared memory",
     )
+    wgmma_column_split: bool | None = _opt(
+        None,
+        None,
+        "tile_nb.wgmma_column_split",
+        "where a T.gemm's rows are fewer than 64 per warpgroup (64 rows on 256 threads: MLA decode), the "
+        "warpgroups split its columns and run wgmma (tilelang's FullCol policy); None: where the plan then "
+        "fits, else mma.sync (the plan's notes say so); True: always; False: mma.sync there",
+    )
     wgmma_overlap: bool = _opt(False, None, "tile_nb.wgmma_overlap",
                                "a cp.async pipeline keeps one wgmma group in flight across k-tiles")
     wgmma_late_wait: bool = _opt(

@@ -334,12 +334,15 @@ def mma_accumulator(bm: int, bn: int, wm: int, wn: int) -> FragmentLayout:
     return FragmentLayout.make((bm, bn), digits)
 
 
-def wgmma_accumulator(bm: int, bn: int, warpgroups: int) -> FragmentLayout:
-    """The wgmma D fragment (`wgmma.WgmmaAccLayout`'s register order: r = mb * (bn
-    / 2) + (ni * 2 + h) * 2 + e)."""
-    mblocks = bm // 64 // warpgroups
-    digits = [Digit("reg", 2, 1, 1), Digit("reg", 2, 0, 8), Digit("reg", bn // 8, 1, 8),
+def wgmma_accumulator(bm: int, bn: int, row_groups: int, col_groups: int = 1,
+                      replicas: int = 1) -> FragmentLayout:
+    """The wgmma D fragment (`wgmma.WgmmaAccLayout`'s register order: r = mb * (bn / col_groups / 2) +
+    (ni * 2 + h) * 2 + e) over warpgroups split `row_groups` ways along the rows, then `col_groups` ways
+    along the columns, then `replicas` copies (wgmma's register A operand of a column-split T.gemm)."""
+    mblocks, group_n = bm // 64 // row_groups, bn // col_groups
+    digits = [Digit("reg", 2, 1, 1), Digit("reg", 2, 0, 8), Digit("reg", group_n // 8, 1, 8),
               Digit("reg", mblocks, 0, 64),
               Digit("lane", 4, 1, 2), Digit("lane", 8, 0, 1),
-              Digit("warp", 4, 0, 16), Digit("warp", warpgroups, 0, mblocks * 64)]
+              Digit("warp", 4, 0, 16), Digit("warp", row_groups, 0, mblocks * 64),
+              Digit("warp", col_groups, 1, group_n), Digit("warp", replicas, None)]
     return FragmentLayout.make((bm, bn), digits)

@@ -239,32 +239,55 @@ class MmaAccLayout:
 
 @dataclass(frozen=True)
 class WgmmaAccLayout:
-    """The accumulator of a Hopper wgmma `T.gemm` (wgmma.py): warpgroup g owns m-blocks of 64
-    rows; per n8 block i, registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1), warp
-    w of the group rows 16w..16w+15."""
+    """The accumulator of a Hopper wgmma `T.gemm` (wgmma.py). The warpgroups split the tile `row_groups` ways
+    along the rows (each owns m-blocks of 64 rows), then `col_groups` ways along the columns (each issues
+    wgmma of N = `group_n` on its slice of B: tilelang's FullCol policy, for 64 rows over two warpgroups),
+    then hold `replicas` copies (the register A operand of a column-split T.gemm, which every column group
+    reads whole). Per n8 block i, registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1); warp w of a
+    group rows 16w..16w+15 of each m-block."""
 
     bm: int
     bn: int
-    warpgroups: int
+    row_groups: int
+    col_groups: int = 1
+    replicas: int = 1
+
+    @property
+    def warpgroups(self) -> int:
+        return self.row_groups * self.col_groups * self.replicas
 
     @property
     def mblocks(self) -> int:  # m64 blocks per warpgroup
-        return self.bm // 64 // self.warpgroups
+        return self.bm // 64 // self.row_groups
+
+    @property
+    def group_n(self) -> int:  # the N of each warpgroup's wgmma
+        return self.bn // self.col_groups
 
     @property
     def regs(self) -> int:
-        return self.mblocks * self.bn // 2
+        return self.mblocks * self.group_n // 2
+
+    def group_coords(self, g):
+        """(row group, column group) of warpgroup `g` (an expression)."""
+        if self.col_groups == 1 and self.replicas == 1:
+            return g, 0
+        g_row = tirx.floormod(g, self.row_groups) if self.row_groups > 1 else 0
+        g_col = tirx.floormod(tirx.floordiv(g, self.row_groups), self.col_groups) if self.col_groups > 1 \
+            else 0
+        return g_row, g_col
 
     def element(self, tx, r):
         fd, fm = tirx.floordiv, tirx.floormod
-        per = self.bn // 2
+        per = self.group_n // 2
         mb, rr = fd(r, per), fm(r, per)
-        g, w, lane = fd(tx, 128), fm(fd(tx, 32), 4), fm(tx, 32)
-        row = (g * self.mblocks + mb) * 64 + w * 16 + fd(lane, 4) + fm(fd(rr, 2), 2) * 8
-        col = fd(rr, 4) * 8 + fm(lane, 4) * 2 + fm(rr, 2)
+        g_row, g_col = self.group_coords(fd(tx, 128))
+        w, lane = fm(fd(tx, 32), 4), fm(tx, 32)
+        row = (g_row * self.mblocks + mb) * 64 + w * 16 + fd(lane, 4) + fm(fd(rr, 2), 2) * 8
+        col = g_col * self.group_n + fd(rr, 4) * 8 + fm(lane, 4) * 2 + fm(rr, 2)
         return row, col
 
     def linear(self):
         from .fragments import wgmma_accumulator
 
-        return wgmma_accumulator(self.bm, self.bn, self.warpgroups)
+        return wgmma_accumulator(self.bm, self.bn, self.row_groups, self.col_groups, self.replicas)

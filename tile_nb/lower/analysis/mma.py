@@ -13,7 +13,7 @@ from .layout import WgmmaAccLayout
 
 __all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "INT8S", "WGMMA_TYPES", "eight_bit_fma_reason",
            "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32", "k_major_panels",
-           "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok"]
+           "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok", "wgmma_split"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -61,13 +61,11 @@ def wgmma_refusal(target, call, threads) -> str | None:
     bm, bn = int(c.shape[0]), int(c.shape[1])
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
-    wgs = threads // 128
     bk = a_ext[-1]
     elem = elem_bytes(a.dtype)
-    if bm % (64 * wgs):
-        return f"block_M={bm}: wgmma needs 64 rows per warpgroup ({64 * wgs} for threads={threads})"
-    if bn % 64 or bn > 256:
-        return f"block_N={bn}: no wgmma shape tile_nb emits (N a multiple of 64 up to 256)"
+    split = wgmma_split(bm, bn, threads // 128, trans_b)
+    if isinstance(split, str):
+        return split
     if not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
         return f"block_K={bk}: wgmma reads K rows of 64 or 128 bytes"
     if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
@@ -75,6 +73,26 @@ def wgmma_refusal(target, call, threads) -> str | None:
     if trans_b and b_ext[-1] != bk:
         return f"B's K extent {b_ext[-1]} is not A's {bk}"
     return None
+
+
+def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool) -> tuple[int, int] | str:
+    """How the warpgroups share a wgmma accumulator: (row groups, column groups), or why no way works. Rows
+    first, 64 per warpgroup; the warpgroups the rows leave over split the columns (64 rows over two
+    warpgroups: tilelang's FullCol policy, MLA decode's shape), each taking a slice of B that starts on a
+    whole 8-row atom of a K-major B ([N, K], transpose_B=True) or a whole 64-column panel of a [K, N] one."""
+    rows = next(r for r in range(warpgroups, 0, -1) if warpgroups % r == 0 and bm % (64 * r) == 0) \
+        if bm % 64 == 0 else 0
+    if not rows:
+        return f"block_M={bm}: wgmma needs a multiple of 64 rows"
+    cols = warpgroups // rows
+    group_n = bn // cols
+    if cols == 1 and (bn % 64 or bn > 256):
+        return f"block_N={bn}: no wgmma shape tile_nb emits (N a multiple of 64 up to 256)"
+    if cols > 1 and (bn % cols or group_n > 256 or group_n % (16 if trans_b else 64)):
+        return (f"block_M={bm} over {warpgroups} warpgroups: {cols} of them would split block_N={bn} into "
+                f"{cols} slices of {bn / cols:g} columns, and wgmma here takes slices that are multiples of "
+                f"{16 if trans_b else 64} (B stored {'[N, K]' if trans_b else '[K, N]'}) up to 256")
+    return rows, cols
 
 
 def wgmma_register_a_ok(call) -> bool:

@@ -63,7 +63,9 @@ from .mma import (
     is_tf32,
     k_major_panels,
     wgmma_eligible,
+    wgmma_refusal,
     wgmma_register_a_ok,
+    wgmma_split,
 )
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .schedule import schedule_pipeline
@@ -280,6 +282,21 @@ def _arch(target) -> str:
 
 def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = None) -> KernelPlan:
     options = LoweringOptions() if options is None else options
+    if options.wgmma_column_split is not None:
+        return _make_plan(func, target, options, options.wgmma_column_split)
+    try:
+        return _make_plan(func, target, options, True)
+    except LoweringError as err:
+        why = str(err).splitlines()[0]
+    # auto: a column split that leaves the plan unbuildable (e.g. a TMA pipeline, whose stages keep shared
+    # tiles from sharing bytes as cp.async's may) gives way to mma.sync, and the plan says so
+    plan = _make_plan(func, target, options, False)  # raises as before where the split was not the cause
+    note = (f"wgmma with the warpgroups splitting a T.gemm's columns would not build ({why}); mma.sync "
+            "instead (tile_nb.wgmma_column_split = 1 insists)")
+    return replace(plan, notes=plan.notes + (note,))
+
+
+def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_split: bool) -> KernelPlan:
     lines = SourceLines(func)
     arch = _arch(target)
     threads, grid = _launch(func)
@@ -295,7 +312,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     check_static_bounds(func, lines)
     try:
         accumulators, gemms, gemm_operands, panel_operands, register_a = _choose_mma(
-            func, target, threads, lines, options
+            func, target, threads, lines, options, column_split
         )
     except LoweringError as err:
         raise lines.locate(err) from None
@@ -547,9 +564,10 @@ def _check_one_thread_count(launches: list, lines) -> None:
             )
 
 
-def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
+def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, column_split: bool = True):
     """The accumulators' layouts, the instruction of every T.gemm (GemmKind), and the shared operands
-    (swizzled; wgmma's [K, N] B in 64-column panels)."""
+    (swizzled; wgmma's [K, N] B in 64-column panels); `column_split` False keeps a T.gemm whose rows
+    cannot cover the warpgroups on mma.sync."""
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
@@ -585,15 +603,18 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
                 elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           tf32=True)
-                elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads):
-                    accumulators[c] = WgmmaAccLayout(bm, bn, threads // 128)
+                elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads) and (
+                        column_split or wgmma_split(bm, bn, threads // 128, bool(s.args[5]))[1] == 1):
+                    rows, cols = wgmma_split(bm, bn, threads // 128, bool(s.args[5]))
+                    accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)
                     bk = int(region_of(s.args[1])[1][-1][1])
                     if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
                         panels.add(b)
                     if k_major_panels(a.dtype, bk):
                         panels.add(a)
                     if register_form and scope_of(a) == "local.fragment" and wgmma_register_a_ok(s):
-                        register_a[a] = WgmmaAccLayout(bm, bk, threads // 128)
+                        # every column group reads all of A: each holds a copy
+                        register_a[a] = WgmmaAccLayout(bm, bk, rows, 1, replicas=cols)
                 else:
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
             for op in (a, b):
@@ -609,7 +630,15 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions):
     kinds = {}
     for s in gemms:  # once every accumulator has its layout (several T.gemm may share one: the first's)
         try:
-            kinds[s] = gemm_kind(s, accumulators[region_of(s.args[0])[0]])
+            c = region_of(s.args[0])[0]
+            kinds[s] = gemm_kind(s, accumulators[c])
+            why = wgmma_refusal(target, s, threads) if kinds[s] is GemmKind.WGMMA else None
+            if why is not None:
+                raise LoweringError(
+                    f"T.gemm into {c.name}: an earlier T.gemm into it runs on wgmma, whose accumulator "
+                    f"layout this one must use, and it cannot run on wgmma ({why}); accumulate it in its own "
+                    "fragment and add the two in a T.Parallel loop"
+                )
         except LoweringError as err:
             raise lines.locate(err, s) from None
     return accumulators, kinds, operands, panels, register_a

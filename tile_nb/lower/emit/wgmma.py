@@ -158,8 +158,9 @@ def lower_gemm_wgmma(em, call):
             lbo_sbo = lbo_sbo[::-1]
         b_lbo, b_sbo = lbo_sbo
         b_mode = 1
-    # warp-uniform: for A's descriptor
+    # warp-uniform: which rows of A and which columns of B this warpgroup multiplies
     g = tirx.floordiv(em.warp_tx if em.warp_tx is not None else em.tx, 128)
+    g_row, g_col = lay.group_coords(g)
 
     if em.scope.pingpong:
         T.evaluate(intrin.named_barrier_sync(PINGPONG_BARRIER + g, 256))  # this warpgroup's turn
@@ -169,28 +170,29 @@ def lower_gemm_wgmma(em, call):
     # bits, so a k-step inside a 64/128-byte row is a plain +32 bytes.
     desc = T.alloc_buffer((2,), "uint32", scope="local")
     IRBuilder.name("desc", desc)
-    b_start = _region_start(em, b_tile, b_rng) + _stage_off(em, b_tile, b_buf)
+    b_start = (_region_start(em, b_tile, b_rng) + _stage_off(em, b_tile, b_buf)
+               + (_b_column_offset(b_tile, g_col * lay.group_n, trans_b) if lay.col_groups > 1 else 0))
     T.buffer_store(desc, _desc_low_word(intrin.address_of(b_view, [b_start]), b_lbo), [1])
     T.evaluate(intrin.asm_statement("tnb_wgmma_fence", "wgmma.fence.sync.aligned;"))
     if a_buf in em.registers:  # A from registers (plan.py: the fragment has a wgmma accumulator's layout)
         a_regs = em.registers[a_buf]
         with T.unroll(0, bk // 16) as kk, T.unroll(0, lay.mblocks) as mb:
             T.evaluate(_wgmma_register_a_call(
-                lay.bn, types[0], intrin.address_of(acc, [mb * (lay.bn // 2)]),
+                lay.group_n, types[0], intrin.address_of(acc, [mb * (lay.group_n // 2)]),
                 intrin.address_of(a_regs, [mb * (bk // 2) + kk * 8]),
                 _desc_at(desc[1], _b_offset(b_tile, kk * 16, trans_b)), b_sbo, b_mode, not trans_b))
         _finish(em, acc, lay, c_buf)
         return
-    a_start = (_k_major_offset(a_tile, g * (lay.mblocks * 64), 0) + _region_start(em, a_tile, a_rng)
+    a_start = (_k_major_offset(a_tile, g_row * (lay.mblocks * 64), 0) + _region_start(em, a_tile, a_rng)
                + _stage_off(em, a_tile, a_buf))
     T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), 16), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
         a_off = _k_major_offset(a_tile, mb * 64, kk * k_step) * (intrin.tvm_bits(a_tile.dtype) // 8)
         T.evaluate(
             _wgmma_call(
-                lay.bn,
+                lay.group_n,
                 types,
-                intrin.address_of(acc, [mb * (lay.bn // 2)]),
+                intrin.address_of(acc, [mb * (lay.group_n // 2)]),
                 _desc_at(desc[0], a_off),
                 a_sbo,
                 a_mode,
@@ -222,7 +224,7 @@ def _finish(em, acc, lay, c_buf):
 def _wait(acc, lay, pending):
     # The wait names the accumulator registers ("+f"), so nvcc cannot move their later uses above it.
     with T.unroll(0, lay.mblocks) as mb:
-        T.evaluate(_wait_with_regs(lay.bn // 2, intrin.address_of(acc, [mb * (lay.bn // 2)]), pending,
+        T.evaluate(_wait_with_regs(lay.group_n // 2, intrin.address_of(acc, [mb * (lay.group_n // 2)]), pending,
                                    integer=str(acc.dtype) == "int32"))
 
 
@@ -288,6 +290,14 @@ def _b_offset(b_tile, k, trans_b):
     `k` counts 16-bit elements there)."""
     offset = _k_major_offset(b_tile, 0, k) if trans_b else k * 64
     return offset * (intrin.tvm_bits(b_tile.dtype) // 8)
+
+
+def _b_column_offset(b_tile, n, trans_b):
+    """Element offset of column `n` of B (a column group's slice, analysis/mma.py's wgmma_split: a whole 8-row
+    atom of a K-major [N, K] tile, a whole 64-column panel of a [K, N] one) from its tile start."""
+    if trans_b:
+        return _k_major_offset(b_tile, n, 0)
+    return tirx.floordiv(n, 64) * (b_tile.rows * 64)
 
 
 def _k_major_offset(tile, row, k):
