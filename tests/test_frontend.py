@@ -611,6 +611,45 @@ def test_fast_path_launches_directly_by_call_facts():
     assert len(launched) == 1 and torch.equal(fy, misaligned * 3)
 
 
+def test_fast_path_takes_compile_time_values_by_position():
+    """tilelang's call form `kernel(x, y, 64)`: compile-time values by position after the runtime arguments
+    reach the launch kept for them without binding the call again (it took the checked path every time, some
+    40 us a call); another value is another entry."""
+    import tile_nb
+    import tile_nb.language as T
+
+    @tile_nb.jit
+    def scale_by(X, Y, block: int):
+        N = T.dynamic('N')
+        X: T.Tensor[[N], T.float32]
+        Y: T.Tensor[[N], T.float32]
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Y[bx * block + i] = X[bx * block + i] * 3.0
+
+    class ReportsCuda(torch.Tensor):  # a CPU tensor that says it is on CUDA, for the fast path's test only
+        @property
+        def is_cuda(self):
+            return True
+
+    x, y = torch.randn(100), torch.empty(100)
+    scale_by(x, y, 64)  # the interpreter: binds, checks, and fills the fast table
+    assert torch.equal(y, x * 3)
+    (spec,) = [s for t in scale_by._templates.values() for s in t.specializations.values()]
+    launched = []
+    spec.launches[spec.facts_key((x, y))] = lambda *args: launched.append(args)
+    fx, fy = x.as_subclass(ReportsCuda), y.as_subclass(ReportsCuda)
+    scale_by(fx, fy, 64)  # the seen shapes: kept under its direct key
+    slow = scale_by._call_slow
+    scale_by._call_slow = None  # from here on, a call that binds again fails
+    scale_by(fx, fy, 64)
+    assert len(launched) == 2 and all(len(args) == 2 and args[0] is fx for args in launched)
+    scale_by._call_slow = slow
+    scale_by(x, y, 32)  # another value: checked, specialized, and given its own entry
+    assert len(scale_by._fast) == 2 and scale_by.stats["templates"] == 2
+
+
 def test_direct_launch_leaves_dtype_and_layout_to_the_kernel_and_falls_back_when_it_refuses():
     """After one checked call, a call with the same shapes and facts goes straight to the kernel's launch
     without reading dtypes or strides in Python: the compiled host function checks them (TVM raises TypeError

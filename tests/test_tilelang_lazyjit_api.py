@@ -74,3 +74,24 @@ def test_compile_of_a_prim_func_with_out_idx():
     torch.testing.assert_close(kernel(a), -a)
     assert "__global__" in kernel.get_kernel_source()
     assert isinstance(kernel.tile_nb_kernel, tile_nb.JITFunction)
+
+
+def test_compile_with_compile_time_values_by_position():
+    """`f.compile(x, 8)` for `def f(X, blk_m)`: 8 is bound by name for calls, and compiled() (behind
+    get_kernel_source) gives it once (it passed it by position and by name: "multiple values for argument")."""
+    @tilelang.jit
+    def halve(X, blk_m):
+        M = T.const("M")
+        X: T.Tensor((M,), T.float32)
+        Y = T.empty((M,), T.float32)
+        with T.Kernel(T.ceildiv(M, blk_m), threads=32) as bx:
+            for i in T.Parallel(blk_m):
+                if bx * blk_m + i < M:
+                    Y[bx * blk_m + i] = X[bx * blk_m + i] / 2
+        return Y
+
+    x = torch.randn(37)
+    kernel = halve.compile(x, 8)
+    assert "__global__" in kernel.get_kernel_source()
+    torch.testing.assert_close(kernel(x), x / 2)
+    torch.testing.assert_close(halve(x, 16), x / 2)

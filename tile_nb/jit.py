@@ -87,6 +87,9 @@ _SKIP_GLOBAL_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctio
 # on them goes through the kernel's custom op (tile_nb.torch); other tensor subclasses are
 # tensors with data and run the kernel.
 _TRACED_TENSORS = frozenset({"FakeTensor", "FunctionalTensor"})
+# Heads the fast table's key of a call that passes compile-time values by position after the runtime arguments
+# (tilelang's `kernel(x, blk_m)`), so it never equals a key of keywords only.
+_BY_POSITION = object()
 
 
 class JITFunction:
@@ -108,6 +111,7 @@ class JITFunction:
         self.compile_options = dict(compile_options or {})
         self._templates: dict = {}
         self._runtime_names = [p.name for p in self.signature.runtime]
+        self._n_runtime = len(self._runtime_names)
         # Everything the body's elaboration reads (globals, cells, attributes, helpers,
         # transitively), keyed per call.
         self._environment = Environment.of_kernel(self.definition)
@@ -345,28 +349,33 @@ class JITFunction:
 
     def __call__(self, *args, backend: str | None = None, **kwargs):
         if backend is None:
+            runtime = args
             try:
-                fast = self._fast.get(tuple(kwargs.items())) if kwargs else self._fast.get(())
+                if len(args) <= self._n_runtime:
+                    fast = self._fast.get(tuple(kwargs.items())) if kwargs else self._fast.get(())
+                else:  # compile-time values by position after the runtime arguments
+                    runtime = args[:self._n_runtime]
+                    fast = self._fast.get((_BY_POSITION, args[self._n_runtime:], *kwargs.items()))
             except TypeError:  # an unhashable keyword value: the slow path explains it
                 fast = None
             # The hot path, inlined: every attribute lookup here costs ~50 ns of a ~1 us budget.
-            if fast is not None and len(args) == fast.n_args \
+            if fast is not None and len(runtime) == fast.n_args \
                     and not (self._reads_environment and self._environment_key() != fast.env_key):
                 try:
-                    key = fast.direct_key(args)
+                    key = fast.direct_key(runtime)
                     launch = fast.direct.get(key)
                 # RuntimeError: sparse, no data_ptr
                 except (AttributeError, IndexError, TypeError, RuntimeError):
                     key = launch = None
                 if launch is not None:
                     try:
-                        return launch(*args)  # None, or the T.empty outputs of an allocating launch
+                        return launch(*runtime)  # None, or the T.empty outputs of an allocating launch
                     except (TypeError, ValueError):
                         # the kernel's host function refused the arguments (dtype, layout): the slow path says
                         # why
                         pass
                 else:
-                    result = self._call_seen_shapes(fast, key, args)
+                    result = self._call_seen_shapes(fast, key, runtime)
                     if result is not NOT_SEEN:
                         return result
         return self._call_slow(args, kwargs, backend)
@@ -461,13 +470,16 @@ class JITFunction:
         env_key = self._environment_key()
         spec, ordered, device = self._checked_call(args, kwargs)
         empty = spec.expectations.empty_grid or self._empty_at_call(spec, ordered)
+        n = self._n_runtime
         leading = [p.name for p in self.signature.params[: len(args)]]
-        if backend is None and leading == self._runtime_names and not empty \
+        if backend is None and leading[:n] == self._runtime_names and not empty \
                 and not any(p.kind == POINTER for p in self.signature.runtime):
-            # Runtime arguments positionally, compile-time ones (and consts) by keyword or at their defaults:
-            # later calls with the same keywords skip binding and go straight to the shape-keyed table.
+            # Runtime arguments positionally, compile-time ones (and consts) by keyword, at their defaults or
+            # by position after them: later calls with the same values skip binding and go straight to the
+            # shape-keyed table.
             try:
-                kw_key = tuple(kwargs.items())
+                kw_key = (tuple(kwargs.items()) if len(args) == n
+                          else (_BY_POSITION, args[n:], *kwargs.items()))
                 fast = self._fast.get(kw_key)
             except TypeError:
                 fast, kw_key = None, None
@@ -475,7 +487,7 @@ class JITFunction:
                 if fast is None or fast.env_key != env_key or len(fast.specs) >= FAST_TABLE_SIZE:
                     if len(self._fast) >= FAST_TABLE_SIZE:
                         self._fast.clear()
-                    fast = self._fast[kw_key] = FastEntry(spec, len(args), env_key)
+                    fast = self._fast[kw_key] = FastEntry(spec, n, env_key)
                 fast.specs[fast.read_shapes(args)] = spec
         return self._launch(spec, ordered, device, backend, empty)
 

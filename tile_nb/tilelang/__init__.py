@@ -115,7 +115,6 @@ class JITKernel:
 
     def __init__(self, fn, args: tuple, kwargs: dict):
         self._fn = fn
-        self._args = args   # what compile() was given: tensors say the shapes, other values are bound by name
         # T.ptr() / T.Tensor(...) stand where a runtime argument goes (tilelang's
         # configuration lists): not bound
         self._kwargs = {k: v for k, v in kwargs.items() if not _runtime_placeholder(v)}
@@ -125,6 +124,14 @@ class JITKernel:
         for name, value in zip(names, args, strict=False):
             if not hasattr(value, "data_ptr") and not _runtime_placeholder(value):
                 self._kwargs.setdefault(name, value)
+        # what compile() was given, for compiled(): tensors (they say the shapes) by position up to the first
+        # value bound by name, the rest by name (`f.compile(x, 8).get_kernel_source()` with `def f(X, blk_m)`
+        # passed blk_m twice)
+        split = next((i for i, v in enumerate(args)
+                      if not hasattr(v, "data_ptr") and not _runtime_placeholder(v)),
+                     len(args))
+        self._args = args[:split]
+        self._compile_kwargs = dict(zip(names[split:], args[split:], strict=False)) | self._kwargs
 
     def __call__(self, *args, **kwargs):
         return self._fn(*args, **{**self._kwargs, **kwargs})
@@ -135,7 +142,7 @@ class JITKernel:
 
     def compiled(self):
         """tile_nb's compiled kernel (CUDA source, PTX, resources): compiling needs no GPU."""
-        return self._fn.compile(*self._args, **self._kwargs)
+        return self._fn.compile(*self._args, **self._compile_kwargs)
 
     def get_kernel_source(self, *args, **kwargs) -> str:
         return self.compiled().cuda_source
