@@ -78,7 +78,8 @@ def test_compile_of_a_prim_func_with_out_idx():
 
 def test_compile_with_compile_time_values_by_position():
     """`f.compile(x, 8)` for `def f(X, blk_m)`: 8 is bound by name for calls, and compiled() (behind
-    get_kernel_source) gives it once (it passed it by position and by name: "multiple values for argument")."""
+    get_kernel_source) gives it once (it passed it by position and by name: "multiple values for
+    argument")."""
     @tilelang.jit
     def halve(X, blk_m):
         M = T.const("M")

@@ -243,8 +243,8 @@ class WgmmaAccLayout:
     along the rows (each owns m-blocks of 64 rows), then `col_groups` ways along the columns (each issues
     wgmma of N = `group_n` on its slice of B: tilelang's FullCol policy, for 64 rows over two warpgroups),
     then hold `replicas` copies (the register A operand of a column-split T.gemm, which every column group
-    reads whole). Per n8 block i, registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1); warp w of a
-    group rows 16w..16w+15 of each m-block."""
+    reads whole). Per n8 block i, registers 4i..4i+3 hold rows l/4 (+8) and columns 8i + 2(l%4) (+1); warp w
+    of a group rows 16w..16w+15 of each m-block."""
 
     bm: int
     bn: int
