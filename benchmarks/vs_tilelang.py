@@ -81,6 +81,9 @@ def run_file(path: str) -> dict:
     folder = os.path.dirname(os.path.abspath(path))
     os.chdir(folder)
     sys.path.insert(0, folder)
+    # as `python regression_x.py` would run: an example that parses its command line (convolution's
+    # run_regression_perf) reads no options, not this script's
+    sys.argv = [path]
     results = {}
     for name, (module_name, function, kwargs) in regression_calls(path).items():
         start = time.perf_counter()

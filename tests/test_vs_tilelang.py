@@ -80,3 +80,39 @@ def test_cpu_smoke_needs_tile_nb(monkeypatch):
     monkeypatch.setattr("sys.argv", ["vs_tilelang.py", "x", "--impl", "tilelang", "--cpu"])
     with pytest.raises(SystemExit):
         vs.main()
+
+
+def test_an_example_that_parses_its_command_line_sees_no_options(tmp_path, monkeypatch):
+    """convolution's run_regression_perf parses sys.argv: it must see none (as under `python regression_x.py`),
+    not the runner's own `--child ...` (both sides failed with SystemExit: 2 on 2026-12-06)."""
+    import sys
+    import types
+
+    tilelang, profiler = types.ModuleType("tilelang"), types.ModuleType("tilelang.profiler")
+    tilelang.profiler = profiler
+    monkeypatch.setitem(sys.modules, "tilelang", tilelang)
+    monkeypatch.setitem(sys.modules, "tilelang.profiler", profiler)
+    monkeypatch.setattr(vs, "_shared_timer", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["vs_tilelang.py", "--child", "somewhere"])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "examples" / "conv"
+    _write(str(folder / "example_cli_conv.py"), """
+        import argparse
+
+
+        def run_regression_perf(argv=None):
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--n", type=int, default=3)
+            return parser.parse_args(argv).n / 2
+    """)
+    _write(str(folder / "regression_example_cli_conv.py"), """
+        import tilelang.testing
+        import example_cli_conv
+
+
+        def regression_example_cli_conv():
+            tilelang.testing.process_func(example_cli_conv.run_regression_perf)
+    """)
+    cases = vs.run_file(str(folder / "regression_example_cli_conv.py"))["cases"]
+    assert cases["regression_example_cli_conv"]["ms"] == 1.5, cases
