@@ -16,7 +16,7 @@ import tile_nb
 import tile_nb.language as T
 from tile_nb.backend import toolchain
 from tile_nb.backend.target import resolve_target
-from tile_nb.lower.analysis.layout import MmaAccLayout
+from tile_nb.lower.analysis.layout import MmaAccLayout, WgmmaAccLayout
 from tile_nb.lower.analysis.plan import make_plan
 from tile_nb.lower.options import LoweringOptions
 
@@ -129,14 +129,35 @@ def test_tiles_used_one_after_the_other_share_bytes_only_when_the_pool_would_not
     assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:], strict=False))
 
 
-def test_a_wgmma_column_split_that_does_not_fit_gives_way_to_mma_sync_and_says_so():
-    # the output staged too (D=512): the TMA pipeline that the wgmma loop gets keeps K/V from sharing bytes
-    # with O, 265 KiB; mma.sync's cp.async pipeline fits by sharing them
+def test_on_wgmma_the_output_still_shares_the_kv_bytes():
+    # head dim 512 with the output staged: 64 rows on two warpgroups split the columns (wgmma), whose
+    # operands' groups are waited for before the barrier that precedes O's first write
     plan = _plan(512)
+    assert all(isinstance(a, WgmmaAccLayout) and a.col_groups == 2 for a in plan.accumulators.values())
+    assert plan.pool_bytes <= 227 * 1024
+    assert ("O_shared", "KV_shared") in plan.shared_reuse
+    tiles = {b.name: t for b, t in plan.shared.items()}
+    q, kv = tiles["Q_shared"], tiles["KV_shared"]
+    assert q.byte_offset >= kv.byte_offset + kv.nbytes or kv.byte_offset >= q.byte_offset + q.nbytes
+
+
+def test_a_wgmma_column_split_that_does_not_build_gives_way_to_mma_sync_and_says_so(monkeypatch):
+    from tile_nb.lower.analysis import plan as plan_module
+
+    real = plan_module._make_plan
+
+    def column_split_refused(func, target, options, column_split):
+        if column_split:
+            raise tile_nb.lower.LoweringError("the kernel needs 300.0 KiB of shared memory per block")
+        return real(func, target, options, column_split)
+
+    monkeypatch.setattr(plan_module, "_make_plan", column_split_refused)
+    plan = _plan(256)
     assert all(isinstance(a, MmaAccLayout) for a in plan.accumulators.values())
-    assert any("splitting a T.gemm's columns would not build" in n for n in plan.notes), plan.notes
-    with pytest.raises(tile_nb.lower.LoweringError, match="shared memory per block"):
-        _plan(512, options=LoweringOptions(wgmma_column_split=True))
+    assert any("splitting a T.gemm's columns would not build (the kernel needs 300.0 KiB" in n
+               for n in plan.notes), plan.notes
+    with pytest.raises(tile_nb.lower.LoweringError, match="300.0 KiB"):
+        _plan(256, options=LoweringOptions(wgmma_column_split=True))
 
 
 def test_a_barrier_and_the_copies_wait_come_before_the_reused_bytes_are_written():
@@ -202,3 +223,65 @@ def test_the_tiles_of_separate_kernels_share_bytes():
     assert plan.shared_reuse == ()
     plan = make_plan(two_kernels.specialize(x, rows=256), resolve_target("sm_90a"))  # 2 x 128 KiB: shares
     assert plan.shared_reuse == (("B_s", "A_s"),) and plan.pool_bytes == 128 * 1024
+
+
+@tile_nb.jit
+def gemm_with_side_tile(A, B, X, side_first: bool = False):
+    """C = A B over a 4-stage pipeline (TMA on sm_90a: 128 KiB of stages), and Y = X + 1 through a 128 KiB
+    shared tile, before the loop or after it: 256 KiB laid out one after the other."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    X: T.Tensor[[128, 256], T.float32]
+    C = T.empty((M, N), T.float32)
+    Y = T.empty((128, 256), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+        A_s = T.alloc_shared((128, 64), T.float16)
+        B_s = T.alloc_shared((64, 128), T.float16)
+        X_s = T.alloc_shared((128, 256), T.float32)
+        acc = T.alloc_fragment((128, 128), T.float32)
+        if side_first:
+            T.copy(X[0, 0], X_s)
+            for i, j in T.Parallel(128, 256):
+                Y[i, j] = X_s[i, j] + 1
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, 64), num_stages=4):
+            T.copy(A[by * 128, k * 64], A_s)
+            T.copy(B[k * 64, bx * 128], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C[by * 128, bx * 128])
+        if not side_first:
+            T.copy(X[0, 0], X_s)
+            for i, j in T.Parallel(128, 256):
+                Y[i, j] = X_s[i, j] + 1
+    return C, Y
+
+
+def _side_plan(side_first, options=None):
+    a, b, x = torch.randn(256, 256).half(), torch.randn(256, 256).half(), torch.randn(128, 256)
+    func = gemm_with_side_tile.specialize(a, b, x, side_first=side_first)
+    return make_plan(func, resolve_target("sm_90a"), options)
+
+
+def test_tiles_that_tma_loads_fill_share_bytes_only_with_tiles_after_their_loop():
+    after = _side_plan(side_first=False)
+    assert after.tma is not None and after.tma.producer_warp
+    assert {pair[0] for pair in after.shared_reuse} == {"X_s"} and after.pool_bytes <= 227 * 1024
+    # before the loop, the producer warp's first loads would land while the consumers still use X_s
+    with pytest.raises(tile_nb.lower.LoweringError, match="shared memory per block"):
+        _side_plan(side_first=True)
+    # cp.async loads start at the loop: there X_s may go first on the stages' bytes
+    assert _side_plan(side_first=True, options=LoweringOptions(tma=False)).shared_reuse
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("side_first", [False, True])
+def test_gemm_with_side_tile_agrees_with_torch(side_first, backend):
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(200, 300, generator=g).half(), torch.randn(300, 130, generator=g).half()
+    x = torch.randn(128, 256, generator=g)
+    options = {"tma": False} if side_first else None
+    kernel = tile_nb.jit(gemm_with_side_tile.fn, options=options) if options else gemm_with_side_tile
+    c, y = kernel(a.to(backend), b.to(backend), x.to(backend), side_first=side_first)
+    torch.testing.assert_close(c.cpu(), a.float() @ b.float(), atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(y.cpu(), x + 1)

@@ -83,8 +83,9 @@ def test_cpu_smoke_needs_tile_nb(monkeypatch):
 
 
 def test_an_example_that_parses_its_command_line_sees_no_options(tmp_path, monkeypatch):
-    """convolution's run_regression_perf parses sys.argv: it must see none (as under `python regression_x.py`),
-    not the runner's own `--child ...` (both sides failed with SystemExit: 2 on 2026-12-06)."""
+    """convolution's run_regression_perf parses sys.argv: it must see none (as under `python
+    regression_x.py`), not the runner's own `--child ...` (both sides failed with SystemExit: 2 on
+    2026-12-06)."""
     import sys
     import types
 

@@ -419,12 +419,15 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     tiles = list(shared.values()) + list(workspaces.values())
     placed, end = layout_pool(tiles)
     shared_reuse, limit = (), max_shared_bytes(arch)
-    if end > limit and tma is None and persistent is None:
+    if end > limit and persistent is None and tma_store is None:
         # over the limit: tiles whose uses do not overlap share bytes (MLA's K/V stages and output staging
         # tile; the tiles of a function's separate T.Kernels); emit_seq's barrier between a statement reading
         # shared memory and a later one writing it orders the old tile's last reads before the new tile's
-        # first writes, and kernels launched one after another never overlap
-        lives = _reusable_lives([launch.body for launch in kernels], shared, gemms)
+        # first writes, and kernels launched one after another never overlap. (Not across the tiles of a
+        # persistent CTA, whose loads for its next tile run ahead, nor under a TMA store, which reads its tile
+        # after the threads move on.)
+        tma_tiles = {c.tile_buffer for c in tma.copies} if tma is not None else set()
+        lives = _reusable_lives([launch.body for launch in kernels], shared, tma_tiles)
         reused, reused_end = layout_pool_reusing(tiles, lives)
         if reused_end <= limit:  # else the refusal lists the tiles as laid out plainly
             placed, end = reused, reused_end
@@ -644,25 +647,26 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     return accumulators, kinds, operands, panels, register_a
 
 
-def _reusable_lives(bodies: list, shared: dict, gemms: dict) -> dict:
+def _reusable_lives(bodies: list, shared: dict, tma_tiles: set) -> dict:
     """Buffer -> (first, last) index of the top-level statements of the CTAs' code (`bodies`, one per
-    T.Kernel, numbered on from one kernel to the next) that use each shared tile. An operand of a wgmma
-    T.gemm, read asynchronously after the threads have moved on, is live through the whole of its kernel; a
-    body that is not a sequence is one statement, so its tiles share with those of other kernels only."""
-    wgmma_operands = {region_of(call.args[i])[0] for call, kind in gemms.items() if kind == GemmKind.WGMMA
-                      for i in (1, 2)}
+    T.Kernel, numbered on from one kernel to the next) that use each shared tile; a body that is not a
+    sequence is one statement, so its tiles share with those of other kernels only. A tile that a pipelined
+    loop's TMA loads fill is live from its kernel's start (a producer warp starts loading while the consumers
+    run the statements before the loop). A wgmma operand ends with the statement of its T.gemm like any other
+    tile: a wgmma group still in flight there is waited for before the next CTA barrier (emitter.LateWaits
+    drains before it, a pipelined loop after its last iteration, other T.gemm right after their issue), and a
+    later statement that writes shared memory after that statement read it comes after such a barrier."""
     lives: dict = {}
     start = 0
     for body in bodies:
         items = seq_items(body)
-        whole = (start, start + len(items) - 1)
         for index, item in enumerate(items, start):
             reads, writes = buffers_touched(item)
             for buf in set(reads) | set(writes):
                 if buf in shared:
-                    first, last = whole if buf in wgmma_operands else (index, index)
-                    earlier = lives.get(buf, (first, last))
-                    lives[buf] = (min(earlier[0], first), max(earlier[1], last))
+                    first = start if buf in tma_tiles else index
+                    earlier = lives.get(buf, (first, index))
+                    lives[buf] = (min(earlier[0], first), max(earlier[1], index))
         start += len(items)
     return lives
 
