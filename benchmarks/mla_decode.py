@@ -1,7 +1,7 @@
-"""FlashMLA's decode (64 query heads per CTA on 256 threads, head dim 512 + 64 rotary) on the GPU: the wgmma
-column split (each warpgroup multiplies all 64 rows by half of B; LoweringOptions.wgmma_column_split) against the
-same kernel on mma.sync, and torch's SDPA on the same problem (query heads as query rows, one KV head, V the first
-512 columns of K), one timer (tile_nb.bench.timing).
+"""FlashMLA's decode (64 query heads per CTA on 256 threads, head dim 512 + 64 rotary) on the GPU: the
+wgmma column split (each warpgroup multiplies all 64 rows by half of B; LoweringOptions.wgmma_column_split)
+against the same kernel on mma.sync, and torch's SDPA on the same problem (query heads as query rows, one KV
+head, V the first 512 columns of K), one timer (tile_nb.bench.timing).
 
     python benchmarks/mla_decode.py [--json out.json]
     python benchmarks/mla_decode.py --device cpu --shapes 64,70   # a smoke run on the interpreter
