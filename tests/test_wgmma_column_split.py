@@ -67,7 +67,7 @@ def test_split_rows_first_then_columns():
     assert wgmma_split(128, 256, 4, trans_b=False) == (2, 2)
     assert "slices of 32 columns" in wgmma_split(64, 64, 2, trans_b=False)  # half a [K, N] panel
     assert "multiples of 16" in wgmma_split(64, 48, 2, trans_b=True)
-    assert "multiple of 64 rows" in wgmma_split(32, 64, 1, trans_b=True)
+    assert "64 rows per warpgroup" in wgmma_split(32, 64, 1, trans_b=True)
     assert "block_N=96" in wgmma_split(64, 96, 1, trans_b=True)
 
 

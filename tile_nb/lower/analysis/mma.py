@@ -83,7 +83,7 @@ def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool) -> tuple[int, 
     rows = next(r for r in range(warpgroups, 0, -1) if warpgroups % r == 0 and bm % (64 * r) == 0) \
         if bm % 64 == 0 else 0
     if not rows:
-        return f"block_M={bm}: wgmma needs a multiple of 64 rows"
+        return f"block_M={bm}: wgmma needs 64 rows per warpgroup (block_M a multiple of 64)"
     cols = warpgroups // rows
     group_n = bn // cols
     if cols == 1 and (bn % 64 or bn > 256):
