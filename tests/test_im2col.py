@@ -100,3 +100,69 @@ def bad_im2col(X):
     with pytest.raises(DSLError, match="line 8") as info:
         k(torch.zeros(1, 4, 4, 2, dtype=torch.float16))
     assert message in str(info.value)
+
+
+def _plan(C, arch="sm_90a"):
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.analysis.plan import make_plan
+
+    x, w = torch.empty(2, 9, 7, C, dtype=torch.float16), torch.empty(3, 3, C, 13, dtype=torch.float16)
+    return make_plan(conv2d_nhwc.specialize(x, w, P=1), resolve_target(arch))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("C, vector", [(16, "tnb_cp_async_16("), (4, "tnb_cp_async_8("), (5, None)])
+def test_the_gather_is_issued_ahead_in_the_widest_groups_its_channels_allow(C, vector):
+    """The pipelined loop issues T.im2col's gather ahead like its T.copy (lower/emit/gather.py): one cp.async
+    per group of channels when C is a multiple of the group (8 float16: 16 bytes; 4: 8 bytes); with 5
+    channels, element by element into the stage."""
+    plan = _plan(C)
+    (pipeline,) = plan.summary()["pipelines"]
+    assert pipeline["prefetched"] == ["d_s", "w_s"] and pipeline["in_order"] == []
+    assert plan.refusal("tma").code == "tma.gather"  # TMA loads boxes: the loop stays on cp.async
+    x, w = torch.empty(2, 9, 7, C, dtype=torch.float16), torch.empty(3, 3, C, 13, dtype=torch.float16)
+    source = conv2d_nhwc.compile(x, w, P=1, target="sm_90a").cuda_source
+    gathers = [line for line in source.splitlines() if "data_ptr[" in line and "tnb_cp_async_" in line]
+    if vector is None:
+        assert not gathers
+    else:
+        assert gathers and all(vector in line for line in gathers)
+
+
+@tile_nb.jit
+def rows_by_table(X, Idx):
+    """Sums the 16-row blocks of X that Idx names, through a gather loop whose rows come from a variable the
+    pipelined loop sets: the gather must stay in order."""
+    X: T.Tensor[[64, 32], T.float16]
+    Idx: T.Tensor[[5], T.int32]
+    Y = T.empty((16, 32), T.float32)
+    with T.Kernel(1, threads=128) as _:
+        s = T.alloc_shared((16, 32), T.float16)
+        acc = T.alloc_fragment((16, 32), T.float32)
+        row = T.alloc_var(T.int32)
+        T.clear(acc)
+        for k in T.Pipelined(5, num_stages=2):
+            row = Idx[k]
+            for i, j in T.Parallel(16, 32):
+                s[i, j] = X[row * 16 + i, j]
+            for i, j in T.Parallel(16, 32):
+                acc[i, j] += s[i, j]
+        T.copy(acc, Y)
+    return Y
+
+
+def test_a_gather_whose_rows_the_loop_computes_stays_in_order():
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.analysis.plan import make_plan
+
+    x, idx = torch.randn(64, 32).half(), torch.tensor([3, 0, 3, 1, 2], dtype=torch.int32)
+    (pipeline,) = make_plan(rows_by_table.specialize(x, idx), resolve_target("sm_90a")).summary()["pipelines"]
+    assert pipeline["prefetched"] == [] and pipeline["in_order"] == [
+        "s is gathered in order: its indices read `row`, which the loop body writes"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_by_table_agrees_with_torch(device):
+    x, idx = torch.randn(64, 32).half(), torch.tensor([3, 0, 3, 1, 2], dtype=torch.int32)
+    y = rows_by_table(x.to(device), idx.to(device))
+    torch.testing.assert_close(y.cpu(), sum(x[16 * int(r):16 * int(r) + 16].float() for r in idx))

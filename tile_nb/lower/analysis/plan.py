@@ -68,7 +68,7 @@ from .mma import (
     wgmma_split,
 )
 from .persistent import Persistent, describe_persistent, plan_persistent
-from .schedule import schedule_pipeline
+from .schedule import prefetched_tile, schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
 from .tma import TmaPlan, describe_tma, plan_tma
 
@@ -212,7 +212,7 @@ class KernelPlan(PlanFacts):
                    "swizzle": t.swizzle or t.panel, "stages": t.stages}
                   for t in list(self.shared.values()) + list(self.workspaces.values())]
         pipelines = [{"loop": s.loop.loop_var.name, "stages": s.stages,
-                      "prefetched": [region_of(c.args[0])[0].name for c in s.prefetched], "in_order": s.notes}
+                      "prefetched": [prefetched_tile(c).name for c in s.prefetched], "in_order": s.notes}
                      for s in self.pipelines.values()]
         sync_mma = "mma.sync m16n8k16" if ArchCaps.of(self.arch).mma_k16 else "mma.sync m16n8k8 (two per k16)"
         mma = [{"name": buf.name, "kind": _mma_kind(a, sync_mma),
@@ -350,7 +350,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
                 ),
                 buffer_name=op.name,
             )
-    stages = {region_of(c.args[0])[0]: s.stages for s in pipelines.values() for c in s.prefetched}
+    stages = {prefetched_tile(c): s.stages for s in pipelines.values() for c in s.prefetched}
     shared = {}
     for s in iter_stmts(func.body):
         if not isinstance(s, tirx.AllocBuffer):

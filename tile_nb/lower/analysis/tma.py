@@ -52,6 +52,7 @@ from ..irwalk import buffers_touched, region_of, scope_of, seq_items
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
+from .schedule import is_global_to_shared_copy
 
 __all__ = ["Box", "Overlap", "PRODUCER_THREADS", "TmaCopy", "TmaPlan", "describe_tma", "plan_tma"]
 
@@ -185,6 +186,9 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
         return None, _refuse("stages", "cp.async (num_stages < 2)")
     if schedule.kept_in_order:
         return None, _refuse("in_order_copy", "cp.async (a copy of the loop cannot be issued ahead)")
+    if not all(is_global_to_shared_copy(c) for c in schedule.prefetched):
+        return None, _refuse("gather", "cp.async (a gather loop of the pipeline, e.g. T.im2col, is issued "
+                                       "ahead element group by element group; TMA loads whole boxes)")
     body = seq_items(loop.body)
     copies = list(schedule.prefetched)
     rest = [s for s in body if not schedule.is_prefetched(s)]

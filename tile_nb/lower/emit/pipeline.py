@@ -5,7 +5,8 @@ no commit or wait: each thread's copy has landed when the next instruction runs,
 publishes it. The stages stay (a stage is still written only while no warp reads it), but a thread waits for
 its own loads, so memory overlaps the MMAs only across warps.
 
-The copies the plan prefetches (schedule.py) are the producer; everything else in the body is the consumer.
+The copies the plan prefetches (schedule.py; gather loops such as T.im2col's too, gather.py) are the producer;
+everything else in the body is the consumer.
 Each shared tile written by the producer has `s` copies (stage i % s holds iteration i). The emitted schedule:
 
     for i in [0, s-1):            prologue: issue the copies of iteration i (if i < n), commit
@@ -27,21 +28,27 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..irwalk import region_of, seq_items
+from ..analysis.schedule import as_gather, prefetched_tile
+from ..irwalk import seq_items
 from . import intrin
 from .copy import issue_async_copy
+from .gather import issue_async_gather
 from .wgmma import drain_accumulators
 
 __all__ = ["emit_pipelined"]
 
 
 def _issue(em, copies, loop_var, iteration, stages):
-    """Issue the producer copies of `iteration` (the user's loop var bound to it) into its stage."""
-    stage = {region_of(c.args[0])[0]: tirx.floormod(iteration, stages) if stages > 1 else 0 for c in copies}
+    """Issue the producer copies (and gather loops) of `iteration` (the user's loop var bound to it) into its
+    stage."""
+    stage = {prefetched_tile(c): tirx.floormod(iteration, stages) if stages > 1 else 0 for c in copies}
     with em.bound("var_map", {loop_var: iteration}), em.bound("stage", stage):
         for c in copies:
             with em.marked(c):
-                issue_async_copy(em, c)
+                if isinstance(c, tirx.TilePrimitiveCall):
+                    issue_async_copy(em, c)
+                else:
+                    issue_async_gather(em, as_gather(c))
 
 
 def emit_pipelined(em, loop):
@@ -86,7 +93,7 @@ def emit_pipelined(em, loop):
             commit()
             em.async_copies_landed(0)
             em.sync()
-        stage = {region_of(c.args[0])[0]: tirx.floormod(k, stages) if stages > 1 else 0 for c in copies}
+        stage = {prefetched_tile(c): tirx.floormod(k, stages) if stages > 1 else 0 for c in copies}
         with (
             em.bound("var_map", {loop.loop_var: it}),
             em.bound("stage", stage),
