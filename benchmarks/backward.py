@@ -48,7 +48,7 @@ def _attention_sweep(D: int) -> dict[str, tuple[dict, dict]]:
     right after it (`wgmma_late_wait` off), smaller dQ tiles, and at head dim 64 the dK/dV kernel's 128 x 128
     tile."""
     configs = {
-        "dkdv stages=3": (dict(dkdv=dict(num_stages=3)), {}),
+        "dkdv stages=2": (dict(dkdv=dict(num_stages=2)), {}),
         "dq stages=3": (dict(dq=dict(num_stages=3)), {}),
         "waits right after each wgmma": ({}, {"wgmma_late_wait": False}),
         "dq 64x64 t128": (dict(dq=dict(block_M=64, block_N=64, threads=128)), {}),

@@ -115,9 +115,10 @@ def attention_bwd_preprocess(O, dO, dtype: T.dtype = T.float16, block_M: int = 6
 
 @tile_nb.jit
 def attention_bwd_dkdv(Q, K, V, dO, LSE, Delta, dtype: T.dtype = T.float16, causal: bool = False,
-                       block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 2):
+                       block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 3):
     """(dK, dV) in `dtype` for the output gradient dO; LSE from flash_attention_fwd, Delta from
-    attention_bwd_preprocess."""
+    attention_bwd_preprocess. Three stages: 1-4% faster than two at B=4 H=32 S=4096, head dim 64 and 128,
+    causal and not (H100, 2026-12-06, benchmarks/results/backward.md)."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
     acc = T.float64 if dtype == T.float64 else T.float32
