@@ -166,3 +166,17 @@ def test_rows_by_table_agrees_with_torch(device):
     x, idx = torch.randn(64, 32).half(), torch.tensor([3, 0, 3, 1, 2], dtype=torch.int32)
     y = rows_by_table(x.to(device), idx.to(device))
     torch.testing.assert_close(y.cpu(), sum(x[16 * int(r):16 * int(r) + 16].float() for r in idx))
+
+
+def test_a_gather_whose_stages_would_not_fit_runs_in_order_and_the_plan_says_so():
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.analysis.plan import make_plan
+
+    # a 512 x 128 im2col tile: 128 KiB, 256 KiB in two stages (with W's 8 KiB, over sm_90a's 227 KiB)
+    x, w = torch.empty(2, 9, 7, 16, dtype=torch.float16), torch.empty(3, 3, 16, 13, dtype=torch.float16)
+    func = conv2d_nhwc.specialize(x, w, P=1, block_M=512, block_N=16, block_K=128)
+    plan = make_plan(func, resolve_target("sm_90a"))
+    (pipeline,) = plan.summary()["pipelines"]
+    assert pipeline["prefetched"] == ["w_s"] and plan.pool_bytes <= 227 * 1024
+    assert any(n.startswith("gather loops (T.im2col) of the pipelined loops run in order: issued ahead they "
+                            "would not build (the kernel needs") for n in plan.notes), plan.notes

@@ -146,10 +146,10 @@ def test_a_wgmma_column_split_that_does_not_build_gives_way_to_mma_sync_and_says
 
     real = plan_module._make_plan
 
-    def column_split_refused(func, target, options, column_split):
+    def column_split_refused(func, target, options, column_split, gathers=True):
         if column_split:
             raise tile_nb.lower.LoweringError("the kernel needs 300.0 KiB of shared memory per block")
-        return real(func, target, options, column_split)
+        return real(func, target, options, column_split, gathers)
 
     monkeypatch.setattr(plan_module, "_make_plan", column_split_refused)
     plan = _plan(256)

@@ -281,22 +281,39 @@ def _arch(target) -> str:
 
 
 def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = None) -> KernelPlan:
+    """The kernel's plan. Two choices made here give way where the plan they lead to does not build, and the
+    plan's notes say so: the wgmma column split (auto: mma.sync instead; e.g. a TMA pipeline, whose stages
+    keep shared tiles from sharing bytes as cp.async's may) and gather loops issued ahead (their stages
+    multiply the tile's shared memory: in order instead, as before they were issued ahead). Where neither
+    helps, the error is the plan's without either."""
     options = LoweringOptions() if options is None else options
-    if options.wgmma_column_split is not None:
-        return _make_plan(func, target, options, options.wgmma_column_split)
-    try:
-        return _make_plan(func, target, options, True)
-    except LoweringError as err:
-        why = str(err).splitlines()[0]
-    # auto: a column split that leaves the plan unbuildable (e.g. a TMA pipeline, whose stages keep shared
-    # tiles from sharing bytes as cp.async's may) gives way to mma.sync, and the plan says so
-    plan = _make_plan(func, target, options, False)  # raises as before where the split was not the cause
-    note = (f"wgmma with the warpgroups splitting a T.gemm's columns would not build ({why}); mma.sync "
-            "instead (tile_nb.wgmma_column_split = 1 insists)")
-    return replace(plan, notes=plan.notes + (note,))
+    splits = (True, False) if options.wgmma_column_split is None else (options.wgmma_column_split,)
+    failed: dict = {}
+    for gathers in (True, False):
+        for split in splits:
+            try:
+                plan = _make_plan(func, target, options, split, gathers)
+            except LoweringError as err:
+                failed[(split, gathers)] = err
+                continue
+            notes = ()
+            if not split and (True, gathers) in failed:
+                notes += (f"wgmma with the warpgroups splitting a T.gemm's columns would not build "
+                          f"({_first_line(failed[(True, gathers)])}); mma.sync instead "
+                          "(tile_nb.wgmma_column_split = 1 insists)",)
+            if not gathers:
+                notes += ("gather loops (T.im2col) of the pipelined loops run in order: issued ahead they "
+                          f"would not build ({_first_line(failed[(splits[0], True)])})",)
+            return replace(plan, notes=plan.notes + notes)
+    raise failed[(splits[-1], False)]
 
 
-def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_split: bool) -> KernelPlan:
+def _first_line(err) -> str:
+    return str(err).splitlines()[0]
+
+
+def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_split: bool,
+               gathers: bool = True) -> KernelPlan:
     lines = SourceLines(func)
     arch = _arch(target)
     threads, grid = _launch(func)
@@ -316,7 +333,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         )
     except LoweringError as err:
         raise lines.locate(err) from None
-    pipelines = {s: schedule_pipeline(s) for s in iter_stmts(func.body)
+    pipelines = {s: schedule_pipeline(s, gathers) for s in iter_stmts(func.body)
                  if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
     pinned = {b: a.linear() for b, a in accumulators.items()}
     fragments, packed = infer_layouts(func, threads, pinned, lines), frozenset()

@@ -114,7 +114,8 @@ def is_global_to_shared_copy(stmt) -> bool:
     return scope_of(dst) in ("shared.dyn", "shared") and scope_of(src) == "global"
 
 
-def schedule_pipeline(loop: tirx.For) -> PipelineSchedule:
+def schedule_pipeline(loop: tirx.For, gathers: bool = True) -> PipelineSchedule:
+    """`gathers` False: gather loops stay in order (plan.make_plan, where their stages would not fit)."""
     stages = max(1, int(loop.annotations["num_stages"]))
     body = seq_items(loop.body)
     _, written = buffers_touched(loop.body)
@@ -124,7 +125,7 @@ def schedule_pipeline(loop: tirx.For) -> PipelineSchedule:
     for pos, stmt in enumerate(body):
         if is_global_to_shared_copy(stmt):
             why = _why_not_prefetchable(stmt, body[:pos], written, bound)
-        elif (gather := as_gather(stmt)) is not None:
+        elif gathers and (gather := as_gather(stmt)) is not None:
             why = _why_gather_not_prefetchable(gather, body[:pos], written, bound)
         else:
             continue
