@@ -149,24 +149,14 @@ def _element_bytes(dtype) -> int:
     return t.bits * t.lanes // 8
 
 
-def _children(stmt):
-    """The statements directly under `stmt` (as lower.irwalk.iter_stmts descends)."""
-    from tvm import tirx
-
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, tirx.IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    body = getattr(stmt, "body", None)
-    return [body] if isinstance(body, tirx.Stmt) else []
-
-
 def _outermost_launches(stmt):
     """The outermost `thread_extent` scopes under `stmt`: one per device kernel."""
     from tvm import tirx
 
+    from ..lower.irwalk import children
+
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
         yield stmt
         return
-    for child in _children(stmt):
+    for child in children(stmt):
         yield from _outermost_launches(child)

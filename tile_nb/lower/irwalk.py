@@ -45,18 +45,21 @@ def scope_of(buf) -> str:
     return buf.scope()
 
 
+def children(stmt) -> list:
+    """The statements directly under `stmt`."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    body = getattr(stmt, "body", None)
+    return [body] if isinstance(body, tirx.Stmt) else []
+
+
 def iter_stmts(stmt):
     """All statements under `stmt`, pre-order."""
     yield stmt
-    if isinstance(stmt, tirx.SeqStmt):
-        for s in stmt.seq:
-            yield from iter_stmts(s)
-    elif isinstance(stmt, tirx.IfThenElse):
-        yield from iter_stmts(stmt.then_case)
-        if stmt.else_case is not None:
-            yield from iter_stmts(stmt.else_case)
-    elif hasattr(stmt, "body") and isinstance(stmt.body, tirx.Stmt):
-        yield from iter_stmts(stmt.body)
+    for child in children(stmt):
+        yield from iter_stmts(child)
 
 
 def seq_items(stmt):
