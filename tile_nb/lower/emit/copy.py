@@ -25,7 +25,7 @@ from ..irwalk import region_of, scope_of
 from . import intrin
 from .threads import distribute, serial_nest
 
-__all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy"]
+__all__ = ["Operand", "can_async", "global_strides", "issue_async_copy", "lower_copy", "tensor_vectors_ok"]
 
 
 def _nonunit(extents):
@@ -82,14 +82,20 @@ def global_strides(buf) -> list:
     return strides[::-1]
 
 
+def tensor_vectors_ok(em, buf, v: int) -> bool:
+    """Whether a global tensor can be read `v` elements at a time along its last dim, from any element whose
+    last index is a multiple of v: its data pointer 16-byte aligned (checked at each call,
+    `tile_nb.unaligned`), the last dim contiguous, every other stride a multiple of v."""
+    strides = global_strides(buf)
+    return (em.plan.aligned(buf) and em.prove(strides[-1] == 1)
+            and all(em.prove(tirx.floormod(st, v) == 0) for st in strides[:-1]))
+
+
 def _global_vector_ok(em, op: Operand, v: int) -> bool:
     """Whether `v` consecutive elements along the last dim of a global region can move as one aligned access:
-    the tensor's data pointer 16-byte aligned (checked at each call, `tile_nb.unaligned`), the last dim
-    contiguous, every other stride and the region's start multiples of v, and the last dim a multiple of v (a
-    vector is wholly inside or outside the tensor)."""
-    strides = global_strides(op.buf)
-    return (em.plan.aligned(op.buf) and em.prove(strides[-1] == 1)
-            and all(em.prove(tirx.floormod(st, v) == 0) for st in strides[:-1])
+    `tensor_vectors_ok`, the region's start a multiple of v, and the last dim a multiple of v (a vector is
+    wholly inside or outside the tensor)."""
+    return (tensor_vectors_ok(em, op.buf, v)
             and em.prove(tirx.floormod(op.buf.shape[-1], v) == 0)
             and em.prove(tirx.floormod(op.mins[-1], v) == 0))
 

@@ -18,10 +18,11 @@ from ..analysis.layout import tirx_bits
 from ..analysis.schedule import Gather
 from ..exprs import rewrite
 from . import intrin
-from .copy import global_strides
+from .copy import tensor_vectors_ok
 from .threads import distribute
 
 __all__ = ["issue_async_gather"]
+
 
 def issue_async_gather(em, gather: Gather) -> None:
     """Issue one iteration's gather into its stage (the pipeline binds the loop variable and the stage)."""
@@ -56,14 +57,10 @@ def issue_async_gather(em, gather: Gather) -> None:
 
 def _vector_elems(em, gather: Gather) -> int:
     """The widest group (elements) that one cp.async may move (module docstring), or 0."""
-    src, bits = gather.src, tirx_bits(gather.dst.dtype)
-    strides = global_strides(src)
-    if not em.plan.aligned(src) or not em.prove(strides[-1] == 1):
-        return 0
+    bits = tirx_bits(gather.dst.dtype)
     for nbytes in (16, 8, 4):
         v = nbytes * 8 // bits
-        if v < 2 or gather.extents[-1] % v \
-                or not all(em.prove(tirx.floormod(st, v) == 0) for st in strides[:-1]):
+        if v < 2 or gather.extents[-1] % v or not tensor_vectors_ok(em, gather.src, v):
             continue
         steps = _Steps(gather, v)
         *outer, last = gather.load.indices
