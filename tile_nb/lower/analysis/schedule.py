@@ -138,43 +138,37 @@ def schedule_pipeline(loop: tirx.For, gathers: bool = True) -> PipelineSchedule:
 
 def _why_gather_not_prefetchable(gather: Gather, before, written, bound) -> str | None:
     exprs = [*gather.load.indices, *([gather.cond] if gather.cond is not None else [])]
+    bound = [b for b in bound if not any(b.same_as(v) for v in gather.loop_vars)]  # the nest's own variables
+    return _why_not_issued_ahead(exprs, gather.dst, gather.src, before, written, bound,
+                                 what="gather", uses="its indices use", reads="its indices read")
+
+
+def _why_not_prefetchable(copy, before, written, bound) -> str | None:
+    dst, drng = region_of(copy.args[0])
+    src, srng = region_of(copy.args[1])
+    starts = [m for m, _ in srng] + [m for m, _ in drng]
+    return _why_not_issued_ahead(starts, dst, src, before, written, bound,
+                                 what="copy", uses="its start uses", reads="its start reads")
+
+
+def _why_not_issued_ahead(exprs, dst, src, before, written, bound, *, what: str, uses: str,
+                          reads: str) -> str | None:
+    """Why a statement (`what`) filling `dst` from `src`, with addresses `exprs`, cannot run an iteration
+    early (module docstring), or None; `uses` / `reads` begin the reasons about those addresses."""
     loaded, used_vars = [], []
     for e in exprs:
         walk_loads(e, lambda ld: loaded.append(ld.source))
         used_vars.extend(tirx.analysis.undefined_vars(e))
     for var in used_vars:
-        if any(var.same_as(b) for b in bound) and not any(var.same_as(v) for v in gather.loop_vars):
-            return f"its indices use `{var.name}`, which the loop body computes"
-    for buf in loaded:
-        if any(buf.same_as(w) for w in written):
-            return f"its indices read `{buf.name}`, which the loop body writes"
-    if any(gather.src.same_as(w) for w in written):
-        return f"the loop body writes its source `{gather.src.name}`"
-    for stmt in before:
-        reads, writes = buffers_touched(stmt)
-        if any(gather.dst.same_as(b) for b in reads + writes):
-            return f"`{gather.dst.name}` is used before the gather in the loop body"
-    return None
-
-
-def _why_not_prefetchable(copy, before, written, bound) -> str | None:
-    dst, _ = region_of(copy.args[0])
-    src, srng = region_of(copy.args[1])
-    starts = [m for m, _ in srng] + [m for m, _ in region_of(copy.args[0])[1]]
-    loaded, used_vars = [], []
-    for e in starts:
-        walk_loads(e, lambda ld: loaded.append(ld.source))
-        used_vars.extend(tirx.analysis.undefined_vars(e))
-    for var in used_vars:
         if any(var.same_as(b) for b in bound):
-            return f"its start uses `{var.name}`, which the loop body computes"
+            return f"{uses} `{var.name}`, which the loop body computes"
     for buf in loaded:
         if any(buf.same_as(w) for w in written):
-            return f"its start reads `{buf.name}`, which the loop body writes"
+            return f"{reads} `{buf.name}`, which the loop body writes"
     if any(src.same_as(w) for w in written):
         return f"the loop body writes its source `{src.name}`"
     for stmt in before:
-        reads, writes = buffers_touched(stmt)
-        if any(dst.same_as(b) for b in reads + writes):
-            return f"`{dst.name}` is used before the copy in the loop body"
+        touched_reads, touched_writes = buffers_touched(stmt)
+        if any(dst.same_as(b) for b in touched_reads + touched_writes):
+            return f"`{dst.name}` is used before the {what} in the loop body"
     return None
