@@ -624,8 +624,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           tf32=True)
                 elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads) and (
-                        column_split or wgmma_split(bm, bn, threads // 128, bool(s.args[5]))[1] == 1):
-                    rows, cols = wgmma_split(bm, bn, threads // 128, bool(s.args[5]))
+                        (split := wgmma_split(bm, bn, threads // 128, bool(s.args[5])))[1] == 1
+                        or column_split):
+                    rows, cols = split  # eligible: (row groups, column groups), not a refusal
                     accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)
                     bk = int(region_of(s.args[1])[1][-1][1])
                     if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
