@@ -1,20 +1,18 @@
 """`T.sync_grid()` (tilelang's grid-wide barrier): on the interpreter every block runs as a coroutine that
 hands over at the barrier (interp/grid.py), so reads after it see every block's writes before it; a block
-that never reaches it is a deadlock, reported at the waiting line; the CUDA lowering refuses it (no
-cooperative launch)."""
+that never reaches it is a deadlock, reported at the waiting line. On CUDA it is cooperative groups' grid
+barrier, and the kernel is launched cooperatively (backend/pipeline.py)."""
 import pytest
 import torch
 
 import tile_nb
 import tile_nb.language as T
+from tile_nb.backend.cuda_compile import CudaCompileError
+from tile_nb.backend.pipeline import COOPERATIVE_LAUNCH, PIPELINE
 from tile_nb.errors import DSLError
 from tile_nb.frontend.source import run_source
 from tile_nb.interp.errors import DeadlockError, InterpreterError
-from tile_nb.jit import NotLowerableWarning
-from tile_nb.lower import LoweringError
-
-# every kernel here would be refused on the GPU: the interpreter says so once per kernel (checked below)
-pytestmark = pytest.mark.filterwarnings("ignore::tile_nb.jit.NotLowerableWarning")
+from tile_nb.lower import lower
 
 
 @tile_nb.jit
@@ -119,22 +117,80 @@ def test_sync_grid_in_a_parallel_loop_is_refused():
     assert isinstance(info.value, (DSLError, InterpreterError)), type(info.value)
 
 
+def _device_launch_tags(func, arch: str) -> dict:
+    """Each device function of the lowered kernel -> its launch tags after tile_nb's TIR pipeline."""
+    import tvm
+
+    target = tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
+    mod = tvm.tirx.transform.BindTarget(target)(lower(func, target))
+    with target:
+        lowered = tvm.tirx.get_tir_pipeline(PIPELINE)[0](mod)
+    return {gv.name_hint: [str(t) for t in f.attrs["tirx.kernel_launch_params"]]
+            for gv, f in lowered.functions.items() if "tirx.kernel_launch_params" in (f.attrs or {})}
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_the_cuda_lowering_refuses_it_at_the_users_line(arch):
+def test_the_cuda_kernel_calls_the_grid_barrier_and_is_launched_cooperatively(arch):
     X = torch.randn(64)
-    refusal = "T.sync_grid is not lowered to CUDA yet: a grid-wide barrier needs a cooperative launch"
-    with pytest.raises(LoweringError, match=refusal) as info:
-        sum_then_share.compile(X, torch.zeros(2), torch.zeros(2), target=arch)
-    assert "T.sync_grid()" in info.value.source_line()
+    kernel = sum_then_share.compile(X, torch.zeros(2), torch.zeros(2), target=arch)
+    assert "cooperative_groups::this_grid().sync();" in kernel.cuda_source
+    assert kernel.plan["cooperative_launch"] is True
+    assert any("launched cooperatively" in n for n in kernel.plan["notes"])
+    tags = _device_launch_tags(sum_then_share.specialize(X, torch.zeros(2), torch.zeros(2)), arch)
+    assert [COOPERATIVE_LAUNCH in t for t in tags.values()] == [True], tags
 
 
-def test_the_interpreter_warns_that_the_gpu_would_refuse_it():
-    with pytest.warns(NotLowerableWarning, match="T.sync_grid is not lowered to CUDA yet"):
-        rows_then_columns(torch.randn(3, 3), torch.zeros(3, 3), block=2)
+def test_a_kernel_without_the_barrier_is_launched_as_before():
+    X = torch.randn(64)
+    func = sum_then_share.specialize(X, torch.zeros(2), torch.zeros(2), sync=False)
+    assert [COOPERATIVE_LAUNCH in t for t in _device_launch_tags(func, "sm_90a").values()] == [False]
+    kernel = sum_then_share.compile(X, torch.zeros(2), torch.zeros(2), sync=False, target="sm_90a")
+    assert kernel.plan["cooperative_launch"] is False and "this_grid" not in kernel.cuda_source
+
+
+def test_the_cuda_host_launcher_refuses_it_clearly():
+    """TVM's opt-in cuda_host launcher fills its launch config without the cooperative attribute."""
+    import tvm
+
+    from tile_nb.backend.cuda_host import cuda_host_source
+
+    X = torch.randn(64)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    mod = lower(sum_then_share.specialize(X, torch.zeros(2), torch.zeros(2)), target)
+    with pytest.raises(CudaCompileError, match="T.sync_grid needs a cooperative launch"):
+        cuda_host_source(mod, "sm_90a")
 
 
 @pytest.mark.gpu
-def test_on_the_gpu_it_is_refused_not_run():
-    X = torch.randn(64, device="cuda")
-    with pytest.raises(LoweringError, match="cooperative launch"):
-        sum_then_share(X, torch.zeros(2, device="cuda"), torch.zeros(2, device="cuda"))
+@pytest.mark.parametrize("N,block", [(100, 32), (1, 32), (333, 4)])
+def test_on_the_gpu_every_block_sees_every_partial(N, block):
+    G = -(-N // block)
+    X = torch.randn(N, device="cuda")
+    partials = torch.full((G,), 5.0, device="cuda")
+    totals = torch.full((G,), 5.0, device="cuda")
+    sum_then_share(X, partials, totals, block=block)
+    chunks = torch.nn.functional.pad(X.double(), (0, G * block - N)).view(G, block).sum(1)
+    torch.testing.assert_close(partials, chunks.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(totals, torch.full_like(totals, float(chunks.sum())), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N", [9, 1, 130])
+def test_on_the_gpu_a_2d_grid_reads_a_tile_another_block_wrote(N):
+    X = torch.randn(N, N, device="cuda")
+    Y = torch.full((N, N), 7.0, device="cuda")
+    Z = rows_then_columns(X, Y)
+    torch.testing.assert_close(Y, X * 2)
+    torch.testing.assert_close(Z, (X * 2).T)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_grid_larger_than_the_gpu_holds_is_an_error_not_a_hang():
+    """Cooperative launches need every CTA resident: 2**16 CTAs of 32 threads exceed any GPU's 32 per SM."""
+    N = 2**16 * 32
+    X = torch.randn(N, device="cuda")
+    G = N // 32
+    with pytest.raises(Exception, match=r"(?i)cooperative|too large") as info:
+        sum_then_share(X, torch.zeros(G, device="cuda"), torch.zeros(G, device="cuda"))
+        torch.cuda.synchronize()
+    print("the error:", type(info.value).__name__, str(info.value)[:300])

@@ -1,10 +1,11 @@
 """Thread-level TIRx IRModule -> CUDA source, cubin, resource use and (with a GPU) a loadable TVM module.
 
-`tvm.compile(..., tir_pipeline="tirx")` lowers the module, generates CUDA C++ and, when TVM's CUDA runtime is
-loaded (a GPU driver is present), asks the global `tvm_callback_cuda_compile` for a binary. tile_nb installs
-its own callback so it chooses the compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the
-step. Without a driver TVM never calls the callback and keeps the source only; the cubin is then made here,
-from the same source, so resource use is known on CPU-only machines too (that module cannot launch).
+`tvm.compile(..., tir_pipeline=pipeline.PIPELINE)` (TVM's "tirx" pipeline and the launch tags of pipeline.py)
+lowers the module, generates CUDA C++ and, when TVM's CUDA runtime is loaded (a GPU driver is present), asks
+the global `tvm_callback_cuda_compile` for a binary. tile_nb installs its own callback so it chooses the
+compiler (NVRTC or nvcc), keeps the ptxas report and PTX, and times the step. Without a driver TVM never calls
+the callback and keeps the source only; the cubin is then made here, from the same source, so resource use is
+known on CPU-only machines too (that module cannot launch).
 
 A `compute_XY` target (target.py) is compiled the same way (the cubin for sm_XY checks that ptxas accepts the
 code and gives its resources), but the callback hands TVM the PTX, which TVM loads as such (it tells PTX from
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cuda_compile, postproc
+from . import cuda_compile, pipeline, postproc
 from .cuda_compile import CubinResult
 from .resources import Resources, dynamic_shared_by_kernel
 from .target import resolve_target, target_arch, target_embeds_ptx
@@ -200,7 +201,7 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *,
     take_marks = postproc.after_marks(take_marks or _no_marks, target)
     with compiling_cuda(arch, options, take_marks, ptx=target_embeds_ptx(target)) as capture, target:
         start = time.perf_counter()
-        executable = tvm.compile(mod, target=target, tir_pipeline="tirx")
+        executable = tvm.compile(mod, target=target, tir_pipeline=pipeline.PIPELINE)
         total = time.perf_counter() - start
     compile_seconds = sum(r.seconds for _, _, r in capture.results)
     timings = {"codegen": total - compile_seconds}

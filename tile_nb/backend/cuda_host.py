@@ -21,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import pipeline
 from .build import BuildOptions, compiling_cuda
 from .cuda_compile import CudaCompileError, ToolMissingError
 from .toolchain import find_tool
@@ -35,10 +36,16 @@ def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | No
     import tvm
     from tvm.backend.cuda import export_cuda_host
 
+    if any(pipeline.calls_grid_sync(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)):
+        # TVM's cuda_host launcher fills a cudaLaunchConfig_t without the launch tags (pipeline.py)
+        raise CudaCompileError("TVM's cuda_host codegen", arch,
+                               "T.sync_grid needs a cooperative launch, which the cuda_host launcher "
+                               "does not make (build option host='cuda_host'; the default host='llvm' "
+                               "launches it cooperatively)")
     target = tvm.target.Target({"kind": "cuda", "arch": arch}, host="cuda_host")
     try:
         with compiling_cuda(arch, options or BuildOptions(), take_marks), target:
-            built = tvm.compile(mod, target=target, tir_pipeline="tirx")
+            built = tvm.compile(mod, target=target, tir_pipeline=pipeline.PIPELINE)
         source = export_cuda_host(getattr(built, "mod", built))
     except Exception as err:  # noqa: BLE001 - TVM refuses what its cuda_host codegen does not support; say so
         raise CudaCompileError("TVM's cuda_host codegen", arch, f"{type(err).__name__}: {err}\n(build option "

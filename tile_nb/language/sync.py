@@ -453,7 +453,7 @@ def fence_proxy_async():
 def sync_grid():
     """tilelang's `T.sync_grid()`: a barrier across the whole grid; every block waits until all blocks have
     reached it, and their global writes before it are visible after it. On the interpreter the blocks run as
-    coroutines that hand over at each grid barrier (interp/grid.py); the CUDA lowering refuses it (a grid
-    barrier needs a cooperative launch, which tile_nb's launch does not make yet)."""
+    coroutines that hand over at each grid barrier (interp/grid.py); on CUDA it is cooperative groups' grid
+    barrier, and the kernel is launched cooperatively (every block resident at once; backend/pipeline.py)."""
     _in_kernel("T.sync_grid")
     _emit("sync_grid")

@@ -28,7 +28,7 @@ from tvm import tirx
 
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
-from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items
+from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items, tile_calls
 from ..options import LoweringOptions
 from .arch import ArchCaps
 from .arch_rules import check_target
@@ -150,6 +150,8 @@ class KernelPlan(PlanFacts):
     # (later tile, earlier tile) names of shared tiles given the same bytes because their uses do not overlap
     # (only where the pool would not fit otherwise: _reusable_lives)
     shared_reuse: tuple = ()
+    # the kernel calls T.sync_grid: launched cooperatively (every CTA resident at once; backend/pipeline.py)
+    cooperative_launch: bool = False
 
     # ---- decisions, as fields for code --------------------------------------------------------------------
     @property
@@ -231,7 +233,8 @@ class KernelPlan(PlanFacts):
             "persistent_ctas": self.persistent.ctas if self.persistent is not None else None,
             "stream_k": self.stream_k is not None, "cluster": self.persistent.multicast.size
             if self.persistent is not None and self.persistent.multicast is not None else 0,
-            "tma_store": self.tma_store is not None, "refusals": [r.to_dict() for r in self.refusals],
+            "tma_store": self.tma_store is not None, "cooperative_launch": self.cooperative_launch,
+            "refusals": [r.to_dict() for r in self.refusals],
             "options": self.options.changed(),
             "global_layouts": [g.to_dict() for g in self.global_layouts],
         }
@@ -474,6 +477,12 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
             f"runs in groups of {heavy_first} (y, z) rows, each from its largest blockIdx.x down "
             "(tile_nb.heavy_first = 0 keeps the launch order)",
         )
+    cooperative = any(c.op.name == "tirx.tile.sync_grid" for c in tile_calls(func.body))
+    if cooperative:
+        notes += (
+            "T.sync_grid: launched cooperatively, so every CTA of the grid is resident at once; the driver "
+            "refuses a grid larger than the GPU holds at once (SMs x CTAs per SM) at launch",
+        )
     placed_facts = replace(facts, shared=MappingProxyType({b: by_key[b] for b in shared}),
                            workspaces=MappingProxyType({c: by_key[c] for c in workspaces}))
     return KernelPlan(
@@ -492,6 +501,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         notes=notes,
         global_layouts=hand_layouts,
         shared_reuse=shared_reuse,
+        cooperative_launch=cooperative,
     )
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ..exprs import const_int
-from ..irwalk import buffers_touched, region_of, scope_of, seq_items
+from ..irwalk import buffers_touched, region_of, scope_of, seq_items, tile_calls
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
@@ -164,6 +164,12 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     threads = plan.threads
     if mode is False:
         return None, _refuse("off", "cp.async (TMA turned off: tile_nb.tma = 0)")
+    if any(c.op.name == "tirx.tile.sync_grid" for c in tile_calls(func.body)):
+        return None, _refuse(
+            "grid_sync",
+            "cp.async (T.sync_grid: every thread of the block must reach the grid barrier, and the TMA "
+            "pipeline's producer threads part from the others)",
+        )
     if not plan.uses_wgmma:
         return None, _refuse(
             "no_wgmma", "cp.async (no wgmma T.gemm: TMA pipelines are built for the Hopper wgmma path)"

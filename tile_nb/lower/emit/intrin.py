@@ -25,6 +25,8 @@ __all__ = [
     "cta_sync",
     "device_helper",
     "fence_proxy_async",
+    "GRID_SYNC_HELPER",
+    "grid_sync",
     "ldmatrix_x4",
     "minmax_nan",
     "mma_m16n8k16",
@@ -208,6 +210,22 @@ __forceinline__ __device__ void {name}({params}) {{
 
 def cta_sync() -> tirx.Expr:
     return cuda_func_call("tnb_cta_sync", source_code=_SYNC)
+
+
+# The grid barrier of cooperative groups: it uses the grid workspace that only a cooperative launch provides,
+# so a kernel calling it is launched cooperatively (backend/build.py finds the helper by this name).
+GRID_SYNC_HELPER = "tnb_grid_sync"
+_GRID_SYNC = f"""
+#include <cooperative_groups.h>
+__forceinline__ __device__ void {GRID_SYNC_HELPER}() {{
+  // every thread of every block arrives; global writes before it are visible to all blocks after it
+  cooperative_groups::this_grid().sync();
+}}
+"""
+
+
+def grid_sync() -> tirx.Expr:
+    return cuda_func_call(GRID_SYNC_HELPER, source_code=_GRID_SYNC)
 
 
 # ---- vector moves between memory and registers, with dtype conversion --------------------------------------

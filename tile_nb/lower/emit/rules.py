@@ -7,11 +7,12 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from tvm import tirx
+from tvm.script.ir_builder import tirx as T
 
 from ..errors import LoweringError
-from . import copy, debug, elementwise, epilogue, gemm, loops, persistent, pipeline, reduce, scan, tma
+from . import copy, debug, elementwise, epilogue, gemm, intrin, loops, persistent, pipeline, reduce, scan, tma
 
-__all__ = ["GRID_SYNC", "KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "WARP_SPECIALIZED"]
+__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "WARP_SPECIALIZED"]
 
 WARP_SPECIALIZED = (
     "T.ws warp-specialized regions and mbarriers are not lowered to CUDA yet; the interpreter runs "
@@ -25,15 +26,10 @@ def refuse_warp_specialized(em, call):
     raise LoweringError(WARP_SPECIALIZED)
 
 
-GRID_SYNC = (
-    "T.sync_grid is not lowered to CUDA yet: a grid-wide barrier needs a cooperative launch (every block "
-    "resident at once), which tile_nb's launch does not make; the interpreter runs it (backend='cpu')"
-)
-
-
-def refuse_grid_sync(em, call):
-    """T.sync_grid (language/sync.py)."""
-    raise LoweringError(GRID_SYNC)
+def emit_grid_sync(em, call):
+    """T.sync_grid (language/sync.py): cooperative groups' grid barrier, which every thread of the block
+    reaches (a tile op); the kernel is launched cooperatively (backend/pipeline.py)."""
+    T.evaluate(intrin.grid_sync())
 
 
 # op name (as `T.tile.<name>` prints) -> emit function(emitter, call)
@@ -47,7 +43,7 @@ TILE_OPS = MappingProxyType({
     "tirx.tile.gemm": gemm.lower_gemm,
     **{f"tirx.tile.{op}": refuse_warp_specialized
        for op in ("ws", "barrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_copy")},
-    "tirx.tile.sync_grid": refuse_grid_sync,
+    "tirx.tile.sync_grid": emit_grid_sync,
 })
 
 # (matches(emitter, stmt), emit(emitter, stmt)), tried in this order: the first that matches emits the
