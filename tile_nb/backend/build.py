@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cuda_compile, pipeline, postproc
+from . import cuda_compile, postproc
 from .cuda_compile import CubinResult
 from .resources import Resources, dynamic_shared_by_kernel
 from .target import resolve_target, target_arch, target_embeds_ptx
@@ -192,6 +192,8 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *,
     keeps the code without them and the regions.
     """
     import tvm
+
+    from . import pipeline  # loads TVM: imported here so that `import tile_nb` stays light
 
     if not isinstance(options, BuildOptions):
         options = BuildOptions.from_dict(options)

@@ -21,7 +21,6 @@ import shutil
 import time
 from pathlib import Path
 
-from . import pipeline
 from .build import BuildOptions, compiling_cuda
 from .cuda_compile import CudaCompileError, ToolMissingError
 from .toolchain import find_tool
@@ -35,6 +34,8 @@ def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | No
     the device code on the way, where a GPU runtime is loaded, and keeps the text it generated)."""
     import tvm
     from tvm.backend.cuda import export_cuda_host
+
+    from . import pipeline
 
     if any(pipeline.calls_grid_sync(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)):
         # TVM's cuda_host launcher fills a cudaLaunchConfig_t without the launch tags (pipeline.py)
