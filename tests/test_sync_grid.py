@@ -78,6 +78,29 @@ def test_without_the_barrier_early_blocks_read_stale_partials():
     torch.testing.assert_close(totals[2], X.sum(), rtol=1e-4, atol=1e-4)
 
 
+@tile_nb.jit
+def shift_through_shared(X, Tmp, block: int = 64):
+    """Each block stages its chunk in shared memory (so the kernel has dynamic shared memory), writes it out,
+    and after the grid barrier reads the next block's chunk: Y[i] = X[i] + X[(i + block) % N]."""
+    N = T.const('N')
+    X: T.Tensor[[N], T.float32]
+    Tmp: T.Tensor[[N], T.float32]
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=64) as b:
+        tile = T.alloc_shared((block,), T.float32)
+        T.copy(X[b * block:(b + 1) * block], tile)
+        T.copy(tile, Tmp[b * block:(b + 1) * block])
+        T.sync_grid()
+        for i in T.Parallel(block):
+            if b * block + i < N:
+                Y[b * block + i] = tile[i] + Tmp[(b * block + i + block) % N]
+    return Y
+
+
+def _shift_reference(X, block):
+    return X + torch.roll(X, -block)
+
+
 @pytest.mark.parametrize("N", [9, 1, 8])
 def test_a_2d_grid_reads_a_tile_another_block_wrote(N):
     X = torch.randn(N, N)
@@ -140,6 +163,19 @@ def test_the_cuda_kernel_calls_the_grid_barrier_and_is_launched_cooperatively(ar
     assert [COOPERATIVE_LAUNCH in t for t in tags.values()] == [True], tags
 
 
+@pytest.mark.parametrize("N", [200, 1, 64])
+def test_a_block_reads_the_chunk_the_next_block_wrote(N):
+    X = torch.randn(N)
+    torch.testing.assert_close(shift_through_shared(X, torch.zeros(N)), _shift_reference(X, 64))
+
+
+def test_the_cooperative_tag_goes_before_the_dynamic_shared_memory_tag():
+    """TVM's runtime reads `tirx.use_dyn_shared_memory` only as the last tag (else it refuses the launch)."""
+    tags = _device_launch_tags(shift_through_shared.specialize(torch.randn(200), torch.zeros(200)), "sm_90a")
+    assert list(tags.values()) == [["blockIdx.x", "threadIdx.x", COOPERATIVE_LAUNCH,
+                                    "tirx.use_dyn_shared_memory"]], tags
+
+
 def test_a_kernel_without_the_barrier_is_launched_as_before():
     X = torch.randn(64)
     func = sum_then_share.specialize(X, torch.zeros(2), torch.zeros(2), sync=False)
@@ -182,6 +218,13 @@ def test_on_the_gpu_a_2d_grid_reads_a_tile_another_block_wrote(N):
     Z = rows_then_columns(X, Y)
     torch.testing.assert_close(Y, X * 2)
     torch.testing.assert_close(Z, (X * 2).T)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N", [200, 1, 64 * 132 + 5])
+def test_on_the_gpu_with_dynamic_shared_memory(N):
+    X = torch.randn(N, device="cuda")
+    torch.testing.assert_close(shift_through_shared(X, torch.zeros_like(X)), _shift_reference(X, 64))
 
 
 @pytest.mark.gpu

@@ -21,6 +21,7 @@ __all__ = ["PIPELINE", "COOPERATIVE_LAUNCH", "calls_grid_sync"]
 PIPELINE = "tile_nb"  # the name given to tvm.compile(..., tir_pipeline=PIPELINE)
 COOPERATIVE_LAUNCH = "tirx.use_cooperative_launch"  # TVM's launch-parameter tag (runtime/metadata.h)
 _LAUNCH_PARAMS = "tirx.kernel_launch_params"
+_DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"
 
 
 def calls_grid_sync(func) -> bool:
@@ -41,7 +42,10 @@ def _mark_cooperative_launch(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         params = (func.attrs or {}).get(_LAUNCH_PARAMS) if isinstance(func, tirx.PrimFunc) else None
         if params is None or COOPERATIVE_LAUNCH in [str(p) for p in params] or not calls_grid_sync(func):
             continue
-        updates[gvar] = func.with_attr(_LAUNCH_PARAMS, [*(str(p) for p in params), COOPERATIVE_LAUNCH])
+        tags = [str(p) for p in params]
+        # TVM's runtime reads the dynamic-shared-memory tag only as the last one (it checks so at launch)
+        at = tags.index(_DYNAMIC_SHARED) if _DYNAMIC_SHARED in tags else len(tags)
+        updates[gvar] = func.with_attr(_LAUNCH_PARAMS, [*tags[:at], COOPERATIVE_LAUNCH, *tags[at:]])
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
