@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from ..exprs import const_int
-from ..irwalk import buffers_touched, region_of, scope_of, seq_items, tile_calls
+from ..exprs import const_int, walk_loads
+from ..irwalk import buffers_touched, region_of, scope_of, seq_items, tile_calls, vars_bound_in
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
@@ -130,6 +130,8 @@ class TmaPlan:
     # why each k-tile's MMAs complete before its stage is released (in_flight False), for people
     waits: tuple = ()
     no_overlap: str = ""  # why a loop of two T.gemm runs in order (overlap None), for people; "": not asked
+    # why the first consumer thread issues the loads where a producer warp would be the default, for people
+    no_producer: str = ""
 
     @property
     def producer_warp(self) -> bool:
@@ -220,8 +222,14 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     # tile_nb.producer_warp = 0 (TILE_NB_PRODUCER_WARP=0): no producer warp for any TMA kernel, 1: always one
     # (cp.async where two CTAs fit).
     producer_mode = options.producer_warp
+    # a producer warp skips the code before the loop: it cannot place copies by what that code computes
+    computed = _computed_before_the_loop(func, loop, copies)
+    no_producer = f"a copy's position reads {computed}, which the threads compute before the loop" \
+        if computed else ""
+    if computed and producer_mode is True:
+        return None, _refuse("copy_index", f"cp.async (no producer warp: {no_producer})")
     two = len(gemms) > 1 and _two_ctas_fit(plan)
-    inline = producer_mode is False or (producer_mode is None and two and threads == 256)
+    inline = bool(computed) or producer_mode is False or (producer_mode is None and two and threads == 256)
     if mode is not True and two and not inline:
         return None, Refusal(TWO_CTAS_PER_SM, _TWO_CTAS_PER_SM)
     if mode is not True and threads < 256 and len(gemms) > 1:
@@ -308,13 +316,34 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
         2 if two and inline else 1,
         tuple(waits),
         "" if overlap is not None else why_not,
+        no_producer,
     ), None
+
+
+def _computed_before_the_loop(func, loop, copies) -> str:
+    """The first value a copy's position reads that the kernel's own code computes (a variable bound in the
+    body, or a load of a register, `T.alloc_var` or shared buffer), as "name (what)"; "" when every position
+    is made of block indices, parameters, the loop variable and loads of global tensors, which any thread
+    can evaluate."""
+    bound = [v for v in vars_bound_in(func.body) if not v.same_as(loop.loop_var)]
+    for c in copies:
+        for start, _ in region_of(c.args[1])[1]:
+            for v in tirx.analysis.undefined_vars(start):
+                if any(v.same_as(b) for b in bound):
+                    return f"{v.name} (a variable of the kernel)"
+            loads = []
+            walk_loads(start, loads.append)
+            for load in loads:
+                if scope_of(load.source) != "global":
+                    return f"{load.source.name} (a {scope_of(load.source)} buffer)"
+    return ""
 
 
 def describe_tma(tma: TmaPlan) -> str:
     """The pipeline note of a TMA plan, for people (the plan's `pipeline_note` starts with it)."""
     note = (
-        "TMA + mbarriers, loads issued by the first consumer thread (no producer warp)"
+        "TMA + mbarriers, loads issued by the first consumer thread (no producer warp"
+        + (f": {tma.no_producer})" if tma.no_producer else ")")
         if tma.producer_threads == 0
         else f"TMA + mbarriers, producer {'warpgroup' if tma.registers else 'warp'} (warp-specialized)"
     )
