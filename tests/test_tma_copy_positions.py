@@ -44,6 +44,32 @@ def grouped_gemm(A, B, offsets, padded, block_M: int = 64, block_N: int = 128, b
     return C
 
 
+@tile_nb.jit
+def grouped_gemm_by_table(A, B, group_of, row_of, block_M: int = 64, block_N: int = 128, block_K: int = 64,
+                          threads: int = 256):
+    """The same GEMM with each row block's group and first row read from tables in global memory: variables
+    bound to global loads, which a producer warp evaluates as well as the consumers."""
+    M, K, N, G, MB = T.const('M, K, N, G, MB')
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[G, K, N], T.float16]
+    group_of: T.Tensor[[MB], T.int32]
+    row_of: T.Tensor[[MB], T.int32]
+    C = T.empty((MB * block_M, N), T.float16)
+    with T.Kernel(MB, T.ceildiv(N, block_N), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), T.float16)
+        B_s = T.alloc_shared((block_K, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        g = group_of[bx]
+        row = row_of[bx]
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[row:row + block_M, k * block_K:(k + 1) * block_K], A_s)
+            T.copy(B[g, k * block_K:(k + 1) * block_K, by * block_N:(by + 1) * block_N], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C[bx * block_M:(bx + 1) * block_M, by * block_N:(by + 1) * block_N])
+    return C
+
+
 def _inputs(sizes, K, N, block_M=64, device="cpu"):
     offsets, padded = [0], []
     for s in sizes:
@@ -87,6 +113,19 @@ def test_a_producer_warp_asked_for_is_refused_with_the_reason():
     assert "reads g (a local.var buffer)" in plan.refusal("tma").text
 
 
+def test_copies_placed_by_global_tables_keep_the_producer_warp():
+    A, B = torch.randn(300, 256).half(), torch.randn(3, 256, 256).half()
+    tables = dict(group_of=torch.tensor([0, 2, 1], dtype=torch.int32),
+                  row_of=torch.tensor([0, 100, 236], dtype=torch.int32))
+    func = grouped_gemm_by_table.specialize(A, B, **tables)
+    plan = lower_with_plan(func, target("sm_90a"))[1]
+    assert plan.pipeline_kind is PipelineKind.TMA and plan.tma.producer_warp and plan.tma.no_producer == ""
+    C = grouped_gemm_by_table(A, B, **tables)
+    for bx, (g, row) in enumerate(zip(tables["group_of"].tolist(), tables["row_of"].tolist(), strict=True)):
+        expected = (A[row:row + 64].float() @ B[g].float()).half()
+        torch.testing.assert_close(C[bx * 64:(bx + 1) * 64], expected, rtol=2e-2, atol=2e-2)
+
+
 def test_copies_placed_by_block_indices_alone_keep_the_producer_warp():
     """The same GEMM placed by blockIdx only (one group) is unaffected."""
     from kernels.seed import gemm_ir
@@ -101,6 +140,18 @@ def test_on_the_interpreter_against_torch(sizes):
     A, B, offsets, padded, m_blocks = _inputs(sizes, 96, 200)
     C = grouped_gemm(A, B, offsets, padded, m_blocks=m_blocks)
     torch.testing.assert_close(C, _reference(A, B, offsets), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_copies_placed_by_global_tables():
+    A = torch.randn(300, 256, device="cuda").half()
+    B = torch.randn(3, 256, 200, device="cuda").half()
+    group_of = torch.tensor([0, 2, 1, 2], dtype=torch.int32, device="cuda")
+    row_of = torch.tensor([0, 100, 236, 7], dtype=torch.int32, device="cuda")
+    C = grouped_gemm_by_table(A, B, group_of, row_of)
+    for bx, (g, row) in enumerate(zip(group_of.tolist(), row_of.tolist(), strict=True)):
+        expected = (A[row:row + 64].float() @ B[g].float()).half()
+        torch.testing.assert_close(C[bx * 64:(bx + 1) * 64], expected, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ..exprs import const_int, walk_loads
-from ..irwalk import buffers_touched, region_of, scope_of, seq_items, tile_calls, vars_bound_in
+from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items, tile_calls, vars_bound_in
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
@@ -321,21 +321,32 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
 
 
 def _computed_before_the_loop(func, loop, copies) -> str:
-    """The first value a copy's position reads that the kernel's own code computes (a variable bound in the
-    body, or a load of a register, `T.alloc_var` or shared buffer), as "name (what)"; "" when every position
-    is made of block indices, parameters, the loop variable and loads of global tensors, which any thread
-    can evaluate."""
-    bound = [v for v in vars_bound_in(func.body) if not v.same_as(loop.loop_var)]
+    """The first value a copy's position reads that only the consumer threads compute: a load of a register,
+    `T.alloc_var` or shared buffer (their stores before the loop run on the consumers alone), directly or
+    through a variable bound to such a load (every thread evaluates `Bind`s), as "name (what)"; "" when
+    every position is made of block indices, parameters, the loop variable, loads of global tensors and
+    variables bound to those, which the producer evaluates as well."""
+    binds = {s.var: s.value for s in iter_stmts(func.body) if isinstance(s, tirx.Bind)}
+    others = [v for v in vars_bound_in(func.body) if v not in binds and not v.same_as(loop.loop_var)]
+
+    def first(expr, seen) -> str:
+        for v in tirx.analysis.undefined_vars(expr):
+            if any(v.same_as(o) for o in others):
+                return f"{v.name} (a loop variable of the kernel)"
+            if v in binds and v not in seen:
+                found = first(binds[v], seen | {v})
+                if found:
+                    return found
+        loads = []
+        walk_loads(expr, loads.append)
+        return next((f"{ld.source.name} (a {scope_of(ld.source)} buffer)" for ld in loads
+                     if scope_of(ld.source) != "global"), "")
+
     for c in copies:
         for start, _ in region_of(c.args[1])[1]:
-            for v in tirx.analysis.undefined_vars(start):
-                if any(v.same_as(b) for b in bound):
-                    return f"{v.name} (a variable of the kernel)"
-            loads = []
-            walk_loads(start, loads.append)
-            for load in loads:
-                if scope_of(load.source) != "global":
-                    return f"{load.source.name} (a {scope_of(load.source)} buffer)"
+            found = first(start, frozenset())
+            if found:
+                return found
     return ""
 
 
