@@ -12,7 +12,8 @@
 #                        cuda) from a tilelang checkout at TILELANG (default .gl/tilelang: examples/ and
 #                        testing/python/language, carried in an ignored folder), the examples' reference packages
 #                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps, made absolute: the cases
-#                        run in their own folders); the whole run cut at
+#                        run in their own folders); CONF_ALONE: globs of cases run last, one at a time (default:
+#                        the Mamba chunk-state example, which asks for 40 GiB); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
 #   PART=vs_tilelang:    benchmarks/vs_tilelang.py on tilelang's performance suite (VS_GLOBS: the regression files),
 #                        the real tilelang from .tl (scripts/tilelang_kit.sh) and tile_nb with TVM already unpacked
@@ -59,6 +60,7 @@ case "$part" in
   conformance)
     { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/pydeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
+        --alone ${CONF_ALONE:-examples/linear_attention/example_mamba_chunk_state.py} \
         --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
         --json "$out/conformance.json" --markdown "$out/conformance.md"; } > "$out/conformance.log" 2>&1
     rc=$?; tail -40 "$out/conformance.log"; exit "$rc" ;;

@@ -4,6 +4,7 @@ a passing, a failing, an erroring (missing API) and a timing-out example, an
 excluded sm_100 one, and two tests."""
 import json
 import textwrap
+import time
 
 import pytest
 import torch
@@ -179,6 +180,37 @@ def test_budget_cuts_the_run_short_and_still_writes_the_results(tmp_path):
     assert slow["status"] == "timeout" and slow["seconds"] <= 8.5, slow   # cut at the budget, not at 60 s
     left = cases["examples/swz/example_swizzle.py"]
     assert left["status"] == "not run" and "--budget of 8 s was spent" in left["error"], left
+
+
+def test_cases_asked_to_run_alone_run_after_the_others_one_at_a_time(monkeypatch):
+    """`--alone GLOB`: an example that needs most of the GPU's memory runs with nothing beside it."""
+    import threading
+
+    lock, running, log = threading.Lock(), [0], []
+
+    def fake_run_case(case, backend, limit, shadow):
+        with lock:
+            running[0] += 1
+            log.append(("start", case.name, running[0]))
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+            log.append(("end", case.name, running[0]))
+        case.status = "pass"
+        return case
+
+    monkeypatch.setattr(conformance, "run_case", fake_run_case)
+    names = ["examples/a/example_a.py", "examples/big/example_big.py", "examples/b/example_b.py",
+             "examples/c/example_c.py"]
+    cases = [conformance.Case(name=n, kind="example", path=n, klass="tile-level") for n in names]
+    conformance.run_all(cases, jobs=3, alone=("examples/big/*",))
+    starts = [(name, n) for what, name, n in log if what == "start"]
+    assert starts[-1] == ("examples/big/example_big.py", 1), log   # last, and alone when it started
+    big_start = log.index(("start", "examples/big/example_big.py", 1))
+    ends = [i for i, (what, name, _) in enumerate(log) if what == "end" and "big" not in name]
+    assert len(ends) == 3 and max(ends) < big_start, log   # every other case had ended
+    assert max(n for _, _, n in log) > 1   # the others did share the pool
+    assert all(c.status == "pass" for c in cases)
 
 
 @tile_nb.jit

@@ -326,10 +326,11 @@ def lowering_refusal(stderr: str) -> str | None:
 
 def run_all(cases: list[Case], backend: str = "interp", timeout: float = 120.0, jobs: int = 1,
             run_excluded: bool = False, shadow: bool = False, progress=None,
-            budget: float | None = None) -> list[Case]:
-    """Run the cases, `jobs` at once. With `budget` (seconds of wall time for the whole run, e.g. a lent
-    GPU's 10-minute call), no case starts after it is spent and none runs past it, so the results still get
-    written."""
+            budget: float | None = None, alone: tuple[str, ...] = ()) -> list[Case]:
+    """Run the cases, `jobs` at once; those whose name matches a glob of `alone` (an example that needs most
+    of the GPU's memory) after the others, one at a time with nothing beside them. With `budget` (seconds of
+    wall time for the whole run, e.g. a lent GPU's 10-minute call), no case starts after it is spent and
+    none runs past it, so the results still get written."""
     deadline = None if budget is None else time.monotonic() + budget
 
     def run_one(case: Case) -> Case:
@@ -348,12 +349,18 @@ def run_all(cases: list[Case], backend: str = "interp", timeout: float = 120.0, 
             case.status, case.error = "excluded", f"{case.klass} only: {', '.join(case.why)}"
         else:
             todo.append(case)
+    solo = [c for c in todo if any(fnmatch.fnmatch(c.name, g) for g in alone)]
+    shared = [c for c in todo if not any(c is s for s in solo)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_one, c) for c in todo]
+        futures = [pool.submit(run_one, c) for c in shared]
         for future in concurrent.futures.as_completed(futures):
             case = future.result()
             if progress is not None:
                 progress(case)
+    for case in solo:
+        run_one(case)
+        if progress is not None:
+            progress(case)
     return cases
 
 
@@ -573,6 +580,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help="wall time for the whole run: no case starts after it and none runs past it; "
                              "the cases left are reported as 'not run' (for a device call's time limit)")
+    parser.add_argument("--alone", nargs="+", metavar="GLOB", default=[],
+                        help="cases whose name matches a glob run after the others, one at a time (an "
+                             "example that needs most of the GPU's memory)")
     parser.add_argument("--json", dest="json_out", help="write every case as JSON here")
     parser.add_argument(
         "--markdown", help="write the results document (totals, ranked missing features, table)"
@@ -620,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{done[0]}/{total}] {case.status:8} {case.seconds:6.1f}s {case.name}  {what[:100]}",
               file=sys.stderr, flush=True)
 
-    run_all(cases, backend, args.timeout, args.jobs, args.run_excluded, args.shadow, progress, args.budget)
+    run_all(cases, backend, args.timeout, args.jobs, args.run_excluded, args.shadow, progress, args.budget,
+            tuple(args.alone))
     print(table(cases))
     commit = args.commit or _git_commit(str(root))
     command = "python -m tile_nb.conformance " + " ".join(argv if argv is not None else sys.argv[1:])
