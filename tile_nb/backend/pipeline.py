@@ -40,9 +40,9 @@ def _mark_cooperative_launch(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     updates = {}
     for gvar, func in mod.functions.items():
         params = (func.attrs or {}).get(_LAUNCH_PARAMS) if isinstance(func, tirx.PrimFunc) else None
-        if params is None or COOPERATIVE_LAUNCH in [str(p) for p in params] or not calls_grid_sync(func):
+        tags = [str(p) for p in params or ()]
+        if params is None or COOPERATIVE_LAUNCH in tags or not calls_grid_sync(func):
             continue
-        tags = [str(p) for p in params]
         # TVM's runtime reads the dynamic-shared-memory tag only as the last one (it checks so at launch)
         at = tags.index(_DYNAMIC_SHARED) if _DYNAMIC_SHARED in tags else len(tags)
         updates[gvar] = func.with_attr(_LAUNCH_PARAMS, [*tags[:at], COOPERATIVE_LAUNCH, *tags[at:]])
