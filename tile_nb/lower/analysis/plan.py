@@ -96,6 +96,8 @@ class PlanFacts:
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
     packed: frozenset  # 16-bit register fragments held two to a register (wgmma's register A)
     options: LoweringOptions  # what the plan was made under (options.resolve)
+    # the kernel calls T.sync_grid: launched cooperatively (every CTA resident at once; backend/pipeline.py)
+    cooperative_launch: bool
 
     # ---- queries the emitters use --------------------------------------------------------------------------
     def layout(self, buf) -> FragmentLayout | None:
@@ -150,8 +152,6 @@ class KernelPlan(PlanFacts):
     # (later tile, earlier tile) names of shared tiles given the same bytes because their uses do not overlap
     # (only where the pool would not fit otherwise: _reusable_lives)
     shared_reuse: tuple = ()
-    # the kernel calls T.sync_grid: launched cooperatively (every CTA resident at once; backend/pipeline.py)
-    cooperative_launch: bool = False
 
     # ---- decisions, as fields for code --------------------------------------------------------------------
     @property
@@ -420,6 +420,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         divisible=divisible,
         packed=packed,
         options=options,
+        cooperative_launch=any(c.op.name == "tirx.tile.sync_grid" for c in tile_calls(func.body)),
     )
     tma, why_tma = plan_tma(func, facts) if stages else (None, None)
     ctas_per_sm = tma.ctas_per_sm if tma is not None else \
@@ -477,8 +478,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
             f"runs in groups of {heavy_first} (y, z) rows, each from its largest blockIdx.x down "
             "(tile_nb.heavy_first = 0 keeps the launch order)",
         )
-    cooperative = any(c.op.name == "tirx.tile.sync_grid" for c in tile_calls(func.body))
-    if cooperative:
+    if facts.cooperative_launch:
         notes += (
             "T.sync_grid: launched cooperatively, so every CTA of the grid is resident at once; the driver "
             "refuses a grid larger than the GPU holds at once (SMs x CTAs per SM) at launch",
@@ -501,7 +501,6 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         notes=notes,
         global_layouts=hand_layouts,
         shared_reuse=shared_reuse,
-        cooperative_launch=cooperative,
     )
 
 

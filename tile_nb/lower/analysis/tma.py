@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from tvm import tirx
 
 from ..exprs import const_int, walk_loads
-from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items, tile_calls, vars_bound_in
+from ..irwalk import buffers_touched, iter_stmts, region_of, scope_of, seq_items, vars_bound_in
 from .budget import SHARED_PER_SM, WGMMA_HEADROOM
 from .decisions import TWO_CTAS_PER_SM, Refusal
 from .layout import WgmmaAccLayout, accumulator_register_dtype, tirx_bits
@@ -166,7 +166,7 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     threads = plan.threads
     if mode is False:
         return None, _refuse("off", "cp.async (TMA turned off: tile_nb.tma = 0)")
-    if any(c.op.name == "tirx.tile.sync_grid" for c in tile_calls(func.body)):
+    if plan.cooperative_launch:
         return None, _refuse(
             "grid_sync",
             "cp.async (T.sync_grid: every thread of the block must reach the grid barrier, and the TMA "
