@@ -232,6 +232,49 @@ def test_library_values_are_constants_not_followed():
     assert k.identity()["persistable"]
 
 
+def _package(root, name: str, dist_info: dict | None):
+    """`root/name/__init__.py` defining a class and a function, and, when `dist_info` is given, the metadata
+    of a distribution installed there (what `pip install --target root` leaves)."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("class Thing:\n    size = 4\n\ndef helper():\n    return Thing\n")
+    if dist_info is not None:
+        info = root / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "top_level.txt").write_text(name + "\n")
+        for file, text in dist_info.items():
+            (info / file).write_text(text)
+
+
+@pytest.mark.parametrize("installed, editable", [(True, False), (True, True), (False, False)])
+def test_a_distribution_installed_on_the_path_is_library_code(tmp_path, monkeypatch, installed, editable):
+    """A package installed outside site-packages (`pip install --target`, then PYTHONPATH: how the GPU kit
+    brings TVM) is library code, compared by identity; walking it class by class cost 3 ms a call. A folder
+    of modules with no distribution, or an editable install, is the user's code: followed."""
+    import importlib
+    import sys
+
+    from tile_nb.frontend import environment as E
+
+    name = f"tnb_pkg_{int(installed)}{int(editable)}"
+    direct_url = {"direct_url.json": '{"url": "file:///src", "dir_info": {"editable": true}}'} if editable else {}
+    _package(tmp_path, name, direct_url if installed else None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    E._installed_elsewhere.cache_clear()
+    E._library_file.cache_clear()
+    try:
+        module = importlib.import_module(name)
+        library = installed and not editable
+        assert E._library_value(module.Thing) is library
+        assert E._library_value(module.helper) is library
+        assert E._library_value(module) is library
+    finally:
+        sys.modules.pop(name, None)
+        E._LIBRARY_MODULES.clear()
+        E._installed_elsewhere.cache_clear()
+        E._library_file.cache_clear()
+
+
 def test_recursive_helper_terminates():
     nb = Notebook()
     nb.run("def fact(n):\n    return 1.0 if n <= 1 else n * fact(n - 1)\n")

@@ -3,7 +3,8 @@
 `Environment.key()` evaluates a kernel's reads to a tuple that is equal exactly when what they read is:
 
 - plain values by type and value; containers and user objects by their current contents;
-- user functions (not from the standard library, site-packages or tile_nb) by their code and defaults and,
+- user functions (not from the standard library, site-packages, tile_nb or another installed, non-editable
+  distribution) by their code and defaults and,
   transitively, by what they read; library modules, functions and classes by identity (`T.float16`, `math.pi`
   and `torch.float32` are constants, never followed);
 - torch tensors by identity, storage, shape, dtype and version counter (bumped by in-place operations);
@@ -46,6 +47,29 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 @functools.cache
+def _installed_elsewhere() -> tuple[str, ...]:
+    """The top-level packages and modules of distributions installed outside the site directories (a
+    `pip install --target` folder on PYTHONPATH, as the GPU kit's TVM): library code too, which keying would
+    otherwise follow class by class on every call (3 ms a call through `tvm.tir`). Editable installs stay
+    user code: their source is what the user edits."""
+    from importlib import metadata
+
+    prefixes = set()
+    for dist in metadata.distributions():
+        location = os.path.realpath(str(dist.locate_file("")))
+        if os.path.join(location, "").startswith(_library_dirs()) or '"editable": true' in (
+                dist.read_text("direct_url.json") or ""):
+            continue
+        tops = (dist.read_text("top_level.txt") or "").split()
+        if not tops:  # no top_level.txt: the first component of each installed file
+            tops = {f.parts[0] for f in dist.files or () if not f.parts[0].endswith((".dist-info", ".."))}
+        for top in tops:
+            path = os.path.join(location, top.removesuffix(".py"))
+            prefixes.update((os.path.join(path, ""), path + ".py"))
+    return tuple(sorted(prefixes))
+
+
+@functools.cache
 def _library_file(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
@@ -53,7 +77,8 @@ def _library_file(filename: str) -> bool:
         return False  # a notebook cell or exec'd code
     path = os.path.realpath(filename)
     parts = path.split(os.sep)
-    return path.startswith(_library_dirs()) or "site-packages" in parts or "dist-packages" in parts
+    return (path.startswith(_library_dirs()) or "site-packages" in parts or "dist-packages" in parts
+            or path.startswith(_installed_elsewhere()))
 
 
 _LIBRARY_MODULES: dict = {}  # module -> bool: each module is classified once
