@@ -1,9 +1,10 @@
 """`T.annotate_layout({dQ: T.Layout(dQ.shape, fn)})` on a kernel parameter: the tensor's memory holds its
 elements in the layout's order (element idx at the row-major position of fn(*idx) over the outputs' ranges),
 as tilelang's FlashAttention backward stores dQ for its atomic adds and a second kernel reads it back with the
-same layout. Honored by a permuted copy around each call, the same code on the interpreter and the GPU
-(tile_nb/runtime/layouts.py). Checked here against permutations computed independently, with plain index
-arithmetic; the sm_90a CUDA builds; the GPU twins are marked gpu."""
+same layout. The interpreter honors it by a permuted copy around each call (tile_nb/runtime/layouts.py); a
+CUDA kernel addresses the tensor through the layout itself where every use is one element at a time
+(tile_nb/lower/emit/hand_layouts.py), else the launch gets the same copies. Checked here against permutations
+computed independently, with plain index arithmetic; the sm_90a CUDA builds; the GPU twins are marked gpu."""
 import linecache
 
 import pytest
@@ -75,6 +76,39 @@ def _accumulate(splits, batch, seq_len, dim, blk=64):
                     T.atomic_add(dQ[bz, bx * blk + i, j], dq[i, j])
 
     return bwd
+
+
+@tilelang.jit
+def _staged(batch, seq_len, dim, blk=16):
+    """dQ read through its layout by a tile copy into shared memory, then written out in logical order: the
+    copy moves 16 bytes at a time (cp.async), which the layout's position is not exact for, so the CUDA
+    launch permutes dQ around the kernel instead."""
+
+    @T.prim_func
+    def stage(dQ: T.Tensor([batch, seq_len, dim], T.float32),
+              out: T.Tensor([batch, seq_len, dim], T.float32)):
+        with T.Kernel(T.ceildiv(seq_len, blk), batch, threads=128) as (bx, bz):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            s = T.alloc_shared((blk, dim), T.float32)
+            T.copy(dQ[bz, bx * blk:(bx + 1) * blk, :], s)
+            T.copy(s, out[bz, bx * blk:(bx + 1) * blk, :])
+
+    return stage
+
+
+def _run_staged(B, L, D, device):
+    torch.manual_seed(B * 100 + L + D)
+    raw = torch.randn(B, L, D, device=device)  # dQ's memory, in the layout's order
+    out = torch.full((B, L, D), float("nan"), device=device)
+    _staged(B, L, D)(raw, out)
+    pos = _dq_positions(B, L, D).to(device)
+    torch.testing.assert_close(out, raw.reshape(-1)[pos.reshape(-1)].view(B, L, D), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_tile_copy_of_several_elements_reads_through_the_layout(device):
+    _run_staged(2, 24, 16, device)
+    _run_staged(1, 8, 16, device)
 
 
 def _run_pair(S, B, L, D, device):
@@ -287,8 +321,9 @@ def test_the_plan_keeps_the_layout_and_the_sm_90a_cuda_builds(tmp_path, monkeypa
     assert "T.index_map(lambda b, l, d: (b, l // T.int64(8)" in func.script()
     kernel = rt.compile(func, "sm_90a")
     assert kernel.cubin is not None and "atomicAdd" in kernel.cuda_source
-    note = "dQ: hand layout honored by a permuted copy around the launch (two extra passes over dQ)"
+    note = "dQ: hand layout honored in the kernel (each access at the layout's position)"
     assert note in kernel.plan["notes"]
+    assert [g["in_kernel"] for g in kernel.plan["global_layouts"]] == [True]
     rt.clear_memory_cache()
     cached = rt.compile(func, "sm_90a")
     assert cached.from_cache and cached.plan["global_layouts"] == kernel.plan["global_layouts"]
@@ -313,32 +348,93 @@ def test_the_phase_2_ir_text_round_trips():
 
 @needs_nvcc
 def test_a_compiled_kernel_launches_through_the_same_permutation(tmp_path, monkeypatch):
-    """The GPU path without a GPU: the compiled kernel's launch (here a stand-in that does what the kernel
-    does, on whatever tensors it is handed) is wrapped by the permutation its plan lists, so it sees dQ in
-    logical order, and dQ's memory ends in the layout's order, as after the interpreter."""
+    """The GPU path without a GPU: a compiled kernel whose layout is not addressed in the kernel (the staged
+    copy) launches (here a stand-in that does what the kernel does, on whatever tensors it is handed) through
+    the permutation its plan lists, so it sees dQ in logical order, as the interpreter does; one addressed in
+    the kernel (the atomic adds) is handed dQ's memory as it is."""
     from tile_nb import runtime as rt
 
     monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path))
-    S, B, L, D = 2, 1, 16, 16
+    B, L, D = 1, 16, 16
     torch.manual_seed(5)
-    x, w = torch.randn(S, B, L, D), torch.randn(D, D)
-    func = _accumulate(S, B, L, D).tile_nb_kernel.specialize(x, w, torch.empty(B, L, D))
+    raw = torch.randn(B, L, D)  # not in logical order: the staged kernel must see it gathered
+    func = _staged(B, L, D).tile_nb_kernel.specialize(raw, torch.empty(B, L, D))
     kernel = rt.compile(func, "sm_90a")
+    assert [g["in_kernel"] for g in kernel.plan["global_layouts"]] == [False]
+    assert "hand layouts not addressed in the kernel, which has the address of an element given to " \
+           "tnb_cp_async_16" in kernel.plan["notes"]
     seen = []
-
-    def stand_in(X, W, dQ):
-        seen.append(dQ.clone())
-        dQ += (X @ W).sum(0)
-
-    kernel._set_launch(None, stand_in)
-    start = torch.randn(B, L, D)  # not zero: the kernel must see it gathered into logical order
-    gpu_like = start.clone()
+    kernel._set_launch(None, lambda dQ, out: (seen.append(dQ.clone()), out.copy_(dQ)))
+    out = torch.empty(B, L, D)
     try:
-        kernel(x, w, gpu_like)
+        kernel(raw, out)
     finally:
         rt.clear_memory_cache()  # the kernel with the stand-in launch must not serve another compile
     pos = _dq_positions(B, L, D).reshape(-1)
-    torch.testing.assert_close(seen[0], start.reshape(-1)[pos].view(B, L, D))
-    interpreted = start.clone()
-    _accumulate(S, B, L, D)(x, w, interpreted)
-    torch.testing.assert_close(gpu_like, interpreted, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(seen[0], raw.reshape(-1)[pos].view(B, L, D), atol=0, rtol=0)
+    interpreted = torch.empty(B, L, D)
+    _staged(B, L, D)(raw, interpreted)
+    torch.testing.assert_close(out, interpreted, atol=0, rtol=0)
+
+    S = 2
+    x, w = torch.randn(S, B, L, D), torch.randn(D, D)
+    func = _accumulate(S, B, L, D).tile_nb_kernel.specialize(x, w, torch.empty(B, L, D))
+    kernel = rt.compile(func, "sm_90a")
+    handed = []
+    kernel._set_launch(None, lambda X, W, dQ: handed.append(dQ))
+    dq = torch.randn(B, L, D)
+    try:
+        kernel(x, w, dq)
+    finally:
+        rt.clear_memory_cache()
+    assert handed[0] is dq
+
+
+def test_in_kernel_positions_are_the_layouts():
+    """The position the CUDA kernel computes for each element (emit/hand_layouts.linear_index, simplified by
+    TVM's analyzer as the emitter does) is the one plain index arithmetic gives, for every element."""
+    import tvm
+    import tvm.sym
+    from tvm import tirx
+
+    from tile_nb.lower.analysis.global_layouts import global_layouts
+    from tile_nb.lower.emit.hand_layouts import LaidOut, laid_out, linear_index
+
+    B, L, D = 2, 24, 16
+    func = _accumulate(1, B, L, D).tile_nb_kernel.specialize(torch.empty(1, B, L, D), torch.empty(D, D),
+                                                              torch.empty(B, L, D))
+    (layout,) = global_layouts(func)
+    param = next(p for p in func.params if p.name == "dQ")
+    extents = laid_out(param, layout)
+    assert extents == (B, L // 8, D // 8, 2, 32)
+    entry = LaidOut(param, None, layout, extents)
+    b, l, d = (tirx.Var(n, "int32") for n in "bld")
+    analyzer = tvm.sym.Analyzer()
+    position = analyzer.simplify(linear_index(entry, [b, l, d]))
+    expected = _dq_positions(B, L, D)
+    got = torch.empty(B, L, D, dtype=torch.int64)
+    for i in range(B):
+        for j in range(L):
+            for k in range(D):
+                value = tvm.sym.Analyzer().simplify(tirx.Let(b, i, tirx.Let(l, j, tirx.Let(d, k, position))))
+                got[i, j, k] = int(value)
+    assert torch.equal(got, expected)
+
+
+@needs_nvcc
+def test_a_layout_that_does_not_permute_keeps_the_copies_and_is_refused_at_the_call(tmp_path, monkeypatch):
+    """12 rows under the 8-row layout: not addressed in the kernel (it would write out of place); the launch
+    refuses it as the interpreter does (test_sizes_the_layout_cannot_permute_are_refused_naming_the_buffer).
+    """
+    from tile_nb import runtime as rt
+
+    monkeypatch.setenv("TILE_NB_CACHE_DIR", str(tmp_path))
+    func = _postprocess(1, 12, 8).tile_nb_kernel.specialize(torch.zeros(1, 12, 8))
+    kernel = rt.compile(func, "sm_90a")
+    assert [g["in_kernel"] for g in kernel.plan["global_layouts"]] == [False]
+    kernel._set_launch(None, lambda *args: None)
+    try:
+        with pytest.raises(LayoutError, match="wrong size"):
+            kernel(torch.zeros(1, 12, 8), torch.zeros(1, 12, 8).half())
+    finally:
+        rt.clear_memory_cache()

@@ -5,13 +5,19 @@ Two steps, in order:
    shared tiles, TMA, budgets) decide everything and return one frozen `KernelPlan`;
 2. `Emitter(func, plan).run()` (emit/emitter.py): re-emits the body through TVM's IR builder, each tile op,
    scheduled statement and kernel hook by the rule emit/rules.py lists (in the order they run).
+A kernel parameter with a hand layout is addressed through it in the kernel when every use is one element at a
+time (emit/hand_layouts.py checks the emitted body); else the body is emitted again without, and the call
+permutes the tensor around the launch.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from tvm import tirx
 
 from .analysis.plan import KernelPlan, make_plan
 from .emit.emitter import Emitter
+from .emit.hand_layouts import unsupported_use
 from .options import LoweringOptions, resolve
 
 __all__ = ["lower_with_plan"]
@@ -24,7 +30,29 @@ def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True,
     `options`: resolved lowering options (options.resolve); None resolves them
     here from `func` and the process."""
     plan = make_plan(func, target, resolve(func) if options is None else options)
-    lowered = Emitter(func, plan, target, source_marks=source_marks).run()
+    emitter = Emitter(func, plan, target, source_marks=source_marks)
+    lowered = emitter.run()
+    if emitter.laid_out:  # hand layouts of parameters addressed in the kernel: exact for every use?
+        problem = unsupported_use(lowered.body, list(emitter.laid_out.values()))
+        if problem is None:
+            plan = _in_kernel(plan, {p.name for p in emitter.laid_out})
+        else:  # the call permutes them around the launch instead
+            lowered = Emitter(func, plan, target, source_marks=source_marks,
+                              hand_layouts_in_kernel=False).run()
+            plan = dataclasses.replace(plan, notes=plan.notes + (
+                f"hand layouts not addressed in the kernel, which has {problem}",))
     if plan.pipeline_note:
         lowered = lowered.with_attr("tile_nb.pipeline", plan.pipeline_note)
     return lowered, plan
+
+
+def _in_kernel(plan: KernelPlan, names: set) -> KernelPlan:
+    """`plan` with the hand layouts of `names` marked as addressed in the kernel (its notes say so)."""
+    layouts, notes = [], list(plan.notes)
+    for g in plan.global_layouts:
+        if g.name in names:
+            new = dataclasses.replace(g, in_kernel=True)
+            notes = [new.note if n == g.note else n for n in notes]
+            g = new
+        layouts.append(g)
+    return dataclasses.replace(plan, global_layouts=tuple(layouts), notes=tuple(notes))

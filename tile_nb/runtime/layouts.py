@@ -9,6 +9,8 @@ permute the elements, and keeps that permutation per shape and device. The kerne
 `logical = t.reshape(-1)[perm].view(shape)` (indexed as written), and the tensor gets
 `t.view(-1)[perm] = logical` back afterwards: its memory holds the values in the layout's order, which the
 next kernel with the same layout reads back. Two extra passes over the tensor per call; the plan says so.
+A CUDA kernel whose plan marks a layout `in_kernel` addresses the tensor through it itself
+(lower/emit/hand_layouts.py): the call only checks, once per shape, that the layout permutes its elements.
 """
 from __future__ import annotations
 
@@ -26,29 +28,6 @@ class LayoutError(ArgumentError, ValueError):
     call's shape."""
 
 
-def _binary(op: str):
-    import torch
-
-    return {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-            "//": lambda a, b: a // b, "%": lambda a, b: a % b,
-            "min": lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)),
-            "max": lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
-            "div": lambda a, b: torch.div(torch.as_tensor(a), b, rounding_mode="trunc"),
-            "mod": lambda a, b: torch.fmod(torch.as_tensor(a), b)}[op]
-
-
-def _evaluate(tree, grids: list, shape: tuple):
-    """An expression tree on int64 index grids (ints stay ints)."""
-    if isinstance(tree, int):
-        return tree
-    kind = tree[0]
-    if kind == "i":
-        return grids[tree[1]]
-    if kind == "dim":
-        return int(shape[tree[1]])
-    return _binary(kind)(_evaluate(tree[1], grids, shape), _evaluate(tree[2], grids, shape))
-
-
 def permutation(layout, shape: tuple, device=None):
     """`perm` (int64, on `device`): `perm[i]` is the memory position of the element whose row-major logical
     index is i, under `layout` (a GlobalLayout) at `shape`. LayoutError when the positions are not a
@@ -57,6 +36,8 @@ def permutation(layout, shape: tuple, device=None):
 
     import torch
 
+    from ..lower.analysis.global_layouts import evaluate
+
     numel = math.prod(shape)
     if numel == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
@@ -64,7 +45,7 @@ def permutation(layout, shape: tuple, device=None):
     rank = len(shape)
     grids = [torch.arange(n, dtype=torch.int64, device=device).view([1] * j + [n] + [1] * (rank - j - 1))
              for j, n in enumerate(shape)]
-    outputs = [torch.as_tensor(_evaluate(tree, grids, shape), dtype=torch.int64, device=device)
+    outputs = [torch.as_tensor(evaluate(tree, grids, shape), dtype=torch.int64, device=device)
                for tree in layout.outputs]
     extents = []
     for k, out in enumerate(outputs):  # an output's range over the indices is that of its broadcast form
@@ -114,6 +95,7 @@ class HandLayouts:
         self.kernel, self.params = kernel, tuple(params)
         self.positions = [(list(params).index(g.name), g) for g in layouts]
         self._perms: dict = {}  # (name, shape, device) -> permutation
+        self._checked: set = set()  # (name, shape, device) of in-kernel layouts found to permute
         self._lock = threading.Lock()
 
     @classmethod
@@ -148,6 +130,15 @@ class HandLayouts:
                 self._perms[key] = perm
         return perm
 
+    def check(self, layout, t) -> None:
+        """Refuse (LayoutError) a layout that does not permute t's elements, once per shape and device; the
+        permutation itself is not kept."""
+        key = (layout.name, tuple(t.shape), t.device)
+        if key not in self._checked:
+            permutation(layout, tuple(int(n) for n in t.shape), t.device)
+            with self._lock:
+                self._checked.add(key)
+
     def __call__(self, launch, args):
         args = list(args)
         back = []
@@ -167,6 +158,9 @@ class HandLayouts:
                     f"{self.kernel}() argument '{layout.name}' has a hand layout (T.Layout), and the same "
                     f"tensor is also argument '{self.params[other]}': the kernel would see it in two orders",
                     filename=layout.filename, lineno=layout.line, hint="pass separate tensors")
+            if layout.in_kernel:  # the CUDA kernel addresses t through it (lower/emit/hand_layouts.py)
+                self.check(layout, t)
+                continue
             perm = self.permutation(layout, t)
             logical = t.detach().reshape(-1)[perm].view(t.shape)  # gather: the kernel indexes it as written
             args[i] = logical

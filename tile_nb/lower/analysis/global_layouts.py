@@ -15,7 +15,7 @@ from tvm import ir, tirx
 
 from ..errors import LoweringError
 
-__all__ = ["GlobalLayout", "global_layouts"]
+__all__ = ["GlobalLayout", "evaluate", "global_layouts"]
 
 _OPS = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//", tirx.FloorMod: "%",
         tirx.Min: "min", tirx.Max: "max", tirx.Div: "div", tirx.Mod: "mod"}
@@ -32,21 +32,65 @@ class GlobalLayout:
     text: str  # the layout as TIR prints it: "lambda b, h, l, d: (b, h, l // 8, ...)"
     line: int | None = None  # the T.annotate_layout line
     filename: str | None = None
+    # the CUDA kernel addresses the tensor through the layout itself (emit/hand_layouts.py); else the call
+    # permutes it around the launch, as the interpreter always does
+    in_kernel: bool = False
 
     @property
     def note(self) -> str:
         """What the plan says of it, for people."""
+        if self.in_kernel:
+            return f"{self.name}: hand layout honored in the kernel (each access at the layout's position)"
         return (f"{self.name}: hand layout honored by a permuted copy around the launch (two extra passes "
                 f"over {self.name})")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "indices": list(self.indices), "outputs": list(self.outputs),
-                "text": self.text, "line": self.line, "filename": self.filename}
+                "text": self.text, "line": self.line, "filename": self.filename, "in_kernel": self.in_kernel}
 
     @classmethod
     def from_dict(cls, d: dict) -> GlobalLayout:
         return cls(str(d["name"]), tuple(d["indices"]), tuple(d["outputs"]), str(d.get("text", "")),
-                   d.get("line"), d.get("filename"))
+                   d.get("line"), d.get("filename"), bool(d.get("in_kernel", False)))
+
+    def extents(self, shape: tuple) -> tuple | None:
+        """The range of each output over the tensor's indices at `shape` (each output's values are
+        0 .. extent-1), or None when an output takes a negative value (refused at the call)."""
+        import torch
+
+        rank = len(shape)
+        grids = [torch.arange(n, dtype=torch.int64).view([1] * j + [n] + [1] * (rank - j - 1))
+                 for j, n in enumerate(shape)]
+        out = []
+        for tree in self.outputs:
+            values = torch.as_tensor(evaluate(tree, grids, shape), dtype=torch.int64)
+            if int(values.min()) < 0:
+                return None
+            out.append(int(values.max()) + 1)
+        return tuple(out)
+
+
+def _binary(op: str):
+    import torch
+
+    return {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+            "//": lambda a, b: a // b, "%": lambda a, b: a % b,
+            "min": lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b)),
+            "max": lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
+            "div": lambda a, b: torch.div(torch.as_tensor(a), b, rounding_mode="trunc"),
+            "mod": lambda a, b: torch.fmod(torch.as_tensor(a), b)}[op]
+
+
+def evaluate(tree, grids: list, shape: tuple):
+    """An output's expression tree on int64 index grids (ints stay ints)."""
+    if isinstance(tree, int):
+        return tree
+    kind = tree[0]
+    if kind == "i":
+        return grids[tree[1]]
+    if kind == "dim":
+        return int(shape[tree[1]])
+    return _binary(kind)(evaluate(tree[1], grids, shape), evaluate(tree[2], grids, shape))
 
 
 def global_layouts(func: tirx.PrimFunc) -> tuple[GlobalLayout, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -29,6 +30,7 @@ from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_i
 from ..irwalk import atomic_target, buffers_touched, iter_stmts, region_of, scope_of
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 from . import intrin
+from .hand_layouts import LaidOut, laid_out, linear_index
 from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS, WARP_SPECIALIZED
 
 __all__ = ["Emitter", "Scope"]
@@ -56,7 +58,8 @@ class Scope:
 
 
 class Emitter:
-    def __init__(self, func: tirx.PrimFunc, plan, target, *, source_marks: bool = True):
+    def __init__(self, func: tirx.PrimFunc, plan, target, *, source_marks: bool = True,
+                 hand_layouts_in_kernel: bool = True):
         self.func = func
         self.plan = plan
         self.target = target
@@ -81,6 +84,9 @@ class Emitter:
         self.store_map = None  # the TMA store epilogue's tensor map of C (epilogue.py)
         self.spill_view = None  # the spill tile's stages seen as C's dtype (epilogue.declare_spill_view)
         self.flat_views: dict = {}  # strided global tensor -> a flat view of its memory (see `global_ref`)
+        # tensor with a hand layout -> hand_layouts.LaidOut, addressed through its layout (see `global_ref`)
+        self.hand_layouts_in_kernel = hand_layouts_in_kernel
+        self.laid_out: dict = {}
         self.barriers = None  # the TMA stage barriers' view
         # wgmma reads its shared operands through the async proxy, which sees ordinary stores only after
         # `fence.proxy.async` (see `sync`): the operand tiles, and whether one was
@@ -191,6 +197,11 @@ class Emitter:
         (T.StridedTensor) is addressed through a flat view, with the offset computed from its strides: TVM
         0.27's CUDA code generation flattens a strided parameter as if it were row-major
         (docs/decisions.md#workarounds-for-what-the-toolchain-does-on-the-gpu)."""
+        entry = self.laid_out.get(buf)
+        if entry is not None:  # a hand layout: the element's position under it (emit/hand_layouts.py)
+            if entry.wide:
+                indices = [widen_index(i) for i in indices]
+            return entry.view, [self.analyzer.simplify(linear_index(entry, indices))]
         if self._wide_offsets(buf, indices):  # docs/IR.md's index width
             indices = [widen_index(i) for i in indices]
         flat = self.flat_views.get(buf)
@@ -234,6 +245,17 @@ class Emitter:
             view = T.decl_buffer((extent,), str(p.dtype), data=p.data)
             IRBuilder.name(f"{p.name}_flat", view)
             self.flat_views[p] = view
+        if not self.hand_layouts_in_kernel:
+            return
+        for layout in self.plan.global_layouts:
+            p = next(q for q in self.func.params if q.name == layout.name)
+            extents = laid_out(p, layout)
+            if extents is None:
+                continue  # a T.dynamic dim, or not a permutation: the call permutes (and refuses) it
+            numel = math.prod(int(n) for n in p.shape)
+            view = T.decl_buffer((numel,), str(p.dtype), data=p.data)
+            IRBuilder.name(f"{p.name}_laid_out", view)
+            self.laid_out[p] = LaidOut(p, view, layout, extents, wide=numel > 2**31 - 1)
 
     def register_index(self, buf, indices):
         """Register of a fragment element; valid only inside a loop over this fragment's registers."""
