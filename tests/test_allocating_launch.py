@@ -132,6 +132,47 @@ def test_outputs_sized_by_a_scalar_argument_stay_on_the_checked_path():
     assert not fast.direct                          # a scalar's value is not in the direct key
 
 
+@tile_nb.jit
+def scaled_rows(A, count):
+    count: T.int32
+    M, N = T.dynamic('M'), T.const('N')
+    A: T.Tensor[[M, N], T.float32]
+    C = T.empty((M, N), T.float32)            # sized by A's shape: the scalar only scales the values
+    with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+        for i, j in T.Parallel(32, N):
+            if bx * 32 + i < M:
+                C[bx * 32 + i, j] = A[bx * 32 + i, j] * T.cast(count, T.float32)
+    return C
+
+
+def test_only_a_scalar_that_sizes_an_output_keeps_the_checked_path():
+    """The direct key holds the tensor arguments' shapes, not scalar values: a kernel whose outputs a scalar
+    sizes cannot take an allocating launch; one whose scalar only enters the computation can (tilelang's
+    varlen attention passes `max_seqlen` so, and paid ~85 us a call on the checked path; H100, 2026-12-06)."""
+    a = torch.randn(100, 9)
+    first_rows(a, 5)
+    scaled_rows(torch.randn(7, 9), 3)
+    specs = {}
+    for kernel in (first_rows, scaled_rows):
+        (fast,) = kernel._fast.values()
+        (spec,) = fast.specs.values()
+        specs[kernel.__name__] = spec
+    assert specs["first_rows"].sized_by_scalars and specs["first_rows"].scalar_dims
+    assert not specs["scaled_rows"].sized_by_scalars and specs["scaled_rows"].scalar_dims
+
+
+@pytest.mark.gpu
+def test_a_scalar_that_does_not_size_an_output_takes_the_direct_path():
+    _cuda()
+    for m, count in ((70, 2), (70, 3), (70, 3), (1, 5), (70, -1)):
+        a = torch.randn(m, 9, device="cuda")
+        torch.testing.assert_close(scaled_rows(a, count), a * count)
+    (fast,) = scaled_rows._fast.values()
+    assert fast.direct                               # M = 70 and M = 1, each under its direct key
+    a = torch.randn(70, 9, device="cuda")
+    torch.testing.assert_close(scaled_rows(a, 4), a * 4)   # the direct launch passes the call's own value
+
+
 def test_the_direct_key_reads_only_the_calls_own_arguments():
     """The direct key of a kernel with T.empty outputs is computed on the caller's arguments, which do not
     include the outputs: it once read an output's data pointer past the end of them (an IndexError that the

@@ -576,7 +576,7 @@ class JITFunction:
                     spec.launches[key] = kernel._func  # the fast path launches it directly from now on
                 elif (
                     direct is not None
-                    and not spec.scalar_dims
+                    and not spec.sized_by_scalars  # its outputs' shapes follow the direct key
                     and len(ordered) + len(outputs) == len(call_args)
                 ):
                     table, direct_key = direct

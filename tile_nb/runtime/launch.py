@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..frontend.binding import is_tensor
-from ..frontend.shapes import evaluate
+from ..frontend.shapes import evaluate, free_vars
 from ..language.dtypes import torch_dtype
 
 if TYPE_CHECKING:
@@ -80,6 +80,13 @@ class Specialization:
         values = {name: int(ordered[i].shape[dim]) for name, (i, dim) in self.dynamic_sources.items()}
         values.update({name: int(ordered[i]) for name, i in self.scalar_dims.items()})
         return values
+
+    @functools.cached_property
+    def sized_by_scalars(self) -> bool:
+        """Whether a tensor the call allocates has a dim given by a scalar parameter's value, which the fast
+        path's direct key (the tensor arguments' shapes) does not hold."""
+        return any(type(d) is not int and free_vars(d) & set(self.scalar_dims)
+                   for _, shape, _ in self.output_shapes + self.scratch_shapes for d in shape)
 
     @functools.cached_property
     def buffer_args(self) -> list[tuple[int, str]]:
@@ -212,7 +219,8 @@ def allocating_launch(func, outputs: list, n_returned: int, device_arg: int):
     fresh tensors like `outputs` (the shapes and dtypes of the call that compiled it) on the device of
     argument `device_arg`, launched with the call's arguments, the first `n_returned` returned as a call
     returns them. Kept under a direct key, which fixes every tensor argument's shape; output dims that come
-    from a scalar argument's value are not in that key, so such kernels get no allocating launch."""
+    from a scalar argument's value are not in that key, so such kernels get no allocating launch
+    (`Specialization.sized_by_scalars`)."""
     import torch
 
     empty = torch.empty
