@@ -236,35 +236,45 @@ def _package(root, name: str, dist_info: dict | None):
     """`root/name/__init__.py` defining a class and a function, and, when `dist_info` is given, the metadata
     of a distribution installed there (what `pip install --target root` leaves)."""
     (root / name).mkdir()
-    (root / name / "__init__.py").write_text("class Thing:\n    size = 4\n\ndef helper():\n    return Thing\n")
+    source = "class Thing:\n    size = 4\n\ndef helper():\n    return Thing\n"
+    (root / name / "__init__.py").write_text(source)
     if dist_info is not None:
         info = root / f"{name}-1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
         (info / "top_level.txt").write_text(name + "\n")
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
         for file, text in dist_info.items():
             (info / file).write_text(text)
 
 
-@pytest.mark.parametrize("installed, editable", [(True, False), (True, True), (False, False)])
+@pytest.mark.parametrize("installed, editable", [(True, False), (True, True), (False, False), ("egg", False)])
 def test_a_distribution_installed_on_the_path_is_library_code(tmp_path, monkeypatch, installed, editable):
     """A package installed outside site-packages (`pip install --target`, then PYTHONPATH: how the GPU kit
     brings TVM) is library code, compared by identity; walking it class by class cost 3 ms a call. A folder
-    of modules with no distribution, or an editable install, is the user's code: followed."""
+    of modules with no distribution, an editable install, or a project's own `.egg-info` (`setup.py develop`:
+    no installer's RECORD) is the user's code: followed."""
     import importlib
     import sys
 
     from tile_nb.frontend import environment as E
 
-    name = f"tnb_pkg_{int(installed)}{int(editable)}"
-    direct_url = {"direct_url.json": '{"url": "file:///src", "dir_info": {"editable": true}}'} if editable else {}
+    name = f"tnb_pkg_{installed}{int(editable)}"
+    editable_url = '{"url": "file:///src", "dir_info": {"editable": true}}'
+    direct_url = {"direct_url.json": editable_url} if editable else {}
     _package(tmp_path, name, direct_url if installed else None)
+    if installed == "egg":  # setup.py develop's metadata: PKG-INFO and top_level.txt, no RECORD
+        info = tmp_path / f"{name}-1.0.dist-info"
+        egg = tmp_path / f"{name}.egg-info"
+        (info / "RECORD").unlink()
+        (info / "METADATA").rename(info / "PKG-INFO")
+        info.rename(egg)
     monkeypatch.syspath_prepend(str(tmp_path))
     E._installed_elsewhere.cache_clear()
     E._library_file.cache_clear()
     try:
         module = importlib.import_module(name)
-        library = installed and not editable
+        library = installed is True and not editable
         assert E._library_value(module.Thing) is library
         assert E._library_value(module.helper) is library
         assert E._library_value(module) is library

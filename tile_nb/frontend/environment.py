@@ -50,15 +50,16 @@ def _library_dirs() -> tuple[str, ...]:
 def _installed_elsewhere() -> tuple[str, ...]:
     """The top-level packages and modules of distributions installed outside the site directories (a
     `pip install --target` folder on PYTHONPATH, as the GPU kit's TVM): library code too, which keying would
-    otherwise follow class by class on every call (3 ms a call through `tvm.tir`). Editable installs stay
-    user code: their source is what the user edits."""
+    otherwise follow class by class on every call (3 ms a call through `tvm.tir`). Only what an installer put
+    there (a RECORD file) counts: editable installs and a project's own `.egg-info` (`setup.py develop`) stay
+    user code, since their source is what the user edits."""
     from importlib import metadata
 
     prefixes = set()
     for dist in metadata.distributions():
         location = os.path.realpath(str(dist.locate_file("")))
-        if os.path.join(location, "").startswith(_library_dirs()) or '"editable": true' in (
-                dist.read_text("direct_url.json") or ""):
+        if os.path.join(location, "").startswith(_library_dirs()) or dist.read_text("RECORD") is None \
+                or '"editable": true' in (dist.read_text("direct_url.json") or ""):
             continue
         tops = (dist.read_text("top_level.txt") or "").split()
         if not tops:  # no top_level.txt: the first component of each installed file
