@@ -70,7 +70,7 @@ class GlobalLayout:
         return tuple(out)
 
 
-def _binary(op: str):
+def _torch_op(op: str):
     import torch
 
     return {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -81,16 +81,17 @@ def _binary(op: str):
             "mod": lambda a, b: torch.fmod(torch.as_tensor(a), b)}[op]
 
 
-def evaluate(tree, grids: list, shape: tuple):
-    """An output's expression tree on int64 index grids (ints stay ints)."""
+def evaluate(tree, leaves: list, shape: tuple, op=_torch_op):
+    """An output's expression tree with `leaves[k]` for logical index k and `op(name)` for each operator:
+    by default torch's, on int64 index grids (ints stay ints); the CUDA lowering passes TIR's."""
     if isinstance(tree, int):
         return tree
     kind = tree[0]
     if kind == "i":
-        return grids[tree[1]]
+        return leaves[tree[1]]
     if kind == "dim":
         return int(shape[tree[1]])
-    return _binary(kind)(evaluate(tree[1], grids, shape), evaluate(tree[2], grids, shape))
+    return op(kind)(evaluate(tree[1], leaves, shape, op), evaluate(tree[2], leaves, shape, op))
 
 
 def global_layouts(func: tirx.PrimFunc) -> tuple[GlobalLayout, ...]:

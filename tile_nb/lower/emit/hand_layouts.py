@@ -22,6 +22,8 @@ import tvm
 from tvm import tirx
 from tvm.ir import prim
 
+from ..analysis.global_layouts import evaluate
+
 __all__ = ["LaidOut", "laid_out", "linear_index", "unsupported_use"]
 
 # CUDA atomics on one element: `name(&view[position], value)` with a scalar value is exact
@@ -52,23 +54,23 @@ def laid_out(param, layout) -> tuple | None:
     return extents
 
 
-def _expr(tree, indices: list, shape: tuple):
-    if isinstance(tree, int):
-        return tree
-    kind = tree[0]
-    if kind == "i":
-        return indices[tree[1]]
-    if kind == "dim":
-        return int(shape[tree[1]])
-    a, b = _expr(tree[1], indices, shape), _expr(tree[2], indices, shape)
-    if isinstance(a, int) and isinstance(b, int):  # plain ints: Python's floor / truncating arithmetic
-        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0,
-                "min": min(a, b), "max": max(a, b), "div": int(a / b) if b else 0,
-                "mod": int(math.fmod(a, b)) if b else 0}[kind]
-    if kind in ("+", "-", "*"):
-        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b}[kind]()
-    return {"//": tirx.floordiv, "%": tirx.floormod, "min": tirx.min, "max": tirx.max,
-            "div": tirx.truncdiv, "mod": tirx.truncmod}[kind](a, b)
+def _op(plain, tir):
+    """A layout operator on positions: `plain` on two Python ints (constant parts of the tree, folded as
+    Python's floor / truncating arithmetic), `tir` once an index expression is involved."""
+    return lambda a, b: plain(a, b) if isinstance(a, int) and isinstance(b, int) else tir(a, b)
+
+
+_TIR_OPS = {
+    "+": _op(lambda a, b: a + b, lambda a, b: a + b),
+    "-": _op(lambda a, b: a - b, lambda a, b: a - b),
+    "*": _op(lambda a, b: a * b, lambda a, b: a * b),
+    "//": _op(lambda a, b: a // b, tirx.floordiv),
+    "%": _op(lambda a, b: a % b, tirx.floormod),
+    "min": _op(min, tirx.min),
+    "max": _op(max, tirx.max),
+    "div": _op(lambda a, b: int(a / b), tirx.truncdiv),
+    "mod": _op(lambda a, b: int(math.fmod(a, b)), tirx.truncmod),
+}
 
 
 def linear_index(entry: LaidOut, indices: list):
@@ -76,7 +78,7 @@ def linear_index(entry: LaidOut, indices: list):
     shape = tuple(int(n) for n in entry.param.shape)
     position = 0
     for tree, extent in zip(entry.layout.outputs, entry.extents, strict=True):
-        position = position * extent + _expr(tree, list(indices), shape)
+        position = position * extent + evaluate(tree, list(indices), shape, _TIR_OPS.__getitem__)
     return position
 
 
