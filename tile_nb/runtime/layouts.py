@@ -36,17 +36,10 @@ def permutation(layout, shape: tuple, device=None):
 
     import torch
 
-    from ..lower.analysis.global_layouts import evaluate
-
     numel = math.prod(shape)
     if numel == 0:
         return torch.zeros(0, dtype=torch.int64, device=device)
-    # each index as a broadcastable arange (nothing of the tensor's size until the positions themselves)
-    rank = len(shape)
-    grids = [torch.arange(n, dtype=torch.int64, device=device).view([1] * j + [n] + [1] * (rank - j - 1))
-             for j, n in enumerate(shape)]
-    outputs = [torch.as_tensor(evaluate(tree, grids, shape), dtype=torch.int64, device=device)
-               for tree in layout.outputs]
+    outputs = layout.outputs_on(shape, device)
     extents = []
     for k, out in enumerate(outputs):  # an output's range over the indices is that of its broadcast form
         low = int(out.min())

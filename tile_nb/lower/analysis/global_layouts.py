@@ -53,21 +53,25 @@ class GlobalLayout:
         return cls(str(d["name"]), tuple(d["indices"]), tuple(d["outputs"]), str(d.get("text", "")),
                    d.get("line"), d.get("filename"), bool(d.get("in_kernel", False)))
 
-    def extents(self, shape: tuple) -> tuple | None:
-        """The range of each output over the tensor's indices at `shape` (each output's values are
-        0 .. extent-1), or None when an output takes a negative value (refused at the call)."""
+    def outputs_on(self, shape: tuple, device=None) -> list:
+        """Each output's values (int64, on `device`) over the tensor's indices at `shape`, in their broadcast
+        form: each index is a broadcastable arange, so nothing is of the tensor's size until the positions
+        themselves are combined (runtime/layouts.permutation)."""
         import torch
 
         rank = len(shape)
-        grids = [torch.arange(n, dtype=torch.int64).view([1] * j + [n] + [1] * (rank - j - 1))
+        grids = [torch.arange(n, dtype=torch.int64, device=device).view([1] * j + [n] + [1] * (rank - j - 1))
                  for j, n in enumerate(shape)]
-        out = []
-        for tree in self.outputs:
-            values = torch.as_tensor(evaluate(tree, grids, shape), dtype=torch.int64)
-            if int(values.min()) < 0:
-                return None
-            out.append(int(values.max()) + 1)
-        return tuple(out)
+        return [torch.as_tensor(evaluate(tree, grids, shape), dtype=torch.int64, device=device)
+                for tree in self.outputs]
+
+    def extents(self, shape: tuple) -> tuple | None:
+        """The range of each output over the tensor's indices at `shape` (each output's values are
+        0 .. extent-1), or None when an output takes a negative value (refused at the call)."""
+        values = self.outputs_on(shape)
+        if any(int(v.min()) < 0 for v in values):
+            return None
+        return tuple(int(v.max()) + 1 for v in values)
 
 
 def _torch_op(op: str):

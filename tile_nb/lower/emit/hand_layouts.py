@@ -99,12 +99,13 @@ class _Uses:
     addressing would not make exact."""
 
     def __init__(self, entries: list[LaidOut]):
-        # the pointers of each tensor: the parameter's, and its view's (TVM gives a declared view its own)
-        self.datas = [(data, e) for e in entries for data in (e.param.data, e.view.data)]
+        self.datas = [(e.param.data, e) for e in entries]  # each parameter's pointer
         self.problem: str | None = None
 
     def _owner(self, buffer):
-        """The entry whose memory `buffer` is (the parameter, its view, or another view of it), else None."""
+        """The entry whose memory `buffer` is (the parameter, its flat view, or another view on its pointer),
+        else None. The flat view is matched as a buffer: TVM 0.27 gives a declared view a `data` that is a
+        call over the parameter's pointer, made anew on each read, so it is never `same_as` itself."""
         return next((e for data, e in self.datas if buffer.data.same_as(data) or buffer.same_as(e.view)
                      or buffer.same_as(e.param)), None)
 
