@@ -47,12 +47,7 @@ def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True,
 
 
 def _in_kernel(plan: KernelPlan, names: set) -> KernelPlan:
-    """`plan` with the hand layouts of `names` marked as addressed in the kernel (its notes say so)."""
-    layouts, notes = [], list(plan.notes)
-    for g in plan.global_layouts:
-        if g.name in names:
-            new = dataclasses.replace(g, in_kernel=True)
-            notes = [new.note if n == g.note else n for n in notes]
-            g = new
-        layouts.append(g)
-    return dataclasses.replace(plan, global_layouts=tuple(layouts), notes=tuple(notes))
+    """`plan` with the hand layouts of `names` marked as addressed in the kernel."""
+    layouts = tuple(dataclasses.replace(g, in_kernel=True) if g.name in names else g
+                    for g in plan.global_layouts)
+    return dataclasses.replace(plan, global_layouts=layouts)

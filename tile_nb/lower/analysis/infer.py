@@ -13,8 +13,8 @@ Fragments that cannot be registers are placed in shared memory, with the reason:
 tensor cores, and the FMA path, read them there), tiles of rank above 2, partial regions, and element
 accesses other than at the loop point of a `T.Parallel` nest (they would read another thread's registers).
 A fragment that two relations give different layouts is an error naming both, with the fix. When the
-register fragments need more registers than a thread has, the largest non-accumulator fragments move to
-shared memory, noted in the plan.
+register fragments need more registers than a thread can spare, the largest non-accumulator fragments move to
+shared memory, noted in the plan (with `spill`: only past what ptxas may spill).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tvm import tirx
 from ..errors import LoweringError
 from ..exprs import walk_loads
 from ..irwalk import region_of, scope_of
-from .budget import MAX_REGISTERS_PER_THREAD, packed_registers
+from .budget import MAX_REGISTERS_PER_THREAD, SPILL_ALLOWANCE, packed_registers
 from .fragments import FragmentLayout, blocked
 
 __all__ = ["FragmentPlan", "infer_layouts", "rows_coupled"]
@@ -43,6 +43,7 @@ class FragmentPlan:
     shared: dict  # fragment buffer -> why it is in shared memory
     loop_layouts: dict  # outermost T.parallel For of a nest -> the FragmentLayout that drives it
     registers: int = 0  # 32-bit registers per thread that the register fragments take
+    over_budget: frozenset = frozenset()  # the fragments in `shared` moved there for registers (_over_budget)
 
     def layout(self, buf) -> FragmentLayout | None:
         return self.layouts.get(buf)
@@ -295,16 +296,19 @@ def _register_cost(buf, layout: FragmentLayout, packed=frozenset()) -> int:
 
 
 def infer_layouts(
-    func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset()
+    func: tirx.PrimFunc, threads: int, accumulators: dict, lines, packed=frozenset(), spill: bool = False
 ) -> FragmentPlan:
     """Layouts of the fragments of `func` (a phase-2 PrimFunc). `accumulators`: fragments whose layout the MMA
-    fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout."""
+    fixes (T.gemm C buffers, and A operands that wgmma reads from registers) -> that FragmentLayout.
+    Fragments over a thread's spare registers move to shared memory; with `spill`, only those past what
+    ptxas may spill (budget.SPILL_ALLOWANCE)."""
     c = _Collector(func, lines, accumulators, packed)
+    over_budget = set()
     while True:
         while _drop_driverless(c):  # forcing a fragment into shared memory can take the driver out of a loop
             pass
         layouts = _solve(c, threads)
-        demoted = _over_budget(c, layouts)
+        demoted = _over_budget(c, layouts, spill)
         if not demoted:
             break
         # each pass must move a fragment out of registers, or the loop would not end
@@ -313,6 +317,7 @@ def infer_layouts(
         )
         for buf, reason in demoted.items():
             c.force_shared(buf, reason)
+        over_budget.update(demoted)
     shared = {b: c.shared[b] for b in c.fragments if b in c.shared and b not in accumulators}
     loop_layouts = {}
     for loop in c.loops:
@@ -320,7 +325,7 @@ def infer_layouts(
         if driver is not None:
             loop_layouts[loop.stmt] = layouts[driver]
     registers = sum(_register_cost(b, l, c.packed) for b, l in layouts.items())
-    return FragmentPlan(layouts, shared, loop_layouts, registers)
+    return FragmentPlan(layouts, shared, loop_layouts, registers, frozenset(over_budget))
 
 
 def rows_coupled(func: tirx.PrimFunc) -> set:
@@ -449,10 +454,15 @@ def _choose(buf, layouts: dict, slices: list, threads: int, c: _Collector) -> Fr
     return candidates[-1]
 
 
-def _over_budget(c: _Collector, layouts: dict) -> dict:
+def _over_budget(c: _Collector, layouts: dict, spill: bool) -> dict:
     """The largest non-accumulator fragments to move to shared memory so that the rest fit a thread's
-    registers (empty when they fit)."""
-    budget = MAX_REGISTERS_PER_THREAD - _REGISTER_HEADROOM
+    registers (empty when they fit); with `spill`, the registers and what ptxas may spill."""
+    if spill:
+        budget = MAX_REGISTERS_PER_THREAD + SPILL_ALLOWANCE
+        limit = f"the {budget} registers a thread has and ptxas may spill"
+    else:
+        budget = MAX_REGISTERS_PER_THREAD - _REGISTER_HEADROOM
+        limit = f"the {budget} registers a thread can spare"
     demoted = {}
     movable = sorted((b for b in layouts if b not in c.accumulators),
                      key=lambda b: -_register_cost(b, layouts[b], c.packed))
@@ -461,6 +471,6 @@ def _over_budget(c: _Collector, layouts: dict) -> dict:
         if total <= budget:
             break
         total -= _register_cost(buf, layouts[buf], c.packed)
-        demoted[buf] = (f"the register fragments need more than the {budget} registers a thread can spare; "
+        demoted[buf] = (f"the register fragments need more than {limit}; "
                         f"{buf.name} ({layouts[buf].regs} registers per thread) is the largest")
     return demoted

@@ -40,6 +40,7 @@ from .budget import (
     layout_pool_reusing,
     max_shared_bytes,
     packed_registers,
+    spill_note,
 )
 from .cluster import describe_multicast
 from .decisions import TWO_CTAS_PER_SM, GemmKind, PipelineKind, Refusal
@@ -176,6 +177,12 @@ class KernelPlan(PlanFacts):
     def pipeline_note(self) -> str:
         return render_pipeline_note(self)
 
+    @property
+    def all_notes(self) -> list:
+        """The notes people read: the analyses' and one per hand layout of a parameter (whether the kernel
+        addresses it or the call permutes it, which the lowering decides after the plan)."""
+        return list(self.notes) + [g.note for g in self.global_layouts]
+
     def keeps_mma_in_flight(self, loop) -> bool:
         """Whether the T.gemm of this pipelined loop leaves one wgmma group in flight across
         iterations (the TMA pipeline, or the overlap variant of the cp.async one); the loop then
@@ -222,7 +229,7 @@ class KernelPlan(PlanFacts):
         return {
             "arch": self.arch, "threads": self.threads, "fragments": fragments, "shared": shared,
             "shared_bytes": self.pool_bytes, "fragment_registers": self.fragment_registers,
-            "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": list(self.notes),
+            "mma": mma, "pipelines": pipelines, "pipeline": self.pipeline_note, "notes": self.all_notes,
             "assumes": [f"{n} % 16 == 0" for n in sorted(self.divisible)] +
                        [f"{n} not 16-byte aligned" for n in sorted(self.unaligned)],
             # the decisions as fields (code reads these, never the note)
@@ -299,6 +306,7 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
             except LoweringError as err:
                 failed[(split, gathers)] = err
                 continue
+            plan = _spilling_for_tma(plan, func, target, options, split, gathers)
             notes = ()
             if not split and (True, gathers) in failed:
                 notes += (f"wgmma with the warpgroups splitting a T.gemm's columns would not build "
@@ -311,12 +319,33 @@ def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = Non
     raise failed[(splits[-1], False)]
 
 
+def _spilling_for_tma(plan: KernelPlan, func, target, options: LoweringOptions, split: bool,
+                      gathers: bool) -> KernelPlan:
+    """`plan`, or where fragments moved to shared memory for registers took the pipelined loop off TMA (the
+    loop's other statements may not touch shared memory there), the plan that keeps them in registers and
+    lets ptxas spill what does not fit: tilelang's choice, and 2.6x faster on DeepSeek's fp8 GEMM with two
+    accumulators, whose second accumulator would otherwise demote the pipeline to cp.async."""
+    why = plan.refusal("tma")
+    if why is None or why.code != "tma.shared_memory" or not plan.fragments.over_budget:
+        return plan
+    try:
+        spilled = _make_plan(func, target, options, split, gathers, spill=True)
+    except LoweringError:
+        return plan
+    if spilled.tma is None:
+        return plan
+    kept = ", ".join(sorted(b.name for b in plan.fragments.over_budget if spilled.in_registers(b)))
+    note = (f"{kept} kept in registers past what a thread can spare: in shared memory the pipelined loop "
+            f"would run on {why.text}")
+    return replace(spilled, notes=spilled.notes + (note,))
+
+
 def _first_line(err) -> str:
     return str(err).splitlines()[0]
 
 
 def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_split: bool,
-               gathers: bool = True) -> KernelPlan:
+               gathers: bool = True, spill: bool = False) -> KernelPlan:
     lines = SourceLines(func)
     arch = _arch(target)
     threads, grid = _launch(func)
@@ -339,7 +368,8 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     pipelines = {s: schedule_pipeline(s, gathers) for s in iter_stmts(func.body)
                  if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
     pinned = {b: a.linear() for b, a in accumulators.items()}
-    fragments, packed = infer_layouts(func, threads, pinned, lines), frozenset()
+    all_wgmma = bool(accumulators) and all(isinstance(a, WgmmaAccLayout) for a in accumulators.values())
+    fragments, packed = infer_layouts(func, threads, pinned, lines, spill=spill), frozenset()
     if register_a:
         # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma
         # accumulator of its shape (the A fragment of wgmma's register form): FlashAttention's
@@ -354,8 +384,9 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
                 pinned | {b: a.linear() for b, a in register_a.items()},
                 lines,
                 packed=in_registers,
+                spill=spill,
             )
-            check_registers(pinned | dict(with_a.layouts), lines, packed=in_registers)
+            check_registers(pinned | dict(with_a.layouts), lines, packed=in_registers, spill=all_wgmma)
             if set(with_a.shared) <= set(fragments.shared):
                 fragments, packed = with_a, in_registers
         except LoweringError:
@@ -457,10 +488,13 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     pool_bytes = barrier_offset + 8 * tma.barrier_count if tma is not None else end  # 8 B per mbarrier
     check_shared(placed, pool_bytes, arch, lines)
     check_registers(
-        {b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed
+        {b: a.linear() for b, a in accumulators.items()} | dict(fragments.layouts), lines, packed=packed,
+        spill=all_wgmma,
     )
     by_key = dict(zip(keys, placed, strict=True))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
+    spills = spill_note(facts.fragment_registers)
+    notes += (spills,) if spills else ()
     notes += _fp8_accumulation_notes(func, accumulators)
     notes += _eight_bit_fma_notes(gemms, target, threads, options)
     if pipelines and not ArchCaps.of(arch).cp_async:
@@ -469,7 +503,6 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
             "its own loads and only other warps' work overlaps them (the stages and barriers stay)",
         )
     hand_layouts = global_layouts(func)
-    notes += tuple(g.note for g in hand_layouts)
     heavy_first = _heavy_first(options, func, grid, pipelines)
     if heavy_first:
         notes += (
