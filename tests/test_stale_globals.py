@@ -216,6 +216,41 @@ def test_an_unchanged_environment_keeps_hitting_the_cache():
     assert k.stats["templates"] == 2
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_library_value_types_keyed_at_once_still_rebuild(backend):
+    # a T.dtype and a tvm value read by the body: after the first call the key takes their type as a value
+    # type (environment._VALUE_TYPES, no walk through the general path), and a change still rebuilds
+    from tile_nb.frontend import environment
+
+    nb = Notebook()
+    nb.run("""
+        ACC = T.float32
+        BIG = tile_nb.language.float32(2.0)
+        @tile_nb.jit
+        def scaled(X, Y):
+            N = T.const('N')
+            X: T.Tensor[[N], T.float32]
+            Y: T.Tensor[[N], T.float32]
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(N):
+                    Y[i] = T.cast(X[i], ACC) * BIG
+    """)
+    k = nb.ns["scaled"]
+    check(k, backend, 2.0)
+    assert type(nb.ns["ACC"]) in environment._VALUE_TYPES and type(nb.ns["BIG"]) in environment._VALUE_TYPES
+    check(k, backend, 2.0)
+    assert k.stats["templates"] == 1
+    nb.run("BIG = tile_nb.language.float32(3.0)\n")
+    check(k, backend, 3.0)
+    nb.run("ACC = T.float16\n")  # X * 3 rounded to float16 on the way
+    device = "cuda" if backend == "cuda" else "cpu"
+    x = torch.randn(5, generator=torch.Generator().manual_seed(3)).to(device)
+    y = torch.empty_like(x)
+    k(x, y)
+    torch.testing.assert_close(y.cpu(), x.cpu().half().float() * 3.0)
+    assert k.stats["templates"] == 3
+
+
 def test_library_values_are_constants_not_followed():
     import math
 

@@ -19,6 +19,7 @@ cross-process key.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -149,6 +150,9 @@ class _Identity:
 
 _ABSENT = ("<absent>",)  # a name not defined (yet): a notebook may define a helper after the kernel
 _SCALARS = frozenset({int, float, bool, str, bytes, complex, type(None)})
+# Library classes found to be hashable value types (tvm's Var, a T.dtype, torch.dtype): keyed as
+# (type, value) at once from then on, as the scalars are (_object_key adds them).
+_VALUE_TYPES: set = set()
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 
 
@@ -158,7 +162,7 @@ def value_key(value, seen: dict | None = None):
     contents. `seen` maps the ids of the functions and objects being keyed to them, so recursion and cycles
     end (and, kept alive, no temporary object's id is reused meanwhile)."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in _SCALARS or kind in _VALUE_TYPES:
         return (kind, value)
     if kind is types.FunctionType:
         return value if _library_file(value.__code__.co_filename) else _function_key(value, seen)
@@ -202,6 +206,9 @@ def _object_key(value, kind: type, seen: dict | None):
     if not hashable and hasattr(value, "__array_interface__"):
         return _array_key(value)
     if hashable and not (kind.__hash__ is object.__hash__ and kind.__eq__ is object.__eq__):
+        # (not a dataclass: its hash may fail for some values, where a list is among its fields)
+        if _library_class(kind) and not dataclasses.is_dataclass(kind):
+            _VALUE_TYPES.add(kind)
         return (kind, value)  # a value type: its own equality says what is the same
     if _library_class(kind):
         return ("<id>", kind, _Identity(value))
@@ -341,10 +348,11 @@ def _all_reads_key(reads: Reads, globals_: dict, cells, seen: dict | None) -> tu
 def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None = None):
     """`evaluate(globals, cells, seen)` -> the key of `reads`, as straight-line code: roots that are library
     values in `globals_` now are checked by identity (if one was rebound, every read is keyed in full), a
-    scalar read whole is `(type, value)` inline, anything else goes through `_read_key`. For a `kernel`,
+    scalar read whole is `(type, value)` inline (so is a library value type once seen: _VALUE_TYPES), anything
+    else goes through `_read_key`. For a `kernel`,
     `evaluate()` takes no arguments (its globals and cells are bound: this runs on every call)."""
-    env = {"A": _ABSENT, "S": _SCALARS, "rk": _read_key, "rebound": _all_reads_key, "reads": reads,
-           "G": globals_, "F": kernel}
+    env = {"A": _ABSENT, "S": _SCALARS, "VT": _VALUE_TYPES, "rk": _read_key, "rebound": _all_reads_key,
+           "reads": reads, "G": globals_, "F": kernel}
     pinned = [r for r in reads.globals if r.name in globals_ and _library_value(globals_[r.name])]
     if kernel is None:
         lines = ["def evaluate(g, cells, seen):"]
@@ -366,7 +374,7 @@ def _evaluator(reads: Reads, globals_: dict, kernel: types.FunctionType | None =
             lines += ["    try:", f"        v{k} = cells[{load}].cell_contents",
                       "    except ValueError:", f"        v{k} = A"]
         items.append(
-            f"(type(v{k}), v{k}) if type(v{k}) in S else rk(r{k}, v{k}, seen)"
+            f"(type(v{k}), v{k}) if type(v{k}) in S or type(v{k}) in VT else rk(r{k}, v{k}, seen)"
             if r.whole and not r.chains
             else f"rk(r{k}, v{k}, seen)"
         )
@@ -380,7 +388,7 @@ def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
     (its code and defaults and what it reads now, helpers followed), so a global changed since the last call
     runs it again rather than returning the kernel built from the old value."""
     try:
-        return (value_key(args), value_key(tuple(sorted(kwargs.items()))), _function_key(fn, None))
+        return (value_key(args), _keywords_key(kwargs) if kwargs else (), _function_key(fn, None))
     except _Unkeyable as err:
         code = fn.__code__
         name, site = (
@@ -396,6 +404,12 @@ def factory_key(fn: types.FunctionType, args: tuple, kwargs: dict) -> tuple:
             end_col=site[3],
             hint=err.hint,
         ) from None
+
+
+def _keywords_key(kwargs: dict) -> tuple:
+    """`value_key` of the sorted (name, value) pairs, scalars inline (a factory call keys them per call)."""
+    return tuple([(name, (type(v), v)) if type(v) in _SCALARS else (name, value_key(v))
+                  for name, v in sorted(kwargs.items())])
 
 
 # -- a kernel's environment ----------------------------------------------------------------------------------

@@ -168,8 +168,10 @@ class JITImpl:
 
     def __init__(self, fn, **options):
         from .. import jit as _jit
+        from ..factory import KernelFactory
 
         self._tile_nb = _jit(fn, **options)
+        self._factory = isinstance(self._tile_nb, KernelFactory)  # read once: calls run per forward pass
         # a factory's kernel -> its JITKernel, so a repeated call gives the same object
         self._wrappers: dict = {}
         self.__wrapped__ = fn
@@ -177,9 +179,7 @@ class JITImpl:
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
-        from ..factory import KernelFactory
-
-        if isinstance(self._tile_nb, KernelFactory):  # a @T.prim_func factory: the call gives the kernel
+        if self._factory:  # a @T.prim_func factory: the call gives the kernel
             kernel = self._tile_nb(*args, **kwargs)   # the factory keeps one kernel per argument values
             wrapped = self._wrappers.get(kernel)
             if wrapped is None:
