@@ -143,3 +143,17 @@ def test_fragments_past_the_spill_allowance_are_refused():
     text = str(err.value)
     assert "register fragments need 384 32-bit registers per thread; a thread has at most 255" in text
     assert "at most 32 more to spill" in text
+
+
+def test_one_accumulator_past_the_registers_stays_refused():
+    # a wgmma group holds its whole accumulator live: 128x256 float32 over 128 threads is 256 registers in one
+    # accumulator, which no spill can serve (tutorial 06 shows this refusal)
+    from kernels.seed import gemm_variant
+
+    A, B = (torch.randn(256, 256).half() for _ in range(2))
+    with pytest.raises(LoweringError) as err:
+        gemm_variant.compile(A, B, torch.empty(256, 256), block_M=128, block_N=256, threads=128,
+                             target="sm_90a")
+    text = str(err.value)
+    assert "need 256 32-bit registers per thread; a thread has at most 255:" in text
+    assert "spill" not in text.splitlines()[0]
