@@ -377,6 +377,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         isinstance(a, WgmmaAccLayout) and a.regs + WGMMA_HEADROOM <= MAX_REGISTERS_PER_THREAD
         for a in accumulators.values()
     )
+    spill = spill and may_spill  # layout inference keeps in registers only what check_registers accepts
     fragments, packed = infer_layouts(func, threads, pinned, lines, spill=spill), frozenset()
     if register_a:
         # A fragment A operand of a wgmma T.gemm stays in registers in the layout of a wgmma
