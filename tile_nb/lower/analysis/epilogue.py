@@ -2,11 +2,11 @@
 
 `T.copy(C_local, C[...])` after the pipelined loop, with C_local the wgmma accumulator: instead of every
 thread storing its registers to global memory (4-byte stores, half a 32-byte sector each), the consumers write
-them into a staging tile in shared memory (64-column, 128-byte-swizzled panels: conflict-free, and the layout
-a TMA box with SWIZZLE_128B reads), and one thread hands each panel to the TMA unit (`cp.async.bulk.tensor`
-global <- shared), which writes the tile in the background (clipping it at C's edges) while the consumers go
-on to the next tile's main loop. The staging tile holds the whole output tile, or as many panels as the shared
-memory left allows: the tile is then staged a chunk at a time.
+them into a staging tile in shared memory (128-byte-wide, 128-byte-swizzled panels: conflict-free, and the
+layout a TMA box with SWIZZLE_128B reads), and one thread hands each panel to the TMA unit
+(`cp.async.bulk.tensor` global <- shared), which writes the tile in the background (clipping it at C's edges)
+while the consumers go on to the next tile's main loop. The staging tile holds the whole output tile, or as
+many panels as the shared memory left allows: the tile is then staged a chunk at a time.
 
     per chunk of panels: thread 0 waits until earlier stores have read the staging tile (wait_group.read 0);
                          consumer barrier; every consumer writes its registers of the chunk's columns;
@@ -30,8 +30,10 @@ tile's stores are issued after the producer's loop, and waited for in full.
     producer:   for tile i, k-tile S - 1: wait for the stage (released by tile i - 1's epilogue); tile i - 1's
                 stores; commit; wait_group.read 0; load k-tile S - 1 of tile i
 
-Chosen for kernels with the TMA pipeline when C is a contiguous 16-bit global tensor of static shape
-with 16-byte rows, aligned, and the copy writes whole [rows <= 256, 64k] accumulator tiles. In a
+Chosen for kernels with the TMA pipeline when C is a contiguous 8- or 16-bit global tensor of static shape
+with 16-byte rows, aligned, and the copy writes whole [rows <= 256, k panels] accumulator tiles (a panel is
+128 bytes of a row: 64 columns of 16-bit, 128 of 8-bit elements). An 8-bit C gains most: without it each
+thread stores its values one byte at a time. In a
 persistent kernel (persistent.py) the stores overlap the next tile; in a grid of one wave the CTA waits
 for them before it exits, and still gains from the full-line writes
 (docs/decisions.md#the-tma-store-epilogue). `tile_nb.tma_store` (TILE_NB_TMA_STORE) = 0 turns it off, =
@@ -50,10 +52,12 @@ from .budget import SHARED_PER_SM, WGMMA_HEADROOM, ctas_per_sm, layout_pool, max
 from .decisions import Refusal
 from .layout import SharedTile, WgmmaAccLayout, tirx_bits
 
-__all__ = ["TmaStore", "describe_store", "plan_tma_store"]
+__all__ = ["TmaStore", "describe_store", "panel_cols", "plan_tma_store"]
 
 
-PANEL = 64  # columns of a 128-byte panel of 16-bit elements
+def panel_cols(dtype) -> int:
+    """Columns of a 128-byte panel of `dtype` (the inner extent of a SWIZZLE_128B TMA box)."""
+    return 1024 // tirx_bits(dtype)
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,14 @@ class TmaStore:
     stage: tirx.Buffer  # the staging tile's buffer (a key of plan.shared)
     global_buf: tirx.Buffer
     rows: int
-    panels: int  # 64-column panels of the output tile
+    panels: int  # 128-byte panels (panel_cols columns) of the output tile
     chunk: int  # panels staged at a time (in the staging tile)
     by_producer: bool = False  # the producer warp issues the stores (see "Stores by the producer" above)
     spill: object = None  # by_producer: the tma.TmaCopy whose last-k-tile stage holds panels [chunk, panels)
+
+    @property
+    def panel_cols(self) -> int:
+        return panel_cols(self.global_buf.dtype)
 
 
 def plan_tma_store(
@@ -117,7 +125,7 @@ def _by_producer(options, store: TmaStore, tma, persistent) -> TmaStore:
         return store
     spill = None
     if store.chunk < store.panels:
-        need = (store.panels - store.chunk) * store.rows * PANEL * tirx_bits(store.global_buf.dtype) // 8
+        need = (store.panels - store.chunk) * store.rows * 128
         stage_bytes = {c: c.tile_elems * tirx_bits(c.tile_buffer.dtype) // 8 for c in tma.copies}
         # swizzled panels
         fits = [c for c in tma.copies if stage_bytes[c] >= need and stage_bytes[c] % 1024 == 0]
@@ -152,13 +160,15 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, la
             None,
         )
     rows, cols = (int(x) for x in acc.shape)
-    if tirx_bits(dst.dtype) != 16 or len(dst.shape) != 2 or list(dst.strides) or cols % PANEL or rows > 256:
+    bits = tirx_bits(dst.dtype)
+    if bits not in (8, 16) or len(dst.shape) != 2 or list(dst.strides) or cols % panel_cols(dst.dtype) \
+            or rows > 256:
         return (
             None,
             Refusal(
                 "tma_store.shape",
-                f"no TMA store ({dst.name} is not a 2-d 16-bit tensor written in 64-column panels of at "
-                "most 256 rows)",
+                f"no TMA store ({dst.name} is not a 2-d 8- or 16-bit tensor written in 128-byte panels (64 "
+                "16-bit or 128 8-bit columns) of at most 256 rows)",
             ),
             None,
         )
@@ -188,20 +198,20 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, la
             None,
         )
     inner = const_int(dst.shape[-1])
-    if inner * 2 % 16:
+    if inner * bits % 128:
         return (
             None,
             Refusal("tma_store.rows", f"no TMA store ({dst.name}'s rows are not a multiple of 16 bytes)"),
             None,
         )
-    panels = cols // PANEL
+    panels = cols // panel_cols(dst.dtype)
     used = list(shared.values())
     limit = _pool_limit(arch, launched, accumulators, used, barrier_bytes)
     chunk = panels
     while chunk >= 1:
         tile = SharedTile(
             _stage_buffer(rows, chunk, dst.dtype),
-            (rows, chunk * PANEL),
+            (rows, chunk * panel_cols(dst.dtype)),
             str(dst.dtype),
             panel=True,
             name=f"{dst.name}_stage",
@@ -212,7 +222,8 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, la
         chunk //= 2
     return (
         None,
-        Refusal("tma_store.no_room", "no TMA store (no shared memory left for a 64-column staging panel)"),
+        Refusal("tma_store.no_room",
+                "no TMA store (no shared memory left for a 128-byte-wide staging panel)"),
         None,
     )
 
@@ -228,4 +239,4 @@ def _pool_limit(arch, launched, accumulators, used, barrier_bytes) -> int:
 
 
 def _stage_buffer(rows, panels, dtype):
-    return tirx.decl_buffer((rows, panels * PANEL), str(dtype), "C_stage", scope="shared.dyn")
+    return tirx.decl_buffer((rows, panels * panel_cols(dtype)), str(dtype), "C_stage", scope="shared.dyn")

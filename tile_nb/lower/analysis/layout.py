@@ -39,7 +39,8 @@ class SharedTile:
     dtype: str
     swizzle: bool = False
     stages: int = 1
-    panel: bool = False  # 64-column panels, each a [rows, 64] 128-byte-swizzled tile (wgmma MN-major operand)
+    panel: bool = False  # 128-byte panels, each a [rows, panel_cols] 128-byte-swizzled tile (wgmma MN-major
+    # operand, the TMA-store epilogue's staging tile)
     byte_offset: int = 0  # in the pool (budget.layout_pool)
     name: str = ""  # of the pool view; the buffer's name when empty
 
@@ -69,6 +70,11 @@ class SharedTile:
         """Elements per 16-byte chunk, the unit the swizzle permutes (8 of 2-byte, 16 of 1-byte elements)."""
         return 128 // tirx_bits(self.dtype)
 
+    @property
+    def panel_cols(self) -> int:
+        """Columns of a 128-byte panel (64 of 2-byte, 128 of 1-byte elements)."""
+        return 1024 // tirx_bits(self.dtype)
+
     def can_swizzle(self) -> bool:
         """8- and 16-bit tiles for the tensor cores; 32- and 64-bit ones for the FMA and TF32 paths, whose 8
         lanes of a row group read 8 rows at one column (conflict-free only when those rows' chunks differ)."""
@@ -77,11 +83,13 @@ class SharedTile:
     def offset2(self, row, col, stage=None):
         """Element offset of (row, col) in the flat view."""
         if self.panel:
-            # [cols/64][rows][64]: the canonical 128B-swizzle layout wgmma reads for an MN-major operand
-            # (8 rows of 128 bytes per 1024-byte atom, 16-byte chunk index XOR row % 8).
+            # [cols/P][rows][P], P columns of 128 bytes: the canonical 128B-swizzle layout wgmma reads for an
+            # MN-major operand and a SWIZZLE_128B TMA box holds (8 rows of 128 bytes per 1024-byte atom,
+            # 16-byte chunk index XOR row % 8).
             fd, fm = tirx.floordiv, tirx.floormod
-            chunk = tirx.bitwise_xor(fd(fm(col, 64), 8), fm(row, 8))
-            off = fd(col, 64) * (self.rows * 64) + row * 64 + chunk * 8 + fm(col, 8)
+            per, panel = self.chunk_elems, self.panel_cols
+            chunk = tirx.bitwise_xor(fd(fm(col, panel), per), fm(row, 8))
+            off = fd(col, panel) * (self.rows * panel) + row * panel + chunk * per + fm(col, per)
         elif self.swizzle:
             per = self.chunk_elems
             chunks = self.cols // per

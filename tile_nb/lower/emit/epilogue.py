@@ -8,7 +8,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
-from ..analysis.epilogue import PANEL, TmaStore
+from ..analysis.epilogue import TmaStore
 from ..analysis.layout import tirx_bits
 from ..exprs import conjunction
 from ..irwalk import region_of
@@ -25,7 +25,7 @@ __all__ = ["declare_spill_view", "emit_producer_stores", "emit_store_map", "emit
 def emit_store_map(em):
     store = em.plan.tma_store
     if store is not None:
-        em.store_map = tensormap(store.global_buf, (PANEL, store.rows), swizzle=3)
+        em.store_map = tensormap(store.global_buf, (store.panel_cols, store.rows), swizzle=3)
 
 
 # ---- device ------------------------------------------------------------------------------------------------
@@ -94,12 +94,13 @@ def emit_tma_store(em, call):
     view, tile = em.view(store.stage), em.tile(store.stage)
     starts = [em.expr(m) for m, _ in region_of(call.args[0])[1]]
     issuer = em.tx == 0
-    chunk_cols = store.chunk * PANEL
+    panel = store.panel_cols
+    chunk_cols = store.chunk * panel
     for first in range(0, store.panels, store.chunk):
         with T.If(issuer), T.Then():
             T.evaluate(_bulk_wait_read())  # earlier stores have read the staging tile
         em.sync()
-        low = first * PANEL
+        low = first * panel
         _write_registers(em, layout, regs, store, lambda row, col, low=low: [
             (tirx.And(col >= low, col < low + chunk_cols), view, tile.offset2(row, col - low))])
         T.evaluate(intrin.fence_proxy_async())
@@ -108,8 +109,8 @@ def emit_tma_store(em, call):
             for p in range(store.chunk):
                 if first + p >= store.panels:
                     break
-                smem = intrin.address_of(view, [p * store.rows * PANEL])
-                T.evaluate(tma_store(smem, em.store_map, [starts[1] + (first + p) * PANEL, starts[0]]))
+                smem = intrin.address_of(view, [p * store.rows * panel])
+                T.evaluate(tma_store(smem, em.store_map, [starts[1] + (first + p) * panel, starts[0]]))
             T.evaluate(_bulk_commit())
 
 
@@ -124,7 +125,7 @@ def _stage_for_the_producer(em, call, store: TmaStore):
     acc = region_of(call.args[1])[0]
     tile = em.tile(store.stage)
     last = last_stage(tma, em.scope.pipeline_base, loop_bounds(em, tma)[1])
-    staged_cols = store.chunk * PANEL
+    staged_cols = store.chunk * store.panel_cols
     layout, regs = em.plan.layout(acc), em.registers[acc]
 
     _write_registers(em, layout, regs, store,
@@ -174,14 +175,14 @@ def emit_producer_stores(em, stage, final: bool = False):
     shared memory (before the stage is refilled), or at the kernel's end until they are done."""
     store = em.plan.tma_store
     starts = [em.expr(m) for m, _ in region_of(store.call.args[0])[1]]
-    panel_elems = store.rows * PANEL
+    panel_elems = store.rows * store.panel_cols
     for p in range(store.panels):
         if p < store.chunk:
             smem = intrin.address_of(em.view(store.stage), [p * panel_elems])
         else:
             smem = intrin.address_of(em.spill_view,
                                      [stage * _spill_stage_elems(store) + (p - store.chunk) * panel_elems])
-        T.evaluate(tma_store(smem, em.store_map, [starts[1] + p * PANEL, starts[0]]))
+        T.evaluate(tma_store(smem, em.store_map, [starts[1] + p * store.panel_cols, starts[0]]))
     T.evaluate(_bulk_commit())
     T.evaluate(_bulk_wait() if final else _bulk_wait_read())
 

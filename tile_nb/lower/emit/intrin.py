@@ -233,7 +233,8 @@ def grid_sync() -> tirx.Expr:
 # C types of TVM's CUDA code for each dtype (how it declares buffers of that dtype).
 C_TYPES = {"float16": "half", "bfloat16": "nv_bfloat16", "float32": "float", "float64": "double",
            "int8": "signed char", "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
-           "int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+           "int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long",
+           "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
 _RAW = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
 _TO_FLOAT = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 _FROM_FLOAT = {"float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})"}
