@@ -5,8 +5,10 @@
 Producer / consumer GEMMs in each barrier form against torch at odd shapes (M, N, K not multiples of the
 tiles, sizes of 1, a dynamic M); the deadlock error (a wait that can never complete); the ordering errors of
 wrong pipelines (a missing wait: a read before the TMA copy landed; a release before the read: a write to a
-tile still being read); bad arguments refused at the user's line; the GPU lowering refuses such kernels at the
-user's line (no CUDA lowering yet, so there is no GPU twin to run). A T.gemm of a stage of a 3-d shared
+tile still being read); bad arguments refused at the user's line. On the GPU (marked gpu) the same kernels run
+as one program in their written order (lower/written_order.py), against torch; the lowering refuses, at the
+user's line, a kernel whose barriers allow no such order (a producer and a consumer each in its own loop). A
+T.gemm of a stage of a 3-d shared
 buffer, which the examples use, on the interpreter, through nvcc and (marked gpu) on CUDA."""
 import pytest
 import torch
@@ -153,36 +155,43 @@ def _ref(a, b):
 SHAPES = [(70, 45, 50), (1, 1, 1), (33, 17, 1), (1, 40, 37), (64, 32, 64)]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("M, N, K", SHAPES)
 @pytest.mark.parametrize("stages, producer", [(2, 1), (3, 0), (1, 1)])
-def test_barrier_pipeline_matches_torch(M, N, K, stages, producer):
+def test_barrier_pipeline_matches_torch(backend, M, N, K, stages, producer):
     a, b = _inputs(M, N, K, seed=M + N + K)
-    c = pipe(a, b, stages=stages, producer=producer)
-    torch.testing.assert_close(c, _ref(a, b), atol=1e-3, rtol=1e-3)
+    c = pipe(a.to(backend), b.to(backend), stages=stages, producer=producer)
+    torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
-def test_barrier_pipeline_with_a_dynamic_dim():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_barrier_pipeline_with_a_dynamic_dim(backend):
     for M in (19, 1, 64):
         a, b = _inputs(M, 24, 40, seed=M)
-        torch.testing.assert_close(pipe(a, b, dynamic=True), _ref(a, b), atol=1e-3, rtol=1e-3)
+        c = pipe(a.to(backend), b.to(backend), dynamic=True)
+        torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("M, N, K", SHAPES)
 @pytest.mark.parametrize("producer", [0, 1])
-def test_barrier_wait_arrive_handshake_matches_torch(M, N, K, producer):
+def test_barrier_wait_arrive_handshake_matches_torch(backend, M, N, K, producer):
     a, b = _inputs(M, N, K, seed=2 * M + K)
-    c = handshake(a, b, producer=producer)
-    torch.testing.assert_close(c.float(), _ref(a, b), atol=2e-2, rtol=2e-3)
+    c = handshake(a.to(backend), b.to(backend), producer=producer)
+    torch.testing.assert_close(c.cpu().float(), _ref(a, b), atol=2e-2, rtol=2e-3)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("M, N, K", SHAPES)
 @pytest.mark.parametrize("together", [False, True])
-def test_regions_without_barriers_match_torch(M, N, K, together):
+def test_regions_without_barriers_match_torch(backend, M, N, K, together):
     a, b = _inputs(M, N, K, seed=3 * M + N)
-    torch.testing.assert_close(split_n(a, b, together=together), _ref(a, b), atol=1e-3, rtol=1e-3)
+    c = split_n(a.to(backend), b.to(backend), together=together)
+    torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
-def test_element_stores_print_and_an_allocation_inside_ws():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_element_stores_print_and_an_allocation_inside_ws(backend):
     """T.Parallel loops, a T.print and an allocation inside T.ws regions; a barrier orders the groups."""
     @tile_nb.jit
     def mixed(A):
@@ -209,7 +218,7 @@ def test_element_stores_print_and_an_allocation_inside_ws():
 
     for n in (1, 100, 128):
         a = torch.randn(n)
-        torch.testing.assert_close(mixed(a), a * 2 + 1)
+        torch.testing.assert_close(mixed(a.to(backend)).cpu(), a * 2 + 1)
 
 
 @tile_nb.jit
@@ -293,12 +302,13 @@ def dispatch(A, form: str = "elif"):
     return B
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("form", ["elif", "separate"])
 @pytest.mark.parametrize("n", [1, 100, 128, 333])
-def test_thread_binding_conditions_choose_warp_groups(form, n):
+def test_thread_binding_conditions_choose_warp_groups(backend, form, n):
     torch.manual_seed(n)
     a = torch.randn(n)
-    torch.testing.assert_close(dispatch(a, form=form), a * 2 + 1)
+    torch.testing.assert_close(dispatch(a.to(backend), form=form).cpu(), a * 2 + 1)
 
 
 @pytest.mark.parametrize("body, message", [
@@ -610,23 +620,110 @@ def bad(A):
 
 # ---- the GPU -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_the_cuda_lowering_refuses_a_ws_region_at_the_users_line(arch):
-    a, b = _inputs(256, 256, 64)
-    with pytest.raises(
-        LoweringError, match="T.ws warp-specialized regions and mbarriers are not lowered"
-    ) as info:
-        split_n.compile(a, b, target=arch, block_M=128, block_N=256, block_K=32)
-    assert "with T.ws(1):" in info.value.source_line()
+WRITTEN_ORDER = "T.ws regions and mbarriers run as one program in their written order"
 
 
-@pytest.mark.parametrize("kernel", [pipe, handshake])
+def _notes(kernel, *args, arch="sm_90a", **kwargs):
+    return kernel.compile(*args, target=arch, **kwargs).plan["notes"]
+
+
+@needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_the_cuda_lowering_refuses_mbarriers(kernel, arch):
-    """Refused at the T.alloc_barrier line, the first thing of the kernel the lowering cannot emit."""
+@pytest.mark.parametrize("kernel, kwargs", [
+    (pipe, dict(stages=2, producer=1)), (pipe, dict(stages=3, producer=0)), (handshake, {}),
+    (handshake, dict(producer=1)), (split_n, dict(together=True)),
+], ids=["pipe-2", "pipe-3", "handshake-0", "handshake-1", "split-n"])
+def test_the_cuda_lowering_runs_ws_kernels_in_their_written_order(kernel, kwargs, arch):
+    """Built for the GPU with the plan saying how: no T.ws region, no mbarrier of the user's in the code."""
     a, b = _inputs(256, 256, 64)
-    with pytest.raises(
-        LoweringError, match="mbarriers are not lowered to CUDA yet; the interpreter runs"
-    ) as info:
-        kernel.compile(a, b, target=arch, block_M=128, block_N=128, block_K=32)
-    assert "T.alloc_barrier(" in info.value.source_line()
+    compiled = kernel.compile(a, b, target=arch, block_M=128, block_N=128, block_K=32, **kwargs)
+    assert any(n.startswith(WRITTEN_ORDER) for n in compiled.plan["notes"]), compiled.plan["notes"]
+    assert compiled.cubin
+
+
+def test_concurrent_regions_written_consumer_first_run_producer_first():
+    """`if tx < 128: <waits for the others> elif ...: <waits for the last> else: <loads>` (the dispatch
+    kernel's elif form): the regions run concurrently; the written order would wait first, so the GPU runs
+    them last to first, and the plan says so."""
+    (note,) = [n for n in _notes(dispatch, torch.randn(100), form="elif") if n.startswith(WRITTEN_ORDER)]
+    # the `elif` / `else` pair is one region of groups 1 and 2 around two regions
+    assert "the regions of warp groups [1, 2] and [0] run in that order" in note, note
+    assert "the regions of warp groups [2] and [1] run in that order" in note, note
+    (plain,) = [n for n in _notes(dispatch, torch.randn(100), form="separate") if n.startswith(WRITTEN_ORDER)]
+    assert "run in that order" not in plain
+
+
+@tile_nb.jit
+def own_loops(A, n_tiles: int = 4):
+    """A producer and a consumer each with its own loop over one shared stage (FlashMLA's form): the groups
+    must alternate, which no order of the two regions does."""
+    A: T.Tensor[[n_tiles * 64], T.float32]
+    B = T.empty((n_tiles * 64,), T.float32)
+    with T.Kernel(1, threads=256) as _:
+        s = T.alloc_shared((64,), T.float32)
+        full = T.alloc_barrier(128)
+        empty = T.alloc_barrier(128)
+        with T.ws(0):
+            for i in range(n_tiles):
+                T.mbarrier_wait_parity(empty, i % 2 ^ 1)
+                T.copy(A[i * 64], s)
+                T.mbarrier_arrive(full)
+        with T.ws(1):
+            for i in range(n_tiles):
+                T.mbarrier_wait_parity(full, i % 2)
+                for j in T.Parallel(64):
+                    B[i * 64 + j] = s[j] * 3.0
+                T.mbarrier_arrive(empty)
+    return B
+
+
+def test_regions_that_must_alternate_run_on_the_interpreter_and_are_refused_for_the_gpu():
+    a = torch.randn(4 * 64)
+    torch.testing.assert_close(own_loops(a), a * 3)
+    with pytest.raises(LoweringError, match=r"comes, in the written order, before the phase it waits for "
+                                            r"completes \(empty\[0\] is in phase 0") as info:
+        own_loops.compile(a, target="sm_90a")
+    assert "T.mbarrier_wait_parity(empty, i % 2 ^ 1)" in info.value.source_line()
+    assert "producing region before the consuming one" in info.value.hint
+
+
+def test_a_barrier_index_the_compiler_cannot_know_is_refused_for_the_gpu():
+    @tile_nb.jit
+    def by_block(A):
+        A: T.Tensor[[2, 64], T.float32]
+        B = T.empty((2, 64), T.float32)
+        with T.Kernel(2, threads=256) as bx:
+            s = T.alloc_shared((64,), T.float32)
+            bars = T.alloc_barrier([128, 128])
+            with T.ws(0):
+                T.copy(A[bx, 0], s)
+                T.mbarrier_arrive(bars[bx])
+            with T.ws(1):
+                T.mbarrier_wait_parity(bars[bx], 0)
+                T.copy(s, B[bx, 0])
+        return B
+
+    a = torch.randn(2, 64)
+    torch.testing.assert_close(by_block(a), a)
+    with pytest.raises(LoweringError, match=r"the index into bars is not known at compile time") as info:
+        by_block.compile(a, target="sm_90a")
+    assert "T.mbarrier_arrive(bars[bx])" in info.value.source_line()
+
+
+def test_a_register_buffer_two_groups_use_is_refused_for_the_gpu_too():
+    @tile_nb.jit
+    def two_owners(A):
+        A: T.Tensor[[16], T.float32]
+        B = T.empty((16,), T.float32)
+        with T.Kernel(1, threads=256) as _:
+            frag = T.alloc_fragment((16,), T.float32)
+            with T.ws(0):
+                T.copy(A, frag)
+            with T.ws(1):
+                T.copy(frag, B)
+        return B
+
+    with pytest.raises(LoweringError, match=r"frag \(local.fragment\) is used by warp groups \[1\] here and "
+                                            r"by warp groups \[0\] at line \d+") as info:
+        two_owners.compile(torch.randn(16), target="sm_90a")
+    assert "T.copy(frag, B)" in info.value.source_line()

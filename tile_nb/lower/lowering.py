@@ -5,7 +5,8 @@ Two steps, in order:
    shared tiles, TMA, budgets) decide everything and return one frozen `KernelPlan`;
 2. `Emitter(func, plan).run()` (emit/emitter.py): re-emits the body through TVM's IR builder, each tile op,
    scheduled statement and kernel hook by the rule emit/rules.py lists (in the order they run).
-A kernel parameter with a hand layout is addressed through it in the kernel when every use is one element at a
+A `T.ws` kernel is first made one program in its written order (written_order.py). A kernel parameter with a
+hand layout is addressed through it in the kernel when every use is one element at a
 time (emit/hand_layouts.py checks the emitted body); else the body is emitted again without, and the call
 permutes the tensor around the launch.
 """
@@ -19,6 +20,7 @@ from .analysis.plan import KernelPlan, make_plan
 from .emit.emitter import Emitter
 from .emit.hand_layouts import unsupported_use
 from .options import LoweringOptions, resolve
+from .written_order import in_written_order
 
 __all__ = ["lower_with_plan"]
 
@@ -29,7 +31,11 @@ def lower_with_plan(func: tirx.PrimFunc, target, *, source_marks: bool = True,
     is bracketed by marks (sourcemap.py) that `split_marks` takes out of the printed IR and the CUDA source.
     `options`: resolved lowering options (options.resolve); None resolves them
     here from `func` and the process."""
-    plan = make_plan(func, target, resolve(func) if options is None else options)
+    options = resolve(func) if options is None else options
+    func, written_order = in_written_order(func)  # T.ws kernels: one program in their written order
+    plan = make_plan(func, target, options)
+    if written_order is not None:
+        plan = dataclasses.replace(plan, notes=plan.notes + (written_order,))
     emitter = Emitter(func, plan, target, source_marks=source_marks)
     lowered = emitter.run()
     if emitter.laid_out:  # hand layouts of parameters addressed in the kernel: exact for every use?

@@ -31,7 +31,7 @@ from ..irwalk import atomic_target, buffers_touched, iter_stmts, region_of, scop
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 from . import intrin
 from .hand_layouts import LaidOut, laid_out, linear_index
-from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS, WARP_SPECIALIZED
+from .rules import KERNEL_HOOKS, STATEMENT_RULES, TILE_OPS
 
 __all__ = ["Emitter", "Scope"]
 
@@ -548,8 +548,6 @@ class Emitter:
             IRBuilder.name(buf.name, new)
             self.locals[buf] = new
             return
-        if scope == "shared.barrier":  # T.alloc_barrier (language/sync.py)
-            raise self.lines.locate(LoweringError(WARP_SPECIALIZED), buffer_name=buf.name)
         raise self.lines.locate(LoweringError(f"buffer {buf.name} in scope {scope} is not supported"),
                                 buffer_name=buf.name)
 

@@ -9,22 +9,9 @@ from types import MappingProxyType
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from ..errors import LoweringError
 from . import copy, debug, elementwise, epilogue, gemm, intrin, loops, persistent, pipeline, reduce, scan, tma
 
-__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS", "WARP_SPECIALIZED"]
-
-WARP_SPECIALIZED = (
-    "T.ws warp-specialized regions and mbarriers are not lowered to CUDA yet; the interpreter runs "
-    "them (backend='cpu'), checking their ordering"
-)
-
-
-def refuse_warp_specialized(em, call):
-    """T.ws, T.alloc_barrier's arrive counts, T.mbarrier_arrive / _wait_parity,
-    T.tma_copy (language/sync.py)."""
-    raise LoweringError(WARP_SPECIALIZED)
-
+__all__ = ["KERNEL_HOOKS", "STATEMENT_RULES", "TILE_OPS"]
 
 def emit_grid_sync(em, call):
     """T.sync_grid (language/sync.py): cooperative groups' grid barrier, which every thread of the block
@@ -41,8 +28,6 @@ TILE_OPS = MappingProxyType({
     "tirx.tile.min": reduce.lower_reduce,
     "tirx.tile.cumsum": scan.lower_cumsum,
     "tirx.tile.gemm": gemm.lower_gemm,
-    **{f"tirx.tile.{op}": refuse_warp_specialized
-       for op in ("ws", "barrier_init", "mbarrier_arrive", "mbarrier_wait", "tma_copy")},
     "tirx.tile.sync_grid": emit_grid_sync,
 })
 
