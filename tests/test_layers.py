@@ -35,7 +35,7 @@ ABOVE = {
 # Inside lower/ (its __init__.py draws the map): the shared leaves, then analysis/ (what decides), then emit/
 # (what the decisions become), then the driver lowering.py. Folder or file -> what
 # below tile_nb it must not import.
-LOWER_LEAVES = ("diagnostics", "errors", "exprs", "irwalk", "narrow", "options", "sourcemap")
+LOWER_LEAVES = ("diagnostics", "errors", "exprs", "irwalk", "narrow", "options", "sourcemap", "written_order")
 LOWER = {
     **{f"lower/{leaf}.py": ("lower.analysis", "lower.emit", "lower.lowering") for leaf in LOWER_LEAVES},
     "lower/analysis": ("lower.emit", "lower.lowering"),

@@ -710,9 +710,10 @@ def test_a_barrier_index_the_compiler_cannot_know_is_refused_for_the_gpu():
     assert "T.mbarrier_arrive(bars[bx])" in info.value.source_line()
 
 
-def test_a_register_buffer_two_groups_use_is_refused_for_the_gpu_too():
+@pytest.mark.parametrize("use", ["tile", "element"])
+def test_a_register_buffer_two_groups_use_is_refused_for_the_gpu_too(use):
     @tile_nb.jit
-    def two_owners(A):
+    def two_owners(A, use: str = "tile"):
         A: T.Tensor[[16], T.float32]
         B = T.empty((16,), T.float32)
         with T.Kernel(1, threads=256) as _:
@@ -720,10 +721,14 @@ def test_a_register_buffer_two_groups_use_is_refused_for_the_gpu_too():
             with T.ws(0):
                 T.copy(A, frag)
             with T.ws(1):
-                T.copy(frag, B)
+                if use == "tile":
+                    T.copy(frag, B)
+                else:
+                    for i in T.Parallel(16):
+                        B[i] = frag[i]
         return B
 
     with pytest.raises(LoweringError, match=r"frag \(local.fragment\) is used by warp groups \[1\] here and "
                                             r"by warp groups \[0\] at line \d+") as info:
-        two_owners.compile(torch.randn(16), target="sm_90a")
-    assert "T.copy(frag, B)" in info.value.source_line()
+        two_owners.compile(torch.randn(16), target="sm_90a", use=use)
+    assert ("T.copy(frag, B)" if use == "tile" else "B[i] = frag[i]") in info.value.source_line()

@@ -10,7 +10,8 @@ follows it. The package, bottom up (tests/test_layers.py holds each part to impo
 - shared leaves, at the top: errors.py (LoweringError), options.py (LoweringOptions: what the user sets),
   irwalk.py and exprs.py (walking and rebuilding tile-IR statements and expressions), diagnostics.py (the
   user's lines), sourcemap.py (marks from statements to lowered lines). Both halves below use them, and so do
-  layers outside lower/ (jit, runtime, torch, bench), which is why they belong to neither;
+  layers outside lower/ (jit, runtime, torch, bench), which is why they belong to neither; written_order.py
+  (a `T.ws` kernel made one program in an order its barriers allow, before the analyses see it);
 - analysis/: what decides. Functions from the function, the options and earlier results to typed results:
   arch.py and arch_rules.py (what a target has and refuses), mma.py (which instruction each T.gemm gets),
   layout.py, fragments.py and infer.py (register and shared layouts), budget.py, schedule.py, the planning

@@ -262,7 +262,7 @@ def _check_registers(func, lines: SourceLines) -> None:
     def visit(stmt, mask):
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WS_ATTR:
             mask = int(stmt.value)
-        if isinstance(stmt, TilePrimitiveCall) and mask is not None:
+        if isinstance(stmt, (TilePrimitiveCall, tirx.BufferStore)) and mask is not None:
             reads, writes = buffers_touched(stmt)
             for buf in {*reads, *writes}:
                 if buf.scope() not in _REGISTERS:
