@@ -70,7 +70,8 @@ case "$part" in
     set -f
     globs=(${VS_GLOBS:-examples/gemm/* examples/gemm_fp8/* examples/flash_attention/* examples/gemm_splitk/*
            examples/flash_decoding/* examples/deepseek_mla/* examples/dequantize_gemm/* examples/linear_attention/*
-           examples/blocksparse_attention/* examples/elementwise/* examples/cast/* examples/convolution/*})
+           examples/blocksparse_attention/* examples/elementwise/* examples/cast/* examples/convolution/*
+           examples/warp_specialize/*})
     nb() { PYTHONPATH=/tmp/devkit/site:$PWD python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" --impl tile_nb \
              --only "${globs[@]}" "$@"; }
     tl() { (source scripts/tilelang_kit.sh use && python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" \

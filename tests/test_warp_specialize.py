@@ -155,12 +155,18 @@ def _ref(a, b):
 SHAPES = [(70, 45, 50), (1, 1, 1), (33, 17, 1), (1, 40, 37), (64, 32, 64)]
 
 
+def _tiles(backend, block_N=32):
+    """Small tiles on the interpreter (fast); on the GPU tiles that split over the block's 8 warps in 16x16
+    warp tiles (a T.gemm inside a region runs over every thread of the block there: written_order.py)."""
+    return {} if backend == "cpu" else dict(block_M=64, block_N=block_N)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("M, N, K", SHAPES)
 @pytest.mark.parametrize("stages, producer", [(2, 1), (3, 0), (1, 1)])
 def test_barrier_pipeline_matches_torch(backend, M, N, K, stages, producer):
     a, b = _inputs(M, N, K, seed=M + N + K)
-    c = pipe(a.to(backend), b.to(backend), stages=stages, producer=producer)
+    c = pipe(a.to(backend), b.to(backend), stages=stages, producer=producer, **_tiles(backend))
     torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
@@ -168,7 +174,7 @@ def test_barrier_pipeline_matches_torch(backend, M, N, K, stages, producer):
 def test_barrier_pipeline_with_a_dynamic_dim(backend):
     for M in (19, 1, 64):
         a, b = _inputs(M, 24, 40, seed=M)
-        c = pipe(a.to(backend), b.to(backend), dynamic=True)
+        c = pipe(a.to(backend), b.to(backend), dynamic=True, **_tiles(backend))
         torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
@@ -177,7 +183,7 @@ def test_barrier_pipeline_with_a_dynamic_dim(backend):
 @pytest.mark.parametrize("producer", [0, 1])
 def test_barrier_wait_arrive_handshake_matches_torch(backend, M, N, K, producer):
     a, b = _inputs(M, N, K, seed=2 * M + K)
-    c = handshake(a.to(backend), b.to(backend), producer=producer)
+    c = handshake(a.to(backend), b.to(backend), producer=producer, **_tiles(backend))
     torch.testing.assert_close(c.cpu().float(), _ref(a, b), atol=2e-2, rtol=2e-3)
 
 
@@ -186,7 +192,7 @@ def test_barrier_wait_arrive_handshake_matches_torch(backend, M, N, K, producer)
 @pytest.mark.parametrize("together", [False, True])
 def test_regions_without_barriers_match_torch(backend, M, N, K, together):
     a, b = _inputs(M, N, K, seed=3 * M + N)
-    c = split_n(a.to(backend), b.to(backend), together=together)
+    c = split_n(a.to(backend), b.to(backend), together=together, **_tiles(backend, block_N=64))
     torch.testing.assert_close(c.cpu(), _ref(a, b), atol=1e-3, rtol=1e-3)
 
 
