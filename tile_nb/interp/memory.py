@@ -164,6 +164,8 @@ def _buffer_store(comp: Compiler, node):
     glob = node.buffer.scope() == "global"
     sliced = compile_slice_access(comp, node.indices, cache=not glob)
     wrap = _int_wrapper(str(node.buffer.dtype))
+    tdtype = V.torch_dtype(node.buffer.dtype)
+    saturating = tdtype if tdtype in V.SATURATING else None  # (float8_e5m2: the GPU's satfinite conversion)
 
     def store(f):
         t = f.vals[slot]
@@ -172,6 +174,8 @@ def _buffer_store(comp: Compiler, node):
         value = value_fn(f)
         if wrap is not None and type(value) is int:
             value = wrap(value)
+        if saturating is not None:
+            value = V.saturate(value, saturating)
         w = f.written
         m = w[slot] if w is not None else None
         if m is True:
@@ -325,6 +329,7 @@ class Region:
         self.name = self.buffer.name
         self.guarded = self.buffer.scope() == "global"
         self.dtype = V.torch_dtype(self.buffer.dtype)
+        self._saturates = self.dtype in V.SATURATING
         self._mins = comp.exprs([r.min for r in region.region])
         self._exts = comp.exprs([r.extent for r in region.region])
         self.location = location
@@ -461,6 +466,8 @@ class Region:
     def write(self, f, value) -> None:
         """Store `value` (broadcastable to the extents) into the region; only the
         in-range part of a global one."""
+        if self._saturates:
+            value = V.saturate(value, self.dtype)
         if self.guarded and f.access is not None:
             self._record(f, access.WRITE)
         if self._fixed is not None:

@@ -49,7 +49,7 @@ def _copy(comp: Compiler, node):
         if not same_shape:
             tile = tile.reshape(dst_exts)
         # (a per-call reshape / same-dtype .to cost as much as a small tile's copy itself)
-        dst.write(f, tile if tile.dtype == dst.dtype else tile.to(dst.dtype))
+        dst.write(f, tile if tile.dtype == dst.dtype else V.convert(tile, dst.dtype))
     return copy
 
 

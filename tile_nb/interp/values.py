@@ -89,11 +89,38 @@ def compare_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.int64
 
 
+# The largest finite value of an 8-bit float dtype whose torch conversion overflows to infinity: CUDA converts
+# with `satfinite` (cvt.rn.satfinite, the __nv_fp8 constructors), which gives the largest finite value instead
+# (infinity too); NaN stays NaN. torch's e4m3fn conversion already saturates (it has no infinity).
+_SATURATE = {torch.float8_e5m2: 57344.0}
+SATURATING = frozenset(_SATURATE)
+
+
+def saturate(value, dtype: torch.dtype):
+    """`value` (a tensor or a Python number about to be stored as `dtype`) clamped as the GPU's conversion to
+    `dtype` clamps: only for float8_e5m2, whose torch conversion would give infinity (docs/IR.md, "8-bit
+    floats"); anything else unchanged."""
+    limit = _SATURATE.get(dtype)
+    if limit is None:
+        return value
+    if is_tensor(value):
+        return value.clamp(-limit, limit) if value.dtype.is_floating_point and value.dtype != dtype else value
+    if isinstance(value, float) and value == value:
+        return max(-limit, min(limit, value))
+    return value
+
+
+def convert(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t.to(dtype)` as the GPU converts (`saturate`)."""
+    return saturate(t, dtype).to(dtype)
+
+
 def wrap_int(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An int64 tensor converted to `dtype`; an integer dtype keeps the low bits (two's complement
-    wrap-around, as CUDA's and torch's integer arithmetic); a float or bool dtype converts as `.to` does."""
+    wrap-around, as CUDA's and torch's integer arithmetic); a float or bool dtype converts as the GPU does
+    (`convert`)."""
     if dtype.is_floating_point or dtype == torch.bool or t.dtype.is_floating_point:
-        return t.to(dtype)
+        return convert(t, dtype)
     bits = torch.iinfo(dtype).bits
     if bits < 64:
         t = t & ((1 << bits) - 1)
@@ -128,7 +155,7 @@ def cast(x, dtype: str):
     narrow floats become 0-d tensors."""
     tdtype = torch_dtype(dtype)
     if is_tensor(x):
-        return x.to(tdtype)
+        return convert(x, tdtype)
     if tdtype == torch.bool:
         return bool(x)
     if not tdtype.is_floating_point:
@@ -139,7 +166,7 @@ def cast(x, dtype: str):
         return wrap_scalar(int(x), tdtype)
     if tdtype == torch.float64:
         return float(x)
-    return torch.tensor(float(x), dtype=tdtype)
+    return torch.tensor(saturate(float(x), tdtype)).to(tdtype)
 
 
 def vmin(a, b):
