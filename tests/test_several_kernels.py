@@ -1,16 +1,15 @@
 """A function with several T.Kernel (tilelang's MoE, decode and backward examples): each runs after the one
-before, on the interpreter and on the GPU. The CUDA lowering plans the function once, so: no barrier between
-two kernels (it was emitted on the host: a TVM InternalError for any two kernels that touch shared memory),
-the grid-order schedules (CTA raster groups, persistent CTAs) off (they followed one kernel's grid: another
-InternalError, in tilelang's fused MoE example), and kernels with different `threads=` refused (their
-fragments would have been laid out for the wrong number of threads: stores out of range). Interpreter
-against torch, the CUDA build, and the GPU (marked gpu)."""
+before, on the interpreter and on the GPU. The CUDA lowering plans and emits each kernel on its own
+(lowering.py): its own threads, pipelines, registers, shared memory and grid-order schedule (CTA raster
+groups, persistent CTAs follow its own grid). Before, one plan served the whole function: one thread count
+(kernels with different `threads=` were refused), one shared pool and one register budget for all, no TMA
+where the function had more than one pipelined loop. Interpreter against torch, the CUDA build, and the GPU
+(marked gpu)."""
 import pytest
 import torch
 
 import tile_nb
 import tile_nb.language as T
-from tile_nb.lower import LoweringError
 
 
 @tile_nb.jit
@@ -69,37 +68,54 @@ def test_two_gemm_kernels_in_one_function_on_gpu(M, K, N, P):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_two_gemm_kernels_build_with_no_barrier_on_the_host(arch):
+def test_each_kernel_is_planned_on_its_own(arch):
     a, w, v = torch.zeros(256, 128).half(), torch.zeros(256, 128).half(), torch.zeros(192, 256).half()
     kernel = two_gemms.compile(a, w, v, target=arch)
     assert kernel.cuda_source.count("extern \"C\" __global__") >= 2
-    assert kernel.plan["persistent_ctas"] is None and "_raster" not in kernel.cuda_source
+    plans = kernel.plan["kernels"]
+    assert len(plans) == 2 and [p["threads"] for p in plans] == [128, 128]
+    assert [p["mma"][0]["name"] for p in plans] == ["acc", "acc2"]  # each plan holds its own kernel only
+    assert kernel.plan["pipeline"].startswith("kernel 1: ") and "; kernel 2: " in kernel.plan["pipeline"]
+    # each kernel's own shared memory (two stages of its two 8 KiB tiles, and on sm_90a the TMA pipeline's
+    # mbarriers), not the two kernels' together
+    for r in kernel.resources_by_kernel.values():
+        assert 2 * 2 * 64 * 64 * 2 <= r.dynamic_shared_bytes <= 2 * 2 * 64 * 64 * 2 + 256
 
 
-def test_kernels_with_different_thread_counts_are_refused_at_the_second():
-    @tile_nb.jit
-    def two(A):
-        A: T.Tensor[[64, 64], T.float32]
-        B = T.empty((64, 64), T.float32)
-        C = T.empty((64, 64), T.float32)
-        with T.Kernel(1, threads=256) as _:
-            f = T.alloc_fragment((64, 64), T.float32)
-            T.copy(A, f)
-            for i, j in T.Parallel(64, 64):
-                f[i, j] = f[i, j] + 1.0
-            T.copy(f, B)
-        with T.Kernel(1, threads=128) as _:
-            g = T.alloc_fragment((64, 64), T.float32)
-            T.copy(B, g)
-            for i, j in T.Parallel(64, 64):
-                g[i, j] = g[i, j] * 2.0
-            T.copy(g, C)
-        return B, C
+@tile_nb.jit
+def two_thread_counts(A, first: int = 256, second: int = 128):
+    """Two kernels over one [64, 64] fragment each, with different `threads=`."""
+    A: T.Tensor[[64, 64], T.float32]
+    B = T.empty((64, 64), T.float32)
+    C = T.empty((64, 64), T.float32)
+    with T.Kernel(1, threads=first) as _:
+        f = T.alloc_fragment((64, 64), T.float32)
+        T.copy(A, f)
+        for i, j in T.Parallel(64, 64):
+            f[i, j] = f[i, j] + 1.0
+        T.copy(f, B)
+    with T.Kernel(1, threads=second) as _:
+        g = T.alloc_fragment((64, 64), T.float32)
+        T.copy(B, g)
+        for i, j in T.Parallel(64, 64):
+            g[i, j] = g[i, j] * 2.0
+        T.copy(g, C)
+    return B, C
 
+
+def test_kernels_with_different_thread_counts_build_each_with_its_own():
     a = torch.randn(64, 64)
-    b, c = two(a)                                              # the interpreter runs it as written
+    b, c = two_thread_counts(a)                                    # the interpreter runs it as written
     torch.testing.assert_close(c, (a + 1) * 2)
-    expected = "threads=128, an earlier one in the same function threads=256"
-    with pytest.raises(LoweringError, match=expected) as info:
-        two.compile(a, target="sm_90a")
-    assert info.value.lineno is not None
+    kernel = two_thread_counts.compile(a, target="sm_90a")
+    assert [p["threads"] for p in kernel.plan["kernels"]] == [256, 128]
+    assert "__launch_bounds__(256" in kernel.cuda_source and "__launch_bounds__(128" in kernel.cuda_source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("first, second", [(256, 128), (128, 384), (32, 64)])
+def test_kernels_with_different_thread_counts_on_gpu(first, second):
+    a = torch.randn(64, 64)
+    b, c = two_thread_counts(a.cuda(), first=first, second=second)
+    torch.testing.assert_close(b.cpu(), a + 1)
+    torch.testing.assert_close(c.cpu(), (a + 1) * 2)

@@ -75,7 +75,7 @@ from .schedule import prefetched_tile, schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
 from .tma import TmaPlan, describe_tma, plan_tma
 
-__all__ = ["KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
+__all__ = ["FunctionPlan", "KernelPlan", "PlanFacts", "make_plan", "render_pipeline_note"]
 
 _REDUCTIONS = ("tirx.tile.sum", "tirx.tile.max", "tirx.tile.min")
 
@@ -292,6 +292,39 @@ def _arch(target) -> str:
     return str(target.attrs.get("arch", "sm_90a")) if target is not None else "sm_90a"
 
 
+@dataclass(frozen=True)
+class FunctionPlan:
+    """The plans of a function with several T.Kernels, one per kernel in launch order (lowering.py plans and
+    emits each on its own), and notes on the whole function."""
+
+    kernels: tuple
+    notes: tuple = ()
+
+    @property
+    def pipeline_note(self) -> str:
+        return "; ".join(f"kernel {i}: {p.pipeline_note}"
+                         for i, p in enumerate(self.kernels, 1) if p.pipeline_note)
+
+    @property
+    def all_notes(self) -> list:
+        return list(self.notes) + [f"kernel {i}: {n}"
+                                   for i, p in enumerate(self.kernels, 1) for n in p.all_notes]
+
+    def summary(self) -> dict:
+        """The first kernel's summary with the whole function's notes, pipeline, largest shared pool,
+        cooperative launch, hand layouts and assumptions, and every kernel's summary under "kernels"."""
+        each = [p.summary() for p in self.kernels]
+        out = dict(each[0])
+        layouts = {g["name"]: g for s in each for g in s["global_layouts"]}
+        out.update(pipeline=self.pipeline_note, notes=self.all_notes, kernels=each,
+                   shared_bytes=max(s["shared_bytes"] for s in each),
+                   cooperative_launch=any(s["cooperative_launch"] for s in each),
+                   global_layouts=list(layouts.values()),
+                   assumes=sorted({a for s in each for a in s["assumes"]}),
+                   refusals=[r for s in each for r in s["refusals"]])
+        return out
+
+
 def make_plan(func: tirx.PrimFunc, target, options: LoweringOptions | None = None) -> KernelPlan:
     """The kernel's plan. Two choices made here give way where the plan they lead to does not build, and the
     plan's notes say so: the wgmma column split (auto: mma.sync instead; e.g. a TMA pipeline, whose stages
@@ -356,8 +389,10 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     kernels = _thread_launches(func)
     if len(kernels) > 1:
         _check_one_thread_count(kernels, lines)
-        # One plan serves every T.Kernel of the function, and the grid-order schedules (CTA raster groups,
-        # heaviest first, persistent CTAs) are per launch: off, so that no kernel follows another's grid
+        # (lowering.py plans each T.Kernel on its own where the function's top level holds only kernels;
+        # otherwise) one plan serves every T.Kernel of the function, and the grid-order schedules (CTA raster
+        # groups, heaviest first, persistent CTAs) are per launch: off, so that no kernel follows another's
+        # grid
         grid = {}
     check_target(func, ArchCaps.of(arch), lines)
     check_static_bounds(func, lines)

@@ -59,7 +59,7 @@ class Scope:
 
 class Emitter:
     def __init__(self, func: tirx.PrimFunc, plan, target, *, source_marks: bool = True,
-                 hand_layouts_in_kernel: bool = True):
+                 hand_layouts_in_kernel: bool = True, regions: dict | None = None):
         self.func = func
         self.plan = plan
         self.target = target
@@ -67,7 +67,10 @@ class Emitter:
         self.caps = ArchCaps.of(plan.arch)  # what the target has (cp.async, mma.sync m16n8k16, ...)
         self.lines = SourceLines(func)
         # statement -> its region id (sourcemap.py): its code is bracketed by marks the views map lines with
-        self.regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else {}
+        # (`regions`: the whole function's, where `func` is one of its T.Kernels)
+        if regions is None:
+            regions = {s: i for i, s in enumerate(source_regions(func))}
+        self.regions = regions if source_marks else {}
         self.scope = Scope()
         self.tx = None
         self.cluster_rank = None  # the CTA's rank in its cluster (cluster.py), None: no clusters
