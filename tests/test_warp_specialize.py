@@ -515,29 +515,31 @@ def test_a_group_that_ends_while_another_waits_is_a_deadlock_at_the_wait():
     assert "T.mbarrier_wait_parity(bar[1], 0)" in info.value.source_line()
 
 
+@tile_nb.jit
+def shared_frag(A, use: str = "tile"):
+    """A fragment written by warp group 0 and read by group 1 (`use`: by a T.copy or element by element)."""
+    A: T.Tensor[[16], T.float32]
+    B = T.empty((16,), T.float32)
+    with T.Kernel(1, threads=256) as _:
+        frag = T.alloc_fragment((16,), T.float32)
+        bar = T.alloc_barrier(128)
+        T.clear(frag)
+        with T.ws(0):
+            T.copy(A, frag)
+            T.mbarrier_arrive(bar)
+        with T.ws(1):
+            T.mbarrier_wait_parity(bar, 0)
+            if use == "tile":
+                T.copy(frag, B)
+            else:
+                for i in T.Parallel(16):
+                    B[i] = frag[i]
+    return B
+
+
 @pytest.mark.parametrize("use", ["tile", "element"])
 def test_a_register_buffer_used_by_two_groups_is_refused(use):
     """A fragment lives in registers: each group would have its own copy on the GPU, the interpreter one."""
-    @tile_nb.jit
-    def shared_frag(A, use: str = "tile"):
-        A: T.Tensor[[16], T.float32]
-        B = T.empty((16,), T.float32)
-        with T.Kernel(1, threads=256) as _:
-            frag = T.alloc_fragment((16,), T.float32)
-            bar = T.alloc_barrier(128)
-            T.clear(frag)
-            with T.ws(0):
-                T.copy(A, frag)
-                T.mbarrier_arrive(bar)
-            with T.ws(1):
-                T.mbarrier_wait_parity(bar, 0)
-                if use == "tile":
-                    T.copy(frag, B)
-                else:
-                    for i in T.Parallel(16):
-                        B[i] = frag[i]
-        return B
-
     with pytest.raises(
         OrderingError,
         match=r"frag \(local.fragment\) is used by warp group 1 here and by warp "
@@ -718,23 +720,7 @@ def test_a_barrier_index_the_compiler_cannot_know_is_refused_for_the_gpu():
 
 @pytest.mark.parametrize("use", ["tile", "element"])
 def test_a_register_buffer_two_groups_use_is_refused_for_the_gpu_too(use):
-    @tile_nb.jit
-    def two_owners(A, use: str = "tile"):
-        A: T.Tensor[[16], T.float32]
-        B = T.empty((16,), T.float32)
-        with T.Kernel(1, threads=256) as _:
-            frag = T.alloc_fragment((16,), T.float32)
-            with T.ws(0):
-                T.copy(A, frag)
-            with T.ws(1):
-                if use == "tile":
-                    T.copy(frag, B)
-                else:
-                    for i in T.Parallel(16):
-                        B[i] = frag[i]
-        return B
-
     with pytest.raises(LoweringError, match=r"frag \(local.fragment\) is used by warp groups \[1\] here and "
                                             r"by warp groups \[0\] at line \d+") as info:
-        two_owners.compile(torch.randn(16), target="sm_90a", use=use)
+        shared_frag.compile(torch.randn(16), target="sm_90a", use=use)
     assert ("T.copy(frag, B)" if use == "tile" else "B[i] = frag[i]") in info.value.source_line()
