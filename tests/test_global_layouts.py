@@ -438,3 +438,57 @@ def test_a_layout_that_does_not_permute_keeps_the_copies_and_is_refused_at_the_c
             kernel(torch.zeros(1, 12, 8), torch.zeros(1, 12, 8).half())
     finally:
         rt.clear_memory_cache()
+
+
+@tilelang.jit
+def _accumulate_then_copy(batch, seq_len, dim, blk=16):
+    """Two T.Kernel over one annotated dQ: the first adds into it element by element (addressable through the
+    layout in the kernel), the second stages it with a T.copy into shared memory (not): planned apart, they
+    would disagree."""
+    shape = [batch, seq_len, dim]
+
+    @T.prim_func
+    def both(X: T.Tensor(shape, T.float32), dQ: T.Tensor(shape, T.float32), out: T.Tensor(shape, T.float32)):
+        with T.Kernel(T.ceildiv(seq_len, blk), batch, threads=128) as (bx, bz):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            for i, j in T.Parallel(blk, dim):
+                if bx * blk + i < seq_len:
+                    T.atomic_add(dQ[bz, bx * blk + i, j], X[bz, bx * blk + i, j] * 2.0)
+        with T.Kernel(T.ceildiv(seq_len, blk), batch, threads=128) as (bx, bz):
+            T.annotate_layout({dQ: make_dq_layout(dQ)})
+            s = T.alloc_shared((blk, dim), T.float32)
+            T.copy(dQ[bz, bx * blk:(bx + 1) * blk, :], s)  # 16 bytes at a time (cp.async): not addressable
+            T.copy(s, out[bz, bx * blk:(bx + 1) * blk, :])
+
+    return both
+
+
+@needs_nvcc
+def test_kernels_of_one_function_that_disagree_on_a_hand_layout_all_leave_it_to_the_call():
+    """Each T.Kernel is planned on its own (lowering.py); where one would address dQ through its layout and
+    the other not, both leave it to the call's permuted copies (one permutation around the whole function,
+    seen the same way by both), not the first through the layout of a tensor the call has already permuted."""
+    from tile_nb import runtime as rt
+
+    kernel = _accumulate_then_copy(1, 16, 16)
+    x, dq, out = torch.randn(1, 16, 16), torch.zeros(1, 16, 16), torch.empty(1, 16, 16)
+    kernel(x, dq, out)  # the interpreter: dQ = 2 x (in the layout's order in memory), read back in order
+    torch.testing.assert_close(out, 2 * x)
+    assert torch.equal(dq.reshape(-1)[_dq_positions(1, 16, 16).reshape(-1)], (2 * x).reshape(-1))
+    func = kernel.tile_nb_kernel.specialize(x, dq, out)
+    compiled = rt.compile(func, "sm_90a", options={"cache": False})
+    assert [g["in_kernel"] for g in compiled.plan["global_layouts"]] == [False]
+    each = [[g["in_kernel"] for g in k["global_layouts"]] for k in compiled.plan["kernels"]]
+    assert each == [[False], [False]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L", [16, 40])
+def test_kernels_that_disagree_on_a_hand_layout_on_gpu(L):
+    torch.manual_seed(L)
+    x = torch.randn(2, L, 16, device="cuda")
+    dq, out = torch.zeros(2, L, 16, device="cuda"), torch.full((2, L, 16), float("nan"), device="cuda")
+    _accumulate_then_copy(2, L, 16)(x, dq, out)
+    torch.testing.assert_close(out, 2 * x)
+    pos = _dq_positions(2, L, 16).reshape(-1).cuda()
+    torch.testing.assert_close(dq.reshape(-1)[pos], (2 * x).reshape(-1))
