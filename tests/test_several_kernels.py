@@ -119,3 +119,12 @@ def test_kernels_with_different_thread_counts_on_gpu(first, second):
     b, c = two_thread_counts(a.cuda(), first=first, second=second)
     torch.testing.assert_close(b.cpu(), a + 1)
     torch.testing.assert_close(c.cpu(), (a + 1) * 2)
+
+
+def test_the_notebook_plan_view_shows_each_kernel():
+    from tile_nb.notebook.plan import plan_text
+
+    a, w, v = torch.zeros(256, 128).half(), torch.zeros(256, 128).half(), torch.zeros(192, 256).half()
+    text = plan_text(two_gemms.compile(a, w, v, target="sm_90a").plan)
+    first, second = text.index("Kernel 1 of 2, lowering plan: sm_90a, 128 threads"), text.index("Kernel 2 of 2")
+    assert first < text.index("T.gemm into acc:") < second < text.index("T.gemm into acc2:")

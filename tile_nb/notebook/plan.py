@@ -1,6 +1,7 @@
 """The lowering plan of a compiled kernel (`CompiledKernel.plan`, tile_nb.lower.KernelPlan.summary()) as text:
 where each fragment lives and its register layout (with who holds the top-left corner), the MMAs, the
-shared-memory pool, the pipelines and what the kernel assumes of each call."""
+shared-memory pool, the pipelines and what the kernel assumes of each call; for a function with several
+T.Kernel, each kernel's (`FunctionPlan.summary()["kernels"]`)."""
 from __future__ import annotations
 
 __all__ = ["plan_text"]
@@ -11,7 +12,19 @@ def _kib(n: int) -> str:
 
 
 def plan_text(plan: dict) -> str:
-    lines = [f"Lowering plan: {plan.get('arch', '?')}, {plan.get('threads', '?')} threads per block"]
+    """The plan as text; a function with several T.Kernel (`plan["kernels"]`) one section per kernel."""
+    kernels = plan.get("kernels")
+    if not kernels:
+        return "\n".join(_kernel_lines(plan, "Lowering plan"))
+    lines = []
+    for i, kernel in enumerate(kernels, 1):
+        lines += _kernel_lines(kernel, f"Kernel {i} of {len(kernels)}, lowering plan")
+    lines += [f"Note: {n}" for n in plan.get("function_notes") or []]
+    return "\n".join(lines)
+
+
+def _kernel_lines(plan: dict, title: str) -> list[str]:
+    lines = [f"{title}: {plan.get('arch', '?')}, {plan.get('threads', '?')} threads per block"]
     fragments = plan.get("fragments") or []
     if fragments:
         lines.append(f"Fragments ({plan.get('fragment_registers', 0)} registers per thread in all):")
@@ -41,4 +54,4 @@ def plan_text(plan: dict) -> str:
     if plan.get("assumes"):
         lines.append("Assumes for this call (checked on every call): " + "; ".join(plan["assumes"]))
     lines += [f"Note: {n}" for n in plan.get("notes") or []]
-    return "\n".join(lines)
+    return lines

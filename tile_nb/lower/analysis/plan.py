@@ -311,12 +311,14 @@ class FunctionPlan:
                                    for i, p in enumerate(self.kernels, 1) for n in p.all_notes]
 
     def summary(self) -> dict:
-        """The first kernel's summary with the whole function's notes, pipeline, largest shared pool,
-        cooperative launch, hand layouts and assumptions, and every kernel's summary under "kernels"."""
+        """The first kernel's summary with the whole function's notes (numbered by kernel; the function's own
+        under "function_notes"), pipeline, largest shared pool, cooperative launch, hand layouts and
+        assumptions, and every kernel's summary under "kernels"."""
         each = [p.summary() for p in self.kernels]
         out = dict(each[0])
         layouts = {g["name"]: g for s in each for g in s["global_layouts"]}
         out.update(pipeline=self.pipeline_note, notes=self.all_notes, kernels=each,
+                   function_notes=list(self.notes),
                    shared_bytes=max(s["shared_bytes"] for s in each),
                    cooperative_launch=any(s["cooperative_launch"] for s in each),
                    global_layouts=list(layouts.values()),
