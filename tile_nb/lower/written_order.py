@@ -10,12 +10,15 @@ was written as.
 
 That gives the kernel's result exactly when the written order is itself an order the barriers allow: then
 every read sees the write it sees when the groups run concurrently (a program without races has one result
-whatever order its barriers allow). `check_written_order` makes sure of it before the lowering: it walks the
-kernel's statements in order with the barriers' phase counts (an arrive counts the threads of its region: 128
-per warp group), and where a wait's phase has not completed when the walk reaches it (a consumer written
-before the producer it waits for), the kernel is refused at that wait. Loops are walked iteration by
-iteration (at most `WALK_ITERATIONS` of one loop; past that, and for loops whose trip count is not known at
-compile time, the first `WALK_ITERATIONS` are checked and the statements after the loop are not).
+whatever order its barriers allow). `in_written_order` makes sure of it before the lowering (`_Walk`): it
+walks the kernel's statements in order with the barriers' phase counts (an arrive counts the threads of its
+region: 128 per warp group), and where a wait's phase has not completed when the walk reaches it (a consumer
+written before the producer it waits for), that order is refused. Consecutive regions of disjoint warp groups
+run concurrently, so their order is free: where the written one is refused, the other orders of those runs are
+tried (`_an_allowed_order`, at most `MAX_ORDERS`), and where none passes the kernel is refused at the written
+order's first blocked wait. Loops are walked iteration by iteration (at most `WALK_ITERATIONS` of one loop;
+past that, and for loops whose trip count is not known at compile time, the first `WALK_ITERATIONS` are
+checked and the statements after the loop are not).
 
 A register fragment used in the regions of two warp groups is refused here as on the interpreter (each
 group would have its own registers on a GPU that ran the groups as written).
