@@ -126,5 +126,6 @@ def test_the_notebook_plan_view_shows_each_kernel():
 
     a, w, v = torch.zeros(256, 128).half(), torch.zeros(256, 128).half(), torch.zeros(192, 256).half()
     text = plan_text(two_gemms.compile(a, w, v, target="sm_90a").plan)
-    first, second = text.index("Kernel 1 of 2, lowering plan: sm_90a, 128 threads"), text.index("Kernel 2 of 2")
+    first = text.index("Kernel 1 of 2, lowering plan: sm_90a, 128 threads")
+    second = text.index("Kernel 2 of 2")
     assert first < text.index("T.gemm into acc:") < second < text.index("T.gemm into acc2:")
