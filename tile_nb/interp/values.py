@@ -166,7 +166,7 @@ def cast(x, dtype: str):
         return wrap_scalar(int(x), tdtype)
     if tdtype == torch.float64:
         return float(x)
-    return torch.tensor(saturate(float(x), tdtype)).to(tdtype)
+    return torch.tensor(saturate(float(x), tdtype), dtype=tdtype)
 
 
 def vmin(a, b):
