@@ -87,7 +87,8 @@ def _lower_kernels(func, kernels, target, options, source_marks):
     lines stay the whole function's. Where the kernels disagree on addressing a hand-laid-out parameter in
     the kernel, every kernel leaves it to the call (which permutes it around the whole function)."""
     regions = {s: i for i, s in enumerate(source_regions(func))} if source_marks else None
-    subs = [_kernel_function(func, k) for k in kernels]
+    lines = SourceLines(func)
+    subs = [_kernel_function(func, k, lines) for k in kernels]
     parts = [_lower_kernel(sub, target, options, source_marks, regions) for sub in subs]
     addressed: dict = {}  # parameter -> whether each kernel addresses it through its layout
     for _, plan in parts:
@@ -100,9 +101,9 @@ def _lower_kernels(func, kernels, target, options, source_marks):
     return func.with_body(body), FunctionPlan(tuple(plan for _, plan in parts))
 
 
-def _kernel_function(func, kernel):
-    """`func` with one T.Kernel as its body, its source lines and thread count that kernel's."""
-    lines = SourceLines(func)
+def _kernel_function(func, kernel, lines: SourceLines):
+    """`func` with one T.Kernel as its body, its source lines (`lines`: the function's) and thread count that
+    kernel's."""
     sub = func.with_body(kernel)
     if func.attrs is not None and "tile_nb.tile_op_lines" in func.attrs:
         sub = sub.with_attr("tile_nb.tile_op_lines", [lines.line_of(c) or 0 for c in tile_calls(kernel)])

@@ -69,7 +69,7 @@ def in_written_order(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, str | None]:
         return func, None
     lines = SourceLines(func)
     _check_registers(func, lines)
-    order, moved = _an_allowed_order(func)
+    order, moved = _an_allowed_order(func, lines)
     body = _or_nothing(_erase(func.body, order))
     out = func.with_body(body)
     if func.attrs is not None and "tile_nb.tile_op_lines" in func.attrs:
@@ -83,7 +83,7 @@ def in_written_order(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, str | None]:
     return out, f"{note} ({_DOCS})"
 
 
-def _an_allowed_order(func):
+def _an_allowed_order(func, lines: SourceLines):
     """({SeqStmt: its items in the order to run}, [[warp groups of each region of a reordered run], ...]):
     the written order if
     the barriers allow it, else the first order of the runs of concurrent regions that they allow; the
@@ -100,7 +100,7 @@ def _an_allowed_order(func):
             new[start:start + len(items)] = [items[i] for i in perm]
             order[seq] = new
         try:
-            _Walk(func, order).walk(func.body, {}, None)
+            _Walk(func, lines, order).walk(func.body, {}, None)
         except LoweringError as err:
             first_error = first_error or err
             continue
@@ -138,8 +138,8 @@ def _ws_mask(stmt) -> int:
 class _Walk:
     """The written order's walk: the barriers' phases, statement by statement."""
 
-    def __init__(self, func, order: dict):
-        self.lines = SourceLines(func)
+    def __init__(self, func, lines: SourceLines, order: dict):
+        self.lines = lines
         self.order = order
         self.threads = int((func.attrs or {}).get("tile_nb.threads", WARP_GROUP))
         self.barriers: dict = {}  # (buffer, index) -> [arrivals per phase, arrived, completed phases]
