@@ -114,26 +114,18 @@ def test_the_y_thread_index_chooses_warp_groups(form, n):
     assert hints[1:] == ["set_max_nreg(80, 0) in warp group(s) 1", "set_max_nreg(240, 1) in warp group(s) 0"]
 
 
-_AS_VALUE = r"the thread index \(`tx`\) used as an index or an IR value: T.get_thread_binding\(\) gives a "
+_TILE_OP_PER_THREAD = r"the tile operation T.fill is given a region or value that depends on the thread index"
 
 
 @pytest.mark.parametrize(
     "threads, body, message",
     [
         ("(32, 4)", "tk = T.get_thread_binding(1)\n        if tk == 0: T.clear(s)",
-         r"`ty == 0` splits warp group 0 \(threads 0..127\)"),
-        ("(32, 4)", "tn = T.get_thread_binding(0)\n        s[tn] = 1.0", _AS_VALUE),
-        ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, s[tn])", _AS_VALUE),
-        ("(32, 4)", "tn = T.get_thread_binding(0)\n        s[0] = T.max(tn, 1)", _AS_VALUE),
-        ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, tn)", _AS_VALUE),
-        ("128", "tx = T.get_thread_binding()\n        T.fill(s, tx - 256)",
-         r"arithmetic on the thread index \(`tx - ...`\): T.get_thread_binding\(\) gives a per-thread value"),
-        ("(32, 4)", "tk = T.get_thread_binding(1)\n        T.fill(s, 2 * tk)",
-         r"arithmetic on the thread index \(`ty \* ...`\): T.get_thread_binding\(1\) gives"),
-        ("(32, 4)", "tk = T.get_thread_binding(1)\n        for i in T.serial(tk): pass",
-         r"the thread index \(`ty`\) used as an index or an IR value: T.get_thread_binding\(1\)"),
-        ("(32, 4)", "tk = T.get_thread_binding(1)\n        n = int(tk)",
-         r"the thread index \(`ty`\) used as a Python int: T.get_thread_binding\(1\)"),
+         r"a tile operation under control flow that differs between threads"),
+        ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, s[tn])", _TILE_OP_PER_THREAD),
+        ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, tn)", _TILE_OP_PER_THREAD),
+        ("128", "tx = T.get_thread_binding()\n        T.fill(s, tx - 256)", _TILE_OP_PER_THREAD),
+        ("(32, 4)", "tk = T.get_thread_binding(1)\n        T.fill(s, 2 * tk)", _TILE_OP_PER_THREAD),
         ("(32, 4)", "T.get_thread_binding(2)",
          r"T.get_thread_binding\(dim=...\): expected an int from 0 to 1 \(the kernel's threads=\(32, 4\) "
          r"has 2 dims\); got 2"),

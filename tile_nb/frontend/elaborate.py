@@ -24,6 +24,7 @@ from ..language.irutil import is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
 from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
+from .per_thread import elaborate_per_thread
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
 
@@ -542,6 +543,7 @@ class Hooks:
         from tvm.script.ir_builder import tirx as T
 
         self.ir_ifs += 1
+        cond = sync.warp_groups_of(cond)  # `if tx < 128:` chooses warp groups; `if tk == 0:` is per-thread
         self.ir_conds.append(cond)
         try:
             if isinstance(cond, sync.WarpGroups):  # `if tx < 128:` -> T.ws regions (ir_then / ir_else)
@@ -725,7 +727,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
     span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
-    result.func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs, span=span).with_attrs(attrs)
+    body = elaborate_per_thread(func.body, st.filename, st.tile_op_lines)  # statements that use the thread index as a value
+    result.func = tirx.PrimFunc(params, body, func.ret_type, func.attrs, span=span).with_attrs(attrs)
     result.consts = list(st.consts_used)
     if symbolic:
         result.const_vars = {n: st.const_vars[n] for n in result.consts}

@@ -101,12 +101,14 @@ class Kernel:
         tx = self._stack.enter_context(_state.frame(T.launch_thread("threadIdx.x", self.threads)))
         IRBuilder.name("tx", tx)
         st.block_vars = tuple(block_vars)
+        st.thread_var = tx
         return block_vars[0] if len(block_vars) == 1 else tuple(block_vars)
 
     def __exit__(self, exc_type, exc, tb):
         st = _state.active("T.Kernel")
         st.kernel_open = False
         st.block_vars = ()
+        st.thread_var = None
         return self._stack.__exit__(exc_type, exc, tb)
 
 

@@ -47,6 +47,9 @@ def _alloc(what: str, shape, dtype, scope: str):
 # tilelang's `scope=` argument of each allocation: the scopes that mean the same
 # memory here, and what they become.
 # static or dynamic: both are shared memory
+# A T.alloc_local / T.alloc_var that per-thread code writes (frontend/per_thread.py) becomes a buffer of this
+# scope with a leading dim of one row per thread: row t holds thread t's values.
+LOCAL_THREAD = "local.thread"
 _SHARED_SCOPES = {"shared.dyn": "shared.dyn", "shared": "shared.dyn"}
 _FRAGMENT_SCOPES = {"local.fragment": "local.fragment", "local": "local"}  # "local": a per-thread array
 _LOCAL_SCOPES = {"local": "local"}

@@ -13,8 +13,8 @@ tile primitive `T.tile.ws(k, ...)`; a barrier allocation is a `shared.barrier` u
 `T.tile.barrier_init(bars, count, ...)`; an arrive / wait is `T.tile.mbarrier_arrive(bars[i:i+1])` /
 `T.tile.mbarrier_wait(bars[i:i+1], parity)`; `T.tma_copy(src, dst, barrier=b)` is a `T.copy` followed by
 `T.tile.tma_copy(dst, b[i:i+1])`, which says that the copy is asynchronous and lands with b's current phase.
-The CPU interpreter runs these (interp/warps.py); the CUDA lowering has no rule for them yet, so it refuses
-such a kernel at the user's line (docs/tilelang.md).
+The CPU interpreter runs these (interp/warps.py); the CUDA lowering runs such a kernel as one program in an
+order its barriers allow (lower/written_order.py), or refuses it at the user's line (docs/tilelang.md).
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ import threading
 from . import state as _state
 from .irutil import is_buffer, is_load
 
-__all__ = ["ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_region",
+__all__ = ["ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_of",
+           "warp_groups_region",
            "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
            "tma_copy", "WS_ATTR", "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma",
            "fence_proxy_async", "sync_grid"]
@@ -118,9 +119,9 @@ class ws:  # noqa: N801 - tilelang's name
 
 
 BLOCK_LEVEL = (
-    "tile_nb's kernel bodies are block-level code (every statement outside a T.Parallel loop "
-    "describes the whole CTA), so a per-thread index has no meaning there; write per-thread work as "
-    "a T.Parallel loop over the elements, and choose warp groups with `if tx < 128:` or T.ws(k)"
+    "tile_nb's kernel bodies are block-level code; statements that use the thread index as a value run once "
+    "per thread (per-thread code, docs/tilelang.md), and an `if` on it that holds for whole warp groups "
+    "chooses those groups (`if tx < 128:`, T.ws(k))"
 )
 
 
@@ -128,107 +129,89 @@ def _ids(ids) -> str:
     return ", ".join(str(k) for k in ids)
 
 
-def _refusing(what: str):
-    """A ThreadIndex method that refuses a per-thread use at the user's line, naming it (`what`, where {tx}
-    stands for the index)."""
-
-    def refuse(self, *args, **kwargs):
-        raise _state.active("T.get_thread_binding").error(
-            f"{what.format(tx=self.name)}: {self.api} gives a per-thread value, which tile_nb accepts only "
-            "to choose warp groups (`if tx < 128:`)", hint=BLOCK_LEVEL)
-
-    return refuse
-
-
-_AS_VALUE = "the thread index (`{tx}`) used as an index or an IR value"
-
-
 class ThreadIndex:
-    """`tx = T.get_thread_binding(dim)`: tilelang's thread index, which tile_nb accepts only to choose
-    warp groups, as `if tx < 128: ... else: ...` (that is `with T.ws(0): ... ` and
-    `with T.ws(1): ...`). A comparison with an int gives the `WarpGroups` where it holds; it must hold
-    for all or none of each group's 128 threads. In a block of `threads=(x, y, z)`, thread t (CUDA's order,
-    x fastest) has index `t % x` along dim 0, `t // x % y` along dim 1 and `t // (x * y)` along dim 2."""
+    """tilelang's thread index along one dim of `T.Kernel(threads=(x, y, z))`: thread t (CUDA's order, x fastest)
+    has index `t % x` along dim 0, `t // x % y` along dim 1 and `t // (x * y)` along dim 2."""
 
     def __init__(self, st, dim: int = 0):
         dims = st.thread_dims or (st.threads,)
-        self.threads = st.threads
-        self.groups = -(-st.threads // WARP_GROUP)
-        self.dim, self.extent = dim, dims[dim]
+        self.threads, self.var = st.threads, st.thread_var
+        self.extent = dims[dim]
         self.stride = 1
         for d in dims[:dim]:
             self.stride *= d
-        self.name = ("tx", "ty", "tz")[dim]
-        self.api = "T.get_thread_binding()" if dim == 0 else f"T.get_thread_binding({dim})"
 
-    def _compare(self, op: str, other) -> WarpGroups:
-        import operator
+    def value(self):
+        """The index as an IR expression of the block's threadIdx.x."""
+        from tvm import tirx
 
-        st = _state.active("T.get_thread_binding")
-        if isinstance(other, bool) or not isinstance(other, int):
-            raise st.error(
-                f"the thread index of {self.api} can only be compared with a compile-time "
-                f"int (to choose warp groups); got {other!r}",
-                hint=BLOCK_LEVEL,
-            )
-        test = getattr(operator, op)
-        ids = []
-        for k in range(self.groups):
-            threads = range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), self.threads))
-            hits = [test(t // self.stride % self.extent, other) for t in threads]
-            if any(hits) and not all(hits):
-                raise st.error(
-                    f"`{self.name} {_SYMBOLS[op]} {other}` splits warp group {k} (threads {threads.start}.."
-                    f"{threads.stop - 1}): the thread index of {self.api} can only choose "
-                    f"whole warp groups of {WARP_GROUP} threads",
-                    hint=BLOCK_LEVEL,
-                )
-            if all(hits):
-                ids.append(k)
-        return WarpGroups(frozenset(ids), self.groups)
+        v = self.var
+        if self.stride > 1:
+            v = tirx.floordiv(v, self.stride)
+        if self.stride * self.extent < self.threads:
+            v = tirx.floormod(v, self.extent)
+        return v
 
-    def __lt__(self, other):
-        return self._compare("lt", other)
 
-    def __le__(self, other):
-        return self._compare("le", other)
+def warp_groups_of(cond):
+    """The `WarpGroups` where `cond` holds, when it is a condition on the thread index alone that holds for all
+    or none of each warp group's threads (`tx < 128`, `ty == 1`); else `cond` itself (a per-thread
+    condition, or one that does not involve the thread index)."""
+    st = _state.active("if")
+    var = st.thread_var
+    if var is None or not _only_thread_index(cond, var):
+        return cond
+    threads = st.threads
+    groups = -(-threads // WARP_GROUP)
+    ids = []
+    for k in range(groups):
+        hits = {bool(_value_at(cond, var, t)) for t in range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), threads))}
+        if len(hits) > 1:
+            return cond  # it splits a warp group: a per-thread condition
+        if hits == {True}:
+            ids.append(k)
+    return WarpGroups(frozenset(ids), groups)
 
-    def __gt__(self, other):
-        return self._compare("gt", other)
 
-    def __ge__(self, other):
-        return self._compare("ge", other)
+_INT_OPS = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+            "FloorDiv": lambda a, b: a // b, "FloorMod": lambda a, b: a % b,
+            "Div": lambda a, b: int(a / b), "Mod": lambda a, b: a - int(a / b) * b,
+            "Min": min, "Max": max, "EQ": lambda a, b: a == b, "NE": lambda a, b: a != b,
+            "LT": lambda a, b: a < b, "LE": lambda a, b: a <= b, "GT": lambda a, b: a > b,
+            "GE": lambda a, b: a >= b, "And": lambda a, b: a and b, "Or": lambda a, b: a or b}
 
-    def __eq__(self, other):
-        return self._compare("eq", other)
 
-    def __ne__(self, other):
-        return self._compare("ne", other)
+def _only_thread_index(e, var) -> bool:
+    """Whether `e` is integer arithmetic and comparisons on `var` and constants, and mentions `var`."""
+    from tvm import tirx
 
-    __hash__ = None
+    if isinstance(e, tirx.IntImm):
+        return False
+    seen = []
 
-    __add__ = __radd__ = _refusing("arithmetic on the thread index (`{tx} + ...`)")
-    __sub__ = __rsub__ = _refusing("arithmetic on the thread index (`{tx} - ...`)")
-    __mul__ = __rmul__ = _refusing("arithmetic on the thread index (`{tx} * ...`)")
-    __floordiv__ = __rfloordiv__ = _refusing("arithmetic on the thread index (`{tx} // ...`)")
-    __mod__ = __rmod__ = _refusing("arithmetic on the thread index (`{tx} % ...`)")
-    __truediv__ = __rtruediv__ = _refusing("arithmetic on the thread index (`{tx} / ...`)")
-    __neg__ = _refusing("arithmetic on the thread index (`-{tx}`)")
-    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refusing(
-        "a bit operation on the thread index (`{tx} & ...`)")
-    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _refusing(
-        "a shift of the thread index (`{tx} << ...`)")
-    __index__ = __int__ = _refusing("the thread index (`{tx}`) used as a Python int")
-    __bool__ = _refusing("the thread index (`if {tx}:`) used as a truth value")
-    __iter__ = _refusing("the thread index (`for i in {tx}`) used as a loop")
-    # TVM's conversion of an argument (a buffer index, a value given to an IR call) and its probes
-    # (`hasattr(x, "dtype")`) of what a value is
-    __tvm_ffi_object__ = __tvm_ffi_value__ = _refusing(_AS_VALUE)
+    def ok(x) -> bool:
+        if isinstance(x, tirx.IntImm):
+            return True
+        if isinstance(x, tirx.Var):
+            seen.append(x)
+            return x.same_as(var)
+        if type(x).__name__ == "Not":
+            return ok(x.a)
+        return type(x).__name__ in _INT_OPS and ok(x.a) and ok(x.b)
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _refusing(_AS_VALUE)(self)
+    return ok(e) and bool(seen)
+
+
+def _value_at(e, var, t: int):
+    from tvm import tirx
+
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    if isinstance(e, tirx.Var):
+        return t
+    if type(e).__name__ == "Not":
+        return not _value_at(e.a, var, t)
+    return _INT_OPS[type(e).__name__](_value_at(e.a, var, t), _value_at(e.b, var, t))
 
 
 _SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -252,33 +235,32 @@ class WarpGroups:
 
     def __bool__(self):
         raise _state.active("T.get_thread_binding").error(
-            "a condition on the thread index of T.get_thread_binding() can only be the condition of an `if` "
-            "(which chooses warp groups)", hint=BLOCK_LEVEL)
+            "a condition on the thread index of T.get_thread_binding() that chooses whole warp groups can "
+            "only be the condition of an `if`", hint=BLOCK_LEVEL)
 
 
 def _groups_of(x) -> frozenset:
     if not isinstance(x, WarpGroups):
         raise _state.active("T.get_thread_binding").error(
-            "a condition on the thread index of T.get_thread_binding() can only be combined with "
-            "another one "
-            f"(`tx >= 128 and tx < 256`); got {x!r}",
+            "a condition on the thread index of T.get_thread_binding() that chooses whole warp groups can "
+            f"only be combined with another one (`tx >= 128 and tx < 256`); got {x!r}",
             hint=BLOCK_LEVEL,
         )
     return x.ids
 
 
 def get_thread_binding(dim: int = 0):
-    """`tx = T.get_thread_binding(dim=0)`: tilelang's thread index, accepted to choose warp groups only:
-    `if tx < 128:` runs its body as `T.ws(0)` and its `else` as the other groups
-    (`elif tx >= 128 and tx < 256:` as `T.ws(1)`). Any other use (arithmetic, indexing) is refused:
-    kernel bodies are block-level code. `dim` 1 and 2 are the y and z of `T.Kernel(threads=(x, y, z))`."""
+    """`tx = T.get_thread_binding(dim=0)`: tilelang's thread index. `if tx < 128:` runs its body as `T.ws(0)`
+    and its `else` as the other groups (`elif tx >= 128 and tx < 256:` as `T.ws(1)`); used as a value, it makes
+    the statements that use it per-thread code (frontend/per_thread.py). `dim` 1 and 2 are the y and z of
+    `T.Kernel(threads=(x, y, z))`."""
     st = _in_kernel("T.get_thread_binding")
     ndim = len(st.thread_dims or (st.threads,))
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < ndim:
         raise st.error(f"T.get_thread_binding(dim=...): expected an int from 0 to {ndim - 1} (the kernel's "
                        f"threads={st.thread_dims[0] if ndim == 1 else st.thread_dims!r} has {ndim} "
                        f"dim{'s' if ndim > 1 else ''}); got {dim!r}", hint=BLOCK_LEVEL)
-    return ThreadIndex(st, dim)
+    return ThreadIndex(st, dim).value()
 
 
 _THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -287,7 +269,7 @@ _THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 def thread_binding(start, stop, thread: str = "threadIdx.x", annotations=None):
     """`tx = T.thread_binding(0, x, thread="threadIdx.x")` inside a kernel: tilelang's other spelling of
     `T.get_thread_binding(dim)` (the tag names the dim; the range must be the whole of that dim of
-    `threads=`). The same rules: it may only choose warp groups."""
+    `threads=`). The same rules as T.get_thread_binding."""
     del annotations
     st = _in_kernel("T.thread_binding")
     dims = st.thread_dims or (st.threads,)
@@ -299,7 +281,7 @@ def thread_binding(start, stop, thread: str = "threadIdx.x", annotations=None):
     if start != 0 or stop != dims[dim]:
         raise st.error(f"T.thread_binding({start!r}, {stop!r}, thread={thread!r}): the range must be the "
                        f"whole {thread} of the kernel, 0 to {dims[dim]}", hint=BLOCK_LEVEL)
-    return ThreadIndex(st, dim)
+    return ThreadIndex(st, dim).value()
 
 
 def warp_groups_region(cond: WarpGroups, branch: str):

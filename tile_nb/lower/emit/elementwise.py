@@ -4,6 +4,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
+from ...language.memory import LOCAL_THREAD
 from ..errors import LoweringError
 from ..irwalk import region_of, scope_of
 from .threads import distribute, serial_nest
@@ -32,7 +33,12 @@ def lower_fill(em, call):
     def body(it):
         em.store(buf, [m + i for m, i in zip(mins, it, strict=True)], value)
 
-    if scope_of(buf) in ("local", "local.var") or em.scope.thread_code:
+    if scope_of(buf) == LOCAL_THREAD:  # each thread fills its own row (per-thread code's locals)
+        if not (em.prove(tirx.EQ(mins[0], 0)) and ext[0] == int(buf.shape[0])):
+            raise LoweringError(f"T.fill of {buf.name}, which holds one row per thread: fill every row")
+        serial_nest(ext[1:], lambda it: em.store(buf, [em.tx] + [m + i for m, i in zip(mins[1:], it, strict=True)],
+                                                 value))
+    elif scope_of(buf) in ("local", "local.var") or em.scope.thread_code:
         serial_nest(ext, body)
     else:
         distribute(em, ext, body)

@@ -22,6 +22,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
+from ...language.memory import LOCAL_THREAD
 from ..analysis.arch import ArchCaps
 from ..analysis.layout import accumulator_register_dtype
 from ..diagnostics import SourceLines
@@ -178,7 +179,7 @@ class Emitter:
             # Accumulators are held in float32 whatever their declared dtype; reads see the declared dtype.
             return value if str(value.ty) == str(buf.dtype) else tirx.Cast(str(buf.dtype), value)
         if buf in self.locals:
-            return tirx.BufferLoad(self.locals[buf], list(indices))
+            return tirx.BufferLoad(self.locals[buf], self.local_index(buf, indices))
         return tirx.BufferLoad(*self.global_ref(buf, indices))
 
     def store(self, buf, indices, value):
@@ -190,10 +191,21 @@ class Emitter:
                 value = tirx.Cast(str(regs.dtype), value)
             T.buffer_store(regs, value, [self.register_index(buf, indices)])
         elif buf in self.locals:
-            T.buffer_store(self.locals[buf], value, list(indices))
+            T.buffer_store(self.locals[buf], value, self.local_index(buf, indices))
         else:
             target, idx = self.global_ref(buf, indices)
             T.buffer_store(target, value, idx)
+
+    def local_index(self, buf, indices) -> list:
+        """The index into a thread's registers of a local buffer: a `local.thread` one (per-thread code,
+        frontend/per_thread.py) holds this thread's row only, so its first index must be this thread."""
+        if scope_of(buf) != LOCAL_THREAD:
+            return list(indices)
+        if self.tx is None or not self.prove(tirx.EQ(indices[0], self.tx)):
+            raise LoweringError(
+                f"{buf.name}[{', '.join(str(i) for i in indices)}] reads another thread's per-thread value "
+                f"({buf.name} holds one row per thread, and this code runs in thread {self.tx})")
+        return list(indices[1:])
 
     def global_ref(self, buf, indices) -> tuple:
         """(buffer, indices) addressing element `indices` of a global tensor. A tensor with declared strides
@@ -546,8 +558,9 @@ class Emitter:
             IRBuilder.name(buf.name, regs)
             self.registers[buf] = regs
             return
-        if scope in ("local", "local.var"):
-            new = T.alloc_buffer(tuple(buf.shape), str(buf.dtype), scope="local")
+        if scope in ("local", "local.var", LOCAL_THREAD):
+            shape = tuple(buf.shape)[1:] if scope == LOCAL_THREAD else tuple(buf.shape)  # this thread's row
+            new = T.alloc_buffer(shape, str(buf.dtype), scope="local")
             IRBuilder.name(buf.name, new)
             self.locals[buf] = new
             return
