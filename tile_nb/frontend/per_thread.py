@@ -45,7 +45,8 @@ def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=()):
     lines = dict(zip(calls, tile_op_lines, strict=False))
 
     def rewrite(s):
-        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" and s.node.thread_tag == "threadIdx.x":
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" \
+                and s.node.thread_tag == "threadIdx.x":
             tx = s.node.var
             if not _uses(s.body, {tx}):
                 return s
@@ -56,7 +57,7 @@ def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=()):
     return rewrite(body)
 
 
-# ---- expressions ---------------------------------------------------------------------------------------------
+# ---- expressions -------------------------------------------------------------------------------------------
 
 def _subexprs(e) -> list:
     if isinstance(e, tvm.ir.TensorLoad):
@@ -210,7 +211,8 @@ def _accesses(stmts) -> dict:
             if isinstance(x, tirx.BufferStore):
                 note(x.buffer, x, True)
             for e in _stmt_exprs(x):
-                _walk(e, lambda ld, w=writes: note(ld.source, ld, w) if isinstance(ld, tvm.ir.TensorLoad) else None)
+                _walk(e, lambda ld, w=writes: note(ld.source, ld, w)
+                      if isinstance(ld, tvm.ir.TensorLoad) else None)
     return out
 
 
@@ -220,7 +222,7 @@ def _hazard(stmts) -> bool:
     return any(any(w for _, w in acc) and len(acc) > 1 for acc in _accesses(stmts).values())
 
 
-# ---- the pass ------------------------------------------------------------------------------------------------
+# ---- the pass ----------------------------------------------------------------------------------------------
 
 class _Kernel:
     """One T.Kernel's body: which values and buffers are per-thread, and the rewrite."""
@@ -232,7 +234,8 @@ class _Kernel:
         self.inlined: dict = {}  # per-thread Bind var -> its value (the Bind is dropped, its uses inlined)
 
     def run(self, body):
-        locals_ = {s.buffer for s in _iter(body) if isinstance(s, tirx.AllocBuffer) and s.buffer.scope() in _LOCAL}
+        locals_ = {s.buffer for s in _iter(body)
+                   if isinstance(s, tirx.AllocBuffer) and s.buffer.scope() in _LOCAL}
         changed = True
         while changed:  # a local written by per-thread code is per-thread; so is a Bind of a per-thread value
             before = (len(self.vars), len(self.buffers))
@@ -272,7 +275,7 @@ class _Kernel:
             self._per_thread_value(e) for e in _stmt_exprs(s))
 
     def error(self, message: str, stmt, hint: str = BLOCK_LEVEL) -> DSLError:
-        """An error at the first line of `stmt` that the IR knows (a store's span, a tile operation's line)."""
+        """An error at the first line of `stmt` the IR knows (a store's span, a tile operation's line)."""
         line = None
         for x in _iter(stmt):
             line = self.tile_op_lines.get(x) if isinstance(x, TilePrimitiveCall) else \
@@ -292,8 +295,8 @@ class _Kernel:
         if not self.per_thread(s) and not self._holds_thread_buffers(s):
             return s
         if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-            raise self.error("per-thread code (a statement that uses the thread index of T.get_thread_binding() "
-                             "or a per-thread local) inside T.Parallel", s,
+            raise self.error("per-thread code (a statement that uses the thread index of "
+                             "T.get_thread_binding() or a per-thread local) inside T.Parallel", s,
                              hint="a T.Parallel loop already spreads its iterations over the threads (" +
                                   BLOCK_LEVEL + "): index by its loop variables instead")
         if isinstance(s, tirx.AttrStmt) and s.attr_key == WS_ATTR:
@@ -341,16 +344,16 @@ class _Kernel:
                            for x in _iter(s))
         if self._divergent(s):
             if has_tile_op:
-                raise self.error("a tile operation under control flow that differs between threads (a loop or "
-                                 "an `if` on the thread index): tile operations are block-level", s)
+                raise self.error("a tile operation under control flow that differs between threads (a loop "
+                                 "or an `if` on the thread index): tile operations are block-level", s)
             return False
         block_control = isinstance(s, (tirx.SeqStmt, tirx.For, tirx.IfThenElse, tirx.AttrStmt))
         return block_control and (has_tile_op or shared_alloc or _hazard([s]))
 
     def _tile_op(self, call):
         if self.per_thread(call):
-            raise self.error(f"the tile operation T.{call.op.name.rsplit('.', 1)[-1]} is given a region or value "
-                             "that depends on the thread index: tile operations are block-level", call,
+            raise self.error(f"the tile operation T.{call.op.name.rsplit('.', 1)[-1]} is given a region or "
+                             "value that depends on the thread index: tile operations are block-level", call,
                              hint=BLOCK_LEVEL + "; copy per-thread values element by element "
                                                   "(`B_s[tx, k] = B[..., k]`)")
         if not self._regions_of_thread_buffers(call):
@@ -367,6 +370,12 @@ class _Kernel:
     def _wrap(self, stmts: list):
         """`for tid in T.Parallel(threads)` over `stmts`, the thread index and per-thread locals indexed by
         `tid`."""
+        for x in (x for s in stmts for x in _iter(s)):
+            if isinstance(x, tirx.For) and x.kind == tirx.ForKind.PARALLEL:
+                raise self.error("per-thread code (a statement that uses the thread index of "
+                                 "T.get_thread_binding() or a per-thread local) inside T.Parallel", x,
+                                 hint="a T.Parallel loop already spreads its iterations over the threads ("
+                                      + BLOCK_LEVEL + "): index by its loop variables instead")
         tid = tirx.Var("tid", "int32")
         var_map = {**self.inlined, self.tx: tid}
 
@@ -390,13 +399,13 @@ class _Kernel:
             if isinstance(s, tirx.Bind):
                 return tirx.Bind(s.var, expr(s.value), s.span)
             if isinstance(s, TilePrimitiveCall):
-                raise self.error(f"the tile operation T.{s.op.name.rsplit('.', 1)[-1]} inside per-thread code: "
-                                 "tile operations are block-level", s)
+                raise self.error(f"the tile operation T.{s.op.name.rsplit('.', 1)[-1]} inside per-thread "
+                                 "code: tile operations are block-level", s)
             if isinstance(s, tirx.AllocBuffer):
                 return tirx.AllocBuffer(self.buffers.get(s.buffer, s.buffer))
             if isinstance(s, tirx.For):
-                return tirx.For(s.loop_var, expr(s.min), expr(s.extent), s.kind, stmt(s.body), s.thread_binding,
-                                s.annotations, s.step, s.span)
+                return tirx.For(s.loop_var, expr(s.min), expr(s.extent), s.kind, stmt(s.body),
+                                s.thread_binding, s.annotations, s.step, s.span)
             if isinstance(s, tirx.IfThenElse):
                 other = stmt(s.else_case) if s.else_case is not None else None
                 return tirx.IfThenElse(expr(s.condition), stmt(s.then_case), other, s.span)

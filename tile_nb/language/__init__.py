@@ -89,6 +89,7 @@ from .memory import (
     make_tensor,
 )
 from .persistent import Persistent
+from .reducers import attr, comm_reducer, evaluate, tvm_thread_allreduce
 from .sync import (
     alloc_barrier,
     barrier_arrive,
@@ -212,6 +213,10 @@ __all__ = [
     "Fragment",
     "ws",
     "get_thread_binding",
+    "attr",
+    "comm_reducer",
+    "evaluate",
+    "tvm_thread_allreduce",
     "thread_binding",
     "wgmma_gemm",
     "wait_wgmma",

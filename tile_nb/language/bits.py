@@ -26,12 +26,29 @@ _BITS = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 32, "
          "int8": 8, "uint8": 8, "float8_e4m3fn": 8, "float8_e5m2": 8}
 
 
-def reinterpret(dtype, value):
+class OpaqueHandle:
+    """`T.reinterpret(T.uint64(0), dtype="handle")`: TVM's null scope handle, which only T.attr's reduce scope
+    takes (language/reducers.py)."""
+
+
+def reinterpret(*args, **kwargs):
     """`T.reinterpret(dtype, x)`: the bits of `x` read as `dtype` (no conversion: `T.reinterpret(T.float16,
-    T.uint16(0x3C00))` is 1.0). Both dtypes must have the same width."""
+    T.uint16(0x3C00))` is 1.0). Both dtypes must have the same width. tilelang's other order,
+    `T.reinterpret(x, dtype=...)`, is taken too."""
     from tvm import tirx
 
     st = _state.active("T.reinterpret")
+    if len(args) == 2 and not kwargs:
+        dtype, value = args
+    elif len(args) == 1 and set(kwargs) == {"dtype"}:  # tilelang's T.reinterpret(x, dtype=...)
+        value, dtype = args[0], kwargs["dtype"]
+        if str(dtype) == "handle":
+            return OpaqueHandle()
+    elif not args and set(kwargs) == {"dtype", "value"}:
+        dtype, value = kwargs["dtype"], kwargs["value"]
+    else:
+        raise st.error("T.reinterpret: expected (dtype, value) or (value, dtype=...); got "
+                       f"{len(args)} positional argument(s) and {sorted(kwargs)}")
     target = str(as_dtype(dtype))
     if isinstance(value, (bool, int, float)):
         raise st.error(

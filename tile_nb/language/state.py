@@ -56,7 +56,9 @@ class State:
     hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
     tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
     block_vars: tuple = ()  # the open T.Kernel's block indices (blockIdx.x, .y, .z), for T.get_block_binding
-    thread_var: Any = None  # the open T.Kernel's threadIdx.x, which per-thread code reads (frontend/per_thread.py)
+    thread_var: Any = None  # the open T.Kernel's threadIdx.x, read by per-thread code (frontend/per_thread)
+    thread_indices: list = field(default_factory=list)  # (T.get_thread_binding value, stride, extent)
+    reducer: Any = None  # the T.comm_reducer of the open `with T.attr(..., "reduce_scope", ...)`
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
     # buffer name -> (buffer, tirx.IndexMap, line) of each T.Layout annotated on a global buffer (layouts.py)
     global_layouts: dict = field(default_factory=dict)

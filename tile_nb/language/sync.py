@@ -130,8 +130,8 @@ def _ids(ids) -> str:
 
 
 class ThreadIndex:
-    """tilelang's thread index along one dim of `T.Kernel(threads=(x, y, z))`: thread t (CUDA's order, x fastest)
-    has index `t % x` along dim 0, `t // x % y` along dim 1 and `t // (x * y)` along dim 2."""
+    """tilelang's thread index along one dim of `T.Kernel(threads=(x, y, z))`: thread t (CUDA's order, x
+    fastest) has index `t % x` along dim 0, `t // x % y` along dim 1 and `t // (x * y)` along dim 2."""
 
     def __init__(self, st, dim: int = 0):
         dims = st.thread_dims or (st.threads,)
@@ -154,8 +154,8 @@ class ThreadIndex:
 
 
 def warp_groups_of(cond):
-    """The `WarpGroups` where `cond` holds, when it is a condition on the thread index alone that holds for all
-    or none of each warp group's threads (`tx < 128`, `ty == 1`); else `cond` itself (a per-thread
+    """The `WarpGroups` where `cond` holds, when it is a condition on the thread index alone that holds for
+    all or none of each warp group's threads (`tx < 128`, `ty == 1`); else `cond` itself (a per-thread
     condition, or one that does not involve the thread index)."""
     st = _state.active("if")
     var = st.thread_var
@@ -165,7 +165,8 @@ def warp_groups_of(cond):
     groups = -(-threads // WARP_GROUP)
     ids = []
     for k in range(groups):
-        hits = {bool(_value_at(cond, var, t)) for t in range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), threads))}
+        group = range(WARP_GROUP * k, min(WARP_GROUP * (k + 1), threads))
+        hits = {bool(_value_at(cond, var, t)) for t in group}
         if len(hits) > 1:
             return cond  # it splits a warp group: a per-thread condition
         if hits == {True}:
@@ -251,16 +252,23 @@ def _groups_of(x) -> frozenset:
 
 def get_thread_binding(dim: int = 0):
     """`tx = T.get_thread_binding(dim=0)`: tilelang's thread index. `if tx < 128:` runs its body as `T.ws(0)`
-    and its `else` as the other groups (`elif tx >= 128 and tx < 256:` as `T.ws(1)`); used as a value, it makes
-    the statements that use it per-thread code (frontend/per_thread.py). `dim` 1 and 2 are the y and z of
-    `T.Kernel(threads=(x, y, z))`."""
+    and its `else` as the other groups (`elif tx >= 128 and tx < 256:` as `T.ws(1)`); used as a value, it
+    makes the statements that use it per-thread code (frontend/per_thread.py). `dim` 1 and 2 are the y and z
+    of `T.Kernel(threads=(x, y, z))`."""
     st = _in_kernel("T.get_thread_binding")
     ndim = len(st.thread_dims or (st.threads,))
     if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < ndim:
         raise st.error(f"T.get_thread_binding(dim=...): expected an int from 0 to {ndim - 1} (the kernel's "
                        f"threads={st.thread_dims[0] if ndim == 1 else st.thread_dims!r} has {ndim} "
                        f"dim{'s' if ndim > 1 else ''}); got {dim!r}", hint=BLOCK_LEVEL)
-    return ThreadIndex(st, dim).value()
+    return _thread_index(st, dim)
+
+
+def _thread_index(st, dim: int):
+    index = ThreadIndex(st, dim)
+    value = index.value()
+    st.thread_indices.append((value, index.stride, index.extent))  # (T.tvm_thread_allreduce names them)
+    return value
 
 
 _THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -281,7 +289,7 @@ def thread_binding(start, stop, thread: str = "threadIdx.x", annotations=None):
     if start != 0 or stop != dims[dim]:
         raise st.error(f"T.thread_binding({start!r}, {stop!r}, thread={thread!r}): the range must be the "
                        f"whole {thread} of the kernel, 0 to {dims[dim]}", hint=BLOCK_LEVEL)
-    return ThreadIndex(st, dim).value()
+    return _thread_index(st, dim)
 
 
 def warp_groups_region(cond: WarpGroups, branch: str):

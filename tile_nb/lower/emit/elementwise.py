@@ -36,8 +36,8 @@ def lower_fill(em, call):
     if scope_of(buf) == LOCAL_THREAD:  # each thread fills its own row (per-thread code's locals)
         if not (em.prove(tirx.EQ(mins[0], 0)) and ext[0] == int(buf.shape[0])):
             raise LoweringError(f"T.fill of {buf.name}, which holds one row per thread: fill every row")
-        serial_nest(ext[1:], lambda it: em.store(buf, [em.tx] + [m + i for m, i in zip(mins[1:], it, strict=True)],
-                                                 value))
+        serial_nest(ext[1:], lambda it: em.store(
+            buf, [em.tx] + [m + i for m, i in zip(mins[1:], it, strict=True)], value))
     elif scope_of(buf) in ("local", "local.var") or em.scope.thread_code:
         serial_nest(ext, body)
     else:

@@ -1,0 +1,128 @@
+"""tilelang's thread all-reduce, TVM's low-level spelling that tilelang kernels write by hand:
+
+```python
+with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, accum_dtype)]), "reduce_scope",
+            T.reinterpret(T.uint64(0), dtype="handle")):
+    T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[0], True, total[0], tk, dtype="handle"))
+```
+
+Every thread gets, in `total[0]`, the reduction of `acc[0]` over the threads that differ from it only in the
+thread indices named at the end (`tk = T.get_thread_binding(1)`). tile_nb elaborates it into per-thread code
+(frontend/per_thread.py): each thread writes its value to a shared scratch row, and after the barrier that a
+read of it needs, each thread combines its group's values in index order. Both back ends run that code; the
+combination order is the same in each thread, so every thread of a group holds the same value.
+"""
+from __future__ import annotations
+
+from . import state as _state
+
+__all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce"]
+
+
+class CommReducer:
+    """`T.comm_reducer(combiner, identities)`: how values combine (`lambda x, y: x + y`)."""
+
+    def __init__(self, combiner, identities):
+        self.combiner = combiner
+        self.identities = list(identities) if isinstance(identities, (list, tuple)) else [identities]
+
+
+def comm_reducer(combiner, identity):
+    st = _state.active("T.comm_reducer")
+    if not callable(combiner):
+        raise st.error(f"T.comm_reducer(combiner, identity): combiner must be a function of two values; got "
+                       f"{combiner!r}")
+    reducer = CommReducer(combiner, identity)
+    if len(reducer.identities) != 1:
+        raise st.error("T.comm_reducer: tile_nb reduces one value at a time; got "
+                       f"{len(reducer.identities)} identities")
+    return reducer
+
+
+class attr:  # noqa: N801 - tilelang's name
+    """`with T.attr(reducer, "reduce_scope", ...)`: the reducer of the `T.tvm_thread_allreduce` inside. Other
+    attributes are TVM's lowering internals, which tile_nb does not take."""
+
+    def __init__(self, node, key, value=None):
+        st = _state.active("T.attr")
+        if key != "reduce_scope" or not isinstance(node, CommReducer):
+            raise st.error(f"T.attr(node, {key!r}, ...): tile_nb takes T.attr only as the reduce scope of a "
+                           "thread all-reduce (`T.attr(T.comm_reducer(...), \"reduce_scope\", ...)`); got "
+                           f"{type(node).__name__}")
+        del value  # TVM's scope handle (`T.reinterpret(T.uint64(0), dtype="handle")`)
+        self.reducer = node
+        self._outer = None
+
+    def __enter__(self):
+        st = _state.active("T.attr")
+        self._outer, st.reducer = st.reducer, self.reducer
+        return self
+
+    def __exit__(self, *exc):
+        _state.active("T.attr").reducer = self._outer
+        return False
+
+
+class _Reduced:
+    """What `T.tvm_thread_allreduce` gives: its statements are in the kernel already; T.evaluate takes it."""
+
+
+def evaluate(value) -> None:
+    """`T.evaluate(T.tvm_thread_allreduce(...))`; an IR call is evaluated for its effect."""
+    if isinstance(value, _Reduced):
+        return
+    from tvm.script.ir_builder import tirx as T
+
+    T.evaluate(value)
+
+
+def tvm_thread_allreduce(count, value, condition, dst, *thread_indices, dtype="handle"):
+    """Reduce `value` over the threads that differ only in `thread_indices` (values of T.get_thread_binding)
+    with the enclosing `T.attr` reducer; every thread of a group gets the result in `dst` (an element of a
+    T.alloc_local)."""
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    from .irutil import dtype_of, is_load
+    from .memory import alloc_shared
+
+    del dtype
+    st = _state.active("T.tvm_thread_allreduce")
+    if not st.kernel_open:
+        raise st.error("T.tvm_thread_allreduce must be called inside `with T.Kernel(...)`")
+    if st.reducer is None:
+        raise st.error("T.tvm_thread_allreduce needs its reducer: call it inside "
+                       "`with T.attr(T.comm_reducer(...), \"reduce_scope\", ...)`")
+    if int(count) != 1:
+        raise st.error(f"T.tvm_thread_allreduce(count, ...): tile_nb reduces one value; got count={count}")
+    if not (condition is True or isinstance(condition, tirx.IntImm) and int(condition) == 1):
+        raise st.error(f"T.tvm_thread_allreduce(..., condition, ...): tile_nb takes True only; got "
+                       f"{condition!r}")
+    if not is_load(dst) or dst.source.scope() not in ("local", "local.var"):
+        raise st.error(f"T.tvm_thread_allreduce(..., dst, ...): expected an element of a T.alloc_local, "
+                       f"which receives the result in each thread; got {dst!r}")
+    dims = []
+    for index in thread_indices:
+        found = next((d for d in st.thread_indices if d[0].same_as(index)), None)
+        if found is None:
+            raise st.error(f"T.tvm_thread_allreduce: the threads to reduce over are named by values of "
+                           f"T.get_thread_binding(dim); got {index!r}")
+        dims.append(found[1:])
+    if not dims:
+        raise st.error("T.tvm_thread_allreduce: name the thread indices to reduce over (`tk`)")
+    tx = st.thread_var
+    scratch = alloc_shared((st.threads,), dtype_of(value))
+    T.buffer_store(scratch, value, [tx])
+    base = tx
+    for index, (stride, _) in zip(thread_indices, dims, strict=True):
+        base = base - index * stride
+    members = [base]
+    for stride, extent in dims:  # every thread of the group, in index order
+        members = [m + j * stride for m in members for j in range(extent)]
+    combine = st.reducer.combiner
+    dst_buf, dst_idx = dst.source, list(dst.indices)
+    T.buffer_store(dst_buf, tirx.BufferLoad(scratch, [members[0]]), dst_idx)
+    for m in members[1:]:
+        T.buffer_store(dst_buf, combine(tirx.BufferLoad(dst_buf, dst_idx), tirx.BufferLoad(scratch, [m])),
+                       dst_idx)
+    return _Reduced()
