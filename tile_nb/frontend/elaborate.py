@@ -24,7 +24,6 @@ from ..language.irutil import is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
 from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
-from .per_thread import elaborate_per_thread
 
 __all__ = ["Elaboration", "BufferParam", "ScalarParam", "Stop", "elaborate"]
 
@@ -635,6 +634,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     from tvm import ir, tirx
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
+
+    from .per_thread import elaborate_per_thread  # (imports TVM: not at import time)
 
     start = time.perf_counter()
     symbolic = const_values is None
