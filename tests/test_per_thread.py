@@ -191,3 +191,24 @@ def test_refusals_name_the_users_line(body, message):
     with pytest.raises(DSLError, match=message) as info:
         ns["bad"](torch.randn(64))
     assert info.value.lineno is not None and info.value.lineno >= 11
+
+
+@tile_nb.jit
+def racy(A, same: bool = False):
+    A: T.Tensor[[64], T.float32]
+    with T.Kernel(1, threads=64) as _:
+        s = T.alloc_shared((64,), T.float32)
+        tx = T.get_thread_binding()
+        s[0] = 1.0 if same else T.Cast("float32", tx)  # every thread writes s[0]
+        A[tx] = s[0]
+
+
+def test_threads_writing_different_values_to_one_element_is_a_race_error():
+    from tile_nb.interp.errors import RaceError
+
+    with pytest.raises(RaceError, match=r"write different values to s\[0\] here \(0.0 and 1.0") as info:
+        racy(torch.zeros(64))
+    assert info.value.lineno is not None
+    a = torch.zeros(64)
+    racy(a, same=True)  # the same value from every thread: no race
+    assert torch.equal(a, torch.ones(64))

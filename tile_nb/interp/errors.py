@@ -130,6 +130,11 @@ class OrderingError(InterpreterError):
     using, with no barrier between them: the GPU result would depend on timing (interp/warps.py)."""
 
 
+class RaceError(InterpreterError):
+    """Iterations of a T.Parallel loop (threads of per-thread code) write different values to one element in
+    one statement: the GPU keeps one of them, which one depending on timing."""
+
+
 def _rebuild_interp(cls, message, filename, lineno, col, end_col, hint):
     return cls(message, None, hint, filename=filename, lineno=lineno, col=col, end_col=end_col)
 

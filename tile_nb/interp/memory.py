@@ -16,7 +16,7 @@ from . import access, written
 from . import values as V
 from .affine import add_into, compile_slice_access, store_into
 from .compiler import Compiler, expr_rule, op_short_name, stmt_rule
-from .errors import InterpreterError, OutOfBoundsError, UninitializedReadError
+from .errors import InterpreterError, OutOfBoundsError, RaceError, UninitializedReadError
 
 __all__ = ["Region", "clip", "compile_extern", "compile_region"]
 
@@ -202,7 +202,14 @@ def _buffer_store(comp: Compiler, node):
                 written.mark_index(w, slot, m, idx)  # by some active iteration: counted as written for all
             return
         idx = _check_index(comp, f, slot, t, idx, location, loops)
-        _scatter(t, idx, value, f.mask, accumulate=False)
+        clash = _scatter(t, idx, value, f.mask, accumulate=False)
+        if clash is not None:
+            element, values = clash
+            raise RaceError(
+                f"iterations of the T.Parallel loop (or threads of per-thread code) write different values "
+                f"to {node.buffer.name}[{', '.join(map(str, element))}] here ({values[0]} and {values[1]}, "
+                "among others): on the GPU one of them stays, which one depending on timing", location,
+                hint="give each iteration its own element, or reduce the values (T.atomic_add, a reduction)")
         if m is not None:
             _scatter(m, idx, True, f.mask, accumulate=False)
     return store
@@ -223,7 +230,8 @@ def _int_wrapper(dtype: str):
 def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: tuple = ()):
     """t[idx] = value (or += with accumulate) for indices/values broadcast over the parallel iteration space;
     `space` (the loops' whole iteration space) makes an atomic add once per iteration even where neither its
-    index nor its value depends on the loop variables."""
+    index nor its value depends on the loop variables. A plain store that gives one element two different
+    values (a race on the GPU) is not made: it returns (that element, two of its values) instead."""
     t, value = V.signed_target(t, value)  # uint16/32/64: the same bits through a signed view
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
@@ -237,7 +245,33 @@ def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: 
         m = mask.expand(shape)
         parts = [p[m] for p in parts]
         val = val[m]
-    t.index_put_(tuple(p.long() for p in parts), val, accumulate=accumulate)
+    index = tuple(p.long() for p in parts)
+    if not accumulate and val.numel() > 1:
+        clash = _clash(t.shape, index, val)
+        if clash is not None:
+            return clash
+    t.index_put_(index, val, accumulate=accumulate)
+    return None
+
+
+def _clash(shape, index: tuple, val: torch.Tensor):
+    """(an element, two different values) where `index` names one element twice with different values."""
+    flat = torch.zeros_like(index[0]) if index else torch.zeros(val.shape, dtype=torch.long)
+    for k, size in zip(index, shape, strict=True):
+        flat = flat * int(size) + k
+    flat, v = flat.reshape(-1), val.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    flat, v = flat[order], v[order]
+    same = flat[1:] == flat[:-1]
+    if not bool(same.any()):
+        return None
+    differ = same & (v[1:] != v[:-1]) & ~(torch.isnan(v[1:]) & torch.isnan(v[:-1])) \
+        if v.dtype.is_floating_point else same & (v[1:] != v[:-1])
+    if not bool(differ.any()):
+        return None
+    at = int(torch.nonzero(differ)[0])
+    element = [int(x) for x in torch.unravel_index(flat[at], tuple(shape))]
+    return element, (v[at].item(), v[at + 1].item())
 
 
 def _store_overlay(f, slot: int, t: torch.Tensor, idx: tuple, value):
