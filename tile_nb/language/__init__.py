@@ -89,7 +89,7 @@ from .memory import (
     make_tensor,
 )
 from .persistent import Persistent
-from .reducers import attr, comm_reducer, evaluate, tvm_thread_allreduce
+from .reducers import alloc_reducer, attr, comm_reducer, evaluate, finalize_reducer, tvm_thread_allreduce
 from .sync import (
     alloc_barrier,
     barrier_arrive,
@@ -217,6 +217,8 @@ __all__ = [
     "comm_reducer",
     "evaluate",
     "tvm_thread_allreduce",
+    "alloc_reducer",
+    "finalize_reducer",
     "thread_binding",
     "wgmma_gemm",
     "wait_wgmma",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import state as _state
 
-__all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce"]
+__all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce", "alloc_reducer", "finalize_reducer"]
 
 
 class CommReducer:
@@ -126,3 +126,63 @@ def tvm_thread_allreduce(count, value, condition, dst, *thread_indices, dtype="h
         T.buffer_store(dst_buf, combine(tirx.BufferLoad(dst_buf, dst_idx), tirx.BufferLoad(scratch, [m])),
                        dst_idx)
     return _Reduced()
+
+
+def alloc_reducer(shape, dtype, op: str = "sum", replication=None):
+    """`r = T.alloc_reducer(n, dtype)`: tilelang's reducer, a fragment whose updates inside T.Parallel
+    (`r[i] += v`) add the values of every iteration. Each thread holding a copy of `r[i]` adds its own
+    iterations' values; `T.finalize_reducer(r)` combines the copies, after which every copy holds the sum.
+    `replication` ("all" or "none": where tilelang keeps the copies) is recorded, not applied: tile_nb's
+    layout inference places `r`. Sums only (op="sum")."""
+    from .hints import record_hint
+    from .memory import alloc_fragment
+
+    st = _state.active("T.alloc_reducer")
+    if op != "sum":
+        raise st.error(f"T.alloc_reducer(op={op!r}): tile_nb's reducers add (op=\"sum\"); max and min are "
+                       "not supported yet", hint="use T.reduce_max over a fragment")
+    buf = alloc_fragment(shape, dtype)
+    st.reducers.add(buf)
+    if replication is not None:
+        record_hint(st, f"alloc_reducer(replication={replication!r}) (tile_nb's layout inference places "
+                        f"{buf.name})")
+    return buf
+
+
+def finalize_reducer(reducer) -> None:
+    """`T.finalize_reducer(r)`: combine the copies of a reducer's partial sums (a T.tile.finalize_reducer op;
+    the interpreter, which adds every update into the one value, has nothing left to do)."""
+    from tvm.script.ir_builder import tirx as T
+    from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+    from .irutil import is_buffer
+    from .sync import _op
+
+    st = _state.active("T.finalize_reducer")
+    if not is_buffer(reducer) or reducer not in st.reducers:
+        raise st.error(f"T.finalize_reducer takes a buffer made by T.alloc_reducer; got {reducer!r}")
+    region = reducer[tuple(slice(0, n) for n in reducer.shape)]
+    T.add_to_parent(TilePrimitiveCall(region, op=_op("finalize_reducer")))
+    st.record_tile_op()
+
+
+def reducer_update(st, buffer, indices, value) -> bool:
+    """A store `r[i] = r[i] + v` into a reducer: emitted as an add of `v` (an atomic add, which the CPU
+    interpreter sums over the iterations of a T.Parallel loop and the CUDA lowering adds into the thread's
+    copy); True when `buffer` is a reducer and the store was emitted."""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    from .irutil import is_load
+
+    if buffer not in st.reducers:
+        return False
+    load = getattr(value, "a", None)
+    if not (isinstance(value, tirx.Add) and is_load(load) and load.source.same_as(buffer)
+            and tvm_ffi.structural_equal(list(load.indices), list(indices))):
+        raise st.error(f"{buffer.name} is a reducer (T.alloc_reducer): update it as `{buffer.name}[i] += v`",
+                       hint="a reducer's copies hold partial sums until T.finalize_reducer")
+    call = tirx.call_extern(buffer.dtype, "atomicAdd", tirx.address_of(load), value.b)
+    T.add_to_parent(tirx.Evaluate(call, st.span()))
+    return True

@@ -38,7 +38,8 @@ _OPS = {"ws": "a warp-specialized region: the warp groups that run it (tile_nb)"
         "mbarrier_arrive": "the running threads arrive at an mbarrier (tile_nb)",
         "mbarrier_wait": "wait until the mbarrier phase of a parity has completed (tile_nb)",
         "tma_copy": "the copy just before is asynchronous and completes with this mbarrier's phase (tile_nb)",
-        "sync_grid": "every block of the grid waits here for all others (tile_nb)"}
+        "sync_grid": "every block of the grid waits here for all others (tile_nb)",
+        "finalize_reducer": "combine the copies of a T.alloc_reducer's partial sums (tile_nb)"}
 _LOCK = threading.Lock()
 
 

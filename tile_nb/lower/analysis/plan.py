@@ -18,6 +18,7 @@ compiled kernel keeps `plan.summary()`, which the notebook view renders.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
@@ -811,6 +812,9 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
     warp sharing it."""
     out = {}
     for s in iter_stmts(func.body):
+        if isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.finalize_reducer":
+            out.update(_reducer_workspace(s, fragments))
+            continue
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name in _REDUCTIONS):
             continue
         src = region_of(s.args[1])[0]
@@ -830,6 +834,20 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
         )
         out[s] = SharedTile(src, (results, slots), dtype, name=f"{src.name}_partials")
     return out
+
+
+def _reducer_workspace(call, fragments: FragmentPlan) -> dict:
+    """T.finalize_reducer over copies held by several warps: one value per element and warp."""
+    buf = region_of(call.args[0])[0]
+    layout = fragments.layout(buf)
+    if layout is None:
+        return {}
+    slots, _ = layout.warp_slots(None, tirx.const(0, "int32"))
+    if slots <= 1:
+        return {}
+    dtype = "float64" if str(buf.dtype) == "float64" else "int32" if "int" in str(buf.dtype) else "float32"
+    return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), dtype,
+                             name=f"{buf.name}_partials")}
 
 
 def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping) -> int:

@@ -352,6 +352,9 @@ class Emitter:
             except LoweringError as err:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.Evaluate):
+            if atomic_target(stmt.value) in self.registers:
+                self._add_into_register(stmt)
+                return
             value = self.expr(stmt.value)
             if self._block_level_atomic(stmt.value):
                 # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA:
@@ -374,6 +377,20 @@ class Emitter:
             _ir.add_to_parent(stmt)
         else:
             raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
+
+    def _add_into_register(self, stmt):
+        """An atomic add into a register fragment (a T.alloc_reducer's update, language/reducers.py): the
+        thread adds into its own copy, on every replica (T.finalize_reducer combines the copies)."""
+        _, address, value = stmt.value.args[:3]
+        load = address.args[0] if getattr(address, "op", None) is not None else address
+        buf = load.source
+        try:
+            reg = self.register_index(buf, [self.expr(i) for i in load.indices])
+        except LoweringError as err:
+            raise self.lines.locate(err, stmt) from None
+        regs = self.registers[buf]
+        total = tirx.BufferLoad(regs, [reg]) + tirx.Cast(str(regs.dtype), self.expr(value))
+        T.buffer_store(regs, total, [reg])
 
     def _block_level_atomic(self, value) -> bool:
         """An atomic (`T.atomic_add` of one element) outside any T.Parallel loop. (buffers_touched counts its

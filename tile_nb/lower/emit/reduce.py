@@ -27,7 +27,7 @@ from ..irwalk import region_of, scope_of
 from . import intrin
 from .threads import distribute, serial_nest
 
-__all__ = ["accumulation_dtype", "compare_dtype", "lower_reduce", "reduction_dtype"]
+__all__ = ["accumulation_dtype", "compare_dtype", "lower_finalize_reducer", "lower_reduce", "reduction_dtype"]
 
 
 def accumulation_dtype(dtype: str) -> str:
@@ -262,3 +262,28 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
         serial_nest(out_ext or [1], lambda idx: body(idx if out_ext else []))
     else:
         distribute(em, out_ext or [1], lambda idx: body(idx if out_ext else []))
+
+
+def lower_finalize_reducer(em, call):
+    """T.finalize_reducer(r) (language/reducers.py): each thread holding a copy of an element of `r` added its
+    own iterations' values into it; the copies (the layout's replicated lanes and warps) combine as a reduction's
+    steps 2 and 3 do, after which every copy holds the sum. A reducer in shared memory was added into
+    atomically: nothing is left to do."""
+    buf = region_of(call.args[0])[0]
+    if buf not in em.registers:
+        return
+    layout = em.plan.layout(buf)
+    regs = em.registers[buf]
+    acc = accumulation_dtype(buf.dtype)
+    partial = T.alloc_buffer((layout.regs,), acc, scope="local")
+    IRBuilder.name(f"{buf.name}_partial", partial)
+    with T.unroll(0, layout.regs) as o:
+        T.buffer_store(partial, _cast(tirx.BufferLoad(regs, [o]), acc), [o])
+        for mask in layout.lane_masks(None):
+            mine = tirx.BufferLoad(partial, [o])
+            T.buffer_store(partial, mine + intrin.shfl_xor(mine, mask, acc), [o])
+    slots, slot = layout.warp_slots(None, em.tx)
+    if slots > 1:
+        _combine_warps(em, call, "sum", layout, layout, None, partial, slots, slot)
+    with T.unroll(0, layout.regs) as o:
+        T.buffer_store(regs, _cast(tirx.BufferLoad(partial, [o]), regs.dtype), [o])

@@ -29,6 +29,7 @@ TILE_OPS = MappingProxyType({
     "tirx.tile.cumsum": scan.lower_cumsum,
     "tirx.tile.gemm": gemm.lower_gemm,
     "tirx.tile.sync_grid": emit_grid_sync,
+    "tirx.tile.finalize_reducer": reduce.lower_finalize_reducer,
 })
 
 # (matches(emitter, stmt), emit(emitter, stmt)), tried in this order: the first that matches emits the

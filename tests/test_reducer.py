@@ -1,0 +1,79 @@
+"""tilelang's reducers (language/reducers.py): `r = T.alloc_reducer(n, dtype)`, updates `r[i] += v` inside
+T.Parallel that add every iteration's value, and `T.finalize_reducer(r)`, after which r holds the sums. The
+interpreter adds each update into the one value; the CUDA lowering adds into each thread's copy and combines
+the copies at the finalize (lane shuffles, and shared memory where warps share an element). The GEMV of
+tilelang's examples/gemv at shapes that are not multiples of the blocks and sizes of 1, with layouts whose
+copies span lanes only or lanes and warps; against torch; GPU twins marked gpu."""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.errors import DSLError
+from tile_nb.frontend.source import run_source
+
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def gemv_reducer(a, x, block_M: int = 128, block_N: int = 128, threads: int = 256):
+    M, N = T.const("M, N")
+    a: T.Tensor((M, N), T.float16)
+    x: T.Tensor((N,), T.float16)
+    o = T.empty((M,), T.float32)
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bm:
+        r = T.alloc_reducer(block_M, T.float32, replication="all")
+        T.clear(r)
+        for bn in T.Pipelined(T.ceildiv(N, block_N), num_stages=2):
+            a_s = T.alloc_shared((block_M, block_N), T.float16)
+            T.copy(a[bm * block_M, bn * block_N], a_s)
+            a_f = T.alloc_fragment((block_M, block_N), T.float16)
+            T.copy(a_s, a_f)
+            x_f = T.alloc_fragment(block_N, T.float16)
+            T.copy(x[bn * block_N], x_f)
+            for i, j in T.Parallel(block_M, block_N):
+                r[i] += a_f[i, j].astype(T.float32) * x_f[j].astype(T.float32)
+        T.finalize_reducer(r)
+        T.copy(r, o[bm * block_M])
+    return o
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("m, n", [(1, 1), (128, 128), (300, 520), (77, 1000)])
+@pytest.mark.parametrize("block_M, block_N, threads", [(128, 128, 256), (4, 256, 256), (16, 64, 128)])
+def test_a_reducer_sums_every_iteration(backend, m, n, block_M, block_N, threads):
+    g = torch.Generator().manual_seed(m * n + block_M)
+    a, x = torch.randn(m, n, generator=g).half(), torch.randn(n, generator=g).half()
+    o = gemv_reducer(a.to(backend), x.to(backend), block_M=block_M, block_N=block_N, threads=threads).cpu()
+    torch.testing.assert_close(o, a.float() @ x.float(), atol=2e-3, rtol=2e-3)
+
+
+def test_copies_held_by_several_warps_meet_in_shared_memory():
+    a, x = torch.empty(64, 512).half(), torch.empty(512).half()
+    src = gemv_reducer.compile(a, x, block_M=4, block_N=256, threads=256, target="sm_90a").cuda_source
+    body = src.split('extern "C" __global__')[-1]
+    assert "tnb_shfl_xor_float32" in body and "r_partial_ptr" in body
+    assert body.count("tnb_cta_sync()") >= 3  # the pipeline's, and the finalize's cross-warp step
+
+
+@pytest.mark.parametrize("body, message", [
+    ("r = T.alloc_reducer(8, T.float32)\n        for i in T.Parallel(8):\n            r[i] = A[i]",
+     r"r is a reducer \(T.alloc_reducer\): update it as `r\[i\] \+= v`"),
+    ("r = T.alloc_reducer(8, T.float32, op='max')", r"T.alloc_reducer\(op='max'\): tile_nb's reducers add"),
+    ("T.finalize_reducer(A)", r"T.finalize_reducer takes a buffer made by T.alloc_reducer"),
+])
+def test_reducer_misuse_is_refused_at_the_line(body, message):
+    src = f'''
+import tile_nb
+import tile_nb.language as T
+
+@tile_nb.jit
+def bad(A):
+    A: T.Tensor[[8], T.float32]
+    with T.Kernel(1, threads=128) as bx:
+        {body}
+'''
+    ns = run_source(src, {}, filename="reducer_bad.py")
+    with pytest.raises(DSLError, match=message) as info:
+        ns["bad"](torch.randn(8))
+    assert info.value.lineno is not None and info.value.lineno >= 9
