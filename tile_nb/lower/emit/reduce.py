@@ -267,8 +267,8 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
 def lower_finalize_reducer(em, call):
     """T.finalize_reducer(r) (language/reducers.py): each thread holding a copy of an element of `r` added its
     own iterations' values into it; the copies (the layout's replicated lanes and warps) combine as a
-    reduction's steps 2 and 3 do, after which every copy holds the sum. A reducer in shared memory was added into
-    atomically: nothing is left to do."""
+    reduction's steps 2 and 3 do, after which every copy holds the sum. A reducer in shared memory was added
+    into atomically: nothing is left to do."""
     buf = region_of(call.args[0])[0]
     if buf not in em.registers:
         return
