@@ -180,7 +180,7 @@ def bad(A):
 
 @pytest.mark.parametrize("body, message", [
     ("for i in T.Parallel(64):\n            s[i] = A[tx]", r"per-thread code .* inside T.Parallel"),
-    ("if tx < 3:\n            T.copy(A, s)", r"a tile operation under control flow that differs between"),
+    ("for i in T.serial(tx):\n            T.copy(A, s)", r"a tile operation under control flow that differs"),
     ("T.copy(A[tx:tx + 1], s[0:1])", r"the tile operation T.copy is given a region or value that depends"),
     ("r = T.alloc_local((1,), T.float32)\n        "
      "T.evaluate(T.tvm_thread_allreduce(T.uint32(1), A[tx], True, r[0], tx))",
@@ -212,3 +212,41 @@ def test_threads_writing_different_values_to_one_element_is_a_race_error():
     a = torch.zeros(64)
     racy(a, same=True)  # the same value from every thread: no race
     assert torch.equal(a, torch.ones(64))
+
+
+@tile_nb.jit
+def split_by_warps(A):
+    """mhc_pre's form: `if tx < 32:` around tile operations, in a 96-thread block; per-thread code inside."""
+    N = T.const("N")
+    A: T.Tensor[[N], T.float32]
+    B = T.empty((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 64), threads=96) as bx:
+        tx = T.get_thread_binding()
+        s = T.alloc_shared((64,), T.float32)
+        T.copy(A[bx * 64], s)
+        if tx < 32:
+            f = T.alloc_fragment((64,), T.float32)
+            T.copy(s, f)
+            for i in T.Parallel(64):
+                f[i] = f[i] * 2.0
+            T.copy(f, B[bx * 64])
+        else:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    C[bx * 64 + i] = s[i] + 1.0
+            if bx * 64 + tx - 32 < N:
+                C[bx * 64 + tx - 32] = C[bx * 64 + tx - 32] + 10.0  # threads 32..95: elements 0..63
+    return B, C
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 64, 150])
+def test_an_if_on_the_thread_index_around_tile_operations_runs_both_branches(backend, n):
+    a = torch.randn(n)
+    b, c = split_by_warps(a.to(backend))
+    torch.testing.assert_close(b.cpu(), a * 2)
+    torch.testing.assert_close(c.cpu(), a + 11)
+    hints = split_by_warps.specialize(a).attrs["tile_nb.hints"]
+    assert any("holds tile operations: its branches run one after the other, each in all threads" in h
+               for h in hints)

@@ -120,7 +120,7 @@ _TILE_OP_PER_THREAD = r"the tile operation T.fill is given a region or value tha
 @pytest.mark.parametrize(
     "threads, body, message",
     [
-        ("(32, 4)", "tk = T.get_thread_binding(1)\n        if tk == 0: T.clear(s)",
+        ("(32, 4)", "tk = T.get_thread_binding(1)\n        while tk == 0: T.clear(s)",
          r"a tile operation under control flow that differs between threads"),
         ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, s[tn])", _TILE_OP_PER_THREAD),
         ("(32, 4)", "tn = T.get_thread_binding(0)\n        T.fill(s, tn)", _TILE_OP_PER_THREAD),

@@ -709,6 +709,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     order = [p.name for p in signature.runtime if p.name in result.buffers or p.name in result.scalars]
     order += result.outputs + result.scratch
     params = [by_name[name] for name in order if by_name.get(name) is not None]
+    # statements that use the thread index as a value, as T.Parallel loops over the threads
+    body = elaborate_per_thread(func.body, st.filename, st.tile_op_lines, st.hints)
     attrs = {
         "global_symbol": signature.name,
         "tile_nb.threads": st.threads or 0,
@@ -728,8 +730,6 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
         attrs["tile_nb.hints"] = list(st.hints)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
     span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
-    # statements that use the thread index as a value, as T.Parallel loops over the threads
-    body = elaborate_per_thread(func.body, st.filename, st.tile_op_lines)
     result.func = tirx.PrimFunc(params, body, func.ret_type, func.attrs, span=span).with_attrs(attrs)
     result.consts = list(st.consts_used)
     if symbolic:

@@ -37,10 +37,11 @@ _LOCAL = ("local", "local.var")
 _LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
 
 
-def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=()):
+def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=(), hints: list | None = None):
     """`body` (a PrimFunc body) with the per-thread code of each T.Kernel in block-level form; unchanged when
     no kernel uses its thread index as a value. `tile_op_lines`: the line of each tile operation of `body`,
-    in program order (for errors)."""
+    in program order (for errors); what the rewrite decided that the plan should show is appended to
+    `hints`."""
     calls = [s for s in _iter(body) if isinstance(s, TilePrimitiveCall)]
     lines = dict(zip(calls, tile_op_lines, strict=False))
 
@@ -50,7 +51,7 @@ def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=()):
             tx = s.node.var
             if not _uses(s.body, {tx}):
                 return s
-            kernel = _Kernel(tx, int(s.value), filename, lines)
+            kernel = _Kernel(tx, int(s.value), filename, lines, hints if hints is not None else [])
             return tirx.AttrStmt(s.node, s.attr_key, s.value, kernel.run(s.body), s.span)
         return _map_children(s, rewrite)
 
@@ -227,8 +228,10 @@ def _hazard(stmts) -> bool:
 class _Kernel:
     """One T.Kernel's body: which values and buffers are per-thread, and the rewrite."""
 
-    def __init__(self, tx, threads: int, filename: str | None, tile_op_lines: dict):
+    def __init__(self, tx, threads: int, filename: str | None, tile_op_lines: dict, hints: list):
         self.tx, self.threads, self.filename, self.tile_op_lines = tx, threads, filename, tile_op_lines
+        self.hints = hints
+        self.guards: list = []  # conditions on the thread index of the branches being split (_split)
         self.vars = {tx}  # per-thread variables: threadIdx.x and what Binds compute from per-thread values
         self.buffers: dict = {}  # per-thread local buffer -> its local.thread buffer
         self.inlined: dict = {}  # per-thread Bind var -> its value (the Bind is dropped, its uses inlined)
@@ -276,13 +279,7 @@ class _Kernel:
 
     def error(self, message: str, stmt, hint: str = BLOCK_LEVEL) -> DSLError:
         """An error at the first line of `stmt` the IR knows (a store's span, a tile operation's line)."""
-        line = None
-        for x in _iter(stmt):
-            line = self.tile_op_lines.get(x) if isinstance(x, TilePrimitiveCall) else \
-                getattr(getattr(x, "span", None), "line", None)
-            if line:
-                break
-        return DSLError(message, filename=self.filename, lineno=line or None, hint=hint)
+        return DSLError(message, filename=self.filename, lineno=self._line(stmt), hint=hint)
 
     # block-level statements: kept, with per-thread statements under them rewritten
     def _block(self, s):
@@ -328,6 +325,10 @@ class _Kernel:
             if isinstance(s, tirx.Bind) and s.var in self.vars:
                 self.inlined[s.var] = s.value  # used by later statements, which may land in other loops
                 continue
+            if self._splits(s):
+                flush()
+                out.extend(self._split(s))
+                continue
             if isinstance(s, TilePrimitiveCall) or not self.per_thread(s) or self._look_into(s):
                 flush()
                 out.append(self._block(s))
@@ -337,6 +338,38 @@ class _Kernel:
             group.append(s)
         flush()
         return out or [tirx.Evaluate(0)]
+
+    def _splits(self, s) -> bool:
+        """An `if` on the thread index alone (`if tx < 32:`) around tile operations."""
+        return isinstance(s, tirx.IfThenElse) and self._divergent(s) \
+            and not _uses(tirx.Evaluate(s.condition), set(), frozenset(self.buffers)) \
+            and any(isinstance(x, TilePrimitiveCall) for x in _iter(s))
+
+    def _split(self, s) -> list:
+        """tilelang runs the branches of `if tx < 32: A else: B` in different threads at once; their tile
+        operations describe whole tiles, whichever threads run them. Here A runs, then B, each with all the
+        threads: the same results wherever A and B do not use each other's (which, run at once without a
+        barrier between them, would be a race). Per-thread statements in a branch keep the condition."""
+        self.hints.append(f"the `if` on the thread index at line {self._line(s) or '?'} holds tile "
+                          "operations: its branches run one after the other, each in all threads")
+        out = []
+        for cond, branch in ((s.condition, s.then_case), (tirx.Not(s.condition), s.else_case)):
+            if branch is None:
+                continue
+            self.guards.append(cond)
+            try:
+                out.extend(self._sequence(_items(branch)))
+            finally:
+                self.guards.pop()
+        return out
+
+    def _line(self, stmt):
+        for x in _iter(stmt):
+            line = self.tile_op_lines.get(x) if isinstance(x, TilePrimitiveCall) else \
+                getattr(getattr(x, "span", None), "line", None)
+            if line:
+                return line
+        return None
 
     def _look_into(self, s) -> bool:
         has_tile_op = any(isinstance(x, TilePrimitiveCall) for x in _iter(s))
@@ -416,7 +449,13 @@ class _Kernel:
                 return tirx.AttrStmt(s.node, s.attr_key, value, stmt(s.body), s.span)
             return _map_children(s, stmt)
 
-        return tirx.For(tid, 0, self.threads, tirx.ForKind.PARALLEL, _seq([stmt(s) for s in stmts]))
+        body = _seq([stmt(s) for s in stmts])
+        if self.guards:  # inside a branch of a split `if` (_split): this branch's threads only
+            cond = expr(self.guards[0])
+            for g in self.guards[1:]:
+                cond = tirx.And(cond, expr(g))
+            body = tirx.IfThenElse(cond, body, None)
+        return tirx.For(tid, 0, self.threads, tirx.ForKind.PARALLEL, body)
 
 
 def _items(s) -> list:

@@ -599,6 +599,7 @@ class Emitter:
             return
         late = LateWaits(self) if self.late_waits() else None
         pending_write = pending_read = False
+        global_writes: set = set()  # global tensors written since the last barrier
         for s in stmts:
             if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
                 self.emit(s)
@@ -612,12 +613,16 @@ class Emitter:
             if late is not None:
                 late.before(s)
             r, w = self.touches_shared(s)
-            if (pending_write and (r or w)) or (pending_read and w):
+            reads, writes = buffers_touched(s)
+            # a global tensor read after a statement wrote it: another thread may have written the element
+            reads_global_written = any(b in global_writes for b in reads)
+            if (pending_write and (r or w)) or (pending_read and w) or reads_global_written:
                 if late is not None:
                     # after the barrier another warpgroup may write a tile this one's group still reads
                     late.drain()
                 self.sync()
                 pending_write = pending_read = False
+                global_writes.clear()
             if late is not None and late.takes(s):
                 with self.scoped(mma_deferred=True):
                     self.emit(s)
@@ -626,6 +631,7 @@ class Emitter:
                 self.emit(s)
             pending_write |= w
             pending_read |= r
+            global_writes.update(b for b in writes if scope_of(b) == "global")
         if late is not None:
             late.drain()
 
