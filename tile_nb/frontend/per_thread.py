@@ -300,7 +300,7 @@ class _Kernel:
             raise self.error("per-thread code inside a warp-specialized region (T.ws, or an `if` on the "
                              "thread index that chooses warp groups) is not supported yet", s)
         if isinstance(s, (tirx.For, tirx.IfThenElse, tirx.While, tirx.AttrStmt)) and not self._divergent(s):
-            return _map_children(s, lambda c: _seq(self._sequence(_items(c))))
+            return _map_children(_unpipelined(s), lambda c: _seq(self._sequence(_items(c))))
         return self._wrap([s])
 
     def _holds_thread_buffers(self, s) -> bool:
@@ -437,6 +437,7 @@ class _Kernel:
             if isinstance(s, tirx.AllocBuffer):
                 return tirx.AllocBuffer(self.buffers.get(s.buffer, s.buffer))
             if isinstance(s, tirx.For):
+                s = _unpipelined(s)
                 return tirx.For(s.loop_var, expr(s.min), expr(s.extent), s.kind, stmt(s.body),
                                 s.thread_binding, s.annotations, s.step, s.span)
             if isinstance(s, tirx.IfThenElse):
@@ -460,3 +461,13 @@ class _Kernel:
 
 def _items(s) -> list:
     return list(s.seq) if isinstance(s, tirx.SeqStmt) else [s]
+
+
+def _unpipelined(s):
+    """A T.Pipelined loop without tile operations (one around per-thread code: hadamard's shuffle rounds) as
+    the serial loop it is: there are no copies to overlap."""
+    if not (isinstance(s, tirx.For) and s.annotations and "num_stages" in s.annotations) or \
+            any(isinstance(x, TilePrimitiveCall) for x in _iter(s.body)):
+        return s
+    kept = {k: v for k, v in s.annotations.items() if k != "num_stages"}
+    return tirx.For(s.loop_var, s.min, s.extent, s.kind, s.body, s.thread_binding, kept, s.step, s.span)

@@ -89,7 +89,15 @@ from .memory import (
     make_tensor,
 )
 from .persistent import Persistent
-from .reducers import alloc_reducer, attr, comm_reducer, evaluate, finalize_reducer, tvm_thread_allreduce
+from .reducers import (
+    alloc_reducer,
+    attr,
+    comm_reducer,
+    evaluate,
+    finalize_reducer,
+    tvm_thread_allreduce,
+    tvm_warp_shuffle,
+)
 from .sync import (
     alloc_barrier,
     barrier_arrive,
@@ -217,6 +225,7 @@ __all__ = [
     "comm_reducer",
     "evaluate",
     "tvm_thread_allreduce",
+    "tvm_warp_shuffle",
     "alloc_reducer",
     "finalize_reducer",
     "thread_binding",

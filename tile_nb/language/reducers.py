@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from . import state as _state
 
-__all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce", "alloc_reducer", "finalize_reducer"]
+__all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce", "tvm_warp_shuffle", "alloc_reducer",
+           "finalize_reducer"]
 
 
 class CommReducer:
@@ -186,3 +187,30 @@ def reducer_update(st, buffer, indices, value) -> bool:
     call = tirx.call_extern(buffer.dtype, "atomicAdd", tirx.address_of(load), value.b)
     T.add_to_parent(tirx.Evaluate(call, st.span()))
     return True
+
+
+def tvm_warp_shuffle(mask, value, lane, width, warp_size=32):
+    """`T.tvm_warp_shuffle(mask, v, lane, width, warp_size)` in per-thread code: the value `v` of thread
+    `lane` of this thread's group of `width` consecutive threads (CUDA's `__shfl_sync`; every thread takes
+    part). Elaborated as a store of `v` into a shared scratch row and a read of the source thread's element,
+    between which the per-thread pass (frontend/per_thread.py) puts a barrier: the same values on both back
+    ends."""
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    from .irutil import dtype_of
+    from .memory import alloc_shared
+
+    st = _state.active("T.tvm_warp_shuffle")
+    if not st.kernel_open:
+        raise st.error("T.tvm_warp_shuffle must be called inside `with T.Kernel(...)`")
+    if int(mask) & 0xFFFFFFFF != 0xFFFFFFFF:
+        raise st.error(f"T.tvm_warp_shuffle(mask, ...): tile_nb takes the full mask 0xFFFFFFFF (every thread "
+                       f"of the warp); got {int(mask):#x}")
+    for name, n in (("width", width), ("warp_size", warp_size)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n & (n - 1) or n > 32:
+            raise st.error(f"T.tvm_warp_shuffle({name}=...): expected a power of 2 up to 32; got {n!r}")
+    tx = st.thread_var
+    scratch = alloc_shared((st.threads,), dtype_of(value))
+    T.buffer_store(scratch, value, [tx])
+    return tirx.BufferLoad(scratch, [tirx.floordiv(tx, width) * width + tirx.floormod(lane, width)])

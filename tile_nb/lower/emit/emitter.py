@@ -631,7 +631,10 @@ class Emitter:
                 self.emit(s)
             pending_write |= w
             pending_read |= r
-            global_writes.update(b for b in writes if scope_of(b) == "global")
+            # (not a block-level store: every thread writes the same value, or thread 0 between two barriers
+            # when it reads what it writes, _block_level_update)
+            if not isinstance(s, tirx.BufferStore):
+                global_writes.update(b for b in writes if scope_of(b) == "global")
         if late is not None:
             late.drain()
 
