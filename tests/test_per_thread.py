@@ -250,3 +250,47 @@ def test_an_if_on_the_thread_index_around_tile_operations_runs_both_branches(bac
     hints = split_by_warps.specialize(a).attrs["tile_nb.hints"]
     assert any("holds tile operations: its branches run one after the other, each in all threads" in h
                for h in hints)
+
+
+@tile_nb.jit
+def butterfly(A, width: int = 32):
+    """hadamard's warp step: each thread takes its partner's value by T.tvm_warp_shuffle in a T.Pipelined loop
+    (no tile operations: a serial loop) and keeps the sum or the difference, round after round."""
+    N = T.const("N")
+    A: T.Tensor[[N, 64], T.float32]
+    B = T.empty((N, 64), T.float32)
+    with T.Kernel(N, threads=64) as bx:
+        tx = T.get_thread_binding()
+        v = T.alloc_local((2,), T.float32)
+        other = T.alloc_local((2,), T.float32)
+        for j in T.serial(2):
+            v[j] = A[bx, tx] * (j + 1)
+        for i in T.serial(5 if width == 32 else 3):
+            partner = tx ^ (1 << i)
+            for j in T.Pipelined(2, num_stages=1):
+                other[j] = T.tvm_warp_shuffle(0xFFFFFFFF, v[j], partner % width, width, 32)
+                v[j] = T.if_then_else((tx >> i) & 1 == 0, v[j] + other[j], other[j] - v[j])
+        B[bx, tx] = v[0] + v[1]
+    return B
+
+
+def _butterfly_reference(a, width):
+    rounds = 5 if width == 32 else 3
+    v = a.clone()
+    t = torch.arange(64)
+    for i in range(rounds):
+        partner = t ^ (1 << i)
+        src = (t // width) * width + partner % width
+        other = v[:, src]
+        v = torch.where(((t >> i) & 1) == 0, v + other, other - v)
+    return v * 3  # v[0] + v[1], the second scaled by 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("width", [32, 8])
+def test_a_warp_shuffle_butterfly(backend, width):
+    a = torch.randn(3, 64)
+    b = butterfly(a.to(backend), width=width).cpu()
+    torch.testing.assert_close(b, _butterfly_reference(a, width))
+    ir = butterfly.specialize(a, width=width).script()
+    assert "num_stages" not in ir
