@@ -294,3 +294,17 @@ def test_a_warp_shuffle_butterfly(backend, width):
     torch.testing.assert_close(b, _butterfly_reference(a, width))
     ir = butterfly.specialize(a, width=width).script()
     assert "num_stages" not in ir
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_every_per_thread_kernel_here_builds_to_a_cubin(arch):
+    """ptxas accepts what the lowering makes of each form (the GPU twins run them where a GPU is present)."""
+    a, b = _inputs(100, 77, 1)
+    kernels = [
+        split_k_atomic.compile(a, b, target=arch),
+        split_k_allreduce.compile(a, b, op="max", target=arch),
+        split_by_warps.compile(torch.randn(150), target=arch),
+        butterfly.compile(torch.randn(3, 64), width=8, target=arch),
+    ]
+    assert all(k.cubin for k in kernels)

@@ -77,3 +77,15 @@ def bad(A):
     with pytest.raises(DSLError, match=message) as info:
         ns["bad"](torch.randn(8))
     assert info.value.lineno is not None and info.value.lineno >= 9
+
+
+def test_the_reducer_kernels_build_to_cubins():
+    from tile_nb.backend import toolchain
+
+    if toolchain.find_tool("nvcc") is None:
+        pytest.skip("needs nvcc to build cubins")
+    a, x = torch.empty(300, 520).half(), torch.empty(520).half()
+    for block_M, block_N, threads in [(128, 128, 256), (4, 256, 256)]:
+        for arch in ("sm_90a", "sm_80"):
+            assert gemv_reducer.compile(a, x, block_M=block_M, block_N=block_N, threads=threads,
+                                        target=arch).cubin
