@@ -292,16 +292,19 @@ class _Kernel:
         if not self.per_thread(s) and not self._holds_thread_buffers(s):
             return s
         if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-            raise self.error("per-thread code (a statement that uses the thread index of "
-                             "T.get_thread_binding() or a per-thread local) inside T.Parallel", s,
-                             hint="a T.Parallel loop already spreads its iterations over the threads (" +
-                                  BLOCK_LEVEL + "): index by its loop variables instead")
+            raise self._in_parallel(s)
         if isinstance(s, tirx.AttrStmt) and s.attr_key == WS_ATTR:
             raise self.error("per-thread code inside a warp-specialized region (T.ws, or an `if` on the "
                              "thread index that chooses warp groups) is not supported yet", s)
         if isinstance(s, (tirx.For, tirx.IfThenElse, tirx.While, tirx.AttrStmt)) and not self._divergent(s):
             return _map_children(_unpipelined(s), lambda c: _seq(self._sequence(_items(c))))
         return self._wrap([s])
+
+    def _in_parallel(self, loop) -> DSLError:
+        return self.error("per-thread code (a statement that uses the thread index of T.get_thread_binding() "
+                          "or a per-thread local) inside T.Parallel", loop,
+                          hint="a T.Parallel loop already spreads its iterations over the threads ("
+                               + BLOCK_LEVEL + "): index by its loop variables instead")
 
     def _holds_thread_buffers(self, s) -> bool:
         return any(isinstance(x, tirx.AllocBuffer) and x.buffer in self.buffers or
@@ -405,10 +408,7 @@ class _Kernel:
         `tid`."""
         for x in (x for s in stmts for x in _iter(s)):
             if isinstance(x, tirx.For) and x.kind == tirx.ForKind.PARALLEL:
-                raise self.error("per-thread code (a statement that uses the thread index of "
-                                 "T.get_thread_binding() or a per-thread local) inside T.Parallel", x,
-                                 hint="a T.Parallel loop already spreads its iterations over the threads ("
-                                      + BLOCK_LEVEL + "): index by its loop variables instead")
+                raise self._in_parallel(x)
         tid = tirx.Var("tid", "int32")
         var_map = {**self.inlined, self.tx: tid}
 

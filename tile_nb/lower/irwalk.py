@@ -11,6 +11,7 @@ from .errors import LoweringError
 from .exprs import walk_loads
 
 __all__ = [
+    "atomic_element",
     "atomic_target",
     "buffers_touched",
     "gemm_k",
@@ -123,16 +124,19 @@ def buffers_touched(stmt):
     return reads, writes
 
 
-def atomic_target(value):
-    """The buffer `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
+def atomic_element(value):
+    """The element load `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
     if getattr(getattr(value, "op", None), "name", "") != "tirx.call_extern" or len(value.args) < 2 \
             or str(getattr(value.args[0], "value", "")) != "atomicAdd":
         return None
     address = value.args[1]
-    load = (
-        address.args[0] if getattr(getattr(address, "op", None), "name", "") == "tirx.address_of" else address
-    )
-    return getattr(load, "source", None)
+    is_address_of = getattr(getattr(address, "op", None), "name", "") == "tirx.address_of"
+    return address.args[0] if is_address_of else address
+
+
+def atomic_target(value):
+    """The buffer `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
+    return getattr(atomic_element(value), "source", None)
 
 
 def _accumulates(call) -> bool:

@@ -829,10 +829,7 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
         for k, n in enumerate(layout.shape):
             if k != dim:
                 results *= n
-        dtype = (
-            "float64" if str(src.dtype) == "float64" else "int32" if "int" in str(src.dtype) else "float32"
-        )
-        out[s] = SharedTile(src, (results, slots), dtype, name=f"{src.name}_partials")
+        out[s] = SharedTile(src, (results, slots), _partials_dtype(src.dtype), name=f"{src.name}_partials")
     return out
 
 
@@ -845,9 +842,14 @@ def _reducer_workspace(call, fragments: FragmentPlan) -> dict:
     slots, _ = layout.warp_slots(None, tirx.const(0, "int32"))
     if slots <= 1:
         return {}
-    dtype = "float64" if str(buf.dtype) == "float64" else "int32" if "int" in str(buf.dtype) else "float32"
-    return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), dtype,
+    return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), _partials_dtype(buf.dtype),
                              name=f"{buf.name}_partials")}
+
+
+def _partials_dtype(dtype) -> str:
+    """The dtype of a cross-warp workspace slot for values of `dtype`."""
+    dtype = str(dtype)
+    return "float64" if dtype == "float64" else "int32" if "int" in dtype else "float32"
 
 
 def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping) -> int:

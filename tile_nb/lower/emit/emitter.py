@@ -28,7 +28,7 @@ from ..analysis.layout import accumulator_register_dtype
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
 from ..exprs import fit_int32, reaches_int32_limit, rewrite, walk_loads, widen_index
-from ..irwalk import atomic_target, buffers_touched, iter_stmts, region_of, scope_of
+from ..irwalk import atomic_element, atomic_target, buffers_touched, iter_stmts, region_of, scope_of
 from ..sourcemap import MARK_BEGIN, MARK_END, mark, source_regions
 from . import intrin
 from .hand_layouts import LaidOut, laid_out, linear_index
@@ -381,8 +381,7 @@ class Emitter:
     def _add_into_register(self, stmt):
         """An atomic add into a register fragment (a T.alloc_reducer's update, language/reducers.py): the
         thread adds into its own copy, on every replica (T.finalize_reducer combines the copies)."""
-        _, address, value = stmt.value.args[:3]
-        load = address.args[0] if getattr(address, "op", None) is not None else address
+        load, value = atomic_element(stmt.value), stmt.value.args[2]
         buf = load.source
         try:
             reg = self.register_index(buf, [self.expr(i) for i in load.indices])
