@@ -61,6 +61,23 @@ def test_copies_held_by_several_warps_meet_in_shared_memory():
      r"r is a reducer \(T.alloc_reducer\): update it as `r\[i\] \+= v`"),
     ("r = T.alloc_reducer(8, T.float32, op='max')", r"T.alloc_reducer\(op='max'\): tile_nb's reducers add"),
     ("T.finalize_reducer(A)", r"T.finalize_reducer takes a buffer made by T.alloc_reducer"),
+    # the order of a reducer's uses (frontend/reducer_check.py): where the GPU's per-thread copies differ
+    ("r = T.alloc_reducer(8, T.float32)\n        for i in T.Parallel(8):\n            r[i] += A[i]",
+     r"r is updated here while it may be not cleared: clear it first"),
+    ("r = T.alloc_reducer(8, T.float32)\n        T.fill(r, 1.0)",
+     r"r is a reducer: fill it with 0 .*got 1"),
+    ("r = T.alloc_reducer(8, T.float32)\n        T.clear(r)\n        for i in T.Parallel(8):\n"
+     "            r[i] += A[i]\n        T.copy(r, A)",
+     r"r is used by this tile operation while it holds partial sums"),
+    ("r = T.alloc_reducer(8, T.float32)\n        T.clear(r)\n        for i in T.Parallel(8):\n"
+     "            r[i] += A[i]\n        for i in T.Parallel(8):\n            A[i] = r[i] * 2",
+     r"r is read here while it holds partial sums"),
+    ("r = T.alloc_reducer(8, T.float32)\n        T.clear(r)\n        for k in T.serial(2):\n"
+     "            for i in T.Parallel(8):\n                r[i] += A[i]\n            T.finalize_reducer(r)",
+     r"r is updated here while it may be finalized: clear it again after T.finalize_reducer"),
+    ("r = T.alloc_reducer(8, T.float32)\n        T.clear(r)\n        for i in T.Parallel(8):\n"
+     "            r[i] += A[i]\n        T.finalize_reducer(r)\n        T.finalize_reducer(r)",
+     r"T.finalize_reducer\(r\) here, while r may be finalized"),
 ])
 def test_reducer_misuse_is_refused_at_the_line(body, message):
     src = f'''
@@ -89,3 +106,29 @@ def test_the_reducer_kernels_build_to_cubins():
         for arch in ("sm_90a", "sm_80"):
             assert gemv_reducer.compile(a, x, block_M=block_M, block_N=block_N, threads=threads,
                                         target=arch).cubin
+    for arch in ("sm_90a", "sm_80"):
+        assert row_sums_per_step.compile(torch.empty(3, 8, 33), target=arch).cubin
+
+
+@tile_nb.jit
+def row_sums_per_step(a):
+    S, M, N = T.const("S, M, N")
+    a: T.Tensor((S, M, N), T.float32)
+    o = T.empty((S, M), T.float32)
+    with T.Kernel(1, threads=128) as _:
+        r = T.alloc_reducer(M, T.float32)
+        for s in T.serial(S):
+            T.clear(r)  # each step sums from 0 again: the order reducer_check asks for
+            for i, j in T.Parallel(M, N):
+                r[i] += a[s, i, j]
+            T.finalize_reducer(r)
+            T.copy(r, o[s, 0])
+    return o
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("s, m, n", [(1, 1, 1), (3, 8, 33), (2, 16, 64)])
+def test_a_reducer_cleared_in_a_loop_sums_each_step(backend, s, m, n):
+    a = torch.randn(s, m, n, generator=torch.Generator().manual_seed(s * m * n))
+    o = row_sums_per_step(a.to(backend)).cpu()
+    torch.testing.assert_close(o, a.sum(-1), atol=1e-4, rtol=1e-4)

@@ -635,7 +635,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    from .per_thread import elaborate_per_thread  # (imports TVM: not at import time)
+    from .per_thread import elaborate_per_thread  # (these import TVM: not at import time)
+    from .reducer_check import check_reducers
 
     start = time.perf_counter()
     symbolic = const_values is None
@@ -709,6 +710,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     order = [p.name for p in signature.runtime if p.name in result.buffers or p.name in result.scalars]
     order += result.outputs + result.scratch
     params = [by_name[name] for name in order if by_name.get(name) is not None]
+    if st.reducers and result.stopped is None:  # the order of each T.alloc_reducer's uses
+        check_reducers(func.body, st.reducers, st.filename, st.tile_op_lines)
     # statements that use the thread index as a value, as T.Parallel loops over the threads
     body = elaborate_per_thread(func.body, st.filename, st.tile_op_lines, st.hints)
     attrs = {

@@ -29,12 +29,16 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import DSLError
 from ..language.memory import LOCAL_THREAD
+from ..language.stmtwalk import LEAF as _LEAF
+from ..language.stmtwalk import iter_stmts as _iter
+from ..language.stmtwalk import stmt_children as _children
+from ..language.stmtwalk import stmt_exprs as _stmt_exprs
+from ..language.stmtwalk import walk_expr as _walk
 from ..language.sync import BLOCK_LEVEL, WS_ATTR
 
 __all__ = ["LOCAL_THREAD", "elaborate_per_thread"]
 
 _LOCAL = ("local", "local.var")
-_LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
 
 
 def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=(), hints: list | None = None):
@@ -59,34 +63,6 @@ def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=(), hi
 
 
 # ---- expressions -------------------------------------------------------------------------------------------
-
-def _subexprs(e) -> list:
-    if isinstance(e, tvm.ir.TensorLoad):
-        return list(e.indices)
-    if isinstance(e, _LEAF) or not isinstance(e, tvm.ir.Expr):
-        return []
-    if isinstance(e, tvm.ir.expr.Call):
-        return list(e.args)
-    if isinstance(e, prim.expr.Select):
-        return [e.condition, e.true_value, e.false_value]
-    if isinstance(e, prim.expr.Let):
-        return [e.value, e.body]
-    if isinstance(e, prim.expr.Ramp):
-        return [e.base, e.stride]
-    if isinstance(e, (prim.expr.Cast, prim.expr.Broadcast)):
-        return [e.value]
-    if hasattr(e, "b"):
-        return [e.a, e.b]
-    if hasattr(e, "a"):  # Not, BitwiseNot
-        return [e.a]
-    return []
-
-
-def _walk(e, fn) -> None:
-    fn(e)
-    for x in _subexprs(e):
-        _walk(x, fn)
-
 
 def _map_expr(e, var_map: dict, on_load):
     """`e` with variables replaced through `var_map` (recursively: a value may name another mapped variable)
@@ -117,44 +93,6 @@ def _map_expr(e, var_map: dict, on_load):
         return x
 
     return go(e)
-
-
-def _stmt_exprs(s) -> list:
-    """The expressions a statement itself holds (not those of the statements under it)."""
-    if isinstance(s, tirx.BufferStore):
-        return [s.value, *s.indices]
-    if isinstance(s, (tirx.Evaluate, tirx.Bind)):
-        return [s.value]
-    if isinstance(s, tirx.For):
-        return [s.min, s.extent]
-    if isinstance(s, (tirx.IfThenElse, tirx.While)):
-        return [s.condition]
-    if isinstance(s, tirx.AttrStmt):
-        return [s.value] if isinstance(s.value, tvm.ir.Expr) else []
-    if isinstance(s, TilePrimitiveCall):
-        out = []
-        for a in s.args:
-            if isinstance(a, tvm.ir.expr.TensorRegion):
-                out += [x for r in a.region for x in (r.min, r.extent)]
-            elif isinstance(a, tvm.ir.Expr):
-                out.append(a)
-        return out
-    return []
-
-
-def _children(s) -> list:
-    if isinstance(s, tirx.SeqStmt):
-        return list(s.seq)
-    if isinstance(s, tirx.IfThenElse):
-        return [s.then_case] + ([s.else_case] if s.else_case is not None else [])
-    body = getattr(s, "body", None)
-    return [body] if isinstance(body, tirx.Stmt) else []
-
-
-def _iter(s):
-    yield s
-    for c in _children(s):
-        yield from _iter(c)
 
 
 def _map_children(s, fn):

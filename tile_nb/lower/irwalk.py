@@ -7,11 +7,14 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ..language.stmtwalk import atomic_element, iter_stmts
+from ..language.stmtwalk import stmt_children as children
 from .errors import LoweringError
 from .exprs import walk_loads
 
 __all__ = [
     "atomic_element",
+    "children",
     "atomic_target",
     "buffers_touched",
     "gemm_k",
@@ -44,23 +47,6 @@ def gemm_k(a_rng, b_rng, trans_a: bool, trans_b: bool, bm: int, bn: int) -> int:
 
 def scope_of(buf) -> str:
     return buf.scope()
-
-
-def children(stmt) -> list:
-    """The statements directly under `stmt`."""
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, tirx.IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    body = getattr(stmt, "body", None)
-    return [body] if isinstance(body, tirx.Stmt) else []
-
-
-def iter_stmts(stmt):
-    """All statements under `stmt`, pre-order."""
-    yield stmt
-    for child in children(stmt):
-        yield from iter_stmts(child)
 
 
 def seq_items(stmt):
@@ -122,16 +108,6 @@ def buffers_touched(stmt):
         elif isinstance(s, tirx.Bind):
             loads_of(s.value)
     return reads, writes
-
-
-def atomic_element(value):
-    """The element load `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
-    if getattr(getattr(value, "op", None), "name", "") != "tirx.call_extern" or len(value.args) < 2 \
-            or str(getattr(value.args[0], "value", "")) != "atomicAdd":
-        return None
-    address = value.args[1]
-    is_address_of = getattr(getattr(address, "op", None), "name", "") == "tirx.address_of"
-    return address.args[0] if is_address_of else address
 
 
 def atomic_target(value):
