@@ -11,7 +11,8 @@
 #   PART=conformance:    tilelang's examples and LazyJIT tests on the GPU (python -m tile_nb.conformance --backend
 #                        cuda) from a tilelang checkout at TILELANG (default .gl/tilelang: examples/ and
 #                        testing/python/language, carried in an ignored folder), the examples' reference packages
-#                        (einops, flash-linear-attention) at PYDEPS (default .gl/pydeps, made absolute: the cases
+#                        (einops, flash-linear-attention 0.3.2: scripts/conformance_deps.sh) at PYDEPS (default
+#                        .gl/gpudeps, made absolute: the cases
 #                        run in their own folders); CONF_ALONE: globs of cases run last, one at a time (default:
 #                        the Mamba chunk-state example, which asks for 40 GiB); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
@@ -58,7 +59,7 @@ case "$part" in
         echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
   conformance)
-    { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/pydeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
+    { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/gpudeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
         --alone ${CONF_ALONE:-examples/linear_attention/example_mamba_chunk_state.py} \
         --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
