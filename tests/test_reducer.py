@@ -58,8 +58,11 @@ def test_copies_held_by_several_warps_meet_in_shared_memory():
 
 @pytest.mark.parametrize("body, message", [
     ("r = T.alloc_reducer(8, T.float32)\n        for i in T.Parallel(8):\n            r[i] = A[i]",
-     r"r is a reducer \(T.alloc_reducer\): update it as `r\[i\] \+= v`"),
-    ("r = T.alloc_reducer(8, T.float32, op='max')", r"T.alloc_reducer\(op='max'\): tile_nb's reducers add"),
+     r"r is a reducer \(T.alloc_reducer, op='sum'\): update it as `r\[i\] \+= v`"),
+    ("r = T.alloc_reducer(8, T.float32, op='max')\n        T.fill(r, 0)\n        for i in T.Parallel(8):\n"
+     "            r[i] += A[i]",
+     r"r is a reducer \(T.alloc_reducer, op='max'\): update it as `r\[i\] = T.max\(r\[i\], v\)`"),
+    ("r = T.alloc_reducer(8, T.float32, op='prod')", r"T.alloc_reducer\(op='prod'\): op must be one of"),
     ("T.finalize_reducer(A)", r"T.finalize_reducer takes a buffer made by T.alloc_reducer"),
     # the order of a reducer's uses (frontend/reducer_check.py): where the GPU's per-thread copies differ
     ("r = T.alloc_reducer(8, T.float32)\n        for i in T.Parallel(8):\n            r[i] += A[i]",
@@ -132,3 +135,47 @@ def test_a_reducer_cleared_in_a_loop_sums_each_step(backend, s, m, n):
     a = torch.randn(s, m, n, generator=torch.Generator().manual_seed(s * m * n))
     o = row_sums_per_step(a.to(backend)).cpu()
     torch.testing.assert_close(o, a.sum(-1), atol=1e-4, rtol=1e-4)
+
+
+@tile_nb.jit
+def row_extremes(a, op: str = "max", block_M: int = 64, block_N: int = 128, threads: int = 256):
+    M, N = T.const("M, N")
+    a: T.Tensor((M, N), T.float16)
+    o = T.empty((M,), T.float16)
+    pick = T.max if op == "max" else T.min
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bm:
+        r = T.alloc_reducer(block_M, T.float16, op=op, replication="all")
+        T.fill(r, -T.infinity(T.float16) if op == "max" else T.infinity(T.float16))
+        for bn in T.serial(T.ceildiv(N, block_N)):
+            a_f = T.alloc_fragment((block_M, block_N), T.float16)
+            T.copy(a[bm * block_M, bn * block_N], a_f)
+            for i, j in T.Parallel(block_M, block_N):
+                if bn * block_N + j < N:  # the copy's edge fill (0) is not a value of the row
+                    r[i] = pick(r[i], a_f[i, j])
+        T.finalize_reducer(r)
+        T.copy(r, o[bm * block_M])
+    return o
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("m, n, block_M, block_N, threads", [
+    (1, 1, 64, 128, 256), (77, 300, 64, 128, 256), (130, 128, 16, 64, 128), (5, 1000, 4, 256, 256)])
+def test_max_and_min_reducers(backend, op, m, n, block_M, block_N, threads):
+    a = torch.randn(m, n, generator=torch.Generator().manual_seed(m + n)).half()
+    if m > 1:
+        a[1, n // 2] = float("nan")  # NaN wins, as in torch.amax / amin (docs/IR.md)
+    o = row_extremes(a.to(backend), op=op, block_M=block_M, block_N=block_N, threads=threads).cpu()
+    ref = a.float().amax(1) if op == "max" else a.float().amin(1)
+    torch.testing.assert_close(o.float(), ref, atol=0, rtol=0, equal_nan=True)
+
+
+def test_max_reducers_build_to_cubins():
+    from tile_nb.backend import toolchain
+
+    if toolchain.find_tool("nvcc") is None:
+        pytest.skip("needs nvcc to build cubins")
+    for op, block_M, block_N, threads in [("max", 64, 128, 256), ("min", 4, 256, 256)]:
+        src = row_extremes.compile(torch.empty(300, 520).half(), op=op, block_M=block_M, block_N=block_N,
+                                   threads=threads, target="sm_90a")
+        assert src.cubin and f"tnb_{op}_nan_float32" in src.cuda_source

@@ -11,6 +11,10 @@ updates and the finalize, so the uses that would make them differ are refused at
 - a read of the reducer (a load, or a tile operation reading it) between its updates and the finalize;
 - a finalize of a reducer that is not being summed (never cleared, or finalized already).
 
+Max and min reducers (op="max" / "min") only need a value before their updates and no reads before the
+finalize: the max of a value and itself is the value, so copies that start from any fill, or from a finalized
+result, agree with the interpreter.
+
 A loop body is followed twice (the second pass sees what one iteration leaves for the next), and the states
 after the two sides of an `if` are joined.
 """
@@ -37,7 +41,7 @@ def check_reducers(body, reducers, filename: str | None, tile_op_lines=()) -> No
         return
     calls = [s for s in iter_stmts(body) if isinstance(s, TilePrimitiveCall)]
     lines = dict(zip(calls, tile_op_lines, strict=False))
-    _Checker(set(reducers), filename, lines).stmt(body, {r: frozenset({UNSET}) for r in reducers})
+    _Checker(dict(reducers), filename, lines).stmt(body, {r: frozenset({UNSET}) for r in reducers})
 
 
 def _join(a: dict, b: dict) -> dict:
@@ -49,8 +53,8 @@ def _is_zero(value) -> bool:
 
 
 class _Checker:
-    def __init__(self, reducers: set, filename: str | None, tile_op_lines: dict):
-        self.reducers = reducers
+    def __init__(self, reducers: dict, filename: str | None, tile_op_lines: dict):
+        self.reducers = reducers  # buffer -> "sum" / "max" / "min"
         self.filename = filename
         self.lines = tile_op_lines
 
@@ -85,11 +89,15 @@ class _Checker:
         body = getattr(s, "body", None)
         return self.stmt(body, states) if isinstance(body, tirx.Stmt) else states
 
+    def allowed(self, r) -> frozenset:
+        """The states an update or a finalize of `r` may start from."""
+        return _SUMMING if self.reducers[r] == "sum" else frozenset({ZERO, PARTIAL, FINAL, OTHER})
+
     def update(self, s, r, states: dict) -> dict:
-        """`r[i] += v` (an atomic add into the element)."""
+        """`r[i] += v` (an atomic add into the element; max and min alike)."""
         self.reads(s, s.value.args[2:], states)
-        if not states[r] <= _SUMMING:
-            before = sorted(states[r] - _SUMMING)
+        if not states[r] <= self.allowed(r):
+            before = sorted(states[r] - self.allowed(r))
             why = {UNSET: "clear it first", FINAL: "clear it again after T.finalize_reducer (every copy "
                    "holds the sum: adding them up again would count it once per copy)",
                    OTHER: "it starts from 0: write other values after T.finalize_reducer, not before"}
@@ -106,17 +114,17 @@ class _Checker:
             if r not in self.reducers:
                 continue
             if name == "finalize_reducer":
-                if not states[r] <= _SUMMING:
-                    raise self.error(f"T.finalize_reducer({r.name}) here, while {r.name} may be "
-                                     f"{' or '.join(sorted(states[r] - _SUMMING))}: a finalize adds up the "
-                                     "copies of a cleared reducer's sums, once", call)
+                if not states[r] <= self.allowed(r):
+                    before = " or ".join(sorted(states[r] - self.allowed(r)))
+                    raise self.error(f"T.finalize_reducer({r.name}) here, while {r.name} may be {before}: a "
+                                     "finalize adds up the copies of a cleared reducer's sums, once", call)
                 states = {**states, r: frozenset({FINAL})}
             elif PARTIAL in states[r]:
                 raise self.error(f"{r.name} is used by this tile operation while it holds partial sums: on "
                                  f"the GPU each copy has only its own thread's part until "
                                  f"T.finalize_reducer({r.name})", call)
             elif k == 0 and name == "fill":
-                if not _is_zero(call.args[1]):
+                if self.reducers[r] == "sum" and not _is_zero(call.args[1]):
                     value = getattr(call.args[1], "value", call.args[1])
                     raise self.error(f"{r.name} is a reducer: fill it with 0 (every copy of an element "
                                      f"starts from the value the fill writes, and T.finalize_reducer adds "

@@ -305,6 +305,8 @@ def compile_extern(comp: Compiler, node):
         return EXTERN_RULES[name](comp, node)
     if name in ("atomicAdd", "AtomicAdd", "atomic_add"):
         return _compile_atomic_add(comp, node)
+    if name in ("atomicMax", "atomicMin"):  # a max / min reducer's update (language/reducers.py)
+        return _compile_atomic_extreme(comp, node, "amax" if name == "atomicMax" else "amin")
     if name in ("__syncthreads", "__syncwarp"):
         return lambda f: 0  # block-level code runs as one sequential program: barriers are no-ops
     raise NotImplementedError(f"the CPU interpreter has no rule for call_extern '{name}': {node}")
@@ -349,6 +351,44 @@ def _compile_atomic_add(comp: Compiler, node):
             _scatter(t, idx, value, f.mask, accumulate=True, space=f.par_shape)
         return 0
     return atomic_add
+
+
+def _compile_atomic_extreme(comp: Compiler, node, reduce: str):
+    """`atomicMax(&r[i], v)` / `atomicMin`: the element becomes the max (min) of itself and every iteration's
+    value (NaN wins, as T.max / T.min: docs/IR.md)."""
+    ptr = node.args[1]
+    if isinstance(ptr, ir.Call) and op_short_name(ptr.op) == "address_of":
+        ptr = ptr.args[0]
+    slot = comp.buffer_slot(ptr.source)
+    index = comp.exprs(ptr.indices)
+    value_fn = comp.expr(node.args[2])
+    location, loops = comp.location, tuple(comp.par_vars.values())
+    pick = torch.maximum if reduce == "amax" else torch.minimum
+
+    def atomic_extreme(f):
+        t = f.vals[slot]
+        idx = _check_index(comp, f, slot, t, tuple(i(f) for i in index), location, loops)
+        m = written.mask_of(f.written, slot, t)
+        if m is not None:
+            _check_written(comp, f, slot, m, idx, location, loops)  # the update reads the old value
+        value = value_fn(f)
+        if not f.par_shape and not any(V.is_tensor(k) for k in idx) and not (
+                V.is_tensor(value) and value.dim() > 0):
+            t[idx] = pick(t[idx], torch.as_tensor(value, dtype=t.dtype))
+            return 0
+        parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
+        val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
+        shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape, f.par_shape,
+                                       *(() if f.mask is None else (f.mask.shape,)))
+        parts, val = [p.expand(shape) for p in parts], val.to(t.dtype).expand(shape)
+        if f.mask is not None:
+            parts, val = [p[f.mask.expand(shape)] for p in parts], val[f.mask.expand(shape)]
+        flat = torch.zeros(val.shape, dtype=torch.long)
+        for k, size in zip(parts, t.shape, strict=True):
+            flat = flat * int(size) + k.long()
+        t.view(-1).scatter_reduce_(0, flat.reshape(-1), val.reshape(-1), reduce=reduce, include_self=True)
+        return 0
+    return atomic_extreme
 
 
 # ---- tile regions ------------------------------------------------------------------------------------------

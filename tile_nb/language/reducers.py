@@ -17,7 +17,7 @@ from __future__ import annotations
 from . import state as _state
 
 __all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce", "tvm_warp_shuffle", "alloc_reducer",
-           "finalize_reducer"]
+           "finalize_reducer", "REDUCER_OPS"]
 
 
 class CommReducer:
@@ -129,62 +129,83 @@ def tvm_thread_allreduce(count, value, condition, dst, *thread_indices, dtype="h
     return _Reduced()
 
 
+REDUCER_OPS = {"sum": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}  # op -> the update's call
+
+
 def alloc_reducer(shape, dtype, op: str = "sum", replication=None):
-    """`r = T.alloc_reducer(n, dtype)`: tilelang's reducer, a fragment whose updates inside T.Parallel
-    (`r[i] += v`) add the values of every iteration. Each thread holding a copy of `r[i]` adds its own
-    iterations' values; `T.finalize_reducer(r)` combines the copies, after which every copy holds the sum.
-    `replication` ("all" or "none": where tilelang keeps the copies) is recorded, not applied: tile_nb's
-    layout inference places `r`. Sums only (op="sum")."""
+    """`r = T.alloc_reducer(n, dtype, op="sum")`: tilelang's reducer, a fragment whose updates inside
+    T.Parallel combine the values of every iteration: `r[i] += v` (op="sum"), `r[i] = T.max(r[i], v)` ("max"),
+    `r[i] = T.min(r[i], v)` ("min"). Each thread holding a copy of `r[i]` combines its own iterations' values;
+    `T.finalize_reducer(r)` combines the copies, after which every copy holds the result (the order of these
+    uses is checked by frontend/reducer_check.py). `replication` ("all" or "none": where tilelang keeps the
+    copies) is recorded, not applied: tile_nb's layout inference places `r`."""
     from .hints import record_hint
     from .memory import alloc_fragment
 
     st = _state.active("T.alloc_reducer")
-    if op != "sum":
-        raise st.error(f"T.alloc_reducer(op={op!r}): tile_nb's reducers add (op=\"sum\"); max and min are "
-                       "not supported yet", hint="use T.reduce_max over a fragment")
+    if op not in REDUCER_OPS:
+        raise st.error(f"T.alloc_reducer(op={op!r}): op must be one of {', '.join(map(repr, REDUCER_OPS))}")
     buf = alloc_fragment(shape, dtype)
-    st.reducers.add(buf)
+    st.reducers[buf] = op
     if replication is not None:
         record_hint(st, f"alloc_reducer(replication={replication!r}) (tile_nb's layout inference places "
                         f"{buf.name})")
     return buf
 
 
-def finalize_reducer(reducer) -> None:
-    """`T.finalize_reducer(r)`: combine the copies of a reducer's partial sums (a T.tile.finalize_reducer op;
-    the interpreter, which adds every update into the one value, has nothing left to do)."""
+def finalize_reducer(reducer, batch: int = 1) -> None:
+    """`T.finalize_reducer(r)`: combine the copies of a reducer's partial results (a T.tile.finalize_reducer
+    op whose second argument names the reducer's op; the interpreter, which combines every update into the one
+    value, has nothing left to do). `batch` (how many elements tilelang's all-reduce combines per barrier) is
+    a schedule choice tile_nb's lowering makes itself: recorded as a hint."""
+    import tvm
     from tvm.script.ir_builder import tirx as T
     from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+    from .hints import record_hint
     from .irutil import is_buffer
     from .sync import _op
 
     st = _state.active("T.finalize_reducer")
     if not is_buffer(reducer) or reducer not in st.reducers:
         raise st.error(f"T.finalize_reducer takes a buffer made by T.alloc_reducer; got {reducer!r}")
+    if batch != 1:
+        record_hint(st, f"finalize_reducer(batch={batch}) (tile_nb's lowering combines the copies itself)")
     region = reducer[tuple(slice(0, n) for n in reducer.shape)]
-    T.add_to_parent(TilePrimitiveCall(region, op=_op("finalize_reducer")))
+    op = tvm.ir.StringImm(st.reducers[reducer])
+    T.add_to_parent(TilePrimitiveCall(region, op, op=_op("finalize_reducer")))
     st.record_tile_op()
 
 
 def reducer_update(st, buffer, indices, value) -> bool:
-    """A store `r[i] = r[i] + v` into a reducer: emitted as an add of `v` (an atomic add, which the CPU
-    interpreter sums over the iterations of a T.Parallel loop and the CUDA lowering adds into the thread's
-    copy); True when `buffer` is a reducer and the store was emitted."""
+    """A store into a reducer, `r[i] = r[i] + v` (or T.max / T.min of r[i] and v for those ops): emitted as
+    an atomic combine of `v` into the element (which the CPU interpreter applies over the iterations of a
+    T.Parallel loop and the CUDA lowering applies to the thread's copy); True when `buffer` is a reducer and
+    the store was emitted."""
     import tvm_ffi
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
     from .irutil import is_load
 
-    if buffer not in st.reducers:
+    op = st.reducers.get(buffer)
+    if op is None:
         return False
-    load = getattr(value, "a", None)
-    if not (isinstance(value, tirx.Add) and is_load(load) and load.source.same_as(buffer)
-            and tvm_ffi.structural_equal(list(load.indices), list(indices))):
-        raise st.error(f"{buffer.name} is a reducer (T.alloc_reducer): update it as `{buffer.name}[i] += v`",
-                       hint="a reducer's copies hold partial sums until T.finalize_reducer")
-    call = tirx.call_extern(buffer.dtype, "atomicAdd", tirx.address_of(load), value.b)
+
+    def own_element(x) -> bool:
+        return is_load(x) and x.source.same_as(buffer) and \
+            tvm_ffi.structural_equal(list(x.indices), list(indices))
+
+    form = {"sum": tirx.Add, "max": tirx.Max, "min": tirx.Min}[op]
+    operands = [getattr(value, "a", None), getattr(value, "b", None)] if isinstance(value, form) else []
+    mine = next((k for k, x in enumerate(operands) if own_element(x)), None)
+    if mine is None:
+        spelled = {"sum": "r[i] += v", "max": "r[i] = T.max(r[i], v)", "min": "r[i] = T.min(r[i], v)"}[op]
+        raise st.error(f"{buffer.name} is a reducer (T.alloc_reducer, op={op!r}): update it as "
+                       f"`{spelled.replace('r[', buffer.name + '[')}`",
+                       hint="a reducer's copies hold partial results until T.finalize_reducer")
+    load, other = operands[mine], operands[1 - mine]
+    call = tirx.call_extern(buffer.dtype, REDUCER_OPS[op], tirx.address_of(load), other)
     T.add_to_parent(tirx.Evaluate(call, st.span()))
     return True
 

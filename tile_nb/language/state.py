@@ -59,7 +59,7 @@ class State:
     thread_var: Any = None  # the open T.Kernel's threadIdx.x, read by per-thread code (frontend/per_thread)
     thread_indices: list = field(default_factory=list)  # (T.get_thread_binding value, stride, extent)
     reducer: Any = None  # the T.comm_reducer of the open `with T.attr(..., "reduce_scope", ...)`
-    reducers: set = field(default_factory=set)  # buffers made by T.alloc_reducer (language/reducers.py)
+    reducers: dict = field(default_factory=dict)  # T.alloc_reducer buffer -> its op, "sum" / "max" / "min"
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
     # buffer name -> (buffer, tirx.IndexMap, line) of each T.Layout annotated on a global buffer (layouts.py)
     global_layouts: dict = field(default_factory=dict)

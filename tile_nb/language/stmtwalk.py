@@ -8,7 +8,8 @@ from tvm import tirx
 from tvm.ir import prim
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-__all__ = ["LEAF", "subexprs", "walk_expr", "stmt_exprs", "stmt_children", "iter_stmts", "atomic_element"]
+__all__ = ["LEAF", "subexprs", "walk_expr", "stmt_exprs", "stmt_children", "iter_stmts", "atomic_op",
+           "atomic_element"]
 
 LEAF = (tvm.ir.expr.Var, prim.expr.IntImm, prim.expr.FloatImm)
 
@@ -83,10 +84,20 @@ def iter_stmts(s):
         yield from iter_stmts(c)
 
 
+ATOMIC_OPS = {"atomicAdd": "sum", "atomicMax": "max", "atomicMin": "min"}  # the extern call -> what it does
+
+
+def atomic_op(value) -> str | None:
+    """"sum", "max" or "min" for an atomic update of one element (`atomicAdd(&buf[...], v)`: `T.atomic_add`
+    and a reducer's updates), else None."""
+    if getattr(getattr(value, "op", None), "name", "") != "tirx.call_extern" or len(value.args) < 2:
+        return None
+    return ATOMIC_OPS.get(str(getattr(value.args[0], "value", "")))
+
+
 def atomic_element(value):
-    """The element load `T.atomic_add` of one element adds into (`atomicAdd(&buf[...], v)`), else None."""
-    if getattr(getattr(value, "op", None), "name", "") != "tirx.call_extern" or len(value.args) < 2 \
-            or str(getattr(value.args[0], "value", "")) != "atomicAdd":
+    """The element an atomic update of one element (atomic_op) combines into, else None."""
+    if atomic_op(value) is None:
         return None
     address = value.args[1]
     is_address_of = getattr(getattr(address, "op", None), "name", "") == "tirx.address_of"

@@ -72,6 +72,7 @@ from .mma import (
     wgmma_split,
 )
 from .persistent import Persistent, describe_persistent, plan_persistent
+from .reduction_dtypes import reduction_dtype
 from .schedule import prefetched_tile, schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
 from .tma import TmaPlan, describe_tma, plan_tma
@@ -842,7 +843,9 @@ def _reducer_workspace(call, fragments: FragmentPlan) -> dict:
     slots, _ = layout.warp_slots(None, tirx.const(0, "int32"))
     if slots <= 1:
         return {}
-    return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), _partials_dtype(buf.dtype),
+    kind = str(call.args[1].value)  # the partials' dtype, as lower_finalize_reducer's (emit/reduce.py)
+    dtype = reduction_dtype(kind, buf.dtype, buf.dtype)
+    return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), dtype,
                              name=f"{buf.name}_partials")}
 
 

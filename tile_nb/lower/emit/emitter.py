@@ -23,6 +23,7 @@ from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
 from ...language.memory import LOCAL_THREAD
+from ...language.stmtwalk import atomic_op
 from ..analysis.arch import ArchCaps
 from ..analysis.layout import accumulator_register_dtype
 from ..diagnostics import SourceLines
@@ -355,6 +356,10 @@ class Emitter:
             if atomic_target(stmt.value) in self.registers:
                 self._add_into_register(stmt)
                 return
+            if atomic_op(stmt.value) in ("max", "min"):  # CUDA has no float atomicMax: reducers in registers
+                raise self.lines.locate(LoweringError(
+                    f"{atomic_target(stmt.value).name} is a max / min reducer that the plan does not keep in "
+                    "registers; the lowering combines such reducers in registers only"), stmt)
             value = self.expr(stmt.value)
             if self._block_level_atomic(stmt.value):
                 # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA:
@@ -379,8 +384,9 @@ class Emitter:
             raise LoweringError(f"statement {type(stmt).__name__} is not supported by the lowering:\n{stmt}")
 
     def _add_into_register(self, stmt):
-        """An atomic add into a register fragment (a T.alloc_reducer's update, language/reducers.py): the
-        thread adds into its own copy, on every replica (T.finalize_reducer combines the copies)."""
+        """An atomic add (max, min) into a register fragment (a T.alloc_reducer's update,
+        language/reducers.py): the thread combines into its own copy, on every replica (T.finalize_reducer
+        combines the copies)."""
         load, value = atomic_element(stmt.value), stmt.value.args[2]
         buf = load.source
         try:
@@ -388,8 +394,8 @@ class Emitter:
         except LoweringError as err:
             raise self.lines.locate(err, stmt) from None
         regs = self.registers[buf]
-        total = tirx.BufferLoad(regs, [reg]) + tirx.Cast(str(regs.dtype), self.expr(value))
-        T.buffer_store(regs, total, [reg])
+        mine, other = tirx.BufferLoad(regs, [reg]), tirx.Cast(str(regs.dtype), self.expr(value))
+        T.buffer_store(regs, intrin.combine(atomic_op(stmt.value), mine, other), [reg])
 
     def _block_level_atomic(self, value) -> bool:
         """An atomic (`T.atomic_add` of one element) outside any T.Parallel loop. (buffers_touched counts its

@@ -374,6 +374,16 @@ def minmax_nan(kind: str, a, b, dtype: str) -> tirx.Expr:
     return cuda_func_call(name, a, b, source_code=template.format(name=name, kind=kind), return_type=dtype)
 
 
+def combine(kind: str, a, b) -> tirx.Expr:
+    """Two values of a reduction combined: "sum" adds, "max" / "min" as minmax_nan for floats."""
+    if kind == "sum":
+        return a + b
+    dtype = str(a.ty)
+    if dtype.startswith(("float", "bfloat")):
+        return minmax_nan(kind, a, b, dtype)
+    return tirx.max(a, b) if kind == "max" else tirx.min(a, b)
+
+
 def warp_uniform(value) -> tirx.Expr:
     """An int32 value of lane 0 (`__shfl_sync(0xffffffff, value, 0)`), for values that are the same in every
     lane anyway (a warp's role in a warp-specialized kernel): ptxas then knows that branches on it do not

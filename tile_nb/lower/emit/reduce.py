@@ -22,36 +22,13 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from ..analysis.reduction_dtypes import accumulation_dtype, compare_dtype, reduction_dtype
 from ..exprs import conjunction
 from ..irwalk import region_of, scope_of
 from . import intrin
 from .threads import distribute, serial_nest
 
 __all__ = ["accumulation_dtype", "compare_dtype", "lower_finalize_reducer", "lower_reduce", "reduction_dtype"]
-
-
-def accumulation_dtype(dtype: str) -> str:
-    """The dtype a sum into `dtype` accumulates in (integers wrap around in it; the cast to `dtype` keeps the
-    low bits, so the result is the exact sum modulo 2^bits of `dtype`)."""
-    dtype = str(dtype)
-    if dtype == "float64":
-        return "float64"
-    if dtype.startswith(("float", "bfloat")):
-        return "float32"
-    return "int64" if dtype in ("int64", "uint64") else "int32"
-
-
-def compare_dtype(dtype: str) -> str:
-    """The dtype a max or min over `dtype` values is taken in: every value of `dtype` exactly (uint32 above
-    2^31 would turn negative in int32)."""
-    dtype = str(dtype)
-    if dtype.startswith(("float", "bfloat")):
-        return "float64" if dtype == "float64" else "float32"
-    return dtype if dtype in ("uint32", "int64", "uint64") else "int32"
-
-
-def reduction_dtype(kind: str, src_dtype: str, dst_dtype: str) -> str:
-    return accumulation_dtype(dst_dtype) if kind == "sum" else compare_dtype(src_dtype)
 
 
 def _init(kind: str, dtype: str):
@@ -62,13 +39,7 @@ def _init(kind: str, dtype: str):
     return tirx.min_value(dtype) if kind == "max" else tirx.max_value(dtype)
 
 
-def _combine(kind: str, a, b):
-    if kind == "sum":
-        return a + b
-    dtype = str(a.ty)
-    if dtype.startswith(("float", "bfloat")):
-        return intrin.minmax_nan(kind, a, b, dtype)
-    return tirx.max(a, b) if kind == "max" else tirx.min(a, b)
+_combine = intrin.combine
 
 
 def _cast(value, dtype):
@@ -267,23 +238,24 @@ def _reduce_serial(em, kind, dst, drng, src, srng, axes, accum, absolute):
 def lower_finalize_reducer(em, call):
     """T.finalize_reducer(r) (language/reducers.py): each thread holding a copy of an element of `r` added its
     own iterations' values into it; the copies (the layout's replicated lanes and warps) combine as a
-    reduction's steps 2 and 3 do, after which every copy holds the sum. A reducer in shared memory was added
-    into atomically: nothing is left to do."""
+    reduction's steps 2 and 3 do, after which every copy holds the sum (the max, the min: the op is the call's
+    second argument). A sum reducer in shared memory was added into atomically: nothing is left to do."""
     buf = region_of(call.args[0])[0]
     if buf not in em.registers:
         return
+    kind = str(call.args[1].value)
     layout = em.plan.layout(buf)
     regs = em.registers[buf]
-    acc = accumulation_dtype(buf.dtype)
+    acc = reduction_dtype(kind, buf.dtype, buf.dtype)
     partial = T.alloc_buffer((layout.regs,), acc, scope="local")
     IRBuilder.name(f"{buf.name}_partial", partial)
     with T.unroll(0, layout.regs) as o:
         T.buffer_store(partial, _cast(tirx.BufferLoad(regs, [o]), acc), [o])
         for mask in layout.lane_masks(None):
             mine = tirx.BufferLoad(partial, [o])
-            T.buffer_store(partial, mine + intrin.shfl_xor(mine, mask, acc), [o])
+            T.buffer_store(partial, _combine(kind, mine, intrin.shfl_xor(mine, mask, acc)), [o])
     slots, slot = layout.warp_slots(None, em.tx)
     if slots > 1:
-        _combine_warps(em, call, "sum", layout, layout, None, partial, slots, slot)
+        _combine_warps(em, call, kind, layout, layout, None, partial, slots, slot)
     with T.unroll(0, layout.regs) as o:
         T.buffer_store(regs, _cast(tirx.BufferLoad(partial, [o]), regs.dtype), [o])
