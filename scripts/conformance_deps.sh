@@ -5,9 +5,9 @@
 #                triton 3.9.0 (the Triton references run in Triton's interpreter, TRITON_INTERPRET=1; fla 0.3.2's
 #                kernels use block pointers, which that interpreter no longer has)
 #   .gl/gpudeps  for the GPU machine, which has its own Triton (3.6) and transformers: einops and
-#                flash-linear-attention + fla-core 0.3.2, the version tilelang's requirements-test.txt pins (the
-#                gdn examples' references need it: fla 0.6 removed `head_first` and refuses Triton < 3.7.1 on
-#                Hopper). Carry it as PYDEPS (bash scripts/gpu_check.sh $OUT conformance; ~4 MB)
+#                flash-linear-attention + fla-core 0.3.2, the version tilelang's requirements-test.txt pins (for
+#                the gdn examples' references: fla 0.6 removed `head_first` and refuses Triton < 3.7.1 on Hopper;
+#                not yet run there with 0.3.2). Carry it as PYDEPS (bash scripts/gpu_check.sh $OUT conformance)
 #   bash scripts/conformance_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
