@@ -222,6 +222,26 @@ def test_uint32_max_and_min_compare_unsigned(backend, op):
     assert torch.equal(Y.cpu().long(), X.amax(1) if op == "max" else X.amin(1))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_int64_rows_over_several_warps_keep_64_bits(backend, op):
+    """int64 row reductions whose partials meet across warps in shared memory: the slots hold int64 (int32
+    slots kept the low 32 bits of each warp's partial until 2026-12-07)."""
+    X = _ints((4, 512), -2 ** 50, 2 ** 50, seed=5, dtype=torch.int64)
+    Y = torch.zeros(4, dtype=torch.int64)
+    row_reduce(X.to(backend), Y := Y.to(backend), op=op, src="int64", dst="int64", block_M=4, threads=256)
+    ref = {"sum": X.sum(1), "max": X.amax(1), "min": X.amin(1)}[op]
+    assert torch.equal(Y.cpu(), ref)
+
+
+def test_int64_cross_warp_partials_are_int64_in_the_cuda_source():
+    X, Y = torch.zeros(4, 512, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)
+    kernel = row_reduce.compile(X, Y, src="int64", dst="int64", block_M=4, threads=256, target="sm_90a")
+    src = kernel.cuda_source
+    body = src.split('extern "C" __global__')[-1]
+    assert "((int64_t*)smem_pool_ptr)" in body and "((int*)smem_pool_ptr)" not in body
+
+
 # ---- NaN propagates through max and min --------------------------------------------------------------------
 
 FLOATS = ["float32", "float16", "bfloat16", "float64"]

@@ -818,7 +818,7 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
             continue
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name in _REDUCTIONS):
             continue
-        src = region_of(s.args[1])[0]
+        dst, src = region_of(s.args[0])[0], region_of(s.args[1])[0]
         layout = accumulators[src].linear() if src in accumulators else fragments.layout(src)
         if layout is None:
             continue
@@ -830,7 +830,10 @@ def _workspaces(func, accumulators, fragments: FragmentPlan, threads: int) -> di
         for k, n in enumerate(layout.shape):
             if k != dim:
                 results *= n
-        out[s] = SharedTile(src, (results, slots), _partials_dtype(src.dtype), name=f"{src.name}_partials")
+        # the dtype the emitter's partials have (emit/reduce.py): int64 sums would lose bits in int32 slots
+        kind = s.op.name.rsplit(".", 1)[-1]
+        out[s] = SharedTile(src, (results, slots), reduction_dtype(kind, src.dtype, dst.dtype),
+                            name=f"{src.name}_partials")
     return out
 
 
@@ -847,12 +850,6 @@ def _reducer_workspace(call, fragments: FragmentPlan) -> dict:
     dtype = reduction_dtype(kind, buf.dtype, buf.dtype)
     return {call: SharedTile(buf, (math.prod(int(n) for n in buf.shape), slots), dtype,
                              name=f"{buf.name}_partials")}
-
-
-def _partials_dtype(dtype) -> str:
-    """The dtype of a cross-warp workspace slot for values of `dtype`."""
-    dtype = str(dtype)
-    return "float64" if dtype == "float64" else "int32" if "int" in dtype else "float32"
 
 
 def _heavy_first(options: LoweringOptions, func, grid: dict, pipelines: Mapping) -> int:
