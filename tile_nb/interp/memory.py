@@ -233,6 +233,18 @@ def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: 
     index nor its value depends on the loop variables. A plain store that gives one element two different
     values (a race on the GPU) is not made: it returns (that element, two of its values) instead."""
     t, value = V.signed_target(t, value)  # uint16/32/64: the same bits through a signed view
+    index, val = _scatter_operands(t, idx, value, mask, space)
+    if not accumulate and val.numel() > 1:
+        clash = _clash(t.shape, index, val)
+        if clash is not None:
+            return clash
+    t.index_put_(index, val, accumulate=accumulate)
+    return None
+
+
+def _scatter_operands(t: torch.Tensor, idx: tuple, value, mask, space: tuple):
+    """(index tensors, values) of a scatter into `t`, broadcast over the iteration space and the mask's
+    iterations kept."""
     parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
     val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
     if val.dim() > 0 and val.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
@@ -245,20 +257,20 @@ def _scatter(t: torch.Tensor, idx: tuple, value, mask, accumulate: bool, space: 
         m = mask.expand(shape)
         parts = [p[m] for p in parts]
         val = val[m]
-    index = tuple(p.long() for p in parts)
-    if not accumulate and val.numel() > 1:
-        clash = _clash(t.shape, index, val)
-        if clash is not None:
-            return clash
-    t.index_put_(index, val, accumulate=accumulate)
-    return None
+    return tuple(p.long() for p in parts), val
+
+
+def _flat_index(index: tuple, shape) -> torch.Tensor:
+    """Row-major element numbers of the elements `index` names in a tensor of `shape`."""
+    flat = torch.zeros_like(index[0])
+    for k, size in zip(index, shape, strict=True):
+        flat = flat * int(size) + k
+    return flat
 
 
 def _clash(shape, index: tuple, val: torch.Tensor):
     """(an element, two different values) where `index` names one element twice with different values."""
-    flat = torch.zeros_like(index[0]) if index else torch.zeros(val.shape, dtype=torch.long)
-    for k, size in zip(index, shape, strict=True):
-        flat = flat * int(size) + k
+    flat = _flat_index(index, shape) if index else torch.zeros(val.shape, dtype=torch.long)
     flat, v = flat.reshape(-1), val.reshape(-1)
     order = torch.argsort(flat, stable=True)
     flat, v = flat[order], v[order]
@@ -312,12 +324,19 @@ def compile_extern(comp: Compiler, node):
     raise NotImplementedError(f"the CPU interpreter has no rule for call_extern '{name}': {node}")
 
 
-def _compile_atomic_add(comp: Compiler, node):
+def _atomic_element(node):
+    """The element load an atomic extern call updates (`atomicAdd(T.address_of(buf[...]), v)`)."""
     ptr = node.args[1]
     if isinstance(ptr, ir.Call) and op_short_name(ptr.op) == "address_of":
         ptr = ptr.args[0]
     if not isinstance(ptr, ir.TensorLoad):
-        raise NotImplementedError(f"atomicAdd needs T.address_of(buffer[...]) as its address, got {ptr}")
+        raise NotImplementedError(f"{node.args[0].value} needs T.address_of(buffer[...]) as its address, "
+                                  f"got {ptr}")
+    return ptr
+
+
+def _compile_atomic_add(comp: Compiler, node):
+    ptr = _atomic_element(node)
     slot = comp.buffer_slot(ptr.source)
     index = comp.exprs(ptr.indices)
     value_fn = comp.expr(node.args[2])
@@ -356,9 +375,7 @@ def _compile_atomic_add(comp: Compiler, node):
 def _compile_atomic_extreme(comp: Compiler, node, reduce: str):
     """`atomicMax(&r[i], v)` / `atomicMin`: the element becomes the max (min) of itself and every iteration's
     value (NaN wins, as T.max / T.min: docs/IR.md)."""
-    ptr = node.args[1]
-    if isinstance(ptr, ir.Call) and op_short_name(ptr.op) == "address_of":
-        ptr = ptr.args[0]
+    ptr = _atomic_element(node)
     slot = comp.buffer_slot(ptr.source)
     index = comp.exprs(ptr.indices)
     value_fn = comp.expr(node.args[2])
@@ -376,16 +393,8 @@ def _compile_atomic_extreme(comp: Compiler, node, reduce: str):
                 V.is_tensor(value) and value.dim() > 0):
             t[idx] = pick(t[idx], torch.as_tensor(value, dtype=t.dtype))
             return 0
-        parts = [k if V.is_tensor(k) else torch.tensor(k) for k in idx]
-        val = value if V.is_tensor(value) else torch.tensor(value, dtype=t.dtype)
-        shape = torch.broadcast_shapes(*(p.shape for p in parts), val.shape, f.par_shape,
-                                       *(() if f.mask is None else (f.mask.shape,)))
-        parts, val = [p.expand(shape) for p in parts], val.to(t.dtype).expand(shape)
-        if f.mask is not None:
-            parts, val = [p[f.mask.expand(shape)] for p in parts], val[f.mask.expand(shape)]
-        flat = torch.zeros(val.shape, dtype=torch.long)
-        for k, size in zip(parts, t.shape, strict=True):
-            flat = flat * int(size) + k.long()
+        elements, val = _scatter_operands(t, idx, value, f.mask, f.par_shape)
+        flat = _flat_index(elements, t.shape)
         t.view(-1).scatter_reduce_(0, flat.reshape(-1), val.reshape(-1), reduce=reduce, include_self=True)
         return 0
     return atomic_extreme

@@ -8,6 +8,8 @@ from tvm import tirx
 from tvm.ir import prim
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from .reducers import REDUCER_OPS
+
 __all__ = ["LEAF", "subexprs", "walk_expr", "stmt_exprs", "stmt_children", "iter_stmts", "atomic_op",
            "atomic_element"]
 
@@ -84,7 +86,7 @@ def iter_stmts(s):
         yield from iter_stmts(c)
 
 
-ATOMIC_OPS = {"atomicAdd": "sum", "atomicMax": "max", "atomicMin": "min"}  # the extern call -> what it does
+ATOMIC_OPS = {call: op for op, call in REDUCER_OPS.items()}  # the extern call -> what it does
 
 
 def atomic_op(value) -> str | None:

@@ -261,10 +261,8 @@ def _add_filelines(func: ast.FunctionDef, line_offset: int) -> None:
 
 
 def _expr(code: str, where: ast.AST) -> ast.stmt:
-    stmt = ast.parse(code).body[0]
-    for node in ast.walk(stmt):
-        ast.copy_location(node, where)
-    return stmt
+    """One statement of generated code, placed at `where`."""
+    return _template(code, where)[0]
 
 
 def _template(code: str, where: ast.AST, **subs: ast.AST | list[ast.stmt] | None) -> list[ast.stmt]:
