@@ -277,7 +277,7 @@ def test_tilelang_tvm_names_only_while_the_mapping_is_installed():
         scalar.dtype  # noqa: B018 - TVM 0.27's own behaviour is back
 
 
-# ---- sub-byte dtypes are names only ------------------------------------------------------------------------
+# ---- sub-byte dtypes other than T.int4 / T.uint4 are names only (those two: tests/test_int4.py) ------------
 
 def test_sub_byte_dtypes_can_be_named_and_compared():
     # tilelang's lop3 helpers pick intrinsics this way
@@ -286,11 +286,12 @@ def test_sub_byte_dtypes_can_be_named_and_compared():
     assert T.float4_e2m1fn in [T.float16, T.float4_e2m1fn]
 
 
-@pytest.mark.parametrize("line,where", [
-    ("s = T.alloc_shared((8,), T.int4)", "T.alloc_shared dtype"),
-    ("s = T.alloc_fragment((8,), T.uint4)", "T.alloc_fragment dtype"),
+@pytest.mark.parametrize("line", [
+    "s = T.alloc_shared((8,), T.int2)",
+    "s = T.alloc_fragment((8,), T.float4_e2m1fn)",
+    "s = T.Cast(T.int4, A[0])",
 ])
-def test_sub_byte_buffers_are_refused_at_the_line(line, where):
+def test_sub_byte_buffers_and_values_are_refused_at_the_line(line):
     k = _kernel(f"""
 @tile_nb.jit
 def sub_byte(A):
@@ -300,20 +301,20 @@ def sub_byte(A):
 """, "sub_byte")
     with pytest.raises(DSLError, match="line 6") as info:
         k(torch.zeros(8, dtype=torch.uint8))
-    assert f"{where}: tile_nb has no" in str(info.value) and "sub-byte dtype" in str(info.value)
+    assert "tile_nb has no" in str(info.value) and "sub-byte dtype" in str(info.value)
 
 
-def test_sub_byte_tensor_annotation_is_refused():
+def test_sub_byte_tensor_annotation_other_than_4_bit_is_refused():
     k = _kernel("""
 @tile_nb.jit
 def sub_byte_param(A):
-    A: T.Tensor[[8], T.int4]
+    A: T.Tensor[[8], T.uint2]
     with T.Kernel(1, threads=32) as bx:
         pass
 """, "sub_byte_param")
     with pytest.raises(AnnotationError, match="line 4") as info:
         k(torch.zeros(8, dtype=torch.uint8))
-    assert "tile_nb has no int4 buffers or values yet" in str(info.value)
+    assert "tile_nb has no uint2 values" in str(info.value)
 
 
 # ---- uint16 / uint32 buffers: loads, wrapping arithmetic, max, shifts and stores ---------------------------

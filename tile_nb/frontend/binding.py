@@ -149,7 +149,8 @@ def bind_compile_only(definition: KernelDefinition, kwargs) -> tuple[dict, dict,
 
 def value_sources(definition: KernelDefinition, elab: Elaboration) -> tuple[dict, dict]:
     """Where a call's tensors give each const and dynamic dim: the first tensor dim or stride that is exactly
-    it. (const name -> (param, "shape" | "stride", dim), dynamic name -> (param, dim))."""
+    it. (const name -> (param, "shape" | "stride" | "packed", dim), dynamic name -> (param, dim); "packed":
+    the last dim of a T.int4 tensor, two values in each byte the call passes)."""
     consts, dynamics = {}, {}
     runtime_names = [p.name for p in definition.signature.runtime]
     pointers = {p.name for p in definition.signature.runtime if p.kind == POINTER}
@@ -169,6 +170,11 @@ def value_sources(definition: KernelDefinition, elab: Elaboration) -> tuple[dict
             hit = _bare_var(expr, elab)
             if hit in elab.consts:
                 consts.setdefault(hit, (name, "stride", dim))
+        if param.packed is not None:  # a T.int4 tensor's last dim: twice the bytes the call passes
+            dim = len(param.packed.shape) - 1
+            hit = _bare_var(param.packed.shape[dim], elab)
+            if hit in elab.consts:
+                consts.setdefault(hit, (name, "packed", dim))
     if elab.stopped is not None:  # the annotations may not have run: read them from the source
         static = static_const_sources(definition.source.tree, set(runtime_names))
         for name, source in static.items():
@@ -230,7 +236,10 @@ def const_values(definition: KernelDefinition, template: Template, runtime: dict
                 f"{name}() argument '{param}' has {tensor.dim()} dims, but const '{const}' is its dim {dim}",
                 **definition_where(definition),
             )
-        values[const] = int(tensor.shape[dim] if kind == "shape" else tensor.stride(dim))
+        if kind == "stride":
+            values[const] = int(tensor.stride(dim))
+        else:  # "packed": two values in each byte
+            values[const] = int(tensor.shape[dim]) * (2 if kind == "packed" else 1)
     return values
 
 

@@ -298,6 +298,12 @@ class Expectations:
                     f"{t.dim()}-d tensor of shape {tuple(t.shape)}",
                     **where,
                 )
+            if t.dtype is not e.dtype and getattr(e.param, "packed", None) is not None:
+                return DtypeMismatchError(
+                    f"{self.kernel_name}() argument '{e.name}' is a {e.param.packed.dtype!r} tensor, passed "
+                    f"as its bytes (two values each, the low nibble first): it must have dtype "
+                    f"{e.param.annotation.dtype}; got {t.dtype}", **where,
+                    hint=f"pass the same bytes as {e.name}.view({e.dtype})")
             if t.dtype is not e.dtype:
                 return DtypeMismatchError(
                     f"{self.kernel_name}() argument '{e.name}' must have dtype "

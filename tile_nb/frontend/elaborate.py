@@ -41,6 +41,9 @@ class BufferParam:
     col: int
     end_col: int | None
     filename: str | None = None
+    # a T.int4 / T.uint4 tensor: its logical annotation (`annotation` is the storage, int8 with the last
+    # dim halved: language/packed.py)
+    packed: TensorAnnotation | None = None
 
 
 @dataclass
@@ -141,6 +144,8 @@ class Hooks:
             current.pointer = True
             return current
         if isinstance(annotation, TensorAnnotation):
+            if str(annotation.dtype) in ("int4", "uint4"):
+                return self._packed_param(name, annotation, current.pointer)
             return self._buffer_param(name, "pointer" if current.pointer else "tensor", annotation)
         if isinstance(annotation, DType):
             return self._scalar_param(name, annotation)
@@ -168,6 +173,34 @@ class Hooks:
         self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col,
                                                 st.filename)
         return buf
+
+    def _packed_param(self, name: str, annotation: TensorAnnotation, pointer: bool):
+        """A T.int4 / T.uint4 tensor: the call passes its bytes, two values each along the last dim; the
+        parameter is that int8 / uint8 buffer, and the body reads it through a PackedTensor."""
+        from tvm import tirx
+
+        from ..language.packed import PACKED, PackedTensor
+
+        st = self.st
+        where = self._where()
+        if pointer or annotation.strides is not None:
+            raise AnnotationError(f"'{name}': a {annotation.dtype!r} tensor is a contiguous T.Tensor "
+                                  "parameter (packed two values per byte)", **where)
+        *lead, last = annotation.shape
+        if isinstance(last, int):
+            if last % 2:
+                raise AnnotationError(
+                    f"'{name}': a {annotation.dtype!r} tensor packs two values per byte along its last dim, "
+                    f"which must be even; got {last}", **where)
+        elif any(not any(v.same_as(c) for c in dict.values(st.const_vars))
+                 for v in tirx.analysis.undefined_vars(last)):
+            raise AnnotationError(
+                f"'{name}': the last dim of a {annotation.dtype!r} tensor (packed two values per byte) must "
+                f"be an int or a T.const; got {last}", **where)
+        storage = TensorAnnotation((*lead, last // 2), DType(PACKED[str(annotation.dtype)]))
+        buf = self._buffer_param(name, "tensor", storage)
+        self.result.buffers[name].packed = annotation
+        return PackedTensor(name, annotation.dtype, tuple(annotation.shape), buf)
 
     def _adopt_dynamic(self, dims: tuple) -> None:
         """Dims made by `T.dynamic` outside the body (a kernel factory's, for its `@T.prim_func` signature)

@@ -238,7 +238,7 @@ def check_compile_value(param: Param, value):
 
     Raises TypeError with what was expected; the caller adds the kernel's name and line.
     """
-    from ..language.dtypes import _DTypeAnnotation, as_dtype, dtype
+    from ..language.dtypes import _DTypeAnnotation, as_tensor_dtype, dtype
 
     annotation = param.annotation
     if isinstance(annotation, str):  # `from __future__ import annotations` in the user's module
@@ -247,7 +247,7 @@ def check_compile_value(param: Param, value):
         return value
     if isinstance(annotation, _DTypeAnnotation):
         try:
-            return as_dtype(value)
+            return as_tensor_dtype(value)
         except ValueError as err:
             raise TypeError(f"must be a dtype such as T.float16; got {value!r} ({err})") from None
     if annotation not in _PLAIN_TYPES:

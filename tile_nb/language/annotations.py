@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import AnnotationError
 from . import state as _state
-from .dtypes import DType, as_dtype
+from .dtypes import DType, as_tensor_dtype
 from .irutil import is_expr
 
 __all__ = ["Tensor", "StridedTensor", "ptr", "const", "dynamic", "TensorAnnotation"]
@@ -57,7 +57,7 @@ def _dtype(value) -> DType:
             "an offsets tensor",
         )
     try:
-        return as_dtype(value)
+        return as_tensor_dtype(value)  # T.int4 / T.uint4: packed two per byte (language/packed.py)
     except ValueError as err:
         raise AnnotationError(f"tensor annotation dtype: {err}") from None
 

@@ -13,6 +13,8 @@ __all__ = [
     "NAMED_ONLY",
     "dtype",
     "as_dtype",
+    "as_tensor_dtype",
+    "PACKED_4BIT",
     "torch_dtype",
     "ALL_DTYPES",
     "tfloat32",
@@ -120,9 +122,10 @@ def as_dtype(value) -> DType:
     name = value if isinstance(value, str) else str(value)
     if name in NAMED_ONLY:
         raise ValueError(
-            f"tile_nb has no {name} buffers or values yet (a sub-byte dtype: it can be named and "
-            f"compared, not stored or computed); keep the packed values in uint8 / int8 and unpack "
-            f"them with T.shift_right / T.bitwise_and"
+            f"tile_nb has no {name} values (a sub-byte dtype: it can be named and compared, not computed "
+            f"with); T.int4 / T.uint4 tensor parameters and tiles hold packed values and read as int8 / "
+            f"uint8, other sub-byte values stay packed in uint8 / int8 (unpack them with T.shift_right / "
+            f"T.bitwise_and)"
         )
     if name.startswith("torch."):  # a torch dtype or its name
         name = name[len("torch."):]
@@ -134,6 +137,17 @@ def as_dtype(value) -> DType:
     if name in ALL_DTYPES:
         return ALL_DTYPES[name]
     raise ValueError(f"unknown dtype {value!r}; expected one of {', '.join(ALL_DTYPES)}")
+
+
+# the 4-bit dtypes a tensor parameter or tile may hold (language/packed.py) -> the 8-bit dtype storing them
+PACKED_4BIT = {"int4": "int8", "uint4": "uint8"}
+
+
+def as_tensor_dtype(value) -> DType:
+    """`as_dtype`, and also T.int4 / T.uint4: the dtypes a tensor parameter, a tile or a compile-time
+    `T.dtype` argument may be (packed 4-bit values are stored and unpacked by language/packed.py)."""
+    name = str(value)
+    return NAMED_ONLY[name] if name in PACKED_4BIT else as_dtype(value)
 
 
 _TORCH_CACHE: dict[str, object] = {}

@@ -49,4 +49,6 @@ def as_expr(value, dtype: str):
 
     if isinstance(value, (bool, int, float)):
         return tirx.const(value, dtype)
+    if not is_expr(value) and hasattr(value, "asobject"):  # an element read of a packed tensor (packed.py)
+        value = value.asobject()
     return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)

@@ -5,7 +5,7 @@ Copies and fills build TVM tile primitives (`T.tile.copy` / `T.tile.fill`); docs
 from __future__ import annotations
 
 from . import state as _state
-from .dtypes import TF32, as_dtype
+from .dtypes import PACKED_4BIT, TF32, as_dtype
 from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
 
 __all__ = [
@@ -33,6 +33,8 @@ def _alloc(what: str, shape, dtype, scope: str):
     st = _state.active(what)
     if not st.kernel_open:
         raise st.error(f"{what} must be called inside `with T.Kernel(...)`")
+    if str(dtype) in PACKED_4BIT:  # a T.int4 / T.uint4 tile: one value per byte (language/packed.py)
+        dtype = PACKED_4BIT[str(dtype)]
     try:
         dt = as_dtype(dtype)
     except ValueError as err:
@@ -192,6 +194,16 @@ def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = N
                                        ("coalesced_width", coalesced_width)) if v not in (None, False)]
     if given:
         record_hint(st, f"copy({', '.join(given)}) (not applied: tile_nb picks how copies move data)")
+    if _is_packed(src) or _is_packed(dst):
+        from .packed import PackedRef, PackedTensor, unpack_copy
+
+        if isinstance(dst, (PackedRef, PackedTensor)):
+            tensor = dst if isinstance(dst, PackedTensor) else dst.tensor
+            raise st.error(f"T.copy into the {tensor.dtype!r} tensor '{tensor.name}': tile_nb reads packed "
+                           "4-bit tensors, it does not write them",
+                           hint="write the values to an int8 output, or pack them into one in the kernel")
+        unpack_copy(src, region_of(dst) if is_buffer(dst) or is_region(dst) else region_of(dst, None))
+        return
     src_region = region_of(src) if is_buffer(src) or is_region(src) else None
     dst_region = region_of(dst) if is_buffer(dst) or is_region(dst) else None
     if src_region is None and dst_region is None:
@@ -209,6 +221,10 @@ def copy(src, dst, *, disable_tma: bool = False, eviction_policy: str | None = N
             hint=str(err).split(";")[0],
         ) from None
     st.record_tile_op()
+
+
+def _is_packed(x) -> bool:
+    return type(x).__name__ in ("PackedRef", "PackedTensor")
 
 
 def _describe(region) -> str:
