@@ -306,5 +306,50 @@ def test_every_per_thread_kernel_here_builds_to_a_cubin(arch):
         split_k_allreduce.compile(a, b, op="max", target=arch),
         split_by_warps.compile(torch.randn(150), target=arch),
         butterfly.compile(torch.randn(3, 64), width=8, target=arch),
+        reversed_rows.compile(torch.randn(45, 6), target=arch),
     ]
     assert all(k.cubin for k in kernels)
+
+
+# ---- a thread's own slice copied into and out of a local array; tuple assignments to memory -----------
+
+@tile_nb.jit
+def reversed_rows(A, threads: int = 32):
+    """Each thread copies its row into a local array (T.copy with a region that depends on the thread, as
+    tilelang's 2:4 compressor does), reverses it with tuple swaps, and copies it out."""
+    M, N = T.const("M, N")
+    A: T.Tensor[[M, N], T.float32]
+    B = T.empty((M, N), T.int32)
+    with T.Kernel(T.ceildiv(M, threads), threads=threads) as bx:
+        tx = T.get_thread_binding()
+        row = T.alloc_local((N,), T.float32)
+        T.copy(A[bx * threads + tx, 0:N], row)
+        for k in T.serial(N // 2):
+            row[k], row[N - 1 - k] = row[N - 1 - k], row[k]
+        T.copy(row, B[bx * threads + tx, 0:N])  # converted to int32 element by element
+    return B
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("m, n", [(45, 6), (1, 1), (33, 7)])
+def test_a_thread_copies_its_row_through_a_local_array(backend, m, n):
+    """Rows past the tensor's edge (45 rows over 64 threads) are neither read nor written."""
+    a = torch.randn(m, n) * 100
+    b = reversed_rows(a.to(backend)).cpu()
+    assert torch.equal(b, a.flip(1).to(torch.int32))
+
+
+def test_a_tuple_assignment_reads_every_value_before_it_stores():
+    """`s[0], s[1] = s[1], s[0]` swaps (the values are bound before the first store), at block level too."""
+    @tile_nb.jit
+    def swap(A):
+        A: T.Tensor[[2], T.float32]
+        with T.Kernel(1, threads=32) as _:
+            s = T.alloc_shared((2,), T.float32)
+            T.copy(A, s)
+            s[0], s[1] = s[1], s[0]
+            T.copy(s, A)
+
+    a = torch.tensor([1.0, 2.0])
+    swap(a)
+    assert a.tolist() == [2.0, 1.0]

@@ -102,6 +102,14 @@ def _is_expr(x) -> bool:
     return is_expr(x)
 
 
+def _reads_memory(expr) -> bool:
+    from ..language.stmtwalk import walk_expr
+
+    found = []
+    walk_expr(expr, lambda x: found.append(x) if is_load(x) else None)
+    return bool(found)
+
+
 class Hooks:
     """The `__tnb__` object the rewritten body calls (see `frontend.rewrite`)."""
 
@@ -304,6 +312,15 @@ class Hooks:
         elif value.name in ("buffer", ""):  # a fresh allocation
             IRBuilder.name(name, value)
         return value
+
+    def snapshot(self, *values) -> tuple:
+        """The values of a tuple assignment to memory (`a[0], a[1] = a[1], a[0]`), each one that reads memory
+        bound to a variable first, so that no store of the assignment changes what a later one writes."""
+        from tvm.script.ir_builder import tirx as T
+
+        if not self.st.kernel_open:
+            return values
+        return tuple(T.Bind(v) if _is_expr(v) and _reads_memory(v) else v for v in values)
 
     def store(self, target, index, value):
         from tvm.tirx import Buffer
@@ -746,7 +763,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     if st.reducers and result.stopped is None:  # the order of each T.alloc_reducer's uses
         check_reducers(func.body, st.reducers, st.filename, st.tile_op_lines)
     # statements that use the thread index as a value, as T.Parallel loops over the threads
-    body = elaborate_per_thread(func.body, st.filename, st.tile_op_lines, st.hints)
+    body, st.tile_op_lines = elaborate_per_thread(func.body, st.filename, st.tile_op_lines, st.hints)
     attrs = {
         "global_symbol": signature.name,
         "tile_nb.threads": st.threads or 0,

@@ -42,12 +42,14 @@ _LOCAL = ("local", "local.var")
 
 
 def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=(), hints: list | None = None):
-    """`body` (a PrimFunc body) with the per-thread code of each T.Kernel in block-level form; unchanged when
-    no kernel uses its thread index as a value. `tile_op_lines`: the line of each tile operation of `body`,
-    in program order (for errors); what the rewrite decided that the plan should show is appended to
+    """`body` (a PrimFunc body) with the per-thread code of each T.Kernel in block-level form (unchanged when
+    no kernel uses its thread index as a value), and the line of each tile operation left in it.
+    `tile_op_lines`: the line of each tile operation of `body`, in program order (for errors; a copy made
+    per-thread code leaves the list); what the rewrite decided that the plan should show is appended to
     `hints`."""
     calls = [s for s in _iter(body) if isinstance(s, TilePrimitiveCall)]
     lines = dict(zip(calls, tile_op_lines, strict=False))
+    removed: list = []
 
     def rewrite(s):
         if isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent" \
@@ -56,10 +58,15 @@ def elaborate_per_thread(body, filename: str | None = None, tile_op_lines=(), hi
             if not _uses(s.body, {tx}):
                 return s
             kernel = _Kernel(tx, int(s.value), filename, lines, hints if hints is not None else [])
-            return tirx.AttrStmt(s.node, s.attr_key, s.value, kernel.run(s.body), s.span)
+            new = tirx.AttrStmt(s.node, s.attr_key, s.value, kernel.run(s.body), s.span)
+            removed.extend(kernel.copies_by_elements)
+            return new
         return _map_children(s, rewrite)
 
-    return rewrite(body)
+    body = rewrite(body)
+    kept = [line for call, line in zip(calls, tile_op_lines, strict=False)
+            if not any(call.same_as(r) for r in removed)]
+    return body, kept
 
 
 # ---- expressions -------------------------------------------------------------------------------------------
@@ -173,6 +180,7 @@ class _Kernel:
         self.vars = {tx}  # per-thread variables: threadIdx.x and what Binds compute from per-thread values
         self.buffers: dict = {}  # per-thread local buffer -> its local.thread buffer
         self.inlined: dict = {}  # per-thread Bind var -> its value (the Bind is dropped, its uses inlined)
+        self.copies_by_elements: list = []  # the T.copy calls made per-thread loops (_copy_by_elements)
 
     def run(self, body):
         locals_ = {s.buffer for s in _iter(body)
@@ -181,8 +189,48 @@ class _Kernel:
         while changed:  # a local written by per-thread code is per-thread; so is a Bind of a per-thread value
             before = (len(self.vars), len(self.buffers))
             self._mark(body, False, locals_)
-            changed = (len(self.vars), len(self.buffers)) != before
+            # a copy between a thread's own slice and a local array is per-thread code: element by element
+            before += (len(self.copies_by_elements),)
+            body = _map_tree(body, lambda s: self._copy_by_elements(s, locals_)
+                             if isinstance(s, TilePrimitiveCall) else None)
+            changed = (len(self.vars), len(self.buffers), len(self.copies_by_elements)) != before
         return self._block(body)
+
+    def _copy_by_elements(self, call, locals_):
+        """A T.copy whose region depends on the thread index (`T.copy(A[row(tx), k0:k0 + n], a_local)`, and
+        back) as a loop over its elements, which then runs per thread like any store; past a global tensor's
+        edge nothing is read (0) nor written, as with every T.copy. Other tile operations are left as they
+        are (None)."""
+        if call.op.name.rsplit(".", 1)[-1] != "copy" or not self.per_thread(call):
+            return None
+        dst, src = call.args[0], call.args[1]
+        if not (dst.source in locals_ or src.source in locals_):
+            return None  # a block-level copy of a per-thread region: refused by _tile_op
+        dst_dims, src_dims = _non_unit(dst), _non_unit(src)
+        extents = [src.region[k].extent for k in src_dims]
+        if len(dst_dims) != len(src_dims):
+            raise self.error("T.copy between regions of different shapes", call)
+        self.copies_by_elements.append(call)
+        line = self.tile_op_lines.get(call)
+        span = tvm.ir.Span(tvm.ir.SourceName(self.filename or "<kernel>"), line, line, 0, 0) if line else None
+        loop_vars = [tirx.Var(f"e{k}", "int32") for k in range(len(extents))]
+        src_idx, dst_idx = [r.min for r in src.region], [r.min for r in dst.region]
+        for v, ks, kd in zip(loop_vars, src_dims, dst_dims, strict=True):
+            src_idx[ks] = src_idx[ks] + v
+            dst_idx[kd] = dst_idx[kd] + v
+        value = tirx.BufferLoad(src.source, src_idx)
+        inside = _inside(src.source, src_idx)
+        if inside is not None:
+            value = tirx.if_then_else(inside, value, tirx.const(0, src.source.dtype))
+        if str(src.source.dtype) != str(dst.source.dtype):
+            value = tirx.Cast(str(dst.source.dtype), value)
+        body = tirx.BufferStore(dst.source, value, dst_idx, span)  # errors point at the T.copy
+        inside = _inside(dst.source, dst_idx)
+        if inside is not None:
+            body = tirx.IfThenElse(inside, body, None, span)
+        for v, n in reversed(list(zip(loop_vars, extents, strict=True))):
+            body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+        return body
 
     def _per_thread_value(self, e) -> bool:
         found = []
@@ -395,6 +443,33 @@ class _Kernel:
                 cond = tirx.And(cond, expr(g))
             body = tirx.IfThenElse(cond, body, None)
         return tirx.For(tid, 0, self.threads, tirx.ForKind.PARALLEL, body)
+
+
+def _non_unit(region) -> list[int]:
+    """The dims of a region whose extent is not 1 (the last one if all are)."""
+    dims = [k for k, r in enumerate(region.region)
+            if not (isinstance(r.extent, tirx.IntImm) and int(r.extent) == 1)]
+    return dims or [len(region.region) - 1]
+
+
+def _inside(buffer, indices):
+    """`indices` within a global buffer's shape (None for a buffer of another scope: its accesses are the
+    interpreter's and the lowering's bounds checks' business)."""
+    if buffer.scope() != "global":
+        return None
+    cond = None
+    for i, dim in zip(indices, buffer.shape, strict=True):
+        test = tirx.And(i >= 0, i < dim)
+        cond = test if cond is None else tirx.And(cond, test)
+    return cond
+
+
+def _map_tree(s, fn):
+    """`s` with every statement for which `fn` returns a replacement replaced (looked into otherwise)."""
+    new = fn(s)
+    if new is not None:
+        return new
+    return _map_children(s, lambda c: _map_tree(c, fn))
 
 
 def _items(s) -> list:

@@ -331,6 +331,11 @@ class _BodyRewriter(ast.NodeTransformer):
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
             target = node.targets[0]
             return ast.copy_location(ast.Expr(_hook("store", target.value, target.slice, node.value)), node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List)) \
+                and any(isinstance(t, ast.Subscript) for t in node.targets[0].elts) \
+                and isinstance(node.value, (ast.Tuple, ast.List)) \
+                and len(node.value.elts) == len(node.targets[0].elts):
+            return self._tuple_store(node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name in self.var_names:
@@ -338,6 +343,17 @@ class _BodyRewriter(ast.NodeTransformer):
             else:
                 node.value = _hook("bind", _const(name), node.value)
         return node
+
+    def _tuple_store(self, node: ast.Assign) -> list:
+        """`a[0], a[1] = a[1], a[0]`: Python reads every value before it assigns any; stores into memory are
+        IR statements, so the values are bound first (`snapshot`), then each target is assigned in turn."""
+        temp = f"__tnb_tuple_{node.lineno}_{node.col_offset}"
+        values = ast.Assign([ast.Name(temp, ast.Store())], _hook("snapshot", *node.value.elts))
+        out = [ast.copy_location(values, node)]
+        for k, target in enumerate(node.targets[0].elts):
+            item = ast.Subscript(ast.Name(temp, ast.Load()), ast.Constant(k), ast.Load())
+            out.append(self.visit_Assign(ast.copy_location(ast.Assign([target], item), node)))
+        return [ast.fix_missing_locations(x) for x in out]
 
     def visit_AugAssign(self, node: ast.AugAssign):
         if isinstance(node.target, ast.Name) and node.target.id in self.var_names:
