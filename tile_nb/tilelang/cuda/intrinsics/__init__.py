@@ -5,8 +5,8 @@ are the same). tilelang's MMA emitters and their register layouts (`get_swizzle_
 raise UnsupportedTilelangAPI."""
 from __future__ import annotations
 
-from ...language.layouts import swizzled_layout
-from .._support import forwarding_getattr
+from ....language.layouts import swizzled_layout
+from ..._support import forwarding_getattr
 
 __all__ = ["make_mma_swizzle_layout"]
 
@@ -17,4 +17,4 @@ def make_mma_swizzle_layout(buffer, is_smooth: bool = False):
     return swizzled_layout(buffer)
 
 
-__getattr__ = forwarding_getattr(__name__, "tilelang.cuda.intrinsics", {})
+__getattr__ = forwarding_getattr(__name__, "tilelang.cuda.intrinsics", {}, package=True)
