@@ -372,3 +372,30 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# ---- an index held in a narrow integer (uint8 positions, as tilelang's 2:4 compressor keeps them) ----------
+
+@tile_nb.jit
+def gather_by_uint8(X, P):
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    P: T.Tensor[[N], T.uint8]
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(1, threads=128) as _:
+        p = T.alloc_fragment((N,), T.uint8)
+        T.copy(P, p)
+        for i in T.Parallel(N):
+            Y[i] = X[p[i]]
+    return Y
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("n", [1, 2, 200])
+def test_uint8_values_index_as_positions_not_as_a_mask(device, n):
+    """torch reads a uint8 index tensor as a mask; the interpreter's indices are positions whatever their
+    dtype."""
+    x = torch.randn(n)
+    p = torch.randint(0, n, (n,), dtype=torch.uint8)
+    y = gather_by_uint8(x.to(device), p.to(device)).cpu()
+    assert torch.equal(y, x[p.long()])

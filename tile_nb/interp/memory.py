@@ -47,10 +47,15 @@ def _check_index(comp: Compiler, f, slot: int, t: torch.Tensor, idx: tuple, loca
     if bool(bad.any()):
         _raise_oob(comp, f, slot, t, idx, bad, location, loops)
     # Masked-off iterations may hold out-of-range indices (`if i < n: x[i]`): clamp them so torch can gather.
+    # An index held in a narrow integer (a uint8 position) is made int64: torch reads uint8 tensors as masks.
     return tuple(
-        k.clamp(0, n - 1) if V.is_tensor(k) else min(max(k, 0), n - 1)
+        _as_index(k.clamp(0, n - 1)) if V.is_tensor(k) else min(max(k, 0), n - 1)
         for k, n in zip(idx, t.shape, strict=True)
     )
+
+
+def _as_index(k: torch.Tensor) -> torch.Tensor:
+    return k if k.dtype in (torch.int64, torch.int32) else k.long()
 
 
 def _check_written(comp: Compiler, f, slot: int, m: torch.Tensor, idx: tuple, location, loops=()):

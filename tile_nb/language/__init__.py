@@ -98,6 +98,7 @@ from .reducers import (
     tvm_thread_allreduce,
     tvm_warp_shuffle,
 )
+from .sparse import gemm_sp
 from .sync import (
     alloc_barrier,
     barrier_arrive,
@@ -166,6 +167,7 @@ __all__ = [
     "empty",
     "make_tensor",
     "gemm",
+    "gemm_sp",
     "reduce_absmax",
     "reduce_max",
     "reduce_sum",
