@@ -179,3 +179,37 @@ def test_max_reducers_build_to_cubins():
         src = row_extremes.compile(torch.empty(300, 520).half(), op=op, block_M=block_M, block_N=block_N,
                                    threads=threads, target="sm_90a")
         assert src.cubin and f"tnb_{op}_nan_float32" in src.cuda_source
+
+
+@tile_nb.jit
+def int_extremes(a, op: str = "max", dt: T.dtype = T.uint32, block_M: int = 4, block_N: int = 64,
+                 threads: int = 128):
+    M, N = T.const("M, N")
+    a: T.Tensor((M, N), dt)
+    o = T.empty((M,), dt)
+    pick = T.max if op == "max" else T.min
+    low, high = (0, 2 ** 32 - 1) if dt == T.uint32 else (-2 ** 31, 2 ** 31 - 1)
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bm:
+        r = T.alloc_reducer(block_M, dt, op=op, replication="all")
+        T.fill(r, low if op == "max" else high)
+        for bn in T.serial(T.ceildiv(N, block_N)):
+            a_f = T.alloc_fragment((block_M, block_N), dt)
+            T.copy(a[bm * block_M, bn * block_N], a_f)
+            for i, j in T.Parallel(block_M, block_N):
+                if bn * block_N + j < N:
+                    r[i] = pick(r[i], a_f[i, j])
+        T.finalize_reducer(r)
+        T.copy(r, o[bm * block_M])
+    return o
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dtype", ["uint32", "int32"])
+def test_integer_max_and_min_reducers_over_the_whole_range(backend, op, dtype):
+    """uint32 values at and above 2^31 order as unsigned (torch has no uint32 max scatter: the interpreter
+    reduces them in int64), int32 ones as signed."""
+    low, high = (0, 2 ** 32) if dtype == "uint32" else (-2 ** 31, 2 ** 31)
+    x = torch.randint(low, high, (6, 200), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
+    o = int_extremes(x.to(getattr(torch, dtype)).to(backend), op=op, dt=getattr(T, dtype)).cpu()
+    assert torch.equal(o.to(torch.int64), x.amax(1) if op == "max" else x.amin(1))

@@ -399,10 +399,21 @@ def _compile_atomic_extreme(comp: Compiler, node, reduce: str):
             t[idx] = pick(t[idx], torch.as_tensor(value, dtype=t.dtype))
             return 0
         elements, val = _scatter_operands(t, idx, value, f.mask, f.par_shape)
-        flat = _flat_index(elements, t.shape)
-        t.view(-1).scatter_reduce_(0, flat.reshape(-1), val.reshape(-1), reduce=reduce, include_self=True)
+        flat = _flat_index(elements, t.shape).reshape(-1)
+        if t.dtype == torch.uint64:
+            raise InterpreterError("an atomic max / min of uint64 elements is not supported by the "
+                                   "interpreter (torch cannot order them)", location)
+        if t.dtype in _NO_SCATTER_REDUCE:  # torch has no max / min scatter for these: in int64, exactly
+            wide = t.view(-1).to(torch.int64)
+            wide.scatter_reduce_(0, flat, val.reshape(-1).to(torch.int64), reduce=reduce, include_self=True)
+            t.view(-1).copy_(wide.to(t.dtype))
+        else:
+            t.view(-1).scatter_reduce_(0, flat, val.reshape(-1), reduce=reduce, include_self=True)
         return 0
     return atomic_extreme
+
+
+_NO_SCATTER_REDUCE = (torch.uint16, torch.uint32)
 
 
 # ---- tile regions ------------------------------------------------------------------------------------------
