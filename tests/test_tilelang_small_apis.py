@@ -377,3 +377,15 @@ def test_process_func_refuses_a_latency_that_is_not_positive():
 
     with pytest.raises(ValueError, match=r"run_regression_perf.* returned None as its latency"):
         process_func(run_regression_perf)
+
+
+def test_sparse_layout_factors():
+    """`tilelang.cuda.intrinsics.sparse_layout`: values per metadata integer (4 bits per group of 4, 2 for
+    float32) and the compressor's thread replication."""
+    from tile_nb.tilelang.cuda.intrinsics import sparse_layout as sl
+
+    assert sl.get_e_factor(T.float16, T.int16) == 16 and sl.get_e_factor(T.int8, T.int32) == 32
+    assert sl.get_e_factor(T.float32, T.int16) == 8 and sl.get_e_factor(T.bfloat16, T.int8) == 8
+    assert sl.GROUP_CONFIG[T.float16] == (2, 4) and sl.GROUP_CONFIG[T.float32] == (1, 2)
+    assert sl.get_e_replicate_factor(T.int8) == 1 and sl.get_e_replicate_factor(T.float16) == 2
+    assert tl.cuda.intrinsics.sparse_layout is sl
