@@ -164,3 +164,18 @@ def test_an_int4_output_is_refused():
 
     with pytest.raises(DSLError, match="int4"):
         make(N=4)
+
+
+def test_an_int4_out_idx_output_is_refused():
+    import tile_nb.tilelang as tilelang
+
+    @tilelang.jit(out_idx=[-1])
+    def factory(N):
+        @T.prim_func
+        def main(A: T.Tensor((N,), T.int8), B: T.Tensor((N,), T.int4)):
+            with T.Kernel(1):
+                pass
+        return main
+
+    with pytest.raises(AnnotationError, match="out_idx names 'B', a T.int4 tensor"):
+        factory(8)(torch.zeros(8, dtype=torch.int8))

@@ -289,6 +289,11 @@ class Hooks:
                 "T.Tensor; the call allocates outputs row-major",
                 **self._where(),
             )
+        if str(annotation.dtype) in ("int4", "uint4"):
+            raise AnnotationError(
+                f"out_idx names '{name}', a {annotation.dtype!r} tensor: tile_nb reads packed 4-bit tensors, "
+                "it does not write them", **self._where(),
+                hint="return the values as an int8 tensor")
         from tvm.script.ir_builder import IRBuilder
 
         buf = self.empty(annotation.shape, annotation.dtype, name)
