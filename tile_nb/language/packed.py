@@ -130,8 +130,10 @@ def _same(a, b) -> bool:
 def unpack_copy(src: PackedRef | PackedTensor, dst_region) -> None:
     """`T.copy(A[r, c], A_tile)` from a packed tensor: an elementwise loop writing each value into the tile (0
     past the tensor's edge, as every T.copy from global memory)."""
+    from tvm.script.ir_builder import tirx as T
+
+    from .irutil import as_expr
     from .loops import Parallel
-    from .memory import store
 
     st = _state.active("T.copy")
     if isinstance(src, PackedTensor):
@@ -164,4 +166,4 @@ def unpack_copy(src: PackedRef | PackedTensor, dst_region) -> None:
         tile_index = [r.min for r in dst_region.region]
         for k, var in zip(tile_dims, loop_vars, strict=True):
             tile_index[k] = tile_index[k] + var
-        store(tile, tuple(tile_index), value)
+        T.add_to_parent(tirx.BufferStore(tile, as_expr(value, str(tile.dtype)), tile_index, st.span()))
