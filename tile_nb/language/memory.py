@@ -261,11 +261,8 @@ def store(buffer, indices, value):
         raise st.error(f"assigning to a slice of '{buffer.name}' is not supported; use T.copy, T.fill, or a "
                        "T.Parallel loop storing element by element")
     value = as_expr(value, buffer.dtype)
-    if st.reducers:
-        from .reducers import reducer_update
-
-        if reducer_update(st, buffer, indices, value):  # `r[i] += v` on a T.alloc_reducer
-            return
+    if st.reducers and st.on_reducer_store(st, buffer, indices, value):  # `r[i] += v` on a T.alloc_reducer
+        return
     T.add_to_parent(tirx.BufferStore(buffer, value, list(indices), st.span()))
 
 

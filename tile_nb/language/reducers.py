@@ -147,6 +147,7 @@ def alloc_reducer(shape, dtype, op: str = "sum", replication=None):
         raise st.error(f"T.alloc_reducer(op={op!r}): op must be one of {', '.join(map(repr, REDUCER_OPS))}")
     buf = alloc_fragment(shape, dtype)
     st.reducers[buf] = op
+    st.on_reducer_store = reducer_update  # memory.store hands a store into a reducer to it
     if replication is not None:
         record_hint(st, f"alloc_reducer(replication={replication!r}) (tile_nb's layout inference places "
                         f"{buf.name})")

@@ -60,6 +60,8 @@ class State:
     thread_indices: list = field(default_factory=list)  # (T.get_thread_binding value, stride, extent)
     reducer: Any = None  # the T.comm_reducer of the open `with T.attr(..., "reduce_scope", ...)`
     reducers: dict = field(default_factory=dict)  # T.alloc_reducer buffer -> its op, "sum" / "max" / "min"
+    # reducers.reducer_update, set by the first T.alloc_reducer: `r[i] += v` on a reducer becomes its update
+    on_reducer_store: Callable[..., bool] | None = None
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
     # buffer name -> (buffer, tirx.IndexMap, line) of each T.Layout annotated on a global buffer (layouts.py)
     global_layouts: dict = field(default_factory=dict)
