@@ -246,5 +246,8 @@ def test_the_interp_run_reads_the_gpu_lowerings_refusal_from_the_warning(capsys)
                                gpu_lowering=refusal)
     doc = conformance.markdown([ok, refused], commit="abc", backend="interp", command="x", timeout=1,
                                machine_text="m")
-    assert "takes every kernel of 1; it refuses one of these" in doc
+    assert "takes every kernel of 1; it refuses a kernel of 1 (the first refusal)" in doc
     assert "| examples/b/example_b.py | _fill_past(): s[i] is out of bounds: index 0 (i) reaches 3" in doc
+    none_refused = conformance.markdown([ok], commit="abc", backend="interp", command="x", timeout=1,
+                                        machine_text="m")
+    assert "takes every kernel of 1.\n" in none_refused and "the lowering's refusal" not in none_refused

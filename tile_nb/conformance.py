@@ -554,12 +554,12 @@ def _lowering_section(ran: list[Case], backend: str) -> list[str]:
         "",
         f"Of the {len(passing)} tile-level examples that pass on the interpreter, the sm_90a lowering (run "
         "on each kernel the interpreter ran, without a GPU) takes every kernel of "
-        f"{len(passing) - len(refused)}; it refuses one of these (the first refusal):",
-        "",
-        "| case | the lowering's refusal |",
-        "| --- | --- |",
+        f"{len(passing) - len(refused)}" + ("." if not refused else
+                                             f"; it refuses a kernel of {len(refused)} (the first refusal):"),
     ]
-    lines += [f"| {c.name} | {_cell(c.gpu_lowering, 160)} |" for c in refused]
+    if refused:
+        lines += ["", "| case | the lowering's refusal |", "| --- | --- |"]
+        lines += [f"| {c.name} | {_cell(c.gpu_lowering, 160)} |" for c in refused]
     return lines
 
 
