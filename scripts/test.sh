@@ -18,7 +18,7 @@ step() {  # step NAME COMMAND...: run it, time it, remember a failure
   "$@" || failed+=("$name")
   echo "$name: $(( SECONDS - begin )) s"
 }
-step "unit tests" "$py" -m pytest -p no:nbval -q -m "not difftest" tests
+step "unit tests" "$py" -m pytest -p no:nbval -q -m "not difftest" -n auto tests  # one worker per core (xdist)
 # Lint, with the rule set pinned in pyproject.toml ([tool.ruff.lint]).
 step ruff "$py" -m ruff check tile_nb tests benchmarks
 # Every benchmarks/results file that the repository names exists (the results are renamed and pruned by hand).
