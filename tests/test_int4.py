@@ -179,3 +179,22 @@ def test_an_int4_out_idx_output_is_refused():
 
     with pytest.raises(AnnotationError, match="out_idx names 'B', a T.int4 tensor"):
         factory(8)(torch.zeros(8, dtype=torch.int8))
+
+
+@tile_nb.jit
+def mix(W):
+    """Element reads of an int4 tensor in arithmetic, T.max and reflected operators."""
+    N, K = T.const("N, K")
+    W: T.Tensor[[N, K], T.int4]
+    Y = T.empty((N, K), T.int32)
+    with T.Kernel(1, threads=128):
+        for i, j in T.Parallel(N, K):
+            Y[i, j] = T.max(W[i, j], 0) + W[i, j] * 2 - (3 - W[i, j])
+    return Y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_element_reads_in_expressions(backend):
+    w = four_bit((3, 10), seed=7)
+    y = mix(pack(w).to(backend)).cpu()
+    assert torch.equal(y, w.int().clamp(min=0) + w.int() * 2 - (3 - w.int()))
