@@ -138,16 +138,20 @@ def test_a_reducer_cleared_in_a_loop_sums_each_step(backend, s, m, n):
 
 
 @tile_nb.jit
-def row_extremes(a, op: str = "max", block_M: int = 64, block_N: int = 128, threads: int = 256):
+def row_extremes(a, op: str = "max", dt: T.dtype = T.float16, block_M: int = 64, block_N: int = 128,
+                 threads: int = 256):
+    """o[i] = max (min) of row i, with a reducer filled with the op's identity for `dt`."""
     M, N = T.const("M, N")
-    a: T.Tensor((M, N), T.float16)
-    o = T.empty((M,), T.float16)
+    a: T.Tensor((M, N), dt)
+    o = T.empty((M,), dt)
     pick = T.max if op == "max" else T.min
+    identity = {"float16": (-T.infinity(T.float16), T.infinity(T.float16)), "uint32": (0, 2 ** 32 - 1),
+                "int32": (-2 ** 31, 2 ** 31 - 1)}[str(dt)][0 if op == "max" else 1]
     with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bm:
-        r = T.alloc_reducer(block_M, T.float16, op=op, replication="all")
-        T.fill(r, -T.infinity(T.float16) if op == "max" else T.infinity(T.float16))
+        r = T.alloc_reducer(block_M, dt, op=op, replication="all")
+        T.fill(r, identity)
         for bn in T.serial(T.ceildiv(N, block_N)):
-            a_f = T.alloc_fragment((block_M, block_N), T.float16)
+            a_f = T.alloc_fragment((block_M, block_N), dt)
             T.copy(a[bm * block_M, bn * block_N], a_f)
             for i, j in T.Parallel(block_M, block_N):
                 if bn * block_N + j < N:  # the copy's edge fill (0) is not a value of the row
@@ -181,28 +185,6 @@ def test_max_reducers_build_to_cubins():
         assert src.cubin and f"tnb_{op}_nan_float32" in src.cuda_source
 
 
-@tile_nb.jit
-def int_extremes(a, op: str = "max", dt: T.dtype = T.uint32, block_M: int = 4, block_N: int = 64,
-                 threads: int = 128):
-    M, N = T.const("M, N")
-    a: T.Tensor((M, N), dt)
-    o = T.empty((M,), dt)
-    pick = T.max if op == "max" else T.min
-    low, high = (0, 2 ** 32 - 1) if dt == T.uint32 else (-2 ** 31, 2 ** 31 - 1)
-    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bm:
-        r = T.alloc_reducer(block_M, dt, op=op, replication="all")
-        T.fill(r, low if op == "max" else high)
-        for bn in T.serial(T.ceildiv(N, block_N)):
-            a_f = T.alloc_fragment((block_M, block_N), dt)
-            T.copy(a[bm * block_M, bn * block_N], a_f)
-            for i, j in T.Parallel(block_M, block_N):
-                if bn * block_N + j < N:
-                    r[i] = pick(r[i], a_f[i, j])
-        T.finalize_reducer(r)
-        T.copy(r, o[bm * block_M])
-    return o
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["max", "min"])
 @pytest.mark.parametrize("dtype", ["uint32", "int32"])
@@ -211,5 +193,6 @@ def test_integer_max_and_min_reducers_over_the_whole_range(backend, op, dtype):
     reduces them in int64), int32 ones as signed."""
     low, high = (0, 2 ** 32) if dtype == "uint32" else (-2 ** 31, 2 ** 31)
     x = torch.randint(low, high, (6, 200), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
-    o = int_extremes(x.to(getattr(torch, dtype)).to(backend), op=op, dt=getattr(T, dtype)).cpu()
+    o = row_extremes(x.to(getattr(torch, dtype)).to(backend), op=op, dt=getattr(T, dtype), block_M=4,
+                      block_N=64, threads=128).cpu()
     assert torch.equal(o.to(torch.int64), x.amax(1) if op == "max" else x.amin(1))

@@ -19,7 +19,7 @@ from ..errors import AnnotationError, DSLError, ReturnError, TileNBError
 from ..language import loops, memory, sync
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
-from ..language.dtypes import DType
+from ..language.dtypes import PACKED_4BIT, DType
 from ..language.irutil import is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
@@ -152,7 +152,7 @@ class Hooks:
             current.pointer = True
             return current
         if isinstance(annotation, TensorAnnotation):
-            if str(annotation.dtype) in ("int4", "uint4"):
+            if str(annotation.dtype) in PACKED_4BIT:
                 return self._packed_param(name, annotation, current.pointer)
             return self._buffer_param(name, "pointer" if current.pointer else "tensor", annotation)
         if isinstance(annotation, DType):
@@ -187,7 +187,7 @@ class Hooks:
         parameter is that int8 / uint8 buffer, and the body reads it through a PackedTensor."""
         from tvm import tirx
 
-        from ..language.packed import PACKED, PackedTensor
+        from ..language.packed import PackedTensor
 
         st = self.st
         where = self._where()
@@ -205,7 +205,7 @@ class Hooks:
             raise AnnotationError(
                 f"'{name}': the last dim of a {annotation.dtype!r} tensor (packed two values per byte) must "
                 f"be an int or a T.const; got {last}", **where)
-        storage = TensorAnnotation((*lead, last // 2), DType(PACKED[str(annotation.dtype)]))
+        storage = TensorAnnotation((*lead, last // 2), DType(PACKED_4BIT[str(annotation.dtype)]))
         buf = self._buffer_param(name, "tensor", storage)
         self.result.buffers[name].packed = annotation
         return PackedTensor(name, annotation.dtype, tuple(annotation.shape), buf)
@@ -289,7 +289,7 @@ class Hooks:
                 "T.Tensor; the call allocates outputs row-major",
                 **self._where(),
             )
-        if str(annotation.dtype) in ("int4", "uint4"):
+        if str(annotation.dtype) in PACKED_4BIT:
             raise AnnotationError(
                 f"out_idx names '{name}', a {annotation.dtype!r} tensor: tile_nb reads packed 4-bit tensors, "
                 "it does not write them", **self._where(),

@@ -1,7 +1,8 @@
 """Small adapters over TVM 0.27's expression classes (their names moved between releases)."""
 from __future__ import annotations
 
-__all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr", "unwrap_comparison"]
+__all__ = ["is_expr", "dtype_of", "is_load", "is_region", "is_buffer", "as_expr", "unwrap_comparison",
+           "is_one", "align_extents"]
 
 
 def unwrap_comparison(x):
@@ -52,3 +53,24 @@ def as_expr(value, dtype: str):
     if not is_expr(value) and hasattr(value, "asobject"):  # an element read of a packed tensor (packed.py)
         value = value.asobject()
     return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
+
+
+def is_one(e) -> bool:
+    """An extent that is the constant 1 (an int or an IntImm)."""
+    from tvm import tirx
+
+    return isinstance(e, (int, tirx.IntImm)) and int(e) == 1
+
+
+def align_extents(extents: list, rank: int) -> list | None:
+    """A tile's extents placed on a `rank`-d start corner (`T.copy(A[i, j], tile)`): the same dims when the
+    ranks agree (a `(block_M, 1)` tile is a column, never a row); a lower-rank tile covers the trailing dims
+    (leading dims of extent 1); a higher-rank tile first drops unit dims, leading ones first. None when the
+    tile cannot fit."""
+    extents = list(extents)
+    while len(extents) > rank:
+        unit = next((k for k, e in enumerate(extents) if is_one(e)), None)
+        if unit is None:
+            return None
+        del extents[unit]
+    return [1] * (rank - len(extents)) + extents

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import state as _state
 from .dtypes import PACKED_4BIT, TF32, as_dtype
-from .irutil import as_expr, is_buffer, is_expr, is_load, is_region
+from .irutil import align_extents, as_expr, is_buffer, is_expr, is_load, is_region
 
 __all__ = [
     "alloc_shared",
@@ -132,7 +132,7 @@ def region_of(x, extents=None, what: str = "T.copy"):
                 f"{what}: both operands are start corners (`A[i, j]`); give one as a buffer or a slice "
                 "so that the size of the copy is known"
             )
-        sizes = _align_extents(list(extents), len(indices))
+        sizes = align_extents(list(extents), len(indices))
         if sizes is None:
             raise st.error(
                 f"{what}: a tile of shape {list(extents)} cannot start at a {len(indices)}-d corner of "
@@ -141,25 +141,6 @@ def region_of(x, extents=None, what: str = "T.copy"):
             )
         return x.source[tuple(slice(i, i + n) for i, n in zip(indices, sizes, strict=True))]
     raise st.error(f"{what}: expected a buffer, a slice `A[a:b, ...]` or a start corner `A[i, j]`; got {x!r}")
-
-
-def _is_one(e) -> bool:
-    from tvm import tirx
-
-    return isinstance(e, (int, tirx.IntImm)) and int(e) == 1
-
-
-def _align_extents(extents: list, rank: int) -> list | None:
-    """The tile's extents placed on a `rank`-d corner: the same dims when the ranks agree (a `(block_M, 1)`
-    tile is a column, never a row); a lower-rank tile covers the trailing dims (leading dims of extent 1); a
-    higher-rank tile first drops unit dims, leading ones first. None when the tile cannot fit."""
-    extents = list(extents)
-    while len(extents) > rank:
-        unit = next((k for k, e in enumerate(extents) if _is_one(e)), None)
-        if unit is None:
-            return None
-        del extents[unit]
-    return [1] * (rank - len(extents)) + extents
 
 
 def _extents(region) -> list:

@@ -19,12 +19,9 @@ from tvm.runtime import ObjectConvertible
 
 from . import state as _state
 from .dtypes import PACKED_4BIT as PACKED
+from .irutil import align_extents, as_expr
 
-__all__ = ["PACKED", "PackedTensor", "PackedRef", "storage_dtype", "unpack_copy"]
-
-def storage_dtype(dtype) -> str | None:
-    """The 8-bit storage of a packed 4-bit dtype; None for any other dtype."""
-    return PACKED.get(str(dtype))
+__all__ = ["PackedTensor", "PackedRef", "unpack_copy"]
 
 
 @dataclass(frozen=True)
@@ -105,19 +102,11 @@ def _region(st, ref: PackedRef, extents) -> list[tuple[Any, Any]]:
         return bounds
     if any(isinstance(i, slice) for i in ref.indices):
         raise st.error(f"T.copy: index '{ref.tensor.name}' with all slices or all start indices")
-    rank = len(ref.indices)
-    extents = list(extents)
-    while len(extents) > rank and any(_is_one(e) for e in extents):
-        del extents[next(k for k, e in enumerate(extents) if _is_one(e))]
-    if len(extents) > rank:
-        raise st.error(f"T.copy: a tile of {len(extents)} dims cannot start at a {rank}-d corner of "
-                       f"'{ref.tensor.name}'")
-    extents = [1] * (rank - len(extents)) + extents
-    return list(zip(ref.indices, extents, strict=True))
-
-
-def _is_one(e) -> bool:
-    return _same(e, 1)
+    aligned = align_extents(extents, len(ref.indices))
+    if aligned is None:
+        raise st.error(f"T.copy: a tile of {len(extents)} dims cannot start at a {len(ref.indices)}-d corner "
+                       f"of '{ref.tensor.name}'")
+    return list(zip(ref.indices, aligned, strict=True))
 
 
 def _same(a, b) -> bool:
@@ -132,7 +121,6 @@ def unpack_copy(src: PackedRef | PackedTensor, dst_region) -> None:
     past the tensor's edge, as every T.copy from global memory)."""
     from tvm.script.ir_builder import tirx as T
 
-    from .irutil import as_expr
     from .loops import Parallel
 
     st = _state.active("T.copy")
@@ -145,8 +133,8 @@ def unpack_copy(src: PackedRef | PackedTensor, dst_region) -> None:
                        hint="allocate the tile with T.alloc_shared(shape, T.int4)")
     tile_extents = [r.extent for r in dst_region.region]
     bounds = _region(st, src, tile_extents)
-    kept = [k for k, (_, n) in enumerate(bounds) if not _is_one(n)] or [len(bounds) - 1]
-    tile_dims = [k for k, e in enumerate(tile_extents) if not _is_one(e)] or [len(tile_extents) - 1]
+    kept = [k for k, (_, n) in enumerate(bounds) if not _same(n, 1)] or [len(bounds) - 1]
+    tile_dims = [k for k, e in enumerate(tile_extents) if not _same(e, 1)] or [len(tile_extents) - 1]
     loop_extents = [bounds[k][1] for k in kept]
     if len(kept) != len(tile_dims) or not all(
             _same(a, tile_extents[k]) for a, k in zip(loop_extents, tile_dims, strict=False)):

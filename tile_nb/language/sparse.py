@@ -14,11 +14,16 @@ the sparse tensor-core instruction, at the dense instruction's speed (the plan s
 from __future__ import annotations
 
 from . import state as _state
+from .dtypes import as_dtype
 from .irutil import is_buffer, is_region
 
-__all__ = ["gemm_sp"]
+__all__ = ["gemm_sp", "GROUPS", "BITS_PER_GROUP"]
 
-_BITS_PER_GROUP = 4
+# the values A may hold -> (values kept, group size): 2 of every 4, 1 of every 2 for float32
+GROUPS = {name: (2, 4) for name in ("float16", "bfloat16", "int8", "uint8", "float8_e4m3fn", "float8_e5m2")}
+GROUPS["float32"] = (1, 2)
+BITS_PER_GROUP = 4  # metadata bits per group
+_META_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 
 
 def gemm_sp(A_sparse, E, B, C, transpose_A: bool = False, transpose_E: bool = False,
@@ -49,19 +54,17 @@ def gemm_sp(A_sparse, E, B, C, transpose_A: bool = False, transpose_E: bool = Fa
     a, e = region_of(A_sparse, what="T.gemm_sp"), region_of(E, what="T.gemm_sp")
     a_shape, e_shape = _matrix(st, "A_sparse", a), _matrix(st, "E", e)
     dtype = str(a.source.dtype)
-    bits = {"float32": 32, "float16": 16, "bfloat16": 16, "int8": 8, "uint8": 8, "float8_e4m3fn": 8,
-            "float8_e5m2": 8}.get(dtype)
-    if bits is None:
+    if dtype not in GROUPS:
         raise st.error(f"T.gemm_sp: A_sparse holds {dtype}; 2:4 sparse values are float16, bfloat16, "
                        "float32, int8, uint8 or float8")
     meta = str(e.source.dtype)
-    if meta not in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
+    if meta not in _META_DTYPES:
         raise st.error(f"T.gemm_sp: E holds {meta}; the metadata is an integer tile (int16 in tilelang's "
                        "examples)")
-    kept, group = (1, 2) if bits == 32 else (2, 4)
+    kept, group = GROUPS[dtype]
     m, half_k = (a_shape[1], a_shape[0]) if transpose_A else a_shape
     k = half_k * group // kept
-    groups_per_meta = int(meta.lstrip("uint")) // _BITS_PER_GROUP
+    groups_per_meta = as_dtype(meta).bits // BITS_PER_GROUP
     e_rows, e_cols = (e_shape[1], e_shape[0]) if transpose_E else e_shape
     per_meta = groups_per_meta * group  # dense columns described by one metadata integer
     if e_rows != m or e_cols * per_meta != k:
@@ -87,7 +90,7 @@ def gemm_sp(A_sparse, E, B, C, transpose_A: bool = False, transpose_E: bool = Fa
     with Parallel(m, k).open(None) as (i, kk):
         g = kk // group
         chunk = tirx.bitwise_and(
-            tirx.shift_right(metadata(i, g // groups_per_meta), (g % groups_per_meta) * _BITS_PER_GROUP), 15)
+            tirx.shift_right(metadata(i, g // groups_per_meta), (g % groups_per_meta) * BITS_PER_GROUP), 15)
         first, second = tirx.bitwise_and(chunk, 3), tirx.bitwise_and(tirx.shift_right(chunk, 2), 3)
         if kept == 1:  # float32: a group of two 16-bit halves per value
             value = tirx.if_then_else(tirx.EQ(tirx.shift_right(first, 1), kk % group), kept_value(i, g), zero)

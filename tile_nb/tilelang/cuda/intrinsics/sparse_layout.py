@@ -4,16 +4,13 @@ values; its metadata gives, in 4 bits per group (little-endian within each metad
 of the kept values: bits 1:0 the first's, bits 3:2 the second's."""
 from __future__ import annotations
 
-from ...language.dtypes import as_dtype
+from ....language.dtypes import as_dtype
+from ....language.sparse import BITS_PER_GROUP, GROUPS
 
 __all__ = ["GROUP_CONFIG", "get_e_factor", "get_e_replicate_factor"]
 
-BITS_PER_GROUP = 4
-
-# the dtype of the values -> (values kept, group size)
-GROUP_CONFIG = {as_dtype(name): (2, 4) for name in
-                ("float16", "bfloat16", "int8", "uint8", "float8_e4m3fn", "float8_e5m2")}
-GROUP_CONFIG[as_dtype("float32")] = (1, 2)
+# the dtype of the values -> (values kept, group size): T.gemm_sp's own table
+GROUP_CONFIG = {as_dtype(name): kept_group for name, kept_group in GROUPS.items()}
 
 
 def get_e_factor(a_dtype, meta_dtype) -> int:
