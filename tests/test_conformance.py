@@ -93,6 +93,9 @@ def test_classify():
     assert conformance.classify("import tilelang\n" + emitter)[0] == "low-level"
     hand_mma = "import tilelang\nmma_emitter.ldmatrix_a(A_local, A_shared, ki)"
     assert conformance.classify(hand_mma)[0] == "low-level"
+    assert conformance.classify("import tilelang\n@T.prim_func\ndef k(): T.ws(0)")[0] == "low-level"
+    turned_off = 'import tilelang\nkernel = tl.compile(f, pass_configs={"tl.disable_warp_specialized": True})'
+    assert conformance.classify(turned_off) == ("tile-level", [])
 
 
 def test_runner_on_a_fake_checkout(tmp_path, capsys):

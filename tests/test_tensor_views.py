@@ -6,6 +6,7 @@ gpu); errors at the user's line."""
 
 import pytest
 import torch
+from kernels.cuda import plan
 
 import tile_nb
 import tile_nb.language as T
@@ -100,6 +101,48 @@ def test_views_load_with_cp_async_where_tma_would_be_chosen():
     assert "a_flat is a T.Tensor(shape, dtype, data) view" in k.plan["pipeline"]
     views = flat_gemm.specialize(a, w).attrs["tile_nb.views"]
     assert [[str(n) for n in x] for x in views] == [["a_flat", "A"], ["w_flat", "W"], ["out_flat", "out"]]
+
+
+@tile_nb.jit
+def gemm_into_view(A, B, block_M: int = 128, block_N: int = 128, block_K: int = 64):
+    """A GEMM whose [M, N] result goes from the accumulator straight into a view of its [M // 2, 2, N] out."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    out = T.empty((M // 2, 2, N), T.float16)
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        flat = T.Tensor((M, N), T.float16, out.data)
+        a_s = T.alloc_shared((block_M, block_K), T.float16)
+        b_s = T.alloc_shared((block_K, block_N), T.float16)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+            T.copy(A[by * block_M, k * block_K], a_s)
+            T.copy(B[k * block_K, bx * block_N], b_s)
+            T.gemm(a_s, b_s, acc)
+        T.copy(acc, flat[by * block_M, bx * block_N])
+    return out
+
+
+@needs_nvcc
+def test_a_view_gets_no_tma_store():
+    """The parameters' loads take TMA; the store into the view does not (its tensor map would be encoded on
+    the host, which knows no view: TVM refused to build it before)."""
+    a, b = torch.empty(512, 256, dtype=torch.float16), torch.empty(256, 512, dtype=torch.float16)
+    k = gemm_into_view.compile(a, b, target="sm_90a")
+    assert k.cubin and k.plan["pipeline_kind"] == "tma" and k.plan["tma_store"] is False
+    asked = gemm_into_view.specialize(a, b).with_attr("tile_nb.tma_store", 1)  # the lowering option, on
+    note = plan(asked).pipeline_note
+    assert "no TMA store (flat is a T.Tensor(shape, dtype, data) view declared in the kernel)" in note, note
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_gemm_into_a_view(device):
+    torch.manual_seed(3)
+    a = torch.randn(256, 128, dtype=torch.float16, device=device)
+    b = torch.randn(128, 256, dtype=torch.float16, device=device)
+    out = gemm_into_view(a, b)
+    torch.testing.assert_close(out.reshape(256, 256).float(), a.float() @ b.float(), rtol=2e-3, atol=2e-2)
 
 
 @needs_nvcc

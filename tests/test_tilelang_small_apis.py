@@ -243,13 +243,6 @@ def test_compile_flags_on_gpu():
 
 
 # -- refusals with their reason ------------------------------------------------------------------------------
-def test_pointer_table_annotation_says_what_is_missing():
-    from tile_nb.errors import AnnotationError
-
-    with pytest.raises(AnnotationError, match=r"a tensor of pointers \(T\.Tensor\(shape, T\.ptr\)"):
-        T.Tensor((4,), T.ptr)
-
-
 def test_get_thread_binding_only_chooses_warp_groups():
     """tilelang's `tx = T.get_thread_binding()` is tile_nb's (language/sync.py): `if tx < 128:` chooses warp
     groups; any per-thread use is refused with the reason (tests/test_warp_specialize.py runs both)."""

@@ -546,6 +546,17 @@ def via_pointer(A: T.ptr, block: int = 64):
                 X[bx * block + i] = 0.0
 
 
+@tile_nb.jit
+def zero_through_table(ptrs, block: int = 64):
+    G, N = T.const('G, N')
+    ptrs: T.Tensor([G], T.ptr)
+    with T.Kernel(G) as g:
+        X = T.make_tensor(ptrs[g], (N,), T.float32)
+        for i in T.Parallel(block):
+            if i < N:
+                X[i] = 0.0
+
+
 def test_refuses_output_shape_known_only_at_run_time():
     with pytest.raises(
         TorchOpError,
@@ -560,6 +571,8 @@ def test_refuses_output_shape_known_only_at_run_time():
 def test_refuses_pointer_parameters():
     with pytest.raises(TorchOpError, match="'A' is a T.ptr"):
         tt.op(via_pointer).entry({"N": 8})
+    with pytest.raises(TorchOpError, match="'ptrs' is a table of pointers"):
+        tt.op(zero_through_table).entry({"G": 2, "N": 8})
 
 
 def test_op_of_something_else():

@@ -64,7 +64,8 @@ _LOW = re.compile(
     r"\bmbarrier\w*|alloc_barrier|alloc_cluster_barrier|barrier_arrive|barrier_wait|tma_copy|"
     r"fence_proxy_async|set_max_nreg|\bT\.ws\b|\bWS(?:Sync|Role|Pipeline|Scope|ID)\b|ws_op|"
     r"get_thread_binding|thread_binding|\bptx_\w+|call_extern|wgmma\w*|ClusterKernel|access_ptr|"
-    r"tvm_thread_allreduce|cp_async\w*|import_source|\bT\.attr\b|warp_specialize\w*|"
+    # (a pass config that turns warp specialization off, tl.disable_warp_specialized, is not a use of it)
+    r"tvm_thread_allreduce|cp_async\w*|import_source|\bT\.attr\b|(?<!disable_)warp_specialize\w*|"
     # per-warp tensor-core code written by hand: tilelang's MMA emitters and their ldmatrix / stmatrix
     r"\w*IntrinEmitter\b|\w*_macro_generator\b|\bldmatrix\w*|\bstmatrix\w*"
 )

@@ -178,6 +178,8 @@ class Hooks:
         buf = T.match_buffer(handle, shape, str(annotation.dtype), strides=strides)
         IRBuilder.name(name, buf)
         st = self.st
+        if annotation.pointers:
+            st.pointer_tables.append(buf)
         self.result.buffers[name] = BufferParam(name, kind, annotation, buf, st.lineno, st.col, st.end_col,
                                                 st.filename)
         return buf
@@ -240,8 +242,10 @@ class Hooks:
 
     def make_tensor(self, pointer, shape, dtype):
         if not isinstance(pointer, _Placeholder) or not pointer.pointer:
-            raise self.st.error(f"T.make_tensor takes a `T.ptr` parameter; got {pointer!r}",
-                                hint="annotate the parameter as `A: T.ptr` in the signature")
+            raise self.st.error(f"T.make_tensor takes a `T.ptr` parameter or an element of a pointer table; "
+                                f"got {pointer!r}",
+                                hint="annotate the parameter as `A: T.ptr` in the signature, or a table of "
+                                     "addresses as `A_ptrs: T.Tensor([G], T.ptr)`")
         return self._buffer_param(pointer.name, "pointer", TensorAnnotation(shape, dtype))
 
     def empty(self, shape, dtype, name: str | None = None):
@@ -316,6 +320,9 @@ class Hooks:
             IRBuilder.name(name, value)
         elif value.name in ("buffer", ""):  # a fresh allocation
             IRBuilder.name(name, value)
+            for tensor, _, address in self.st.pointer_tensors:  # its address, loaded from a table
+                if tensor.same_as(value):
+                    IRBuilder.name(f"{name}_address", address)
         return value
 
     def snapshot(self, *values) -> tuple:
@@ -781,6 +788,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     if st.views:  # T.Tensor(shape, dtype, A.data): [view name, tensor parameter name] (absent when none)
         attrs["tile_nb.views"] = [[view.name, next((p.name for p in params if p.same_as(base)), base.name)]
                                   for view, base in st.views]
+    if st.pointer_tensors:  # T.make_tensor(table[i], ...): [tensor name, table name] (absent when none)
+        attrs["tile_nb.pointer_tensors"] = [[t.name, table.name] for t, table, _ in st.pointer_tensors]
     if st.global_layouts:  # T.Layout on a kernel parameter (language/layouts.py); absent when none
         attrs.update(_global_layouts(st, params))
     # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none

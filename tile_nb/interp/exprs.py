@@ -11,6 +11,7 @@ import operator
 import torch
 from tvm import ir, tirx
 
+from ..language.irutil import is_handle
 from . import values as V
 from .compiler import CALL_RULES, Compiler, call_rule, expr_rule, op_short_name
 
@@ -274,6 +275,8 @@ def _reinterpret(comp: Compiler, node):
     """`T.reinterpret(dtype, x)`: x's bits read as `dtype` (same width; TVM
     checks it when building the call)."""
     (arg,) = comp.exprs(node.args)
+    if is_handle(node):  # an address loaded from a pointer table (language/pointers.py)
+        return lambda f: int(arg(f))
     source, target = V.torch_dtype(str(node.args[0].ty.dtype)), V.torch_dtype(str(node.ty.dtype))
     if source.itemsize != target.itemsize:
         raise NotImplementedError(f"T.reinterpret from {source} to {target}: the widths differ")

@@ -15,6 +15,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from ..language.sync import WS_ATTR
 from . import grid, warps, written
 from . import values as V
+from .addresses import tensor_at
 from .compiler import TILE_RULES, Compiler, op_short_name, stmt_rule
 from .errors import InterpreterError
 from .memory import write_back_overlays
@@ -96,6 +97,8 @@ def _decl(comp: Compiler, node):
     buf = node.buffer
     slot = comp.buffer_slot(buf)
     data = node.data
+    if isinstance(data, tirx.Var):  # over an address bound in the kernel: T.make_tensor(table[i], ...)
+        return _decl_at_address(comp, buf, slot, comp.slot(data))
     if getattr(getattr(data, "op", None), "name", None) == "tirx.buffer_data":
         data = data.args[0]  # `T.Tensor(shape, dtype, A.data)`: a view of the buffer A (TVM 0.27's A.data)
     if data is None or not hasattr(data, "__chandle__") or data.__chandle__() not in comp._slots:
@@ -122,6 +125,14 @@ def _decl(comp: Compiler, node):
         f.vals[slot] = base.reshape(-1)[:n].view(dims)
         if f.written is not None and f.written[source] is not None:
             f.written[source] = True  # writes through the view are not tracked: stop checking the buffer
+    return decl
+
+
+def _decl_at_address(comp: Compiler, buf, slot: int, address: int):
+    shape, dtype, location = comp.exprs(buf.shape), V.torch_dtype(buf.dtype), comp.location
+
+    def decl(f):
+        f.vals[slot] = tensor_at(int(f.vals[address]), [int(s(f)) for s in shape], dtype, buf.name, location)
     return decl
 
 

@@ -24,9 +24,14 @@ class TensorAnnotation:
     shape: tuple
     dtype: DType
     strides: tuple | None = None
+    # `T.Tensor([n], T.ptr)`: a table of device addresses (int64 data), each made a tensor in the kernel by
+    # `T.make_tensor(table[i], shape, dtype)` (language/memory.py)
+    pointers: bool = False
 
     def __repr__(self) -> str:
         dims = ", ".join(str(d) for d in self.shape)
+        if self.pointers:
+            return f"T.Tensor[[{dims}], T.ptr]"
         if self.strides is None:
             return f"T.Tensor[[{dims}], {self.dtype!r}]"
         strides = ", ".join(str(s) for s in self.strides)
@@ -46,20 +51,17 @@ def _dims(value, what: str) -> tuple:
 
 
 def _dtype(value) -> DType:
-    if isinstance(value, _PtrType):
-        raise AnnotationError(
-            "a tensor of pointers (T.Tensor(shape, T.ptr), tilelang's pointer tables read with "
-            "T.make_tensor(ptrs[i], shape, dtype) inside the kernel) is not supported yet: tile_nb "
-            "makes its global "
-            "buffers from parameters, not from addresses loaded at run time",
-            hint="pass the tensors themselves (one kernel call per group), or pack the groups into one "
-                 "tensor with "
-            "an offsets tensor",
-        )
     try:
         return as_tensor_dtype(value)  # T.int4 / T.uint4: packed two per byte (language/packed.py)
     except ValueError as err:
         raise AnnotationError(f"tensor annotation dtype: {err}") from None
+
+
+def _tensor(shape, dtype) -> TensorAnnotation:
+    shape = _dims(shape, "T.Tensor shape")
+    if isinstance(dtype, _PtrType):  # a pointer table: the call passes `tensor.data_ptr()`s as int64
+        return TensorAnnotation(shape, as_tensor_dtype("int64"), pointers=True)
+    return TensorAnnotation(shape, _dtype(dtype))
 
 
 class _TensorType:
@@ -71,7 +73,7 @@ class _TensorType:
             raise AnnotationError(
                 f"T.Tensor takes [shape, dtype], as in T.Tensor[[M, K], T.float16]; got {item!r}"
             )
-        return TensorAnnotation(_dims(item[0], "T.Tensor shape"), _dtype(item[1]))
+        return _tensor(item[0], item[1])
 
     def __call__(self, shape, dtype="float32", data=None, strides=None, scope=None) -> TensorAnnotation:
         """tilelang's `T.Tensor(shape, dtype="float32")`; `strides=` makes it strided, as T.StridedTensor."""
@@ -83,7 +85,7 @@ class _TensorType:
             raise AnnotationError(f"T.Tensor(..., scope={scope!r}): kernel parameters are global tensors")
         if strides is not None:
             return StridedTensor(shape, strides, dtype)
-        return TensorAnnotation(_dims(shape, "T.Tensor shape"), _dtype(dtype))
+        return _tensor(shape, dtype)
 
     def __repr__(self) -> str:
         return "T.Tensor"
@@ -104,6 +106,9 @@ class _StridedTensorType:
             raise AnnotationError(
                 f"T.StridedTensor(..., scope={scope!r}): kernel parameters are global tensors"
             )
+        if isinstance(dtype, _PtrType):
+            raise AnnotationError("a table of pointers is a contiguous T.Tensor(shape, T.ptr), not a "
+                                  "T.StridedTensor")
         shape = _dims(shape, "T.StridedTensor shape")
         strides = _dims(strides, "T.StridedTensor strides")
         if len(shape) != len(strides):

@@ -30,6 +30,13 @@ def is_load(x) -> bool:
     return isinstance(x, ir.TensorLoad)
 
 
+def is_handle(x) -> bool:
+    """Whether an expression or var is an address (a handle: TVM's PointerType), not a number."""
+    from tvm import ir
+
+    return isinstance(getattr(x, "ty", None), ir.PointerType)
+
+
 def is_region(x) -> bool:
     from tvm import ir
 

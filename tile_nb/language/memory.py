@@ -278,9 +278,19 @@ def _is_dtype(value) -> bool:
 
 
 def make_tensor(pointer, shape, dtype):
-    """`A = T.make_tensor(A, (M, K), T.float16)`: view a `T.ptr` parameter as a row-major tensor."""
+    """`A = T.make_tensor(A, (M, K), T.float16)`: view a `T.ptr` parameter as a row-major tensor; in a
+    kernel, `T.make_tensor(A_ptrs[i], (M, K), T.float16)` makes one of a pointer table's tensors
+    (language/pointers.py)."""
+    from .pointers import is_table_element, table_tensor
+
     st = _state.active("T.make_tensor")
-    return st.on_make_tensor(pointer, _shape(shape), as_dtype(dtype))
+    try:
+        dt = as_dtype(dtype)
+    except ValueError as err:
+        raise st.error(f"T.make_tensor dtype: {err}") from None
+    if is_table_element(st, pointer):
+        return table_tensor(st, pointer, _shape(shape), dt)
+    return st.on_make_tensor(pointer, _shape(shape), dt)
 
 
 def tensor_view(shape, dtype, data, strides=None, scope=None):

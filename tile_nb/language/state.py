@@ -63,6 +63,9 @@ class State:
     # reducers.reducer_update, set by the first T.alloc_reducer: `r[i] += v` on a reducer becomes its update
     on_reducer_store: Callable[..., bool] | None = None
     views: list = field(default_factory=list)  # (view, global buffer) of each T.Tensor(shape, dtype, A.data)
+    pointer_tables: list = field(default_factory=list)  # the T.Tensor(shape, T.ptr) parameters' buffers
+    # (tensor, its table, its address var) of each T.make_tensor(table[i], shape, dtype) (pointers.py)
+    pointer_tensors: list = field(default_factory=list)
     # buffer name -> (buffer, tirx.IndexMap, line) of each T.Layout annotated on a global buffer (layouts.py)
     global_layouts: dict = field(default_factory=dict)
 

@@ -481,6 +481,13 @@ class KernelOp:
                     **where,
                     hint=f"annotate '{p.name}' as a T.Tensor in the body",
                 )
+            if p.name in elab.buffers and elab.buffers[p.name].annotation.pointers:
+                raise TorchOpError(
+                    f"{name}() cannot be a torch op: '{p.name}' is a table of pointers (T.Tensor(shape, "
+                    "T.ptr)), whose tensors the kernel reads and writes without torch seeing them",
+                    **where,
+                    hint="pass the tensors themselves (a tensor per group, or the groups packed into one)",
+                )
             runtime_names.append(p.name)
             if p.name in elab.buffers:
                 tensor_names.append(p.name)

@@ -77,11 +77,12 @@ class TmaStore:
 
 
 def plan_tma_store(
-    options, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned
+    options, tma, persistent, threads, threads_body, accumulators, shared, barrier_bytes, arch, unaligned,
+    declared_in_kernel,
 ):
     """(TmaStore or None, the plan's note on it, the staging SharedTile or None): `barrier_bytes` are the
     pool's mbarriers, placed after the tiles; `unaligned` the tensors whose data pointer is not 16-byte
-    aligned in this call."""
+    aligned in this call; `declared_in_kernel` the global tensors the kernel declares (PlanFacts)."""
     mode = options.tma_store
     if mode is False:
         return None, None, None
@@ -92,7 +93,7 @@ def plan_tma_store(
             None,
         )
     plan, why, tile = _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned,
-                            threads + tma.producer_threads)
+                            declared_in_kernel, threads + tma.producer_threads)
     if plan is not None and persistent is not None:
         plan = _by_producer(options, plan, tma, persistent)
     return plan, (why if plan is None and mode else None), tile
@@ -135,7 +136,7 @@ def _by_producer(options, store: TmaStore, tma, persistent) -> TmaStore:
     return dataclasses.replace(store, by_producer=True, spill=spill)
 
 
-def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, launched):
+def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, declared_in_kernel, launched):
     copies = [s for s in seq_items(threads_body) if isinstance(s, tirx.TilePrimitiveCall)
               and s.op.name == "tirx.tile.copy" and region_of(s.args[1])[0] in accumulators]
     if len(copies) != 1:
@@ -180,6 +181,9 @@ def _plan(threads_body, accumulators, shared, barrier_bytes, arch, unaligned, la
             ),
             None,
         )
+    if dst.name in declared_in_kernel:  # the host encodes tensor maps, and knows no such tensor
+        return None, Refusal("tma_store.declared", f"no TMA store ({dst.name} is "
+                             f"{declared_in_kernel[dst.name]})"), None
     if dst.name in unaligned:
         return (
             None,

@@ -98,6 +98,9 @@ class PlanFacts:
     workspaces: Mapping  # reduction call -> SharedTile (cross-warp partial results)
     pipelines: Mapping  # T.Pipelined For -> schedule.PipelineSchedule (its `stages`: what num_stages became)
     unaligned: frozenset  # names of tensor params whose data pointer is not 16-byte aligned in this call
+    # global tensors the kernel declares (T.Tensor(shape, dtype, A.data) views, T.make_tensor(table[i],
+    # ...)) -> what each is: no tensor map can be encoded for them on the host
+    declared_in_kernel: Mapping
     divisible: frozenset  # names of T.dynamic dims that are multiples of 16 in this call (checked by the JIT)
     packed: frozenset  # 16-bit register fragments held two to a register (wgmma's register A)
     options: LoweringOptions  # what the plan was made under (options.resolve)
@@ -472,6 +475,10 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
                                   and (options.wide_swizzle or not wide))
     workspaces = _workspaces(func, accumulators, fragments, threads)
     unaligned = frozenset(str(n) for n in _attr(func, "tile_nb.unaligned") or [])
+    declared_in_kernel = {str(v): "a T.Tensor(shape, dtype, data) view declared in the kernel"
+                          for v, _ in _attr(func, "tile_nb.views") or []}
+    declared_in_kernel |= {str(t): f"made in the kernel from an address in {table}"
+                           for t, table in _attr(func, "tile_nb.pointer_tensors") or []}
     divisible = frozenset(str(n) for n in _attr(func, "tile_nb.divisible") or [])
     wgmma_overlap = (
         any(isinstance(a, WgmmaAccLayout) for a in accumulators.values())
@@ -496,6 +503,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         workspaces=MappingProxyType(workspaces),
         pipelines=MappingProxyType(pipelines),
         unaligned=unaligned,
+        declared_in_kernel=MappingProxyType(declared_in_kernel),
         divisible=divisible,
         packed=packed,
         options=options,
@@ -510,7 +518,8 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     )
     barrier_bytes = 8 * tma.barrier_count if tma is not None else 0
     tma_store, why_store, stage = plan_tma_store(
-        options, tma, persistent, threads, body, accumulators, shared, barrier_bytes, arch, unaligned
+        options, tma, persistent, threads, body, accumulators, shared, barrier_bytes, arch, unaligned,
+        facts.declared_in_kernel,
     )
     if stage is not None:
         shared[stage.buffer] = stage

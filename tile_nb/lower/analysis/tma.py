@@ -275,15 +275,11 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
     in_flight = not waits
     operands = {region_of(g.args[i])[0] for g in gemms for i in (1, 2)}
     planned = []
-    views = {str(v) for v, _ in ((func.attrs or {}).get("tile_nb.views", None) or [])}
     for c in copies:
-        # its tensor map would be encoded on the host, outside the view
-        if region_of(c.args[1])[0].name in views:
-            return None, _refuse(
-                "copy",
-                f"cp.async ({region_of(c.args[1])[0].name} is a T.Tensor(shape, dtype, "
-                "data) view declared in the kernel)",
-            )
+        # its tensor map would be encoded on the host, which knows no tensor the kernel declares
+        name = region_of(c.args[1])[0].name
+        if name in plan.declared_in_kernel:
+            return None, _refuse("copy", f"cp.async ({name} is {plan.declared_in_kernel[name]})")
         tc, why = _plan_copy(plan, c, operands)
         if tc is None:
             return None, _refuse("copy", f"cp.async ({why})")

@@ -22,6 +22,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
+from ...language.irutil import is_handle
 from ...language.memory import LOCAL_THREAD
 from ...language.stmtwalk import atomic_op
 from ..analysis.arch import ArchCaps
@@ -376,6 +377,9 @@ class Emitter:
                 if stmt.else_case is not None:
                     with T.Else():
                         self.emit(stmt.else_case)
+        elif isinstance(stmt, tirx.Bind) and is_handle(stmt.var):
+            # an address a T.decl_buffer is over (language/pointers.py): the same var, which the decl names
+            _ir.add_to_parent(tirx.Bind(stmt.var, self.expr(stmt.value), stmt.span))
         elif isinstance(stmt, tirx.Bind):
             self.var_map[stmt.var] = T.Bind(self.expr(stmt.value))
         elif isinstance(stmt, tirx.DeclBuffer):
