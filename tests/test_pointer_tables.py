@@ -111,6 +111,23 @@ def test_a_dynamic_table_length_and_views_of_one_tensor(device):
         torch.testing.assert_close(base, want)
 
 
+def test_tensors_without_memory_are_passed_over():
+    """Live tensors with no real memory (torch.compile's fake and functional tensors, left by an earlier
+    compile in the process) do not stop the interpreter's search for an address."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(64)
+    with FunctionalTensorMode():
+        functional = FunctionalTensor.to_functional(torch.randn(4))
+    x = torch.randn(64)
+    want = x * 1
+    scale_each(table([x], "cpu"), torch.tensor([64], dtype=torch.int32))
+    torch.testing.assert_close(x, want)
+    assert fake.shape == (64,) and functional.shape == (4,)
+
+
 def _bad_call(ptrs) -> str:
     with pytest.raises(TileNBError) as info:
         scale_each(ptrs, torch.ones(len(ptrs), dtype=torch.int32))

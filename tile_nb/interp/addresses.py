@@ -24,6 +24,7 @@ __all__ = ["ALIGNMENT", "tensor_at"]
 # and cp.async accesses); the interpreter refuses the addresses the GPU would fault on.
 ALIGNMENT = 16
 
+_REAL = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 _lock = threading.Lock()
 _starts: list[int] = []  # start addresses of the known storages, sorted
 _storages: list[tuple[int, int, weakref.ref]] = []  # (start, bytes, a tensor over it), in the same order
@@ -83,13 +84,23 @@ def _refresh() -> None:
     """Know the storages of every live CPU tensor."""
     found = {}
     for obj in gc.get_objects():
-        # type(), not isinstance: isinstance asks some objects for __class__, which can warn or run code
-        if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and obj.layout == torch.strided:
-            try:
-                storage = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # a tensor subclass without real memory
-                continue
-            if storage.nbytes() and storage.data_ptr():
-                found.setdefault(storage.data_ptr(), (storage.nbytes(), weakref.ref(obj)))
+        _add_storage(obj, found)
     _storages[:] = sorted((start, size, ref) for start, (size, ref) in found.items())
     _starts[:] = [s for s, _, _ in _storages]
+
+
+def _add_storage(obj, found: dict) -> None:
+    # Plain tensors and parameters only: subclasses such as torch.compile's fake and functional tensors have
+    # no memory of their own (and a FakeTensor's data_ptr() warns). type(), not isinstance: isinstance asks
+    # some objects for __class__, which can warn or run code.
+    if type(obj) not in _REAL:
+        return
+    try:
+        if obj.device.type != "cpu" or obj.layout != torch.strided:
+            return
+        storage = obj.untyped_storage()
+        start, size = storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError):  # no real memory: torch.compile's functional tensors, ...
+        return
+    if start and size:
+        found.setdefault(start, (size, weakref.ref(obj)))
