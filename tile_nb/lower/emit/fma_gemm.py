@@ -8,7 +8,8 @@ or int32 (int8 / uint8, whose int32 sums wrap as wgmma's do). The accumulator ke
 mma.sync path (`layout.MmaAccLayout`, with `fma=True`), so T.Parallel loops, copies and reductions treat it
 exactly as they treat a tensor-core accumulator. Each thread computes its own registers of that layout: per k,
 it reads the rows of A and the columns of B that its registers cover from shared memory (converted to the
-register dtype) and does one FMA per register. The loops are unrolled; nvcc keeps the operands in registers.
+register dtype) and does one FMA per register. The loops inside the k loop are unrolled; nvcc keeps the
+operands in registers.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from ..analysis.layout import accumulator_register_dtype
 from ..errors import LoweringError
 from ..irwalk import gemm_k, region_of
 
-__all__ = ["lower_gemm_fma", "position", "reg_digits", "register_part"]
+__all__ = ["K_UNROLL", "lower_gemm_fma", "position", "reg_digits", "register_part"]
+
+K_UNROLL = 8  # k steps unrolled together (fewer where K is not a multiple)
 
 
 def _fd(a, b):
@@ -101,7 +104,13 @@ def lower_gemm_fma(em, call):
     IRBuilder.name("a_val", a_val)
     b_val = T.alloc_buffer((_count(cols),), reg_dtype, scope="local")
     IRBuilder.name("b_val", b_val)
-    with T.unroll(0, k) as kk:
+    # The k loop stays a loop over groups of K_UNROLL steps, each group unrolled (room for nvcc to load the
+    # next step's operands during this one's FMAs): unrolled whole it made tens of thousands of lines for a
+    # large tile (an int8 128x256x128 tile: 20k lines, a minute in ptxas). The loops inside a step are
+    # unrolled, so the registers are indexed by constants.
+    step = next(u for u in (K_UNROLL, 4, 2, 1) if k % u == 0)
+    with T.serial(0, k // step) as ko, T.unroll(0, step) as ki:
+        kk = ko * step + ki
         with T.unroll(0, _count(rows)) as i:
             row = position(rows, i, row0)
             T.buffer_store(
