@@ -4,6 +4,9 @@
 # (an old 3.11 patch release: an import of tile_nb once failed there only). Each gets its own virtual environment
 # (.venv-py<version>, .venv-system) made by scripts/install.sh; notebooks, ruff and the difftest tier run once, in
 # test.sh. A Python that is missing is an error here, not a skip: pass the interpreters as arguments to choose.
+# Debian's Python is the minor version test.sh runs, so it gets the Python-facing layers only (every module
+# imported, then the front end, interpreter, runtime, notebook, tilelang and torch tests: PYTHON_LAYER_TESTS);
+# the lowering's and the CUDA toolkit's tests, which no patch release changes, run under the other Pythons.
 # Usage: test_pythons.sh [PYTHON ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,16 +46,33 @@ for python in "${pythons[@]}"; do
   venvs+=("$venv")
   versions+=("$version")
 done
+PYTHON_LAYER_TESTS=(tests/test_layers.py tests/test_frontend.py tests/test_language.py tests/test_interp*.py
+                    tests/test_runtime.py tests/test_threads.py tests/test_stale_globals.py tests/test_notebook_magic.py
+                    tests/test_tilelang_run.py tests/test_tilelang_spellings.py tests/test_prim_func.py
+                    tests/test_eager_ast.py tests/test_torch_ops.py tests/test_pointer_tables.py)
+IMPORT_ALL='import importlib, pkgutil, tile_nb
+names = [m.name for m in pkgutil.walk_packages(tile_nb.__path__, "tile_nb.")]
+for name in names:
+    importlib.import_module(name)
+print(f"imported all {len(names)} tile_nb modules")'
 logs=$(mktemp -d)
 pids=()
 for i in "${!venvs[@]}"; do
   py=$(TILE_NB_VENV=${venvs[$i]} bash scripts/python.sh)
+  if [ "${venvs[$i]}" = .venv-system ]; then
+    tests=("${PYTHON_LAYER_TESTS[@]}")
+    workers=()
+  else  # the whole suite, on two workers (xdist) while the system Python's short run shares the cores
+    tests=(tests)
+    workers=(-n 2)
+  fi
   # nvcc, as in test.sh's environment: a CUDA build of torch (what pip gives where no CPU wheel lies on disk)
   # brings NVRTC, which tile_nb would otherwise prefer, and the resource tests' expectations are nvcc's.
   ( start=$(date +%s)
     rc=0
-    TILE_NB_NO_NVRTC=1 "$py" -m pytest -p no:nbval -p no:cacheprovider -q -m "not difftest and not slow" tests \
-      || rc=$?
+    "$py" -c "$IMPORT_ALL" || rc=$?
+    TILE_NB_NO_NVRTC=1 "$py" -m pytest -p no:nbval -p no:cacheprovider -q -m "not difftest and not slow" \
+      "${workers[@]}" "${tests[@]}" || rc=$?
     echo "Python ${versions[$i]}: $(( $(date +%s) - start )) s"
     exit "$rc" ) > "$logs/$i.log" 2>&1 &
   pids+=($!)

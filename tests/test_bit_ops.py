@@ -189,7 +189,8 @@ def test_cuda_wraps_uint16_arithmetic_before_widening(parallel):
     """C++ computes uint16 `u << 10` and `u * 40000` in int (no wrap at 16 bits: the H100 gave values up to
     2^31): the lowering computes them in uint32 and casts back to ushort before the int32 cast."""
     body = _kernel_body(cuda_source(u16_wrap.specialize(parallel=parallel)))
-    u = "((uint)((ushort)a))"
+    assert "ushort u = ((ushort)a);" in body  # `u = T.cast(A[r], T.uint16)`: the value read once, as u
+    u = "((uint)u)"
     assert f"((int)((ushort)({u} << (uint)10)))" in body
     assert f"((int)((ushort)(((uint)((ushort)({u} * (uint)40000))) + (uint)7)))" in body
     assert "<< (ushort)" not in body and "* (ushort)" not in body and "+ (ushort)" not in body

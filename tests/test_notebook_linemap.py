@@ -54,6 +54,8 @@ def _plausible(printed: str, source: str) -> bool:
         return source.startswith("with T.Kernel(")
     if m := re.match(r"([\w, ]+) = T\.int32\(\)", text):
         return "T.const(" in source or "T.dynamic(" in source
+    if m := re.match(r"(\w+): T\.let\[", text):  # a name bound to a value read from memory
+        return re.match(rf"(\w+, )*{m.group(1)}(, \w+)* = ", source) is not None
     if m := re.match(r"(\w+)\[.*\] = ", text):
         return f"{m.group(1)}[" in source
     if text.startswith("if "):

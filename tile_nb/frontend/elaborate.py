@@ -20,7 +20,7 @@ from ..language import loops, memory, sync
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import PACKED_4BIT, DType
-from ..language.irutil import is_buffer, is_expr, is_load, unwrap_comparison
+from ..language.irutil import dtype_of, is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
 from .params import COMPILE_TIME, POINTER, SCALAR, TENSOR, KernelSignature
@@ -309,9 +309,17 @@ class Hooks:
     def bind(self, name: str, value):
         """Give IR buffers the user's variable name
         (`A_shared = T.alloc_shared(...)` prints as `A_shared`)."""
+        from tvm import tirx
         from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
         from tvm.tirx import Buffer
 
+        if self.st.kernel_open and _is_expr(value) and _reads_memory(value):
+            # `v = values[i]` holds the value read now, as in tilelang (a later store into values must not
+            # change v): bound to a variable of the user's name where it is assigned, at the user's line
+            var = tirx.Var(name, dtype_of(value))
+            T.add_to_parent(tirx.Bind(var, value, self.st.span()))
+            return var
         if not isinstance(value, Buffer):
             return value
         output = next((p for p in self.pending_outputs + self.scratch if p.buffer.same_as(value)), None)

@@ -7,10 +7,14 @@ what it builds lands where it is called. Its `return` gives its value back to th
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import types
 
 from ..errors import DSLError
+from ..language.annotations import BufferAnnotation
+from ..language.irutil import is_buffer
+from ..language.memory import LOCAL_THREAD
 from .rewrite import FACTORY_NAME, rewrite_kernel
 from .source import get_source
 
@@ -47,6 +51,7 @@ def call_macro(hooks, macro, args: tuple, kwargs: dict):
         ) from None
     body = factory(hooks, *cells)
     caller = (st.filename, st.lineno, st.col, st.end_col)
+    _check_buffer_arguments(st, fn, args, kwargs)
     hooks.macro_frames.append(hooks.ir_nesting())
     st.filename = filename  # errors inside the macro point at its lines
     try:
@@ -66,6 +71,62 @@ def call_macro(hooks, macro, args: tuple, kwargs: dict):
         hooks.macro_frames.pop()
     st.filename, st.lineno, st.col, st.end_col = caller
     return value
+
+
+def _check_buffer_arguments(st, fn, args: tuple, kwargs: dict) -> None:
+    """A DSLError at the call when an argument is not the tile its parameter's `T.SharedBuffer` /
+    `T.FragmentBuffer` / `T.LocalBuffer` annotation names (its memory, dtype, or a static dim)."""
+    annotated = {name: a for name, a in _annotations(fn) if isinstance(a, BufferAnnotation)}
+    if not annotated:
+        return
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return  # the call itself reports it
+    for name, annotation in annotated.items():
+        if name in bound.arguments:
+            problem = _mismatch(bound.arguments[name], annotation)
+            if problem:
+                raise st.error(f"calling the T.macro '{fn.__name__}': its parameter '{name}' is annotated "
+                               f"{annotation!r}; {problem}")
+
+
+def _annotations(fn):
+    """(name, annotation) of fn's parameters, string annotations (`from __future__ import annotations`)
+    evaluated where they can be: in fn's globals and closure (a name an annotation alone uses is not in the
+    closure; such an annotation is passed over, not checked)."""
+    scope = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # not filled yet
+            pass
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, scope)  # noqa: S307 - the user's own annotation text
+            except Exception:  # noqa: BLE001 - an annotation that does not evaluate here is not checked
+                continue
+        yield name, annotation
+
+
+def _mismatch(value, annotation) -> str | None:
+    if not is_buffer(value):
+        return f"got {value!r}, not a tile"
+    scope = str(value.scope())
+    if scope not in annotation.scopes:
+        return f"got '{value.name}', a {scope} buffer"
+    if str(value.dtype) != str(annotation.dtype):
+        return f"got '{value.name}', a {value.dtype} buffer"
+    if scope == LOCAL_THREAD:  # one row per thread before the thread's own dims
+        return None
+    shape = tuple(value.shape)
+    static = [isinstance(a, int) and getattr(b, "value", None) is not None for a, b in
+              zip(annotation.shape, shape, strict=False)]
+    if len(shape) != len(annotation.shape) or any(
+            s and int(b) != a for s, a, b in zip(static, annotation.shape, shape, strict=False)):
+        return f"got '{value.name}' of shape {tuple(int(d) if hasattr(d, 'value') else d for d in shape)}"
+    return None
 
 
 def _is_call_error(err: TypeError, fn) -> bool:

@@ -5,7 +5,10 @@ rewrite routes the few constructs whose meaning differs in a kernel through the 
 `__tnb__` (`frontend.elaborate.Hooks`):
 
     A: T.Tensor[[M, K], T.float16]   ->  A = __tnb__.annotate('A', T.Tensor[[M, K], T.float16], <A>)
-    x = expr                         ->  x = __tnb__.bind('x', expr)   (names IR buffers after the user)
+    x = expr                         ->  x = __tnb__.bind('x', expr)   (names IR buffers after the user; a
+                                         value read from memory in a kernel is bound where it is assigned,
+                                         as in tilelang: a later store does not change x)
+    a, b = u, v                      ->  a, b = __tnb__.bind('a', u), __tnb__.bind('b', v)
     buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
     for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
@@ -342,6 +345,13 @@ class _BodyRewriter(ast.NodeTransformer):
                 node.value = _hook("assign_var", _const(name), node.value, _current(name))
             else:
                 node.value = _hook("bind", _const(name), node.value)
+        elif len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple) \
+                and isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(node.targets[0].elts) \
+                and all(isinstance(t, ast.Name) and t.id not in self.var_names for t in node.targets[0].elts):
+            # `a, b = X[i], X[j]`: each value bound as `a = X[i]` alone would be (all read before any is
+            # assigned, as Python evaluates the whole right side first)
+            node.value.elts = [_hook("bind", _const(t.id), v)
+                               for t, v in zip(node.targets[0].elts, node.value.elts, strict=True)]
         return node
 
     def _tuple_store(self, node: ast.Assign) -> list:

@@ -20,7 +20,17 @@ import difflib as _difflib
 
 from tile_nb.errors import UnknownNameError as _UnknownNameError
 
-from .annotations import StridedTensor, Tensor, TensorAnnotation, const, dynamic, ptr
+from .annotations import (
+    FragmentBuffer,
+    LocalBuffer,
+    SharedBuffer,
+    StridedTensor,
+    Tensor,
+    TensorAnnotation,
+    const,
+    dynamic,
+    ptr,
+)
 from .bits import bitwise_and, bitwise_not, bitwise_or, bitwise_xor, reinterpret, shift_left, shift_right
 from .compute import (
     Cast,
@@ -108,6 +118,7 @@ from .sync import (
     mbarrier_arrive,
     mbarrier_wait_parity,
     sync_grid,
+    sync_threads,
     thread_binding,
     tma_copy,
     wait_wgmma,
@@ -137,6 +148,9 @@ int1, uint1, float4_e2m1fn = NAMED_ONLY["int1"], NAMED_ONLY["uint1"], NAMED_ONLY
 __all__ = [
     "Tensor",
     "StridedTensor",
+    "SharedBuffer",
+    "FragmentBuffer",
+    "LocalBuffer",
     "TensorAnnotation",
     "ptr",
     "const",
@@ -235,6 +249,7 @@ __all__ = [
     "wait_wgmma",
     "fence_proxy_async",
     "sync_grid",
+    "sync_threads",
     "alloc_barrier",
     "mbarrier_arrive",
     "mbarrier_wait_parity",

@@ -13,8 +13,10 @@ from ..errors import AnnotationError
 from . import state as _state
 from .dtypes import DType, as_tensor_dtype
 from .irutil import is_expr
+from .memory import LOCAL_THREAD
 
-__all__ = ["Tensor", "StridedTensor", "ptr", "const", "dynamic", "TensorAnnotation"]
+__all__ = ["Tensor", "StridedTensor", "ptr", "const", "dynamic", "TensorAnnotation", "BufferAnnotation",
+           "SharedBuffer", "FragmentBuffer", "LocalBuffer"]
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,51 @@ class _PtrType:
         return "T.ptr"
 
 
+@dataclass(frozen=True)
+class BufferAnnotation:
+    """What tilelang's `T.SharedBuffer(shape, dtype)`, `T.FragmentBuffer` and `T.LocalBuffer` evaluate to: the
+    annotation of a T.macro parameter that takes a tile of that memory; a call is checked against it
+    (frontend/macros.py)."""
+
+    kind: str  # "SharedBuffer", "FragmentBuffer" or "LocalBuffer"
+    shape: tuple
+    dtype: DType
+    scopes: tuple  # the allocation scopes that are this memory
+
+    def __repr__(self) -> str:
+        return f"T.{self.kind}({list(self.shape)}, {self.dtype!r})"
+
+
+class _BufferType:
+    """`T.SharedBuffer((M, K), T.float16)` or `T.SharedBuffer[(M, K), T.float16]`."""
+
+    def __init__(self, kind: str, scopes: tuple):
+        self.kind, self.scopes = kind, scopes
+
+    def __call__(self, shape, dtype="float32", **ignored) -> BufferAnnotation:
+        """(tilelang's other keywords, data= / strides= / scope=, describe a buffer being made; an annotation
+        takes the shape and dtype)"""
+        try:
+            dt = as_tensor_dtype(dtype)
+        except ValueError as err:
+            raise AnnotationError(f"T.{self.kind} dtype: {err}") from None
+        return BufferAnnotation(self.kind, _dims(shape, f"T.{self.kind} shape"), dt, self.scopes)
+
+    def __getitem__(self, item) -> BufferAnnotation:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise AnnotationError(f"T.{self.kind} takes [shape, dtype]; got {item!r}")
+        return self(*item)
+
+    def __repr__(self) -> str:
+        return f"T.{self.kind}"
+
+
 Tensor = _TensorType()
 StridedTensor = _StridedTensorType()
 ptr = _PtrType()
+SharedBuffer = _BufferType("SharedBuffer", ("shared", "shared.dyn"))
+FragmentBuffer = _BufferType("FragmentBuffer", ("local.fragment",))
+LocalBuffer = _BufferType("LocalBuffer", ("local", "local.var", LOCAL_THREAD))
 
 
 def _names(spec: str) -> list[str]:

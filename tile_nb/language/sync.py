@@ -23,7 +23,8 @@ import threading
 from . import state as _state
 from .irutil import is_buffer, is_load
 
-__all__ = ["ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups", "warp_groups_of",
+__all__ = ["sync_threads", "ws", "get_thread_binding", "thread_binding", "ThreadIndex", "WarpGroups",
+           "warp_groups_of",
            "warp_groups_region",
            "alloc_barrier", "mbarrier_arrive", "mbarrier_wait_parity", "barrier_arrive", "barrier_wait",
            "tma_copy", "WS_ATTR", "BARRIER_SCOPE", "WARP_GROUP", "BLOCK_LEVEL", "wgmma_gemm", "wait_wgmma",
@@ -439,6 +440,20 @@ def fence_proxy_async():
     """tilelang's `T.fence_proxy_async()`: orders shared-memory writes before the asynchronous proxy (TMA,
     wgmma) reads them; tile_nb's tile operations complete in program order, so it has no effect here."""
     _in_kernel("T.fence_proxy_async")
+
+
+def sync_threads():
+    """tilelang's `T.sync_threads()` (CUDA's `__syncthreads()`): every thread of the block waits here.
+    tile_nb's statements are the whole block's and complete in program order (the CUDA lowering places the
+    barriers that order them), so it has no effect here. Inside `with T.ws(...)` or a warp-group branch only
+    some warp groups would reach it, which on the GPU waits forever: refused there."""
+    st = _in_kernel("T.sync_threads")
+    if st.ws_ids is not None:
+        raise st.error(
+            "T.sync_threads() inside a warp-group region: only the warp groups of this region reach it, and "
+            "a block barrier waits for every thread (a deadlock on the GPU)",
+            hint="order warp groups with mbarriers (T.alloc_barrier, T.barrier_arrive / T.barrier_wait)",
+        )
 
 
 def sync_grid():

@@ -381,7 +381,9 @@ class Emitter:
             # an address a T.decl_buffer is over (language/pointers.py): the same var, which the decl names
             _ir.add_to_parent(tirx.Bind(stmt.var, self.expr(stmt.value), stmt.span))
         elif isinstance(stmt, tirx.Bind):
-            self.var_map[stmt.var] = T.Bind(self.expr(stmt.value))
+            bound = T.Bind(self.expr(stmt.value))
+            IRBuilder.name(stmt.var.name, bound)  # the CUDA keeps the user's name (`float v = ...`)
+            self.var_map[stmt.var] = bound
         elif isinstance(stmt, tirx.DeclBuffer):
             _ir.add_to_parent(stmt)
         else:
