@@ -60,6 +60,31 @@ def first_then_overwrite(X):
     return out
 
 
+@tile_nb.jit
+def running_sums(X, n: int = 6):
+    """out[k] = X[0] + ... + X[k] with a Python name as the running sum (`total += X[k]`), X overwritten as
+    it goes: the sum holds the values read, not expressions that read X again at the end."""
+    X: T.Tensor[[n], T.float32]
+    out = T.empty((n,), T.float32)
+    with T.Kernel(1, threads=32) as bx:
+        total = X[0]
+        out[0] = total
+        X[0] = -1.0
+        for k in tuple(range(1, n)):  # a Python loop over a compile-time int: n statements
+            total += X[k]
+            X[k] = -1.0
+            out[k] = total
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_running_sum_in_a_python_name(device):
+    x = torch.randn(6, device=device)
+    want = torch.cumsum(x, 0)
+    torch.testing.assert_close(running_sums(x), want)
+    assert (x == -1.0).all()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_block_level_value_is_read_once(device):
     x = torch.randn(5, device=device)

@@ -9,6 +9,7 @@ rewrite routes the few constructs whose meaning differs in a kernel through the 
                                          value read from memory in a kernel is bound where it is assigned,
                                          as in tilelang: a later store does not change x)
     a, b = u, v                      ->  a, b = __tnb__.bind('a', u), __tnb__.bind('b', v)
+    x += v                           ->  x = __tnb__.bind('x', x + v)
     buf[i, j] = v  /  buf[i] += v    ->  __tnb__.store(buf, (i, j), v)
     for i in it: body                ->  with __tnb__.loop(it, ('i',)) as _it: for i in _it: body
     if c: a else: b                  ->  IR If/Then/Else when c is an IR expression, else plain Python
@@ -377,6 +378,11 @@ class _BodyRewriter(ast.NodeTransformer):
             ref = ast.Name(node.target.id, ast.Load())
             value = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
             return ast.copy_location(ast.Expr(_hook("store_ref", ref, value)), node)
+        if isinstance(node.target, ast.Name):  # `x += A[i]` binds as `x = x + A[i]` does
+            name = node.target.id
+            value = ast.BinOp(ast.Name(name, ast.Load()), node.op, node.value)
+            assign = ast.Assign([ast.Name(name, ast.Store())], _hook("bind", _const(name), value))
+            return ast.copy_location(assign, node)
         if isinstance(node.target, ast.Subscript):
             load = ast.Subscript(
                 copy.deepcopy(node.target.value), copy.deepcopy(node.target.slice), ast.Load()
