@@ -102,11 +102,16 @@ def test_jupyters_debugger_stops_at_the_users_line_with_the_tiles(kernel):
 
     debugger.request("continue", {"threadId": stopped["threadId"]})
     deadline = time.time() + TIMEOUT
-    while not any("doubled [6.0, -2.0, 1.0, 14.0]" in text for text in seen) and time.time() < deadline:
+    # the kernel may send one print as several stdout messages ('doubled', ' [6.0, ...]', with a warning on
+    # stderr between them): read stdout's joined
+    stdout = []
+    while "doubled [6.0, -2.0, 1.0, 14.0]" not in "".join(stdout) and time.time() < deadline:
         try:
             msg = kernel.get_iopub_msg(timeout=1)
         except queue.Empty:
             continue
-        if msg["msg_type"] in ("stream", "error"):
+        if msg["msg_type"] == "stream" and msg["content"].get("name") == "stdout":
+            stdout.append(msg["content"]["text"])
+        elif msg["msg_type"] in ("stream", "error"):
             seen.append(msg["content"].get("text") or msg["content"].get("evalue", ""))
-    assert any("doubled [6.0, -2.0, 1.0, 14.0]" in text for text in seen), seen
+    assert "doubled [6.0, -2.0, 1.0, 14.0]" in "".join(stdout), (stdout, seen)
