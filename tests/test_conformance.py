@@ -3,6 +3,7 @@ project's own scripts, not tilelang's):
 a passing, a failing, an erroring (missing API) and a timing-out example, an
 excluded sm_100 one, and two tests."""
 import json
+import os
 import textwrap
 import time
 
@@ -254,3 +255,12 @@ def test_the_interp_run_reads_the_gpu_lowerings_refusal_from_the_warning(capsys)
     none_refused = conformance.markdown([ok], commit="abc", backend="interp", command="x", timeout=1,
                                         machine_text="m")
     assert "takes every kernel of 1.\n" in none_refused and "the lowering's refusal" not in none_refused
+
+
+def test_a_relative_pythonpath_reaches_the_cases(monkeypatch, tmp_path):
+    """Each case runs in its example's directory: a relative PYTHONPATH entry (`.gl/pydeps`, as the results
+    page's command gives it) is made absolute, or the references' packages would not import."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "deps" + os.pathsep + str(tmp_path / "abs"))
+    entries = conformance._child_env()["PYTHONPATH"].split(os.pathsep)
+    assert entries[1:] == [str(tmp_path / "deps"), str(tmp_path / "abs")]

@@ -222,8 +222,9 @@ def discover(root: str | os.PathLike, cases: list[str] | None = None,
 def _child_env() -> dict:
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)  # the directory holding the tile_nb package
+    # absolute: each case runs in its example's directory, where `PYTHONPATH=.gl/pydeps` would name nothing
     env["PYTHONPATH"] = os.pathsep.join(
-        [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        [here] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
     env.setdefault("PYTHONHASHSEED", "0")
     # flash-linear-attention (the reference of the gdn / linear-attention examples) routes some ops to its
