@@ -232,9 +232,10 @@ def split_by_warps(A):
                 f[i] = f[i] * 2.0
             T.copy(f, B[bx * 64])
         else:
+            lead = s[0]  # read the same by every thread: a block-level value under the per-thread branch
             for i in T.Parallel(64):
                 if bx * 64 + i < N:
-                    C[bx * 64 + i] = s[i] + 1.0
+                    C[bx * 64 + i] = s[i] + 1.0 + lead
             if bx * 64 + tx - 32 < N:
                 C[bx * 64 + tx - 32] = C[bx * 64 + tx - 32] + 10.0  # threads 32..95: elements 0..63
     return B, C
@@ -246,7 +247,8 @@ def test_an_if_on_the_thread_index_around_tile_operations_runs_both_branches(bac
     a = torch.randn(n)
     b, c = split_by_warps(a.to(backend))
     torch.testing.assert_close(b.cpu(), a * 2)
-    torch.testing.assert_close(c.cpu(), a + 11)
+    lead = a[torch.arange(n) // 64 * 64]  # each block's first element
+    torch.testing.assert_close(c.cpu(), a + 11 + lead)
     hints = split_by_warps.specialize(a).attrs["tile_nb.hints"]
     assert any("holds tile operations: its branches run one after the other, each in all threads" in h
                for h in hints)

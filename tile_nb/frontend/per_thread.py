@@ -247,7 +247,9 @@ class _Kernel:
                                                      scope=LOCAL_THREAD)
             return
         if isinstance(s, tirx.Bind):
-            if divergent or self._per_thread_value(s.value):
+            # per-thread when its value is (a value read the same by every thread stays a block-level
+            # value, even under a per-thread branch: `pre = shared[k]` in it, used in a T.Parallel loop)
+            if self._per_thread_value(s.value):
                 self.vars.add(s.var)
             return
         if isinstance(s, (tirx.For, tirx.IfThenElse, tirx.While)):
