@@ -44,6 +44,7 @@ from .frontend.params import POINTER
 from .frontend.shapes import free_vars
 from .language.dtypes import torch_dtype
 from .language.functions import PrimFuncDefinition, defines_prim_func
+from .language.irutil import static_int
 from .runtime.launch import (
     ALIGNED,
     FAST_TABLE_SIZE,
@@ -235,7 +236,7 @@ class JITFunction:
         parameters that the call's arguments give."""
         param = elab.buffers[name]
         # else T.dynamic arithmetic
-        shape = [int(d) if _static(d) is not None else d for d in param.annotation.shape]
+        shape = [int(d) if static_int(d) is not None else d for d in param.annotation.shape]
         used = {v for d in shape if type(d) is not int for v in free_vars(d)}
         unknown = sorted(used - set(template.dynamic_sources) - set(scalar_dims))
         if unknown:
@@ -706,13 +707,6 @@ def _user_stacklevel() -> int:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _static(x):
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None,

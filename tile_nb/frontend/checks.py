@@ -23,6 +23,7 @@ from ..errors import (
     UnsupportedTensorError,
 )
 from ..language.dtypes import torch_dtype
+from ..language.irutil import static_int
 from .elaborate import BufferParam, Elaboration, ScalarParam
 from .indexing import INDEX_LIMIT, tensor_span
 
@@ -41,13 +42,6 @@ __all__ = [
     "kernel_where",
     "launch_grid",
 ]
-
-
-def _static(x) -> int | None:
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def describe_dims(template_param: BufferParam | None, values: tuple) -> str:
@@ -198,7 +192,7 @@ def _index_ranges(tensors: list[TensorExpectation], spec: Elaboration) -> list[I
                                   f"tuple({a}.shape)"))
     for name in spec.outputs:
         param = spec.buffers[name]
-        if all(_static(d) is not None for d in param.annotation.shape):
+        if all(static_int(d) is not None for d in param.annotation.shape):
             continue
         dims = [
             str(d) if isinstance(d, int) else _python_of(d, sources, tirx) for d in param.annotation.shape
@@ -223,8 +217,8 @@ class Expectations:
             if param is None:
                 continue
             ann = param.annotation
-            shape = tuple(_static(d) for d in ann.shape)
-            strides = None if ann.strides is None else tuple(_static(s) for s in ann.strides)
+            shape = tuple(static_int(d) for d in ann.shape)
+            strides = None if ann.strides is None else tuple(static_int(s) for s in ann.strides)
             self.tensors.append(TensorExpectation(name, index, torch_dtype(ann.dtype), shape, strides, param,
                                                   template.buffers.get(name)))
 
@@ -359,7 +353,7 @@ class Expectations:
             p = r.param
             what = "output" if p.kind == "output" else "argument"
             spans = "elements" if p.annotation.strides is None else "elements of memory (from its strides)"
-            dynamic = ", ".join(str(d) for d in p.annotation.shape if _static(d) is None)
+            dynamic = ", ".join(str(d) for d in p.annotation.shape if static_int(d) is None)
             return ArgumentError(
                 f"{self.kernel_name}() {what} '{p.name}' has shape {eval(r.shape, env)} ({count} {spans}); a "  # noqa: S307
                 f"tensor with T.dynamic dims ({dynamic}) is indexed with 32-bit integers, so it may "

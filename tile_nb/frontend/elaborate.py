@@ -309,17 +309,13 @@ class Hooks:
     def bind(self, name: str, value):
         """Give IR buffers the user's variable name
         (`A_shared = T.alloc_shared(...)` prints as `A_shared`)."""
-        from tvm import tirx
         from tvm.script.ir_builder import IRBuilder
-        from tvm.script.ir_builder import tirx as T
         from tvm.tirx import Buffer
 
         if self.st.kernel_open and _is_expr(value) and _reads_memory(value):
             # `v = values[i]` holds the value read now, as in tilelang (a later store into values must not
-            # change v): bound to a variable of the user's name where it is assigned, at the user's line
-            var = tirx.Var(name, dtype_of(value))
-            T.add_to_parent(tirx.Bind(var, value, self.st.span()))
-            return var
+            # change v): bound to a variable of the user's name where it is assigned
+            return self.st.bind_here(name, value, dtype_of(value))
         if not isinstance(value, Buffer):
             return value
         output = next((p for p in self.pending_outputs + self.scratch if p.buffer.same_as(value)), None)
@@ -336,11 +332,10 @@ class Hooks:
     def snapshot(self, *values) -> tuple:
         """The values of a tuple assignment to memory (`a[0], a[1] = a[1], a[0]`), each one that reads memory
         bound to a variable first, so that no store of the assignment changes what a later one writes."""
-        from tvm.script.ir_builder import tirx as T
-
         if not self.st.kernel_open:
             return values
-        return tuple(T.Bind(v) if _is_expr(v) and _reads_memory(v) else v for v in values)
+        return tuple(self.st.bind_here("v", v, dtype_of(v)) if _is_expr(v) and _reads_memory(v) else v
+                     for v in values)
 
     def store(self, target, index, value):
         from tvm.tirx import Buffer

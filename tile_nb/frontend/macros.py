@@ -13,7 +13,7 @@ import types
 
 from ..errors import DSLError
 from ..language.annotations import BufferAnnotation
-from ..language.irutil import is_buffer
+from ..language.irutil import is_buffer, static_int
 from ..language.memory import LOCAL_THREAD
 from .rewrite import FACTORY_NAME, rewrite_kernel
 from .source import get_source
@@ -120,12 +120,12 @@ def _mismatch(value, annotation) -> str | None:
         return f"got '{value.name}', a {value.dtype} buffer"
     if scope == LOCAL_THREAD:  # one row per thread before the thread's own dims
         return None
-    shape = tuple(value.shape)
-    static = [isinstance(a, int) and getattr(b, "value", None) is not None for a, b in
-              zip(annotation.shape, shape, strict=False)]
-    if len(shape) != len(annotation.shape) or any(
-            s and int(b) != a for s, a, b in zip(static, annotation.shape, shape, strict=False)):
-        return f"got '{value.name}' of shape {tuple(int(d) if hasattr(d, 'value') else d for d in shape)}"
+    dims = [static_int(d) for d in value.shape]
+    wanted = [static_int(d) for d in annotation.shape]
+    clash = any(None not in (a, b) and a != b for a, b in zip(dims, wanted, strict=False))
+    if len(dims) != len(wanted) or clash:
+        shown = tuple(d if d is not None else symbolic for d, symbolic in zip(dims, value.shape, strict=True))
+        return f"got '{value.name}' of shape {shown}"
     return None
 
 

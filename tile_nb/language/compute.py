@@ -8,7 +8,7 @@ import threading
 
 from . import state as _state
 from .dtypes import as_dtype
-from .irutil import as_expr, is_buffer, is_expr, is_load, is_region, unwrap_comparison
+from .irutil import as_expr, is_buffer, is_expr, is_load, is_region, static_int, unwrap_comparison
 from .memory import region_of
 
 __all__ = [
@@ -47,14 +47,6 @@ __all__ = [
 _builtin_max, _builtin_min, _builtin_abs = max, min, abs
 
 
-def _static(x):
-    """The int value of a static extent, or None when symbolic."""
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return None
-
-
 def gemm(
     A, B, C, transpose_A: bool = False, transpose_B: bool = False, clear_accum: bool = False, policy=None
 ):
@@ -82,7 +74,7 @@ def gemm(
         return
     gemm_policy(st, policy)
     ra, rb, rc = (region_of(x, what="T.gemm") for x in (A, B, C))
-    shapes = [[_static(r.extent) for r in reg.region] for reg in (ra, rb, rc)]
+    shapes = [[static_int(r.extent) for r in reg.region] for reg in (ra, rb, rc)]
     # a stage of a 3-d shared buffer (`A_s[k % 2, :, :]`): leading unit dims dropped (as the interpreter does)
     shapes = [s[-2:] if len(s) > 2 and all(e == 1 for e in s[:-2]) else s for s in shapes]
     if any(len(s) != 2 for s in shapes):
@@ -113,14 +105,14 @@ def _reduce(op_name: str, src, dst, dim: int, clear: bool, absolute: bool = Fals
     axis = dim + rank if dim < 0 else dim
     if not 0 <= axis < rank:
         raise st.error(f"T.reduce_{op_name}: dim={dim} is out of range for a {rank}-d source")
-    want = [_static(r.extent) for i, r in enumerate(rs.region) if i != axis]
-    got = [_static(r.extent) for r in rd.region]
+    want = [static_int(r.extent) for i, r in enumerate(rs.region) if i != axis]
+    got = [static_int(r.extent) for r in rd.region]
     if not want and all(g == 1 for g in got):
         # a 1-d source reduces to one value: a [1] (or [1, 1]) destination holds it (tilelang's form)
         want = got
     if len(want) != len(got) or any(None not in (w, g) and w != g for w, g in zip(want, got, strict=True)):
         raise st.error(
-            f"T.reduce_{op_name}: reducing dim {axis} of a {[_static(r.extent) for r in rs.region]} tile "
+            f"T.reduce_{op_name}: reducing dim {axis} of a {[static_int(r.extent) for r in rs.region]} tile "
             f"gives {want}, but the destination is {got}"
         )
     config = {"absolute": 1} if absolute else {}  # abs-max: `T.tile.max(..., absolute=1)` (docs/IR.md)
@@ -195,12 +187,12 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
                 "local tile",
                 hint="T.copy the region into a T.alloc_shared tile, scan that, and copy back",
             )
-    shape = [_static(r.extent) for r in rs.region]
+    shape = [static_int(r.extent) for r in rs.region]
     rank = len(shape)
     if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
         raise st.error(f"T.cumsum: dim must be an int in [{-rank}, {rank}) for a {rank}-d tile; got {dim!r}")
     axis = dim + rank if dim < 0 else dim
-    dshape = [_static(r.extent) for r in rd.region]
+    dshape = [static_int(r.extent) for r in rd.region]
     if len(dshape) != rank or any(None not in (a, b) and a != b for a, b in zip(shape, dshape, strict=True)):
         raise st.error(
             f"T.cumsum: dst {rd.source.name}{dshape} must have the shape of src {rs.source.name}{shape}"
@@ -252,19 +244,19 @@ def _atomic_add_tile(st, dst, value) -> None:
     src = region_of(value, what="T.atomic_add")
     extents = [r.extent for r in src.region]
     target = region_of(dst, extents, what="T.atomic_add")
-    src_dims = [_static(e) for e in extents if _static(e) != 1]
-    dst_dims = [_static(r.extent) for r in target.region if _static(r.extent) != 1]
+    src_dims = [static_int(e) for e in extents if static_int(e) != 1]
+    dst_dims = [static_int(r.extent) for r in target.region if static_int(r.extent) != 1]
     if src_dims != dst_dims:
         raise st.error(
-            f"T.atomic_add: the tile {src.source.name}{[_static(e) for e in extents]} and the destination "
-            f"{target.source.name}{[_static(r.extent) for r in target.region]} have different shapes"
+            f"T.atomic_add: the tile {src.source.name}{[static_int(e) for e in extents]} and the destination "
+            f"{target.source.name}{[static_int(r.extent) for r in target.region]} have different shapes"
         )
     src_buf, dst_buf = src.source, target.source
     src_min = [r.min for r in src.region]
     dst_min = [r.min for r in target.region]
     # the tile's dims of extent > 1 walk the destination's dims of extent > 1, in order
-    spanned = iter([d for d, r in enumerate(target.region) if _static(r.extent) != 1])
-    walks = [next(spanned) if _static(e) != 1 else None for e in extents]
+    spanned = iter([d for d, r in enumerate(target.region) if static_int(r.extent) != 1])
+    walks = [next(spanned) if static_int(e) != 1 else None for e in extents]
     with Parallel(*extents).open(None) as loop_vars:
         loop_vars = loop_vars if isinstance(loop_vars, tuple) else (loop_vars,)
         dst_index = list(dst_min)
@@ -273,7 +265,7 @@ def _atomic_add_tile(st, dst, value) -> None:
             if d is None:
                 continue
             dst_index[d] = dst_min[d] + v
-            start, size, bound = _static(dst_min[d]), _static(e), _static(dst_buf.shape[d])
+            start, size, bound = static_int(dst_min[d]), static_int(e), static_int(dst_buf.shape[d])
             if None in (start, size, bound) or start + size > bound:  # a tile past the edge of C: not written
                 guards.append(dst_index[d] < dst_buf.shape[d])
         src_index = [m + v for m, v in zip(src_min, loop_vars, strict=True)]

@@ -62,6 +62,14 @@ def as_expr(value, dtype: str):
     return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
 
 
+def static_int(x) -> int | None:
+    """The int value of a static dim or extent (an int or an IntImm), or None when it is symbolic."""
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
 def is_one(e) -> bool:
     """An extent that is the constant 1 (an int or an IntImm)."""
     from tvm import tirx

@@ -34,9 +34,8 @@ def table_tensor(st, element, shape: tuple, dtype):
     if isinstance(dtype, TF32):  # (T.int4 and other sub-byte dtypes: refused by as_dtype before)
         raise st.error(f"T.make_tensor(table[i], shape, {dtype!r}): a pointer table's tensors hold plain "
                        "dtypes, not T.tfloat32", hint="make the tensor float32")
-    # Built with the user's line (st.span()): the interpreter's errors about the address point there.
-    address = tirx.Var("address", "handle")
-    T.add_to_parent(tirx.Bind(address, tirx.reinterpret("handle", element), st.span()))
+    # Both at the user's line: the interpreter's errors about the address point there.
+    address = st.bind_here("address", tirx.reinterpret("handle", element), "handle")
     tensor = tirx.decl_buffer(shape, str(dtype), data=address)
     T.add_to_parent(tirx.DeclBuffer(tensor, st.span(), data=address))
     st.pointer_tensors.append((tensor, element.source, address))

@@ -83,6 +83,16 @@ class State:
         end = self.end_col if self.end_col is not None else self.col
         return ir.Span(ir.SourceName(self.filename), self.lineno, self.lineno, self.col, end)
 
+    def bind_here(self, name: str, value, dtype: str):
+        """A var `name` bound to `value` here, at the user's line: a Bind, evaluated once where it stands (the
+        interpreter's errors about it point at that line)."""
+        from tvm import tirx
+        from tvm.script.ir_builder import tirx as T
+
+        var = tirx.Var(name, dtype)
+        T.add_to_parent(tirx.Bind(var, value, self.span()))
+        return var
+
     def error(self, message: str, hint: str | None = None) -> DSLError:
         return DSLError(message, filename=self.filename, lineno=self.lineno or None, col=self.col,
                         end_col=self.end_col, hint=hint)
