@@ -554,6 +554,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     notes += (spills,) if spills else ()
     notes += _fp8_accumulation_notes(func, accumulators)
     notes += _eight_bit_fma_notes(gemms, target, threads, options)
+    notes += _mixed_accumulator_notes(gemms, target, threads, options, lines)
     if pipelines and not ArchCaps.of(arch).cp_async:
         notes += (
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
@@ -608,6 +609,36 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
                 )
                 if note not in notes:
                     notes.append(note)
+    return tuple(notes)
+
+
+def _mixed_accumulators(gemms: list, target, threads: int) -> dict:
+    """Accumulator -> the first T.gemm into it that wgmma cannot take, for accumulators that another T.gemm
+    could fill on wgmma (on sm_90a)."""
+    refused, eligible = {}, set()
+    for s in gemms:
+        c = region_of(s.args[0])[0]
+        if wgmma_refusal(target, s, threads) is None:
+            eligible.add(c)
+        else:
+            refused.setdefault(c, s)
+    return {c: s for c, s in refused.items() if c in eligible}
+
+
+def _mixed_accumulator_notes(gemms, target, threads: int, options: LoweringOptions, lines) -> tuple:
+    """Where a T.gemm that could run on wgmma runs on mma.sync because another T.gemm into its accumulator
+    cannot (`_mixed_accumulators`), and which one."""
+    if not options.wgmma:
+        return ()
+    notes = []
+    for c, refused in _mixed_accumulators(list(gemms), target, threads).items():
+        line = lines.line_of(refused)
+        where = f"the T.gemm at line {line}" if line is not None else "another T.gemm"
+        notes.append(
+            f"T.gemm into {c.name} on mma.sync, not wgmma: {where} adds to it too and cannot run on wgmma "
+            f"({wgmma_refusal(target, refused, threads)}); one register layout serves every T.gemm into an "
+            "accumulator (accumulate that product in its own fragment to keep the others on wgmma)"
+        )
     return tuple(notes)
 
 
@@ -702,6 +733,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     not_wgmma |= {
         region_of(s.args[0])[0] for s in gemms if eight_bit_gemm(s) and not wgmma_eligible(target, s, threads)
     }
+    # and so does one that another T.gemm wgmma cannot take adds to (a transposed A, a part of a tile): one
+    # register layout serves every T.gemm into an accumulator, and mma.sync's serves them all
+    not_wgmma |= set(_mixed_accumulators(gemms, target, threads))
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue

@@ -1,0 +1,94 @@
+"""Several `T.gemm` into one accumulator where wgmma can take one and not another (a transposed A: gdn's
+`example_wy_fast_bwd_split`): one register layout serves every T.gemm into an accumulator, so both run on
+mma.sync, and the plan says which T.gemm kept them off wgmma (plan._mixed_accumulators).
+
+CPU: the interpreter against torch at odd shapes and sizes of 1; the sm_90a build (nvcc) holds mma.sync and no
+wgmma, with the plan's note naming the transposed T.gemm's line, while the same kernel without it stays on
+wgmma. GPU (marked gpu): the same kernels against torch.
+"""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def gemm_plus_transposed(A, B, X, Y, dtype: T.dtype = T.float16, with_transposed: bool = True,
+                         block: int = 64, block_K: int = 64):
+    """C = A B^T + X^T Y in one float32 accumulator: A [M, K], B [N, K], X [K2, M], Y [K2, N]; the second
+    T.gemm reads its A operand transposed (stored [K, M]), which wgmma does not take here."""
+    M, N, K, K2 = T.const("M, N, K, K2")
+    A: T.Tensor[[M, K], dtype]
+    B: T.Tensor[[N, K], dtype]
+    X: T.Tensor[[K2, M], dtype]
+    Y: T.Tensor[[K2, N], dtype]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_s = T.alloc_shared((block, block_K), dtype)
+        b_s = T.alloc_shared((block, block_K), dtype)
+        x_s = T.alloc_shared((block_K, block), dtype)
+        y_s = T.alloc_shared((block_K, block), dtype)
+        acc = T.alloc_fragment((block, block), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block, k * block_K], a_s)
+            T.copy(B[by * block, k * block_K], b_s)
+            T.gemm(a_s, b_s, acc, transpose_B=True)
+        if with_transposed:
+            for k in T.serial(T.ceildiv(K2, block_K)):
+                T.copy(X[k * block_K, bx * block], x_s)
+                T.copy(Y[k * block_K, by * block], y_s)
+                T.gemm(x_s, y_s, acc, transpose_A=True)
+        T.copy(acc, C[bx * block, by * block])
+    return C
+
+
+_DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _inputs(M, N, K, K2, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed * 7919 + M * 131 + N * 17 + K * 3 + K2)
+    return [torch.randn(*shape, generator=g).to(_DT[dtype]) for shape in ((M, K), (N, K), (K2, M), (K2, N))]
+
+
+def _check(C, A, B, X, Y):
+    """Each 16-bit product is exact in float32; the sums round: twice the round-to-nearest bound of a
+    (K + K2)-term float32 sum."""
+    a, b, x, y = (t.double() for t in (A, B, X, Y))
+    exact = a @ b.T + x.T @ y
+    bound = 2 * (A.shape[1] + X.shape[0] + 1) * 2.0 ** -24 * (a.abs() @ b.abs().T + x.abs().T @ y.abs())
+    assert not torch.isnan(C).any()
+    err = (C.double().cpu() - exact).abs()
+    assert bool((err <= bound).all()), f"worst error {float((err - bound).max()):.3g} over the bound"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(70, 45, 33, 50), (1, 1, 1, 1), (128, 64, 64, 64)])
+def test_transposed_gemm_into_a_wgmma_eligible_accumulator(backend, dtype, shape):
+    A, B, X, Y = _inputs(*shape, dtype, seed=1)
+    C = gemm_plus_transposed(*(t.to(backend) for t in (A, B, X, Y)), dtype=dtype)
+    _check(C, A, B, X, Y)
+
+
+@needs_nvcc
+def test_both_gemms_run_on_mma_sync_and_the_plan_names_the_transposed_one():
+    inputs = _inputs(128, 128, 64, 64, "float16")
+    k = gemm_plus_transposed.compile(*inputs, target="sm_90a")
+    assert "wgmma" not in k.ptx and "mma.sync.aligned.m16n8k16" in k.ptx and k.cubin
+    with open(__file__) as source:
+        line = next(n for n, text in enumerate(source, 1) if "T.gemm(x_s, y_s, acc, transpose_A" in text)
+    notes = [n for n in k.plan["notes"] if n.startswith("T.gemm into acc on mma.sync")]
+    assert len(notes) == 1 and f"line {line}" in notes[0] and "transpose_A=True" in notes[0], k.plan["notes"]
+
+
+@needs_nvcc
+def test_without_the_transposed_gemm_the_accumulator_stays_on_wgmma():
+    inputs = _inputs(128, 128, 64, 64, "float16")
+    k = gemm_plus_transposed.compile(*inputs, with_transposed=False, target="sm_90a")
+    assert "wgmma.mma_async" in k.ptx and not any("on mma.sync, not wgmma" in n for n in k.plan["notes"])
