@@ -378,17 +378,21 @@ def _compile_atomic_add(comp: Compiler, node):
 
 
 def _compile_atomic_extreme(comp: Compiler, node, reduce: str):
-    """`atomicMax(&r[i], v)` / `atomicMin`: the element becomes the max (min) of itself and every iteration's
-    value (NaN wins, as T.max / T.min: docs/IR.md)."""
+    """`atomicMax(&r[i], v)` / `atomicMin` (a reducer's update, T.atomic_max / T.atomic_min): the element
+    becomes the max (min) of itself and every iteration's value (NaN wins, as T.max / T.min: docs/IR.md)."""
     ptr = _atomic_element(node)
     slot = comp.buffer_slot(ptr.source)
     index = comp.exprs(ptr.indices)
     value_fn = comp.expr(node.args[2])
     location, loops = comp.location, tuple(comp.par_vars.values())
     pick = torch.maximum if reduce == "amax" else torch.minimum
+    glob = ptr.source.scope() == "global"  # T.atomic_max / T.atomic_min (a reducer's updates are local)
 
     def atomic_extreme(f):
         t = f.vals[slot]
+        if glob and f.access is not None:  # as an atomic add: it reads and writes the element
+            access.record_element(f, slot, t, access.READ, None, index)
+            access.record_element(f, slot, t, access.WRITE, None, index)
         idx = _check_index(comp, f, slot, t, tuple(i(f) for i in index), location, loops)
         m = written.mask_of(f.written, slot, t)
         if m is not None:

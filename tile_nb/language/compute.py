@@ -203,55 +203,90 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
     st.record_tile_op()
 
 
+# the extern call of each atomic update: those of a reducer's updates (reducers.REDUCER_OPS; importing it here
+# would close an import circle), so that one interpreter rule and one lowering rule serve both
+_ATOMIC_CALLS = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}
+# dtypes an atomic max / min can update: CUDA's integer atomics, and a compare-and-swap loop for floats
+ATOMIC_EXTREME_DTYPES = ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
+
+
 def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = None, return_prev: bool = False):
     """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs). tilelang's tile form,
     `T.atomic_add(C[i, j], C_local)` or `T.atomic_add(C[r0:r1, c0:c1], C_local)` (a tile as the value), adds
     the whole tile element by element: a `T.Parallel` loop of atomic adds, each guarded against the edge of
     `C`. `use_tma=True` (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order`
     may be "relaxed" (what CUDA's atomicAdd is), others are refused."""
+    st = _state.active("T.atomic_add")
+    if use_tma:
+        from .hints import record_hint
+
+        record_hint(st, "atomic_add(use_tma=True) (tile_nb adds with atomicAdd; the sums are the same)")
+    _atomic(st, "add", dst, value, memory_order, return_prev)
+
+
+def atomic_max(dst, value, memory_order: str | None = None, return_prev: bool = False):
+    """`T.atomic_max(C[i, j], v)`: `C[i, j] = max(C[i, j], v)` atomically (safe across CTAs; a NaN on either
+    side wins, as `T.max`); the tile form `T.atomic_max(C[r0:r1, c0:c1], tile)` as T.atomic_add's. Integer
+    elements use CUDA's atomicMax, floats a compare-and-swap loop."""
+    _atomic(_state.active("T.atomic_max"), "max", dst, value, memory_order, return_prev)
+
+
+def atomic_min(dst, value, memory_order: str | None = None, return_prev: bool = False):
+    """`T.atomic_min(C[i, j], v)`: `C[i, j] = min(C[i, j], v)` atomically; as `T.atomic_max`."""
+    _atomic(_state.active("T.atomic_min"), "min", dst, value, memory_order, return_prev)
+
+
+def _atomic(st, kind: str, dst, value, memory_order, return_prev) -> None:
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
-    from .hints import record_hint
-
-    st = _state.active("T.atomic_add")
+    what = f"T.atomic_{kind}"
     if memory_order not in (None, "relaxed"):
         raise st.error(
-            f"T.atomic_add(memory_order={memory_order!r}) is not supported: tile_nb's atomics are "
-            "relaxed (CUDA's atomicAdd)",
+            f"{what}(memory_order={memory_order!r}) is not supported: tile_nb's atomics are relaxed (CUDA's "
+            f"{_ATOMIC_CALLS[kind]})",
             hint="order the accesses with a barrier, or drop memory_order",
         )
     if return_prev:
-        raise st.error("T.atomic_add(return_prev=True) is not supported yet")
-    if use_tma:
-        record_hint(st, "atomic_add(use_tma=True) (tile_nb adds with atomicAdd; the sums are the same)")
+        raise st.error(f"{what}(return_prev=True) is not supported yet")
     if is_buffer(value) or is_region(value):
-        return _atomic_add_tile(st, dst, value)
+        return _atomic_tile(st, kind, dst, value)
     if not is_load(dst):
-        raise st.error(f"T.atomic_add takes an element `C[i, j]` as its destination; got {dst!r}")
+        raise st.error(f"{what} takes an element `C[i, j]` as its destination; got {dst!r}")
     dtype = dst.source.dtype
-    value = as_expr(value, dtype)
-    call = tirx.call_extern(dtype, "atomicAdd", tirx.address_of(dst), value)
+    _check_atomic_dtype(st, kind, dst.source)
+    call = tirx.call_extern(dtype, _ATOMIC_CALLS[kind], tirx.address_of(dst), as_expr(value, dtype))
     T.add_to_parent(tirx.Evaluate(call, st.span()))
 
 
-def _atomic_add_tile(st, dst, value) -> None:
+def _check_atomic_dtype(st, kind: str, buf) -> None:
+    if kind != "add" and str(buf.dtype) not in ATOMIC_EXTREME_DTYPES:
+        raise st.error(
+            f"T.atomic_{kind}: {buf.name} is {buf.dtype}; an atomic max / min updates elements of "
+            f"{', '.join(ATOMIC_EXTREME_DTYPES)}",
+            hint="keep the destination in one of those dtypes (a 32-bit int for small integers)",
+        )
+
+
+def _atomic_tile(st, kind: str, dst, value) -> None:
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
     from .loops import Parallel
 
-    src = region_of(value, what="T.atomic_add")
+    what = f"T.atomic_{kind}"
+    src = region_of(value, what=what)
     extents = [r.extent for r in src.region]
-    target = region_of(dst, extents, what="T.atomic_add")
+    target = region_of(dst, extents, what=what)
     src_dims = [static_int(e) for e in extents if static_int(e) != 1]
     dst_dims = [static_int(r.extent) for r in target.region if static_int(r.extent) != 1]
     if src_dims != dst_dims:
         raise st.error(
-            f"T.atomic_add: the tile {src.source.name}{[static_int(e) for e in extents]} and the destination "
+            f"{what}: the tile {src.source.name}{[static_int(e) for e in extents]} and the destination "
             f"{target.source.name}{[static_int(r.extent) for r in target.region]} have different shapes"
         )
     src_buf, dst_buf = src.source, target.source
+    _check_atomic_dtype(st, kind, dst_buf)
     src_min = [r.min for r in src.region]
     dst_min = [r.min for r in target.region]
     # the tile's dims of extent > 1 walk the destination's dims of extent > 1, in order
@@ -269,7 +304,8 @@ def _atomic_add_tile(st, dst, value) -> None:
             if None in (start, size, bound) or start + size > bound:  # a tile past the edge of C: not written
                 guards.append(dst_index[d] < dst_buf.shape[d])
         src_index = [m + v for m, v in zip(src_min, loop_vars, strict=True)]
-        call = tirx.call_extern(dst_buf.dtype, "atomicAdd", tirx.address_of(dst_buf[tuple(dst_index)]),
+        element = tirx.address_of(dst_buf[tuple(dst_index)])
+        call = tirx.call_extern(dst_buf.dtype, _ATOMIC_CALLS[kind], element,
                                 as_expr(src_buf[tuple(src_index)], dst_buf.dtype))
         stmt = tirx.Evaluate(call, st.span())
         if guards:

@@ -357,11 +357,18 @@ class Emitter:
             if atomic_target(stmt.value) in self.registers:
                 self._add_into_register(stmt)
                 return
-            if atomic_op(stmt.value) in ("max", "min"):  # CUDA has no float atomicMax: reducers in registers
-                raise self.lines.locate(LoweringError(
-                    f"{atomic_target(stmt.value).name} is a max / min reducer that the plan does not keep in "
-                    "registers; the lowering combines such reducers in registers only"), stmt)
-            value = self.expr(stmt.value)
+            kind = atomic_op(stmt.value)
+            if kind in ("max", "min"):
+                target = atomic_target(stmt.value)
+                if scope_of(target) not in ("global", "shared", "shared.dyn"):
+                    raise self.lines.locate(LoweringError(
+                        f"{target.name} is a max / min reducer that the plan does not keep in registers; the "
+                        "lowering combines such reducers in registers only"), stmt)
+                # T.atomic_max / T.atomic_min into memory: CUDA has no float atomicMax (intrin.atomic_extreme)
+                address, update = (self.expr(a) for a in stmt.value.args[1:3])
+                value = intrin.atomic_extreme(kind, address, update, str(target.dtype))
+            else:
+                value = self.expr(stmt.value)
             if self._block_level_atomic(stmt.value):
                 # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA:
                 # one thread adds, not every thread of the block.

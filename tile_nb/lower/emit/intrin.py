@@ -19,6 +19,7 @@ __all__ = [
     "address_of",
     "approx_math",
     "asm_statement",
+    "atomic_extreme",
     "cp_async",
     "cp_async_commit",
     "cp_async_wait",
@@ -361,6 +362,52 @@ __forceinline__ __device__ nv_bfloat16 {name}(nv_bfloat16 a, nv_bfloat16 b) {{
 }}
 """,
 }
+
+
+# T.atomic_max / T.atomic_min into memory: the C type of each dtype, its bits' integer type with the two
+# reinterpretations (for the compare-and-swap), and a conversion to a type that compares.
+_ATOMIC_FLOATS = {
+    "float32": ("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
+    "float64": ("double", "unsigned long long", "(unsigned long long)__double_as_longlong",
+                "__longlong_as_double", ""),
+    "float16": ("half", "unsigned short", "__half_as_ushort", "__ushort_as_half", "__half2float"),
+    "bfloat16": ("nv_bfloat16", "unsigned short", "__bfloat16_as_ushort", "__ushort_as_bfloat16",
+                 "__bfloat162float"),
+}
+_ATOMIC_INTS = {"int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+
+
+def atomic_extreme(kind: str, address, value, dtype: str) -> tirx.Expr:
+    """`*address = max(*address, value)` (kind "max") or min, atomically. Integers: CUDA's atomicMax /
+    atomicMin. Floats (which CUDA's atomics do not order): a compare-and-swap loop that writes the value it
+    picks bit for bit, with a NaN on either side winning, as T.max (minmax_nan) and the interpreter."""
+    name = f"tnb_atomic_{kind}_{dtype}"
+    if dtype in _ATOMIC_INTS:
+        ctype = _ATOMIC_INTS[dtype]
+        src = f"""
+__forceinline__ __device__ void {name}(void* address, {ctype} value) {{
+  atomic{kind.capitalize()}(reinterpret_cast<{ctype}*>(address), value);
+}}
+"""
+        return cuda_func_call(name, address, value, source_code=src)
+    ctype, word, to_word, from_word, compare = _ATOMIC_FLOATS[dtype]
+    wins = ">" if kind == "max" else "<"
+    src = f"""
+__forceinline__ __device__ void {name}(void* address, {ctype} value) {{
+  {word}* word = reinterpret_cast<{word}*>(address);
+  {word} old = *word;
+  while (true) {{
+    {ctype} current = {from_word}(old);
+    if ({compare}(current) != {compare}(current)) return;      // NaN stays
+    bool take = {compare}(value) != {compare}(value) || {compare}(value) {wins} {compare}(current);
+    if (!take) return;
+    {word} seen = atomicCAS(word, old, {to_word}(value));
+    if (seen == old) return;
+    old = seen;
+  }}
+}}
+"""
+    return cuda_func_call(name, address, value, source_code=src)
 
 
 def minmax_nan(kind: str, a, b, dtype: str) -> tirx.Expr:

@@ -1,0 +1,132 @@
+"""`T.atomic_max` / `T.atomic_min` (tilelang's, element and tile forms) into global memory: CTAs combine
+their partial maxima (minima) into one output. Integers run on CUDA's atomicMax / atomicMin, floats on a
+compare-and-swap loop (intrin.atomic_extreme) in which a NaN wins, as T.max and the interpreter.
+
+CPU: the interpreter against torch (odd shapes, a size of 1, NaN inputs), the sm_90a and sm_80 builds with
+nvcc, the refusals (an 8-bit destination, memory orders tile_nb does not give). GPU (marked gpu): the same
+kernels against torch.
+"""
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+from tile_nb.errors import TileNBError
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+_DT = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+       "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
+
+
+@tile_nb.jit
+def column_extreme(X, Out, kind: str = "max", dtype: T.dtype = T.float32, tile_form: bool = False,
+                   block_M: int = 16, block_N: int = 32):
+    """Out[j] = max (min) of Out[j] and every X[i, j]: each CTA reduces its rows in a fragment, then adds
+    its partial result with one atomic update per column."""
+    M, N = T.const("M, N")
+    X: T.Tensor[[M, N], dtype]
+    Out: T.Tensor[[N], dtype]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=128) as (bx, by):
+        tile = T.alloc_fragment((block_M, block_N), dtype)
+        part = T.alloc_fragment((block_N,), dtype)
+        T.copy(X[bx * block_M, by * block_N], tile)
+        for i, j in T.Parallel(block_M, block_N):  # rows past M leave the column's result unchanged
+            if bx * block_M + i >= M:
+                tile[i, j] = tile[0, j]
+        if kind == "max":
+            T.reduce_max(tile, part, dim=0)
+            if tile_form:
+                T.atomic_max(Out[by * block_N:(by + 1) * block_N], part)
+            else:
+                for j in T.Parallel(block_N):
+                    if by * block_N + j < N:
+                        T.atomic_max(Out[by * block_N + j], part[j])
+        else:
+            T.reduce_min(tile, part, dim=0)
+            if tile_form:
+                T.atomic_min(Out[by * block_N:(by + 1) * block_N], part)
+            else:
+                for j in T.Parallel(block_N):
+                    if by * block_N + j < N:
+                        T.atomic_min(Out[by * block_N + j], part[j])
+
+
+def _inputs(M, N, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed * 7919 + M * 31 + N)
+    if dtype.startswith("int"):
+        X = torch.randint(-1000, 1000, (M, N), generator=g, dtype=_DT[dtype])
+        start = torch.randint(-1000, 1000, (N,), generator=g, dtype=_DT[dtype])
+    else:
+        X = (torch.randn(M, N, generator=g, dtype=torch.float64) * 10).to(_DT[dtype])
+        start = (torch.randn(N, generator=g, dtype=torch.float64) * 10).to(_DT[dtype])
+    return X, start
+
+
+def _expected(X, start, kind):
+    pick = torch.maximum if kind == "max" else torch.minimum
+    reduced = X.amax(0) if kind == "max" else X.amin(0)
+    return pick(start, reduced)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64"])
+@pytest.mark.parametrize("shape", [(70, 45), (1, 1), (33, 64)])
+def test_atomic_extreme_against_torch(backend, kind, dtype, shape):
+    X, start = _inputs(*shape, dtype, seed=1)
+    out = start.clone().to(backend)
+    column_extreme(X.to(backend), out, kind=kind, dtype=dtype)
+    # each result is one of the inputs, picked by comparisons: exact
+    assert torch.equal(out.cpu(), _expected(X, start, kind))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_tile_form(backend, kind):
+    X, start = _inputs(70, 45, "float32", seed=2)
+    out = start.clone().to(backend)
+    column_extreme(X.to(backend), out, kind=kind, tile_form=True)
+    assert torch.equal(out.cpu(), _expected(X, start, kind))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_nan_wins(backend):
+    """A NaN in X (column 3) or already in the output (column 5) gives NaN there; the other columns are
+    unchanged by it."""
+    X, start = _inputs(40, 45, "float32", seed=3)
+    X[17, 3] = float("nan")
+    start[5] = float("nan")
+    out = start.clone().to(backend)
+    column_extreme(X.to(backend), out)
+    out = out.cpu()
+    assert out[3].isnan() and out[5].isnan() and not out.isnan().sum() > 2
+    keep = [j for j in range(45) if j not in (3, 5)]
+    assert torch.equal(out[keep], _expected(X[:, keep], start[keep], "max"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_builds_with_nvcc(target, dtype):
+    X, start = _inputs(64, 64, dtype)
+    k = column_extreme.compile(X, start, dtype=dtype, target=target)
+    helper = f"tnb_atomic_max_{dtype}"
+    assert helper in k.cuda_source and k.cubin
+    assert ("atomicCAS" in k.cuda_source) == dtype.startswith(("float", "bfloat"))
+
+
+@tile_nb.jit
+def bad_atomic(X, dtype: T.dtype = T.int8, memory_order: str = None):
+    N = T.const("N")
+    X: T.Tensor[[N], dtype]
+    with T.Kernel(1, threads=32):
+        T.atomic_max(X[0], 1, memory_order=memory_order)
+
+
+def test_refusals_name_the_problem():
+    with pytest.raises(TileNBError, match=r"T.atomic_max: X is int8; an atomic max / min updates elements"):
+        bad_atomic(torch.zeros(4, dtype=torch.int8))
+    with pytest.raises(TileNBError, match=r"T.atomic_max\(memory_order='acquire'\) is not supported"):
+        bad_atomic(torch.zeros(4, dtype=torch.int32), dtype="int32", memory_order="acquire")
