@@ -87,6 +87,23 @@ def test_missing_api_is_named_and_failed_checks_are_failures(tmp_path):
     assert out.returncode == 1 and (result["status"], result["error"]) == ("fail", "AssertionError: cdiv")
 
 
+def test_a_check_that_prints_its_failure_fails_the_run(tmp_path):
+    """tilelang's gdn and flash-decoding examples check with a similarity helper that, with
+    raise_assert=False, prints a red "<name> Error: <diff>" line and goes on: such a run is a failure, not a
+    pass."""
+    helper = 'def warn(m):\n    print(f"\\033[31mWARNING: {m}\\033[0m")\n'
+    (tmp_path / "quiet.py").write_text(helper + 'warn("dk Error: 0.31")\nprint("done")\n')
+    fine = 'warn("o all zero")\nprint("Error: plain text is not a check")\n'
+    (tmp_path / "fine.py").write_text(helper + fine)
+    out = _run(["--result-json", str(tmp_path / "r.json"), "quiet.py"], tmp_path)
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert out.returncode == 1 and "done" in out.stdout
+    assert (result["status"], result["error"]) == (
+        "fail", "AssertionError: a check printed a failure and did not raise: WARNING: dk Error: 0.31")
+    out = _run(["--result-json", str(tmp_path / "r.json"), "fine.py"], tmp_path)
+    assert out.returncode == 0 and json.loads((tmp_path / "r.json").read_text())["status"] == "pass"
+
+
 def test_refuses_to_shadow_a_real_tilelang(tmp_path):
     (tmp_path / "tilelang").mkdir()
     (tmp_path / "tilelang" / "__init__.py").write_text("REAL = True\n")

@@ -242,12 +242,34 @@ def _run_notebook(path: str) -> None:
             raise
 
 
+# A failed check that prints instead of raising: tilelang's examples print their similarity checks'
+# failures in red (`print_red_warning(f"{name} Error: {diff}")` with raise_assert=False / assert_=False:
+# gdn, flash decoding)
+_PRINTED_FAILURE = re.compile(r"\x1b\[(?:31|91)m([^\x1b]*\bError\b[^\x1b]*)")
+
+
+class _PrintedFailures:
+    """Standard output, passed through, with the first failure a check printed instead of raising."""
+
+    def __init__(self, stream):
+        self.stream, self.first = stream, None
+
+    def write(self, text):
+        if self.first is None and (found := _PRINTED_FAILURE.search(text)):
+            self.first = found.group(1).strip()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def _run_script(args) -> int:
     script = os.path.abspath(args.script)
     sys.argv = [script, *args.script_args]
     sys.path.insert(0, os.path.dirname(script))
     exc = None
     text = ""
+    printed = sys.stdout = _PrintedFailures(sys.stdout)
     try:
         if script.endswith(".ipynb"):
             _run_notebook(script)
@@ -263,6 +285,11 @@ def _run_script(args) -> int:
         text = traceback.format_exc()
     except KeyboardInterrupt:
         raise
+    finally:
+        sys.stdout = printed.stream
+    if exc is None and printed.first is not None:  # the script ran to its end, but a check said it failed
+        exc = AssertionError(f"a check printed a failure and did not raise: {printed.first}")
+        text = str(exc)
     result = outcome_of(exc, text)
     result["max_error"] = max(_errors) if _errors else None
     result["traceback"] = text[-4000:]
