@@ -15,7 +15,7 @@ import torch
 from tvm import ir, tirx
 
 from ..errors import DeviceAssertError
-from ..language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
+from ..language.debug import ASSERT, ASSUME, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from . import values as V
 from . import written
 from .breakpoint import compile_breakpoint
@@ -160,7 +160,7 @@ def _cond_values(cond) -> list:
     return found
 
 
-def _assert(comp: Compiler, node):
+def _assert(comp: Compiler, node, what: str = "T.device_assert"):
     cond, message = node.args[1], str(node.args[2].value)
     cond_fn = comp.expr(cond)
     shown = [(str(e), comp.expr(e), str(e.ty.dtype)) for e in _cond_values(cond)]
@@ -187,9 +187,16 @@ def _assert(comp: Compiler, node):
         where = [f"block ({', '.join(str(b) for b in _block_of(f))})"]
         where += [f"{name} = {int(pick(f.vals[slot]))}" for name, slot in loops]
         values = ", ".join(f"{text} = {format_value(pick(fn(f)), dtype)}" for text, fn, dtype in shown)
-        raise DeviceAssertError(f"T.device_assert failed{': ' + message if message else ''} "
+        raise DeviceAssertError(f"{what} failed{': ' + message if message else ''} "
                                 f"({'; '.join(where)}{'; ' + values if values else ''})", **location.fields())
     return run
 
 
-EXTERN_RULES = {PRINT: _print, PRINT_TILE: _print_tile, ASSERT: _assert, BREAKPOINT: compile_breakpoint}
+def _assume(comp: Compiler, node):
+    """T.assume: what the GPU's compiler may rely on is checked here, as an assert (a false fact is undefined
+    behaviour there)."""
+    return _assert(comp, node, "T.assume")
+
+
+EXTERN_RULES = {PRINT: _print, PRINT_TILE: _print_tile, ASSERT: _assert, ASSUME: _assume,
+                BREAKPOINT: compile_breakpoint}

@@ -70,7 +70,7 @@ from .compute import (
     tanh,
     trunc,
 )
-from .debug import breakpoint, device_assert, print  # noqa: A004 - the DSL's names
+from .debug import assume, breakpoint, device_assert, print  # noqa: A004 - the DSL's names
 from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, set_max_nreg, use_swizzle
@@ -230,6 +230,7 @@ __all__ = [
     "Cast",
     "print",
     "device_assert",
+    "assume",
     "breakpoint",
     "use_swizzle",
     "GemmWarpPolicy",

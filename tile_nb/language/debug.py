@@ -1,4 +1,4 @@
-"""Debugging in a kernel: `T.print` and `T.device_assert` (docs/debugging.md).
+"""Debugging in a kernel: `T.print`, `T.device_assert` and `T.assume` (docs/debugging.md).
 
 Both build one `T.evaluate(T.call_extern("int32", ...))` statement that the interpreter (`interp/debug.py`)
 and the lowering (`lower/emit/debug.py`) give the same meaning:
@@ -7,6 +7,8 @@ and the lowering (`lower/emit/debug.py`) give the same meaning:
 - `tile_nb_print_tile(label, line, thread, show_thread, block_x, block_y, block_z, address_of(buf[start]),
   extent_0, ...)`: a header line, then one line per row of the tile (rows wider than `ROW_CHUNK` are split);
 - `tile_nb_assert(cond, message, line)`: stop the kernel, naming the line, when `cond` is false;
+- `tile_nb_assume(cond, "", line)`: a fact the GPU's compiler may rely on (`__builtin_assume`), which the
+  interpreter checks as an assert (a false one is undefined behaviour on the GPU);
 - `tile_nb_breakpoint(line, block_x, block_y, block_z)`: the interpreter stops there (in the debugger) for
   that block; the GPU lowering refuses it.
 
@@ -17,11 +19,13 @@ from __future__ import annotations
 from . import state as _state
 from .irutil import is_buffer, is_expr, is_load, is_region
 
-__all__ = ["print", "device_assert", "breakpoint", "ROW_CHUNK", "PRINT", "PRINT_TILE", "ASSERT", "BREAKPOINT"]
+__all__ = ["print", "device_assert", "assume", "breakpoint", "ROW_CHUNK", "PRINT", "PRINT_TILE", "ASSERT",
+           "ASSUME", "BREAKPOINT"]
 
 PRINT = "tile_nb_print"
 PRINT_TILE = "tile_nb_print_tile"
 ASSERT = "tile_nb_assert"
+ASSUME = "tile_nb_assume"
 BREAKPOINT = "tile_nb_breakpoint"
 ROW_CHUNK = 16  # values per printed line: device printf takes at most 32 arguments
 
@@ -129,28 +133,41 @@ def device_assert(cond, msg: str = "", no_stack_info: bool = False):
     (restart the Jupyter kernel). A compile-time `cond` (a Python bool) is checked now, at elaboration.
     `no_stack_info` (tilelang's keyword) is accepted; the message always names the line.
     """
+    st = _state.active("T.device_assert")
+    if not isinstance(msg, str):
+        raise st.error(f"T.device_assert(msg=...) must be a str; got {msg!r}")
+    _checked_condition(st, "T.device_assert", ASSERT, cond, msg)
+
+
+def assume(cond):
+    """`T.assume(i < n)`: a fact about the kernel's values (tilelang's), for the GPU's compiler to rely on
+    (`__builtin_assume`: nvcc may drop a bounds check or vectorize with it). A false fact is undefined
+    behaviour on the GPU, so the interpreter checks it as `T.device_assert` does and raises
+    `DeviceAssertError` naming this line, the block, the loop indices and the values read. A compile-time
+    `cond` is checked now."""
+    _checked_condition(_state.active("T.assume"), "T.assume", ASSUME, cond, "")
+
+
+def _checked_condition(st, what: str, name: str, cond, msg: str) -> None:
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
     from ..errors import DeviceAssertError
     from .irutil import unwrap_comparison
 
-    st = _state.active("T.device_assert")
-    if not isinstance(msg, str):
-        raise st.error(f"T.device_assert(msg=...) must be a str; got {msg!r}")
     cond = unwrap_comparison(cond)
     if isinstance(cond, (bool, int)):
         if not cond:
-            raise DeviceAssertError(f"T.device_assert failed at elaboration (the condition is a compile-time "
+            raise DeviceAssertError(f"{what} failed at elaboration (the condition is a compile-time "
                                     f"{cond!r}){': ' + msg if msg else ''}", filename=st.filename,
                                     lineno=st.lineno or None, col=st.col, end_col=st.end_col)
         return
-    if not is_expr(cond):
-        raise st.error(f"T.device_assert takes a condition (an expression such as `x < n`); got {cond!r} "
-                       f"({type(cond).__name__})")
+    if is_buffer(cond) or not is_expr(cond) or str(cond.ty.dtype) == "handle":
+        got = f"the buffer {cond.name}" if is_buffer(cond) else f"{cond!r} ({type(cond).__name__})"
+        raise st.error(f"{what} takes a condition (an expression such as `x < n`); got {got}")
     if str(cond.ty.dtype) != "bool":
         cond = cond != tirx.const(0, str(cond.ty.dtype))
-    call = tirx.call_extern("int32", ASSERT, cond, msg, st.lineno)
+    call = tirx.call_extern("int32", name, cond, msg, st.lineno)
     T.add_to_parent(tirx.Evaluate(call, st.span()))
 
 

@@ -1,4 +1,4 @@
-"""CUDA lowering of `T.print` and `T.device_assert` (language/debug.py gives
+"""CUDA lowering of `T.print`, `T.device_assert` and `T.assume` (language/debug.py gives
 the IR, docs/debugging.md the text).
 
 - A print becomes device `printf` under `if (threadIdx.x == thread && blockIdx matches)`, with the
@@ -9,6 +9,7 @@ the IR, docs/debugging.md the text).
   of the thread its layout chooses).
 - An assert becomes `if (!cond) { printf(<line, block, thread, values>); __assertfail(...); }`: CUDA's own
   device-side assert (cudaErrorAssert after the launch; runtime/launch.py turns it into DeviceAssertError).
+- An assume becomes `__builtin_assume(cond)` (the interpreter checks it as an assert).
 Kernels without these calls never reach this module's rules.
 """
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 from tvm import ir, tirx
 from tvm.script.ir_builder import tirx as T
 
-from ...language.debug import ASSERT, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
+from ...language.debug import ASSERT, ASSUME, BREAKPOINT, PRINT, PRINT_TILE, ROW_CHUNK
 from ..errors import LoweringError
 from . import intrin
 
 __all__ = ["DEBUG_CALLS", "debug_call", "emit_debug"]
 
-DEBUG_CALLS = (PRINT, PRINT_TILE, ASSERT, BREAKPOINT)
+DEBUG_CALLS = (PRINT, PRINT_TILE, ASSERT, ASSUME, BREAKPOINT)
 
 
 def debug_call(stmt):
@@ -291,10 +292,19 @@ def _refuse_breakpoint(em, stmt):
     raise em.lines.locate(err, stmt) from None
 
 
+def _emit_assume(em, stmt):
+    try:
+        cond = em.expr(stmt.value.args[1])
+    except LoweringError as err:
+        raise em.lines.locate(err, stmt) from None
+    T.evaluate(intrin.device_helper("tnb_assume", "bool cond", "  __builtin_assume(cond);", cond))
+
+
 _RULES = {
     PRINT: _emit_print,
     PRINT_TILE: _emit_print_tile,
     ASSERT: _emit_assert,
+    ASSUME: _emit_assume,
     BREAKPOINT: _refuse_breakpoint,
 }
 
