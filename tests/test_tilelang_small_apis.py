@@ -382,3 +382,19 @@ def test_sparse_layout_factors():
     assert sl.GROUP_CONFIG[T.float16] == (2, 4) and sl.GROUP_CONFIG[T.float32] == (1, 2)
     assert sl.get_e_replicate_factor(T.int8) == 1 and sl.get_e_replicate_factor(T.float16) == 2
     assert tl.cuda.intrinsics.sparse_layout is sl
+
+
+def test_do_bench_takes_tilelang_s_arguments_and_refuses_others():
+    """tilelang.profiler.do_bench has tilelang's signature: its keywords are accepted (return_mode checked),
+    an unknown keyword is a TypeError as in tilelang (gdn's examples pass the function's own arguments, which
+    tilelang refuses too), not silently dropped."""
+    from tile_nb.tilelang.profiler import do_bench
+
+    calls = []
+    assert do_bench(lambda: calls.append(1), warmup=5, rep=10, backend="cupti", return_mode="min",
+                    fast_flush=False, cache_size=64, device=None, early_stop_baseline=None) >= 0
+    assert calls == [1]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chunk_size'"):
+        do_bench(lambda: None, chunk_size=64)
+    with pytest.raises(ValueError, match=r"return_mode='average'"):
+        do_bench(lambda: None, return_mode="average")

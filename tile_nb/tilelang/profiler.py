@@ -21,19 +21,28 @@ def _gpu() -> bool:
     return not active() and torch.cuda.is_available()
 
 
-def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, backend=None,
-             quantiles=None, return_mode: str = "mean", **_ignored) -> float:
-    """Milliseconds per call of `fn()`: tile_nb.bench.do_bench's median on
-    CUDA, one run on the interpreter."""
+_RETURN_MODES = ("min", "max", "mean", "median")
+
+
+def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0,
+             quantiles=None, fast_flush: bool = True, backend=None, return_mode: str = "mean", device=None,
+             cache_size: int = 256, early_stop_baseline=None) -> float:
+    """Milliseconds per call of `fn()` (tilelang's signature): on CUDA tile_nb.bench.do_bench's timing (its
+    own warm-up, L2 flush and CUDA events whatever `backend`, `fast_flush`, `cache_size` say), reported as
+    `return_mode` asks, except that "mean" (tilelang's default) gives the median, which tile_nb reports as
+    robust to outliers; on the interpreter, one run's wall time."""
     if quantiles is not None:
         raise unsupported("tilelang.profiler.do_bench(quantiles=)")
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"do_bench(return_mode={return_mode!r}): expected one of {', '.join(_RETURN_MODES)}")
     if not _gpu():
         start = time.perf_counter()
         fn()
         return (time.perf_counter() - start) * 1e3
     from ..bench import do_bench as bench
 
-    return bench(fn, warmup_ms=float(warmup), rep_ms=float(rep)).median_ms
+    timing = bench(fn, warmup_ms=float(warmup), rep_ms=float(rep))
+    return {"min": timing.min_ms, "max": timing.max_ms}.get(return_mode, timing.median_ms)
 
 
 class Profiler:
@@ -58,10 +67,16 @@ class Profiler:
         return tuple(supply(t).to(t.device) for t in made)
 
     def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
-                 input_tensors=None, backend=None, **_ignored) -> float:
+                 input_tensors=None, backend=None, quantiles=None, return_mode: str = "mean",
+                 dynamic_symbolic_constraints=None, device=None, early_stop_baseline=None) -> float:
+        """tilelang's signature; times as the module's `do_bench`. `dynamic_symbolic_constraints` (sizes of
+        T.dynamic dims for the inputs tile_nb makes) is not supported yet: pass `input_tensors` instead."""
+        if dynamic_symbolic_constraints:
+            raise unsupported("tilelang Profiler.do_bench(dynamic_symbolic_constraints=)")
         args = tuple(input_tensors) if input_tensors is not None else self._inputs()
         target = func if func is not None else self.kernel
-        return do_bench(lambda: target(*args), warmup=warmup, rep=rep)
+        return do_bench(lambda: target(*args), warmup=warmup, rep=rep, quantiles=quantiles,
+                        return_mode=return_mode)
 
     def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
                         max_mismatched_ratio: float = 0.01) -> None:
