@@ -130,3 +130,39 @@ def test_refusals_name_the_problem():
         bad_atomic(torch.zeros(4, dtype=torch.int8))
     with pytest.raises(TileNBError, match=r"T.atomic_max\(memory_order='acquire'\) is not supported"):
         bad_atomic(torch.zeros(4, dtype=torch.int32), dtype="int32", memory_order="acquire")
+
+
+@tile_nb.jit
+def block_and_shared_extremes(X, Out, block: int = 64):
+    """Out[0] = max over X, by two routes: each CTA's block-level T.atomic_max of its largest element into
+    global memory (one update per CTA), and T.atomic_min into a shared tile from every element of a
+    T.Parallel loop, whose result Out[1 + bx] receives."""
+    N = T.const("N")
+    X: T.Tensor[[N], T.float32]
+    Out: T.Tensor[[N], T.float32]
+    with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+        tile = T.alloc_fragment((block,), T.float32)
+        best = T.alloc_fragment((1,), T.float32)
+        low = T.alloc_shared((1,), T.float32)
+        for i in T.Parallel(block):
+            tile[i] = T.if_then_else(bx * block + i < N, X[bx * block + i], -T.infinity(T.float32))
+        T.reduce_max(tile, best, dim=0)
+        T.atomic_max(Out[0], best[0])
+        T.fill(low, T.infinity(T.float32))
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                T.atomic_min(low[0], X[bx * block + i])
+        Out[1 + bx] = low[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [300, 65])
+def test_block_level_and_shared_memory_updates(backend, n):
+    X, _ = _inputs(1, n, "float32", seed=4)
+    X = X[0]
+    out = torch.full((n,), -1e30).to(backend)
+    block_and_shared_extremes(X.to(backend), out)
+    out = out.cpu()
+    blocks = -(-n // 64)
+    assert out[0] == X.max()
+    assert torch.equal(out[1:1 + blocks], torch.stack([X[b * 64:(b + 1) * 64].min() for b in range(blocks)]))
