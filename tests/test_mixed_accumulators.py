@@ -48,6 +48,35 @@ def gemm_plus_transposed(A, B, X, Y, dtype: T.dtype = T.float16, with_transposed
     return C
 
 
+@tile_nb.jit
+def product_of_two_accumulators(A, B, X, Y, dtype: T.dtype = T.float16, block: int = 64):
+    """C = (A B^T) * (X^T Y) elementwise: the first accumulator could run on wgmma, the second cannot
+    (transposed A); a T.Parallel loop indexes both, so they share one register layout: mma.sync's."""
+    M, N, K, K2 = T.const("M, N, K, K2")
+    A: T.Tensor[[M, K], dtype]
+    B: T.Tensor[[N, K], dtype]
+    X: T.Tensor[[K2, M], dtype]
+    Y: T.Tensor[[K2, N], dtype]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_s = T.alloc_shared((block, K), dtype)
+        b_s = T.alloc_shared((block, K), dtype)
+        x_s = T.alloc_shared((K2, block), dtype)
+        y_s = T.alloc_shared((K2, block), dtype)
+        first = T.alloc_fragment((block, block), T.float32)
+        second = T.alloc_fragment((block, block), T.float32)
+        T.copy(A[bx * block, 0], a_s)
+        T.copy(B[by * block, 0], b_s)
+        T.copy(X[0, bx * block], x_s)
+        T.copy(Y[0, by * block], y_s)
+        T.gemm(a_s, b_s, first, transpose_B=True, clear_accum=True)
+        T.gemm(x_s, y_s, second, transpose_A=True, clear_accum=True)
+        for i, j in T.Parallel(block, block):
+            first[i, j] = first[i, j] * second[i, j]
+        T.copy(first, C[bx * block, by * block])
+    return C
+
+
 _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -92,3 +121,22 @@ def test_without_the_transposed_gemm_the_accumulator_stays_on_wgmma():
     inputs = _inputs(128, 128, 64, 64, "float16")
     k = gemm_plus_transposed.compile(*inputs, with_transposed=False, target="sm_90a")
     assert "wgmma.mma_async" in k.ptx and not any("on mma.sync, not wgmma" in n for n in k.plan["notes"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(70, 45, 64, 64), (1, 1, 64, 64)])
+def test_accumulators_joined_by_a_loop_share_mma_sync(backend, shape):
+    A, B, X, Y = _inputs(*shape, "float16", seed=3)
+    C = product_of_two_accumulators(*(t.to(backend) for t in (A, B, X, Y)))
+    first, second = A.double() @ B.double().T, X.double().T @ Y.double()
+    sizes = (A.double().abs() @ B.double().abs().T) * (X.double().abs().T @ Y.double().abs())
+    bound = 4 * 65 * 2.0 ** -24 * sizes   # each product's rounding bound, twice, and the multiply's
+    assert bool(((C.double().cpu() - first * second).abs() <= bound).all())
+
+
+@needs_nvcc
+def test_a_joined_accumulator_follows_onto_mma_sync_with_a_note():
+    k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, "float16"), target="sm_90a")
+    assert "wgmma" not in k.ptx and k.cubin
+    note = "T.gemm into first on mma.sync, not wgmma: it shares its register layout with second"
+    assert any(n.startswith(note) for n in k.plan["notes"]), k.plan["notes"]

@@ -29,7 +29,7 @@ from ..irwalk import region_of, scope_of
 from .budget import MAX_REGISTERS_PER_THREAD, SPILL_ALLOWANCE, packed_registers
 from .fragments import FragmentLayout, blocked
 
-__all__ = ["FragmentPlan", "infer_layouts", "rows_coupled"]
+__all__ = ["FragmentPlan", "infer_layouts", "layout_groups", "rows_coupled"]
 
 # Registers left for addresses, loop counters and temporaries when fragments are placed in registers.
 _REGISTER_HEADROOM = 40
@@ -340,6 +340,15 @@ def rows_coupled(func: tirx.PrimFunc) -> set:
         if loop.rows:
             out.update(loop.full)
     return out
+
+
+def layout_groups(func: tirx.PrimFunc) -> list:
+    """Sets of fragments that must share one register layout: those a T.Parallel loop indexes by its whole
+    loop point, and the two sides of a copy between fragments."""
+    from ..diagnostics import SourceLines
+
+    c = _Collector(func, SourceLines(func), {})
+    return [set(loop.full) for loop in c.loops if len(loop.full) > 1] + [{a, b} for a, b, _, _ in c.equal]
 
 
 def _drop_driverless(c: _Collector) -> bool:

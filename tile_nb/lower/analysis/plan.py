@@ -50,7 +50,7 @@ from .decisions import TWO_CTAS_PER_SM, GemmKind, PipelineKind, Refusal
 from .epilogue import TmaStore, describe_store, plan_tma_store
 from .fragments import FragmentLayout
 from .global_layouts import global_layouts
-from .infer import FragmentPlan, infer_layouts, rows_coupled
+from .infer import FragmentPlan, infer_layouts, layout_groups, rows_coupled
 from .layout import (
     MmaAccLayout,
     SharedTile,
@@ -554,7 +554,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     notes += (spills,) if spills else ()
     notes += _fp8_accumulation_notes(func, accumulators)
     notes += _eight_bit_fma_notes(gemms, target, threads, options)
-    notes += _mixed_accumulator_notes(gemms, target, threads, options, lines)
+    notes += _mixed_accumulator_notes(func, gemms, target, threads, options, lines)
     if pipelines and not ArchCaps.of(arch).cp_async:
         notes += (
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
@@ -612,9 +612,11 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
     return tuple(notes)
 
 
-def _mixed_accumulators(gemms: list, target, threads: int) -> dict:
-    """Accumulator -> the first T.gemm into it that wgmma cannot take, for accumulators that another T.gemm
-    could fill on wgmma (on sm_90a)."""
+def _kept_off_wgmma(func, gemms: list, target, threads: int) -> dict:
+    """Accumulators that a wgmma-eligible T.gemm adds to but that stay off wgmma (on sm_90a) -> why: the
+    first T.gemm into the same accumulator that wgmma cannot take (a transposed A, a part of a tile, FMA or
+    TF32 inputs), or the accumulator off wgmma whose register layout this one must share (infer.layout_groups:
+    a T.Parallel loop or a copy joins them, directly or through other fragments)."""
     refused, eligible = {}, set()
     for s in gemms:
         c = region_of(s.args[0])[0]
@@ -622,21 +624,42 @@ def _mixed_accumulators(gemms: list, target, threads: int) -> dict:
             eligible.add(c)
         else:
             refused.setdefault(c, s)
-    return {c: s for c, s in refused.items() if c in eligible}
+    if not eligible or not refused:
+        return {}
+    kept = {c: s for c, s in refused.items() if c in eligible}
+    reached = {c: c for c in refused}  # fragment -> the accumulator off wgmma whose layout it must share
+    groups = layout_groups(func)
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            source = next((reached[b] for b in group if b in reached), None)
+            for b in group:
+                if source is not None and b not in reached:
+                    reached[b], changed = source, True
+    for b, source in reached.items():
+        if b in eligible and b not in kept:
+            kept[b] = source
+    return kept
 
 
-def _mixed_accumulator_notes(gemms, target, threads: int, options: LoweringOptions, lines) -> tuple:
-    """Where a T.gemm that could run on wgmma runs on mma.sync because another T.gemm into its accumulator
-    cannot (`_mixed_accumulators`), and which one."""
+def _mixed_accumulator_notes(func, gemms, target, threads: int, options: LoweringOptions, lines) -> tuple:
+    """Where a T.gemm that could run on wgmma runs on mma.sync (`_kept_off_wgmma`), and why."""
     if not options.wgmma:
         return ()
     notes = []
-    for c, refused in _mixed_accumulators(list(gemms), target, threads).items():
-        line = lines.line_of(refused)
+    for c, why in _kept_off_wgmma(func, list(gemms), target, threads).items():
+        if not isinstance(why, tirx.TilePrimitiveCall):  # follows the accumulator `why`
+            notes.append(
+                f"T.gemm into {c.name} on mma.sync, not wgmma: it shares its register layout with {why.name} "
+                "(a T.Parallel loop or a copy indexes both), whose T.gemm runs on mma.sync"
+            )
+            continue
+        line = lines.line_of(why)
         where = f"the T.gemm at line {line}" if line is not None else "another T.gemm"
         notes.append(
             f"T.gemm into {c.name} on mma.sync, not wgmma: {where} adds to it too and cannot run on wgmma "
-            f"({wgmma_refusal(target, refused, threads)}); one register layout serves every T.gemm into an "
+            f"({wgmma_refusal(target, why, threads)}); one register layout serves every T.gemm into an "
             "accumulator (accumulate that product in its own fragment to keep the others on wgmma)"
         )
     return tuple(notes)
@@ -734,8 +757,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
         region_of(s.args[0])[0] for s in gemms if eight_bit_gemm(s) and not wgmma_eligible(target, s, threads)
     }
     # and so does one that another T.gemm wgmma cannot take adds to (a transposed A, a part of a tile): one
-    # register layout serves every T.gemm into an accumulator, and mma.sync's serves them all
-    not_wgmma |= set(_mixed_accumulators(gemms, target, threads))
+    # register layout serves every T.gemm into an accumulator, and mma.sync's serves them all; and so does one
+    # that shares a register layout with an accumulator off wgmma (a T.Parallel loop indexes both)
+    not_wgmma |= set(_kept_off_wgmma(func, gemms, target, threads))
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue
