@@ -166,3 +166,52 @@ def test_block_level_and_shared_memory_updates(backend, n):
     blocks = -(-n // 64)
     assert out[0] == X.max()
     assert torch.equal(out[1:1 + blocks], torch.stack([X[b * 64:(b + 1) * 64].min() for b in range(blocks)]))
+
+
+@tile_nb.jit
+def paired_adds(A, B, lanes: int = 2, region: bool = False, block_M: int = 4, block_N: int = 16):
+    """B[i, j:j+lanes] += A[i, j:j+lanes] by T.atomic_addx2 / x4 (tilelang's test's kernel), twice over."""
+    M, N = T.const("M, N")
+    A: T.Tensor[[M, N], T.float32]
+    B: T.Tensor[[M, N], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), 2, threads=32) as (bx, by, bz):
+        for i, j in T.Parallel(block_M, block_N // lanes):
+            r, c = bx * block_M + i, by * block_N + j * lanes
+            if r < M and c < N:
+                if lanes == 2:
+                    if region:
+                        T.atomic_addx2(B[r, c:c + 2], A[r, c:c + 2])
+                    else:
+                        T.atomic_addx2(B[r, c], A[r, c])
+                else:
+                    T.atomic_addx4(B[r, c], A[r, c])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lanes, region", [(2, False), (2, True), (4, False)])
+def test_paired_atomic_adds(backend, lanes, region):
+    """Two CTAs (bz) add into every element: B = B0 + 2 A."""
+    g = torch.Generator().manual_seed(lanes)
+    A, B0 = torch.randn(9, 48, generator=g), torch.randn(9, 48, generator=g)
+    B = B0.clone().to(backend)
+    paired_adds(A.to(backend), B, lanes=lanes, region=region)
+    torch.testing.assert_close(B.cpu(), B0 + 2 * A)
+
+
+def test_paired_atomic_add_refuses_a_region_of_another_width():
+    @tile_nb.jit
+    def three(A, B):
+        N = T.const("N")
+        A: T.Tensor[[N], T.float32]
+        B: T.Tensor[[N], T.float32]
+        with T.Kernel(1, threads=32):
+            T.atomic_addx2(B[0:3], A[0:3])
+
+    with pytest.raises(TileNBError, match=r"T.atomic_addx2: the region dst B\[3\] is not 2 consecutive"):
+        three(torch.zeros(4), torch.zeros(4))
+
+
+@needs_nvcc
+def test_paired_atomic_adds_build_with_nvcc():
+    k = paired_adds.compile(torch.zeros(9, 48), torch.zeros(9, 48), lanes=4, target="sm_90a")
+    assert k.cuda_source.count("atomicAdd(") >= 4 and k.cubin

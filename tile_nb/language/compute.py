@@ -236,6 +236,48 @@ def atomic_min(dst, value, memory_order: str | None = None, return_prev: bool = 
     _atomic(_state.active("T.atomic_min"), "min", dst, value, memory_order, return_prev)
 
 
+def atomic_addx2(dst, value, return_prev: bool = False):
+    """`T.atomic_addx2(C[i, j], V[i, j])` (tilelang's): `C[i, j + k] += V[i, j + k]` for k in 0, 1, each add
+    atomic (CUDA's paired atomics add each half atomically too); a region `C[i, j:j + 2]` names the same
+    elements."""
+    _atomic_lanes(_state.active("T.atomic_addx2"), 2, dst, value, return_prev)
+
+
+def atomic_addx4(dst, value, return_prev: bool = False):
+    """`T.atomic_addx4(C[i, j], V[i, j])`: as `T.atomic_addx2` over four consecutive elements."""
+    _atomic_lanes(_state.active("T.atomic_addx4"), 4, dst, value, return_prev)
+
+
+def _atomic_lanes(st, lanes: int, dst, value, return_prev) -> None:
+    from tvm import tirx
+    from tvm.script.ir_builder import tirx as T
+
+    what = f"T.atomic_addx{lanes}"
+    if return_prev:
+        raise st.error(f"{what}(return_prev=True) is not supported yet")
+
+    def first_element(x, name):
+        """(buffer, indices of the first of `lanes` consecutive elements) of an element or a region."""
+        if is_load(x):
+            return x.source, list(x.indices)
+        if is_region(x):
+            extents = [static_int(r.extent) for r in x.region]
+            if extents[-1] != lanes or any(e != 1 for e in extents[:-1]):
+                raise st.error(f"{what}: the region {name} {x.source.name}{extents} is not {lanes} "
+                               "consecutive elements of its last dim")
+            return x.source, [r.min for r in x.region]
+        raise st.error(f"{what} takes elements (`C[i, j]`, the first of {lanes}) or regions of {lanes} "
+                       f"elements; got {name} {x!r}")
+
+    dst_buf, dst_at = first_element(dst, "dst")
+    src_buf, src_at = first_element(value, "value")
+    for k in range(lanes):
+        target = dst_buf[tuple(dst_at[:-1] + [dst_at[-1] + k])]
+        update = as_expr(src_buf[tuple(src_at[:-1] + [src_at[-1] + k])], dst_buf.dtype)
+        call = tirx.call_extern(dst_buf.dtype, _ATOMIC_CALLS["add"], tirx.address_of(target), update)
+        T.add_to_parent(tirx.Evaluate(call, st.span()))
+
+
 def _atomic(st, kind: str, dst, value, memory_order, return_prev) -> None:
     from tvm import tirx
     from tvm.script.ir_builder import tirx as T
