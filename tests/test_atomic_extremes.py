@@ -35,22 +35,14 @@ def column_extreme(X, Out, kind: str = "max", dtype: T.dtype = T.float32, tile_f
         for i, j in T.Parallel(block_M, block_N):  # rows past M leave the column's result unchanged
             if bx * block_M + i >= M:
                 tile[i, j] = tile[0, j]
-        if kind == "max":
-            T.reduce_max(tile, part, dim=0)
-            if tile_form:
-                T.atomic_max(Out[by * block_N:(by + 1) * block_N], part)
-            else:
-                for j in T.Parallel(block_N):
-                    if by * block_N + j < N:
-                        T.atomic_max(Out[by * block_N + j], part[j])
+        reduce, update = (T.reduce_max, T.atomic_max) if kind == "max" else (T.reduce_min, T.atomic_min)
+        reduce(tile, part, dim=0)
+        if tile_form:
+            update(Out[by * block_N:(by + 1) * block_N], part)
         else:
-            T.reduce_min(tile, part, dim=0)
-            if tile_form:
-                T.atomic_min(Out[by * block_N:(by + 1) * block_N], part)
-            else:
-                for j in T.Parallel(block_N):
-                    if by * block_N + j < N:
-                        T.atomic_min(Out[by * block_N + j], part[j])
+            for j in T.Parallel(block_N):
+                if by * block_N + j < N:
+                    update(Out[by * block_N + j], part[j])
 
 
 def _inputs(M, N, dtype, seed=0):
