@@ -137,3 +137,38 @@ def test_a_triton_autotuned_kernel_on_the_interpreter(tmp_path):
     out = _run_cpu(tmp_path, TRITON_AUTOTUNE)
     assert out.returncode == 0, out.stderr
     assert "triton ok" in out.stdout
+
+
+FLOAT16_PRODUCTS = '''
+import time
+import torch
+import torch.nn.functional as F
+
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(96, 80, generator=g), torch.randn(80, 64, generator=g)
+h, k = a.half(), b.half()
+expected = (a.half().float() @ b.half().float()).half()   # float32 sums of the float16 values, rounded once
+products = {
+    "@": h @ k, "matmul": torch.matmul(h, k), "mm": torch.mm(h, k), "Tensor.mm": h.mm(k),
+    "bmm": torch.bmm(h[None], k[None])[0], "einsum": torch.einsum("ij,jk->ik", h, k),
+    "einsum list": torch.einsum("ij,jk->ik", [h, k]), "linear": F.linear(h, k.T),
+}
+for name, p in products.items():
+    assert p.dtype == torch.float16 and torch.equal(p, expected), name
+assert torch.mm(a, b).dtype == torch.float32 and (h.bfloat16() @ k.bfloat16()).dtype == torch.bfloat16
+out = torch.empty(96, 64, dtype=torch.float16)
+torch.mm(h, k, out=out)                                    # out=: torch's own path
+assert (out.float() - expected.float()).abs().max() <= 2 ** -5 * expected.float().abs().max()
+x = torch.randn(512, 512).half()
+start = time.perf_counter()
+x @ x
+print("float16 products ok", f"{(time.perf_counter() - start) * 1e3:.0f} ms")
+'''
+
+
+def test_float16_products_compute_in_float32(tmp_path):
+    """torch's CPU float16 GEMM runs at ~1 GFLOP/s; under --cpu a float16 product is computed in float32
+    and rounded once (what cuBLAS does on the GPU), by every spelling of a matrix product."""
+    out = _run_cpu(tmp_path, FLOAT16_PRODUCTS)
+    assert out.returncode == 0, out.stderr
+    assert "float16 products ok" in out.stdout
