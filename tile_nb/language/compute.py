@@ -203,9 +203,9 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations: dict
     st.record_tile_op()
 
 
-# the extern call of each atomic update: those of a reducer's updates (reducers.REDUCER_OPS; importing it here
-# would close an import circle), so that one interpreter rule and one lowering rule serve both
-_ATOMIC_CALLS = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}
+# the extern call of each atomic update (a reducer's updates are these too: reducers.REDUCER_OPS), so that one
+# interpreter rule and one lowering rule serve every atomic
+ATOMIC_CALLS = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}
 # dtypes an atomic max / min can update: CUDA's integer atomics, and a compare-and-swap loop for floats
 ATOMIC_EXTREME_DTYPES = ("int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
 
@@ -249,7 +249,6 @@ def atomic_addx4(dst, value, return_prev: bool = False):
 
 
 def _atomic_lanes(st, lanes: int, dst, value, return_prev) -> None:
-    from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
     what = f"T.atomic_addx{lanes}"
@@ -273,20 +272,26 @@ def _atomic_lanes(st, lanes: int, dst, value, return_prev) -> None:
     src_buf, src_at = first_element(value, "value")
     for k in range(lanes):
         target = dst_buf[tuple(dst_at[:-1] + [dst_at[-1] + k])]
-        update = as_expr(src_buf[tuple(src_at[:-1] + [src_at[-1] + k])], dst_buf.dtype)
-        call = tirx.call_extern(dst_buf.dtype, _ATOMIC_CALLS["add"], tirx.address_of(target), update)
-        T.add_to_parent(tirx.Evaluate(call, st.span()))
+        T.add_to_parent(_atomic_update(st, "add", target, src_buf[tuple(src_at[:-1] + [src_at[-1] + k])]))
+
+
+def _atomic_update(st, kind: str, element, value):
+    """The statement of one atomic update of `element` (a load, `C[i, j]`) by `value`, at the user's line."""
+    from tvm import tirx
+
+    dtype = element.source.dtype
+    call = tirx.call_extern(dtype, ATOMIC_CALLS[kind], tirx.address_of(element), as_expr(value, dtype))
+    return tirx.Evaluate(call, st.span())
 
 
 def _atomic(st, kind: str, dst, value, memory_order, return_prev) -> None:
-    from tvm import tirx
     from tvm.script.ir_builder import tirx as T
 
     what = f"T.atomic_{kind}"
     if memory_order not in (None, "relaxed"):
         raise st.error(
             f"{what}(memory_order={memory_order!r}) is not supported: tile_nb's atomics are relaxed (CUDA's "
-            f"{_ATOMIC_CALLS[kind]})",
+            f"{ATOMIC_CALLS[kind]})",
             hint="order the accesses with a barrier, or drop memory_order",
         )
     if return_prev:
@@ -295,10 +300,8 @@ def _atomic(st, kind: str, dst, value, memory_order, return_prev) -> None:
         return _atomic_tile(st, kind, dst, value)
     if not is_load(dst):
         raise st.error(f"{what} takes an element `C[i, j]` as its destination; got {dst!r}")
-    dtype = dst.source.dtype
     _check_atomic_dtype(st, kind, dst.source)
-    call = tirx.call_extern(dtype, _ATOMIC_CALLS[kind], tirx.address_of(dst), as_expr(value, dtype))
-    T.add_to_parent(tirx.Evaluate(call, st.span()))
+    T.add_to_parent(_atomic_update(st, kind, dst, value))
 
 
 def _check_atomic_dtype(st, kind: str, buf) -> None:
@@ -346,10 +349,7 @@ def _atomic_tile(st, kind: str, dst, value) -> None:
             if None in (start, size, bound) or start + size > bound:  # a tile past the edge of C: not written
                 guards.append(dst_index[d] < dst_buf.shape[d])
         src_index = [m + v for m, v in zip(src_min, loop_vars, strict=True)]
-        element = tirx.address_of(dst_buf[tuple(dst_index)])
-        call = tirx.call_extern(dst_buf.dtype, _ATOMIC_CALLS[kind], element,
-                                as_expr(src_buf[tuple(src_index)], dst_buf.dtype))
-        stmt = tirx.Evaluate(call, st.span())
+        stmt = _atomic_update(st, kind, dst_buf[tuple(dst_index)], src_buf[tuple(src_index)])
         if guards:
             cond = guards[0]
             for g in guards[1:]:

@@ -15,6 +15,7 @@ combination order is the same in each thread, so every thread of a group holds t
 from __future__ import annotations
 
 from . import state as _state
+from .compute import ATOMIC_CALLS
 
 __all__ = ["comm_reducer", "attr", "evaluate", "tvm_thread_allreduce", "tvm_warp_shuffle", "alloc_reducer",
            "finalize_reducer", "REDUCER_OPS"]
@@ -129,7 +130,8 @@ def tvm_thread_allreduce(count, value, condition, dst, *thread_indices, dtype="h
     return _Reduced()
 
 
-REDUCER_OPS = {"sum": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}  # op -> the update's call
+# op -> the update's call: T.atomic_add / max / min's (compute.ATOMIC_CALLS), so that one rule serves both
+REDUCER_OPS = {"sum": ATOMIC_CALLS["add"], "max": ATOMIC_CALLS["max"], "min": ATOMIC_CALLS["min"]}
 
 
 def alloc_reducer(shape, dtype, op: str = "sum", replication=None):

@@ -404,7 +404,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     check_target(func, ArchCaps.of(arch), lines)
     check_static_bounds(func, lines)
     try:
-        accumulators, gemms, gemm_operands, panel_operands, register_a = _choose_mma(
+        accumulators, gemms, gemm_operands, panel_operands, register_a, kept_off_wgmma = _choose_mma(
             func, target, threads, lines, options, column_split
         )
     except LoweringError as err:
@@ -554,7 +554,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     notes += (spills,) if spills else ()
     notes += _fp8_accumulation_notes(func, accumulators)
     notes += _eight_bit_fma_notes(gemms, target, threads, options)
-    notes += _mixed_accumulator_notes(func, gemms, target, threads, options, lines)
+    notes += _mixed_accumulator_notes(kept_off_wgmma, target, threads, options, lines)
     if pipelines and not ArchCaps.of(arch).cp_async:
         notes += (
             f"{arch} has no cp.async: the pipelined copies are plain loads and stores, so a thread waits for "
@@ -643,12 +643,12 @@ def _kept_off_wgmma(func, gemms: list, target, threads: int) -> dict:
     return kept
 
 
-def _mixed_accumulator_notes(func, gemms, target, threads: int, options: LoweringOptions, lines) -> tuple:
-    """Where a T.gemm that could run on wgmma runs on mma.sync (`_kept_off_wgmma`), and why."""
+def _mixed_accumulator_notes(kept_off: dict, target, threads: int, options: LoweringOptions, lines) -> tuple:
+    """Where a T.gemm that could run on wgmma runs on mma.sync (`kept_off`: `_kept_off_wgmma`'s), and why."""
     if not options.wgmma:
         return ()
     notes = []
-    for c, why in _kept_off_wgmma(func, list(gemms), target, threads).items():
+    for c, why in kept_off.items():
         if not isinstance(why, tirx.TilePrimitiveCall):  # follows the accumulator `why`
             notes.append(
                 f"T.gemm into {c.name} on mma.sync, not wgmma: it shares its register layout with {why.name} "
@@ -739,8 +739,9 @@ def _check_one_thread_count(launches: list, lines) -> None:
 
 def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, column_split: bool = True):
     """The accumulators' layouts, the instruction of every T.gemm (GemmKind), and the shared operands
-    (swizzled; wgmma's [K, N] B in 64-column panels); `column_split` False keeps a T.gemm whose rows
-    cannot cover the warpgroups on mma.sync."""
+    (swizzled; wgmma's [K, N] B in 64-column panels), and the accumulators kept off wgmma with why
+    (`_kept_off_wgmma`, for the plan's notes); `column_split` False keeps a T.gemm whose rows cannot cover the
+    warpgroups on mma.sync."""
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
@@ -759,7 +760,8 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     # and so does one that another T.gemm wgmma cannot take adds to (a transposed A, a part of a tile): one
     # register layout serves every T.gemm into an accumulator, and mma.sync's serves them all; and so does one
     # that shares a register layout with an accumulator off wgmma (a T.Parallel loop indexes both)
-    not_wgmma |= set(_kept_off_wgmma(func, gemms, target, threads))
+    kept_off = _kept_off_wgmma(func, gemms, target, threads)
+    not_wgmma |= set(kept_off)
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
             continue
@@ -819,7 +821,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                 )
         except LoweringError as err:
             raise lines.locate(err, s) from None
-    return accumulators, kinds, operands, panels, register_a
+    return accumulators, kinds, operands, panels, register_a, kept_off
 
 
 def _reusable_lives(bodies: list, shared: dict, tma_tiles: set) -> dict:
