@@ -73,7 +73,7 @@ from .mma import (
 )
 from .persistent import Persistent, describe_persistent, plan_persistent
 from .reduction_dtypes import reduction_dtype
-from .schedule import prefetched_tile, schedule_pipeline
+from .schedule import buffers_used_after, prefetched_tile, schedule_pipeline
 from .stream_k import StreamK, describe_stream_k
 from .tma import TmaPlan, describe_tma, plan_tma
 
@@ -228,7 +228,8 @@ class KernelPlan(PlanFacts):
                    "swizzle": t.swizzle or t.panel, "stages": t.stages}
                   for t in list(self.shared.values()) + list(self.workspaces.values())]
         pipelines = [{"loop": s.loop.loop_var.name, "stages": s.stages,
-                      "prefetched": [prefetched_tile(c).name for c in s.prefetched], "in_order": s.notes}
+                      "prefetched": [prefetched_tile(c).name for c in s.prefetched], "in_order": s.notes,
+                      "guarded": s.guards}
                      for s in self.pipelines.values()]
         sync_mma = "mma.sync m16n8k16" if ArchCaps.of(self.arch).mma_k16 else "mma.sync m16n8k8 (two per k16)"
         mma = [{"name": buf.name, "kind": _mma_kind(a, sync_mma),
@@ -409,7 +410,8 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         )
     except LoweringError as err:
         raise lines.locate(err) from None
-    pipelines = {s: schedule_pipeline(s, gathers) for s in iter_stmts(func.body)
+    pipelines = {s: schedule_pipeline(s, gathers, tuple(buffers_used_after(func.body, s)))
+                 for s in iter_stmts(func.body)
                  if isinstance(s, tirx.For) and "num_stages" in (s.annotations or {})}
     pinned = {b: a.linear() for b, a in accumulators.items()}
     # ptxas may spill fragments past a thread's registers (budget.SPILL_ALLOWANCE) only where every T.gemm is

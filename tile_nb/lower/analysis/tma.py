@@ -194,6 +194,10 @@ def plan_tma(func, plan) -> tuple[TmaPlan | None, Refusal | None]:
         return None, _refuse("stages", "cp.async (num_stages < 2)")
     if schedule.kept_in_order:
         return None, _refuse("in_order_copy", "cp.async (a copy of the loop cannot be issued ahead)")
+    if any(a.binds or a.guard is not None for a in schedule.ahead):
+        return None, _refuse("ahead_values", "cp.async (a copy of the loop is placed by a value the loop "
+                                             "body reads, or runs under an `if`: the TMA producer issues "
+                                             "whole stages)")
     if not all(is_global_to_shared_copy(c) for c in schedule.prefetched):
         return None, _refuse("gather", "cp.async (a gather loop of the pipeline, e.g. T.im2col, is issued "
                                        "ahead element group by element group; TMA loads whole boxes)")

@@ -58,6 +58,8 @@ class Scope:
     # in a loop over a replicated layout: the condition "first replica", which stores to memory and atomics
     # run under (registers are written by every replica)
     replica_guard: object = None
+    # the statements the pipeline being emitted issues ahead (pipeline.py): where they stand they emit nothing
+    issued_ahead: tuple = ()
 
 
 class Emitter:
@@ -288,6 +290,8 @@ class Emitter:
 
     # ---- statements ----------------------------------------------------------------------------------------
     def emit(self, stmt):
+        if any(stmt.same_as(c) for c in self.scope.issued_ahead):
+            return  # a copy of a pipelined loop, issued ahead under its `if` (schedule.AheadIssue)
         with self.marked(stmt):
             self._emit(stmt)
 
@@ -619,6 +623,8 @@ class Emitter:
         pending_write = pending_read = False
         global_writes: set = set()  # global tensors written since the last barrier
         for s in stmts:
+            if any(s.same_as(c) for c in self.scope.issued_ahead):
+                continue  # issued ahead: no barrier for what it writes here
             if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
                 self.emit(s)
                 continue

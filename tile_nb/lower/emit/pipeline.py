@@ -24,6 +24,8 @@ stage that group reads is not refilled yet, and the group is drained after the l
 """
 from __future__ import annotations
 
+import contextlib
+
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
@@ -38,17 +40,35 @@ from .wgmma import drain_accumulators
 __all__ = ["emit_pipelined"]
 
 
-def _issue(em, copies, loop_var, iteration, stages):
+def _issue(em, schedule, copies, loop_var, iteration, stages):
     """Issue the producer copies (and gather loops) of `iteration` (the user's loop var bound to it) into its
-    stage."""
+    stage; a copy under an `if` where its condition holds for that iteration, with the Binds it reads computed
+    again for it (schedule.AheadIssue)."""
     stage = {prefetched_tile(c): tirx.floormod(iteration, stages) if stages > 1 else 0 for c in copies}
+    ahead = [schedule.issue_of(c) for c in copies]
     with em.bound("var_map", {loop_var: iteration}), em.bound("stage", stage):
-        for c in copies:
-            with em.marked(c):
-                if isinstance(c, tirx.TilePrimitiveCall):
-                    issue_async_copy(em, c)
-                else:
-                    issue_async_gather(em, as_gather(c))
+        binds = []
+        for a in ahead:
+            binds += [b for b in a.binds if not any(b.same_as(x) for x in binds)]
+        binds.sort(key=lambda b: _body_position(schedule.loop, b))
+        for b in binds:
+            value = T.Bind(em.expr(b.value))
+            IRBuilder.name(f"{b.var.name}_ahead", value)
+            em.var_map[b.var] = value
+        for c, a in zip(copies, ahead, strict=True):
+            with contextlib.ExitStack() as guarded:
+                if a.guard is not None:
+                    guarded.enter_context(T.If(em.expr(a.guard)))
+                    guarded.enter_context(T.Then())
+                with em.marked(c):
+                    if isinstance(c, tirx.TilePrimitiveCall):
+                        issue_async_copy(em, c)
+                    else:
+                        issue_async_gather(em, as_gather(c))
+
+
+def _body_position(loop, stmt) -> int:
+    return next(i for i, s in enumerate(seq_items(loop.body)) if s.same_as(stmt))
 
 
 def emit_pipelined(em, loop):
@@ -70,9 +90,9 @@ def emit_pipelined(em, loop):
                 continue
             if const_n is None:
                 with T.If(i < n), T.Then():
-                    _issue(em, copies, loop.loop_var, start + i, stages)
+                    _issue(em, schedule, copies, loop.loop_var, start + i, stages)
             else:
-                _issue(em, copies, loop.loop_var, start + i, stages)
+                _issue(em, schedule, copies, loop.loop_var, start + i, stages)
             commit()
 
     with T.serial(0, n) as k:
@@ -86,10 +106,10 @@ def emit_pipelined(em, loop):
             with T.If(nxt < n), T.Then():
                 # Under this guard the analyzer may drop the copies' own K-bound checks.
                 with em.analyzer.constraint_scope(nxt < n):
-                    _issue(em, copies, loop.loop_var, start + nxt, stages)
+                    _issue(em, schedule, copies, loop.loop_var, start + nxt, stages)
             commit()
         else:
-            _issue(em, copies, loop.loop_var, it, 1)
+            _issue(em, schedule, copies, loop.loop_var, it, 1)
             commit()
             em.async_copies_landed(0)
             em.sync()
@@ -97,7 +117,8 @@ def emit_pipelined(em, loop):
         with (
             em.bound("var_map", {loop.loop_var: it}),
             em.bound("stage", stage),
-            em.scoped(pipeline_stages=stages, mma_in_flight=in_flight, loop_depth=em.scope.loop_depth + 1),
+            em.scoped(pipeline_stages=stages, mma_in_flight=in_flight, loop_depth=em.scope.loop_depth + 1,
+                      issued_ahead=tuple(copies)),
         ):
             em.emit_seq(rest)
         if stages == 1:
