@@ -149,6 +149,14 @@ class LoweringOptions:
         "x * log2(e), as __expf); the interpreter stays precise (docs/IR.md). tilelang's "
         "pass_configs 'tl.enable_fast_math'",
     )
+    vector_atomics: bool = _opt(
+        True,
+        None,
+        "tile_nb.vector_atomics",
+        "float32 atomic adds of a register fragment into a global tensor (`T.atomic_add(dQ[..., j], "
+        "dq[i, j])` in T.Parallel) go two or four neighbouring registers per atomicAdd(float2 / "
+        "float4*) on sm_90 and later (emit/vector_atomics.py); False: one atomicAdd per element",
+    )
     wide_swizzle: bool = _opt(
         True,
         None,

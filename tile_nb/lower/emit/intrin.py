@@ -19,6 +19,7 @@ __all__ = [
     "address_of",
     "approx_math",
     "asm_statement",
+    "atomic_add_float32_vector",
     "atomic_extreme",
     "cp_async",
     "cp_async_commit",
@@ -408,6 +409,20 @@ __forceinline__ __device__ void {name}(void* address, {ctype} value) {{
 }}
 """
     return cuda_func_call(name, address, value, source_code=src)
+
+
+def atomic_add_float32_vector(address, registers, n: int) -> tirx.Expr:
+    """`address[k] += registers[k]` for k < n (2 or 4 float32, `address` n-element aligned) as one vector
+    atomic, which sm_90 has (CUDA's `atomicAdd(float2*)` / `atomicAdd(float4*)`): each element's add stays
+    atomic, as n scalar atomicAdds would be."""
+    vec = {2: "float2", 4: "float4"}[n]
+    name = f"tnb_atomic_add_float32x{n}"
+    src = f"""
+__forceinline__ __device__ void {name}(void* address, const void* registers) {{
+  atomicAdd(reinterpret_cast<{vec}*>(address), *reinterpret_cast<const {vec}*>(registers));
+}}
+"""
+    return cuda_func_call(name, address, registers, source_code=src)
 
 
 def minmax_nan(kind: str, a, b, dtype: str) -> tirx.Expr:

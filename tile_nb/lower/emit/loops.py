@@ -20,6 +20,7 @@ from ..errors import LoweringError
 from ..exprs import is_const_int
 from .threads import distribute
 from .uniform import never_true, split_masked_store
+from .vector_atomics import emit_vector_atomics, vector_atomic
 
 __all__ = ["emit_for", "emit_while"]
 
@@ -108,6 +109,8 @@ def _emit_parallel(em, loops, body):
     with em.scoped(thread_code=True):
         if layout is None:  # a T.dynamic extent, too: the iterations go round-robin over the threads
             distribute(em, extents, lambda idx: _emit_body(em, loops, body, idx))
+        elif (atomic := vector_atomic(em, loops, body, layout)) is not None:
+            emit_vector_atomics(em, loops, atomic, layout)
         else:
             _emit_over_registers(em, loops, body, layout)
 

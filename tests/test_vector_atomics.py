@@ -1,0 +1,117 @@
+"""float32 atomic adds of a register fragment into a global tensor go two or four neighbouring registers per
+atomic on sm_90 (lower/emit/vector_atomics.py); element by element wherever the group would not move as one
+aligned access, before sm_90, and with the option off."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def add_products(A, B, L, G, col=0):
+    """G[r, col + c] += (A @ B^T)[r, c] for rows r < L[0], from every CTA of the grid's second dim
+    (FlashAttention backward's dQ: an MMA accumulator added with one atomic per element, the rows masked)."""
+    M, N, W = T.const("M, N, W")
+    A: T.Tensor[[M, 32], T.float16]
+    B: T.Tensor[[N, 32], T.float16]
+    L: T.Tensor[[1], T.int32]
+    G: T.Tensor[[M, W], T.float32]
+    with T.Kernel(T.ceildiv(M, 64), 2, threads=128) as (bx, by):
+        a = T.alloc_shared((64, 32), T.float16)
+        b = T.alloc_shared((N, 32), T.float16)
+        acc = T.alloc_fragment((64, N), T.float32)
+        T.copy(A[bx * 64, 0], a)
+        T.copy(B, b)
+        T.clear(acc)
+        T.gemm(a, b, acc, transpose_B=True)
+        for i, j in T.Parallel(64, N):
+            if bx * 64 + i < L[0]:
+                T.atomic_add(G[bx * 64 + i, col + j], acc[i, j])
+
+
+@tile_nb.jit
+def add_rows(X, G):
+    """G[r, c] += X[r, c] * 2 for each of the 3 CTAs, through a fragment T.copy fills (four neighbouring
+    registers a thread)."""
+    M = T.const("M")
+    X: T.Tensor[[M, 64], T.float32]
+    G: T.Tensor[[M, 64], T.float32]
+    with T.Kernel(T.ceildiv(M, 32), 3, threads=128) as (bx, by):
+        frag = T.alloc_fragment((32, 64), T.float32)
+        T.copy(X[bx * 32, 0], frag)
+        for i, j in T.Parallel(32, 64):
+            frag[i, j] = frag[i, j] * 2.0
+        for i, j in T.Parallel(32, 64):
+            if bx * 32 + i < M:
+                T.atomic_add(G[bx * 32 + i, j], frag[i, j])
+
+
+def _inputs(M=100, N=64, W=64, rows=90):
+    torch.manual_seed(0)
+    return (torch.randn(M, 32).half(), torch.randn(N, 32).half(), torch.tensor([rows], dtype=torch.int32),
+            torch.randn(M, W))
+
+
+def _atomics(source: str) -> dict[str, int]:
+    calls = re.findall(r"\b(atomicAdd|tnb_atomic_add_float32x\d)\(\(", source)
+    return {name: calls.count(name) for name in set(calls)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch, kw, expect", [
+    ("sm_90a", {}, {"tnb_atomic_add_float32x2": 16}),  # 64x64 over 128 threads: 32 registers in pairs
+    ("sm_80", {}, {"atomicAdd": 32}),
+    ("sm_90a", {"W": 65}, {"atomicAdd": 32}),  # rows of an odd length: a pair may straddle two rows
+    ("sm_90a", {"col": 1}, {"atomicAdd": 32}),  # the pair starts at an odd column
+])
+def test_pairs_of_registers_go_as_one_atomic_where_they_are_aligned(arch, kw, expect):
+    col = kw.pop("col", 0)
+    a, b, rows, g = _inputs(**kw)
+    source = add_products.compile(a, b, rows, g, col=col, target=arch).cuda_source
+    assert _atomics(source) == expect
+
+
+@needs_nvcc
+def test_the_option_turns_vector_atomics_off():
+    a, b, rows, g = _inputs()
+    with tile_nb.options(vector_atomics=False):
+        source = add_products.compile(a, b, rows, g, target="sm_90a").cuda_source
+    assert _atomics(source) == {"atomicAdd": 32}
+
+
+@needs_nvcc
+def test_four_neighbouring_registers_go_as_a_float4_atomic():
+    x, g = torch.randn(70, 64), torch.randn(70, 64)
+    source = add_rows.compile(x, g, target="sm_90a").cuda_source
+    assert set(_atomics(source)) == {"tnb_atomic_add_float32x4"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("M, rows, W, col",
+                         [(100, 90, 64, 0), (64, 1, 64, 0), (1, 1, 66, 2), (100, 100, 65, 1)])
+def test_add_products_agrees_with_torch(device, M, rows, W, col):
+    a, b, lens, g = _inputs(M=M, W=W, rows=rows)
+    expect = g.clone()
+    expect[:rows, col:col + 64] += 2 * (a[:rows].float() @ b.float().T)
+    g = g.to(device)
+    add_products(a.to(device), b.to(device), lens.to(device), g, col=col)
+    torch.testing.assert_close(g.cpu(), expect, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("M", [70, 1, 32])
+def test_add_rows_agrees_with_torch(device, M):
+    x, g = torch.randn(M, 64), torch.randn(M, 64)
+    expect = g + 6 * x
+    g = g.to(device)
+    add_rows(x.to(device), g)
+    torch.testing.assert_close(g.cpu(), expect, atol=1e-5, rtol=1e-5)
