@@ -63,7 +63,7 @@ def wgmma_refusal(target, call, threads) -> str | None:
     b_ext = [int(e) for _, e in b_rng]
     bk = a_ext[-1]
     elem = elem_bytes(a.dtype)
-    split = wgmma_split(bm, bn, threads // 128, trans_b)
+    split = wgmma_split(bm, bn, threads // 128, trans_b, narrow_b=trans_b and elem == 2)
     if isinstance(split, str):
         return split
     if not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
@@ -75,19 +75,24 @@ def wgmma_refusal(target, call, threads) -> str | None:
     return None
 
 
-def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool) -> tuple[int, int] | str:
+def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool,
+                narrow_b: bool = False) -> tuple[int, int] | str:
     """How the warpgroups share a wgmma accumulator: (row groups, column groups), or why no way works. Rows
     first, 64 per warpgroup; the warpgroups the rows leave over split the columns (64 rows over two
     warpgroups: tilelang's FullCol policy, MLA decode's shape), each taking a slice of B that starts on a
-    whole 8-row atom of a K-major B ([N, K], transpose_B=True) or a whole 64-column panel of a [K, N] one."""
+    whole 8-row atom of a K-major B ([N, K], transpose_B=True) or a whole 64-column panel of a [K, N] one.
+    `narrow_b` (a 16-bit B stored [N, K]): one warpgroup's wgmma may take any multiple of 16 columns
+    (m64n16k16 .. m64n256k16); other operands keep N a multiple of 64."""
     rows = next(r for r in range(warpgroups, 0, -1) if warpgroups % r == 0 and bm % (64 * r) == 0) \
         if bm % 64 == 0 else 0
     if not rows:
         return f"block_M={bm}: wgmma needs 64 rows per warpgroup (block_M a multiple of 64)"
     cols = warpgroups // rows
     group_n = bn // cols
-    if cols == 1 and (bn % 64 or bn > 256):
-        return f"block_N={bn}: no wgmma shape tile_nb emits (N a multiple of 64 up to 256)"
+    step = 16 if narrow_b else 64
+    if cols == 1 and (bn % step or bn > 256):
+        return (f"block_N={bn}: no wgmma shape tile_nb emits (N a multiple of {step} up to 256"
+                f"{' with a 16-bit B stored [N, K]' if narrow_b else ''})")
     if cols > 1 and (bn % cols or group_n > 256 or group_n % (16 if trans_b else 64)):
         return (f"block_M={bm} over {warpgroups} warpgroups: {cols} of them would split block_N={bn} into "
                 f"{cols} slices of {bn / cols:g} columns, and wgmma here takes slices that are multiples of "

@@ -255,6 +255,11 @@ class KernelPlan(PlanFacts):
         }
 
 
+def _narrow_b(gemm) -> bool:
+    """Whether a T.gemm's B is 16-bit and stored [N, K] (mma.wgmma_split's narrow_b)."""
+    return bool(gemm.args[5]) and tirx_bits(region_of(gemm.args[2])[0].dtype) == 16
+
+
 def _mma_kind(acc, sync_mma: str) -> str:
     """Which path computes a T.gemm accumulator, for the plan's summary."""
     if isinstance(acc, WgmmaAccLayout):
@@ -785,7 +790,8 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           tf32=True)
                 elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads) and (
-                        (split := wgmma_split(bm, bn, threads // 128, bool(s.args[5])))[1] == 1
+                        (split := wgmma_split(bm, bn, threads // 128, bool(s.args[5]),
+                                            narrow_b=_narrow_b(s)))[1] == 1
                         or column_split):
                     rows, cols = split  # eligible: (row groups, column groups), not a refusal
                     accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)
