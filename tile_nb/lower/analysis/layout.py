@@ -14,6 +14,7 @@ spread over the CTA's registers "somehow". Lowering decides:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -75,6 +76,13 @@ class SharedTile:
         """Columns of a 128-byte panel (64 of 2-byte, 128 of 1-byte elements)."""
         return 1024 // tirx_bits(self.dtype)
 
+    @property
+    def swizzle_group(self) -> int:
+        """Chunks of a row the swizzle permutes among themselves: the largest power of two (at most 8) that
+        divides the row's chunks."""
+        chunks = self.cols // self.chunk_elems
+        return math.gcd(chunks, 8) if chunks else 1
+
     def can_swizzle(self) -> bool:
         """8- and 16-bit tiles for the tensor cores; 32- and 64-bit ones for the FMA and TF32 paths, whose 8
         lanes of a row group read 8 rows at one column (conflict-free only when those rows' chunks differ)."""
@@ -95,7 +103,10 @@ class SharedTile:
             chunks = self.cols // per
             # Rows per 128-byte bank line; consecutive rows of one line share a phase.
             rows_per_line = max(1, 8 // chunks)
-            phase = tirx.floormod(tirx.floordiv(row, rows_per_line), min(chunks, 8))
+            # The XOR permutes the chunks inside aligned groups of `group` (a power of two dividing `chunks`):
+            # with 6 or 12 chunks a row (48 or 96 half columns) an XOR over 8 would leave the row and land two
+            # chunks on one place.
+            phase = tirx.floormod(tirx.floordiv(row, rows_per_line), self.swizzle_group)
             chunk = tirx.bitwise_xor(tirx.floordiv(col, per), phase)
             off = row * self.cols + chunk * per + tirx.floormod(col, per)
         else:
