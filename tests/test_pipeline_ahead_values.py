@@ -233,3 +233,12 @@ def test_the_tile_after_the_loop_holds_the_last_block(device, idx):
     last = int(idx[-1])
     torch.testing.assert_close(y.cpu(), k[32 * last:32 * last + 32])
     torch.testing.assert_close(z.cpu(), sum(k[32 * b:32 * b + 32].float() for b in idx.tolist()))
+
+
+def test_the_notebook_plan_view_names_the_condition():
+    from tile_nb.notebook.plan import plan_text
+
+    q, k = torch.randn(16, 64).half(), torch.randn(256, 64).half()
+    text = plan_text(_plan(selected_blocks, q, k, torch.tensor([1, -1], dtype=torch.int32)).summary())
+    assert "T.Pipelined loop k: 2 stages, prefetches k_s" in text
+    assert "k_s is copied ahead only where `blk >= 0` holds for its iteration" in text

@@ -48,6 +48,8 @@ def _kernel_lines(plan: dict, title: str) -> list[str]:
     for p in plan.get("pipelines") or []:
         prefetched = ", ".join(p.get("prefetched") or []) or "nothing"
         lines.append(f"T.Pipelined loop {p['loop']}: {p['stages']} stages, prefetches {prefetched}")
+        lines += [f"  {tile} is copied ahead only where `{cond}` holds for its iteration"
+                  for tile, cond in (p.get("guarded") or {}).items()]
         lines += [f"  {note}" for note in p.get("in_order") or []]
     if plan.get("pipeline"):
         lines.append(f"Pipeline: {plan['pipeline']}")
