@@ -21,6 +21,7 @@ __all__ = [
     "is_const_int",
     "reaches_int32_limit",
     "rewrite",
+    "uses_var",
     "walk_loads",
     "widen_index",
 ]
@@ -192,6 +193,11 @@ def walk_loads(expr, visit: Callable) -> None:
         return load
 
     rewrite(expr, {}, on_load)
+
+
+def uses_var(expr, var) -> bool:
+    """Whether `expr` reads the variable `var`."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def const_int(e) -> int | None:

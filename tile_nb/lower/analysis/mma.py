@@ -13,7 +13,8 @@ from .layout import WgmmaAccLayout
 
 __all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "INT8S", "WGMMA_TYPES", "eight_bit_fma_reason",
            "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32", "k_major_panels",
-           "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok", "wgmma_split"]
+           "narrow_b", "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok",
+           "wgmma_split"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -63,7 +64,7 @@ def wgmma_refusal(target, call, threads) -> str | None:
     b_ext = [int(e) for _, e in b_rng]
     bk = a_ext[-1]
     elem = elem_bytes(a.dtype)
-    split = wgmma_split(bm, bn, threads // 128, trans_b, narrow_b=trans_b and elem == 2)
+    split = wgmma_split(bm, bn, threads // 128, trans_b, narrow_b=narrow_b(call))
     if isinstance(split, str):
         return split
     if not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
@@ -98,6 +99,13 @@ def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool,
                 f"{cols} slices of {bn / cols:g} columns, and wgmma here takes slices that are multiples of "
                 f"{16 if trans_b else 64} (B stored {'[N, K]' if trans_b else '[K, N]'}) up to 256")
     return rows, cols
+
+
+def narrow_b(call) -> bool:
+    """Whether a T.gemm's B is 16-bit and stored [N, K]: one warpgroup's wgmma may take any multiple of 16 of
+    its columns (wgmma_split)."""
+    b = region_of(call.args[2])[0]
+    return bool(call.args[5]) and elem_bytes(b.dtype) == 2
 
 
 def wgmma_register_a_ok(call) -> bool:

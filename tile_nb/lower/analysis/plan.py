@@ -66,6 +66,7 @@ from .mma import (
     gemm_kind,
     is_tf32,
     k_major_panels,
+    narrow_b,
     wgmma_eligible,
     wgmma_refusal,
     wgmma_register_a_ok,
@@ -253,11 +254,6 @@ class KernelPlan(PlanFacts):
             "options": self.options.changed(),
             "global_layouts": [g.to_dict() for g in self.global_layouts],
         }
-
-
-def _narrow_b(gemm) -> bool:
-    """Whether a T.gemm's B is 16-bit and stored [N, K] (mma.wgmma_split's narrow_b)."""
-    return bool(gemm.args[5]) and tirx_bits(region_of(gemm.args[2])[0].dtype) == 16
 
 
 def _mma_kind(acc, sync_mma: str) -> str:
@@ -791,7 +787,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                                                           tf32=True)
                 elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads) and (
                         (split := wgmma_split(bm, bn, threads // 128, bool(s.args[5]),
-                                            narrow_b=_narrow_b(s)))[1] == 1
+                                            narrow_b=narrow_b(s)))[1] == 1
                         or column_split):
                     rows, cols = split  # eligible: (row groups, column groups), not a refusal
                     accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)

@@ -36,8 +36,8 @@ import tvm
 from tvm import tirx
 
 from ...language.irutil import is_handle
-from ...language.stmtwalk import iter_stmts, stmt_children, walk_expr
-from ..exprs import walk_loads
+from ...language.stmtwalk import stmt_children, walk_expr
+from ..exprs import uses_var, walk_loads
 from ..irwalk import buffers_touched, region_of, scope_of, seq_items, vars_bound_in
 
 __all__ = ["AheadIssue", "Gather", "PipelineSchedule", "as_gather", "buffers_used_after",
@@ -182,20 +182,17 @@ def schedule_pipeline(loop: tirx.For, gathers: bool = True, used_after: tuple = 
 
 
 def buffers_used_after(kernel_body, loop: tirx.For) -> list:
-    """The buffers touched by statements that may run after `loop` ends: those after it in program order, and
-    the rest of every loop around it (run again after it)."""
-    stmts = list(iter_stmts(kernel_body))
-    start = next(i for i, s in enumerate(stmts) if s.same_as(loop))
-    after = stmts[start + sum(1 for _ in iter_stmts(loop)):]
-    around = _enclosing(kernel_body, loop)
-    for outer in around:
-        if isinstance(outer, tirx.For):
-            first = next(i for i, s in enumerate(stmts) if s.same_as(outer)) + 1
-            after += [s for s in stmts[first:start] if not any(s.same_as(o) for o in around)]
-    used = []
-    for s in after:
-        reads, writes = buffers_touched(s)
-        used += reads + writes
+    """The buffers touched by statements that may run after `loop` ends: at each level around it, the
+    statements after it, and inside a loop around it also those before it (run again after it)."""
+    path = (*_enclosing(kernel_body, loop), loop)
+    used, in_loop = [], False
+    for outer, inner in zip(path, path[1:], strict=False):
+        in_loop = in_loop or isinstance(outer, tirx.For)
+        children = stmt_children(outer)
+        pos = next(i for i, c in enumerate(children) if c.same_as(inner))
+        for s in children[pos + 1:] + (children[:pos] if in_loop else []):
+            reads, writes = buffers_touched(s)
+            used += reads + writes
     return used
 
 
@@ -236,14 +233,10 @@ def _binds_used(binds, exprs) -> tuple:
     """The Binds among `binds` that `exprs` use, with the Binds those use, in body order."""
     used, chosen = list(exprs), []
     for b in reversed(binds):  # a Bind uses only earlier ones
-        if _uses(used, b.var):
+        if any(uses_var(e, b.var) for e in used):
             chosen.append(b)
             used.append(b.value)
     return tuple(reversed(chosen))
-
-
-def _uses(exprs, var) -> bool:
-    return any(var.same_as(v) for e in exprs for v in tirx.analysis.undefined_vars(e))
 
 
 def _pure(expr) -> bool:

@@ -289,9 +289,14 @@ class Emitter:
             f"inside T.Parallel it must be indexed by the loop variables in order")
 
     # ---- statements ----------------------------------------------------------------------------------------
+    def issued_ahead(self, stmt) -> bool:
+        """Whether the pipeline being emitted issues `stmt` ahead (schedule.AheadIssue): where it stands it
+        emits nothing."""
+        return any(stmt.same_as(c) for c in self.scope.issued_ahead)
+
     def emit(self, stmt):
-        if any(stmt.same_as(c) for c in self.scope.issued_ahead):
-            return  # a copy of a pipelined loop, issued ahead under its `if` (schedule.AheadIssue)
+        if self.issued_ahead(stmt):
+            return  # a copy of a pipelined loop under its `if`
         with self.marked(stmt):
             self._emit(stmt)
 
@@ -623,8 +628,8 @@ class Emitter:
         pending_write = pending_read = False
         global_writes: set = set()  # global tensors written since the last barrier
         for s in stmts:
-            if any(s.same_as(c) for c in self.scope.issued_ahead):
-                continue  # issued ahead: no barrier for what it writes here
+            if self.issued_ahead(s):
+                continue  # no barrier for what it writes here
             if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
                 self.emit(s)
                 continue

@@ -47,10 +47,9 @@ def _issue(em, schedule, copies, loop_var, iteration, stages):
     stage = {prefetched_tile(c): tirx.floormod(iteration, stages) if stages > 1 else 0 for c in copies}
     ahead = [schedule.issue_of(c) for c in copies]
     with em.bound("var_map", {loop_var: iteration}), em.bound("stage", stage):
-        binds = []
-        for a in ahead:
-            binds += [b for b in a.binds if not any(b.same_as(x) for x in binds)]
-        binds.sort(key=lambda b: _body_position(schedule.loop, b))
+        # every Bind some copy reads, once, in body order
+        needed = [b for a in ahead for b in a.binds]
+        binds = [s for s in seq_items(schedule.loop.body) if any(s.same_as(b) for b in needed)]
         for b in binds:
             value = T.Bind(em.expr(b.value))
             IRBuilder.name(f"{b.var.name}_ahead", value)
@@ -65,10 +64,6 @@ def _issue(em, schedule, copies, loop_var, iteration, stages):
                         issue_async_copy(em, c)
                     else:
                         issue_async_gather(em, as_gather(c))
-
-
-def _body_position(loop, stmt) -> int:
-    return next(i for i, s in enumerate(seq_items(loop.body)) if s.same_as(stmt))
 
 
 def emit_pipelined(em, loop):

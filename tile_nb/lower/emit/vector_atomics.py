@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from ...language.stmtwalk import atomic_element, atomic_op
-from ..exprs import conjunction, walk_loads
+from ..exprs import conjunction, uses_var, walk_loads
 from ..irwalk import scope_of
 from . import intrin
 from .copy import tensor_vectors_ok
@@ -60,9 +60,9 @@ def vector_atomic(em, loops, body, layout) -> VectorAtomic | None:
             or any(not i.same_as(v) for i, v in zip(value.indices, loop_vars, strict=True))):
         return None
     offset = em.analyzer.simplify(element.indices[-1] - last)
-    if _uses(offset, last) or any(_uses(i, last) for i in element.indices[:-1]):
+    if uses_var(offset, last) or any(uses_var(i, last) for i in element.indices[:-1]):
         return None
-    if cond is not None and (_uses(cond, last) or _reads_registers(em, cond)):
+    if cond is not None and (uses_var(cond, last) or _reads_registers(em, cond)):
         return None
     width = min(layout.vector(), MAX_WIDTH)
     while width > 1:
@@ -93,10 +93,6 @@ def emit_vector_atomics(em, loops, atomic: VectorAtomic, layout):
                     guarded.enter_context(T.Then())
                 T.evaluate(intrin.atomic_add_float32_vector(address, intrin.address_of(registers, [r0]),
                                                             width))
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _reads_registers(em, expr) -> bool:
