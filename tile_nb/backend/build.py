@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cuda_compile, postproc
+from . import cuda_compile, extern_sources, postproc
 from .cuda_compile import CubinResult
 from .resources import Resources, dynamic_shared_by_kernel
 from .target import resolve_target, target_arch, target_embeds_ptx
@@ -199,8 +199,10 @@ def build(mod, target=None, options: BuildOptions | dict | None = None, *,
         options = BuildOptions.from_dict(options)
     target = resolve_target(target)
     arch = target_arch(target)
-    # a registered CUDA post-processing callback (postproc.py) rewrites the source before it is compiled
-    take_marks = postproc.after_marks(take_marks or _no_marks, target)
+    # T.import_source's code goes in first (extern_sources.py); a registered CUDA post-processing callback
+    # (postproc.py) rewrites the source before it is compiled
+    take_marks = extern_sources.with_sources(take_marks or _no_marks, mod)
+    take_marks = postproc.after_marks(take_marks, target)
     with compiling_cuda(arch, options, take_marks, ptx=target_embeds_ptx(target)) as capture, target:
         start = time.perf_counter()
         executable = tvm.compile(mod, target=target, tir_pipeline=pipeline.PIPELINE)

@@ -21,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import extern_sources
 from .build import BuildOptions, compiling_cuda
 from .cuda_compile import CudaCompileError, ToolMissingError
 from .toolchain import find_tool
@@ -44,6 +45,7 @@ def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | No
                                "does not make (build option host='cuda_host'; the default host='llvm' "
                                "launches it cooperatively)")
     target = tvm.target.Target({"kind": "cuda", "arch": arch}, host="cuda_host")
+    take_marks = extern_sources.with_sources(take_marks or (lambda code: (code, {})), mod)
     try:
         with compiling_cuda(arch, options or BuildOptions(), take_marks), target:
             built = tvm.compile(mod, target=target, tir_pipeline=pipeline.PIPELINE)
@@ -51,7 +53,7 @@ def cuda_host_source(mod, arch: str, take_marks=None, options: BuildOptions | No
     except Exception as err:  # noqa: BLE001 - TVM refuses what its cuda_host codegen does not support; say so
         raise CudaCompileError("TVM's cuda_host codegen", arch, f"{type(err).__name__}: {err}\n(build option "
                                "host='cuda_host'; the default host='llvm' builds this kernel)") from None
-    return cache_launch_setup(take_marks(source)[0] if take_marks is not None else source)
+    return cache_launch_setup(take_marks(source)[0])
 
 
 # What `cache_launch_setup` adds to the host code. Each tensor-map call site and each dynamic-shared-memory

@@ -20,6 +20,7 @@ from ..language import loops, memory, sync
 from ..language import state as _state
 from ..language.annotations import TensorAnnotation, ptr
 from ..language.dtypes import PACKED_4BIT, DType
+from ..language.extern import EXTERN_SOURCES_ATTR, is_extern_call
 from ..language.irutil import dtype_of, is_buffer, is_expr, is_load, unwrap_comparison
 from .indexing import index_dims
 from .macros import call_macro
@@ -656,6 +657,15 @@ class Hooks:
             manager.with_names(names)
         return manager
 
+    def expr_stmt(self, value) -> None:
+        """A call written as a statement. An extern call (`T.call_extern(...)`) is evaluated for its effect,
+        as TVMScript evaluates it; any other value is dropped, as Python drops it."""
+        if is_extern_call(value):
+            from tvm import tirx
+            from tvm.script.ir_builder import tirx as T
+
+            T.add_to_parent(tirx.Evaluate(value, self.st.span()))
+
     def jump(self, kind: str) -> None:
         if self.st.loops and self.st.loops[-1] == "ir":
             raise self.st.error(f"`{kind}` inside a kernel loop is not supported",
@@ -798,6 +808,8 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
     # accepted, not applied (T.use_swizzle, gemm policy, a shared tile's swizzle); absent when none
     if st.hints:
         attrs["tile_nb.hints"] = list(st.hints)
+    if st.extern_sources:  # T.import_source's CUDA code, pasted ahead of the kernels (absent when none)
+        attrs[EXTERN_SOURCES_ATTR] = list(st.extern_sources)
     # The function's span names the user's file (line data for lowering errors; not printed, not keyed).
     span = ir.Span(ir.SourceName(st.filename), kernel.source.first_line, kernel.source.first_line, 0, 0)
     result.func = tirx.PrimFunc(params, body, func.ret_type, func.attrs, span=span).with_attrs(attrs)

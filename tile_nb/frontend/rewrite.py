@@ -505,6 +505,12 @@ class _BodyRewriter(ast.NodeTransformer):
         call = _hook("check", node.test, node.msg if node.msg is not None else _const(None), _const(text))
         return ast.copy_location(ast.Expr(call), node)
 
+    def visit_Expr(self, node: ast.Expr):
+        # a call written as a statement: `T.call_extern(...)` is evaluated for its effect (Hooks.expr_stmt)
+        if isinstance(node.value, ast.Call):
+            return ast.copy_location(ast.Expr(_hook("expr_stmt", node.value)), node)
+        return node
+
     def visit_Break(self, node):
         return [ast.copy_location(ast.Expr(_hook("jump", _const("break"))), node), node]
 

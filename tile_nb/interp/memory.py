@@ -326,7 +326,11 @@ def compile_extern(comp: Compiler, node):
         return _compile_atomic_extreme(comp, node, "amax" if name == "atomicMax" else "amin")
     if name in ("__syncthreads", "__syncwarp"):
         return lambda f: 0  # block-level code runs as one sequential program: barriers are no-ops
-    raise NotImplementedError(f"the CPU interpreter has no rule for call_extern '{name}': {node}")
+    raise InterpreterError(
+        f"T.call_extern('{name}'): the CPU interpreter cannot run '{name}': it runs the tile IR, and an "
+        "extern function is CUDA C (T.import_source) or a library function it has no rule for", comp.location,
+        hint="run this kernel on a GPU (tile_nb's CUDA lowering pastes T.import_source's code and calls it), "
+             "or write the function's work in tile code for the interpreter")
 
 
 def _atomic_element(node):

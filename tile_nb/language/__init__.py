@@ -74,6 +74,7 @@ from .compute import (
 )
 from .debug import assume, breakpoint, device_assert, print  # noqa: A004 - the DSL's names
 from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
+from .extern import access_ptr, call_extern, call_pure_extern, import_source
 from .functions import Ref, macro, prim_func
 from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, set_max_nreg, use_swizzle
 from .im2col import im2col
@@ -196,6 +197,10 @@ __all__ = [
     "atomic_addx4",
     "atomic_max",
     "atomic_min",
+    "import_source",
+    "call_extern",
+    "call_pure_extern",
+    "access_ptr",
     "if_then_else",
     "ceildiv",
     "max",

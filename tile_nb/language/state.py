@@ -53,6 +53,7 @@ class State:
     tile_op_lines: list[int] = field(default_factory=list)  # TilePrimitiveCalls carry no span: lines in order
     # (buffer, line) of each T.alloc_*: budget errors point there
     allocations: list = field(default_factory=list)
+    extern_sources: list[str] = field(default_factory=list)  # T.import_source's code (language/extern.py)
     hints: list[str] = field(default_factory=list)  # hints accepted, not applied (T.use_swizzle, gemm policy)
     tf32: list = field(default_factory=list)  # buffers allocated as T.tfloat32 (float32 storage, TF32 T.gemm)
     block_vars: tuple = ()  # the open T.Kernel's block indices (blockIdx.x, .y, .z), for T.get_block_binding

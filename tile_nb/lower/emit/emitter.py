@@ -22,6 +22,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.tirx.script.builder import ir as _ir
 
+from ...language.extern import is_extern_call
 from ...language.irutil import is_handle
 from ...language.memory import LOCAL_THREAD
 from ...language.stmtwalk import atomic_op
@@ -378,6 +379,10 @@ class Emitter:
                 value = intrin.atomic_extreme(kind, address, update, str(target.dtype))
             else:
                 value = self.expr(stmt.value)
+            if is_extern_call(value) and is_handle(value):
+                # `T.call_extern("handle", f, ...)` as a statement calls a void f: TVM would print a
+                # handle-typed call cast to (void*), which a void function's result cannot take
+                value = tirx.call_extern("int32", value.args[0].value, *value.args[1:])
             if self._block_level_atomic(stmt.value):
                 # Block-level code describes the CTA once (docs/IR.md), and the interpreter adds once per CTA:
                 # one thread adds, not every thread of the block.

@@ -10,12 +10,6 @@ from .._support import UnsupportedTilelangName, unsupported
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "uint": "uint32",
             "bfloat": "bfloat16", "symbolic": "dynamic", "match_buffer": "make_tensor"}
 _SUBMODULES = {"fp8", "dtypes"}
-# Why a name is refused, where there is more to say than "not yet".
-_DETAILS = {
-    "import_source": "it adds CUDA C source to the module for T.call_extern to call; the CPU interpreter "
-    "cannot run that code, and tile_nb runs every kernel on both (tilelang's dequantization "
-    "examples take this path with fast_dequant=True; fast_dequant=False is pure tile code)"
-}
 
 
 def _language():
@@ -30,7 +24,7 @@ def __getattr__(name: str):
     language = _language()
     value = getattr(language, _ALIASES.get(name, name), _MISSING)
     if value is _MISSING:
-        raise unsupported(f"tilelang.language.{name}", _DETAILS.get(name), kind=UnsupportedTilelangName)
+        raise unsupported(f"tilelang.language.{name}", kind=UnsupportedTilelangName)
     return value
 
 
