@@ -1,6 +1,6 @@
-"""float32 atomic adds of a register fragment into a global tensor go two or four neighbouring registers per
-atomic on sm_90 (lower/emit/vector_atomics.py); element by element wherever the group would not move as one
-aligned access, before sm_90, and with the option off."""
+"""float32 atomic adds of a register fragment or a shared tile into a global tensor go two or four
+neighbouring elements per atomic on sm_90 (lower/emit/vector_atomics.py); element by element wherever the
+group would not move as one aligned access, before sm_90, and with the option off."""
 from __future__ import annotations
 
 import re
@@ -114,4 +114,57 @@ def test_add_rows_agrees_with_torch(device, M):
     expect = g + 6 * x
     g = g.to(device)
     add_rows(x.to(device), g)
+    torch.testing.assert_close(g.cpu(), expect, atol=1e-5, rtol=1e-5)
+
+
+@tile_nb.jit
+def add_shared_tiles(X, G):
+    """G[r, c] += X[r, c] from each of 2 CTAs along the grid's third dim, through a 32 x 64 shared tile added
+    with the tile form (tilelang's `T.atomic_add(dQ[...], dq_shared)`): the tiles at the bottom and right
+    edges of G reach past it (rows and columns guarded)."""
+    M, W = T.const("M, W")
+    X: T.Tensor[[M, W], T.float32]
+    G: T.Tensor[[M, W], T.float32]
+    with T.Kernel(T.ceildiv(W, 64), T.ceildiv(M, 32), 2, threads=128) as (bx, by, bz):
+        tile = T.alloc_shared((32, 64), T.float32)
+        T.copy(X[by * 32, bx * 64], tile)
+        T.atomic_add(G[by * 32, bx * 64], tile)
+
+
+@tile_nb.jit
+def add_fragment_tiles(X, G):
+    """As add_shared_tiles, through a register fragment (the tile form over registers, its column edge
+    guarded)."""
+    M, W = T.const("M, W")
+    X: T.Tensor[[M, W], T.float32]
+    G: T.Tensor[[M, W], T.float32]
+    with T.Kernel(T.ceildiv(W, 64), T.ceildiv(M, 32), 2, threads=128) as (bx, by, bz):
+        frag = T.alloc_fragment((32, 64), T.float32)
+        T.copy(X[by * 32, bx * 64], frag)
+        T.atomic_add(G[by * 32, bx * 64], frag)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel", [add_shared_tiles, add_fragment_tiles])
+@pytest.mark.parametrize("arch, W, expect", [
+    ("sm_90a", 128, "tnb_atomic_add_float32x4"),
+    ("sm_90a", 132, "tnb_atomic_add_float32x4"),  # the right edge's guard holds for whole groups of 4
+    ("sm_90a", 130, "tnb_atomic_add_float32x2"),  # ... of 2 only
+    ("sm_90a", 129, "atomicAdd"),                 # rows of an odd length
+    ("sm_80", 128, "atomicAdd"),
+])
+def test_tiles_go_in_groups_where_the_edge_guard_holds_for_the_group(kernel, arch, W, expect):
+    x = torch.randn(70, W)
+    source = kernel.compile(x, x.clone(), target=arch).cuda_source
+    assert set(_atomics(source)) == {expect}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel", [add_shared_tiles, add_fragment_tiles])
+@pytest.mark.parametrize("M, W", [(70, 132), (1, 130), (64, 128), (33, 129), (5, 4)])
+def test_tile_adds_agree_with_torch(device, kernel, M, W):
+    x, g = torch.randn(M, W), torch.randn(M, W)
+    expect = g + 2 * x
+    g = g.to(device)
+    kernel(x.to(device), g)
     torch.testing.assert_close(g.cpu(), expect, atol=1e-5, rtol=1e-5)
