@@ -20,7 +20,8 @@
 #                        the real tilelang from .tl (scripts/tilelang_kit.sh) and tile_nb with TVM already unpacked
 #                        in /tmp/devkit by an earlier call of this lease (the two kits together exceed a call's
 #                        64 MiB: carry .tl and .gl/tilelang/examples here, not .devkit); both warm up side by side,
-#                        then each is timed alone (VS_BUDGET, 130 s each)
+#                        then each is timed alone (VS_BUDGET, 130 s each); .gl/gpudeps (PYDEPS) on the path of both
+#                        where carried (the linear-attention examples import fla)
 # Each part fits one 10-minute call and writes at most 8 files to $OUT (the limit on what comes back); the machine's
 # name, driver and the time head the first log. Exits non-zero if the part's tests failed.
 set -uo pipefail
@@ -73,10 +74,12 @@ case "$part" in
            examples/flash_decoding/* examples/deepseek_mla/* examples/dequantize_gemm/* examples/linear_attention/*
            examples/blocksparse_attention/* examples/elementwise/* examples/cast/* examples/convolution/*
            examples/warp_specialize/*})
-    nb() { PYTHONPATH=/tmp/devkit/site:$PWD python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" --impl tile_nb \
-             --only "${globs[@]}" "$@"; }
-    tl() { (source scripts/tilelang_kit.sh use && python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" \
-             --impl tilelang --only "${globs[@]}" "$@"); }
+    # the examples' references' packages (fla, einops: scripts/conformance_deps.sh), where carried
+    deps=$(realpath "${PYDEPS:-.gl/gpudeps}" 2>/dev/null || true)
+    nb() { PYTHONPATH=/tmp/devkit/site:$PWD${deps:+:$deps} python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" \
+             --impl tile_nb --only "${globs[@]}" "$@"; }
+    tl() { (source scripts/tilelang_kit.sh use && PYTHONPATH=$PYTHONPATH${deps:+:$deps} \
+             python3 benchmarks/vs_tilelang.py "${TILELANG:-.gl/tilelang}" --impl tilelang --only "${globs[@]}" "$@"); }
     device > "$out/vs_tilelang.log"
     nb --warm-only --warm-jobs 6 --timeout 150 > "$out/warm_tile_nb.log" 2>&1 &
     tl --warm-only --warm-jobs 6 --timeout 150 > "$out/warm_tilelang.log" 2>&1 &
