@@ -1,9 +1,6 @@
-"""Vector atomics (GPU), with `tile_nb.vector_atomics` on (sm_90: atomicAdd(float2*) / (float4*)) and off
-(one atomicAdd per element), in one process with one timer:
-- FlashAttention backward's dQ accumulation, an MMA accumulator added into a float32 global tensor
-  (`add_products`: two registers per atomic);
-- tilelang's TMA-reduction form, a shared tile added with `T.atomic_add(G[...], tile)`
-  (`add_shared_tiles`: four elements per atomic, dealt round-robin to the threads).
+"""Vector atomics (GPU): FlashAttention backward's dQ accumulation, an MMA accumulator added into a float32
+global tensor with one atomic per element, with `tile_nb.vector_atomics` on (two registers per
+atomicAdd(float2*), sm_90) and off (one atomicAdd per element), in one process with one timer.
 
     python benchmarks/atomics.py [--json out.json]
 
@@ -44,51 +41,6 @@ def add_products(A, B, G, adders=8):
                 T.atomic_add(G[bx * 64 + i, j], acc[i, j])
 
 
-@tile_nb.jit
-def add_shared_tiles(X, G, adders=8):
-    """G[r, :] += X[r, :] from each of `adders` CTAs, through a 64 x D shared tile (the tile form)."""
-    M, D = T.const("M, D")
-    X: T.Tensor[[M, D], T.float32]
-    G: T.Tensor[[M, D], T.float32]
-    with T.Kernel(T.ceildiv(M, 64), adders, threads=128) as (bx, by):
-        tile = T.alloc_shared((64, D), T.float32)
-        T.copy(X[bx * 64, 0], tile)
-        T.atomic_add(G[bx * 64, 0], tile)
-
-
-def _vector_and_scalar(run) -> dict:
-    times = {}
-    for vector in (True, False):
-        with tile_nb.options(vector_atomics=vector):
-            run()  # build outside the timing
-            times[vector] = do_bench(run).median_ms
-    return times
-
-
-def _shared_tile_rows() -> list:
-    rows = []
-    for M, D, adders in ((4096, 128, 8), (16384, 128, 8)):
-        x = torch.randn(M, D, device="cuda")
-        g = torch.zeros(M, D, device="cuda")
-        times = _vector_and_scalar(lambda: add_shared_tiles(x, g, adders=adders))
-        g.zero_()
-        with tile_nb.options(vector_atomics=True):
-            add_shared_tiles(x, g, adders=adders)
-        torch.testing.assert_close(g, adders * x)
-
-        def torch_adds():
-            for _ in range(adders):
-                g.add_(x)
-
-        yard = do_bench(torch_adds).median_ms
-        row = {"kernel": "add_shared_tiles", "M": M, "D": D, "adders": adders, "vector_ms": times[True],
-               "scalar_ms": times[False], "torch_ms": yard, "vector_over_scalar": times[False] / times[True]}
-        rows.append(row)
-        print(f"shared tile M {M:6d} D {D} adders {adders:2d}: float4 atomics {times[True]:.4f} ms, one per "
-              f"element {times[False]:.4f} ms ({row['vector_over_scalar']:.2f}x), torch {yard:.4f} ms")
-    return rows
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -99,7 +51,11 @@ def main():
         a = torch.randn(M, 64, device="cuda", dtype=torch.float16)
         b = torch.randn(N, 64, device="cuda", dtype=torch.float16)
         g = torch.zeros(M, N, device="cuda")
-        times = _vector_and_scalar(lambda: add_products(a, b, g, adders=adders))
+        times = {}
+        for vector in (True, False):
+            with tile_nb.options(vector_atomics=vector):
+                add_products(a, b, g, adders=adders)  # build outside the timing
+                times[vector] = do_bench(lambda: add_products(a, b, g, adders=adders)).median_ms
         g.zero_()
         with tile_nb.options(vector_atomics=True):
             add_products(a, b, g, adders=adders)
@@ -110,12 +66,11 @@ def main():
                 g.add_(a @ b.T)
 
         yard = do_bench(torch_adds).median_ms
-        row = {"kernel": "add_products", "M": M, "N": N, "adders": adders, "vector_ms": times[True],
-               "scalar_ms": times[False], "torch_ms": yard, "vector_over_scalar": times[False] / times[True]}
+        row = {"M": M, "N": N, "adders": adders, "vector_ms": times[True], "scalar_ms": times[False],
+               "torch_ms": yard, "vector_over_scalar": times[False] / times[True]}
         rows.append(row)
         print(f"M {M:6d} N {N} adders {adders:2d}: float2 atomics {times[True]:.4f} ms, one per element "
               f"{times[False]:.4f} ms ({row['vector_over_scalar']:.2f}x), torch {yard:.4f} ms")
-    rows += _shared_tile_rows()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"),

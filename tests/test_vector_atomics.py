@@ -1,6 +1,7 @@
-"""float32 atomic adds of a register fragment or a shared tile into a global tensor go two or four
-neighbouring elements per atomic on sm_90 (lower/emit/vector_atomics.py); element by element wherever the
-group would not move as one aligned access, before sm_90, and with the option off."""
+"""float32 atomic adds of a register fragment into a global tensor go two or four neighbouring registers per
+atomic on sm_90 (lower/emit/vector_atomics.py), the tile form's guard at the tensor's edge included where it
+holds for whole groups; element by element wherever the group would not move as one aligned access, before
+sm_90, with the option off, and from a shared tile."""
 from __future__ import annotations
 
 import re
@@ -145,13 +146,13 @@ def add_fragment_tiles(X, G):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel", [add_shared_tiles, add_fragment_tiles])
-@pytest.mark.parametrize("arch, W, expect", [
-    ("sm_90a", 128, "tnb_atomic_add_float32x4"),
-    ("sm_90a", 132, "tnb_atomic_add_float32x4"),  # the right edge's guard holds for whole groups of 4
-    ("sm_90a", 130, "tnb_atomic_add_float32x2"),  # ... of 2 only
-    ("sm_90a", 129, "atomicAdd"),                 # rows of an odd length
-    ("sm_80", 128, "atomicAdd"),
+@pytest.mark.parametrize("kernel, arch, W, expect", [
+    (add_fragment_tiles, "sm_90a", 128, "tnb_atomic_add_float32x4"),
+    (add_fragment_tiles, "sm_90a", 132, "tnb_atomic_add_float32x4"),  # the right edge's guard holds for 4s
+    (add_fragment_tiles, "sm_90a", 130, "tnb_atomic_add_float32x2"),  # ... for pairs only
+    (add_fragment_tiles, "sm_90a", 129, "atomicAdd"),                 # rows of an odd length
+    (add_fragment_tiles, "sm_80", 128, "atomicAdd"),
+    (add_shared_tiles, "sm_90a", 128, "atomicAdd"),  # consecutive threads on consecutive elements already
 ])
 def test_tiles_go_in_groups_where_the_edge_guard_holds_for_the_group(kernel, arch, W, expect):
     x = torch.randn(70, W)

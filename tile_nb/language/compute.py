@@ -214,8 +214,8 @@ def atomic_add(dst, value, use_tma: bool = False, memory_order: str | None = Non
     """`T.atomic_add(C[i, j], v)`: add `v` to one element atomically (safe across CTAs). tilelang's tile form,
     `T.atomic_add(C[i, j], C_local)` or `T.atomic_add(C[r0:r1, c0:c1], C_local)` (a tile as the value), adds
     the whole tile element by element: a `T.Parallel` loop of atomic adds, each guarded against the edge of
-    `C` (on sm_90 float32 tiles go 4 elements per atomic: lower/emit/vector_atomics.py). `use_tma=True`
-    (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order`
+    `C` (on sm_90 a float32 fragment's neighbouring registers go 2 or 4 per atomic: emit/vector_atomics.py).
+    `use_tma=True` (tilelang's TMA reduction) is a recorded hint: the sums are the same; `memory_order`
     may be "relaxed" (what CUDA's atomicAdd is), others are refused."""
     st = _state.active("T.atomic_add")
     if use_tma:

@@ -107,10 +107,10 @@ def _emit_parallel(em, loops, body):
     extents = [em.expr(l.extent) for l in loops]
     layout = em.plan.fragments.loop_layouts.get(loop)
     with em.scoped(thread_code=True):
-        if (atomic := vector_atomic(em, loops, body, layout)) is not None:
-            emit_vector_atomics(em, loops, atomic, layout)
-        elif layout is None:  # a T.dynamic extent, too: the iterations go round-robin over the threads
+        if layout is None:  # a T.dynamic extent, too: the iterations go round-robin over the threads
             distribute(em, extents, lambda idx: _emit_body(em, loops, body, idx))
+        elif (atomic := vector_atomic(em, loops, body, layout)) is not None:
+            emit_vector_atomics(em, loops, atomic, layout)
         else:
             _emit_over_registers(em, loops, body, layout)
 

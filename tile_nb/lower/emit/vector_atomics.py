@@ -1,20 +1,19 @@
-"""Vector atomics: a `T.Parallel` nest whose body adds one value per element into a float32 global tensor
-runs, on sm_90 and later, one atomic per group of elements side by side along the last dim:
-`atomicAdd(float2*)` / `atomicAdd(float4*)`, each element's add atomic as before, half or a quarter of the
-instructions. Two forms:
-- the value is a register fragment's element (FlashAttention's backward,
-  `T.atomic_add(dQ[b, k * 32 + i, h, j], dq[i, j])`, or the tile form `T.atomic_add(C[...], frag)`): each
-  thread adds the register groups it holds;
-- any other value (a shared tile's element: the tile form `T.atomic_add(dQ[...], dq_shared)` of tilelang's
-  TMA-reduction examples): the groups go round-robin over the threads, consecutive threads on consecutive
-  groups so that a warp's atomics cover contiguous memory, each lane's value put in an aligned local first.
-Option `tile_nb.vector_atomics` (False: one atomicAdd per element).
+"""Vector atomics: a `T.Parallel` nest over a register fragment whose body adds each element into a float32
+global tensor (`T.atomic_add(dQ[b, k * 32 + i, h, j], dq[i, j])`, FlashAttention's backward; the tile form
+`T.atomic_add(C[...], frag)`, split-K GEMM's) runs, on sm_90 and later, one atomic per group of registers a
+thread holds side by side along the last dim: `atomicAdd(float2*)` / `atomicAdd(float4*)`, each element's add
+atomic as before, half or a quarter of the instructions. Option `tile_nb.vector_atomics` (False: one atomicAdd
+per element).
 
 Taken only when the group moves as one aligned access: the tensor's last dim contiguous and a multiple of the
 width, its other strides too, its data pointer aligned (checked at each call, `tile_nb.unaligned`), the index
 along the last dim the last loop variable plus a multiple of the width. A condition around the add must hold
 for the whole group: it may not read a register fragment, and it reads the last loop variable only in edge
 guards `j + c < E` with c and E multiples of the width (the tile form's guard at the edge of the tensor).
+
+A shared tile's adds (`T.atomic_add(dQ[...], dq_shared)`) stay one per element: consecutive threads already
+add consecutive elements there, and groups of 4 measured no faster on an H100 (1.03x / 0.98x,
+benchmarks/results/atomics.md), where a fragment's scattered pairs gain 1.6-1.8x.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
-from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ...language.stmtwalk import atomic_element, atomic_op
@@ -31,7 +29,6 @@ from ..exprs import conjunction, uses_var, walk_loads
 from ..irwalk import scope_of
 from . import intrin
 from .copy import tensor_vectors_ok
-from .threads import distribute
 
 __all__ = ["VectorAtomic", "emit_vector_atomics", "vector_atomic"]
 
@@ -40,17 +37,15 @@ MAX_WIDTH = 4  # float4: 16 bytes
 
 @dataclass(frozen=True)
 class VectorAtomic:
-    width: int  # elements per atomic
+    width: int  # registers per atomic
     target: object  # the float32 global tensor
     indices: tuple  # its element's indices (tile IR, in the loop variables)
-    fragment: object  # the register fragment whose element is added, or None (`value` is added)
-    value: object  # the value added (tile IR, in the loop variables)
+    fragment: object  # the register fragment added
     cond: object  # the condition around the add, or None
 
 
 def vector_atomic(em, loops, body, layout) -> VectorAtomic | None:
-    """The vector form of the nest `loops` with body `body` over `layout` (None: no register layout), or
-    None (module docstring)."""
+    """The vector form of the nest `loops` with body `body` over `layout` (module docstring), or None."""
     if em.caps.sm < 90 or not em.plan.options.vector_atomics:
         return None
     cond = None
@@ -67,33 +62,27 @@ def vector_atomic(em, loops, body, layout) -> VectorAtomic | None:
     loop_vars = [l.loop_var for l in loops]
     last = loop_vars[-1]
     fragment = _register_operand(em, value, loop_vars, layout)
-    if fragment is None and _reads_registers(em, value):
+    if fragment is None:
         return None
     offset = em.analyzer.simplify(element.indices[-1] - last)
     if uses_var(offset, last) or any(uses_var(i, last) for i in element.indices[:-1]):
         return None
     if cond is not None and _reads_registers(em, cond):
         return None
-    if fragment is not None:
-        widest, extent = layout.vector(), int(layout.shape[-1])
-    elif isinstance(loops[-1].extent, tvm.ir.prim.expr.IntImm):
-        widest, extent = MAX_WIDTH, int(loops[-1].extent)
-    else:
-        return None
-    width = min(widest, MAX_WIDTH)
+    width = min(layout.vector(), MAX_WIDTH)
     while width > 1:
-        if (extent % width == 0 and tensor_vectors_ok(em, target, width)
+        if (int(layout.shape[-1]) % width == 0 and tensor_vectors_ok(em, target, width)
                 and em.prove(tirx.floormod(target.shape[-1], width) == 0)
                 and em.prove(tirx.floormod(em.expr(offset), width) == 0)
                 and _whole_groups(em, cond, last, width)):
-            return VectorAtomic(width, target, tuple(element.indices), fragment, value, cond)
+            return VectorAtomic(width, target, tuple(element.indices), fragment, cond)
         width //= 2
     return None
 
 
 def _register_operand(em, value, loop_vars, layout):
     """The register fragment `value` reads at the loop's own coordinates (laid out as the loop), or None."""
-    if not isinstance(value, tvm.ir.TensorLoad) or layout is None:
+    if not isinstance(value, tvm.ir.TensorLoad):
         return None
     fragment = value.source
     if (fragment not in em.registers or str(fragment.dtype) != "float32" or em.plan.layout(fragment) != layout
@@ -127,11 +116,7 @@ def _conjuncts(cond) -> list:
 
 
 def emit_vector_atomics(em, loops, atomic: VectorAtomic, layout):
-    """One vector atomic per group (module docstring): over the register groups each thread holds, or, for a
-    value that is not a register fragment's element, over groups dealt round-robin to the threads."""
-    if atomic.fragment is None:
-        _emit_distributed(em, loops, atomic)
-        return
+    """Each thread adds its register groups of `atomic.fragment`, one vector atomic each."""
     tx, width = em.tx, atomic.width
     groups = layout.regs // width
     registers = em.registers[atomic.fragment]
@@ -142,35 +127,13 @@ def emit_vector_atomics(em, loops, atomic: VectorAtomic, layout):
         with em.bound("var_map", {l.loop_var: c for l, c in zip(loops, coords, strict=True)}):
             guard = conjunction(layout.valid(tx, r0), layout.replica_zero(tx),
                                 em.expr(atomic.cond) if atomic.cond is not None else None)
-            _add_group(em, atomic, guard, intrin.address_of(registers, [r0]))
-
-
-def _emit_distributed(em, loops, atomic: VectorAtomic):
-    width = atomic.width
-    extents = [em.expr(l.extent) for l in loops[:-1]] + [int(loops[-1].extent) // width]
-    lanes = T.alloc_buffer((width,), "float32", scope="local")  # one 16- / 8-byte register group
-    IRBuilder.name("atomic_lanes", lanes)
-
-    def group(idx):
-        starts = {l.loop_var: i for l, i in zip(loops[:-1], idx[:-1], strict=True)}
-        first = idx[-1] * width
-        for k in range(width):
-            with em.bound("var_map", {**starts, loops[-1].loop_var: first + k}):
-                T.buffer_store(lanes, em.expr(atomic.value), [k])
-        with em.bound("var_map", {**starts, loops[-1].loop_var: first}):
-            guard = em.expr(atomic.cond) if atomic.cond is not None else None
-            _add_group(em, atomic, guard, intrin.address_of(lanes, [0]))
-
-    distribute(em, extents, group)
-
-
-def _add_group(em, atomic: VectorAtomic, guard, values):
-    address = em.global_pointer(atomic.target, [em.expr(i) for i in atomic.indices])
-    with contextlib.ExitStack() as guarded:
-        if guard is not None:
-            guarded.enter_context(T.If(guard))
-            guarded.enter_context(T.Then())
-        T.evaluate(intrin.atomic_add_float32_vector(address, values, atomic.width))
+            address = em.global_pointer(atomic.target, [em.expr(i) for i in atomic.indices])
+            with contextlib.ExitStack() as guarded:
+                if guard is not None:
+                    guarded.enter_context(T.If(guard))
+                    guarded.enter_context(T.Then())
+                T.evaluate(intrin.atomic_add_float32_vector(address, intrin.address_of(registers, [r0]),
+                                                            width))
 
 
 def _reads_registers(em, expr) -> bool:
