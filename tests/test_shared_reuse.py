@@ -285,3 +285,48 @@ def test_gemm_with_side_tile_agrees_with_torch(side_first, backend):
     c, y = kernel(a.to(backend), b.to(backend), x.to(backend), side_first=side_first)
     torch.testing.assert_close(c.cpu(), a.float() @ b.float(), atol=1e-2, rtol=1e-3)
     torch.testing.assert_close(y.cpu(), x + 1)
+
+
+@tile_nb.jit
+def gemm_with_unused_tile(A, B, with_bias: bool = False):
+    """C = A B over 4 stages (128 KiB) with a 128 KiB float32 tile that only `with_bias` uses (tilelang's
+    dequantize GEMMs allocate their bias tile either way): 256 KiB laid out one after the other."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], T.float16]
+    B: T.Tensor[[K, N], T.float16]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+        A_s = T.alloc_shared((128, 64), T.float16)
+        B_s = T.alloc_shared((64, 128), T.float16)
+        Bias_s = T.alloc_shared((128, 256), T.float32)
+        acc = T.alloc_fragment((128, 128), T.float32)
+        T.clear(acc)
+        if with_bias:
+            T.fill(Bias_s, 1.0)
+            for i, j in T.Parallel(128, 128):
+                acc[i, j] = Bias_s[i, j]
+        for k in T.Pipelined(T.ceildiv(K, 64), num_stages=4):
+            T.copy(A[by * 128, k * 64], A_s)
+            T.copy(B[k * 64, bx * 128], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C[by * 128, bx * 128])
+    return C
+
+
+def test_a_tile_no_statement_uses_takes_no_bytes_when_the_pool_would_not_fit():
+    a, b = torch.randn(256, 256).half(), torch.randn(256, 256).half()
+    plan = make_plan(gemm_with_unused_tile.specialize(a, b), resolve_target("sm_90a"))
+    assert plan.pool_bytes <= 227 * 1024 and plan.shared_reuse == ()
+    assert any(n.startswith("Bias_s is allocated and no statement uses it") for n in plan.all_notes)
+    # used (before the loop, whose TMA loads start at the kernel's start), it is refused as before
+    with pytest.raises(tile_nb.lower.LoweringError, match="shared memory per block"):
+        make_plan(gemm_with_unused_tile.specialize(a, b, with_bias=True), resolve_target("sm_90a"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N, K", [(200, 130, 300), (1, 1, 64)])
+def test_gemm_with_unused_tile_agrees_with_torch(M, N, K, backend):
+    g = torch.Generator().manual_seed(M)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    c = gemm_with_unused_tile(a.to(backend), b.to(backend))
+    torch.testing.assert_close(c.cpu(), a.float() @ b.float(), atol=1e-2, rtol=1e-3)

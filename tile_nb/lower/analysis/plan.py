@@ -26,6 +26,7 @@ from types import MappingProxyType
 import tvm
 import tvm.sym
 from tvm import tirx
+from tvm.tirx.buffer import is_buffer_var
 
 from ..diagnostics import SourceLines
 from ..errors import LoweringError
@@ -530,7 +531,7 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     keys = list(shared) + list(workspaces)
     tiles = list(shared.values()) + list(workspaces.values())
     placed, end = layout_pool(tiles)
-    shared_reuse, limit = (), max_shared_bytes(arch)
+    shared_reuse, unused_tiles, limit = (), (), max_shared_bytes(arch)
     if end > limit and persistent is None and tma_store is None:
         # over the limit: tiles whose uses do not overlap share bytes (MLA's K/V stages and output staging
         # tile; the tiles of a function's separate T.Kernels); emit_seq's barrier between a statement reading
@@ -539,11 +540,12 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
         # persistent CTA, whose loads for its next tile run ahead, nor under a TMA store, which reads its tile
         # after the threads move on.)
         tma_tiles = {c.tile_buffer for c in tma.copies} if tma is not None else set()
-        lives = _reusable_lives([launch.body for launch in kernels], shared, tma_tiles)
+        lives = _reusable_lives([launch.body for launch in kernels], shared, tma_tiles, lines)
         reused, reused_end = layout_pool_reusing(tiles, lives)
         if reused_end <= limit:  # else the refusal lists the tiles as laid out plainly
             placed, end = reused, reused_end
             shared_reuse = _overlapping(reused, lives)
+            unused_tiles = tuple(b.name for b, span in lives.items() if span == NEVER_LIVE)
     barrier_offset = (end + 7) // 8 * 8
     pool_bytes = barrier_offset + 8 * tma.barrier_count if tma is not None else end  # 8 B per mbarrier
     check_shared(placed, pool_bytes, arch, lines)
@@ -553,6 +555,8 @@ def _make_plan(func: tirx.PrimFunc, target, options: LoweringOptions, column_spl
     )
     by_key = dict(zip(keys, placed, strict=True))
     notes = tuple(f"{b.name} is in shared memory: {why}" for b, why in fragments.shared.items())
+    notes += tuple(f"{name} is allocated and no statement uses it: it takes no bytes of its own (the pool "
+                   "would not fit otherwise)" for name in unused_tiles)
     spills = spill_note(facts.fragment_registers)
     notes += (spills,) if spills else ()
     notes += _fp8_accumulation_notes(func, accumulators)
@@ -828,7 +832,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     return accumulators, kinds, operands, panels, register_a, kept_off
 
 
-def _reusable_lives(bodies: list, shared: dict, tma_tiles: set) -> dict:
+def _reusable_lives(bodies: list, shared: dict, tma_tiles: set, lines) -> dict:
     """Buffer -> (first, last) index of the top-level statements of the CTAs' code (`bodies`, one per
     T.Kernel, numbered on from one kernel to the next) that use each shared tile; a body that is not a
     sequence is one statement, so its tiles share with those of other kernels only. A tile that a pipelined
@@ -836,7 +840,10 @@ def _reusable_lives(bodies: list, shared: dict, tma_tiles: set) -> dict:
     run the statements before the loop). A wgmma operand ends with the statement of its T.gemm like any other
     tile: a wgmma group still in flight there is waited for before the next CTA barrier (emitter.LateWaits
     drains before it, a pipelined loop after its last iteration, other T.gemm right after their issue), and a
-    later statement that writes shared memory after that statement read it comes after such a barrier."""
+    later statement that writes shared memory after that statement read it comes after such a barrier.
+    A tile the user allocated (`lines` knows its line) that no statement uses is never live (`NEVER_LIVE`:
+    tilelang's examples allocate a bias tile whether or not they add a bias); the lowering's own tiles that
+    no statement names (a TMA store's staging tile, reduction scratch) have no span: live throughout."""
     lives: dict = {}
     start = 0
     for body in bodies:
@@ -849,7 +856,13 @@ def _reusable_lives(bodies: list, shared: dict, tma_tiles: set) -> dict:
                     earlier = lives.get(buf, (first, index))
                     lives[buf] = (min(earlier[0], first), max(earlier[1], index))
         start += len(items)
+    for buf in shared:
+        if buf not in lives and is_buffer_var(buf) and lines.alloc_line(buf.name) is not None:
+            lives[buf] = NEVER_LIVE
     return lives
+
+
+NEVER_LIVE = (float("inf"), float("-inf"))  # the span of a tile no statement uses: it meets no other
 
 
 def _overlapping(tiles, lives: dict) -> tuple:
@@ -857,7 +870,8 @@ def _overlapping(tiles, lives: dict) -> tuple:
     pairs = []
     for a in tiles:
         for b in tiles:
-            if a.buffer in lives and b.buffer in lives and lives[b.buffer][1] < lives[a.buffer][0] \
+            spans = (lives.get(a.buffer, NEVER_LIVE), lives.get(b.buffer, NEVER_LIVE))
+            if NEVER_LIVE not in spans and spans[1][1] < spans[0][0] \
                     and a.byte_offset < b.byte_offset + b.nbytes and b.byte_offset < a.byte_offset + a.nbytes:
                 pairs.append((a.buffer.name, b.buffer.name))
     return tuple(pairs)
