@@ -21,6 +21,7 @@ from ..exprs import is_const_int
 from .threads import distribute
 from .uniform import never_true, split_masked_store
 from .vector_atomics import emit_vector_atomics, vector_atomic
+from .vector_copies import emit_vector_copy, vector_copy
 
 __all__ = ["emit_for", "emit_while"]
 
@@ -32,6 +33,9 @@ def _is_parallel(loop) -> bool:
 def emit_for(em, loop):
     if _is_parallel(loop):
         emit_parallel(em, loop)
+        return
+    if em.scope.thread_code and (copy := vector_copy(em, loop)) is not None:
+        emit_vector_copy(em, copy)  # a thread's loop of element copies (vector_copies.py)
         return
     start, extent = em.expr(loop.min), em.expr(loop.extent)
     maker = T.unroll if loop.kind == tirx.ForKind.UNROLLED else T.serial

@@ -1,0 +1,88 @@
+"""Per-thread loops that copy consecutive elements between a thread's registers and a global tensor
+(`for v in T.vectorized(8): x[v] = X[row, c + v]`, tilelang's GEMV kernels) become 4-, 8- or 16-byte accesses
+(lower/emit/vector_copies.py); element by element wherever a chunk would not be one aligned access. Against
+torch on both back ends (gpu twins) at rows and widths that are not multiples of the block, sizes of 1, and a
+tensor whose data pointer is not 16-byte aligned."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import tile_nb
+import tile_nb.language as T
+from tile_nb.backend import toolchain
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_tool("nvcc") is None, reason="needs nvcc to build cubins")
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tile_nb.jit
+def scale_rows(X, VEC: int = 8, shift: int = 0, ROWS: int = 32):
+    """Y[r, c] = 2 X[r, c] + 1 for c in [shift, shift + W): each thread one row, VEC columns at a time through
+    registers."""
+    N, W, P = T.const("N, W, P")
+    X: T.Tensor[[N, P], T.float16]
+    Y = T.empty((N, P), T.float16)
+    with T.Kernel(T.ceildiv(N, ROWS), threads=ROWS) as bx:
+        x = T.alloc_local((VEC,), T.float16)
+        y = T.alloc_local((VEC,), T.float16)
+        tx = T.get_thread_binding()
+        row = bx * ROWS + tx
+        if row < N:
+            for c in T.serial(W // VEC):
+                for v in T.vectorized(VEC):
+                    x[v] = X[row, shift + c * VEC + v]
+                for v in T.serial(VEC):
+                    y[v] = x[v] * 2.0 + 1.0
+                for v in T.vectorized(VEC):
+                    Y[row, shift + c * VEC + v] = y[v]
+    return Y
+
+
+def _accesses(source: str) -> set[str]:
+    return set(re.findall(r"\btnb_v(?:ld|st)_\w+", source))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kw, P, W, expect", [
+    ({}, 64, 64, {"tnb_vld_float16x8_float16", "tnb_vst_float16x8_float16"}),
+    ({"VEC": 4}, 64, 64, {"tnb_vld_float16x4_float16", "tnb_vst_float16x4_float16"}),
+    ({"VEC": 2}, 64, 64, {"tnb_vld_float16x2_float16", "tnb_vst_float16x2_float16"}),
+    ({"shift": 2}, 66, 64, {"tnb_vld_float16x2_float16", "tnb_vst_float16x2_float16"}),  # 4-byte aligned
+    ({"shift": 1}, 65, 64, set()),                                                       # odd columns
+    ({}, 60, 56, {"tnb_vld_float16x4_float16", "tnb_vst_float16x4_float16"}),  # rows of 120 bytes
+])
+def test_register_copies_become_vector_accesses_where_aligned(kw, P, W, expect):
+    x = torch.randn(70, P).half()
+    assert _accesses(scale_rows.compile(x, W=W, target="sm_90a", **kw).cuda_source) == expect
+
+
+@needs_nvcc
+def test_a_tensor_off_its_alignment_keeps_element_accesses():
+    """X one element into its storage: its loads go element by element; Y, which the call allocates, is
+    aligned and still stored 16 bytes at a time."""
+    x = torch.randn(70 * 64 + 1).half()[1:].view(70, 64)
+    source = scale_rows.compile(x, W=64, target="sm_90a").cuda_source
+    assert _accesses(source) == {"tnb_vst_float16x8_float16"}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N, P, W, kw", [(70, 64, 64, {}), (1, 16, 16, {}), (33, 66, 64, {"shift": 2}),
+                                         (5, 65, 64, {"shift": 1}), (40, 24, 16, {"VEC": 4, "shift": 8})])
+def test_scale_rows_agrees_with_torch(device, N, P, W, kw):
+    x = torch.randn(N, P).half()
+    shift = kw.get("shift", 0)
+    y = scale_rows(x.to(device), W=W, **kw).cpu()
+    torch.testing.assert_close(y[:, shift:shift + W], (x[:, shift:shift + W].float() * 2 + 1).half())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_tensor_off_its_alignment_agrees_with_torch(device):
+    """A view one element into its storage (a 2-byte aligned data pointer: the call's kernel keeps element
+    accesses, `tile_nb.unaligned`)."""
+    base = torch.randn(70 * 64 + 1).half().to(device)
+    x = base[1:].view(70, 64)
+    y = scale_rows(x, W=64).cpu()
+    torch.testing.assert_close(y, (x.cpu().float() * 2 + 1).half())

@@ -1,0 +1,99 @@
+"""Vector copies in per-thread code: a loop of one thread that copies consecutive elements between its
+registers (a `T.alloc_local`) and a global tensor, `for v in T.vectorized(8): A_local[v] = A[row, k0 + v]`
+(tilelang's GEMV and dequantization kernels), moves them as 4-, 8- or 16-byte accesses (`tnb_vld_*` /
+`tnb_vst_*`), as `T.copy` moves tiles, instead of one load or store per element. The values are the same; the
+loop stays a loop wherever the access would not be one aligned vector.
+
+Taken when the loop has a constant extent and its body is one store `dst[..., e + v] = src[..., f + v]` of one
+dtype, one side a register buffer and the other a global tensor whose last dim is contiguous and other strides
+multiples of the width (`copy.tensor_vectors_ok`: its data pointer aligned, checked at each call), only the
+last index reading the loop variable, and each chunk's first element at a multiple of the width on both sides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+from tvm.script.ir_builder import tirx as T
+
+from ..exprs import uses_var
+from ..irwalk import scope_of
+from . import intrin
+from .copy import tensor_vectors_ok
+
+__all__ = ["VectorCopy", "emit_vector_copy", "vector_copy"]
+
+WIDEST_BYTES = 16
+
+
+@dataclass(frozen=True)
+class VectorCopy:
+    loop: object  # the tile-IR loop
+    store: object  # its body: the BufferStore
+    load: object  # the store's value: a TensorLoad
+    width: int  # elements per access
+    loads: bool  # True: global -> registers; False: registers -> global
+
+
+def vector_copy(em, loop) -> VectorCopy | None:
+    """The vector form of the per-thread loop `loop` (module docstring), or None."""
+    if not isinstance(loop.extent, tvm.ir.prim.expr.IntImm) or not isinstance(loop.body, tirx.BufferStore):
+        return None
+    store, load = loop.body, loop.body.value
+    if not isinstance(load, tvm.ir.TensorLoad) or str(load.source.dtype) != str(store.buffer.dtype):
+        return None
+    dst, src = store.buffer, load.source
+    if dst in em.locals and _plain_global(em, src):
+        loads = True
+    elif src in em.locals and _plain_global(em, dst):
+        loads = False
+    else:
+        return None
+    var, extent = loop.loop_var, int(loop.extent)
+    for indices in (list(store.indices), list(load.indices)):
+        if any(uses_var(i, var) for i in indices[:-1]) or not _steps_by_one(em, indices[-1], var):
+            return None
+    with em.bound("var_map", {var: em.expr(loop.min)}):  # the first chunk's first element
+        firsts = [em.expr(store.indices[-1]), em.expr(load.indices[-1])]
+    bytes_each = intrin.tvm_bits(dst.dtype) // 8
+    width = WIDEST_BYTES // bytes_each
+    while width > 1:
+        if (extent % width == 0 and intrin.vector_bytes_ok(width, dst.dtype)
+                and tensor_vectors_ok(em, src if loads else dst, width)
+                and all(em.prove(tirx.floormod(first, width) == 0) for first in firsts)):
+            return VectorCopy(loop, store, load, width, loads)
+        width //= 2
+    return None
+
+
+def _plain_global(em, buf) -> bool:
+    """A global tensor addressed as written (no hand layout)."""
+    return scope_of(buf) == "global" and buf not in em.laid_out and buf not in em.registers
+
+
+def _steps_by_one(em, index, var) -> bool:
+    """Whether `index` is `e + var` with `e` free of `var`."""
+    rest = em.analyzer.simplify(index - var)
+    return not uses_var(rest, var)
+
+
+def emit_vector_copy(em, copy: VectorCopy):
+    """One vector load (or store) per chunk of `copy.width` elements."""
+    loop, width = copy.loop, copy.width
+    dtype = str(copy.store.buffer.dtype)
+    for chunk in range(int(loop.extent) // width):
+        with em.bound("var_map", {loop.loop_var: em.expr(loop.min) + chunk * width}):
+            dst = _address(em, copy.store.buffer, copy.store.indices)
+            src = _address(em, copy.load.source, copy.load.indices)
+        if copy.loads:
+            T.evaluate(intrin.vector_load(dst, src, width, dtype, dtype))
+        else:
+            T.evaluate(intrin.vector_store(dst, src, width, dtype, dtype))
+
+
+def _address(em, buf, indices):
+    indices = [em.expr(i) for i in indices]
+    if buf in em.locals:
+        return intrin.address_of(em.locals[buf], em.local_index(buf, indices))
+    return em.global_pointer(buf, indices)
