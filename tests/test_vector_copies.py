@@ -1,8 +1,8 @@
-"""Per-thread loops that copy consecutive elements between a thread's registers and a global tensor
-(`for v in T.vectorized(8): x[v] = X[row, c + v]`, tilelang's GEMV kernels) become 4-, 8- or 16-byte accesses
-(lower/emit/vector_copies.py); element by element wherever a chunk would not be one aligned access. Against
-torch on both back ends (gpu twins) at rows and widths that are not multiples of the block, sizes of 1, and a
-tensor whose data pointer is not 16-byte aligned."""
+"""Per-thread loops that copy consecutive elements between a thread's registers and a global tensor or a
+shared tile (`for v in T.vectorized(8): x[v] = X[row, c + v]`, tilelang's GEMV kernels) become 4-, 8- or
+16-byte accesses (lower/emit/vector_copies.py); element by element wherever a chunk would not be one aligned
+access. Against torch on both back ends (gpu twins) at rows and widths that are not multiples of the block,
+sizes of 1, and a tensor whose data pointer is not 16-byte aligned."""
 from __future__ import annotations
 
 import re
@@ -86,3 +86,49 @@ def test_a_tensor_off_its_alignment_agrees_with_torch(device):
     x = base[1:].view(70, 64)
     y = scale_rows(x, W=64).cpu()
     torch.testing.assert_close(y, (x.cpu().float() * 2 + 1).half())
+
+
+@tile_nb.jit
+def reverse_rows_through_shared(X, ROWS: int = 32):
+    """Each thread stages its row (clamped to the last one) in a shared tile, 8 columns at a time, then writes
+    2 v + 1 of the row staged by thread ROWS - 1 - tx: register <-> shared copies both ways."""
+    N, W = T.const("N, W")
+    X: T.Tensor[[N, W], T.float16]
+    Y = T.empty((N, W), T.float16)
+    with T.Kernel(T.ceildiv(N, ROWS), threads=ROWS) as bx:
+        S = T.alloc_shared((ROWS, W), T.float16)
+        x = T.alloc_local((8,), T.float16)
+        y = T.alloc_local((8,), T.float16)
+        tx = T.get_thread_binding()
+        for c in T.serial(W // 8):
+            for v in T.vectorized(8):
+                x[v] = X[T.min(bx * ROWS + tx, N - 1), c * 8 + v]
+            for v in T.vectorized(8):
+                S[tx, c * 8 + v] = x[v]
+        for c in T.serial(W // 8):
+            for v in T.vectorized(8):
+                y[v] = S[ROWS - 1 - tx, c * 8 + v]
+            for v in T.serial(8):
+                x[v] = y[v] * 2.0 + 1.0
+            if bx * ROWS + tx < N:
+                for v in T.vectorized(8):
+                    Y[bx * ROWS + tx, c * 8 + v] = x[v]
+    return Y
+
+
+@needs_nvcc
+def test_register_shared_copies_become_vector_accesses():
+    source = reverse_rows_through_shared.compile(torch.randn(70, 64).half(), target="sm_90a").cuda_source
+    # X -> x and S -> y loads, x -> S and x -> Y stores: each one 16-byte access
+    loads, stores = source.count("tnb_vld_float16x8_float16(("), source.count("tnb_vst_float16x8_float16((")
+    assert (loads, stores) == (2, 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N, W", [(70, 64), (1, 8), (32, 24)])
+def test_reverse_rows_through_shared_agrees_with_torch(device, N, W):
+    x = torch.randn(N, W).half()
+    rows = torch.arange(N)
+    source = torch.clamp(rows // 32 * 32 + 31 - rows % 32, max=N - 1)
+    y = reverse_rows_through_shared(x.to(device)).cpu()
+    torch.testing.assert_close(y, (x[source].float() * 2 + 1).half())
