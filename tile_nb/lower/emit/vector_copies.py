@@ -35,7 +35,7 @@ class VectorCopy:
     store: object  # its body: the BufferStore
     load: object  # the store's value: a TensorLoad
     width: int  # elements per access
-    loads: bool  # True: global -> registers; False: registers -> global
+    loads: bool  # True: memory (global or shared) -> registers; False: registers -> memory
 
 
 def vector_copy(em, loop) -> VectorCopy | None:
