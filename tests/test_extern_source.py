@@ -233,3 +233,13 @@ def test_import_source_of_none_imports_nothing():
     x = torch.randn(40)
     torch.testing.assert_close(copy_rows(x), x)
     assert "T.import_source" not in copy_rows.compile(x, target="sm_90a").cuda_source
+
+
+def test_the_weight_tile_stored_by_vector_stores_is_fenced_before_wgmma_reads_it():
+    """The per-thread stores of the dequantized weights into W_s (16-byte vector stores:
+    lower/emit/vector_copies.py) are ordinary stores, which wgmma's async proxy sees only after
+    `fence.proxy.async`; without the fence the H100 read stale weights (2026-12-07, 2 of 4 shapes wrong)."""
+    code = _compiled(dequant_gemm, torch.randn(72, 128).half(), _packed(70, 64, "cpu")).cuda_source
+    store = code.index("tnb_vst_float16x8_float16((")
+    fence = code.index("tnb_fence_proxy_async();", store)
+    assert fence < code.index("tnb_wgmma_m64n64k16", store)

@@ -331,7 +331,7 @@ class Emitter:
         elif isinstance(stmt, tirx.AllocBuffer):
             self.emit_alloc(stmt.buffer)
         elif isinstance(stmt, tirx.TilePrimitiveCall):
-            self._note_operand_write(
+            self.note_operand_write(
                 next((a.source for a in stmt.args if isinstance(a, tvm.ir.expr.TensorRegion)), None)
             )
             fn = TILE_OPS.get(stmt.op.name)
@@ -344,7 +344,7 @@ class Emitter:
             except LoweringError as err:
                 raise self.lines.locate(err, stmt) from None
         elif isinstance(stmt, tirx.BufferStore):
-            self._note_operand_write(stmt.buffer)
+            self.note_operand_write(stmt.buffer)
             try:
                 indices, value = [self.expr(i) for i in stmt.indices], self.expr(stmt.value)
                 if self._block_level_update(stmt):
@@ -744,7 +744,7 @@ class Emitter:
             )
         return True
 
-    def _note_operand_write(self, buf):
+    def note_operand_write(self, buf):
         """Before a statement that writes `buf`: a wgmma operand stored to by ordinary stores needs the proxy
         fence at the next barrier (a copy that lands by cp.async fences itself in `async_copies_landed`)."""
         if buf is not None and buf in self.wgmma_operands:

@@ -117,6 +117,8 @@ def emit_vector_copy(em, copy: VectorCopy):
         if copy.loads:
             T.evaluate(intrin.vector_load(dst, src, width, dtype, dtype))
         else:
+            # a wgmma operand written by ordinary stores needs the proxy fence before the T.gemm reads it
+            em.note_operand_write(copy.store.buffer)
             T.evaluate(intrin.vector_store(dst, src, width, dtype, dtype))
 
 
