@@ -13,6 +13,7 @@ index reading the loop variable, and each chunk's first element at a multiple of
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import tvm
@@ -116,9 +117,13 @@ def emit_vector_copy(em, copy: VectorCopy):
             src = _address(em, copy.load.source, copy.load.indices)
         if copy.loads:
             T.evaluate(intrin.vector_load(dst, src, width, dtype, dtype))
-        else:
-            # a wgmma operand written by ordinary stores needs the proxy fence before the T.gemm reads it
-            em.note_operand_write(copy.store.buffer)
+            continue
+        # a wgmma operand written by ordinary stores needs the proxy fence before the T.gemm reads it
+        em.note_operand_write(copy.store.buffer)
+        with contextlib.ExitStack() as guarded:
+            if em.scope.replica_guard is not None:  # once per element: a replicated layout's first copy
+                guarded.enter_context(T.If(em.scope.replica_guard))
+                guarded.enter_context(T.Then())
             T.evaluate(intrin.vector_store(dst, src, width, dtype, dtype))
 
 
