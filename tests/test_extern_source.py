@@ -4,6 +4,8 @@ kernels: int4 dequantization of tilelang's dequantize_gemm examples' kind (an el
 thread, and a GEMM whose weight tile each thread dequantizes into shared memory before T.gemm), at shapes that
 are not multiples of the blocks and sizes of 1, against torch on the GPU (gpu twins); the CUDA they become,
 compiled with nvcc; the CPU interpreter's refusal at the user's line; bad arguments."""
+import shutil
+
 import pytest
 import torch
 
@@ -243,3 +245,21 @@ def test_the_weight_tile_stored_by_vector_stores_is_fenced_before_wgmma_reads_it
     store = code.index("tnb_vst_float16x8_float16((")
     fence = code.index("tnb_fence_proxy_async();", store)
     assert fence < code.index("tnb_wgmma_m64n64k16", store)
+
+
+@pytest.mark.skipif(not (toolchain.find_tool("nvcc") and shutil.which("ninja")),
+                    reason="needs nvcc and ninja")
+def test_the_cuda_host_launcher_carries_the_imported_source(tmp_path):
+    """host='cuda_host' builds kernel and host code in one translation unit: the imported source is in it
+    once, and nvcc compiles it (an object file here; linking needs the CUDA driver library)."""
+    from tile_nb.backend.cuda_host import build_launcher, cuda_host_source
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower.sourcemap import split_marks
+    from tile_nb.runtime.compile import _lower
+
+    func = dequant_rows.specialize(_packed(70, 4, "cpu"), torch.rand(70))
+    lowered, _ = _lower(func, resolve_target("sm_90a"))
+    source = cuda_host_source(lowered, "sm_90a", split_marks)
+    assert source.count("__device__ void tnb_test_dequant_int4x8(") == 1 and "cudaLaunchKernelEx" in source
+    path, _ = build_launcher(source, "sm_90a", tmp_path, link=False)
+    assert path.suffix == ".o" and path.stat().st_size > 1000
