@@ -19,6 +19,7 @@ __all__ = [
     "const_int",
     "fit_int32",
     "is_const_int",
+    "offset_from",
     "reaches_int32_limit",
     "rewrite",
     "uses_var",
@@ -198,6 +199,12 @@ def walk_loads(expr, visit: Callable) -> None:
 def uses_var(expr, var) -> bool:
     """Whether `expr` reads the variable `var`."""
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def offset_from(index, var, analyzer):
+    """`e` where `index` is `e + var` with `e` free of `var` (a unit step along `var`), else None."""
+    rest = analyzer.simplify(index - var)
+    return None if uses_var(rest, var) else rest
 
 
 def const_int(e) -> int | None:

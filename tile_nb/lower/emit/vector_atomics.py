@@ -25,7 +25,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
 from ...language.stmtwalk import atomic_element, atomic_op
-from ..exprs import conjunction, uses_var, walk_loads
+from ..exprs import conjunction, offset_from, uses_var, walk_loads
 from ..irwalk import scope_of
 from . import intrin
 from .copy import tensor_vectors_ok
@@ -64,8 +64,8 @@ def vector_atomic(em, loops, body, layout) -> VectorAtomic | None:
     fragment = _register_operand(em, value, loop_vars, layout)
     if fragment is None:
         return None
-    offset = em.analyzer.simplify(element.indices[-1] - last)
-    if uses_var(offset, last) or any(uses_var(i, last) for i in element.indices[:-1]):
+    offset = offset_from(element.indices[-1], last, em.analyzer)
+    if offset is None or any(uses_var(i, last) for i in element.indices[:-1]):
         return None
     if cond is not None and _reads_registers(em, cond):
         return None
@@ -100,8 +100,8 @@ def _whole_groups(em, cond, last, width: int) -> bool:
             continue
         if not isinstance(part, tvm.ir.prim.expr.LT) or uses_var(part.b, last):
             return False
-        c = em.analyzer.simplify(part.a - last)
-        if uses_var(c, last) or not (em.prove(tirx.floormod(em.expr(c), width) == 0)
+        c = offset_from(part.a, last, em.analyzer)
+        if c is None or not (em.prove(tirx.floormod(em.expr(c), width) == 0)
                                      and em.prove(tirx.floormod(em.expr(part.b), width) == 0)):
             return False
     return True

@@ -20,7 +20,7 @@ import tvm
 from tvm import tirx
 from tvm.script.ir_builder import tirx as T
 
-from ..exprs import uses_var
+from ..exprs import offset_from, uses_var
 from ..irwalk import scope_of
 from . import intrin
 from .copy import tensor_vectors_ok
@@ -60,7 +60,7 @@ def vector_copy(em, loop) -> VectorCopy | None:
     sides = [(store.indices, dst), (load.indices, src)]
     sides = [(indices, buf) for indices, buf in sides if not (shared and buf is memory)]
     for indices, _ in sides:
-        if any(uses_var(i, var) for i in indices[:-1]) or not _steps_by_one(em, indices[-1], var):
+        if any(uses_var(i, var) for i in indices[:-1]) or offset_from(indices[-1], var, em.analyzer) is None:
             return None
     with em.bound("var_map", {var: em.expr(loop.min)}):  # the first chunk's first element
         firsts = [em.expr(indices[-1]) for indices, _ in sides]
@@ -99,12 +99,6 @@ def _shared_chunks(em, loop, access, width: int) -> bool:
         if not (em.prove(moved - base == lane) and em.prove(tirx.floormod(base, width) == 0)):
             return False
     return True
-
-
-def _steps_by_one(em, index, var) -> bool:
-    """Whether `index` is `e + var` with `e` free of `var`."""
-    rest = em.analyzer.simplify(index - var)
-    return not uses_var(rest, var)
 
 
 def emit_vector_copy(em, copy: VectorCopy):
