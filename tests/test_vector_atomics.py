@@ -119,53 +119,44 @@ def test_add_rows_agrees_with_torch(device, M):
 
 
 @tile_nb.jit
-def add_shared_tiles(X, G):
-    """G[r, c] += X[r, c] from each of 2 CTAs along the grid's third dim, through a 32 x 64 shared tile added
-    with the tile form (tilelang's `T.atomic_add(dQ[...], dq_shared)`): the tiles at the bottom and right
-    edges of G reach past it (rows and columns guarded)."""
+def add_tiles(X, G, in_registers: bool = True):
+    """G[r, c] += X[r, c] from each of 2 CTAs along the grid's third dim, through a 32 x 64 tile added with
+    the tile form: a register fragment, or (`in_registers=False`) a shared tile (tilelang's
+    `T.atomic_add(dQ[...], dq_shared)`). The tiles at the bottom and right edges of G reach past it (rows
+    and columns guarded)."""
     M, W = T.const("M, W")
     X: T.Tensor[[M, W], T.float32]
     G: T.Tensor[[M, W], T.float32]
     with T.Kernel(T.ceildiv(W, 64), T.ceildiv(M, 32), 2, threads=128) as (bx, by, bz):
-        tile = T.alloc_shared((32, 64), T.float32)
+        if in_registers:
+            tile = T.alloc_fragment((32, 64), T.float32)
+        else:
+            tile = T.alloc_shared((32, 64), T.float32)
         T.copy(X[by * 32, bx * 64], tile)
         T.atomic_add(G[by * 32, bx * 64], tile)
 
 
-@tile_nb.jit
-def add_fragment_tiles(X, G):
-    """As add_shared_tiles, through a register fragment (the tile form over registers, its column edge
-    guarded)."""
-    M, W = T.const("M, W")
-    X: T.Tensor[[M, W], T.float32]
-    G: T.Tensor[[M, W], T.float32]
-    with T.Kernel(T.ceildiv(W, 64), T.ceildiv(M, 32), 2, threads=128) as (bx, by, bz):
-        frag = T.alloc_fragment((32, 64), T.float32)
-        T.copy(X[by * 32, bx * 64], frag)
-        T.atomic_add(G[by * 32, bx * 64], frag)
-
-
 @needs_nvcc
-@pytest.mark.parametrize("kernel, arch, W, expect", [
-    (add_fragment_tiles, "sm_90a", 128, "tnb_atomic_add_float32x4"),
-    (add_fragment_tiles, "sm_90a", 132, "tnb_atomic_add_float32x4"),  # the right edge's guard holds for 4s
-    (add_fragment_tiles, "sm_90a", 130, "tnb_atomic_add_float32x2"),  # ... for pairs only
-    (add_fragment_tiles, "sm_90a", 129, "atomicAdd"),                 # rows of an odd length
-    (add_fragment_tiles, "sm_80", 128, "atomicAdd"),
-    (add_shared_tiles, "sm_90a", 128, "atomicAdd"),  # consecutive threads on consecutive elements already
+@pytest.mark.parametrize("in_registers, arch, W, expect", [
+    (True, "sm_90a", 128, "tnb_atomic_add_float32x4"),
+    (True, "sm_90a", 132, "tnb_atomic_add_float32x4"),  # the right edge's guard holds for 4s
+    (True, "sm_90a", 130, "tnb_atomic_add_float32x2"),  # ... for pairs only
+    (True, "sm_90a", 129, "atomicAdd"),                 # rows of an odd length
+    (True, "sm_80", 128, "atomicAdd"),
+    (False, "sm_90a", 128, "atomicAdd"),  # a shared tile: consecutive threads on consecutive elements already
 ])
-def test_tiles_go_in_groups_where_the_edge_guard_holds_for_the_group(kernel, arch, W, expect):
+def test_tiles_go_in_groups_where_the_edge_guard_holds_for_the_group(in_registers, arch, W, expect):
     x = torch.randn(70, W)
-    source = kernel.compile(x, x.clone(), target=arch).cuda_source
+    source = add_tiles.compile(x, x.clone(), in_registers=in_registers, target=arch).cuda_source
     assert set(_atomics(source)) == {expect}
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", [add_shared_tiles, add_fragment_tiles])
+@pytest.mark.parametrize("in_registers", [False, True])
 @pytest.mark.parametrize("M, W", [(70, 132), (1, 130), (64, 128), (33, 129), (5, 4)])
-def test_tile_adds_agree_with_torch(device, kernel, M, W):
+def test_tile_adds_agree_with_torch(device, in_registers, M, W):
     x, g = torch.randn(M, W), torch.randn(M, W)
     expect = g + 2 * x
     g = g.to(device)
-    kernel(x.to(device), g)
+    add_tiles(x.to(device), g, in_registers=in_registers)
     torch.testing.assert_close(g.cpu(), expect, atol=1e-5, rtol=1e-5)
