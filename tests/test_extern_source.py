@@ -263,3 +263,26 @@ def test_the_cuda_host_launcher_carries_the_imported_source(tmp_path):
     assert source.count("__device__ void tnb_test_dequant_int4x8(") == 1 and "cudaLaunchKernelEx" in source
     path, _ = build_launcher(source, "sm_90a", tmp_path, link=False)
     assert path.suffix == ".o" and path.stat().st_size > 1000
+
+
+def _increment_kernel(code: str):
+    @tile_nb.jit
+    def increment(A):
+        N = T.const("N")
+        A: T.Tensor((N,), T.float32)
+        with T.Kernel(1, threads=32):
+            T.import_source(code)
+            T.call_extern("handle", "tnb_test_increment", T.access_ptr(A[0], "rw"))
+
+    return increment
+
+
+def test_kernels_that_differ_only_in_their_imported_source_are_built_apart():
+    """A long, multi-line source is kept in the IR's metadata, which TVMScript leaves out of its text unless
+    asked: the cache key prints it, so the second kernel is not served the first one's build."""
+    padding = "// " + "-" * 200 + "\n"
+    body = "__device__ void tnb_test_increment(float* x) {{\n  x[0] += {};\n}}\n"
+    sources = [body.format(k) + padding for k in (1, 2)]
+    x = torch.zeros(4)
+    built = [_increment_kernel(code).compile(x, target="sm_90a").cuda_source for code in sources]
+    assert "x[0] += 1;" in built[0] and "x[0] += 2;" in built[1]

@@ -156,7 +156,8 @@ def with_device_facts(func, target=None, lowering=None):
 
 def _keyed_script(func) -> str:
     """The IR text that keys the caches: without the source-line attributes, so moving a kernel down a few
-    lines in its file or cell finds the kernel already built."""
+    lines in its file or cell finds the kernel already built; with the metadata TVMScript would leave out (a
+    long or multi-line string, such as T.import_source's code, is printed as `metadata[...][k]`)."""
     import tvm
 
     if isinstance(func, tvm.tirx.PrimFunc):
@@ -164,7 +165,7 @@ def _keyed_script(func) -> str:
 
         for name in LINE_ATTRS:
             func = func.without_attr(name)
-    return func.script()
+    return func.script(show_meta=True)
 
 
 def _launch_problem(target) -> str | None:
