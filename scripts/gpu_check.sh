@@ -13,8 +13,10 @@
 #                        testing/python/language, carried in an ignored folder), the examples' reference packages
 #                        (einops, flash-linear-attention 0.3.2: scripts/conformance_deps.sh) at PYDEPS (default
 #                        .gl/gpudeps, made absolute: the cases
-#                        run in their own folders); CONF_ALONE: globs of cases run last, one at a time (default:
-#                        the Mamba chunk-state example, which asks for 40 GiB); the whole run cut at
+#                        run in their own folders); the gdn examples take flash-linear-attention of 2025-06 from
+#                        .gl/fla-2025-06 where it is there (their calls need its API: conformance_deps.sh, FLA_GIT);
+#                        CONF_ALONE: globs of cases run last, one at a time (default: the Mamba chunk-state example,
+#                        which asks for 40 GiB, and gdn's chunk_delta_h, whose reference autotunes); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
 #   PART=vs_tilelang:    benchmarks/vs_tilelang.py on tilelang's performance suite (VS_GLOBS: the regression files),
 #                        the real tilelang from .tl (scripts/tilelang_kit.sh) and tile_nb with TVM already unpacked
@@ -60,9 +62,11 @@ case "$part" in
         echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
   conformance)
+    deps=(); [[ -d .gl/fla-2025-06 ]] && deps=(--deps "examples/gdn/*=.gl/fla-2025-06")
     { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/gpudeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
-        --alone ${CONF_ALONE:-examples/linear_attention/example_mamba_chunk_state.py} \
+        --alone ${CONF_ALONE:-examples/gdn/example_chunk_delta_h.py examples/linear_attention/example_mamba_chunk_state.py} \
+        "${deps[@]}" \
         --commit "${TILELANG_COMMIT:-a35008a42531c62b976ae4cec3855d4383db0f3c}" \
         --json "$out/conformance.json" --markdown "$out/conformance.md"; } > "$out/conformance.log" 2>&1
     rc=$?; tail -40 "$out/conformance.log"; exit "$rc" ;;

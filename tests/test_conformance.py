@@ -264,3 +264,29 @@ def test_a_relative_pythonpath_reaches_the_cases(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", "deps" + os.pathsep + str(tmp_path / "abs"))
     entries = conformance._child_env()["PYTHONPATH"].split(os.pathsep)
     assert entries[1:] == [str(tmp_path / "deps"), str(tmp_path / "abs")]
+
+
+def test_deps_put_a_folder_first_on_the_path_of_the_cases_it_names(tmp_path, capsys, monkeypatch):
+    """`--deps GLOB=DIR`: the matching cases import a reference package from DIR, ahead of the one every case
+    sees (tilelang's gdn examples need flash-linear-attention's API of June 2025); the others keep theirs."""
+    root = tmp_path / "checkout"
+    for name in ("old", "new"):
+        _write(root, f"examples/{name}/example_{name}.py", f"""
+            import tilelang
+            import refpkg
+            assert refpkg.VERSION == {name!r}, f"reference package {{refpkg.VERSION}}"
+        """)
+    _write(tmp_path, "everyone/refpkg.py", "VERSION = 'new'\n")
+    _write(tmp_path, "june/refpkg.py", "VERSION = 'old'\n")
+    out = tmp_path / "r.json"
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "everyone"))
+    assert conformance.main([str(root), "--backend", "interp", "--json", str(out),
+                             "--deps", f"examples/old/*={tmp_path / 'june'}"]) == 0
+    cases = {c["name"]: c for c in json.loads(out.read_text())["cases"]}
+    assert cases["examples/old/example_old.py"]["status"] == "pass"
+    assert cases["examples/old/example_old.py"]["deps"] == str(tmp_path / "june")
+    assert cases["examples/new/example_new.py"]["status"] == "pass"
+    assert cases["examples/new/example_new.py"]["deps"] is None
+    with pytest.raises(SystemExit):
+        conformance.main([str(root), "--deps", "examples/old/*"])
+    assert "expected GLOB=DIR" in capsys.readouterr().err

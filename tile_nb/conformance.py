@@ -29,7 +29,9 @@ started). The max error is the largest absolute difference any
 The examples' own references need what tilelang's examples/requirements name: einops, triton (its kernels run
 under TRITON_INTERPRET=1 on the interpreter backend) and flash-linear-attention (kept on its Triton kernels:
 FLA_DISABLE_BACKEND_DISPATCH=1), installed where PYTHONPATH finds them (`pip install --target DIR ...`).
-flash_attn needs CUDA to build and is missing on a CPU machine; those cases error there.
+flash_attn needs CUDA to build and is missing on a CPU machine; those cases error there. `--deps GLOB=DIR`
+puts DIR first on the PYTHONPATH of the cases GLOB matches: tilelang's gdn examples call
+flash-linear-attention's API of June 2025, which no release has (scripts/conformance_deps.sh).
 """
 from __future__ import annotations
 
@@ -116,6 +118,8 @@ class Case:
     # interp: the first reason the sm_90a lowering gave for refusing a kernel the interpreter ran (its
     # NotLowerableWarning), None where it took every one: the CPU's estimate of the GPU's outcome
     gpu_lowering: str | None = None
+    # a folder put first on PYTHONPATH for this case (--deps): its reference's packages at another version
+    deps: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -219,13 +223,12 @@ def discover(root: str | os.PathLike, cases: list[str] | None = None,
     return found
 
 
-def _child_env() -> dict:
+def _child_env(deps: str | None = None) -> dict:
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)  # the directory holding the tile_nb package
     # absolute: each case runs in its example's directory, where `PYTHONPATH=.gl/pydeps` would name nothing
-    env["PYTHONPATH"] = os.pathsep.join(
-        [here] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
+    paths = ([deps] if deps else []) + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([here] + [os.path.abspath(p) for p in paths])
     env.setdefault("PYTHONHASHSEED", "0")
     # flash-linear-attention (the reference of the gdn / linear-attention examples) routes some ops to its
     # tilelang kernels when `import tilelang` works, which here would be tile_nb checking itself: keep fla's
@@ -257,8 +260,9 @@ def run_case(case: Case, backend: str = "interp", timeout: float = 120.0, shadow
         else:
             cmd.append(case.path)
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=os.path.dirname(case.path), env=_child_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=os.path.dirname(case.path), env=_child_env(case.deps),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
             _out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -565,6 +569,23 @@ def _lowering_section(ran: list[Case], backend: str) -> list[str]:
     return lines
 
 
+def _deps_rule(text: str) -> tuple[str, str]:
+    glob, sep, folder = text.partition("=")
+    if not sep or not glob or not folder:
+        raise argparse.ArgumentTypeError(
+            f"expected GLOB=DIR (e.g. 'examples/gdn/*=.gl/fla-2025-06'), got {text!r}"
+        )
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{folder!r} (from {text!r}) is not a folder")
+    return glob, os.path.abspath(folder)
+
+
+def assign_deps(cases: list[Case], rules: list[tuple[str, str]]) -> None:
+    """Each case takes the folder of the first rule whose glob matches its name (--deps)."""
+    for case in cases:
+        case.deps = next((folder for glob, folder in rules if fnmatch.fnmatch(case.name, glob)), None)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tile_nb.conformance",
@@ -585,6 +606,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--alone", nargs="+", metavar="GLOB", default=[],
                         help="cases whose name matches a glob run after the others, one at a time (an "
                              "example that needs most of the GPU's memory)")
+    parser.add_argument("--deps", nargs="+", metavar="GLOB=DIR", default=[], type=_deps_rule,
+                        help="cases whose name matches GLOB get DIR first on PYTHONPATH: the packages their "
+                             "references were written against, where they differ from the other cases' "
+                             "(tilelang's gdn examples call flash-linear-attention's API of 2025-06)")
     parser.add_argument("--json", dest="json_out", help="write every case as JSON here")
     parser.add_argument(
         "--markdown", help="write the results document (totals, ranked missing features, table)"
@@ -617,6 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             backend = "interp"
     cases = discover(root, args.cases, args.tests)
+    assign_deps(cases, args.deps)
     if args.list:
         for case in cases:
             how = "" if case.kind == "test" else (f" main(*{case.call[0]}, **{case.call[1]})" if case.call
