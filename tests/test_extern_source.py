@@ -54,11 +54,13 @@ def dequant_rows(Q, S, ROWS: int = 32):
 
 
 @tile_nb.jit
-def dequant_gemm(A, Wq, BLOCK: int = 64, threads: int = 128):
+def dequant_gemm(A, Wq, BLOCK: int = 64, threads: int = 128, dynamic_m: bool = False):
     """C = A @ dequant(Wq)^T: each K block of the packed weight is copied to shared memory, every thread
     dequantizes its groups of 8 into the weight tile through the extern function (tilelang's spelling of the
-    call: name first, `dtype=` last), and T.gemm multiplies."""
-    M, N, K = T.const("M, N, K")
+    call: name first, `dtype=` last), and T.gemm multiplies. `dynamic_m`: the activations' rows are
+    T.dynamic (a batch of tokens)."""
+    N, K = T.const("N, K")
+    M = T.dynamic("M") if dynamic_m else T.const("M")
     A: T.Tensor((M, K), T.float16)
     Wq: T.Tensor((N, K // 2), T.uint8)
     C = T.empty((M, N), T.float32)
@@ -123,6 +125,16 @@ def test_dequant_gemm_agrees_with_torch(m, n, k):
     torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.gpu
+def test_one_dequant_gemm_with_dynamic_rows_agrees_with_torch_at_each_call():
+    torch.manual_seed(0)
+    wq = _packed(70, 64, "cuda")
+    for m in (72, 1, 200, 64):
+        a = torch.randn(m, 128, device="cuda").half()
+        c = dequant_gemm(a, wq, dynamic_m=True)
+        torch.testing.assert_close(c, a.float() @ _dequant_reference(wq, 1.0).T, rtol=1e-3, atol=1e-2)
+
+
 # ---------------------------------------------------------------------------------------------- on the CPU
 
 def _compiled(kernel, *args):
@@ -149,9 +161,11 @@ def test_a_source_imported_in_a_loop_is_pasted_once():
 
 @needs_nvcc
 def test_the_kernels_compile_with_nvcc():
-    for kernel, args in ((dequant_rows, (_packed(70, 4, "cpu"), torch.rand(70))),
-                         (dequant_gemm, (torch.randn(72, 128).half(), _packed(70, 64, "cpu")))):
-        compiled = kernel.compile(*args, target="sm_90a")
+    for kernel, args, kw in ((dequant_rows, (_packed(70, 4, "cpu"), torch.rand(70)), {}),
+                             (dequant_gemm, (torch.randn(72, 128).half(), _packed(70, 64, "cpu")), {}),
+                             (dequant_gemm, (torch.randn(72, 128).half(), _packed(70, 64, "cpu")),
+                              {"dynamic_m": True})):
+        compiled = kernel.compile(*args, target="sm_90a", **kw)
         assert compiled.cubin, compiled.compile_log
         (resources,) = compiled.resources_by_kernel.values()
         assert resources.spill_stores == 0

@@ -119,12 +119,12 @@ def test_add_rows_agrees_with_torch(device, M):
 
 
 @tile_nb.jit
-def add_tiles(X, G, in_registers: bool = True):
+def add_tiles(X, G, in_registers: bool = True, dynamic: bool = False):
     """G[r, c] += X[r, c] from each of 2 CTAs along the grid's third dim, through a 32 x 64 tile added with
     the tile form: a register fragment, or (`in_registers=False`) a shared tile (tilelang's
     `T.atomic_add(dQ[...], dq_shared)`). The tiles at the bottom and right edges of G reach past it (rows
-    and columns guarded)."""
-    M, W = T.const("M, W")
+    and columns guarded). `dynamic`: M and W are T.dynamic."""
+    M, W = (T.dynamic("M"), T.dynamic("W")) if dynamic else T.const("M, W")
     X: T.Tensor[[M, W], T.float32]
     G: T.Tensor[[M, W], T.float32]
     with T.Kernel(T.ceildiv(W, 64), T.ceildiv(M, 32), 2, threads=128) as (bx, by, bz):
@@ -149,6 +149,26 @@ def test_tiles_go_in_groups_where_the_edge_guard_holds_for_the_group(in_register
     x = torch.randn(70, W)
     source = add_tiles.compile(x, x.clone(), in_registers=in_registers, target=arch).cuda_source
     assert set(_atomics(source)) == {expect}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("W, expect",
+                         [(128, "tnb_atomic_add_float32x4"), (129, "atomicAdd"), (130, "atomicAdd")])
+def test_a_dynamic_edge_takes_groups_only_where_the_call_proves_them_whole(W, expect):
+    """With W T.dynamic the guard's bound is known only as a multiple of 16 or not (per call)."""
+    x = torch.randn(70, W)
+    source = add_tiles.compile(x, x.clone(), dynamic=True, target="sm_90a").cuda_source
+    assert "int W" in source and set(_atomics(source)) == {expect}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_tile_add_kernel_with_dynamic_dims_agrees_with_torch_at_each_call(device):
+    for M, W in ((70, 128), (33, 129), (1, 130), (64, 64), (70, 128)):
+        x, g = torch.randn(M, W), torch.randn(M, W)
+        expect = g + 2 * x
+        g = g.to(device)
+        add_tiles(x.to(device), g, dynamic=True)
+        torch.testing.assert_close(g.cpu(), expect, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -2,7 +2,8 @@
 shared tile (`for v in T.vectorized(8): x[v] = X[row, c + v]`, tilelang's GEMV kernels) become 4-, 8- or
 16-byte accesses (lower/emit/vector_copies.py); element by element wherever a chunk would not be one aligned
 access. Against torch on both back ends (gpu twins) at rows and widths that are not multiples of the block,
-sizes of 1, and a tensor whose data pointer is not 16-byte aligned."""
+sizes of 1, T.dynamic rows and row lengths (one kernel called at several), and a tensor whose data pointer is
+not 16-byte aligned."""
 from __future__ import annotations
 
 import re
@@ -19,10 +20,11 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @tile_nb.jit
-def scale_rows(X, VEC: int = 8, shift: int = 0, ROWS: int = 32):
+def scale_rows(X, VEC: int = 8, shift: int = 0, ROWS: int = 32, dynamic: bool = False):
     """Y[r, c] = 2 X[r, c] + 1 for c in [shift, shift + W): each thread one row, VEC columns at a time through
-    registers."""
-    N, W, P = T.const("N, W, P")
+    registers. `dynamic`: the rows N and the row length P are T.dynamic."""
+    W = T.const("W")
+    N, P = (T.dynamic("N"), T.dynamic("P")) if dynamic else T.const("N, P")
     X: T.Tensor[[N, P], T.float16]
     Y = T.empty((N, P), T.float16)
     with T.Kernel(T.ceildiv(N, ROWS), threads=ROWS) as bx:
@@ -66,6 +68,25 @@ def test_a_tensor_off_its_alignment_keeps_element_accesses():
     x = torch.randn(70 * 64 + 1).half()[1:].view(70, 64)
     source = scale_rows.compile(x, W=64, target="sm_90a").cuda_source
     assert _accesses(source) == {"tnb_vst_float16x8_float16"}
+
+
+@needs_nvcc
+def test_dynamic_row_lengths_get_vector_accesses_where_a_call_proves_them_aligned():
+    """A T.dynamic row length is a multiple of 16 or not per call (a kernel each, as Triton specializes):
+    16-byte accesses for the first, element by element for the second."""
+    for P, expect in ((64, {"tnb_vld_float16x8_float16", "tnb_vst_float16x8_float16"}), (65, set())):
+        x = torch.randn(70, P).half()
+        source = scale_rows.compile(x, W=64, dynamic=True, target="sm_90a").cuda_source
+        assert "int P" in source and _accesses(source) == expect
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_kernel_with_dynamic_dims_agrees_with_torch_at_each_call(device):
+    """The same kernel called at row lengths that alternate between aligned and not, and a single row."""
+    for N, P in ((70, 64), (33, 65), (1, 16), (5, 24), (70, 64)):
+        x = torch.randn(N, P).half()
+        y = scale_rows(x.to(device), W=16, dynamic=True).cpu()
+        torch.testing.assert_close(y[:, :16], (x[:, :16].float() * 2 + 1).half())
 
 
 @pytest.mark.parametrize("device", DEVICES)
