@@ -6,9 +6,10 @@
 #                kernels use block pointers, which that interpreter no longer has)
 #   .gl/gpudeps  for the GPU machine, which has its own Triton (3.6) and transformers: einops and
 #                flash-linear-attention + fla-core 0.3.2, the version tilelang's requirements-test.txt pins (for
-#                the gdn examples' references: fla 0.6 removed `head_first` and refuses Triton < 3.7.1 on Hopper;
-#                not yet run there with 0.3.2). Carry it as PYDEPS (bash scripts/gpu_check.sh $OUT conformance)
-#   bash scripts/conformance_deps.sh
+#                the references of the linear-attention and NSA examples). Carry it as PYDEPS (bash
+#                scripts/gpu_check.sh $OUT conformance)
+#   .gl/fla-2025-06  with FLA_GIT set: fla of June 2025 for the gdn examples only (see the end of this file)
+#   [FLA_GIT=path/to/flash-linear-attention.git] bash scripts/conformance_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unpack() {  # folder, then pip requirement specifiers
