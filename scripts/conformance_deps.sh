@@ -24,13 +24,14 @@ unpack() {  # folder, then pip requirement specifiers
 }
 unpack .gl/pydeps einops==0.8.2 flash-linear-attention==0.6.0 fla-core==0.6.0 triton==3.9.0
 unpack .gl/gpudeps einops==0.8.2 flash-linear-attention==0.3.2 fla-core==0.3.2
-# .gl/fla-2025-06: flash-linear-attention at edc0cb11 (2025-06-19), put first on the path of the gdn examples
+# .gl/fla-2025-06: flash-linear-attention at 20027035 (2025-06-18), put first on the path of the gdn examples
 # only (`--deps 'examples/gdn/*=.gl/fla-2025-06'`): they call fla's API of that month, which no release has
 # (0.2.2 lacks recompute_w_u_fwd's g_cumsum argument; 0.3.0 added g_gamma before chunk_fwd_o's scale, so
-# the scale lands in g_gamma and Triton refuses to compile). From a clone of
+# the scale lands in g_gamma and Triton refuses to compile), and their kernels compute fla's `safe_exp`
+# (exp(x) where x <= 0, else 0), which fla removed right after this commit (356d59d7, #463). From a clone of
 # github.com/fla-org/flash-linear-attention that FLA_GIT names (its git directory); skipped without it.
 if [ -n "${FLA_GIT:-}" ]; then
   rm -rf .gl/fla-2025-06 && mkdir -p .gl/fla-2025-06
-  git --git-dir="$FLA_GIT" archive edc0cb11b1df90c99bc892b20deaab8205dc6f1d fla | tar -x -C .gl/fla-2025-06
-  echo ".gl/fla-2025-06: $(du -sh .gl/fla-2025-06 | cut -f1) (flash-linear-attention edc0cb11)"
+  git --git-dir="$FLA_GIT" archive 20027035e0446bfca0bc41c06f6aa01a7a1d19bd fla | tar -x -C .gl/fla-2025-06
+  echo ".gl/fla-2025-06: $(du -sh .gl/fla-2025-06 | cut -f1) (flash-linear-attention 20027035)"
 fi

@@ -25,6 +25,7 @@ import sys
 import traceback
 
 from .tilelang.checks import errors as _errors
+from .tilelang.checks import failed as _failed
 from .tilelang.checks import record_error
 
 __all__ = ["main", "record_error"]
@@ -42,7 +43,11 @@ def _watch_checks() -> None:
     @functools.wraps(original)
     def assert_close(actual, expected, *args, **kwargs):
         record_error(actual, expected)
-        return original(actual, expected, *args, **kwargs)
+        try:
+            return original(actual, expected, *args, **kwargs)
+        except AssertionError as e:
+            _failed.append("; ".join(line.strip() for line in str(e).splitlines() if line.strip())[:300])
+            raise
 
     torch.testing.assert_close = assert_close
     allclose = torch.allclose
@@ -289,6 +294,9 @@ def _run_script(args) -> int:
         sys.stdout = printed.stream
     if exc is None and printed.first is not None:  # the script ran to its end, but a check said it failed
         exc = AssertionError(f"a check printed a failure and did not raise: {printed.first}")
+        text = str(exc)
+    elif exc is None and _failed:  # ... or caught the failure of its assert_close and went on
+        exc = AssertionError(f"an assert_close failed and the script caught it and went on: {_failed[0]}")
         text = str(exc)
     result = outcome_of(exc, text)
     result["max_error"] = max(_errors) if _errors else None
