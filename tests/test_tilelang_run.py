@@ -107,15 +107,17 @@ def test_a_check_that_prints_its_failure_fails_the_run(tmp_path):
 def test_an_assert_close_the_script_catches_still_fails_the_run(tmp_path):
     """tilelang's gdn examples wrap their assert_close in try/except and print "failed" with the message: the
     run fails with that message; an assert_close that holds, caught or not, leaves it passing."""
-    check = ("import torch\ntry:\n    torch.testing.assert_close(torch.tensor([1.0, 2.0]), torch.tensor([1.0, {}]))\n"
+    check = ("import torch\ntry:\n"
+             "    torch.testing.assert_close(torch.tensor([1.0, 2.0]), torch.tensor([1.0, {}]))\n"
              "    print('passed')\nexcept Exception as e:\n    print('failed', e)\nprint('done')\n")
     (tmp_path / "caught.py").write_text(check.format("2.5"))
     (tmp_path / "holds.py").write_text(check.format("2.0"))
     out = _run(["--result-json", str(tmp_path / "r.json"), "caught.py"], tmp_path)
     result = json.loads((tmp_path / "r.json").read_text())
     assert out.returncode == 1 and "done" in out.stdout and result["status"] == "fail"
-    assert result["error"].startswith("AssertionError: an assert_close failed and the script caught it and went "
-                                      "on: Tensor-likes are not close!; Mismatched elements: 1 / 2 (50.0%)")
+    assert result["error"].startswith(
+        "AssertionError: an assert_close failed and the script caught it and went on: "
+        "Tensor-likes are not close!; Mismatched elements: 1 / 2 (50.0%)")
     assert result["max_error"] == 0.5
     out = _run(["--result-json", str(tmp_path / "r.json"), "holds.py"], tmp_path)
     assert out.returncode == 0 and json.loads((tmp_path / "r.json").read_text())["status"] == "pass"
