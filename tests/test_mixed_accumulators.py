@@ -5,6 +5,11 @@ mma.sync, and the plan says which T.gemm kept them off wgmma (plan._mixed_accumu
 CPU: the interpreter against torch at odd shapes and sizes of 1; the sm_90a build (nvcc) holds mma.sync and no
 wgmma, with the plan's note naming the transposed T.gemm's line, while the same kernel without it stays on
 wgmma. GPU (marked gpu): the same kernels against torch.
+
+With the lowering option wgmma_transpose_a, a 16-bit A stored [K, M] runs on wgmma itself (an MN-major A in
+64-column panels, the instruction's transpose immediate: lower/emit/wgmma.py), and so do the accumulators it
+shares: the sm_90a build holds wgmma only, and on the GPU the kernels agree with torch at odd shapes, sizes of 1,
+two m-blocks of one warpgroup (block 128) and k16 steps of a 32-row K block.
 """
 import pytest
 import torch
@@ -140,3 +145,46 @@ def test_a_joined_accumulator_follows_onto_mma_sync_with_a_note():
     assert "wgmma" not in k.ptx and k.cubin
     note = "T.gemm into first on mma.sync, not wgmma: it shares its register layout with second"
     assert any(n.startswith(note) for n in k.plan["notes"]), k.plan["notes"]
+
+
+def _on_wgmma():
+    return tile_nb.options(wgmma_transpose_a=True)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block, block_K", [(64, 64), (128, 32)])
+def test_with_the_option_the_transposed_gemm_runs_on_wgmma(dtype, block, block_K):
+    with _on_wgmma():
+        k = gemm_plus_transposed.compile(*_inputs(128, 128, 64, 64, dtype), dtype=dtype, block=block,
+                                         block_K=block_K, target="sm_90a")
+    assert "mma.sync" not in k.ptx and k.cubin, k.compile_log
+    t = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    assert f"m64n{block}k16.f32.{t}.{t}" in k.ptx and f"_{t}_{t}_ta1_tb1(" in k.cuda_source
+    assert not any("on mma.sync" in n for n in k.plan["notes"]), k.plan["notes"]
+    assert all(r.spill_stores == 0 for r in k.resources_by_kernel.values())
+    with _on_wgmma():
+        k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, dtype), dtype=dtype, target="sm_90a")
+    assert "mma.sync" not in k.ptx and "wgmma.mma_async" in k.ptx and k.cubin
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape, block, block_K", [((70, 45, 33, 50), 64, 64), ((1, 1, 1, 1), 64, 64),
+                                                   ((128, 64, 64, 64), 64, 64), ((200, 130, 96, 70), 128, 32)])
+def test_transposed_gemm_on_wgmma_agrees_with_torch(dtype, shape, block, block_K):
+    A, B, X, Y = _inputs(*shape, dtype, seed=5)
+    with _on_wgmma():
+        C = gemm_plus_transposed(*(t.cuda() for t in (A, B, X, Y)), dtype=dtype, block=block, block_K=block_K)
+    _check(C, A, B, X, Y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(70, 45, 64, 64), (1, 1, 64, 64), (128, 130, 64, 64)])
+def test_joined_accumulators_on_wgmma_agree_with_torch(shape):
+    A, B, X, Y = _inputs(*shape, "float16", seed=6)
+    with _on_wgmma():
+        C = product_of_two_accumulators(*(t.cuda() for t in (A, B, X, Y)))
+    first, second = A.double() @ B.double().T, X.double().T @ Y.double()
+    sizes = (A.double().abs() @ B.double().abs().T) * (X.double().abs().T @ Y.double().abs())
+    assert bool(((C.double().cpu() - first * second).abs() <= 4 * 65 * 2.0 ** -24 * sizes).all())

@@ -60,6 +60,14 @@ class LoweringOptions:
         "warpgroups split its columns and run wgmma (tilelang's FullCol policy); None: where the plan then "
         "fits, else mma.sync (the plan's notes say so); True: always; False: mma.sync there",
     )
+    wgmma_transpose_a: bool = _opt(
+        False,
+        None,
+        "tile_nb.wgmma_transpose_a",
+        "T.gemm(transpose_A=True) with a 16-bit A stored [K, M] in shared memory runs on wgmma (an "
+        "MN-major A, the instruction's transpose immediate); False: on mma.sync (ldmatrix.trans), as every "
+        "accumulator it adds to",
+    )
     wgmma_overlap: bool = _opt(False, None, "tile_nb.wgmma_overlap",
                                "a cp.async pipeline keeps one wgmma group in flight across k-tiles")
     wgmma_late_wait: bool = _opt(

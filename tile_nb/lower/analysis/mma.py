@@ -7,12 +7,12 @@ asks these and records each call's `gemm_kind` (decisions.GemmKind) in the plan,
 from __future__ import annotations
 
 from ..errors import LoweringError
-from ..irwalk import region_of
+from ..irwalk import region_of, scope_of
 from .decisions import GemmKind
 from .layout import WgmmaAccLayout
 
 __all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "INT8S", "WGMMA_TYPES", "eight_bit_fma_reason",
-           "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_kind", "is_tf32", "k_major_panels",
+           "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_k", "gemm_kind", "is_tf32", "k_major_panels",
            "narrow_b", "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok",
            "wgmma_split"]
 
@@ -34,21 +34,26 @@ def wgmma_operand_types(a_dtype: str, b_dtype: str) -> tuple[str, str] | None:
     return (ta, tb) if ta == tb else None
 
 
-def wgmma_eligible(target, call, threads) -> bool:
-    return wgmma_refusal(target, call, threads) is None
+def wgmma_eligible(target, call, threads, transpose_a: bool = False) -> bool:
+    return wgmma_refusal(target, call, threads, transpose_a) is None
 
 
-def wgmma_refusal(target, call, threads) -> str | None:
+def wgmma_refusal(target, call, threads, transpose_a: bool = False) -> str | None:
     """Why this T.gemm cannot run on wgmma, for people (the plan's note of an 8-bit T.gemm on the CUDA cores),
-    or None where it can (`wgmma_eligible`)."""
+    or None where it can (`wgmma_eligible`). `transpose_a`: the lowering option wgmma_transpose_a (an A
+    stored [K, M] is taken)."""
     if target is None or "sm_90a" not in str(target.attrs.get("arch", "")):
         arch = str(target.attrs.get("arch", "")) if target is not None else "none"
         return f"the target {arch} has no wgmma (tile_nb emits 8-bit MMAs on Hopper sm_90a only)"
     (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     types = wgmma_operand_types(a.dtype, b.dtype)
-    if trans_a:
-        return "transpose_A=True (wgmma reads A stored [M, K])"
+    if trans_a and not transpose_a:
+        return "transpose_A=True (wgmma reads A stored [M, K]; the option wgmma_transpose_a takes [K, M])"
+    if trans_a and (types is None or types[0] in EIGHT_BIT):
+        return "transpose_A=True with 8-bit A (wgmma reads 8-bit A stored [M, K] only)"
+    if trans_a and scope_of(a) != "shared.dyn":
+        return "transpose_A=True with A in registers (wgmma's register A is [M, K])"
     if threads % 128:
         return f"threads={threads} is not whole warpgroups of 128"
     if types is None:
@@ -62,13 +67,17 @@ def wgmma_refusal(target, call, threads) -> str | None:
     bm, bn = int(c.shape[0]), int(c.shape[1])
     a_ext = [int(e) for _, e in a_rng]
     b_ext = [int(e) for _, e in b_rng]
-    bk = a_ext[-1]
+    bk = gemm_k(call)
     elem = elem_bytes(a.dtype)
     split = wgmma_split(bm, bn, threads // 128, trans_b, narrow_b=narrow_b(call))
     if isinstance(split, str):
         return split
-    if not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
-        return f"block_K={bk}: wgmma reads K rows of 64 or 128 bytes"
+    if trans_a:  # A stored [K, M], MN-major: 64-column panels of M, any K of whole k16 steps
+        if a_ext[-1] != bm or bk % 16:
+            return (f"A stored [K, M] is [{bk}, {a_ext[-1]}]: wgmma reads it as whole k16 steps of all {bm} "
+                    "rows")
+    if (trans_b or not trans_a) and not (bk * elem in (64, 128) or k_major_panels(a.dtype, bk)):
+        return f"block_K={bk}: wgmma reads K rows of 64 or 128 bytes"  # of a K-major A or B
     if [int(x) for x in a.shape[-2:]] != a_ext[-2:] or [int(x) for x in b.shape[-2:]] != b_ext[-2:]:
         return "an operand is part of its shared tile (wgmma's descriptors address whole tiles)"
     if trans_b and b_ext[-1] != bk:
@@ -99,6 +108,13 @@ def wgmma_split(bm: int, bn: int, warpgroups: int, trans_b: bool,
                 f"{cols} slices of {bn / cols:g} columns, and wgmma here takes slices that are multiples of "
                 f"{16 if trans_b else 64} (B stored {'[N, K]' if trans_b else '[K, N]'}) up to 256")
     return rows, cols
+
+
+def gemm_k(call) -> int:
+    """The K extent of a T.gemm: A's last dim, or its second-to-last where A is stored [K, M]
+    (transpose_A)."""
+    a_rng = region_of(call.args[1])[1]
+    return int(a_rng[-2][1] if bool(call.args[4]) else a_rng[-1][1])
 
 
 def narrow_b(call) -> bool:

@@ -64,6 +64,7 @@ from .mma import (
     eight_bit_fma_reason,
     eight_bit_gemm,
     fma_gemm,
+    gemm_k,
     gemm_kind,
     is_tf32,
     k_major_panels,
@@ -619,7 +620,7 @@ def _fp8_accumulation_notes(func, accumulators) -> tuple:
     return tuple(notes)
 
 
-def _kept_off_wgmma(func, gemms: list, target, threads: int) -> dict:
+def _kept_off_wgmma(func, gemms: list, target, threads: int, transpose_a: bool = False) -> dict:
     """Accumulators that a wgmma-eligible T.gemm adds to but that stay off wgmma (on sm_90a) -> why: the
     first T.gemm into the same accumulator that wgmma cannot take (a transposed A, a part of a tile, FMA or
     TF32 inputs), or the accumulator off wgmma whose register layout this one must share (infer.layout_groups:
@@ -627,7 +628,7 @@ def _kept_off_wgmma(func, gemms: list, target, threads: int) -> dict:
     refused, eligible = {}, set()
     for s in gemms:
         c = region_of(s.args[0])[0]
-        if wgmma_refusal(target, s, threads) is None:
+        if wgmma_refusal(target, s, threads, transpose_a) is None:
             eligible.add(c)
         else:
             refused.setdefault(c, s)
@@ -666,8 +667,9 @@ def _mixed_accumulator_notes(kept_off: dict, target, threads: int, options: Lowe
         where = f"the T.gemm at line {line}" if line is not None else "another T.gemm"
         notes.append(
             f"T.gemm into {c.name} on mma.sync, not wgmma: {where} adds to it too and cannot run on wgmma "
-            f"({wgmma_refusal(target, why, threads)}); one register layout serves every T.gemm into an "
-            "accumulator (accumulate that product in its own fragment to keep the others on wgmma)"
+            f"({wgmma_refusal(target, why, threads, options.wgmma_transpose_a)}); one register "
+            "layout serves every T.gemm into an accumulator (accumulate that product in its own fragment to "
+            "keep the others on wgmma)"
         )
     return tuple(notes)
 
@@ -750,6 +752,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     (`_kept_off_wgmma`, for the plan's notes); `column_split` False keeps a T.gemm whose rows cannot cover the
     warpgroups on mma.sync."""
     use_wgmma, register_form = options.wgmma, options.wgmma_register_a
+    ta = options.wgmma_transpose_a  # an A stored [K, M] on wgmma
     row_users = rows_coupled(func)
     accumulators, operands, panels, register_a = {}, set(), set(), {}
     gemms = [
@@ -762,12 +765,13 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
     not_wgmma = {region_of(s.args[0])[0] for s in gemms if fma_gemm(s) or is_tf32(s)}
     # so does an 8-bit T.gemm that wgmma cannot take (it runs as FMAs too)
     not_wgmma |= {
-        region_of(s.args[0])[0] for s in gemms if eight_bit_gemm(s) and not wgmma_eligible(target, s, threads)
+        region_of(s.args[0])[0]
+        for s in gemms if eight_bit_gemm(s) and not wgmma_eligible(target, s, threads, ta)
     }
     # and so does one that another T.gemm wgmma cannot take adds to (a transposed A, a part of a tile): one
     # register layout serves every T.gemm into an accumulator, and mma.sync's serves them all; and so does one
     # that shares a register layout with an accumulator off wgmma (a T.Parallel loop indexes both)
-    kept_off = _kept_off_wgmma(func, gemms, target, threads)
+    kept_off = _kept_off_wgmma(func, gemms, target, threads, ta)
     not_wgmma |= set(kept_off)
     for s in iter_stmts(func.body):
         if not (isinstance(s, tirx.TilePrimitiveCall) and s.op.name == "tirx.tile.gemm"):
@@ -789,16 +793,16 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                 elif is_tf32(s):  # T.tfloat32: mma.sync m16n8k8 .tf32 (wgmma's TF32 form is not built)
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users,
                                                           tf32=True)
-                elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads) and (
+                elif use_wgmma and c not in not_wgmma and wgmma_eligible(target, s, threads, ta) and (
                         (split := wgmma_split(bm, bn, threads // 128, bool(s.args[5]),
                                             narrow_b=narrow_b(s)))[1] == 1
                         or column_split):
                     rows, cols = split  # eligible: (row groups, column groups), not a refusal
                     accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)
-                    bk = int(region_of(s.args[1])[1][-1][1])
+                    bk = gemm_k(s)
                     if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
                         panels.add(b)
-                    if k_major_panels(a.dtype, bk):
+                    if bool(s.args[4]) or k_major_panels(a.dtype, bk):  # [K, M] A: MN-major, as [K, N] B
                         panels.add(a)
                     if register_form and scope_of(a) == "local.fragment" and wgmma_register_a_ok(s):
                         # every column group reads all of A: each holds a copy
@@ -820,7 +824,7 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
         try:
             c = region_of(s.args[0])[0]
             kinds[s] = gemm_kind(s, accumulators[c])
-            why = wgmma_refusal(target, s, threads) if kinds[s] is GemmKind.WGMMA else None
+            why = wgmma_refusal(target, s, threads, ta) if kinds[s] is GemmKind.WGMMA else None
             if why is not None:
                 raise LoweringError(
                     f"T.gemm into {c.name}: an earlier T.gemm into it runs on wgmma, whose accumulator "

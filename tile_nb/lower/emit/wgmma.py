@@ -11,7 +11,9 @@ otherwise gemm.py's mma.sync path runs. Layout decisions:
 - K-major 16-bit operands longer than 64 columns (a head dim of 128) are stored in 64-column panels, each a
   128B-swizzled [rows, 64] tile; a k-step's descriptor starts in the panel that holds its columns;
 - B stored [K, N] (MN-major): `panel` SharedTile ([N/64][K][64], 128B swizzle), descriptor LBO = panel stride,
-  SBO = 1024 (8 K-rows); B stored [N, K] (K-major): like A.
+  SBO = 1024 (8 K-rows); B stored [N, K] (K-major): like A. A stored [K, M] (transpose_A, 16-bit) is
+  MN-major the same way (the instruction's transpose-A immediate): an m-block is one 64-column panel, a k16
+  step 16 of its 128-byte rows.
 - the accumulator registers follow the wgmma D fragment: per n8 block i, d[4i..4i+3] = rows l/4 (+8),
   columns 8i + 2(l%4) (+1), warp w of the group on rows 16w..16w+15 (`WgmmaAccLayout.element`).
 Synchronisation per k-tile: wgmma.fence; the MMAs; commit; wait_group 0 (the stage may be refilled right after
@@ -26,7 +28,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..analysis.layout import WgmmaAccLayout
-from ..analysis.mma import EIGHT_BIT, elem_bytes, wgmma_operand_types
+from ..analysis.mma import EIGHT_BIT, elem_bytes, gemm_k, wgmma_operand_types
 from ..irwalk import region_of
 from . import intrin
 
@@ -67,19 +69,20 @@ def _desc_at(base_word, byte_offset) -> tirx.Expr:
     return base_word + tirx.Cast("uint32", tirx.floordiv(byte_offset, 16))
 
 
-def _wgmma_call(n, types, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, trans_b):
-    """`a_lo`, `b_lo`: the low words of the operands' descriptors (`_desc_at`)."""
+def _wgmma_call(n, types, acc_ptr, a_lo, a_sbo, a_mode, b_lo, b_sbo, b_mode, trans_b, trans_a=False):
+    """`a_lo`, `b_lo`: the low words of the operands' descriptors (`_desc_at`); `trans_a`, `trans_b`: the
+    operand is MN-major (A stored [K, M], B stored [K, N]: the PTX transpose immediates, 16-bit types only)."""
     ta, tb = types
     integer = EIGHT_BIT.get(ta) == "int"
     k = 32 if ta in EIGHT_BIT else 16
     regs = n // 2
-    name = f"tnb_wgmma_m64n{n}k{k}_{ta}_{tb}_tb{int(trans_b)}"
+    name = f"tnb_wgmma_m64n{n}k{k}_{ta}_{tb}{'_ta1' if trans_a else ''}_tb{int(trans_b)}"
     outs = ", ".join(f"%{i}" for i in range(regs))
     reg, ctype, dtype = ("r", "int", "s32") if integer else ("f", "float", "f32")
     cons = ", ".join(f'"+{reg}"(d[{i}])' for i in range(regs))
     # scale-d 1 (accumulate); floats: A and B not negated; only 16-bit types
     # take the two transpose immediates.
-    flags = "1" if integer else "1, 1, 1" if k == 32 else f"1, 1, 1, 0, {int(trans_b)}"
+    flags = "1" if integer else "1, 1, 1" if k == 32 else f"1, 1, 1, {int(trans_a)}, {int(trans_b)}"
     src = _desc_source() + f"""
 __forceinline__ __device__ void {name}({ctype}* d, unsigned alo, int asbo, int amode,
                                       unsigned blo, int bsbo, int bmode) {{
@@ -133,14 +136,14 @@ __forceinline__ __device__ void {name}({ctype}* d) {{
 
 def lower_gemm_wgmma(em, call):
     (c_buf, _), (a_buf, a_rng), (b_buf, b_rng) = (region_of(call.args[i]) for i in range(3))
-    trans_b = bool(call.args[5])
+    trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     beta = float(call.args[7].value)
     lay = em.plan.accumulators[c_buf]
     b_tile, b_view = em.tile(b_buf), em.view(b_buf)
     if a_buf not in em.registers:
         a_tile, a_view = em.tile(a_buf), em.view(a_buf)
     types = wgmma_operand_types(a_buf.dtype, b_buf.dtype)
-    bk = int(a_rng[-1][1])
+    bk = gemm_k(call)
     k_step = _K_STEP_BYTES // elem_bytes(a_buf.dtype)  # elements of K per wgmma
     acc = em.registers[c_buf]
     if beta == 0.0:
@@ -183,11 +186,17 @@ def lower_gemm_wgmma(em, call):
                 _desc_at(desc[1], _b_offset(b_tile, kk * 16, trans_b)), b_sbo, b_mode, not trans_b))
         _finish(em, acc, lay, c_buf)
         return
-    a_start = (_k_major_offset(a_tile, g_row * (lay.mblocks * 64), 0) + _region_start(em, a_tile, a_rng)
-               + _stage_off(em, a_tile, a_buf))
-    T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), 16), [0])
+    if trans_a:  # [K, M]: this warpgroup's rows of A are whole 64-column panels (LBO = panel stride)
+        a_first, a_lbo, a_sbo, a_mode = _panel_offset(a_tile, g_row * (lay.mblocks * 64), 0), a_tile.rows * 128, \
+            1024, 1
+    else:
+        a_first, a_lbo = _k_major_offset(a_tile, g_row * (lay.mblocks * 64), 0), 16
+    a_start = a_first + _region_start(em, a_tile, a_rng) + _stage_off(em, a_tile, a_buf)
+    T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), a_lbo), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
-        a_off = _k_major_offset(a_tile, mb * 64, kk * k_step) * (intrin.tvm_bits(a_tile.dtype) // 8)
+        a_elem = (_panel_offset(a_tile, mb * 64, kk * k_step) if trans_a
+                  else _k_major_offset(a_tile, mb * 64, kk * k_step))
+        a_off = a_elem * (intrin.tvm_bits(a_tile.dtype) // 8)
         T.evaluate(
             _wgmma_call(
                 lay.group_n,
@@ -200,6 +209,7 @@ def lower_gemm_wgmma(em, call):
                 b_sbo,
                 b_mode,
                 not trans_b,
+                trans_a,
             )
         )
     _finish(em, acc, lay, c_buf)
@@ -298,6 +308,12 @@ def _b_column_offset(b_tile, n, trans_b):
     if trans_b:
         return _k_major_offset(b_tile, n, 0)
     return tirx.floordiv(n, 64) * (b_tile.rows * 64)
+
+
+def _panel_offset(tile, col, k):
+    """Element offset of K row `k`, column `col` (a multiple of 64) of an MN-major operand stored [K, M] in
+    64-column panels: panel col / 64, row k of it."""
+    return tirx.floordiv(col, 64) * (tile.rows * 64) + k * 64
 
 
 def _k_major_offset(tile, row, k):
