@@ -113,6 +113,16 @@ def test_fork_rng_over_the_cuda_device(tmp_path):
     assert "fork_rng ok True" in out.stdout
 
 
+def test_device_contexts_switch_nothing(tmp_path):
+    """`with torch.cuda.device(0)` (and `torch.cpu.device(i)`, which flash-linear-attention's input guard asks
+    for when Triton reports no GPU) run their block on the one device there is."""
+    script = ("import torch\nwith torch.cuda.device(0):\n    x = torch.ones(2, device='cuda')\n"
+              "with torch.cpu.device(None):\n    y = x + 1\nprint('devices ok', y.tolist())\n")
+    out = _run_cpu(tmp_path, script)
+    assert out.returncode == 0, out.stderr
+    assert "devices ok [2.0, 2.0]" in out.stdout
+
+
 def test_tritons_driver_is_the_interpreters(tmp_path):
     """A stand-in Triton whose driver module fails as the NVIDIA driver does without libcuda: under --cpu with
     TRITON_INTERPRET=1 the interpreter driver is set when the module is imported."""

@@ -6,10 +6,10 @@ CPU: the interpreter against torch at odd shapes and sizes of 1; the sm_90a buil
 wgmma, with the plan's note naming the transposed T.gemm's line, while the same kernel without it stays on
 wgmma. GPU (marked gpu): the same kernels against torch.
 
-With the lowering option wgmma_transpose_a, a 16-bit A stored [K, M] runs on wgmma itself (an MN-major A in
-64-column panels, the instruction's transpose immediate: lower/emit/wgmma.py), and so do the accumulators it
-shares: the sm_90a build holds wgmma only, and on the GPU the kernels agree with torch at odd shapes, sizes of 1,
-two m-blocks of one warpgroup (block 128) and k16 steps of a 32-row K block.
+With the lowering option wgmma_transpose_a, a 16-bit A stored [K, M] runs on wgmma itself (an MN-major A
+in 64-column panels, the instruction's transpose immediate: lower/emit/wgmma.py), and so do the accumulators
+it shares: the sm_90a build holds wgmma only, and on the GPU the kernels agree with torch at odd shapes, sizes
+of 1, two m-blocks of one warpgroup (block 128) and k16 steps of a 32-row K block.
 """
 import pytest
 import torch
@@ -164,14 +164,17 @@ def test_with_the_option_the_transposed_gemm_runs_on_wgmma(dtype, block, block_K
     assert not any("on mma.sync" in n for n in k.plan["notes"]), k.plan["notes"]
     assert all(r.spill_stores == 0 for r in k.resources_by_kernel.values())
     with _on_wgmma():
-        k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, dtype), dtype=dtype, target="sm_90a")
+        k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, dtype), dtype=dtype,
+                                                target="sm_90a")
     assert "mma.sync" not in k.ptx and "wgmma.mma_async" in k.ptx and k.cubin
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("shape, block, block_K", [((70, 45, 33, 50), 64, 64), ((1, 1, 1, 1), 64, 64),
-                                                   ((128, 64, 64, 64), 64, 64), ((200, 130, 96, 70), 128, 32)])
+@pytest.mark.parametrize("shape, block, block_K", [
+    ((70, 45, 33, 50), 64, 64), ((1, 1, 1, 1), 64, 64), ((128, 64, 64, 64), 64, 64),
+    ((200, 130, 96, 70), 128, 32),
+])
 def test_transposed_gemm_on_wgmma_agrees_with_torch(dtype, shape, block, block_K):
     A, B, X, Y = _inputs(*shape, dtype, seed=5)
     with _on_wgmma():

@@ -7,8 +7,9 @@ script's process before the script runs. It patches, for that process only:
   becomes "cpu"; `Tensor.cuda()` returns the tensor itself (already on the CPU);
   `torch.Generator(device="cuda")` is a CPU one;
 - `torch.cuda`: `is_available()` is True, one device, compute capability (9, 0) (tile_nb's
-  main target, sm_90a), `synchronize`, `manual_seed*`, `empty_cache`, `set_device` do
-  nothing, `Event` times on the host clock, `get_rng_state` / `set_rng_state` are the CPU generator's;
+  main target, sm_90a), `synchronize`, `manual_seed*`, `empty_cache`, `set_device`, `with
+  torch.cuda.device(i)` (and `torch.cpu.device(i)`, which fla asks for when Triton has no GPU) do nothing,
+  `Event` times on the host clock, `get_rng_state` / `set_rng_state` are the CPU generator's;
 - Triton, when its interpreter runs (TRITON_INTERPRET=1): a CPU driver (cpu_triton.py);
 - float16 matrix products (`@`, `torch.matmul` / `mm` / `bmm` / `einsum`, `F.linear`, the Tensor methods):
   computed in float32 and rounded once to float16, as cuBLAS accumulates them on a GPU. torch's own float16
@@ -189,6 +190,21 @@ class _Stream:
         return False
 
 
+class _Device:
+    """`with torch.cuda.device(i):` (and `torch.cpu.device(i)`, which torch lacks: flash-linear-attention's
+    input guard asks its device module for one, `torch.cpu` when Triton has no GPU backend): one device,
+    nothing to switch."""
+
+    def __init__(self, device=None):
+        self.idx = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def install() -> None:
     """Patch torch in this process (idempotent)."""
     global _active
@@ -264,6 +280,9 @@ def install() -> None:
     cuda.current_stream = lambda device=None: _Stream()
     cuda.default_stream = lambda device=None: _Stream()
     cuda.stream = lambda stream=None: _Stream()
+    cuda.device = _Device
+    if not hasattr(torch.cpu, "device"):
+        torch.cpu.device = _Device
     _patch_float16_products(torch)
     from . import cpu_triton
 
