@@ -149,18 +149,11 @@ def lower_gemm_wgmma(em, call):
     if beta == 0.0:
         with T.unroll(0, lay.regs) as r:
             T.buffer_store(acc, tirx.const(0, str(acc.dtype)), [r])
-    # K-major operands: rows of 64 or 128 bytes, or 64-column panels of 128-byte rows (k_major_panels).
-    a_row_bytes = min(bk * elem_bytes(a_buf.dtype), 128)
-    a_mode = 1 if a_row_bytes == 128 else 2  # 128B or 64B swizzle
-    a_sbo = 8 * a_row_bytes
-    if trans_b:  # [N, K], K-major like A
-        b_lbo, b_sbo, b_mode = 16, 8 * a_row_bytes, a_mode
-    else:  # [K, N] in 64-column panels; LBO = panel stride, SBO = 8 K-rows of 128 bytes
-        lbo_sbo = (b_tile.rows * 128, 1024)
-        if em.plan.options.wgmma_swap_lbo_sbo:  # the descriptor probe (LoweringOptions)
-            lbo_sbo = lbo_sbo[::-1]
-        b_lbo, b_sbo = lbo_sbo
-        b_mode = 1
+    # K-major operands: rows of 64 or 128 bytes, or 64-column panels of 128-byte rows (k_major_panels):
+    # (LBO, SBO, swizzle mode 128B / 64B) of their descriptors
+    k_row_bytes = min(bk * elem_bytes(a_buf.dtype), 128)
+    k_major = (16, 8 * k_row_bytes, 1 if k_row_bytes == 128 else 2)
+    b_lbo, b_sbo, b_mode = k_major if trans_b else _mn_major_desc(em, b_tile)  # [N, K] / [K, N]
     # warp-uniform: which rows of A and which columns of B this warpgroup multiplies
     g = tirx.floordiv(em.warp_tx if em.warp_tx is not None else em.tx, 128)
     g_row, g_col = lay.group_coords(g)
@@ -186,11 +179,12 @@ def lower_gemm_wgmma(em, call):
                 _desc_at(desc[1], _b_offset(b_tile, kk * 16, trans_b)), b_sbo, b_mode, not trans_b))
         _finish(em, acc, lay, c_buf)
         return
-    if trans_a:  # [K, M]: this warpgroup's rows of A are whole 64-column panels (LBO = panel stride)
-        a_first, a_lbo, a_sbo, a_mode = _panel_offset(a_tile, g_row * (lay.mblocks * 64), 0), a_tile.rows * 128, \
-            1024, 1
+    if trans_a:  # [K, M]: this warpgroup's rows of A are whole 64-column panels
+        a_first = _panel_offset(a_tile, g_row * (lay.mblocks * 64), 0)
+        a_lbo, a_sbo, a_mode = _mn_major_desc(em, a_tile)
     else:
-        a_first, a_lbo = _k_major_offset(a_tile, g_row * (lay.mblocks * 64), 0), 16
+        a_first = _k_major_offset(a_tile, g_row * (lay.mblocks * 64), 0)
+        a_lbo, a_sbo, a_mode = k_major
     a_start = a_first + _region_start(em, a_tile, a_rng) + _stage_off(em, a_tile, a_buf)
     T.buffer_store(desc, _desc_low_word(intrin.address_of(a_view, [a_start]), a_lbo), [0])
     with T.unroll(0, bk // k_step) as kk, T.unroll(0, lay.mblocks) as mb:
@@ -294,20 +288,27 @@ def drain_accumulators(em, stmts):
                 drained.append(c_buf)
 
 
+def _mn_major_desc(em, tile):
+    """(LBO, SBO, swizzle mode) of an MN-major operand's descriptor ([K, N] B, [K, M] A in 64-column panels):
+    LBO = panel stride, SBO = 8 K-rows of 128 bytes, 128B swizzle."""
+    lbo, sbo = tile.rows * 128, 1024
+    if em.plan.options.wgmma_swap_lbo_sbo:  # the descriptor probe (LoweringOptions)
+        lbo, sbo = sbo, lbo
+    return lbo, sbo, 1
+
+
 def _b_offset(b_tile, k, trans_b):
     """Byte offset of B's descriptor start at K element `k` from its tile start: [N, K] (K-major) like A; [K,
     N] in 64-column panels, where a K step is 64 elements of every panel row (8-bit B is always K-major, so
     `k` counts 16-bit elements there)."""
-    offset = _k_major_offset(b_tile, 0, k) if trans_b else k * 64
+    offset = _k_major_offset(b_tile, 0, k) if trans_b else _panel_offset(b_tile, 0, k)
     return offset * (intrin.tvm_bits(b_tile.dtype) // 8)
 
 
 def _b_column_offset(b_tile, n, trans_b):
     """Element offset of column `n` of B (a column group's slice, analysis/mma.py's wgmma_split: a whole 8-row
     atom of a K-major [N, K] tile, a whole 64-column panel of a [K, N] one) from its tile start."""
-    if trans_b:
-        return _k_major_offset(b_tile, n, 0)
-    return tirx.floordiv(n, 64) * (b_tile.rows * 64)
+    return _k_major_offset(b_tile, n, 0) if trans_b else _panel_offset(b_tile, n, 0)
 
 
 def _panel_offset(tile, col, k):
