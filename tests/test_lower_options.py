@@ -26,7 +26,7 @@ def test_every_field_has_a_default_a_doc_and_an_attribute():
     assert opts.tma is None and opts.wgmma is True and opts.raster == 8 and opts.cluster == 0
     for f in lo.FIELDS.values():
         assert f.metadata["doc"] and f.metadata["attr"].startswith("tile_nb."), f.name
-    assert len(ENV_SWITCHES) == 15 and "TILE_NB_TMA" in ENV_SWITCHES
+    assert len(ENV_SWITCHES) == 16 and "TILE_NB_TMA" in ENV_SWITCHES
     assert LoweringOptions.__doc__ and lo.LoweringOptions.__dataclass_params__.frozen
 
 

@@ -62,7 +62,7 @@ class LoweringOptions:
     )
     wgmma_transpose_a: bool = _opt(
         False,
-        None,
+        "TILE_NB_WGMMA_TRANSPOSE_A",
         "tile_nb.wgmma_transpose_a",
         "T.gemm(transpose_A=True) with a 16-bit A stored [K, M] in shared memory runs on wgmma (an "
         "MN-major A, the instruction's transpose immediate); False: on mma.sync (ldmatrix.trans), as every "
