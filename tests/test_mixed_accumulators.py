@@ -82,6 +82,35 @@ def product_of_two_accumulators(A, B, X, Y, dtype: T.dtype = T.float16, block: i
     return C
 
 
+@tile_nb.jit
+def gemm_plus_gemm(A, B, X, Y, dtype: T.dtype = T.float16, block: int = 64, block_K: int = 64):
+    """C = A B^T + X Y in one float32 accumulator: A [M, K], B [N, K], X [M, K2], Y [K2, N]; both T.gemm run
+    on wgmma by default, the second reading a [K, N] B (MN-major, in 64-column panels)."""
+    M, N, K, K2 = T.const("M, N, K, K2")
+    A: T.Tensor[[M, K], dtype]
+    B: T.Tensor[[N, K], dtype]
+    X: T.Tensor[[M, K2], dtype]
+    Y: T.Tensor[[K2, N], dtype]
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), threads=128) as (bx, by):
+        a_s = T.alloc_shared((block, block_K), dtype)
+        b_s = T.alloc_shared((block, block_K), dtype)
+        x_s = T.alloc_shared((block, block_K), dtype)
+        y_s = T.alloc_shared((block_K, block), dtype)
+        acc = T.alloc_fragment((block, block), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[bx * block, k * block_K], a_s)
+            T.copy(B[by * block, k * block_K], b_s)
+            T.gemm(a_s, b_s, acc, transpose_B=True)
+        for k in T.serial(T.ceildiv(K2, block_K)):
+            T.copy(X[bx * block, k * block_K], x_s)
+            T.copy(Y[k * block_K, by * block], y_s)
+            T.gemm(x_s, y_s, acc)
+        T.copy(acc, C[bx * block, by * block])
+    return C
+
+
 _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -167,6 +196,37 @@ def test_with_the_option_the_transposed_gemm_runs_on_wgmma(dtype, block, block_K
         k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, dtype), dtype=dtype,
                                                 target="sm_90a")
     assert "mma.sync" not in k.ptx and "wgmma.mma_async" in k.ptx and k.cubin
+
+
+def _panel_tiles(kernel, *args, **consts) -> set:
+    """Names of the shared tiles the sm_90a plan stores in 64-column panels."""
+    from kernels.cuda import target
+
+    from tile_nb.lower import lower_with_plan
+
+    _, plan = lower_with_plan(kernel.specialize(*args, **consts), target("sm_90a"))
+    return {b.name for b, t in plan.shared.items() if t.panel}
+
+
+def test_a_second_gemm_into_an_accumulator_reads_its_own_operands_from_panels():
+    """Every wgmma T.gemm's MN-major operands are stored in 64-column panels, the second into an accumulator
+    too: it stored them row-major (swizzled), which is the same layout at 64 columns and another at 128, so
+    the [K, N] / [K, M] operands of the second T.gemm were read wrongly on the H100 (block 128)."""
+    args = _inputs(200, 130, 96, 70, "float16")
+    assert _panel_tiles(gemm_plus_gemm, *[args[0], args[1], args[2].T.contiguous(), args[3]], block=128,
+                        block_K=32) == {"y_s"}
+    with _on_wgmma():
+        assert _panel_tiles(gemm_plus_transposed, *args, block=128, block_K=32) == {"x_s", "y_s"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, block", [((200, 130, 96, 70), 128), ((70, 45, 33, 50), 64),
+                                          ((1, 1, 1, 1), 64)])
+def test_gemm_plus_gemm_agrees_with_torch(backend, shape, block):
+    A, B, Xt, Y = _inputs(*shape, "float16", seed=8)
+    X = Xt.T.contiguous()
+    C = gemm_plus_gemm(*(t.to(backend) for t in (A, B, X, Y)), block=block, block_K=32)
+    _check(C, A, B, Xt, Y)
 
 
 @pytest.mark.gpu

@@ -799,14 +799,9 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
                         or column_split):
                     rows, cols = split  # eligible: (row groups, column groups), not a refusal
                     accumulators[c] = WgmmaAccLayout(bm, bn, rows, cols)
-                    bk = gemm_k(s)
-                    if not bool(s.args[5]) or k_major_panels(b.dtype, bk):
-                        panels.add(b)
-                    if bool(s.args[4]) or k_major_panels(a.dtype, bk):  # [K, M] A: MN-major, as [K, N] B
-                        panels.add(a)
                     if register_form and scope_of(a) == "local.fragment" and wgmma_register_a_ok(s):
                         # every column group reads all of A: each holds a copy
-                        register_a[a] = WgmmaAccLayout(bm, bk, rows, 1, replicas=cols)
+                        register_a[a] = WgmmaAccLayout(bm, gemm_k(s), rows, 1, replicas=cols)
                 else:
                     accumulators[c] = MmaAccLayout.choose(bm, bn, threads // 32, rows_per_warp=c in row_users)
             for op in (a, b):
@@ -824,6 +819,8 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
         try:
             c = region_of(s.args[0])[0]
             kinds[s] = gemm_kind(s, accumulators[c])
+            if kinds[s] is GemmKind.WGMMA:
+                _add_panels(s, panels)
             why = wgmma_refusal(target, s, threads, ta) if kinds[s] is GemmKind.WGMMA else None
             if why is not None:
                 raise LoweringError(
@@ -834,6 +831,19 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
         except LoweringError as err:
             raise lines.locate(err, s) from None
     return accumulators, kinds, operands, panels, register_a, kept_off
+
+
+def _add_panels(gemm, panels: set) -> None:
+    """The shared operands of a wgmma T.gemm stored in 64-column panels: a [K, N] B and a [K, M] A (MN-major),
+    and K-major ones of more than 128-byte rows. Every T.gemm's, not only the first into an accumulator: a
+    second T.gemm into it reads its own operands through these descriptors too (with one panel the layouts
+    coincide, so only operands of more than 64 columns showed the difference)."""
+    _, a, b = (region_of(gemm.args[i])[0] for i in range(3))
+    bk = gemm_k(gemm)
+    if not bool(gemm.args[5]) or k_major_panels(b.dtype, bk):
+        panels.add(b)
+    if bool(gemm.args[4]) or k_major_panels(a.dtype, bk):  # [K, M] A: MN-major, as [K, N] B
+        panels.add(a)
 
 
 def _reusable_lives(bodies: list, shared: dict, tma_tiles: set, lines) -> dict:
