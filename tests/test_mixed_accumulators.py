@@ -1,15 +1,17 @@
-"""Several `T.gemm` into one accumulator where wgmma can take one and not another (a transposed A: gdn's
-`example_wy_fast_bwd_split`): one register layout serves every T.gemm into an accumulator, so both run on
-mma.sync, and the plan says which T.gemm kept them off wgmma (plan._mixed_accumulators).
+"""Several `T.gemm` into one accumulator where wgmma can take one and not another (a transposed A with the
+lowering option wgmma_transpose_a off, as gdn's `example_wy_fast_bwd_split` was before it): one register
+layout serves every T.gemm into an accumulator, so both run on mma.sync, and the plan says which T.gemm kept
+them off wgmma (plan._mixed_accumulators).
 
 CPU: the interpreter against torch at odd shapes and sizes of 1; the sm_90a build (nvcc) holds mma.sync and no
 wgmma, with the plan's note naming the transposed T.gemm's line, while the same kernel without it stays on
 wgmma. GPU (marked gpu): the same kernels against torch.
 
-With the lowering option wgmma_transpose_a, a 16-bit A stored [K, M] runs on wgmma itself (an MN-major A
-in 64-column panels, the instruction's transpose immediate: lower/emit/wgmma.py), and so do the accumulators
-it shares: the sm_90a build holds wgmma only, and on the GPU the kernels agree with torch at odd shapes, sizes
-of 1, two m-blocks of one warpgroup (block 128) and k16 steps of a 32-row K block.
+With wgmma_transpose_a (the default), a 16-bit A stored [K, M] runs on wgmma itself (an MN-major A in
+64-column panels, the instruction's transpose immediate: lower/emit/wgmma.py), and so do the accumulators it
+shares: the sm_90a build holds wgmma only, and on the GPU the kernels agree with torch at odd shapes, sizes
+of 1, two m-blocks of one warpgroup (block 128) and k16 steps of a 32-row K block. Every wgmma T.gemm into an
+accumulator, not only the first, reads its MN-major operands from 64-column panels (gemm_plus_gemm).
 """
 import pytest
 import torch
@@ -111,6 +113,11 @@ def gemm_plus_gemm(A, B, X, Y, dtype: T.dtype = T.float16, block: int = 64, bloc
     return C
 
 
+def _on_mma_sync():
+    """The transposed T.gemm on mma.sync (ldmatrix.trans): the lowering option wgmma_transpose_a off."""
+    return tile_nb.options(wgmma_transpose_a=False)
+
+
 _DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -135,14 +142,16 @@ def _check(C, A, B, X, Y):
 @pytest.mark.parametrize("shape", [(70, 45, 33, 50), (1, 1, 1, 1), (128, 64, 64, 64)])
 def test_transposed_gemm_into_a_wgmma_eligible_accumulator(backend, dtype, shape):
     A, B, X, Y = _inputs(*shape, dtype, seed=1)
-    C = gemm_plus_transposed(*(t.to(backend) for t in (A, B, X, Y)), dtype=dtype)
+    with _on_mma_sync():
+        C = gemm_plus_transposed(*(t.to(backend) for t in (A, B, X, Y)), dtype=dtype)
     _check(C, A, B, X, Y)
 
 
 @needs_nvcc
 def test_both_gemms_run_on_mma_sync_and_the_plan_names_the_transposed_one():
     inputs = _inputs(128, 128, 64, 64, "float16")
-    k = gemm_plus_transposed.compile(*inputs, target="sm_90a")
+    with _on_mma_sync():
+        k = gemm_plus_transposed.compile(*inputs, target="sm_90a")
     assert "wgmma" not in k.ptx and "mma.sync.aligned.m16n8k16" in k.ptx and k.cubin
     with open(__file__) as source:
         line = next(n for n, text in enumerate(source, 1) if "T.gemm(x_s, y_s, acc, transpose_A" in text)
@@ -161,7 +170,8 @@ def test_without_the_transposed_gemm_the_accumulator_stays_on_wgmma():
 @pytest.mark.parametrize("shape", [(70, 45, 64, 64), (1, 1, 64, 64)])
 def test_accumulators_joined_by_a_loop_share_mma_sync(backend, shape):
     A, B, X, Y = _inputs(*shape, "float16", seed=3)
-    C = product_of_two_accumulators(*(t.to(backend) for t in (A, B, X, Y)))
+    with _on_mma_sync():
+        C = product_of_two_accumulators(*(t.to(backend) for t in (A, B, X, Y)))
     first, second = A.double() @ B.double().T, X.double().T @ Y.double()
     sizes = (A.double().abs() @ B.double().abs().T) * (X.double().abs().T @ Y.double().abs())
     bound = 4 * 65 * 2.0 ** -24 * sizes   # each product's rounding bound, twice, and the multiply's
@@ -170,13 +180,14 @@ def test_accumulators_joined_by_a_loop_share_mma_sync(backend, shape):
 
 @needs_nvcc
 def test_a_joined_accumulator_follows_onto_mma_sync_with_a_note():
-    k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, "float16"), target="sm_90a")
+    with _on_mma_sync():
+        k = product_of_two_accumulators.compile(*_inputs(128, 128, 64, 64, "float16"), target="sm_90a")
     assert "wgmma" not in k.ptx and k.cubin
     note = "T.gemm into first on mma.sync, not wgmma: it shares its register layout with second"
     assert any(n.startswith(note) for n in k.plan["notes"]), k.plan["notes"]
 
 
-def _on_wgmma():
+def _on_wgmma():  # the default since 2026-12-07 (lower/options.py), named here for the tests that need it
     return tile_nb.options(wgmma_transpose_a=True)
 
 

@@ -61,7 +61,7 @@ class LoweringOptions:
         "fits, else mma.sync (the plan's notes say so); True: always; False: mma.sync there",
     )
     wgmma_transpose_a: bool = _opt(
-        False,
+        True,
         "TILE_NB_WGMMA_TRANSPOSE_A",
         "tile_nb.wgmma_transpose_a",
         "T.gemm(transpose_A=True) with a 16-bit A stored [K, M] in shared memory runs on wgmma (an "

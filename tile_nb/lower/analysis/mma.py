@@ -48,10 +48,12 @@ def wgmma_refusal(target, call, threads, transpose_a: bool = False) -> str | Non
     (c, c_rng), (a, a_rng), (b, b_rng) = (region_of(call.args[i]) for i in range(3))
     trans_a, trans_b = bool(call.args[4]), bool(call.args[5])
     types = wgmma_operand_types(a.dtype, b.dtype)
+    if trans_a and types is not None and types[0] in EIGHT_BIT:
+        return "transpose_A=True with 8-bit A (wgmma reads 8-bit A stored [M, K] only)"
     if trans_a and not transpose_a:
         return "transpose_A=True (wgmma reads A stored [M, K]; the option wgmma_transpose_a takes [K, M])"
-    if trans_a and (types is None or types[0] in EIGHT_BIT):
-        return "transpose_A=True with 8-bit A (wgmma reads 8-bit A stored [M, K] only)"
+    if trans_a and types is None:
+        return f"transpose_A=True with {a.dtype} x {b.dtype} (wgmma has no such product)"
     if trans_a and scope_of(a) != "shared.dyn":
         return "transpose_A=True with A in registers (wgmma's register A is [M, K])"
     if threads % 128:
