@@ -126,7 +126,8 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
         (lambda: gemm_ir(512, 1030, 512, **BIG), "B's rows are not a multiple of 16 bytes"),
         (lambda: gemm_ir(512, 512, 512, num_stages=1, **BIG), "num_stages < 2"),
         (lambda: gemm_ir(512, 512, 512, **BIG).with_attr("tile_nb.tma", 0), "TMA turned off"),
-        (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG), "no wgmma T.gemm"),
+        (lambda: gemm_ir(512, 512, 512, trans_A=True, **BIG).with_attr("tile_nb.wgmma_transpose_a", 0),
+         "no wgmma T.gemm"),
         (
             lambda: gemm_ir(512, 512, 512, **dict(BIG, block_M=256, threads=512)),
             "the register fragments alone take 128",
@@ -141,6 +142,21 @@ def test_tma_kernels_build_without_spills(cfg, compiler):
 def test_ineligible_kernels_keep_cp_async_and_say_why(func, why):
     note = pipeline_note(func())
     assert note.startswith("cp.async (") and why in note, note
+
+
+def test_a_transposed_a_loads_by_tma_one_box_per_panel(tmp_path):
+    """A stored [K, M] (transpose_A) runs on wgmma by default (wgmma_transpose_a), so its GEMM takes the TMA
+    pipeline: A's [block_K, block_M] tile is two 64-column panels, a TMA box each, as a [K, N] B's."""
+    func = gemm_ir(512, 512, 512, trans_A=True, **dict(BIG, block_M=128))
+    _, p = lower_with_plan(func, target("sm_90a"))
+    assert p.uses_wgmma and p.tma is not None, pipeline_note(func)
+    a_tile = next(t for b, t in p.shared.items() if b.name == "A_shared")
+    assert a_tile.panel and tuple(a_tile.shape) == (64, 128)
+    assert sorted(len(c.boxes) for c in p.tma.copies) == [2, 4]  # A: 128 columns, B: 256 columns
+    src = cuda_source(func, "sm_90a")
+    assert "_ta1_tb" in src and "mma.sync" not in src
+    report = ptxas_report(src, "sm_90a", tmp_path)
+    assert sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report)) == 0, report
 
 
 @pytest.mark.parametrize(
