@@ -73,6 +73,7 @@ case "$part" in
   vs_tilelang)
     [[ -d /tmp/devkit/site ]] || { echo "vs_tilelang: no TVM in /tmp/devkit: run a part carrying .devkit first" >&2; exit 2; }
     [[ -f .tl/site.tar.xz ]] || { echo "vs_tilelang: no .tl/site.tar.xz: bash scripts/tilelang_kit.sh make, carry .tl" >&2; exit 2; }
+    [[ -f benchmarks/vs_tilelang.py ]] || { echo "vs_tilelang: benchmarks/vs_tilelang.py is set aside (scripts/gpu_tree.sh): add vs_tilelang to KEEP_BENCHMARKS" >&2; exit 2; }
     set -f
     globs=(${VS_GLOBS:-examples/gemm/* examples/gemm_fp8/* examples/flash_attention/* examples/gemm_splitk/*
            examples/flash_decoding/* examples/deepseek_mla/* examples/dequantize_gemm/* examples/linear_attention/*
