@@ -230,6 +230,21 @@ def test_a_second_gemm_into_an_accumulator_reads_its_own_operands_from_panels():
         assert _panel_tiles(gemm_plus_transposed, *args, block=128, block_K=32) == {"x_s", "y_s"}
 
 
+def test_an_operand_read_as_panels_but_not_stored_so_is_refused(monkeypatch):
+    """The emitter checks what the descriptors assume: had the plan still left a second T.gemm's operands out
+    of the panels, the build would stop with an internal error instead of computing wrong numbers."""
+    from kernels.cuda import target
+
+    from tile_nb.lower import LoweringError, lower_with_plan
+    from tile_nb.lower.analysis import plan
+
+    monkeypatch.setattr(plan, "_add_panels", lambda gemm, panels: None)
+    args = _inputs(200, 130, 96, 70, "float16")
+    func = gemm_plus_gemm.specialize(args[0], args[1], args[2].T.contiguous(), args[3], block=128, block_K=32)
+    with pytest.raises(LoweringError, match="read as 64-column panels"):
+        lower_with_plan(func, target("sm_90a"))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape, block", [((200, 130, 96, 70), 128), ((70, 45, 33, 50), 64),
                                           ((1, 1, 1, 1), 64)])
