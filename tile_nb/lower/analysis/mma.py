@@ -13,8 +13,8 @@ from .layout import WgmmaAccLayout
 
 __all__ = ["EIGHT_BIT", "FMA_INPUTS", "FP8_FLOATS", "INT8S", "WGMMA_TYPES", "eight_bit_fma_reason",
            "eight_bit_gemm", "elem_bytes", "fma_gemm", "gemm_k", "gemm_kind", "is_tf32", "k_major_panels",
-           "narrow_b", "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal", "wgmma_register_a_ok",
-           "wgmma_split"]
+           "narrow_b", "read_as_panels", "wgmma_eligible", "wgmma_operand_types", "wgmma_refusal",
+           "wgmma_register_a_ok", "wgmma_split"]
 
 
 # wgmma operand types by tile IR dtype. 8-bit types may be mixed within their kind (e4m3 x e5m2, s8 x u8);
@@ -140,6 +140,16 @@ def k_major_panels(dtype, bk: int) -> bool:
     """Whether a K-major operand with `bk` columns is stored in 64-column panels ([bk/64][rows][64], each a
     128-byte-swizzled tile): 16-bit rows longer than the 128 bytes one swizzle atom spans (head dim 128)."""
     return elem_bytes(dtype) == 2 and bk > 64 and bk % 64 == 0
+
+
+def read_as_panels(call) -> tuple[bool, bool]:
+    """Whether a wgmma T.gemm's descriptors read its A and its B as 64-column panels: an MN-major operand
+    ([K, M] A, [K, N] B) and a K-major one of more than 128-byte rows (`k_major_panels`). The plan stores such
+    tiles so (plan._add_panels) and the emitter checks it (emit/wgmma.py)."""
+    a, b = (region_of(call.args[i])[0] for i in (1, 2))
+    bk = gemm_k(call)
+    return (bool(call.args[4]) or k_major_panels(a.dtype, bk),
+            not bool(call.args[5]) or k_major_panels(b.dtype, bk))
 
 
 def elem_bytes(dtype) -> int:

@@ -67,8 +67,8 @@ from .mma import (
     gemm_k,
     gemm_kind,
     is_tf32,
-    k_major_panels,
     narrow_b,
+    read_as_panels,
     wgmma_eligible,
     wgmma_refusal,
     wgmma_register_a_ok,
@@ -834,16 +834,16 @@ def _choose_mma(func, target, threads: int, lines, options: LoweringOptions, col
 
 
 def _add_panels(gemm, panels: set) -> None:
-    """The shared operands of a wgmma T.gemm stored in 64-column panels: a [K, N] B and a [K, M] A (MN-major),
-    and K-major ones of more than 128-byte rows. Every T.gemm's, not only the first into an accumulator: a
-    second T.gemm into it reads its own operands through these descriptors too (with one panel the layouts
-    coincide, so only operands of more than 64 columns showed the difference)."""
-    _, a, b = (region_of(gemm.args[i])[0] for i in range(3))
-    bk = gemm_k(gemm)
-    if not bool(gemm.args[5]) or k_major_panels(b.dtype, bk):
-        panels.add(b)
-    if bool(gemm.args[4]) or k_major_panels(a.dtype, bk):  # [K, M] A: MN-major, as [K, N] B
+    """The shared operands of a wgmma T.gemm stored in 64-column panels (mma.read_as_panels). Every T.gemm's,
+    not only the first into an accumulator: a second T.gemm into it reads its own operands through these
+    descriptors too (with one panel the layouts coincide, so only operands of more than 64 columns showed the
+    difference)."""
+    a, b = (region_of(gemm.args[i])[0] for i in (1, 2))
+    a_panels, b_panels = read_as_panels(gemm)
+    if a_panels:
         panels.add(a)
+    if b_panels:
+        panels.add(b)
 
 
 def _reusable_lives(bodies: list, shared: dict, tma_tiles: set, lines) -> dict:

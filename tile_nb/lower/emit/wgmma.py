@@ -28,7 +28,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ..analysis.layout import WgmmaAccLayout
-from ..analysis.mma import EIGHT_BIT, elem_bytes, gemm_k, k_major_panels, wgmma_operand_types
+from ..analysis.mma import EIGHT_BIT, elem_bytes, gemm_k, read_as_panels, wgmma_operand_types
 from ..errors import LoweringError
 from ..irwalk import region_of
 from . import intrin
@@ -145,9 +145,10 @@ def lower_gemm_wgmma(em, call):
         a_tile, a_view = em.tile(a_buf), em.view(a_buf)
     types = wgmma_operand_types(a_buf.dtype, b_buf.dtype)
     bk = gemm_k(call)
-    _require_panels(b_tile, not trans_b or k_major_panels(b_buf.dtype, bk), "B")
+    a_panels, b_panels = read_as_panels(call)
+    _require_panels(b_tile, b_panels, "B")
     if a_buf not in em.registers:
-        _require_panels(a_tile, trans_a or k_major_panels(a_buf.dtype, bk), "A")
+        _require_panels(a_tile, a_panels, "A")
     k_step = _K_STEP_BYTES // elem_bytes(a_buf.dtype)  # elements of K per wgmma
     acc = em.registers[c_buf]
     if beta == 0.0:
@@ -213,11 +214,11 @@ def lower_gemm_wgmma(em, call):
     _finish(em, acc, lay, c_buf)
 
 
-def _require_panels(tile, read_as_panels: bool, operand: str) -> None:
+def _require_panels(tile, as_panels: bool, operand: str) -> None:
     """The descriptors below read an MN-major operand (and a K-major one of more than 128-byte rows) as 64-column
     panels: the plan must have stored the tile so (plan._add_panels), or the GPU would read another layout's bytes
     without a word. A mismatch is tile_nb's bug; refuse rather than build wrong code."""
-    if read_as_panels and not tile.panel:
+    if as_panels and not tile.panel:
         raise LoweringError(
             f"internal: wgmma operand {operand} ({tile.buffer.name}) is read as 64-column panels but its shared "
             "tile was not laid out in panels; this is a tile_nb bug (please report it with the kernel)"
