@@ -14,7 +14,8 @@
 #                        (einops, flash-linear-attention 0.3.2: scripts/conformance_deps.sh) at PYDEPS (default
 #                        .gl/gpudeps, made absolute: the cases
 #                        run in their own folders); the gdn examples take flash-linear-attention of 2025-06 from
-#                        .gl/fla-2025-06 where it is there (their calls need its API: conformance_deps.sh, FLA_GIT);
+#                        .gl/fla-2025-06 where it is there (their calls need its API: conformance_deps.sh, FLA_GIT),
+#                        the others flash_attn's torch stand-in (benchmarks/stand_ins);
 #                        CONF_ALONE: globs of cases run last, one at a time (default: the Mamba chunk-state example,
 #                        which asks for 40 GiB, and gdn's chunk_delta_h, whose reference autotunes); the whole run cut at
 #                        CONF_BUDGET (540) s with the cases left reported as not run
@@ -62,7 +63,8 @@ case "$part" in
         echo "$bench exit $?"; } >> "$out/bench.log" 2>&1
     done ;;
   conformance)
-    deps=(); [[ -d .gl/fla-2025-06 ]] && deps=(--deps "examples/gdn/*=.gl/fla-2025-06")
+    deps=(--deps); [[ -d .gl/fla-2025-06 ]] && deps+=("examples/gdn/*=.gl/fla-2025-06")
+    deps+=("*=benchmarks/stand_ins")   # flash_attn's torch stand-in for the cases the rule above does not take
     { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/gpudeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
         --alone ${CONF_ALONE:-examples/gdn/example_chunk_delta_h.py examples/linear_attention/example_mamba_chunk_state.py} \

@@ -29,9 +29,11 @@ started). The max error is the largest absolute difference any
 The examples' own references need what tilelang's examples/requirements name: einops, triton (its kernels run
 under TRITON_INTERPRET=1 on the interpreter backend) and flash-linear-attention (kept on its Triton kernels:
 FLA_DISABLE_BACKEND_DISPATCH=1), installed where PYTHONPATH finds them (`pip install --target DIR ...`).
-flash_attn needs CUDA to build and is missing on a CPU machine; those cases error there. `--deps GLOB=DIR`
-puts DIR first on the PYTHONPATH of the cases GLOB matches: tilelang's gdn examples call
-flash-linear-attention's API of June 2025, which no release has (scripts/conformance_deps.sh).
+flash_attn needs CUDA to build (and the GPU machine has no network); benchmarks/stand_ins/flash_attn is a
+torch stand-in for the two functions the examples call, which says so on import. `--deps GLOB=DIR` puts DIR
+first on the PYTHONPATH of the cases GLOB matches: `'*=benchmarks/stand_ins'` for that stand-in, and
+tilelang's gdn examples call flash-linear-attention's API of June 2025, which no release has
+(scripts/conformance_deps.sh).
 """
 from __future__ import annotations
 
