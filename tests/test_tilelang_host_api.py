@@ -202,6 +202,40 @@ def test_swizzle_and_warp_policy_are_recorded_and_change_nothing():
     assert "gemm policy=GemmWarpPolicy.FullCol" in hints[1]
 
 
+def test_pass_configs_hints_are_recorded_in_the_kernel_and_change_nothing():
+    """tilelang's lowering hints in `pass_configs` (a `@tilelang.jit` kernel and a `@T.prim_func` factory):
+    recorded in the elaborated kernel's `tile_nb.hints` with the reason, not applied; results are torch's."""
+    hints = {tl.PassConfigKey.TL_DISABLE_TMA_LOWER: True, tl.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
+    hinted = tl.jit(pass_configs=hints)(_hinted_gemm.fn)
+    A, B = torch.randn(64, 32, dtype=torch.float16), torch.randn(32, 96, dtype=torch.float16)
+    torch.testing.assert_close(hinted(A, B), A.float() @ B.float(), atol=1e-3, rtol=1e-3)
+    recorded = [str(h) for h in hinted._tile_nb.specialize(A, B).attrs["tile_nb.hints"]]
+    assert recorded[:2] == [
+        "pass_configs tl.disable_tma_lower=True: recorded, not applied (tile_nb decides where copies use TMA "
+        "itself (LoweringOptions.tma))",
+        "pass_configs tl.disable_warp_specialized=True: recorded, not applied (tile_nb decides producer "
+        "warps itself (LoweringOptions.producer_warp))",
+    ]
+    assert any(h.startswith("use_swizzle(") for h in recorded[2:])   # the body's own hints follow
+
+    @tl.jit(out_idx=[1], pass_configs={"tl.disable_safe_memory_legalize": True})
+    def double(n):
+        @T.prim_func
+        def main(X: T.Tensor((n,), T.float32), Y: T.Tensor((n,), T.float32)):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(n):
+                    Y[i] = X[i] * 2
+
+        return main
+
+    x = torch.randn(7)
+    kernel = double(7)
+    torch.testing.assert_close(kernel(x), 2 * x)
+    assert [str(h) for h in kernel.tile_nb_kernel.specialize(x).attrs["tile_nb.hints"]] == [
+        "pass_configs tl.disable_safe_memory_legalize=True: recorded, not applied (tile_nb keeps its bounds "
+        "guards (an in-bounds access reads the same))"]
+
+
 def test_hint_arguments_are_checked():
     A, B = torch.zeros(32, 32, dtype=torch.float16), torch.zeros(32, 32, dtype=torch.float16)
     with pytest.raises(DSLError, match=r"T\.use_swizzle\(order=\.\.\.\): expected one of .* got 'diagonal'"):

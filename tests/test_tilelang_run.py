@@ -195,9 +195,12 @@ def test_unsupported_names_say_which_api(clean_mapping):
     with pytest.raises(UnsupportedTilelangAPI, match=r"pass_configs=\{'tl.some_new_key'"):
         stand_in.jit(pass_configs={"tl.some_new_key": True})
     assert stand_in.cdiv(7, 2) == 4 and stand_in.next_power_of_2(33) == 64
-    assert stand_in._pass_configs(
+    build, lowering, hints = stand_in._pass_configs(
         {stand_in.PassConfigKey.TL_ENABLE_FAST_MATH: True, "tl.disable_tma_lower": True}
-    ) == ({"fast_math": True}, {"approx_math": True})
+    )
+    assert (build, lowering) == ({"fast_math": True}, {"approx_math": True})
+    assert hints == ["pass_configs tl.disable_tma_lower=True: recorded, not applied (tile_nb decides where "
+                     "copies use TMA itself (LoweringOptions.tma))"]
 
 
 def test_line_magic(clean_mapping):

@@ -97,7 +97,7 @@ class JITFunction:
     """A kernel: call it on tensors, or look at its phases with `template`, `specialize` and `compile`."""
 
     def __init__(self, fn, *, target=None, verbose: bool = False, compile_options: dict | None = None,
-                 options=None, out_idx=None):
+                 options=None, out_idx=None, hints=()):
         from .lower.options import kernel_options, on_change
 
         self.fn = fn
@@ -110,6 +110,7 @@ class JITFunction:
         self.target = target
         self.verbose = verbose
         self.compile_options = dict(compile_options or {})
+        self.hints = tuple(str(h) for h in hints)  # put in every elaboration's tile_nb.hints, not applied
         self._templates: dict = {}
         self._runtime_names = [p.name for p in self.signature.runtime]
         self._n_runtime = len(self._runtime_names)
@@ -187,7 +188,7 @@ class JITFunction:
         return key, template
 
     def _new_template(self, compile_values: dict) -> Template:
-        elab = elaborate(self.definition, self.signature, compile_values, None)
+        elab = elaborate(self.definition, self.signature, compile_values, None, self.hints)
         template = Template(elab, dict(compile_values), *value_sources(self.definition, elab))
         self._count("templates")
         self._log("template %s: %.2f ms%s", compile_values, elab.seconds * 1e3,
@@ -215,7 +216,7 @@ class JITFunction:
         return spec
 
     def _new_specialization(self, template: Template, const_values: dict) -> Specialization:
-        elab = elaborate(self.definition, self.signature, template.compile_values, const_values)
+        elab = elaborate(self.definition, self.signature, template.compile_values, const_values, self.hints)
         expectations = Expectations(self.definition.name, elab, template.elaboration, self._runtime_names,
                                     template.const_sources)
         # scalar parameters (`M: T.int32`) may size outputs and grids: their values are read from the call
@@ -710,7 +711,7 @@ def _user_stacklevel() -> int:
 
 
 def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | None = None, options=None,
-        out_idx=None):
+        out_idx=None, hints=()):
     """Make a tile kernel of `fn`. Options: `target=` ("cuda -arch=sm_90a"; default from the current GPU),
     `verbose=` (log each template, specialization and compilation),
     `compile_options=` (a dict for the backend:
@@ -719,25 +720,26 @@ def jit(fn=None, *, target=None, verbose: bool = False, compile_options: dict | 
     `{"tma": False}`, over `tile_nb.set_options` and the environment, or a whole `LoweringOptions`; unknown
     names are refused with the list; a function attribute `tile_nb.<option>` still overrides them),
     `out_idx=` (positions of tensors annotated in the signature that are outputs: the call allocates and
-    returns them, tilelang's convention).
+    returns them, tilelang's convention), `hints=` (texts recorded in each elaboration's `tile_nb.hints`
+    attribute: what the caller accepted and does not apply, e.g. tilelang's pass_configs hints).
 
     `fn` is a kernel, a `@T.prim_func`, or a kernel factory: a function that defines a `@T.prim_func` and
     returns it; `jit` of a factory gives a `KernelFactory`, whose call runs the factory (once per argument
     values) and returns the kernel."""
     if fn is None:
         return functools.partial(jit, target=target, verbose=verbose, compile_options=compile_options,
-                                 options=options, out_idx=out_idx)
+                                 options=options, out_idx=out_idx, hints=hints)
     if isinstance(fn, JITFunction):
         return fn
     if isinstance(fn, PrimFuncDefinition):
         fn = fn.fn
     elif isinstance(fn, types.FunctionType) and defines_prim_func(fn):
         return KernelFactory(fn, dict(target=target, verbose=verbose, compile_options=compile_options,
-                                      options=options, out_idx=out_idx), JITFunction)
+                                      options=options, out_idx=out_idx, hints=hints), JITFunction)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"tile_nb.jit decorates a Python function; got {type(fn).__name__}")
     return JITFunction(fn, target=target, verbose=verbose, compile_options=compile_options, options=options,
-                       out_idx=out_idx)
+                       out_idx=out_idx, hints=hints)
 
 
 lazy_jit = jit

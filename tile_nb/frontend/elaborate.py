@@ -700,8 +700,9 @@ class Hooks:
 
 
 def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any],
-              const_values: dict[str, int] | None) -> Elaboration:
+              const_values: dict[str, int] | None, hints: tuple[str, ...] = ()) -> Elaboration:
     """Run one phase. `const_values=None` is phase 1 (symbolic consts); a dict of ints is phase 2.
+    `hints`: texts the caller accepted and did not apply, put first in the function's `tile_nb.hints`.
 
     `kernel` is the factory's product for this elaboration (the rewritten
     function bound to the current closure).
@@ -715,7 +716,7 @@ def elaborate(kernel, signature: KernelSignature, compile_values: dict[str, Any]
 
     start = time.perf_counter()
     symbolic = const_values is None
-    st = _state.State(filename=kernel.source.filename, symbolic=symbolic, const_values={})
+    st = _state.State(filename=kernel.source.filename, symbolic=symbolic, const_values={}, hints=list(hints))
     if symbolic:
         st.const_values = st.const_vars = _SymbolicConsts()
     else:

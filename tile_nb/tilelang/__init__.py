@@ -26,12 +26,18 @@ from ._support import UnsupportedTilelangAPI, forwarding_getattr, unsupported
 
 __version__ = "0.0.0+tile_nb"
 
-# pass_configs keys: those tile_nb honors, and lowering hints it accepts and ignores (its own lowering decides
-# warp specialization, TMA and barriers; dropping such a hint changes speed, never results).
+# pass_configs keys: those tile_nb honors, and lowering hints it accepts, records in the kernel's
+# `tile_nb.hints` and does not apply (its own lowering decides warp specialization, TMA and barriers; such a
+# hint changes speed, never results), each with the reason the record gives.
 _FAST_MATH = "tl.enable_fast_math"
 _DEVICE_FLAGS = "tl.device_compile_flags"   # nvcc flags for the device compile: mapped as compile_flags are
-_IGNORED_HINTS = {"tl.disable_warp_specialized", "tl.disable_tma_lower", "tl.disable_thread_storage_sync",
-                  "tl.ptxas_register_usage_level", "tl.disable_safe_memory_legalize"}
+_IGNORED_HINTS = {
+    "tl.disable_warp_specialized": "tile_nb decides producer warps itself (LoweringOptions.producer_warp)",
+    "tl.disable_tma_lower": "tile_nb decides where copies use TMA itself (LoweringOptions.tma)",
+    "tl.disable_thread_storage_sync": "tile_nb places the block's barriers itself",
+    "tl.ptxas_register_usage_level": "tile_nb's build leaves ptxas's register heuristics at their default",
+    "tl.disable_safe_memory_legalize": "tile_nb keeps its bounds guards (an in-bounds access reads the same)",
+}
 # tilelang host-side choices, no meaning here
 _JIT_IGNORED = {"execution_backend", "debug_root_path", "target_host"}
 
@@ -58,8 +64,8 @@ def _key_name(key) -> str:
     return str(getattr(key, "value", key))
 
 
-def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
-    """tilelang's pass_configs as tile_nb's (build options, lowering options).
+def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict, list]:
+    """tilelang's pass_configs as tile_nb's (build options, lowering options, hints recorded, not applied).
     'tl.enable_fast_math' (tilelang:
     nvcc --use_fast_math, off by default) sets both the build's `fast_math` and the lowering's
     `approx_math` (T.tanh, T.exp, T.exp2 as the GPU's approximate instructions, whatever the
@@ -67,29 +73,31 @@ def _pass_configs(pass_configs: dict | None) -> tuple[dict, dict]:
     `compile_flags=` does (flags.py)."""
     from .flags import compile_flag_options
 
-    build, lowering = {}, {}
+    build, lowering, hints = {}, {}, []
     for key, value in (pass_configs or {}).items():
         name = _key_name(key)
         if name == _FAST_MATH:
             build["fast_math"] = lowering["approx_math"] = bool(value)
         elif name == _DEVICE_FLAGS:
             build.update(compile_flag_options(value, "pass_configs[TL_DEVICE_COMPILE_FLAGS]"))
-        elif name not in _IGNORED_HINTS:
+        elif name in _IGNORED_HINTS:
+            hints.append(f"pass_configs {name}={value!r}: recorded, not applied ({_IGNORED_HINTS[name]})")
+        else:
             raise unsupported(f"tilelang.jit(pass_configs={{{name!r}: ...}})")
-    return build, lowering
+    return build, lowering, hints
 
 
-def _build_options(pass_configs: dict | None, compile_flags, where: str) -> tuple[dict, dict]:
-    """(build options, lowering options) from `pass_configs` and nvcc `compile_flags` (flags.py:
+def _build_options(pass_configs: dict | None, compile_flags, where: str) -> tuple[dict, dict, list]:
+    """(build options, lowering options, hints) from `pass_configs` and nvcc `compile_flags` (flags.py:
     `--use_fast_math` is nvcc's, so it sets the build's fast_math only); the two must agree on fast math."""
     from .flags import compile_flag_options
 
-    build, lowering = _pass_configs(pass_configs)
+    build, lowering, hints = _pass_configs(pass_configs)
     flagged = compile_flag_options(compile_flags, where)
     if "fast_math" in flagged and build.get("fast_math") is False:
         raise unsupported(f"{where}(compile_flags=['--use_fast_math']) with pass_configs fast math off",
                           "the two ask for different math; keep one")
-    return {**build, **flagged}, lowering
+    return {**build, **flagged}, lowering, hints
 
 
 def _target(target):
@@ -266,12 +274,13 @@ def jit(
     """tilelang.jit on tile_nb: kernels annotated in the body or the signature, and `@T.prim_func` kernel
     factories (tile_nb.jit makes both). Honored: `out_idx`, `verbose`, `target` (CUDA), `pass_configs` fast
     math (the lowering option approx_math and the build's fast_math; lowering hints that tile_nb decides
-    itself are ignored), `compile_flags` that map onto tile_nb's build (flags.py). Refused with
-    UnsupportedTilelangAPI: other compile flags, targets and pass_configs keys."""
+    itself are recorded in the kernel's `tile_nb.hints`, not applied), `compile_flags` that map onto tile_nb's
+    build (flags.py). Refused with UnsupportedTilelangAPI: other compile flags, targets and pass_configs
+    keys."""
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.jit({key}=)")
-    compile_options, lowering = _build_options(pass_configs, compile_flags, "tilelang.jit")
+    compile_options, lowering, hints = _build_options(pass_configs, compile_flags, "tilelang.jit")
     tile_nb_target = _target(target)
 
     def decorate(fn):
@@ -286,6 +295,7 @@ def jit(
             compile_options=compile_options or None,
             options=lowering or None,
             out_idx=out_idx,
+            hints=hints,
         )
 
     return decorate if func is None else decorate(func)
@@ -311,7 +321,7 @@ def compile(
     for key in options:
         if key not in _JIT_IGNORED:
             raise unsupported(f"tilelang.compile({key}=)")
-    compile_options, lowering = _build_options(pass_configs, compile_flags, "tilelang.compile")
+    compile_options, lowering, hints = _build_options(pass_configs, compile_flags, "tilelang.compile")
     if isinstance(func, PrimFuncDefinition):
         from .. import jit as _jit
 
@@ -321,6 +331,7 @@ def compile(
             compile_options=compile_options or None,
             options=lowering or None,
             out_idx=out_idx,
+            hints=hints,
         )
         return JITKernel(kernel, (), {})
     if out_idx is not None:

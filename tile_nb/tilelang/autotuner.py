@@ -129,7 +129,8 @@ def _config_values(config: dict) -> dict:
         from . import _pass_configs
 
         # a key tile_nb honors (fast math) would need its own kernel per config
-        if any(_pass_configs(hints)):
+        build, lowering, _ = _pass_configs(hints)
+        if build or lowering:
             raise unsupported("tilelang.autotune configs with pass_configs "
                               f"{sorted(str(getattr(k, 'value', k)) for k in hints)}",
                               "only lowering hints tile_nb ignores may vary per configuration")
