@@ -179,3 +179,42 @@ def test_set_max_nreg_outside_a_kernel_is_refused():
 
     with pytest.raises(DSLError, match=r"T.set_max_nreg\(\) must be called inside `with T\.Kernel"):
         outside(torch.zeros(4))
+
+
+@tile_nb.jit
+def doubled(X, producer_regs: int = 24, consumer_regs: int = 240):
+    """Y = 2 X with tilelang's register requests in a producer's and a consumer's warp group."""
+    N = T.dynamic("N")
+    X: T.Tensor[[N], T.float32]
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), threads=256) as bx:
+        with T.ws(1):
+            T.annotate_producer_reg_dealloc(producer_regs)
+        with T.ws(0):
+            T.annotate_consumer_reg_alloc(consumer_regs)
+        for i in T.Parallel(128):
+            if bx * 128 + i < N:
+                Y[bx * 128 + i] = X[bx * 128 + i] * 2
+    return Y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [1, 300])
+def test_register_annotations_are_recorded_per_warp_group_and_change_nothing(backend, n):
+    if backend == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    x = torch.randn(n)
+    torch.testing.assert_close(doubled(x.to(backend)).cpu(), 2 * x)
+    hints = [str(h).rsplit(" at line ", 1)[0] for h in doubled.specialize(x).attrs["tile_nb.hints"]]
+    assert hints == ["annotate_producer_reg_dealloc(24) in warp group(s) 1 (not applied: tile_nb decides "
+                     "setmaxnreg itself)",
+                     "annotate_consumer_reg_alloc(240) in warp group(s) 0 (not applied: tile_nb decides "
+                     "setmaxnreg itself)"]
+
+
+@pytest.mark.parametrize("regs", [20, 250, 36])
+def test_a_register_count_setmaxnreg_cannot_take_is_refused_by_name(regs):
+    refusal = (r"T\.annotate_producer_reg_dealloc\(reg_count=\.\.\.\): expected an int from 24 to 256, "
+               r"a multiple of 8")
+    with pytest.raises(DSLError, match=refusal):
+        doubled.specialize(torch.randn(8), producer_regs=regs)

@@ -76,7 +76,15 @@ from .debug import assume, breakpoint, device_assert, print  # noqa: A004 - the 
 from .dtypes import ALL_DTYPES, NAMED_ONLY, DType, dtype, tfloat32
 from .extern import access_ptr, call_extern, call_pure_extern, import_source
 from .functions import Ref, macro, prim_func
-from .hints import GemmWarpPolicy, disable_warp_group_reg_alloc, no_set_max_nreg, set_max_nreg, use_swizzle
+from .hints import (
+    GemmWarpPolicy,
+    annotate_consumer_reg_alloc,
+    annotate_producer_reg_dealloc,
+    disable_warp_group_reg_alloc,
+    no_set_max_nreg,
+    set_max_nreg,
+    use_swizzle,
+)
 from .im2col import im2col
 from .layouts import Fragment, Layout, annotate_layout
 from .loops import (
@@ -246,6 +254,8 @@ __all__ = [
     "disable_warp_group_reg_alloc",
     "no_set_max_nreg",
     "set_max_nreg",
+    "annotate_producer_reg_dealloc",
+    "annotate_consumer_reg_alloc",
     "annotate_layout",
     "Layout",
     "Fragment",

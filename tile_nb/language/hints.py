@@ -72,18 +72,43 @@ def set_max_nreg(reg_count: int, is_inc: int) -> None:
     """`T.set_max_nreg(reg_count, is_inc)` (inside a kernel, usually in a warp group's branch): tilelang's
     `setmaxnreg.inc` (is_inc=1) / `.dec` (0) to `reg_count` registers per thread. Checked against the PTX
     ISA's rule and recorded, not applied: tile_nb's lowering decides where registers go (speed only)."""
-    st = _state.active("T.set_max_nreg")
-    if not st.kernel_open:
-        raise st.error("T.set_max_nreg() must be called inside `with T.Kernel(...)`")
-    if isinstance(reg_count, bool) or not isinstance(reg_count, int) or not 24 <= reg_count <= 256 \
-            or reg_count % 8:
-        raise st.error(f"T.set_max_nreg(reg_count=...): expected an int from 24 to 256, a multiple of 8 "
-                       f"(setmaxnreg's rule); got {reg_count!r}")
+    st = _register_request("T.set_max_nreg", reg_count)
     if isinstance(is_inc, bool) or is_inc not in (0, 1):
         raise st.error(f"T.set_max_nreg(is_inc=...): expected 1 (increase) or 0 (decrease); got {is_inc!r}")
+    _record_register_request(st, f"set_max_nreg({reg_count}, {is_inc})")
+
+
+def annotate_producer_reg_dealloc(reg_count: int = 24) -> None:
+    """`T.annotate_producer_reg_dealloc(reg_count=24)` (tilelang's, in a producer warp group's branch): give
+    registers back (`setmaxnreg.dec`) down to `reg_count`. Checked and recorded as `T.set_max_nreg` is, not
+    applied."""
+    st = _register_request("T.annotate_producer_reg_dealloc", reg_count)
+    _record_register_request(st, f"annotate_producer_reg_dealloc({reg_count})")
+
+
+def annotate_consumer_reg_alloc(reg_count: int = 240) -> None:
+    """`T.annotate_consumer_reg_alloc(reg_count=240)` (tilelang's, in a consumer warp group's branch): take
+    registers (`setmaxnreg.inc`) up to `reg_count`. Checked and recorded as `T.set_max_nreg` is, not
+    applied."""
+    st = _register_request("T.annotate_consumer_reg_alloc", reg_count)
+    _record_register_request(st, f"annotate_consumer_reg_alloc({reg_count})")
+
+
+def _register_request(what: str, reg_count):
+    """The active state, after checking that `what` sits in a kernel and `reg_count` obeys setmaxnreg."""
+    st = _state.active(what)
+    if not st.kernel_open:
+        raise st.error(f"{what}() must be called inside `with T.Kernel(...)`")
+    if isinstance(reg_count, bool) or not isinstance(reg_count, int) or not 24 <= reg_count <= 256 \
+            or reg_count % 8:
+        raise st.error(f"{what}(reg_count=...): expected an int from 24 to 256, a multiple of 8 "
+                       f"(setmaxnreg's rule); got {reg_count!r}")
+    return st
+
+
+def _record_register_request(st, call: str) -> None:
     where = f" in warp group(s) {', '.join(map(str, st.ws_ids))}" if st.ws_ids is not None else ""
-    record_hint(st, f"set_max_nreg({reg_count}, {is_inc}){where} "
-                    "(not applied: tile_nb decides setmaxnreg itself)")
+    record_hint(st, f"{call}{where} (not applied: tile_nb decides setmaxnreg itself)")
 
 
 def gemm_policy(st, policy) -> None:
