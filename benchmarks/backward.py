@@ -45,9 +45,11 @@ DEVICE = "cuda"  # --device cpu: a smoke run on the interpreter (tiny shapes)
 def _attention_sweep(D: int) -> dict[str, tuple[dict, dict]]:
     """Backward configurations timed besides the default (--sweep), as (attention_backward's keywords: the
     dkdv / dq kernels' compile-time arguments, lowering options): pipeline depths, every wgmma waited for
-    right after it (`wgmma_late_wait` off), smaller dQ tiles, and at head dim 64 the dK/dV kernel's 128 x 128
-    tile."""
+    right after it (`wgmma_late_wait` off), smaller dQ tiles, dQ added by atomics in the dK/dV kernel
+    (attention_backward_atomic: five GEMMs instead of seven, float32 atomics), and at head dim 64 the dK/dV
+    kernel's 128 x 128 tile."""
     configs = {
+        "dQ by atomics in the dK/dV kernel": (dict(atomic_dq=True), {}),
         "dkdv stages=2": (dict(dkdv=dict(num_stages=2)), {}),
         "dq stages=3": (dict(dq=dict(num_stages=3)), {}),
         "waits right after each wgmma": ({}, {"wgmma_late_wait": False}),
@@ -70,8 +72,9 @@ def attention_case(B: int, H: int, S: int, D: int, causal: bool, dtype=torch.flo
     def ours_fwd():
         return ab.flash_attention_fwd(q, k, v, dtype=name, causal=causal)
 
-    def ours_bwd(**cfg):
-        return ab.attention_backward(q, k, v, O, LSE, dO, causal=causal, **cfg)
+    def ours_bwd(atomic_dq=False, **cfg):
+        backward = ab.attention_backward_atomic if atomic_dq else ab.attention_backward
+        return backward(q, k, v, O, LSE, dO, causal=causal, **cfg)
 
     def ours():
         O, LSE = ours_fwd()

@@ -464,7 +464,9 @@ def _attention_inputs(B, H, HK, S, D, dtype=torch.float64, device="cpu", seed=0)
             _rand(B, H, S, D, seed=seed + 3, dtype=dtype, device=device))
 
 
-def _attention_check(Q, K, V, dO, causal, cfg, close):
+def _attention_check(Q, K, V, dO, causal, cfg, close, atomic_dq=False):
+    """The forward and a backward (attention_backward, or with `atomic_dq` attention_backward_atomic) against
+    float64 autograd."""
     O, LSE = ab.flash_attention_fwd(Q, K, V, causal=causal, **cfg)
     leaves = [t.detach().double().requires_grad_() for t in (Q, K, V)]
     ref_O, ref_LSE = _attention_ref(*leaves, causal)
@@ -474,7 +476,10 @@ def _attention_check(Q, K, V, dO, causal, cfg, close):
     blocks = {} if "block_M" not in cfg else dict(
         dkdv=dict(block_M=cfg["block_M"], block_N=cfg["block_N"]),
         dq=dict(block_M=cfg["block_N"], block_N=cfg["block_M"]))
-    grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, **blocks)
+    if atomic_dq:
+        grads = ab.attention_backward_atomic(Q, K, V, O, LSE, dO, causal=causal, dkdv=blocks.get("dkdv"))
+    else:
+        grads = ab.attention_backward(Q, K, V, O, LSE, dO, causal=causal, **blocks)
     for name, ours, ref in zip(
         ("O", "LSE", "dQ", "dK", "dV"), (O, LSE, *grads), (ref_O, ref_LSE, *ref_grads), strict=True
     ):
@@ -500,6 +505,21 @@ def test_attention_bwd_float64(causal, S, heads):
         torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
 
     _attention_check(Q, K, V, dO, causal, ATT_CFG, close)
+
+
+@not_lowerable_ok
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [1, 33])
+def test_attention_bwd_atomic_dq_float64(causal, S):
+    """dQ added by the dK/dV kernel's atomics (attention_bwd_dkdv_dq, then the float32 -> dtype conversion):
+    every key block's CTA adds into each query block it sees; GQA, odd lengths, query blocks of 8 against key
+    blocks of 16."""
+    Q, K, V, dO = _attention_inputs(1, 4, 2, S, 8, seed=S + 5)
+
+    def close(name, ours, ref):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
+
+    _attention_check(Q, K, V, dO, causal, ATT_CFG, close, atomic_dq=True)
 
 
 @not_lowerable_ok
@@ -583,6 +603,21 @@ def test_attention_bwd_builds_sm90a_unspilled(D, causal):
         assert "atomicAdd" not in compiled.cuda_source
 
 
+@needs_nvcc
+@pytest.mark.parametrize("D", [64, 128])
+def test_attention_bwd_atomic_dq_builds_sm90a_unspilled(D):
+    """The dK/dV kernel that also adds dQ builds for sm_90a without spills (at head dim 128 its dQ GEMM is a
+    transposed-A wgmma and the thread holds ~250 registers: a change that adds a few fails here, not as
+    spills on the GPU), and adds with atomics."""
+    from tile_nb.runtime import compile as rt_compile
+
+    func = ab.attention_bwd_dkdv_dq.specialize(B=2, H=8, HK=2, D=D, dtype="float16", causal=True)
+    compiled = rt_compile(func, "sm_90a", options={"cache": False})
+    r = compiled.resources
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
+    assert "atomicAdd" in compiled.cuda_source
+
+
 def test_attention_bwd_d128_with_128_threads_is_refused():
     """At head dim 128, one warpgroup holding dK and dV of 128 key rows and the two score tiles would need
     384 registers per thread: the lowering says so, naming the fragments (the default is 256 threads)."""
@@ -618,6 +653,25 @@ def test_gpu_attention_bwd(dtype, D, causal, heads, S):
         assert err < ATT_GPU_TOL[dtype], (what, err)
 
     _attention_check(Q, K, V, dO, causal, dict(dtype=name), close)   # the kernels' defaults
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S", [1, 127, 1000])
+def test_gpu_attention_bwd_atomic_dq(dtype, D, causal, S):
+    """attention_backward_atomic on the GPU at the kernels' defaults, GQA, against float64 autograd."""
+    Q, K, V, dO = _attention_inputs(2, 8, 2, S, D, dtype=dtype, device="cuda", seed=S + 1)
+    name = str(dtype).removeprefix("torch.")
+    floor = NOISE_FLOOR * dO.float().norm().item()
+
+    def close(what, ours, ref):
+        assert ours.is_cuda and not torch.isnan(ours).any(), what
+        err = _rel(ours.cpu(), ref.cpu(), floor)
+        assert err < ATT_GPU_TOL[dtype], (what, err)
+
+    _attention_check(Q, K, V, dO, causal, dict(dtype=name), close, atomic_dq=True)
 
 
 @pytest.mark.gpu

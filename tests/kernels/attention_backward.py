@@ -15,6 +15,10 @@ gradient tile has one owner CTA: no atomics, no float32 gradient buffers, and th
   Recomputing costs two GEMMs per tile; adding dQ into memory from the dK/dV kernel instead (float32 atomics
   and an mma.sync GEMM of 64 query rows) took about half that kernel's time on an H100
   (benchmarks/results/backward.md, twenty-first session);
+- `attention_bwd_dkdv_dq` + `attention_bwd_dq_convert` (`attention_backward_atomic`): that design again, now
+  that a transposed-A T.gemm runs on wgmma (head dim 128; at 64 the 64 query rows over two warpgroups would
+  need 32-column slices of a [K, N] B, so mma.sync) and float32 atomics go 2 or 4 at a time: five GEMMs
+  instead of seven, not deterministic. A candidate for benchmarks/backward.py's sweep, not yet timed;
 - `attention_backward` (Python) runs the three backward kernels.
 
 `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
@@ -246,6 +250,117 @@ def attention_bwd_dq(Q, K, V, dO, LSE, Delta, dtype: T.dtype = T.float16, causal
             T.gemm(ds, K_s, dq)                               # dQ += dS K
         T.copy(dq, dQ[bz, by, bx * block_M, 0])
     return dQ
+
+
+@tile_nb.jit
+def attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype: T.dtype = T.float16, causal: bool = False,
+                          block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 3):
+    """attention_bwd_dkdv plus dQ: each step also adds its dS K (64 query rows) into the float32 `dQacc`
+    (zeros on entry) with atomics, FlashAttention-2's five GEMMs instead of seven over both kernels; dS goes
+    through shared memory as the [keys, queries] A of a transposed-A T.gemm (wgmma on sm_90a). A candidate
+    against attention_bwd_dq on the GPU (benchmarks/backward.py): not deterministic, as atomics are not."""
+    B, H, HK, D = T.const('B, H, HK, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    Q: T.Tensor[[B, H, S, D], dtype]
+    K: T.Tensor[[B, HK, S, D], dtype]
+    V: T.Tensor[[B, HK, S, D], dtype]
+    dO: T.Tensor[[B, H, S, D], dtype]
+    LSE: T.Tensor[[B, H, S], acc]
+    Delta: T.Tensor[[B, H, S], acc]
+    dQacc: T.Tensor[[B, H, S, D], acc]
+    dK = T.empty((B, HK, S, D), dtype)
+    dV = T.empty((B, HK, S, D), dtype)
+    scale = T.rsqrt(T.cast(D, acc)) * LOG2E
+    sm_scale = T.rsqrt(T.cast(D, acc))
+    with T.Kernel(T.ceildiv(S, block_N), HK, B, threads=threads) as (bx, by, bz):
+        K_s = T.alloc_shared((block_N, D), dtype)
+        V_s = T.alloc_shared((block_N, D), dtype)
+        Q_s = T.alloc_shared((block_M, D), dtype)
+        dO_s = T.alloc_shared((block_M, D), dtype)
+        dsT_s = T.alloc_shared((block_N, block_M), dtype)    # dS^T, read transposed as dQ's A
+        sT = T.alloc_fragment((block_N, block_M), acc)
+        dpT = T.alloc_fragment((block_N, block_M), acc)
+        pT = T.alloc_fragment((block_N, block_M), dtype)
+        dsT = T.alloc_fragment((block_N, block_M), dtype)
+        dk = T.alloc_fragment((block_N, D), acc)
+        dv = T.alloc_fragment((block_N, D), acc)
+        dq = T.alloc_fragment((block_M, D), acc)
+        lse = T.alloc_shared((block_M,), acc)
+        delta = T.alloc_shared((block_M,), acc)
+        T.copy(K[bz, by, bx * block_N, 0], K_s)
+        T.copy(V[bz, by, bx * block_N, 0], V_s)
+        T.clear(dk)
+        T.clear(dv)
+        first = 0
+        if causal:
+            first = (bx * block_N) // block_M
+        n_m = T.ceildiv(S, block_M) - first
+        groups = H // HK
+        for it in T.Pipelined(groups * n_m, num_stages=num_stages):
+            h = by * groups + it // n_m
+            m = first + it % n_m
+            T.copy(Q[bz, h, m * block_M, 0], Q_s)
+            T.copy(dO[bz, h, m * block_M, 0], dO_s)
+            T.copy(LSE[bz, h, m * block_M], lse)
+            T.copy(Delta[bz, h, m * block_M], delta)
+            T.clear(sT)
+            T.gemm(K_s, Q_s, sT, transpose_B=True)
+            for j, i in T.Parallel(block_N, block_M):
+                if causal:
+                    masked = (
+                        (m * block_M + i >= S)
+                        | (bx * block_N + j >= S)
+                        | (bx * block_N + j > m * block_M + i)
+                    )
+                else:
+                    masked = (m * block_M + i >= S) | (bx * block_N + j >= S)
+                sT[j, i] = T.if_then_else(masked, T.cast(0, acc), T.exp2(sT[j, i] * scale - lse[i]))
+            T.copy(sT, pT)
+            T.clear(dpT)
+            T.gemm(V_s, dO_s, dpT, transpose_B=True)
+            T.gemm(pT, dO_s, dv)
+            for j, i in T.Parallel(block_N, block_M):
+                sT[j, i] = sT[j, i] * (dpT[j, i] - delta[i]) * sm_scale
+            T.copy(sT, dsT)
+            T.copy(sT, dsT_s)
+            T.gemm(dsT, Q_s, dk)
+            T.clear(dq)
+            T.gemm(dsT_s, K_s, dq, transpose_A=True)          # dQ rows of this step: dS K
+            T.atomic_add(dQacc[bz, h, m * block_M, 0], dq)
+        T.copy(dk, dK[bz, by, bx * block_N, 0])
+        T.copy(dv, dV[bz, by, bx * block_N, 0])
+    return dK, dV
+
+
+@tile_nb.jit
+def attention_bwd_dq_convert(dQacc, dtype: T.dtype = T.float16, block_M: int = 64, threads: int = 128):
+    """dQ in `dtype` from attention_bwd_dkdv_dq's float32 sums."""
+    B, H, D = T.const('B, H, D')
+    S = T.dynamic('S')
+    acc = T.float64 if dtype == T.float64 else T.float32
+    dQacc: T.Tensor[[B, H, S, D], acc]
+    dQ = T.empty((B, H, S, D), dtype)
+    with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx, by, bz):
+        tile = T.alloc_fragment((block_M, D), acc)
+        out = T.alloc_fragment((block_M, D), dtype)
+        T.copy(dQacc[bz, by, bx * block_M, 0], tile)
+        T.copy(tile, out)
+        T.copy(out, dQ[bz, by, bx * block_M, 0])
+    return dQ
+
+
+def attention_backward_atomic(Q, K, V, O, LSE, dO, causal=False, dtype=None, dkdv=None):
+    """(dQ, dK, dV) as attention_backward, with dQ added by the dK/dV kernel (attention_bwd_dkdv_dq) into a
+    float32 buffer and converted: one pass over the tiles instead of two."""
+    import torch
+
+    dtype = dtype or str(Q.dtype).removeprefix("torch.")
+    dO = dO.contiguous()
+    Delta = attention_bwd_preprocess(O, dO, dtype=dtype)
+    dQacc = torch.zeros(Q.shape, dtype=Delta.dtype, device=Q.device)
+    dK, dV = attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype=dtype, causal=causal, **(dkdv or {}))
+    return attention_bwd_dq_convert(dQacc, dtype=dtype), dK, dV
 
 
 def attention_backward(Q, K, V, O, LSE, dO, causal=False, dtype=None, dkdv=None, dq=None):
