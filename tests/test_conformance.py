@@ -290,3 +290,19 @@ def test_deps_put_a_folder_first_on_the_path_of_the_cases_it_names(tmp_path, cap
     with pytest.raises(SystemExit):
         conformance.main([str(root), "--deps", "examples/old/*"])
     assert "expected GLOB=DIR" in capsys.readouterr().err
+
+
+def test_the_commit_is_the_checkouts_own_not_an_enclosing_repositorys(tmp_path):
+    """A tilelang copy without .git inside another repository (an ignored folder of this one) has no commit of
+    its own: the runner must not record the enclosing repository's (it did: tile_nb's HEAD as tilelang's)."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+    (tmp_path / "copy").mkdir()
+    assert conformance._git_commit(str(tmp_path / "copy")) is None
+    assert conformance._git_commit(str(tmp_path)) == git("rev-parse", "HEAD")

@@ -445,13 +445,20 @@ def totals_table(cases: list[Case]) -> str:
 
 
 def _git_commit(root: str) -> str | None:
+    """The commit of the checkout at `root` when `root` is the top of its own git work tree; None otherwise (a
+    copy without .git inside another repository, such as an ignored folder of this one, would name that
+    repository's commit)."""
     try:
         out = subprocess.run(
-            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ["git", "-C", root, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or os.path.realpath(lines[0]) != os.path.realpath(root):
+        return None
+    return lines[1]
 
 
 def machine() -> str:
