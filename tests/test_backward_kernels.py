@@ -606,12 +606,17 @@ def test_attention_bwd_builds_sm90a_unspilled(D, causal):
 @needs_nvcc
 @pytest.mark.parametrize("D", [64, 128])
 def test_attention_bwd_atomic_dq_builds_sm90a_unspilled(D):
-    """The dK/dV kernel that also adds dQ builds for sm_90a without spills (at head dim 128 its dQ GEMM is a
-    transposed-A wgmma and the thread holds ~250 registers: a change that adds a few fails here, not as
-    spills on the GPU), and adds with atomics."""
+    """The dK/dV kernel that also adds dQ puts its five GEMMs on wgmma (dQ's with a transposed A and a K-major
+    B) and builds for sm_90a without spills (at head dim 128 a thread holds ~250 registers: a change that adds
+    a few fails here, not as spills on the GPU), and adds with atomics."""
+    from tile_nb.backend.target import resolve_target
+    from tile_nb.lower import lower_with_plan
     from tile_nb.runtime import compile as rt_compile
 
     func = ab.attention_bwd_dkdv_dq.specialize(B=2, H=8, HK=2, D=D, dtype="float16", causal=True)
+    _, plan = lower_with_plan(func, resolve_target("sm_90a"))
+    assert [(m["name"], m["kind"]) for m in plan.summary()["mma"]] == [
+        (name, "wgmma") for name in ("sT", "dpT", "dv", "dk", "dq")]
     compiled = rt_compile(func, "sm_90a", options={"cache": False})
     r = compiled.resources
     assert r.spill_stores == 0 and r.spill_loads == 0, r

@@ -16,9 +16,8 @@ gradient tile has one owner CTA: no atomics, no float32 gradient buffers, and th
   and an mma.sync GEMM of 64 query rows) took about half that kernel's time on an H100
   (benchmarks/results/backward.md, twenty-first session);
 - `attention_bwd_dkdv_dq` + `attention_bwd_dq_convert` (`attention_backward_atomic`): that design again, now
-  that a transposed-A T.gemm runs on wgmma (head dim 128; at 64 the 64 query rows over two warpgroups would
-  need 32-column slices of a [K, N] B, so mma.sync) and float32 atomics go 2 or 4 at a time: five GEMMs
-  instead of seven, not deterministic. A candidate for benchmarks/backward.py's sweep, not yet timed;
+  that a transposed-A T.gemm runs on wgmma and float32 atomics go 2 or 4 at a time: five wgmma GEMMs instead
+  of seven, not deterministic. A candidate for benchmarks/backward.py's sweep, not yet timed;
 - `attention_backward` (Python) runs the three backward kernels.
 
 `dtype` is float16 or bfloat16 on the GPU; float32 or float64 run on the interpreter (float64 with float64
@@ -257,8 +256,10 @@ def attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype: T.dtype = T.flo
                           block_M: int = 64, block_N: int = 128, threads: int = 256, num_stages: int = 3):
     """attention_bwd_dkdv plus dQ: each step also adds its dS K (64 query rows) into the float32 `dQacc`
     (zeros on entry) with atomics, FlashAttention-2's five GEMMs instead of seven over both kernels; dS goes
-    through shared memory as the [keys, queries] A of a transposed-A T.gemm (wgmma on sm_90a). A candidate
-    against attention_bwd_dq on the GPU (benchmarks/backward.py): not deterministic, as atomics are not."""
+    through shared memory as the [keys, queries] A of a transposed-A T.gemm, and K^T is kept beside K so that
+    dQ's B is stored [N, K]: its 64 query rows then split over the two warpgroups by columns on wgmma at head
+    dim 64 too (a [K, N] B would need 32-column slices, which wgmma's panels do not take). A candidate against
+    attention_bwd_dq on the GPU (benchmarks/backward.py): not deterministic, as atomics are not."""
     B, H, HK, D = T.const('B, H, HK, D')
     S = T.dynamic('S')
     acc = T.float64 if dtype == T.float64 else T.float32
@@ -279,6 +280,7 @@ def attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype: T.dtype = T.flo
         Q_s = T.alloc_shared((block_M, D), dtype)
         dO_s = T.alloc_shared((block_M, D), dtype)
         dsT_s = T.alloc_shared((block_N, block_M), dtype)    # dS^T, read transposed as dQ's A
+        Kt_s = T.alloc_shared((D, block_N), dtype)           # K^T: dQ's B stored [N, K]
         sT = T.alloc_fragment((block_N, block_M), acc)
         dpT = T.alloc_fragment((block_N, block_M), acc)
         pT = T.alloc_fragment((block_N, block_M), dtype)
@@ -290,6 +292,8 @@ def attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype: T.dtype = T.flo
         delta = T.alloc_shared((block_M,), acc)
         T.copy(K[bz, by, bx * block_N, 0], K_s)
         T.copy(V[bz, by, bx * block_N, 0], V_s)
+        for d, j in T.Parallel(D, block_N):
+            Kt_s[d, j] = K_s[j, d]
         T.clear(dk)
         T.clear(dv)
         first = 0
@@ -326,7 +330,7 @@ def attention_bwd_dkdv_dq(Q, K, V, dO, LSE, Delta, dQacc, dtype: T.dtype = T.flo
             T.copy(sT, dsT_s)
             T.gemm(dsT, Q_s, dk)
             T.clear(dq)
-            T.gemm(dsT_s, K_s, dq, transpose_A=True)          # dQ rows of this step: dS K
+            T.gemm(dsT_s, Kt_s, dq, transpose_A=True, transpose_B=True)   # dQ rows of this step: dS K
             T.atomic_add(dQacc[bz, h, m * block_M, 0], dq)
         T.copy(dk, dK[bz, by, bx * block_N, 0])
         T.copy(dv, dV[bz, by, bx * block_N, 0])
