@@ -381,3 +381,56 @@ def test_tile_form_of_atomic_add_adds_the_whole_tile():
     c = torch.zeros(4, 4)
     tile_add(c)
     assert torch.equal(c, torch.ones(4, 4))
+
+@tile_nb.jit
+def gathered_rows(X, idx, mode: str = "hints", block: int = 16):
+    """Y[i, :] = X[idx[i], :] through shared memory (the minference example's prefetch, row gather with zeros
+    past `count`), its T.Parallel with tilelang's loop keywords per `mode`."""
+    M, N, R = T.const('M, N, R')
+    X: T.Tensor[[R, N], T.float32]
+    idx: T.Tensor[[M], T.int32]
+    Y = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block), threads=64) as bx:
+        tile = T.alloc_shared((block, N), T.float32)
+        if mode == "hints":
+            loop = T.Parallel(block, N, coalesced_width=4, prefer_async=True,
+                              loop_layout=T.Fragment((block, N), forward_fn=lambda i, j: (i, j)),
+                              annotations={"parallel_async_without_async_commit_wait": False})
+        elif mode == "in flight":
+            loop = T.Parallel(block, N, annotations={"parallel_async_without_async_commit_wait": True})
+        elif mode == "unknown key":
+            loop = T.Parallel(block, N, annotations={"parallel_loop_layout": None})
+        else:
+            loop = T.Parallel(block, N, loop_layout=T.Fragment((block,), forward_fn=lambda i: (i, 0)))
+        for i, j in loop:
+            row = bx * block + i
+            tile[i, j] = T.if_then_else(row < M, X[idx[T.min(row, M - 1)], j], 0)
+        for i, j in T.Parallel(block, N):
+            if bx * block + i < M:
+                Y[bx * block + i, j] = tile[i, j]
+    return Y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M, N", [(37, 8), (1, 1)])
+def test_parallel_loop_keywords_are_recorded_and_change_nothing(backend, M, N):
+    device = _device(backend)
+    torch.manual_seed(M)
+    X, idx = torch.randn(50, N), torch.randint(0, 50, (M,), dtype=torch.int32)
+    torch.testing.assert_close(gathered_rows(X.to(device), idx.to(device)).cpu(), X[idx.long()])
+    hints = [str(h) for h in gathered_rows.specialize(X, idx).attrs["tile_nb.hints"]]
+    assert [h.split(" (not applied")[0] for h in hints] == [
+        "T.Parallel(coalesced_width=4)", "T.Parallel(loop_layout=T.Fragment(...))",
+        "T.Parallel(prefer_async=True)"]
+
+
+@pytest.mark.parametrize("mode, refusal", [
+    ("in flight", r"\{'parallel_async_without_async_commit_wait': True\}\): copies that stay in flight until "
+                  r"the kernel's T.ptx_commit_group / T.ptx_wait_group are not supported yet"),
+    ("unknown key", r"tile_nb knows no loop annotation 'parallel_loop_layout'"),
+    ("bad layout", r"loop_layout=\.\.\.\): expected a T.Fragment of 2 dims"),
+])
+def test_parallel_loop_keywords_that_would_change_the_program_are_refused(mode, refusal):
+    with pytest.raises(DSLError, match=refusal) as info:
+        gathered_rows.specialize(torch.randn(50, 8), torch.zeros(37, dtype=torch.int32), mode=mode)
+    assert info.value.lineno is not None   # at the user's T.Parallel line

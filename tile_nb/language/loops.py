@@ -265,11 +265,52 @@ class _Parallel(LoopSpec):
     kind = "parallel"
 
 
-def Parallel(*extents) -> LoopSpec:  # noqa: N802 - the DSL's name
-    """`for i, j in T.Parallel(M, N)`: an elementwise loop nest whose iterations the block's threads share."""
+# tilelang's T.Parallel annotation that leaves the loop's copies in flight until the kernel's own
+# T.ptx_wait_group: a different program, refused; its other keywords say how threads share the loop
+_ASYNC_WITHOUT_WAIT = "parallel_async_without_async_commit_wait"
+
+
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None,  # noqa: N802 - the DSL's name
+             annotations=None) -> LoopSpec:
+    """`for i, j in T.Parallel(M, N)`: an elementwise loop nest whose iterations the block's threads share.
+    tilelang's keywords choose how threads share it, never what it computes: `coalesced_width` (an int),
+    `loop_layout` (a `T.Fragment` of as many dims as extents) and `prefer_async` (cp.async for its copies,
+    which complete by the loop's end either way) are checked and recorded in the kernel's `tile_nb.hints`, not
+    applied (tile_nb maps loops to threads itself). `annotations` may hold none of tilelang's keys but
+    `parallel_async_without_async_commit_wait: False`: with True the copies stay in flight until the kernel's
+    `T.ptx_wait_group`, which tile_nb does not have; that is refused."""
+    from .hints import record_hint
+    from .layouts import Fragment
+
     st = _state.active("T.Parallel")
     if not extents:
         raise st.error("T.Parallel needs at least one extent")
+    if coalesced_width is not None:
+        if isinstance(coalesced_width, bool) or not isinstance(coalesced_width, int) or coalesced_width < 1:
+            raise st.error(f"T.Parallel(coalesced_width=...): expected a positive int; got "
+                           f"{coalesced_width!r}")
+        record_hint(st, f"T.Parallel(coalesced_width={coalesced_width}) (not applied: tile_nb picks the "
+                        "vector width itself)")
+    if loop_layout is not None:
+        if not isinstance(loop_layout, Fragment) or len(loop_layout.shape) != len(extents):
+            raise st.error(f"T.Parallel(loop_layout=...): expected a T.Fragment of {len(extents)} dims (one "
+                           f"per extent); got {loop_layout!r}")
+        record_hint(st, f"T.Parallel(loop_layout={loop_layout!r}) (not applied: tile_nb maps a loop's "
+                        "iterations to threads itself)")
+    if prefer_async is not None and not isinstance(prefer_async, bool):
+        raise st.error(f"T.Parallel(prefer_async=...): expected True or False; got {prefer_async!r}")
+    if prefer_async:
+        record_hint(st, "T.Parallel(prefer_async=True) (not applied: tile_nb decides where copies use "
+                        "cp.async; they complete by the loop's end either way)")
+    for key, value in (annotations or {}).items():
+        if key != _ASYNC_WITHOUT_WAIT:
+            raise st.error(f"T.Parallel(annotations=...): tile_nb knows no loop annotation {key!r}",
+                           hint=f"tilelang's {_ASYNC_WITHOUT_WAIT!r} is the one read here")
+        if value:
+            raise st.error(
+                f"T.Parallel(annotations={{{key!r}: True}}): copies that stay in flight until the kernel's "
+                "T.ptx_commit_group / T.ptx_wait_group are not supported yet",
+                hint="drop the annotation: the loop's copies then complete by its end, the same values")
     return _Parallel(*extents)
 
 
