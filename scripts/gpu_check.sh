@@ -65,7 +65,8 @@ case "$part" in
   conformance)
     deps=(--deps); [[ -d .gl/fla-2025-06 ]] && deps+=("examples/gdn/*=.gl/fla-2025-06")
     deps+=("*=benchmarks/stand_ins")   # flash_attn's torch stand-in for the cases the rule above does not take
-    { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/gpudeps}"):$PYTHONPATH" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
+    python3 -c "import tvm" 2>/dev/null || { echo "gpu_check conformance: TVM is not importable; source .devkit/prelude.sh first" >&2; exit 2; }
+    { device; PYTHONPATH="$(realpath "${PYDEPS:-.gl/gpudeps}")${PYTHONPATH:+:$PYTHONPATH}" python3 -m tile_nb.conformance "${TILELANG:-.gl/tilelang}" \
         --backend cuda --jobs "${CONF_JOBS:-12}" --timeout "${CONF_TIMEOUT:-180}" --budget "${CONF_BUDGET:-540}" \
         --alone ${CONF_ALONE:-examples/gdn/example_chunk_delta_h.py examples/linear_attention/example_mamba_chunk_state.py} \
         "${deps[@]}" \
