@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The packages that the references of tilelang's examples import, for `python -m tile_nb.conformance`
 # (docs/tilelang.md, "The references' own packages"), unpacked into ignored folders (.gl is ignored):
-#   .gl/pydeps   for runs here, on the interpreter: einops, flash-linear-attention + fla-core 0.6.0 and
+#   .gl/pydeps   for runs here, on the interpreter: einops, scipy (the Hadamard example's reference),
+#                flash-linear-attention + fla-core 0.6.0 and
 #                triton 3.9.0 (the Triton references run in Triton's interpreter, TRITON_INTERPRET=1; fla 0.3.2's
 #                kernels use block pointers, which that interpreter no longer has)
 #   .gl/gpudeps  for the GPU machine, which has its own Triton (3.6) and transformers: einops and
@@ -22,7 +23,7 @@ unpack() {  # folder, then pip requirement specifiers
   rm -rf "$work"
   echo "$dest: $(du -sh "$dest" | cut -f1) ($*)"
 }
-unpack .gl/pydeps einops==0.8.2 flash-linear-attention==0.6.0 fla-core==0.6.0 triton==3.9.0
+unpack .gl/pydeps einops==0.8.2 flash-linear-attention==0.6.0 fla-core==0.6.0 triton==3.9.0 scipy==1.17.1
 unpack .gl/gpudeps einops==0.8.2 flash-linear-attention==0.3.2 fla-core==0.3.2
 # .gl/fla-2025-06: flash-linear-attention at 20027035 (2025-06-18), put first on the path of the gdn examples
 # only (`--deps 'examples/gdn/*=.gl/fla-2025-06'`): they call fla's API of that month, which no release has
