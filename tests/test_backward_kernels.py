@@ -645,7 +645,10 @@ ATT_GPU_TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 2)])
 @pytest.mark.parametrize("S", [1, 127, 1000])
-def test_gpu_attention_bwd(dtype, D, causal, heads, S):
+@pytest.mark.parametrize("atomic_dq", [False, True], ids=["dq_kernel", "atomic_dq"])
+def test_gpu_attention_bwd(dtype, D, causal, heads, S, atomic_dq):
+    """The backward at the kernels' defaults against float64 autograd: the dQ kernel's, or with `atomic_dq`
+    attention_backward_atomic's (dQ added by the dK/dV kernel)."""
     H, HK = heads
     Q, K, V, dO = _attention_inputs(2, H, HK, S, D, dtype=dtype, device="cuda", seed=S)
     name = str(dtype).removeprefix("torch.")
@@ -657,26 +660,7 @@ def test_gpu_attention_bwd(dtype, D, causal, heads, S):
         err = _rel(ours.cpu(), ref.cpu(), floor)
         assert err < ATT_GPU_TOL[dtype], (what, err)
 
-    _attention_check(Q, K, V, dO, causal, dict(dtype=name), close)   # the kernels' defaults
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("S", [1, 127, 1000])
-def test_gpu_attention_bwd_atomic_dq(dtype, D, causal, S):
-    """attention_backward_atomic on the GPU at the kernels' defaults, GQA, against float64 autograd."""
-    Q, K, V, dO = _attention_inputs(2, 8, 2, S, D, dtype=dtype, device="cuda", seed=S + 1)
-    name = str(dtype).removeprefix("torch.")
-    floor = NOISE_FLOOR * dO.float().norm().item()
-
-    def close(what, ours, ref):
-        assert ours.is_cuda and not torch.isnan(ours).any(), what
-        err = _rel(ours.cpu(), ref.cpu(), floor)
-        assert err < ATT_GPU_TOL[dtype], (what, err)
-
-    _attention_check(Q, K, V, dO, causal, dict(dtype=name), close, atomic_dq=True)
+    _attention_check(Q, K, V, dO, causal, dict(dtype=name), close, atomic_dq)   # the kernels' defaults
 
 
 @pytest.mark.gpu
